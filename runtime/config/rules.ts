@@ -1,0 +1,164 @@
+// The configuration rules of the job platform, as one pure function.
+//
+// The worker checks its environment with these rules at start, and the CDK app checks each
+// environment's config with the same rules at synth, so a combination that would let a healthy
+// job lose its lease, or let SQS dead-letter a job the database still wants to retry, never
+// reaches a running system. No I/O here: lib/ imports this file.
+
+/** SQS's hard limit on a message's visibility timeout (12 hours). */
+export const SQS_MAX_VISIBILITY_SECONDS = 43_200;
+/** SQS's limits on a redrive policy's maxReceiveCount. */
+export const SQS_MAX_RECEIVE_COUNT = 1_000;
+/** ECS stops a task with SIGKILL at most 120 s after SIGTERM (Fargate's stopTimeout cap). */
+export const ECS_MAX_STOP_TIMEOUT_SECONDS = 120;
+/** Time the worker needs after its drain deadline to release what is left (fenced UPDATE + visibility 0). */
+export const RELEASE_MARGIN_SECONDS = 10;
+/** A heartbeat must fit this many times into the lease and into the visibility timeout. */
+export const HEARTBEAT_MARGIN = 3;
+/** Receives SQS may spend on one job beyond one per attempt: duplicate deliveries, early arrivals, lost claims. */
+export const RECEIVE_HEADROOM = 3;
+
+export interface JobTimings {
+  /** How long a claim is valid without a heartbeat. */
+  leaseSeconds: number;
+  /** How often a worker renews all its leases (one statement) and extends its messages. */
+  heartbeatSeconds: number;
+  /** The queue's visibility timeout: how long a received message stays hidden before the first heartbeat. */
+  visibilityTimeoutSeconds: number;
+  /** The database's attempt cap for a job that does not set its own. */
+  maxAttempts: number;
+  /** The SQS redrive policy's maxReceiveCount (the net for what the worker cannot reach). */
+  maxReceiveCount: number;
+  /** First retry delay; doubles per attempt. */
+  backoffBaseSeconds: number;
+  /** Cap on the retry delay. */
+  backoffMaxSeconds: number;
+  /** Jobs one worker process runs at once. */
+  concurrency: number;
+  /** How long a stopping worker lets running jobs finish before it releases them. */
+  drainSeconds: number;
+}
+
+export interface RuleViolation {
+  /** Stable name of the rule, e.g. `heartbeat-within-lease`. */
+  rule: string;
+  /** What a person reads: the values, the rule, the fix. */
+  message: string;
+}
+
+export class ConfigError extends Error {
+  readonly violations: RuleViolation[];
+  constructor(source: string, violations: RuleViolation[]) {
+    super(
+      `${source}: invalid job platform configuration:\n` +
+        violations.map((v) => `  - [${v.rule}] ${v.message}`).join('\n'),
+    );
+    this.name = 'ConfigError';
+    this.violations = violations;
+  }
+}
+
+interface Bound {
+  key: keyof JobTimings;
+  min: number;
+  max: number;
+  integer: boolean;
+  why: string;
+}
+
+const BOUNDS: Bound[] = [
+  { key: 'leaseSeconds', min: 2, max: SQS_MAX_VISIBILITY_SECONDS, integer: false, why: 'a lease shorter than 2 s cannot survive one database round trip under load; longer than 12 h outlives the message that carries it' },
+  { key: 'heartbeatSeconds', min: 0.2, max: SQS_MAX_VISIBILITY_SECONDS, integer: false, why: 'a heartbeat more often than every 200 ms costs more than the jobs it guards' },
+  { key: 'visibilityTimeoutSeconds', min: 1, max: SQS_MAX_VISIBILITY_SECONDS, integer: true, why: 'SQS accepts whole seconds up to 12 h (43200)' },
+  { key: 'maxAttempts', min: 1, max: 100, integer: true, why: 'a job gets at least one attempt; past 100 a failure is not transient' },
+  { key: 'maxReceiveCount', min: 1, max: SQS_MAX_RECEIVE_COUNT, integer: true, why: 'SQS accepts 1 to 1000' },
+  { key: 'backoffBaseSeconds', min: 0.1, max: SQS_MAX_VISIBILITY_SECONDS, integer: false, why: 'the first retry delay must be positive and fit a message visibility' },
+  { key: 'backoffMaxSeconds', min: 0.1, max: SQS_MAX_VISIBILITY_SECONDS, integer: false, why: 'a retry delay must fit one SQS visibility timeout (12 h)' },
+  { key: 'concurrency', min: 1, max: 500, integer: true, why: 'one process runs at least one job and at most 500' },
+  { key: 'drainSeconds', min: 0, max: ECS_MAX_STOP_TIMEOUT_SECONDS - RELEASE_MARGIN_SECONDS, integer: false, why: `ECS kills a task ${ECS_MAX_STOP_TIMEOUT_SECONDS} s after SIGTERM and the release needs ${RELEASE_MARGIN_SECONDS} s after the drain` },
+];
+
+/**
+ * Every rule the timings break, each with the values and the fix. Empty when the
+ * configuration is sound.
+ */
+export function checkJobTimings(t: JobTimings): RuleViolation[] {
+  const out: RuleViolation[] = [];
+  for (const b of BOUNDS) {
+    const v = t[b.key];
+    if (typeof v !== 'number' || !Number.isFinite(v)) {
+      out.push({ rule: `${b.key}-is-a-number`, message: `${b.key} = ${String(v)} is not a number` });
+    } else if (b.integer && !Number.isInteger(v)) {
+      out.push({ rule: `${b.key}-is-an-integer`, message: `${b.key} = ${v} must be a whole number (${b.why})` });
+    } else if (v < b.min || v > b.max) {
+      out.push({ rule: `${b.key}-in-range`, message: `${b.key} = ${v} must be between ${b.min} and ${b.max} (${b.why})` });
+    }
+  }
+  // Relations only mean something between numbers that passed their own bounds.
+  if (out.length > 0) return out;
+
+  if (t.heartbeatSeconds * HEARTBEAT_MARGIN > t.leaseSeconds) {
+    out.push({
+      rule: 'heartbeat-within-lease',
+      message:
+        `heartbeatSeconds = ${t.heartbeatSeconds} must be at most 1/${HEARTBEAT_MARGIN} of leaseSeconds = ${t.leaseSeconds}, ` +
+        `so a lease survives ${HEARTBEAT_MARGIN - 1} missed heartbeats; lower the heartbeat to ≤ ${round(t.leaseSeconds / HEARTBEAT_MARGIN)} or raise the lease to ≥ ${round(t.heartbeatSeconds * HEARTBEAT_MARGIN)}`,
+    });
+  }
+  if (t.heartbeatSeconds * HEARTBEAT_MARGIN > t.visibilityTimeoutSeconds) {
+    out.push({
+      rule: 'heartbeat-within-visibility',
+      message:
+        `heartbeatSeconds = ${t.heartbeatSeconds} must be at most 1/${HEARTBEAT_MARGIN} of visibilityTimeoutSeconds = ${t.visibilityTimeoutSeconds}, ` +
+        `or a message reappears to another worker before its first extension; lower the heartbeat to ≤ ${round(t.visibilityTimeoutSeconds / HEARTBEAT_MARGIN)} or raise the visibility timeout to ≥ ${Math.ceil(t.heartbeatSeconds * HEARTBEAT_MARGIN)}`,
+    });
+  }
+  if (t.maxReceiveCount < t.maxAttempts + RECEIVE_HEADROOM) {
+    out.push({
+      rule: 'receive-count-above-attempts',
+      message:
+        `maxReceiveCount = ${t.maxReceiveCount} must be at least maxAttempts + ${RECEIVE_HEADROOM} = ${t.maxAttempts + RECEIVE_HEADROOM}: ` +
+        `every attempt costs a receive and duplicate deliveries cost more, so a lower count lets SQS dead-letter a job the database still retries; raise maxReceiveCount or lower maxAttempts`,
+    });
+  }
+  if (t.backoffMaxSeconds < t.backoffBaseSeconds) {
+    out.push({
+      rule: 'backoff-cap-above-base',
+      message: `backoffMaxSeconds = ${t.backoffMaxSeconds} must be at least backoffBaseSeconds = ${t.backoffBaseSeconds}`,
+    });
+  }
+  return out;
+}
+
+/** Throws a ConfigError naming every broken rule; `source` says where the values came from. */
+export function assertJobTimings(t: JobTimings, source: string): JobTimings {
+  const violations = checkJobTimings(t);
+  if (violations.length > 0) throw new ConfigError(source, violations);
+  return t;
+}
+
+/** Sensible defaults for a production worker; environments override what they need. */
+export const DEFAULT_JOB_TIMINGS: JobTimings = {
+  leaseSeconds: 60,
+  heartbeatSeconds: 10,
+  visibilityTimeoutSeconds: 90,
+  maxAttempts: 5,
+  maxReceiveCount: 10,
+  backoffBaseSeconds: 5,
+  backoffMaxSeconds: 900,
+  concurrency: 10,
+  drainSeconds: 90,
+};
+
+function round(n: number): number {
+  return Math.round(n * 100) / 100;
+}
+
+/**
+ * Connections one worker process opens: one per concurrent job (its fenced transaction) plus
+ * two for the heartbeat and the maintenance loops (relay, rescuer). The CDK connection budget
+ * uses the same number.
+ */
+export function workerPoolSize(concurrency: number): number {
+  return concurrency + 2;
+}

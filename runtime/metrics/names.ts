@@ -1,0 +1,33 @@
+// The worker's CloudWatch metric names: one module, imported by the worker that emits them and
+// by the CDK alarms and dashboard that watch them, so a rename cannot silently break an alarm.
+// Pure constants: lib/ imports this file.
+
+/** Namespace per environment, e.g. `ErpJobs/prod`. The worker reads it from JOBS_METRICS_NAMESPACE. */
+export function metricNamespace(environment: string): string {
+  return `ErpJobs/${environment}`;
+}
+
+export const METRIC = {
+  /** Count: jobs whose completion committed. */
+  jobsSucceeded: 'JobsSucceeded',
+  /** Count: attempts that failed and went back to pending for a retry. */
+  jobsFailed: 'JobsFailed',
+  /** Count: jobs that became dead (attempt cap, non-retryable error, lost on their final attempt). */
+  jobsDeadLettered: 'JobsDeadLettered',
+  /** Count: messages sent to the DLQ by the worker itself (poison bodies, unknown jobs). */
+  messagesDeadLettered: 'MessagesDeadLettered',
+  /** Count: leases a worker found gone at a heartbeat or at completion (reclaimed, cancelled). */
+  leasesLost: 'LeasesLost',
+  /** Count: deliveries of a job another worker holds a live lease on. */
+  duplicateDeliveries: 'DuplicateDeliveriesIgnored',
+  /** Count: deliveries whose claim touched no row. */
+  claimMisses: 'ClaimMisses',
+  /** Milliseconds: claim to completion of one attempt. */
+  jobDuration: 'JobDurationMs',
+  /** Milliseconds: job created (or due) to claimed. */
+  queueLag: 'QueueLagMs',
+  /** Count: jobs running past their type's expected maximum or pending past the threshold. */
+  jobsStuck: 'JobsStuck',
+} as const;
+
+export type MetricName = (typeof METRIC)[keyof typeof METRIC];
