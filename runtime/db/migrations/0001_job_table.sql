@@ -15,6 +15,9 @@ CREATE TABLE jobs.job (
   -- The fencing token: every claim increments it, and every later write by the owner carries
   -- (id, attempt) in its WHERE clause.
   attempt          integer NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+  -- Claims handed back by a graceful stop (release). They keep the fencing token monotonic
+  -- but do not count against max_attempts: attempts used = attempt - releases.
+  releases         integer NOT NULL DEFAULT 0 CHECK (releases >= 0 AND releases <= attempt),
   max_attempts     integer NOT NULL DEFAULT 5 CHECK (max_attempts BETWEEN 1 AND 100),
   lease_owner      text,
   lease_expires_at timestamptz,
@@ -22,6 +25,9 @@ CREATE TABLE jobs.job (
   progress         jsonb,
   checkpoint       jsonb,
   last_error       jsonb,
+  -- One entry per attempt that did not succeed: {attempt, owner, outcome, error, at}. Written
+  -- only on the failure paths, so a job that succeeds first time pays nothing for it.
+  attempt_log      jsonb NOT NULL DEFAULT '[]'::jsonb,
   result           jsonb,
   -- Who asked for a cancel, and when (the job ends `cancelled`).
   cancelled_by     text,
@@ -50,7 +56,6 @@ CREATE INDEX job_state_created ON jobs.job (state, created_at DESC, id DESC);
 CREATE TABLE jobs.outbox (
   id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   job_id       uuid NOT NULL,
-  delay_seconds integer NOT NULL DEFAULT 0,
   created_at   timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX outbox_created ON jobs.outbox (created_at);

@@ -1,0 +1,117 @@
+// The deploy-time schema bootstrap: the onEvent handler of a CloudFormation custom resource
+// (CDK Provider framework, lib/schema-bootstrap.ts). It runs inside the VPC, reads the RDS
+// secret, and calls the runtime's own migrate() — the function `jobs migrate`, the local stack
+// and the tests call — so a deployment gets exactly the schema the runtime was tested against,
+// applied under the same advisory lock. A thrown error fails the custom resource, and with it
+// the deployment, before either service starts (both depend on this resource).
+//
+// The secret comes from the AWS Parameters and Secrets Lambda extension over localhost, so the
+// bundle carries no AWS SDK. Bundled by NodejsFunction (esbuild, ESM) with runtime/db/migrations
+// copied beside index.mjs, where defaultMigrationsDir() finds it.
+
+import { databaseUrlFromEnv, ENV } from '../config/env.ts';
+import { migrate, type MigrateResult } from '../db/migrate.ts';
+import { createPool } from '../db/pool.ts';
+
+/** The custom resource's properties (lib/schema-bootstrap.ts sets them). */
+export interface BootstrapProperties {
+  /** ARN of the RDS-generated secret ({host, port, username, password, dbname}). */
+  DatabaseSecretArn: string;
+  /** Hash of runtime/db/migrations: a changed folder changes the property, so CloudFormation sends an Update and the migrations run again. */
+  MigrationsHash: string;
+}
+
+export interface BootstrapEvent {
+  RequestType: 'Create' | 'Update' | 'Delete';
+  PhysicalResourceId?: string;
+  ResourceProperties: BootstrapProperties & { ServiceToken?: string };
+}
+
+export interface BootstrapResponse {
+  PhysicalResourceId: string;
+  Data?: { Applied: string; AppliedCount: number; AlreadyApplied: number };
+}
+
+/** One physical resource for the life of the stack: an Update never looks like a replacement, so CloudFormation never sends a Delete for the old one. */
+export const SCHEMA_PHYSICAL_ID = 'erp-jobs-schema';
+
+export interface BootstrapDeps {
+  readSecret(arn: string): Promise<string>;
+  /** The connection URL from the secret JSON; the services build theirs the same way. */
+  databaseUrl(secretJson: string): string;
+  runMigrations(url: string): Promise<MigrateResult>;
+  log(msg: string): void;
+}
+
+export function createBootstrapHandler(deps: BootstrapDeps) {
+  return async function onEvent(event: BootstrapEvent): Promise<BootstrapResponse> {
+    if (event.RequestType === 'Delete') {
+      // Removing the stack or this resource must never drop the jobs schema or its data.
+      deps.log('delete: leaving the schema in place');
+      return { PhysicalResourceId: event.PhysicalResourceId ?? SCHEMA_PHYSICAL_ID };
+    }
+    const arn = event.ResourceProperties?.DatabaseSecretArn;
+    if (!arn) throw new Error('schema bootstrap: the custom resource has no DatabaseSecretArn property');
+    deps.log(`${event.RequestType.toLowerCase()}: migrations ${event.ResourceProperties.MigrationsHash ?? '(no hash)'}`);
+    const url = deps.databaseUrl(await deps.readSecret(arn));
+    const result = await deps.runMigrations(url);
+    deps.log(`applied ${result.applied.length} migration(s) [${result.applied.join(', ')}], ${result.alreadyApplied} already applied`);
+    return {
+      PhysicalResourceId: SCHEMA_PHYSICAL_ID,
+      Data: { Applied: result.applied.join(','), AppliedCount: result.applied.length, AlreadyApplied: result.alreadyApplied },
+    };
+  };
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** GetSecretValue through the Parameters and Secrets extension (it listens once the function's init is done). */
+export async function readSecretFromExtension(arn: string, env: Record<string, string | undefined> = process.env): Promise<string> {
+  const port = env.PARAMETERS_SECRETS_EXTENSION_HTTP_PORT ?? '2773';
+  const url = `http://localhost:${port}/secretsmanager/get?secretId=${encodeURIComponent(arn)}`;
+  let lastError: unknown;
+  for (let attempt = 1; attempt <= 5; attempt++) {
+    try {
+      const res = await fetch(url, { headers: { 'X-Aws-Parameters-Secrets-Token': env.AWS_SESSION_TOKEN ?? '' } });
+      if (!res.ok) throw new Error(`HTTP ${res.status}: ${(await res.text()).slice(0, 300)}`);
+      const body = (await res.json()) as { SecretString?: string };
+      if (!body.SecretString) throw new Error('the secret has no SecretString');
+      return body.SecretString;
+    } catch (err) {
+      lastError = err;
+      await sleep(500 * attempt);
+    }
+  }
+  throw new Error(`schema bootstrap: reading the database secret ${arn} through the Parameters and Secrets extension failed: ${String((lastError as Error)?.message ?? lastError)}`);
+}
+
+/**
+ * migrate() on a one-connection pool. The first connection is retried for a minute: a new
+ * function ENI or an instance finishing its first start can refuse it briefly.
+ */
+export async function migrateAt(url: string, log: (msg: string) => void = console.log): Promise<MigrateResult> {
+  const pool = createPool({ url, max: 1, applicationName: 'erp-jobs-bootstrap', onError: (err) => log(`idle client error: ${err.message}`) });
+  try {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await pool.query('SELECT 1');
+        break;
+      } catch (err) {
+        if (attempt >= 6) throw new Error(`schema bootstrap: cannot connect to the database after ${attempt} attempts: ${(err as Error).message}`, { cause: err });
+        log(`connect attempt ${attempt} failed (${(err as Error).message}); retrying`);
+        await sleep(10_000);
+      }
+    }
+    return await migrate(pool, { log });
+  } finally {
+    await pool.end().catch(() => undefined);
+  }
+}
+
+/** The Lambda entry point (`index.handler` in the bundle). */
+export const handler = createBootstrapHandler({
+  readSecret: (arn) => readSecretFromExtension(arn),
+  databaseUrl: (secretJson) => databaseUrlFromEnv({ [ENV.databaseSecret]: secretJson }),
+  runMigrations: (url) => migrateAt(url),
+  log: (msg) => console.log(`[schema-bootstrap] ${msg}`),
+});

@@ -1,0 +1,38 @@
+// The registry of job types a process knows. Enqueue refuses a type it does not know (so a
+// typo is a 4xx, not a dead job), and the worker looks handlers up here.
+
+import { ValidationError } from '../errors.ts';
+import type { JobDefinition } from './types.ts';
+
+export class JobRegistry {
+  private readonly defs = new Map<string, JobDefinition<any, any, any>>();
+
+  constructor(defs: JobDefinition<any, any, any>[] = []) {
+    for (const d of defs) this.register(d);
+  }
+
+  register(def: JobDefinition<any, any, any>): this {
+    if (!/^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$/.test(def.type) || def.type.length > 100) {
+      throw new Error(`job type "${def.type}" must be lower-case dotted words (a-z, 0-9, _), at most 100 characters`);
+    }
+    if (this.defs.has(def.type)) throw new Error(`job type "${def.type}" is registered twice`);
+    this.defs.set(def.type, def);
+    return this;
+  }
+
+  get(type: string): JobDefinition<any, any, any> | undefined {
+    return this.defs.get(type);
+  }
+
+  types(): string[] {
+    return [...this.defs.keys()].sort();
+  }
+
+  /** The definition for `type`, or a ValidationError listing the known types. */
+  require(type: unknown): JobDefinition<any, any, any> {
+    if (typeof type !== 'string' || type === '') throw new ValidationError('type', 'is required and must be a string');
+    const def = this.defs.get(type);
+    if (!def) throw new ValidationError('type', `unknown job type "${type}"; known types: ${this.types().join(', ')}`);
+    return def;
+  }
+}

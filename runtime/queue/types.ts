@@ -1,0 +1,63 @@
+// The queue as the runtime needs it: a delivery mechanism with SQS's semantics, never a source
+// of truth. Two implementations: MemoryQueue (in-process, tests and benchmarks) and SqsQueue
+// (@aws-sdk/client-sqs, production and the local stack).
+//
+// SQS semantics both keep:
+//  - at-least-once: a message can be delivered twice, even concurrently;
+//  - a received message is hidden for its visibility timeout, then delivered again;
+//  - every receive returns a new receipt handle, and only the newest one can change the
+//    message's visibility; deleting with an older one succeeds without deleting anything;
+//  - a message received more than maxReceiveCount times moves to the DLQ (redrive policy).
+
+export interface OutgoingMessage {
+  body: string;
+  /** Hide the message for this long after sending (SQS: at most 900). */
+  delaySeconds?: number;
+  /** String attributes, e.g. the reason a message was dead-lettered. */
+  attributes?: Record<string, string>;
+}
+
+export interface ReceivedMessage {
+  messageId: string;
+  /** Valid until the message is received again. */
+  receipt: string;
+  body: string;
+  /** How many times SQS has delivered this message, this delivery included. */
+  receiveCount: number;
+  attributes: Record<string, string>;
+}
+
+export interface VisibilityChange {
+  receipt: string;
+  seconds: number;
+}
+
+export interface EntryFailure {
+  receipt: string;
+  code: string;
+  message: string;
+  /** True when the failure means the handle is no longer the message's newest (or the message is gone). */
+  stale: boolean;
+}
+
+export interface JobQueue {
+  /** Send messages; throws if any could not be sent (callers keep their outbox row and retry). */
+  send(messages: OutgoingMessage[]): Promise<void>;
+  /** Long-poll for up to `max` (≤ 10) messages. Resolves early with [] when `signal` aborts. */
+  receive(max: number, waitSeconds: number, signal?: AbortSignal): Promise<ReceivedMessage[]>;
+  /** Batch visibility change; returns the entries that failed. */
+  changeVisibility(changes: VisibilityChange[]): Promise<EntryFailure[]>;
+  /** Batch delete; returns the entries that failed. */
+  delete(receipts: string[]): Promise<EntryFailure[]>;
+}
+
+/** SQS's batch limit for SendMessageBatch, DeleteMessageBatch, ChangeMessageVisibilityBatch. */
+export const SQS_BATCH_LIMIT = 10;
+/** SQS's limit on DelaySeconds. */
+export const SQS_MAX_DELAY_SECONDS = 900;
+
+export function chunk<T>(items: readonly T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
+  return out;
+}

@@ -1,0 +1,212 @@
+// The job store: one method per state transition, each a named statement from sql.ts run as a
+// prepared statement. Callers that need a transaction (enqueue, complete) pass the client they
+// hold; the rest run on the pool.
+
+import { randomUUID } from 'node:crypto';
+import type pg from 'pg';
+import { SQL, type SqlName } from './sql.ts';
+import { rowToJob, type Job, type JobError, type JobState, type Progress, type WithDbNow } from './job.ts';
+
+export type Queryable = Pick<pg.Pool, 'query'> | Pick<pg.PoolClient, 'query'>;
+
+/** Run a named statement as a prepared statement (parsed once per connection). */
+export async function run<R extends pg.QueryResultRow = pg.QueryResultRow>(
+  db: Queryable,
+  name: SqlName,
+  values: unknown[],
+): Promise<pg.QueryResult<R>> {
+  return (await db.query({ name, text: SQL[name], values })) as pg.QueryResult<R>;
+}
+
+export interface NewJob {
+  type: string;
+  payload: unknown;
+  idempotencyKey?: string | null;
+  maxAttempts: number;
+  runAt?: Date | null;
+}
+
+export interface Inserted {
+  job: Job;
+  duplicate: boolean;
+  /** The outbox row to publish after COMMIT (absent for a duplicate). */
+  outboxId?: string;
+}
+
+export interface LeaseToken {
+  id: string;
+  attempt: number;
+}
+
+export interface ListFilter {
+  state?: JobState;
+  type?: string;
+  limit: number;
+  /** Keyset cursor: the last job of the previous page. */
+  after?: { createdAt: Date; id: string };
+}
+
+export class JobStore {
+  constructor(readonly pool: pg.Pool) {}
+
+  /**
+   * Insert jobs and their outbox rows in the caller's transaction (`db`). A job whose
+   * (type, idempotency key) already has an active job comes back as that job with
+   * duplicate: true. Requires READ COMMITTED (the default): the lookup after a conflict must see
+   * the row the conflicting transaction committed.
+   */
+  async insertMany(db: Queryable, jobs: NewJob[]): Promise<Inserted[]> {
+    if (jobs.length === 0) return [];
+    const ids = jobs.map(() => randomUUID());
+    const { rows } = await run(db, 'jobInsertMany', [
+      ids,
+      jobs.map((j) => j.type),
+      jobs.map((j) => JSON.stringify(j.payload ?? {})),
+      jobs.map((j) => j.idempotencyKey ?? null),
+      jobs.map((j) => j.maxAttempts),
+      jobs.map((j) => j.runAt ?? null),
+    ]);
+    const byId = new Map(rows.map((r) => [r.id as string, r]));
+    const out: Inserted[] = [];
+    for (let i = 0; i < jobs.length; i++) {
+      const row = byId.get(ids[i]!);
+      if (row) {
+        out.push({ job: rowToJob(row), duplicate: false, outboxId: String(row.outbox_id) });
+        continue;
+      }
+      const spec = jobs[i]!;
+      // Our row lost to an active job with the same key: in this batch, or committed by another
+      // transaction. That job may finish between our INSERT and this SELECT (then the key is free
+      // again), so retry the insert alone a few times rather than report a phantom duplicate.
+      const sameBatch = out.find((o) => o.job.type === spec.type && o.job.idempotencyKey === spec.idempotencyKey && spec.idempotencyKey);
+      if (sameBatch) {
+        out.push({ job: sameBatch.job, duplicate: true });
+        continue;
+      }
+      out.push(await this.insertOrGetActive(db, spec));
+    }
+    return out;
+  }
+
+  private async insertOrGetActive(db: Queryable, spec: NewJob): Promise<Inserted> {
+    for (let tries = 0; tries < 5; tries++) {
+      const existing = await run(db, 'jobGetActiveByKey', [spec.type, spec.idempotencyKey]);
+      if (existing.rows[0]) return { job: rowToJob(existing.rows[0]), duplicate: true };
+      const again = await this.insertMany(db, [spec]);
+      if (!again[0]!.duplicate) return again[0]!;
+    }
+    throw new Error(`idempotency key ${spec.idempotencyKey} of type ${spec.type} kept changing hands; try again`);
+  }
+
+  /**
+   * Claim the claimable jobs among `ids` for `owner`, leasing them for `leaseSeconds`.
+   * Returns the jobs this owner now holds; the other ids were not claimable (or are being
+   * claimed by someone else right now).
+   */
+  async claim(ids: string[], owner: string, leaseSeconds: number): Promise<(Job & WithDbNow)[]> {
+    if (ids.length === 0) return [];
+    const { rows } = await run(this.pool, 'jobClaim', [ids, owner, leaseSeconds]);
+    return rows.map((r) => ({ ...rowToJob(r), dbNow: r.db_now as Date }));
+  }
+
+  /** Renew leases; returns the ids still held (the others are lost). */
+  async renewLeases(tokens: (LeaseToken & { progress?: Progress | null })[], leaseSeconds: number): Promise<Set<string>> {
+    if (tokens.length === 0) return new Set();
+    const { rows } = await run(this.pool, 'jobRenewLeases', [
+      tokens.map((t) => t.id),
+      tokens.map((t) => t.attempt),
+      tokens.map((t) => (t.progress ? JSON.stringify(t.progress) : null)),
+      leaseSeconds,
+    ]);
+    return new Set(rows.map((r) => r.id as string));
+  }
+
+  /** Save a checkpoint; false when the lease is lost. */
+  async checkpoint(token: LeaseToken, checkpoint: unknown, progress?: Progress | null): Promise<boolean> {
+    const r = await run(this.pool, 'jobCheckpoint', [token.id, token.attempt, JSON.stringify(checkpoint ?? null), progress ? JSON.stringify(progress) : null]);
+    return r.rowCount === 1;
+  }
+
+  /** Mark succeeded inside the caller's transaction `tx`; false when the lease is lost (caller must ROLLBACK). */
+  async complete(tx: Queryable, token: LeaseToken, result: unknown, progress?: Progress | null): Promise<boolean> {
+    const r = await run(tx, 'jobComplete', [token.id, token.attempt, JSON.stringify(result ?? null), progress ? JSON.stringify(progress) : null]);
+    return r.rowCount === 1;
+  }
+
+  /** Mark many succeeded in one autocommit statement; returns the ids that were still held. */
+  async completeMany(items: (LeaseToken & { result: unknown; progress?: Progress | null })[]): Promise<Set<string>> {
+    if (items.length === 0) return new Set();
+    const { rows } = await run(this.pool, 'jobCompleteMany', [
+      items.map((i) => i.id),
+      items.map((i) => i.attempt),
+      items.map((i) => JSON.stringify(i.result ?? null)),
+      items.map((i) => (i.progress ? JSON.stringify(i.progress) : null)),
+    ]);
+    return new Set(rows.map((r) => r.id as string));
+  }
+
+  /**
+   * Fail an attempt: back to pending after `backoffSeconds`, or dead at the cap or when
+   * `nonRetryable`. Returns the job after the transition, or null when the lease is lost.
+   */
+  async fail(token: LeaseToken, error: JobError, backoffSeconds: number, nonRetryable: boolean): Promise<Job | null> {
+    const { rows } = await run(this.pool, 'jobFail', [token.id, token.attempt, backoffSeconds, nonRetryable, JSON.stringify(error)]);
+    return rows[0] ? rowToJob(rows[0]) : null;
+  }
+
+  /** Hand claims back (graceful stop); returns the ids released. */
+  async release(tokens: LeaseToken[], reason: string): Promise<Set<string>> {
+    if (tokens.length === 0) return new Set();
+    const { rows } = await run(this.pool, 'jobRelease', [tokens.map((t) => t.id), tokens.map((t) => t.attempt), reason]);
+    return new Set(rows.map((r) => r.id as string));
+  }
+
+  /** Cancel a pending or running job; null when it does not exist or has already ended. */
+  async cancel(id: string, by: string): Promise<Job | null> {
+    const { rows } = await run(this.pool, 'jobCancel', [id, by]);
+    return rows[0] ? rowToJob(rows[0]) : null;
+  }
+
+  /** Dead-letter the jobs among `ids` whose owner died on their final attempt. */
+  async deadLetterExpired(ids: string[]): Promise<Job[]> {
+    if (ids.length === 0) return [];
+    const { rows } = await run(this.pool, 'jobDeadLetterExpired', [ids]);
+    return rows.map((r) => rowToJob(r));
+  }
+
+  /** The rescuer's transition (see sql.ts): returns the jobs moved, with their outbox row when re-queued. */
+  async rescueExpired(graceSeconds: number, limit: number): Promise<{ job: Job; outboxId: string | null }[]> {
+    const { rows } = await run(this.pool, 'jobRescueExpired', [graceSeconds, limit]);
+    return rows.map((r) => ({ job: rowToJob(r), outboxId: r.outbox_id == null ? null : String(r.outbox_id) }));
+  }
+
+  /** Queue a (re-)publish of existing jobs, in `db`'s transaction. */
+  async outboxInsert(db: Queryable, jobIds: string[]): Promise<{ outboxId: string; jobId: string }[]> {
+    if (jobIds.length === 0) return [];
+    const { rows } = await run(db, 'outboxInsert', [jobIds]);
+    return rows.map((r) => ({ outboxId: String(r.outbox_id), jobId: r.job_id as string }));
+  }
+
+  async get(id: string, db: Queryable = this.pool): Promise<Job | null> {
+    const { rows } = await run(db, 'jobGet', [id]);
+    return rows[0] ? rowToJob(rows[0]) : null;
+  }
+
+  async getMany(ids: string[]): Promise<Map<string, Job & WithDbNow>> {
+    if (ids.length === 0) return new Map();
+    const { rows } = await run(this.pool, 'jobGetMany', [ids]);
+    return new Map(rows.map((r) => [r.id as string, { ...rowToJob(r), dbNow: r.db_now as Date }]));
+  }
+
+  async list(f: ListFilter): Promise<Job[]> {
+    const { rows } = await run(this.pool, 'jobList', [f.state ?? null, f.type ?? null, f.after?.createdAt ?? null, f.after?.id ?? null, f.limit]);
+    return rows.map((r) => rowToJob(r));
+  }
+
+  async countByState(): Promise<Record<JobState, number>> {
+    const { rows } = await run(this.pool, 'jobCountByState', []);
+    const out: Record<JobState, number> = { pending: 0, running: 0, succeeded: 0, dead: 0, cancelled: 0 };
+    for (const r of rows) out[r.state as JobState] = r.count as number;
+    return out;
+  }
+}

@@ -1,0 +1,169 @@
+// Publishing job messages, after COMMIT only, and never losing one (DESIGN 7).
+//
+// Publisher: the enqueuing process calls publish() right after its transaction commits. It
+// sends the messages and then deletes their outbox rows, in batches (one DELETE for many
+// publishes), so the happy path costs a fraction of a commit per job. If the send fails, or the
+// process dies first, the rows stay and the relay publishes them.
+//
+// OutboxRelay: every process with a database connection runs one. It publishes outbox rows
+// older than a few seconds — left by a process that died between COMMIT and publish, or by a
+// failed send — and deletes them in the same transaction. Publishing twice is harmless: the
+// worker's claim decides, and a message for a job that needs none is deleted.
+
+import type pg from 'pg';
+import type { Logger } from '../observability/log.ts';
+import { jobMessageBody } from '../queue/message.ts';
+import { chunk, SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type JobQueue } from '../queue/types.ts';
+import { run } from './job-store.ts';
+
+export interface PublishEntry {
+  outboxId: string;
+  jobId: string;
+  type?: string;
+  /** When the job is due; a future time becomes the message's delay (capped at SQS's 900 s). */
+  runAfter?: Date;
+}
+
+export function delayFor(runAfter: Date | undefined, now = Date.now()): number {
+  if (!runAfter) return 0;
+  return Math.max(0, Math.min(SQS_MAX_DELAY_SECONDS, Math.ceil((runAfter.getTime() - now) / 1000)));
+}
+
+export class Publisher {
+  private pendingDeletes: string[] = [];
+  private flushing: Promise<void> | null = null;
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly queue: JobQueue,
+    private readonly log: Logger,
+    private readonly opts: { deleteBatchDelayMs?: number } = {},
+  ) {}
+
+  /** Send after COMMIT. Never throws: what it cannot send stays in the outbox for the relay. */
+  async publish(entries: PublishEntry[]): Promise<void> {
+    if (entries.length === 0) return;
+    const sent: string[] = [];
+    await Promise.all(
+      chunk(entries, SQS_BATCH_LIMIT).map(async (batch) => {
+        try {
+          await this.queue.send(batch.map((e) => ({ body: jobMessageBody(e.jobId, e.type), delaySeconds: delayFor(e.runAfter) })));
+          for (const e of batch) sent.push(e.outboxId);
+        } catch (err) {
+          this.log.warn({ err, jobIds: batch.map((e) => e.jobId) }, 'publish failed; the outbox relay will retry');
+        }
+      }),
+    );
+    this.pendingDeletes.push(...sent);
+    this.scheduleFlush();
+  }
+
+  /** Delete the outbox rows of what was sent. A failure only means a harmless re-publish later. */
+  async flush(): Promise<void> {
+    if (this.timer) {
+      clearTimeout(this.timer);
+      this.timer = null;
+    }
+    while (this.flushing) await this.flushing;
+    if (this.pendingDeletes.length === 0) return;
+    const ids = this.pendingDeletes;
+    this.pendingDeletes = [];
+    this.flushing = run(this.pool, 'outboxDelete', [ids])
+      .then(() => undefined)
+      .catch((err: unknown) => this.log.warn({ err, count: ids.length }, 'outbox cleanup failed; the relay will re-publish those jobs (harmless)'))
+      .finally(() => {
+        this.flushing = null;
+      });
+    await this.flushing;
+  }
+
+  private scheduleFlush(): void {
+    if (this.timer || this.pendingDeletes.length === 0) return;
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      void this.flush();
+    }, this.opts.deleteBatchDelayMs ?? 20);
+  }
+}
+
+export interface RelayOptions {
+  /** Rows younger than this are left to their enqueuer's own publish. */
+  minAgeSeconds: number;
+  intervalMs: number;
+  batchSize: number;
+}
+
+export const DEFAULT_RELAY: RelayOptions = { minAgeSeconds: 2, intervalMs: 1000, batchSize: 100 };
+
+export class OutboxRelay {
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<number> | null = null;
+  private stopped = false;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly queue: JobQueue,
+    private readonly log: Logger,
+    private readonly opts: RelayOptions = DEFAULT_RELAY,
+  ) {}
+
+  start(): void {
+    this.stopped = false;
+    const tick = async () => {
+      if (this.stopped) return;
+      await this.runOnce().catch((err: unknown) => this.log.warn({ err }, 'outbox relay pass failed; retrying'));
+      if (!this.stopped) this.timer = setTimeout(tick, this.opts.intervalMs);
+    };
+    this.timer = setTimeout(tick, this.opts.intervalMs);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.running?.catch(() => undefined);
+  }
+
+  /** One pass: publish every due outbox row. Returns how many messages it sent. */
+  async runOnce(): Promise<number> {
+    this.running = this.pass();
+    try {
+      return await this.running;
+    } finally {
+      this.running = null;
+    }
+  }
+
+  private async pass(): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const n = await this.batch();
+      total += n.sent;
+      if (n.locked < this.opts.batchSize || this.stopped) return total;
+    }
+  }
+
+  private async batch(): Promise<{ locked: number; sent: number }> {
+    const client = await this.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const { rows } = await run(client, 'outboxLockDue', [this.opts.minAgeSeconds, this.opts.batchSize]);
+      // A job that is gone or already terminal needs no message.
+      const live = rows.filter((r) => r.state === 'pending' || r.state === 'running');
+      for (const batch of chunk(live, SQS_BATCH_LIMIT)) {
+        await this.queue.send(
+          batch.map((r) => ({ body: jobMessageBody(r.job_id as string, r.type as string), delaySeconds: r.delay_seconds as number })),
+        );
+      }
+      await run(client, 'outboxDelete', [rows.map((r) => r.outbox_id as string)]);
+      await client.query('COMMIT');
+      if (live.length > 0) this.log.info({ count: live.length, jobIds: live.map((r) => r.job_id).slice(0, 20) }, 'relay published jobs whose publish had not happened');
+      return { locked: rows.length, sent: live.length };
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    } finally {
+      client.release();
+    }
+  }
+}

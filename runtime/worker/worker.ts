@@ -1,0 +1,658 @@
+// The worker: receives job messages, claims their jobs in the database, runs the handlers
+// under a lease kept alive by one heartbeat per tick, and settles each message by what the
+// job row says (DESIGN 8). The queue is any JobQueue: SQS in production, MemoryQueue in tests.
+//
+// What settles a message:
+//   claimed by us → run; delete when the job succeeded or is dead (dead-lettered with its reason);
+//                   on a retry, hide it until the backoff is over.
+//   job missing   → poison: dead-letter the message with the reason, delete it.
+//   job terminal  → a leftover copy: delete it.
+//   pending, not due (backoff, runAt) → hide it until due (re-publish beyond SQS's limits).
+//   running, live lease → a duplicate delivery: delete it. The owner's receipt handle is stale
+//                   from now on, so if the owner dies, the rescuer re-publishes the job.
+//   running, lease about to expire → hide it until just after expiry, then reclaim.
+//   running, expired on its final attempt → dead, dead-lettered.
+
+import { hostname } from 'node:os';
+import type pg from 'pg';
+import type { JobTimings } from '../config/rules.ts';
+import { SQS_MAX_VISIBILITY_SECONDS } from '../config/rules.ts';
+import { errorToJson, LeaseLostError, NonRetryableError } from '../errors.ts';
+import type { JobRegistry } from '../handlers/registry.ts';
+import type { JobContext } from '../handlers/types.ts';
+import { METRIC } from '../metrics/names.ts';
+import type { Logger } from '../observability/log.ts';
+import type { Metrics } from '../observability/metrics.ts';
+import { jobMessageBody, parseJobMessage } from '../queue/message.ts';
+import { chunk, SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type EntryFailure, type JobQueue, type ReceivedMessage } from '../queue/types.ts';
+import { backoffSeconds } from '../store/backoff.ts';
+import { attemptsUsed, isTerminal, type Job, type Progress } from '../store/job.ts';
+import { JobStore, type LeaseToken } from '../store/job-store.ts';
+import type { Publisher } from '../store/outbox.ts';
+import { Batcher } from './batcher.ts';
+import { JobTransaction } from './job-transaction.ts';
+
+export interface WorkerOptions {
+  pool: pg.Pool;
+  queue: JobQueue;
+  /** Where the worker sends what it cannot handle and dead jobs, with the reason. */
+  dlq: JobQueue;
+  registry: JobRegistry;
+  publisher: Publisher;
+  timings: JobTimings;
+  workerId?: string;
+  log: Logger;
+  metrics?: Metrics;
+  /** Long-poll wait per receive (SQS allows up to 20 s). */
+  receiveWaitSeconds?: number;
+  random?: () => number;
+  /** Called when the worker starts and stops holding jobs (ECS task scale-in protection). */
+  onBusyChange?: (busy: boolean) => void;
+}
+
+/** One job this worker holds. */
+interface Held {
+  job: Job;
+  token: LeaseToken;
+  message: ReceivedMessage;
+  /** Set when SQS refused our handle: someone received the message after us. */
+  receiptStale: boolean;
+  ac: AbortController;
+  /** Progress reported since the last heartbeat (written with the next one). */
+  unsentProgress: Progress | null;
+  lastProgress: Progress | null;
+  lost: boolean;
+  released: boolean;
+  lastRenewedAt: number;
+  claimedAt: number;
+  done?: Promise<void>;
+}
+
+export type DeadLetterReason =
+  | 'unparseable-body'
+  | 'unknown-job'
+  | 'attempts-exhausted'
+  | 'non-retryable'
+  | 'lease-expired-final-attempt';
+
+const noopMetrics: Metrics = { count: () => undefined, timing: () => undefined };
+
+export class Worker {
+  readonly workerId: string;
+  readonly store: JobStore;
+  private readonly held = new Map<string, Held>();
+  private readonly log: Logger;
+  private readonly metrics: Metrics;
+  private readonly stopAc = new AbortController();
+  private stopping = false;
+  private stopPromise: Promise<void> | null = null;
+  private loopPromise: Promise<void> | null = null;
+  private heartbeatTimer: NodeJS.Timeout | null = null;
+  private heartbeating: Promise<void> | null = null;
+  private slotWaiters: (() => void)[] = [];
+  private readonly deletes: Batcher<string, EntryFailure | null>;
+  private readonly completions: Batcher<LeaseToken & { result: unknown; progress: Progress | null }, boolean>;
+  private busy = false;
+
+  constructor(private readonly opts: WorkerOptions) {
+    this.workerId = opts.workerId ?? `${hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`;
+    this.store = new JobStore(opts.pool);
+    this.log = opts.log.child({ workerId: this.workerId });
+    this.metrics = opts.metrics ?? noopMetrics;
+    this.deletes = new Batcher(
+      async (receipts) => {
+        const failures = await opts.queue.delete(receipts);
+        return receipts.map((r) => failures.find((f) => f.receipt === r) ?? null);
+      },
+      { maxItems: SQS_BATCH_LIMIT, delayMs: 5 },
+    );
+    // Jobs whose handlers wrote nothing complete together: one fenced UPDATE for many.
+    this.completions = new Batcher(
+      async (items) => {
+        const held = await this.store.completeMany(items);
+        return items.map((i) => held.has(i.id));
+      },
+      { maxItems: 100, delayMs: 2 },
+    );
+  }
+
+  get runningJobs(): { id: string; attempt: number; type: string }[] {
+    return [...this.held.values()].map((h) => ({ id: h.job.id, attempt: h.token.attempt, type: h.job.type }));
+  }
+
+  start(): void {
+    if (this.loopPromise) return;
+    const t = this.opts.timings;
+    this.loopPromise = this.receiveLoop();
+    this.heartbeatTimer = setInterval(() => void this.heartbeat(), t.heartbeatSeconds * 1000);
+    this.log.info({ concurrency: t.concurrency, leaseSeconds: t.leaseSeconds, heartbeatSeconds: t.heartbeatSeconds }, 'worker started');
+  }
+
+  /**
+   * Graceful stop (DESIGN 10): stop receiving, let running jobs finish for `drainSeconds`,
+   * then abort and release the rest (fenced, visibility 0) so another worker starts them at once.
+   */
+  stop(drainSeconds = this.opts.timings.drainSeconds): Promise<void> {
+    this.stopPromise ??= this.doStop(drainSeconds);
+    return this.stopPromise;
+  }
+
+  private async doStop(drainSeconds: number): Promise<void> {
+    this.stopping = true;
+    this.stopAc.abort();
+    this.wakeSlotWaiters();
+    await this.loopPromise;
+    const running = () => [...this.held.values()].map((h) => h.done);
+    if (this.held.size > 0) {
+      this.log.info({ jobs: this.held.size, drainSeconds }, 'draining running jobs');
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        Promise.allSettled(running()),
+        new Promise((r) => (timer = setTimeout(r, drainSeconds * 1000))),
+      ]);
+      clearTimeout(timer);
+    }
+    const left = [...this.held.values()].filter((h) => !h.lost && !h.released);
+    if (left.length > 0) await this.releaseJobs(left);
+    await Promise.allSettled(running());
+    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
+    await this.heartbeating;
+    await this.completions.drain();
+    await this.deletes.drain();
+    await this.opts.publisher.flush();
+    this.setBusy(false);
+    this.log.info('worker stopped');
+  }
+
+  /**
+   * Stop like a process killed with SIGKILL: no drain, no release, no further database or
+   * queue writes; leases simply stop being renewed. For tests and the chaos tools.
+   */
+  async simulateCrash(): Promise<void> {
+    this.stopping = true;
+    this.stopAc.abort();
+    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
+    for (const h of this.held.values()) {
+      h.released = true; // "released" here only means: this process will write nothing more
+      h.ac.abort(new Error('worker crashed'));
+    }
+    this.wakeSlotWaiters();
+    await this.loopPromise;
+    await Promise.allSettled([...this.held.values()].map((h) => h.done));
+  }
+
+  private async releaseJobs(left: Held[]): Promise<void> {
+    for (const h of left) {
+      h.released = true;
+      h.ac.abort(new Error('worker stopping: job released to another worker'));
+    }
+    let released = new Set<string>();
+    try {
+      released = await this.store.release(left.map((h) => h.token), `worker ${this.workerId} stopped before the job finished`);
+    } catch (err) {
+      this.log.error({ err }, 'release failed; the jobs will be reclaimed when their leases expire');
+      return;
+    }
+    const mine = left.filter((h) => released.has(h.job.id));
+    const visible = mine.filter((h) => !h.receiptStale);
+    const failures = await this.changeVisibility(visible.map((h) => ({ receipt: h.message.receipt, seconds: 0 })));
+    const republish = mine.filter((h) => h.receiptStale || failures.some((f) => f.receipt === h.message.receipt));
+    await this.republish(republish.map((h) => h.job.id));
+    for (const h of mine) this.log.info({ jobId: h.job.id, type: h.job.type, attempt: h.token.attempt }, 'job released');
+  }
+
+  // ---------------------------------------------------------------- receiving and claiming
+
+  private async receiveLoop(): Promise<void> {
+    let failures = 0;
+    const t = this.opts.timings;
+    while (!this.stopping) {
+      const free = t.concurrency - this.held.size;
+      if (free <= 0) {
+        await new Promise<void>((r) => this.slotWaiters.push(r));
+        continue;
+      }
+      let messages: ReceivedMessage[];
+      try {
+        messages = await this.opts.queue.receive(Math.min(SQS_BATCH_LIMIT, free), this.opts.receiveWaitSeconds ?? 20, this.stopAc.signal);
+        failures = 0;
+      } catch (err) {
+        failures++;
+        const wait = Math.min(30_000, 200 * 2 ** Math.min(failures, 8)) * (0.5 + Math.random() / 2);
+        this.log.warn({ err, retryInMs: Math.round(wait) }, 'receive failed; retrying');
+        await sleep(wait, this.stopAc.signal);
+        continue;
+      }
+      if (messages.length === 0) continue;
+      if (this.stopping) {
+        // Received while stopping: hand them straight back.
+        await this.changeVisibility(messages.map((m) => ({ receipt: m.receipt, seconds: 0 })));
+        break;
+      }
+      try {
+        await this.handleBatch(messages);
+        failures = 0;
+      } catch (err) {
+        failures++;
+        // The messages reappear after their visibility timeout; nothing is lost.
+        this.log.error({ err, messages: messages.length }, 'could not handle received messages; they will be redelivered');
+        await sleep(Math.min(30_000, 200 * 2 ** Math.min(failures, 8)), this.stopAc.signal);
+      }
+    }
+  }
+
+  /** Claim the jobs of messages received together in one statement, then settle the rest. */
+  async handleBatch(messages: ReceivedMessage[]): Promise<void> {
+    const byJob = new Map<string, ReceivedMessage[]>();
+    const poison: { message: ReceivedMessage; reason: string }[] = [];
+    for (const m of messages) {
+      const parsed = parseJobMessage(m.body);
+      if (!parsed.ok) poison.push({ message: m, reason: parsed.reason });
+      else byJob.set(parsed.message.jobId, [...(byJob.get(parsed.message.jobId) ?? []), m]);
+    }
+    for (const p of poison) {
+      await this.deadLetterMessage(p.message, 'unparseable-body', { detail: p.reason });
+    }
+    const ids = [...byJob.keys()];
+    if (ids.length === 0) return;
+    const claimed = await this.store.claim(ids, this.workerId, this.opts.timings.leaseSeconds);
+    const misses = new Set(ids);
+    for (const job of claimed) {
+      misses.delete(job.id);
+      const [first, ...copies] = byJob.get(job.id)!;
+      this.metrics.timing(METRIC.queueLag, Math.max(0, job.dbNow.getTime() - Math.max(job.createdAt.getTime(), job.runAfter.getTime())));
+      this.startJob(job, first!);
+      // Two copies of one job's message in one receive: we hold the job, the copy is surplus.
+      for (const c of copies) this.deleteMessage(c, 'duplicate copy in the same receive');
+    }
+    if (misses.size > 0) await this.settleMisses([...misses], byJob);
+  }
+
+  private async settleMisses(ids: string[], byJob: Map<string, ReceivedMessage[]>): Promise<void> {
+    const jobs = await this.store.getMany(ids);
+    const t = this.opts.timings;
+    for (const id of ids) {
+      const job = jobs.get(id);
+      for (const m of byJob.get(id)!) {
+        if (!job) {
+          await this.deadLetterMessage(m, 'unknown-job', { jobId: id, detail: `no job ${id} in the job table` });
+          continue;
+        }
+        const log = { jobId: id, type: job.type, attempt: job.attempt, receiveCount: m.receiveCount };
+        if (isTerminal(job.state)) {
+          this.deleteMessage(m, `job is ${job.state}`);
+          continue;
+        }
+        const now = job.dbNow.getTime();
+        if (job.state === 'pending') {
+          const dueInMs = job.runAfter.getTime() - now;
+          if (dueInMs > 0) await this.hideUntil(m, job, Math.ceil(dueInMs / 1000));
+          else {
+            // Due but locked by another claimer right now: try again shortly.
+            this.metrics.count(METRIC.claimMisses);
+            await this.changeVisibility([{ receipt: m.receipt, seconds: 1 }]);
+          }
+          continue;
+        }
+        // running
+        const leaseLeftMs = (job.leaseExpiresAt?.getTime() ?? 0) - now;
+        if (leaseLeftMs > t.heartbeatSeconds * 1000) {
+          // A live owner renews every heartbeat, so it keeps more than one heartbeat of lease.
+          this.metrics.count(METRIC.duplicateDeliveries);
+          this.log.info({ ...log, owner: job.leaseOwner }, 'duplicate delivery ignored: another worker holds a live lease');
+          this.deleteMessage(m, 'duplicate delivery of a job with a live lease');
+        } else if (leaseLeftMs > 0) {
+          // The owner has missed heartbeats: come back just after its lease ends and reclaim.
+          this.metrics.count(METRIC.claimMisses);
+          await this.changeVisibility([{ receipt: m.receipt, seconds: Math.ceil(leaseLeftMs / 1000) + 1 }]);
+        } else if (attemptsUsed(job) >= job.maxAttempts) {
+          const [dead] = await this.store.deadLetterExpired([id]);
+          if (dead) {
+            this.metrics.count(METRIC.jobsDeadLettered);
+            this.log.error({ ...log, lastOwner: job.leaseOwner }, 'job dead: lease expired on its final attempt');
+            await this.deadLetterJob(dead, m, 'lease-expired-final-attempt');
+          } else {
+            await this.changeVisibility([{ receipt: m.receipt, seconds: 1 }]);
+          }
+        } else {
+          this.metrics.count(METRIC.claimMisses);
+          await this.changeVisibility([{ receipt: m.receipt, seconds: 1 }]);
+        }
+      }
+    }
+  }
+
+  /**
+   * Hide a message until its job is due. SQS limits: a visibility change of at most 12 h, and
+   * each early arrival costs a receive against maxReceiveCount. When the wait does not fit, or
+   * the message is near its receive limit, send a fresh message (receive count 0) and delete
+   * this one — in that order, so a failure leaves the old message in place.
+   */
+  private async hideUntil(m: ReceivedMessage, job: Job, seconds: number): Promise<void> {
+    const limit = SQS_MAX_VISIBILITY_SECONDS - 60;
+    const nearRedrive = m.receiveCount >= this.opts.timings.maxReceiveCount - 1;
+    if (seconds <= limit && !nearRedrive) {
+      const [failure] = await this.changeVisibility([{ receipt: m.receipt, seconds }]);
+      if (!failure) return;
+    }
+    try {
+      await this.opts.queue.send([{ body: jobMessageBody(job.id, job.type), delaySeconds: Math.min(SQS_MAX_DELAY_SECONDS, seconds) }]);
+      this.deleteMessage(m, 're-published for a later due time');
+    } catch (err) {
+      this.log.warn({ err, jobId: job.id }, 're-publish for a later due time failed; the message will return');
+    }
+  }
+
+  // ------------------------------------------------------------------------ running a job
+
+  private startJob(job: Job, message: ReceivedMessage): void {
+    const now = Date.now();
+    const h: Held = {
+      job,
+      token: { id: job.id, attempt: job.attempt },
+      message,
+      receiptStale: false,
+      ac: new AbortController(),
+      unsentProgress: null,
+      lastProgress: job.progress,
+      lost: false,
+      released: false,
+      lastRenewedAt: now,
+      claimedAt: now,
+    };
+    this.held.set(job.id, h);
+    this.setBusy(true);
+    h.done = this.execute(h)
+      .catch((err: unknown) => this.log.error({ err, jobId: job.id }, 'unexpected error settling a job; its lease will expire and it will be reclaimed'))
+      .finally(() => {
+        this.held.delete(job.id);
+        if (this.held.size === 0) this.setBusy(false);
+        this.wakeSlotWaiters();
+      });
+  }
+
+  private async execute(h: Held): Promise<void> {
+    const { job } = h;
+    const log = this.log.child({ jobId: job.id, type: job.type, attempt: job.attempt });
+    const def = this.opts.registry.get(job.type);
+    if (!def) {
+      return this.failAttempt(h, new NonRetryableError(`no handler for job type "${job.type}" in this worker (known: ${this.opts.registry.types().join(', ')})`), true, log);
+    }
+    let payload: unknown;
+    try {
+      payload = def.parse(job.payload);
+    } catch (err) {
+      return this.failAttempt(h, err, true, log);
+    }
+    const tx = new JobTransaction(this.opts.pool);
+    const ctx: JobContext = {
+      job: { id: job.id, type: job.type, attempt: job.attempt, maxAttempts: job.maxAttempts, createdAt: job.createdAt },
+      checkpoint: job.checkpoint ?? null,
+      signal: h.ac.signal,
+      progress: (fraction, message) => {
+        const p: Progress = { fraction: Math.min(1, Math.max(0, Number(fraction) || 0)), ...(message ? { message: String(message).slice(0, 500) } : {}) };
+        h.unsentProgress = p;
+        h.lastProgress = p;
+      },
+      saveCheckpoint: async (checkpoint, progress) => {
+        if (h.lost || h.released) throw new LeaseLostError(job.id, job.attempt, 'checkpoint');
+        if (progress) ctx.progress(progress.fraction, progress.message);
+        const ok = await this.store.checkpoint(h.token, checkpoint, progress ? h.lastProgress : null);
+        if (!ok) {
+          this.loseLease(h, 'checkpoint');
+          throw new LeaseLostError(job.id, job.attempt, 'checkpoint');
+        }
+      },
+      db: tx,
+      log,
+    };
+    log.info('job started');
+    let result: unknown;
+    try {
+      result = await def.run(payload, ctx);
+    } catch (err) {
+      await tx.rollback();
+      if (h.lost || h.released) return;
+      return this.failAttempt(h, err, err instanceof NonRetryableError, log);
+    }
+    if (h.lost || h.released) {
+      await tx.rollback();
+      return;
+    }
+    let completed: boolean;
+    try {
+      completed = tx.opened
+        ? await tx.commitWith((client) => this.store.complete(client, h.token, result ?? null, h.lastProgress))
+        : await this.completions.add({ ...h.token, result: result ?? null, progress: h.lastProgress });
+    } catch (err) {
+      // The COMMIT may or may not have happened. The fenced failure below matches no row if it did.
+      await tx.rollback();
+      log.warn({ err }, 'completion did not commit');
+      return this.failAttempt(h, err, false, log);
+    }
+    if (!completed) {
+      this.loseLease(h, 'completion');
+      return;
+    }
+    this.metrics.count(METRIC.jobsSucceeded);
+    this.metrics.timing(METRIC.jobDuration, Date.now() - h.claimedAt);
+    log.info({ durationMs: Date.now() - h.claimedAt }, 'job succeeded');
+    this.deleteMessage(h.message, 'job succeeded', h);
+  }
+
+  private async failAttempt(h: Held, err: unknown, nonRetryable: boolean, log: Logger): Promise<void> {
+    const { job } = h;
+    const delay = backoffSeconds(
+      { baseSeconds: this.opts.timings.backoffBaseSeconds, maxSeconds: this.opts.timings.backoffMaxSeconds },
+      attemptsUsed(job),
+      this.opts.random,
+    );
+    let after: Job | null;
+    try {
+      after = await this.store.fail(h.token, errorToJson(err, !nonRetryable), delay, nonRetryable);
+    } catch (dbErr) {
+      log.error({ err: dbErr, cause: err }, 'could not record the failed attempt; the lease will expire and the job will be reclaimed');
+      return;
+    }
+    if (!after) {
+      this.loseLease(h, 'failure');
+      return;
+    }
+    if (after.state === 'dead') {
+      this.metrics.count(METRIC.jobsDeadLettered);
+      log.error({ err, attemptsUsed: attemptsUsed(after), maxAttempts: after.maxAttempts }, 'job dead');
+      await this.deadLetterJob(after, h.message, nonRetryable ? 'non-retryable' : 'attempts-exhausted', h);
+      return;
+    }
+    this.metrics.count(METRIC.jobsFailed);
+    log.warn({ err, retryInSeconds: Math.round(delay * 10) / 10 }, 'attempt failed; will retry');
+    const seconds = Math.ceil(delay);
+    const failures = h.receiptStale ? [{ stale: true }] : await this.changeVisibility([{ receipt: h.message.receipt, seconds }]);
+    if (failures.length > 0) await this.republish([job.id]);
+  }
+
+  // ------------------------------------------------------------------------ heartbeat
+
+  /** One tick: renew every lease in one statement, extend the messages, abort what is lost. */
+  heartbeat(): Promise<void> {
+    this.heartbeating ??= this.beat().finally(() => {
+      this.heartbeating = null;
+    });
+    return this.heartbeating;
+  }
+
+  private async beat(): Promise<void> {
+    const t = this.opts.timings;
+    const entries = [...this.held.values()].filter((h) => !h.lost && !h.released);
+    if (entries.length === 0) return;
+    const sentProgress = entries.map((h) => h.unsentProgress);
+    let held: Set<string>;
+    try {
+      held = await this.store.renewLeases(entries.map((h, i) => ({ ...h.token, progress: sentProgress[i] })), t.leaseSeconds);
+    } catch (err) {
+      this.log.warn({ err, jobs: entries.length }, 'heartbeat could not reach the database');
+      // Self-fence: past the lease, another worker may own these jobs; stop them here too.
+      const now = Date.now();
+      for (const h of entries) if (now - h.lastRenewedAt > t.leaseSeconds * 1000) this.loseLease(h, 'heartbeat (database unreachable for longer than the lease)');
+      return;
+    }
+    const now = Date.now();
+    const renewed: Held[] = [];
+    entries.forEach((h, i) => {
+      if (!held.has(h.job.id)) return this.loseLease(h, 'heartbeat');
+      h.lastRenewedAt = now;
+      if (h.unsentProgress === sentProgress[i]) h.unsentProgress = null;
+      renewed.push(h);
+    });
+    // The message returns just after the lease would expire: if this worker dies now, the next
+    // receiver finds the lease expired and reclaims the job at once.
+    const seconds = Math.min(SQS_MAX_VISIBILITY_SECONDS, Math.ceil(t.leaseSeconds) + 2);
+    const live = renewed.filter((h) => !h.receiptStale);
+    const failures = await this.changeVisibility(live.map((h) => ({ receipt: h.message.receipt, seconds })));
+    for (const f of failures) {
+      const h = live.find((x) => x.message.receipt === f.receipt);
+      if (h && f.stale) {
+        h.receiptStale = true;
+        this.log.info({ jobId: h.job.id, attempt: h.token.attempt }, 'message handle is stale (the message was delivered again); the lease still protects the job');
+      }
+    }
+  }
+
+  private loseLease(h: Held, during: string): void {
+    if (h.lost) return;
+    h.lost = true;
+    this.metrics.count(METRIC.leasesLost);
+    this.log.warn({ jobId: h.job.id, type: h.job.type, attempt: h.token.attempt, during }, 'lease lost; handler aborted, this worker will not complete or fail the job');
+    h.ac.abort(new LeaseLostError(h.job.id, h.token.attempt, during));
+    // If the job ended (cancelled), our message is a leftover: delete it.
+    void this.store
+      .get(h.job.id)
+      .then((j) => {
+        if (j && isTerminal(j.state) && !h.receiptStale) this.deleteMessage(h.message, `job is ${j.state}`);
+      })
+      .catch(() => undefined);
+  }
+
+  // ------------------------------------------------------------------------ messages
+
+  private deleteMessage(m: ReceivedMessage, why: string, h?: Held): void {
+    void this.deletes.add(m.receipt).then(
+      (failure) => {
+        if (failure) this.log.warn({ messageId: m.messageId, why, code: failure.code }, 'message delete failed; it will return and be settled again');
+      },
+      (err: unknown) => this.log.warn({ err, messageId: m.messageId, why, jobId: h?.job.id }, 'message delete failed; it will return and be settled again'),
+    );
+  }
+
+  private async changeVisibility(changes: { receipt: string; seconds: number }[]): Promise<EntryFailure[]> {
+    const out: EntryFailure[] = [];
+    for (const batch of chunk(changes, SQS_BATCH_LIMIT)) {
+      try {
+        out.push(...(await this.opts.queue.changeVisibility(batch)));
+      } catch (err) {
+        this.log.warn({ err, count: batch.length }, 'visibility change failed');
+        out.push(...batch.map((c) => ({ receipt: c.receipt, code: 'RequestFailed', message: String(err), stale: false })));
+      }
+    }
+    return out;
+  }
+
+  /** Durable re-publish for jobs whose message we could not reposition: via the outbox. */
+  private async republish(jobIds: string[]): Promise<void> {
+    if (jobIds.length === 0) return;
+    try {
+      const rows = await this.store.outboxInsert(this.opts.pool, jobIds);
+      await this.opts.publisher.publish(rows);
+    } catch (err) {
+      this.log.error({ err, jobIds }, 're-publish failed; the rescuer or the returning message will pick the jobs up');
+    }
+  }
+
+  /** Send a message the worker cannot handle to the DLQ with its reason, then delete it. */
+  private async deadLetterMessage(m: ReceivedMessage, reason: DeadLetterReason, info: { jobId?: string; detail: string }): Promise<void> {
+    const sent = await this.sendToDlq({
+      body: m.body,
+      attributes: {
+        Reason: reason,
+        Detail: info.detail.slice(0, 1000),
+        SourceMessageId: m.messageId,
+        ReceiveCount: String(m.receiveCount),
+        WorkerId: this.workerId,
+        ...(info.jobId ? { JobId: info.jobId } : {}),
+      },
+    });
+    this.log.error({ messageId: m.messageId, reason, detail: info.detail, body: m.body.slice(0, 500) }, 'message dead-lettered');
+    if (sent) {
+      this.metrics.count(METRIC.messagesDeadLettered);
+      this.deleteMessage(m, `dead-lettered: ${reason}`);
+    }
+  }
+
+  /** A dead job's message goes to the DLQ carrying the job id and the reason. */
+  private async deadLetterJob(job: Job, m: ReceivedMessage, reason: DeadLetterReason, h?: Held): Promise<void> {
+    const last = job.attemptLog.at(-1);
+    const body = JSON.stringify({
+      jobId: job.id,
+      type: job.type,
+      reason,
+      error: job.lastError ? { name: job.lastError.name, message: job.lastError.message } : null,
+      attempts: attemptsUsed(job),
+      maxAttempts: job.maxAttempts,
+      lastOwner: last?.owner ?? null,
+      deadAt: job.finishedAt?.toISOString() ?? new Date().toISOString(),
+    });
+    const sent = await this.sendToDlq({
+      body,
+      attributes: {
+        Reason: reason,
+        JobId: job.id,
+        JobType: job.type,
+        Attempts: String(attemptsUsed(job)),
+        ErrorMessage: (job.lastError?.message ?? '').slice(0, 1000) || '(none)',
+        LastOwner: last?.owner ?? '(unknown)',
+        SourceMessageId: m.messageId,
+      },
+    });
+    // Delete only once the DLQ has the reason. Otherwise the message returns, finds the job dead
+    // (terminal) and is deleted then; the job row keeps the reason either way.
+    if (sent && !(h?.receiptStale)) this.deleteMessage(m, `job dead: ${reason}`, h);
+  }
+
+  private async sendToDlq(msg: { body: string; attributes: Record<string, string> }): Promise<boolean> {
+    for (let i = 0; i < 3; i++) {
+      try {
+        await this.opts.dlq.send([msg]);
+        return true;
+      } catch (err) {
+        this.log.warn({ err, try: i + 1 }, 'sending to the dead-letter queue failed');
+        await sleep(200 * 2 ** i);
+      }
+    }
+    return false;
+  }
+
+  private setBusy(busy: boolean): void {
+    if (busy === this.busy) return;
+    this.busy = busy;
+    this.opts.onBusyChange?.(busy);
+  }
+
+  private wakeSlotWaiters(): void {
+    const w = this.slotWaiters;
+    this.slotWaiters = [];
+    for (const f of w) f();
+  }
+}
+
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}

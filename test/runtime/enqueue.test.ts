@@ -1,0 +1,167 @@
+// Enqueue in the caller's transaction, idempotency keys, and publish-after-commit (DESIGN 6, 7).
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ValidationError } from '../../runtime/errors.ts';
+import { silentLogger } from '../../runtime/observability/log.ts';
+import { parseJobMessage } from '../../runtime/queue/message.ts';
+import { OutboxRelay } from '../../runtime/store/outbox.ts';
+import { createPlatform, type Platform } from '../support/platform.ts';
+
+const ledger = (batch: string, extra: Record<string, unknown> = {}) => ({ type: 'ledger.post', payload: { batch, entries: 3, ...extra } });
+const messagesFor = (p: Platform, jobId: string) =>
+  p.queue.sentLog.filter((m) => {
+    const r = parseJobMessage(m.body);
+    return r.ok && r.message.jobId === jobId;
+  });
+
+describe('enqueue', () => {
+  let p: Platform;
+  beforeAll(async () => {
+    p = await createPlatform();
+  });
+  afterAll(() => p.close());
+
+  it('20 concurrent enqueues of one idempotency key make 1 job and 19 duplicates, with no errors', async () => {
+    // Each enqueuer is its own connection and transaction, all released at once.
+    const pools = Array.from({ length: 20 }, () => p.db.newPool(1));
+    const results = await Promise.allSettled(
+      pools.map(async (pool) => {
+        const c = await pool.connect();
+        try {
+          await c.query('BEGIN');
+          const r = await p.client.enqueue(c, { ...ledger('B-IDEM'), idempotencyKey: 'close-2026-11' });
+          await c.query('COMMIT');
+          await r.afterCommit();
+          return r.jobs[0]!;
+        } finally {
+          c.release();
+        }
+      }),
+    );
+    expect(results.filter((r) => r.status === 'rejected')).toEqual([]);
+    const ok = results.map((r) => (r as PromiseFulfilledResult<{ job: { id: string }; duplicate: boolean }>).value);
+    expect(ok.filter((r) => !r.duplicate)).toHaveLength(1);
+    expect(ok.filter((r) => r.duplicate)).toHaveLength(19);
+    expect(new Set(ok.map((r) => r.job.id)).size).toBe(1);
+    const { rows } = await p.db.pool.query("SELECT count(*)::int AS n FROM jobs.job WHERE idempotency_key = 'close-2026-11'");
+    expect(rows[0].n).toBe(1);
+    expect(messagesFor(p, ok[0]!.job.id)).toHaveLength(1);
+    await Promise.all(pools.map((x) => x.end()));
+  });
+
+  it('returns the existing job for a key in the same batch, and frees the key once the job has ended', async () => {
+    const [a, b] = await p.client.enqueueNow([
+      { ...ledger('B-SAME'), idempotencyKey: 'k-same' },
+      { ...ledger('B-SAME'), idempotencyKey: 'k-same' },
+    ]);
+    expect(a!.duplicate).toBe(false);
+    expect(b!.duplicate).toBe(true);
+    expect(b!.job.id).toBe(a!.job.id);
+    await p.client.cancel(a!.job.id, 'test');
+    const [c] = await p.client.enqueueNow({ ...ledger('B-SAME'), idempotencyKey: 'k-same' });
+    expect(c!.duplicate).toBe(false);
+    expect(c!.job.id).not.toBe(a!.job.id);
+  });
+
+  it('the same key under another job type is a different job', async () => {
+    const [a] = await p.client.enqueueNow({ ...ledger('B-T'), idempotencyKey: 'k-type' });
+    const [b] = await p.client.enqueueNow({ type: 'inventory.cost', payload: { store: 'S01', period: '2026-10' }, idempotencyKey: 'k-type' });
+    expect(a!.duplicate || b!.duplicate).toBe(false);
+  });
+
+  it('a rolled-back transaction leaves no job and sends no message', async () => {
+    const c = await p.db.pool.connect();
+    let jobId: string;
+    try {
+      await c.query('BEGIN');
+      const r = await p.client.enqueue(c, ledger('B-ROLLBACK'));
+      jobId = r.jobs[0]!.job.id;
+      await c.query('ROLLBACK');
+    } finally {
+      c.release();
+    }
+    const relay = new OutboxRelay(p.db.pool, p.queue, silentLogger, { minAgeSeconds: 0, intervalMs: 1000, batchSize: 100 });
+    await relay.runOnce();
+    expect(await p.store.get(jobId)).toBeNull();
+    expect(messagesFor(p, jobId)).toHaveLength(0);
+    const { rows } = await p.db.pool.query('SELECT count(*)::int AS n FROM jobs.outbox WHERE job_id = $1', [jobId]);
+    expect(rows[0].n).toBe(0);
+  });
+
+  it('a job committed but never published (the process died after COMMIT) is published by the relay', async () => {
+    const c = await p.db.pool.connect();
+    let jobId: string;
+    try {
+      await c.query('BEGIN');
+      const r = await p.client.enqueue(c, ledger('B-CRASH'));
+      jobId = r.jobs[0]!.job.id;
+      await c.query('COMMIT');
+      // "crash": afterCommit() is never called.
+    } finally {
+      c.release();
+    }
+    expect(messagesFor(p, jobId)).toHaveLength(0);
+    const relay = new OutboxRelay(p.db.pool, p.queue, silentLogger, { minAgeSeconds: 0.2, intervalMs: 100, batchSize: 100 });
+    relay.start();
+    try {
+      const deadline = Date.now() + 5000;
+      while (messagesFor(p, jobId).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    } finally {
+      await relay.stop();
+    }
+    expect(messagesFor(p, jobId)).toHaveLength(1);
+    const { rows } = await p.db.pool.query('SELECT count(*)::int AS n FROM jobs.outbox WHERE job_id = $1', [jobId]);
+    expect(rows[0].n).toBe(0);
+  });
+
+  it('two relays racing over the same outbox publish each row once', async () => {
+    const c = await p.db.pool.connect();
+    const ids: string[] = [];
+    try {
+      await c.query('BEGIN');
+      const r = await p.client.enqueue(c, Array.from({ length: 30 }, (_, i) => ledger(`B-RACE-${i}`)));
+      ids.push(...r.jobs.map((j) => j.job.id));
+      await c.query('COMMIT');
+    } finally {
+      c.release();
+    }
+    const relays = [p.db.newPool(2), p.db.newPool(2)].map((pool) => new OutboxRelay(pool, p.queue, silentLogger, { minAgeSeconds: 0, intervalMs: 1000, batchSize: 7 }));
+    const sent = await Promise.all(relays.map((r) => r.runOnce()));
+    expect(sent[0]! + sent[1]!).toBe(30);
+    for (const id of ids) expect(messagesFor(p, id)).toHaveLength(1);
+  });
+
+  it('a publish that fails leaves the outbox row for the relay', async () => {
+    const failing = { ...p.queue, send: async () => { throw new Error('SQS unavailable'); } };
+    const { Publisher } = await import('../../runtime/store/outbox.ts');
+    const publisher = new Publisher(p.db.pool, failing as never, silentLogger);
+    const [r] = await p.client.store.insertMany(p.db.pool, [{ type: 'ledger.post', payload: { batch: 'B-FAIL', entries: 1 }, maxAttempts: 3 }]);
+    await publisher.publish([{ outboxId: r!.outboxId!, jobId: r!.job.id }]);
+    await publisher.flush();
+    const { rows } = await p.db.pool.query('SELECT count(*)::int AS n FROM jobs.outbox WHERE job_id = $1', [r!.job.id]);
+    expect(rows[0].n).toBe(1);
+  });
+
+  it.each([
+    [{ type: 'ledger.postt', payload: { batch: 'x', entries: 1 } }, 'type', /unknown job type "ledger.postt"; known types: inventory.cost, ledger.post/],
+    [{ type: 'ledger.post', payload: { batch: 'x' } }, 'payload.entries', /is required/],
+    [{ type: 'ledger.post', payload: { batch: 'x', entries: -1 } }, 'payload.entries', /whole number from 1 to 100000 \(got -1\)/],
+    [{ type: 'ledger.post', payload: { batch: 'x', entries: 1, colour: 'red' } }, 'payload.colour', /not a field/],
+    [{ type: 'ledger.post', payload: { batch: 'x', entries: 1 }, maxAttempts: 0 }, 'maxAttempts', /1 to 100/],
+    [{ type: 'ledger.post', payload: { batch: 'x', entries: 1 }, runAt: 'tomorrow' }, 'runAt', /ISO 8601/],
+    [{ type: 'inventory.cost', payload: { store: 'S1', period: '2026-13' } }, 'payload.period', /YYYY-MM/],
+    [{ type: 'ledger.post', payload: { batch: 'x'.repeat(300_000), entries: 1 } }, 'payload', /limit is 262144 bytes/],
+  ])('refuses bad input (case %#)', async (spec, field, message) => {
+    const err = await p.client.enqueueNow(spec as never).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ValidationError);
+    expect((err as ValidationError).field).toBe(field);
+    expect((err as ValidationError).message).toMatch(message);
+  });
+
+  it('a job due later is published with a delay', async () => {
+    const runAt = new Date(Date.now() + 120_000);
+    const [r] = await p.client.enqueueNow({ ...ledger('B-LATER'), runAt });
+    const [m] = messagesFor(p, r!.job.id);
+    expect(m!.delaySeconds).toBeGreaterThanOrEqual(119);
+    expect(m!.delaySeconds).toBeLessThanOrEqual(121);
+  });
+});

@@ -1,0 +1,99 @@
+// Builds the platform in-process for a test: a migrated database, an SQS-like MemoryQueue with
+// a DLQ and redrive, the publisher, the enqueue client and workers with short timings.
+import { JobClient } from '../../runtime/client.ts';
+import type { JobTimings } from '../../runtime/config/rules.ts';
+import { defaultRegistry } from '../../runtime/handlers/index.ts';
+import type { JobRegistry } from '../../runtime/handlers/registry.ts';
+import { silentLogger } from '../../runtime/observability/log.ts';
+import { CountingMetrics } from '../../runtime/observability/metrics.ts';
+import { MemoryQueue } from '../../runtime/queue/memory.ts';
+import { JobStore } from '../../runtime/store/job-store.ts';
+import { Publisher } from '../../runtime/store/outbox.ts';
+import { Worker, type WorkerOptions } from '../../runtime/worker/worker.ts';
+import { createTestDb, type TestDb } from './db.ts';
+
+export const FAST_TIMINGS: JobTimings = {
+  leaseSeconds: 2,
+  heartbeatSeconds: 0.5,
+  visibilityTimeoutSeconds: 3,
+  maxAttempts: 3,
+  maxReceiveCount: 10,
+  backoffBaseSeconds: 0.2,
+  backoffMaxSeconds: 1,
+  concurrency: 5,
+  drainSeconds: 5,
+};
+
+export interface Platform {
+  db: TestDb;
+  queue: MemoryQueue;
+  dlq: MemoryQueue;
+  registry: JobRegistry;
+  publisher: Publisher;
+  client: JobClient;
+  store: JobStore;
+  metrics: CountingMetrics;
+  workers: Worker[];
+  worker(opts?: Partial<WorkerOptions> & { timings?: Partial<JobTimings> }): Worker;
+  close(): Promise<void>;
+}
+
+export async function createPlatform(opts: { timings?: Partial<JobTimings>; registry?: JobRegistry } = {}): Promise<Platform> {
+  const db = await createTestDb();
+  const timings = { ...FAST_TIMINGS, ...opts.timings };
+  const dlq = new MemoryQueue({ visibilityTimeoutSeconds: 30 });
+  const queue = new MemoryQueue({ visibilityTimeoutSeconds: timings.visibilityTimeoutSeconds, maxReceiveCount: timings.maxReceiveCount, deadLetterQueue: dlq });
+  const registry = opts.registry ?? defaultRegistry();
+  const publisher = new Publisher(db.pool, queue, silentLogger);
+  const client = new JobClient({ pool: db.pool, registry, publisher, defaultMaxAttempts: timings.maxAttempts });
+  const metrics = new CountingMetrics();
+  const workers: Worker[] = [];
+  const platform: Platform = {
+    db,
+    queue,
+    dlq,
+    registry,
+    publisher,
+    client,
+    store: new JobStore(db.pool),
+    metrics,
+    workers,
+    worker(o = {}) {
+      const pool = db.newPool(timings.concurrency + 2);
+      const w = new Worker({
+        pool,
+        queue,
+        dlq,
+        registry,
+        publisher: new Publisher(pool, queue, silentLogger),
+        log: silentLogger,
+        metrics,
+        receiveWaitSeconds: 0.2,
+        ...o,
+        timings: { ...timings, ...o.timings },
+      });
+      workers.push(w);
+      return w;
+    },
+    async close() {
+      await Promise.all(workers.map((w) => w.simulateCrash().catch(() => undefined)));
+      queue.close();
+      dlq.close();
+      await publisher.flush();
+      await db.drop();
+    },
+  };
+  return platform;
+}
+
+/** Poll `fn` until it returns a truthy value or `timeoutMs` passes (state assertions, not sleeps). */
+export async function waitFor<T>(fn: () => Promise<T> | T, timeoutMs = 10_000, what = 'condition'): Promise<NonNullable<T>> {
+  const deadline = Date.now() + timeoutMs;
+  let last: T | undefined;
+  while (Date.now() < deadline) {
+    last = await fn();
+    if (last) return last as NonNullable<T>;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what} (last value: ${JSON.stringify(last)})`);
+}
