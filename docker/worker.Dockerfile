@@ -1,0 +1,30 @@
+# syntax=docker/dockerfile:1.7
+# The worker image: it runs the ERP job handlers, which carry the heavy dependencies (native
+# modules, report and document tooling), so its final stage is Debian slim (glibc, what prebuilt
+# native binaries target) rather than Alpine. The build stage bundles runtime/worker/main.ts
+# with esbuild; the final stage has the bundle and the migrations, runs as the unprivileged
+# `node` user, and has no npm and no dev dependencies. ECS sends SIGTERM with the stop timeout
+# lib/services/worker.ts sets (drain + release); initProcessEnabled forwards it to node.
+
+FROM node:22-bookworm AS build
+WORKDIR /src
+COPY package.json package-lock.json ./
+RUN npm ci --ignore-scripts --no-audit --no-fund
+COPY tsconfig.json ./
+COPY types ./types
+COPY scripts ./scripts
+COPY runtime ./runtime
+RUN npx tsx scripts/bundle.ts worker
+
+FROM node:22-bookworm-slim AS runtime
+ENV NODE_ENV=production \
+    NODE_OPTIONS=--enable-source-maps
+# CA certificates for TLS to AWS APIs and RDS from native code; nothing else from apt.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && rm -rf /usr/local/lib/node_modules/npm /usr/local/bin/npm /usr/local/bin/npx /opt/yarn* /usr/local/bin/yarn /usr/local/bin/yarnpkg
+WORKDIR /app
+COPY --from=build --chown=root:root /src/dist/worker/ ./
+USER node
+CMD ["node", "index.mjs"]

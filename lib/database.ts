@@ -1,0 +1,89 @@
+// The job store's PostgreSQL: one RDS instance in the isolated subnets, storage encrypted, TLS
+// required, the master credentials generated into Secrets Manager (the services get the secret
+// as an ECS secret, the bootstrap reads it at deploy time). Its security group admits no one
+// until a consumer is allowed in by name (`allowConnectionsFrom`): the API, the worker and the
+// schema bootstrap, nothing else.
+
+import { Duration, RemovalPolicy } from 'aws-cdk-lib';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import type * as iam from 'aws-cdk-lib/aws-iam';
+import * as rds from 'aws-cdk-lib/aws-rds';
+import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import { Construct } from 'constructs';
+import type { DatabaseConfig } from './config.ts';
+import { acknowledge } from './nag.ts';
+
+export interface JobDatabaseProps extends DatabaseConfig {
+  vpc: ec2.IVpc;
+  subnets: ec2.SubnetSelection;
+}
+
+export const DATABASE_NAME = 'erp_jobs';
+export const DATABASE_ADMIN_USER = 'erp_jobs_admin';
+
+export class JobDatabase extends Construct {
+  readonly instance: rds.IDatabaseInstance;
+  /** The RDS-generated secret: {host, port, username, password, dbname, engine}. */
+  readonly secret: secretsmanager.ISecret;
+  private readonly securityGroup: ec2.SecurityGroup;
+
+  constructor(scope: Construct, id: string, props: JobDatabaseProps) {
+    super(scope, id);
+    this.securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
+      vpc: props.vpc,
+      description: 'Job store PostgreSQL: ingress only from the API, the worker and the schema bootstrap',
+      // The database initiates no connections.
+      allowAllOutbound: false,
+    });
+    const instance = new rds.DatabaseInstance(this, 'Instance', {
+      engine: rds.DatabaseInstanceEngine.postgres({ version: rds.PostgresEngineVersion.VER_17 }),
+      instanceType: new ec2.InstanceType(props.instanceClass),
+      vpc: props.vpc,
+      vpcSubnets: props.subnets,
+      securityGroups: [this.securityGroup],
+      publiclyAccessible: false,
+      databaseName: DATABASE_NAME,
+      credentials: rds.Credentials.fromGeneratedSecret(DATABASE_ADMIN_USER),
+      storageEncrypted: true,
+      allocatedStorage: props.allocatedStorageGiB,
+      maxAllocatedStorage: props.maxAllocatedStorageGiB,
+      storageType: rds.StorageType.GP3,
+      multiAz: props.multiAz,
+      backupRetention: Duration.days(props.backupRetentionDays),
+      deletionProtection: props.deletionProtection,
+      removalPolicy: props.removal === 'snapshot' ? RemovalPolicy.SNAPSHOT : RemovalPolicy.DESTROY,
+      copyTagsToSnapshot: true,
+      autoMinorVersionUpgrade: true,
+      caCertificate: rds.CaCertificate.RDS_CA_RSA2048_G1,
+      parameters: { 'rds.force_ssl': '1' },
+    });
+    if (!instance.secret) throw new Error('JobDatabase: the generated credentials produced no secret');
+    this.instance = instance;
+    this.secret = instance.secret;
+
+    acknowledge(instance, 'AwsSolutions-SMG4',
+      'No automatic rotation yet: ECS resolves the secret only when a task starts, so a single-user rotation would break every new connection of running tasks until they restart. Rotate by a coordinated redeploy (docs/deploy.md); automatic rotation comes with a runtime that re-reads the secret.');
+    acknowledge(instance, 'AwsSolutions-RDS11',
+      'The default port is kept on purpose: the instance sits in isolated subnets and its security group admits only the API, worker and bootstrap security groups, so a non-default port would add no protection.');
+    acknowledge(instance, 'AwsSolutions-RDS6',
+      'The services authenticate with the Secrets Manager credentials ECS injects; IAM database authentication would need per-connection token refresh in the pool and caps new connections per second, which the worker fleet would hit at scale-out.');
+    if (!props.multiAz) {
+      acknowledge(instance, 'AwsSolutions-RDS3', 'Single-AZ by this environment\'s config (database.multiAz = false): a non-production environment trades failover for cost; prod runs Multi-AZ.');
+    }
+    if (!props.deletionProtection) {
+      acknowledge(instance, 'AwsSolutions-RDS10', 'Deletion protection off by this environment\'s config (database.deletionProtection = false): a disposable development database; staging and prod enable it.');
+    }
+  }
+
+  /** Let a consumer (a service, the bootstrap function) open connections to the database port. */
+  allowConnectionsFrom(peer: ec2.IConnectable, who: string): void {
+    // Called from the consumer's side, so the ingress rule is created in the consumer's stack
+    // (under its security group) and the stateful stack never references the services stack.
+    peer.connections.allowToDefaultPort(this.instance, `PostgreSQL from ${who}`);
+  }
+
+  /** Read the secret (the bootstrap function; ECS execution roles get it through ecs.Secret). */
+  grantSecretRead(grantee: iam.IGrantable): iam.Grant {
+    return this.secret.grantRead(grantee);
+  }
+}

@@ -1,0 +1,21 @@
+// The runbook every alarm points to. Each alarm names its section by anchor; the test suite
+// checks each anchor is a heading of docs/runbooks/README.md, so a renamed section cannot
+// leave an alarm pointing nowhere.
+
+export const RUNBOOK_PATH = 'docs/runbooks/README.md';
+
+export const RUNBOOK_SECTION = {
+  dlqNotEmpty: 'dlq-not-empty',
+  dlqOldestMessageAge: 'dlq-oldest-message-age',
+  queueOldestMessageAge: 'queue-oldest-message-age',
+  leasesLost: 'leases-lost',
+  jobsDeadLettered: 'jobs-dead-lettered',
+  api5xx: 'api-5xx',
+  workerTasksBelowMinimum: 'worker-tasks-below-minimum',
+} as const;
+
+export type RunbookSection = (typeof RUNBOOK_SECTION)[keyof typeof RUNBOOK_SECTION];
+
+export function runbookRef(section: RunbookSection): string {
+  return `${RUNBOOK_PATH}#${section}`;
+}

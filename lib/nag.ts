@@ -1,0 +1,16 @@
+// cdk-nag AwsSolutions on the whole app, and the one way this code base acknowledges a finding:
+// beside the construct it concerns, with a reason a reviewer would accept. An acknowledgement
+// covers the construct and its children, never a whole stack.
+
+import { Validations, type App } from 'aws-cdk-lib';
+import { AwsSolutionsChecks } from 'cdk-nag';
+import type { IConstruct } from 'constructs';
+
+export function addNagChecks(app: App): void {
+  Validations.of(app).addPlugins(new AwsSolutionsChecks(app, { writeSuppressionsToCloudFormation: true }));
+}
+
+/** Acknowledge one AwsSolutions finding (e.g. `AwsSolutions-IAM5[Resource::*]`) on `scope` and below. */
+export function acknowledge(scope: IConstruct, id: string, reason: string): void {
+  Validations.of(scope).acknowledge({ id, reason });
+}

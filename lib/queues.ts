@@ -1,0 +1,59 @@
+// The job queue and its dead-letter queue. SQS only delivers: a message carries a job id, the
+// job row decides. The redrive policy is the net for what the worker cannot reach (a crash loop
+// on one message); its maxReceiveCount comes from the checked job timings, so SQS never
+// dead-letters a job the database would still retry. The DLQ keeps longer than the queue so a
+// redriven message (which keeps its original timestamp) does not expire on arrival.
+
+import { Duration, RemovalPolicy } from 'aws-cdk-lib';
+import type * as iam from 'aws-cdk-lib/aws-iam';
+import * as sqs from 'aws-cdk-lib/aws-sqs';
+import { Construct } from 'constructs';
+import type { JobTimings } from '../runtime/config/rules.ts';
+import type { QueueConfig } from './config.ts';
+
+export interface JobQueuesProps extends QueueConfig {
+  jobTimings: JobTimings;
+  removalPolicy: RemovalPolicy;
+}
+
+export class JobQueues extends Construct {
+  readonly queue: sqs.IQueue;
+  readonly deadLetterQueue: sqs.IQueue;
+
+  constructor(scope: Construct, id: string, props: JobQueuesProps) {
+    super(scope, id);
+    const dlq = new sqs.Queue(this, 'DeadLetterQueue', {
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      retentionPeriod: Duration.days(props.deadLetterRetentionDays),
+      removalPolicy: props.removalPolicy,
+    });
+    const queue = new sqs.Queue(this, 'JobQueue', {
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      retentionPeriod: Duration.days(props.retentionDays),
+      visibilityTimeout: Duration.seconds(props.jobTimings.visibilityTimeoutSeconds),
+      // Long polling by default: a worker that forgets WaitTimeSeconds still does not busy-poll.
+      receiveMessageWaitTime: Duration.seconds(20),
+      deadLetterQueue: { queue: dlq, maxReceiveCount: props.jobTimings.maxReceiveCount },
+      removalPolicy: props.removalPolicy,
+    });
+    this.queue = queue;
+    this.deadLetterQueue = dlq;
+  }
+
+  /** Publish job messages (the API after commit; the worker's relay and sweeper re-publish). */
+  grantPublish(grantee: iam.IGrantable): iam.Grant {
+    return this.queue.grantSendMessages(grantee);
+  }
+
+  /** Receive, extend visibility of and delete job messages (the worker). */
+  grantConsume(grantee: iam.IGrantable): iam.Grant {
+    return this.queue.grantConsumeMessages(grantee);
+  }
+
+  /** Send a dead letter with its reason (the worker, for poison messages and dead jobs). */
+  grantDeadLetter(grantee: iam.IGrantable): iam.Grant {
+    return this.deadLetterQueue.grantSendMessages(grantee);
+  }
+}

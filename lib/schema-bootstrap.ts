@@ -1,0 +1,149 @@
+// Runs the runtime's migrations at deploy time, before either service starts: a custom resource
+// whose handler (runtime/bootstrap/handler.ts, bundled here by esbuild with the migrations
+// copied beside it) calls the same migrate() as `jobs migrate`, inside the VPC, under the same
+// advisory lock. The resource carries a hash of the migrations folder, so a changed folder is an
+// Update and the migrations run again; its failure fails the deployment. Services depend on
+// `resource`.
+
+import { createHash } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { CustomResource, Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as nodejs from 'aws-cdk-lib/aws-lambda-nodejs';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import * as cr from 'aws-cdk-lib/custom-resources';
+import { Construct, type IDependable } from 'constructs';
+import type { BootstrapProperties } from '../runtime/bootstrap/handler.ts';
+import type { LogRetentionDays } from './config.ts';
+import type { JobDatabase } from './database.ts';
+import { acknowledge } from './nag.ts';
+import { BOOTSTRAP_ENTRY, LOCK_FILE, MIGRATIONS_DIR, REPO_ROOT } from './paths.ts';
+
+/** sha256 over the migration files' names and contents, in order: changes exactly when the folder does. */
+export function migrationsHash(dir: string = MIGRATIONS_DIR): string {
+  const h = createHash('sha256');
+  for (const file of readdirSync(dir).filter((f) => f.endsWith('.sql')).sort()) {
+    h.update(file).update('\0').update(readFileSync(join(dir, file))).update('\0');
+  }
+  return h.digest('hex');
+}
+
+/** esbuild settings shared with nothing else: the Lambda bundle is ESM (migrate() finds its folder via import.meta.url). */
+const BUNDLING: nodejs.BundlingOptions = {
+  format: nodejs.OutputFormat.ESM,
+  target: 'node22',
+  mainFields: ['module', 'main'],
+  // pg is CommonJS and requires node built-ins; give the ESM bundle a real `require`.
+  banner: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
+  // pg-native is an optional peer pg never loads unless asked; the SDK is not used (the secret comes from the extension).
+  externalModules: ['pg-native', '@aws-sdk/*'],
+  sourceMap: true,
+  minify: true,
+  commandHooks: {
+    beforeBundling: () => [],
+    beforeInstall: () => [],
+    afterBundling: (inputDir: string, outputDir: string) => [`cp -R "${inputDir}/runtime/db/migrations" "${outputDir}/migrations"`],
+  },
+};
+
+/** The bootstrap's Lambda timeout: long enough for a large migration waiting on the advisory lock. */
+export const BOOTSTRAP_TIMEOUT = Duration.minutes(10);
+
+export interface SchemaBootstrapProps {
+  vpc: ec2.IVpc;
+  subnets: ec2.SubnetSelection;
+  database: JobDatabase;
+  logRetentionDays: LogRetentionDays;
+}
+
+export class SchemaBootstrap extends Construct {
+  /** Depend on this to start after the schema is current. */
+  readonly resource: IDependable;
+  readonly migrationsHash: string;
+  readonly function: lambda.IFunction;
+
+  constructor(scope: Construct, id: string, props: SchemaBootstrapProps) {
+    super(scope, id);
+    this.migrationsHash = migrationsHash();
+
+    const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
+      vpc: props.vpc,
+      description: 'Schema bootstrap function: PostgreSQL to the job store, HTTPS to Secrets Manager',
+      allowAllOutbound: false,
+    });
+    securityGroup.addEgressRule(ec2.Peer.anyIpv4(), ec2.Port.tcp(443), 'HTTPS to Secrets Manager (through NAT)');
+    props.database.allowConnectionsFrom(securityGroup, 'the schema bootstrap');
+
+    const role = new iam.Role(this, 'Role', {
+      assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
+      description: 'Schema bootstrap function: logs, VPC network interfaces, read the database secret',
+      managedPolicies: [iam.ManagedPolicy.fromAwsManagedPolicyName('service-role/AWSLambdaVPCAccessExecutionRole')],
+    });
+    props.database.grantSecretRead(role);
+    acknowledge(role, 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole]',
+      'The AWS-managed policy Lambda documents for functions in a VPC: CloudWatch Logs plus the EC2 network-interface actions, which take no resource ARNs; AWS maintains it as Lambda\'s needs change.');
+
+    const logGroup = new logs.LogGroup(this, 'Logs', {
+      retention: props.logRetentionDays as logs.RetentionDays,
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
+
+    const fn = new nodejs.NodejsFunction(this, 'Function', {
+      description: 'Applies runtime/db/migrations to the job store (custom resource)',
+      entry: BOOTSTRAP_ENTRY,
+      handler: 'handler',
+      projectRoot: REPO_ROOT,
+      depsLockFilePath: LOCK_FILE,
+      runtime: lambda.Runtime.NODEJS_22_X,
+      architecture: lambda.Architecture.ARM_64,
+      memorySize: 512,
+      timeout: BOOTSTRAP_TIMEOUT,
+      vpc: props.vpc,
+      vpcSubnets: props.subnets,
+      securityGroups: [securityGroup],
+      role,
+      logGroup,
+      environment: { NODE_OPTIONS: '--enable-source-maps' },
+      paramsAndSecrets: lambda.ParamsAndSecretsLayerVersion.fromVersion(lambda.ParamsAndSecretsVersions.V1_0_103, {
+        // Read once per deployment: a cache would only hide a freshly rotated password.
+        cacheEnabled: false,
+      }),
+      bundling: BUNDLING,
+    });
+    acknowledge(fn, 'AwsSolutions-L1',
+      'Pinned to Node.js 22, the runtime of the service images (node:22), so the migrations run on the Node version the runtime is tested on; moves with the images.');
+    this.function = fn;
+
+    const providerLogs = new logs.LogGroup(this, 'ProviderLogs', {
+      retention: props.logRetentionDays as logs.RetentionDays,
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
+    const provider = new cr.Provider(this, 'Provider', { onEventHandler: fn, logGroup: providerLogs });
+    acknowledge(provider, 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]',
+      'CDK custom-resource framework function: the AWS-managed basic execution policy only lets it write its own logs.');
+    acknowledge(provider, `AwsSolutions-IAM5[Resource::<${Stack.of(this).getLogicalId(fn.node.defaultChild as lambda.CfnFunction)}.Arn>:*]`,
+      'CDK custom-resource framework function: it may invoke every version of the bootstrap function (ARN:*) and nothing else.');
+    acknowledge(provider, 'AwsSolutions-L1',
+      'CDK custom-resource framework function: aws-cdk-lib chooses and bundles its runtime; it moves with aws-cdk-lib upgrades.');
+
+    const properties: BootstrapProperties & { DatabaseEndpoint: string } = {
+      DatabaseSecretArn: props.database.secret.secretArn,
+      MigrationsHash: this.migrationsHash,
+      // A replaced instance has a new endpoint: migrate it too.
+      DatabaseEndpoint: props.database.instance.dbInstanceEndpointAddress,
+    };
+    const resource = new CustomResource(this, 'Schema', {
+      serviceToken: provider.serviceToken,
+      resourceType: 'Custom::JobsSchema',
+      properties,
+      // CloudFormation gives up shortly after the function would have timed out, not after an hour.
+      serviceTimeout: BOOTSTRAP_TIMEOUT.plus(Duration.minutes(5)),
+    });
+    // The database ingress rule for the bootstrap lives under its security group: wait for it.
+    resource.node.addDependency(securityGroup);
+    this.resource = resource;
+  }
+}

@@ -1,0 +1,25 @@
+// The ECS cluster both services run in, with Container Insights: the worker's scaling and its
+// running-tasks alarm read RunningTaskCount from ECS/ContainerInsights.
+
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as ecs from 'aws-cdk-lib/aws-ecs';
+import { Construct } from 'constructs';
+
+export interface JobsClusterProps {
+  vpc: ec2.IVpc;
+}
+
+export class JobsCluster extends Construct {
+  readonly cluster: ecs.ICluster;
+
+  constructor(scope: Construct, id: string, props: JobsClusterProps) {
+    super(scope, id);
+    this.cluster = new ecs.Cluster(this, 'Cluster', {
+      vpc: props.vpc,
+      containerInsightsV2: ecs.ContainerInsights.ENABLED,
+    });
+  }
+}
+
+/** A Container Insights metric of one service (ClusterName + ServiceName dimensions). */
+export const CONTAINER_INSIGHTS_NAMESPACE = 'ECS/ContainerInsights';

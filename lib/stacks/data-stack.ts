@@ -1,0 +1,35 @@
+// The stateful stack: the network, the job queues, the database and the API token — what must
+// survive a redeploy of the services. Termination protection where the environment asks.
+
+import { RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
+import type { Construct } from 'constructs';
+import { ApiToken } from '../api-token.ts';
+import type { EnvironmentConfig } from '../config.ts';
+import { JobDatabase } from '../database.ts';
+import { Network } from '../network.ts';
+import { JobQueues } from '../queues.ts';
+
+export interface JobsDataStackProps extends StackProps {
+  config: EnvironmentConfig;
+}
+
+export class JobsDataStack extends Stack {
+  readonly network: Network;
+  readonly queues: JobQueues;
+  readonly database: JobDatabase;
+  readonly apiToken: ApiToken;
+
+  constructor(scope: Construct, id: string, props: JobsDataStackProps) {
+    const c = props.config;
+    super(scope, id, {
+      description: `ERP jobs ${c.envName}: network, job queues, PostgreSQL job store (stateful)`,
+      terminationProtection: c.terminationProtection,
+      ...props,
+    });
+    const retain = c.database.removal === 'snapshot' ? RemovalPolicy.RETAIN : RemovalPolicy.DESTROY;
+    this.network = new Network(this, 'Network', { ...c.network, logRetentionDays: c.logRetentionDays });
+    this.queues = new JobQueues(this, 'Queues', { ...c.queues, jobTimings: c.jobTimings, removalPolicy: retain });
+    this.database = new JobDatabase(this, 'Database', { ...c.database, vpc: this.network.vpc, subnets: this.network.dataSubnets });
+    this.apiToken = new ApiToken(this, 'ApiToken', { removalPolicy: retain });
+  }
+}

@@ -1,0 +1,75 @@
+// The stateless stack: the schema bootstrap, the ECS cluster with the API and the worker, and
+// what on-call watches (topic, alarms, dashboard). Safe to destroy and redeploy; it only
+// references the stateful stack.
+
+import { CfnOutput, Stack, type StackProps } from 'aws-cdk-lib';
+import type { Construct } from 'constructs';
+import type { EnvironmentConfig } from '../config.ts';
+import { JobAlarms } from '../monitoring/alarms.ts';
+import { JobsDashboard } from '../monitoring/dashboard.ts';
+import { OnCallTopic } from '../monitoring/on-call-topic.ts';
+import { SchemaBootstrap } from '../schema-bootstrap.ts';
+import { ApiService } from '../services/api.ts';
+import { JobsCluster } from '../services/cluster.ts';
+import { WorkerService } from '../services/worker.ts';
+import type { JobsDataStack } from './data-stack.ts';
+
+export interface JobsServicesStackProps extends StackProps {
+  config: EnvironmentConfig;
+  data: JobsDataStack;
+}
+
+export class JobsServicesStack extends Stack {
+  readonly bootstrap: SchemaBootstrap;
+  readonly api: ApiService;
+  readonly worker: WorkerService;
+  readonly alarms: JobAlarms;
+
+  constructor(scope: Construct, id: string, props: JobsServicesStackProps) {
+    const c = props.config;
+    super(scope, id, { description: `ERP jobs ${c.envName}: schema bootstrap, API and worker on ECS Fargate, alarms and dashboard`, ...props });
+    const { network, queues, database, apiToken } = props.data;
+
+    this.bootstrap = new SchemaBootstrap(this, 'SchemaBootstrap', {
+      vpc: network.vpc,
+      subnets: network.appSubnets,
+      database,
+      logRetentionDays: c.logRetentionDays,
+    });
+    const { cluster } = new JobsCluster(this, 'Cluster', { vpc: network.vpc });
+    this.api = new ApiService(this, 'Api', {
+      envName: c.envName,
+      config: c.api,
+      jobTimings: c.jobTimings,
+      vpc: network.vpc,
+      taskSubnets: network.appSubnets,
+      loadBalancerSubnets: network.publicSubnets,
+      cluster,
+      queues,
+      database,
+      apiToken: apiToken.secret,
+      logRetentionDays: c.logRetentionDays,
+      accessLogRetentionDays: c.accessLogRetentionDays,
+      startAfter: [this.bootstrap.resource],
+    });
+    this.worker = new WorkerService(this, 'Worker', {
+      envName: c.envName,
+      config: c.worker,
+      jobTimings: c.jobTimings,
+      vpc: network.vpc,
+      taskSubnets: network.appSubnets,
+      cluster,
+      queues,
+      database,
+      logRetentionDays: c.logRetentionDays,
+      startAfter: [this.bootstrap.resource],
+    });
+
+    const onCall = new OnCallTopic(this, 'OnCall', { envName: c.envName, emails: c.alarms.emails });
+    this.alarms = new JobAlarms(this, 'Alarms', { envName: c.envName, config: c.alarms, onCall, queues, api: this.api, worker: this.worker });
+    new JobsDashboard(this, 'Dashboard', { envName: c.envName, queues, api: this.api, worker: this.worker, alarms: this.alarms });
+
+    new CfnOutput(this, 'ApiUrl', { value: this.api.url, description: 'Base URL of the jobs API' });
+    new CfnOutput(this, 'OnCallTopicArn', { value: onCall.topic.topicArn, description: 'SNS topic the alarms publish to' });
+  }
+}
