@@ -1,0 +1,251 @@
+// The worker end to end over an SQS-like in-process queue and a real PostgreSQL: heartbeats,
+// lost leases, retries and dead letters, cancel, duplicate deliveries, crash and resume,
+// graceful stop, poison messages (DESIGN 3, 4, 8, 9, 10).
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { NonRetryableError } from '../../runtime/errors.ts';
+import { costSku, inventoryCost } from '../../runtime/handlers/inventory-cost.ts';
+import { ledgerPost } from '../../runtime/handlers/ledger-post.ts';
+import { JobRegistry } from '../../runtime/handlers/registry.ts';
+import { defineJob } from '../../runtime/handlers/types.ts';
+import { pause } from '../../runtime/handlers/validate.ts';
+import { METRIC } from '../../runtime/metrics/names.ts';
+import { silentLogger } from '../../runtime/observability/log.ts';
+import { jobMessageBody } from '../../runtime/queue/message.ts';
+import { Rescuer } from '../../runtime/store/rescuer.ts';
+import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
+
+const seen: { aborted: unknown[] } = { aborted: [] };
+const testJobs = [
+  ledgerPost,
+  inventoryCost,
+  defineJob<Record<string, never>, null>({
+    type: 'test.block',
+    description: 'runs until aborted',
+    parse: () => ({}),
+    async run(_p, ctx) {
+      try {
+        await pause(60_000, ctx.signal);
+      } catch (err) {
+        seen.aborted.push(err);
+        throw err;
+      }
+      return null;
+    },
+  }),
+  defineJob<Record<string, never>, null>({
+    type: 'test.fatal',
+    description: 'fails for good',
+    parse: () => ({}),
+    async run() {
+      throw new NonRetryableError('period 2026-10 is closed for posting');
+    },
+  }),
+];
+
+let p: Platform;
+beforeEach(async () => {
+  seen.aborted = [];
+  p = await createPlatform({ registry: new JobRegistry(testJobs) });
+});
+afterEach(() => p.close());
+
+async function enqueue(type: string, payload: unknown, extra: { maxAttempts?: number; idempotencyKey?: string } = {}) {
+  const [r] = await p.client.enqueueNow({ type, payload, ...extra });
+  return r!.job;
+}
+const jobState = async (id: string) => (await p.store.get(id))!;
+const until = (id: string, state: string, ms = 10_000) => waitFor(async () => ((await jobState(id)).state === state ? jobState(id) : null), ms, `job ${id} ${state}`);
+const ledgerRows = async (batch: string) => (await p.db.pool.query('SELECT count(*)::int AS n FROM ledger_entries WHERE batch = $1', [batch])).rows[0].n as number;
+const dlqBodies = () => p.dlq.peek();
+
+describe('worker', () => {
+  it('runs a ledger.post job: succeeded, exactly its rows, message deleted', async () => {
+    const job = await enqueue('ledger.post', { batch: 'B-1', entries: 7 });
+    p.worker().start();
+    const done = await until(job.id, 'succeeded');
+    expect(done).toMatchObject({ attempt: 1, result: { batch: 'B-1', posted: 7 }, progress: { fraction: 1 } });
+    expect(await ledgerRows('B-1')).toBe(7);
+    await waitFor(() => p.queue.depth().total === 0, 2000, 'message deleted');
+    expect(p.metrics.get(METRIC.jobsSucceeded)).toBe(1);
+  });
+
+  it('retries a failing job with backoff and succeeds on the third attempt with its rows once', async () => {
+    const job = await enqueue('ledger.post', { batch: 'B-RETRY', entries: 4, failAttempts: 2 }, { maxAttempts: 3 });
+    p.worker().start();
+    const done = await until(job.id, 'succeeded');
+    expect(done.attempt).toBe(3);
+    expect(done.attemptLog.map((a) => a.outcome)).toEqual(['retry', 'retry']);
+    expect(done.attemptLog[0]!.message).toMatch(/simulated failure of batch B-RETRY on attempt 1/);
+    expect(await ledgerRows('B-RETRY')).toBe(4);
+    expect(p.metrics.get(METRIC.jobsFailed)).toBe(2);
+  });
+
+  it('a job that fails past its cap ends dead with its reason, in the DLQ, with no effects', async () => {
+    const job = await enqueue('ledger.post', { batch: 'B-DEAD', entries: 4, failAttempts: 9 }, { maxAttempts: 2 });
+    const w = p.worker();
+    w.start();
+    const dead = await until(job.id, 'dead');
+    expect(dead.lastError!.message).toMatch(/attempt 2/);
+    expect(dead.finishedAt).not.toBeNull();
+    expect(await ledgerRows('B-DEAD')).toBe(0);
+    const [m] = await waitFor(() => (dlqBodies().length ? dlqBodies() : null), 2000, 'DLQ message');
+    expect(m!.attributes).toMatchObject({ Reason: 'attempts-exhausted', JobId: job.id, JobType: 'ledger.post', Attempts: '2', LastOwner: w.workerId });
+    expect(JSON.parse(m!.body)).toMatchObject({ jobId: job.id, reason: 'attempts-exhausted', attempts: 2, error: { message: expect.stringMatching(/simulated failure/) } });
+    await waitFor(() => p.queue.depth().total === 0, 2000, 'source message deleted');
+    expect(p.metrics.get(METRIC.jobsDeadLettered)).toBe(1);
+  });
+
+  it('a non-retryable error goes straight to dead after one attempt', async () => {
+    const job = await enqueue('test.fatal', {}, { maxAttempts: 5 });
+    p.worker().start();
+    const dead = await until(job.id, 'dead');
+    expect(dead.attempt).toBe(1);
+    expect(dead.lastError).toMatchObject({ name: 'NonRetryableError', retryable: false, message: 'period 2026-10 is closed for posting' });
+    await waitFor(() => dlqBodies().find((m) => m.attributes.Reason === 'non-retryable'), 2000, 'DLQ message');
+  });
+
+  it('the heartbeat keeps a job longer than its lease alive: one attempt, no lease lost', async () => {
+    // lease 2 s, heartbeat 0.5 s, job 4.5 s; a second worker is polling the whole time.
+    const job = await enqueue('ledger.post', { batch: 'B-LONG', entries: 3, workMs: 4500 });
+    p.worker().start();
+    p.worker().start();
+    const done = await until(job.id, 'succeeded', 15_000);
+    expect(done.attempt).toBe(1);
+    expect(p.metrics.get(METRIC.leasesLost)).toBe(0);
+    expect(await ledgerRows('B-LONG')).toBe(3);
+  });
+
+  it('a lost lease aborts the handler at the next heartbeat, and that worker never completes or fails the job', async () => {
+    const job = await enqueue('test.block', {});
+    const w = p.worker();
+    w.start();
+    await until(job.id, 'running');
+    // Another worker takes the job over (as after a long pause of the first).
+    await p.db.pool.query("UPDATE jobs.job SET lease_expires_at = statement_timestamp() - interval '1 second' WHERE id = $1", [job.id]);
+    const [taken] = await p.store.claim([job.id], 'usurper', 60);
+    expect(taken!.attempt).toBe(2);
+    await waitFor(() => seen.aborted.length > 0, 3000, 'handler aborted');
+    expect(String(seen.aborted[0])).toMatch(/LeaseLostError: lease on job .* attempt 1 lost \(heartbeat\)/);
+    await waitFor(() => w.runningJobs.length === 0, 2000, 'worker let go of the job');
+    expect(await jobState(job.id)).toMatchObject({ state: 'running', attempt: 2, leaseOwner: 'usurper', lastError: null });
+    expect(p.metrics.get(METRIC.leasesLost)).toBe(1);
+  });
+
+  it('cancel reaches a running handler at its next heartbeat; the job ends cancelled with who asked', async () => {
+    const job = await enqueue('test.block', {});
+    const w = p.worker();
+    w.start();
+    await until(job.id, 'running');
+    await p.client.cancel(job.id, 'finance-controller');
+    await waitFor(() => seen.aborted.length > 0, 3000, 'handler aborted');
+    await waitFor(() => w.runningJobs.length === 0, 2000, 'worker let go');
+    expect(await jobState(job.id)).toMatchObject({ state: 'cancelled', cancelledBy: 'finance-controller' });
+    await waitFor(() => p.queue.depth().total === 0, 3000, 'message deleted');
+  });
+
+  it('a duplicate delivery while the job runs is ignored: one attempt, rows once', async () => {
+    const job = await enqueue('ledger.post', { batch: 'B-DUP', entries: 6, workMs: 1500 });
+    p.worker().start();
+    await until(job.id, 'running');
+    p.worker().start();
+    await p.queue.send([{ body: jobMessageBody(job.id, job.type) }, { body: jobMessageBody(job.id, job.type) }]);
+    const done = await until(job.id, 'succeeded');
+    expect(done.attempt).toBe(1);
+    expect(await ledgerRows('B-DUP')).toBe(6);
+    expect(p.metrics.get(METRIC.duplicateDeliveries)).toBeGreaterThanOrEqual(1);
+    await waitFor(() => p.queue.depth().total === 0, 3000, 'all copies deleted');
+  });
+
+  it('a worker that dies mid-job: another reclaims it with attempt 2 once the lease expires, effects exactly once', async () => {
+    const job = await enqueue('ledger.post', { batch: 'B-CRASH', entries: 9, workMs: 1000 });
+    const a = p.worker();
+    a.start();
+    await until(job.id, 'running');
+    await a.simulateCrash();
+    const b = p.worker();
+    b.start();
+    const done = await until(job.id, 'succeeded', 15_000);
+    expect(done.attempt).toBe(2);
+    expect(done.attemptLog).toEqual([]);
+    expect(await ledgerRows('B-CRASH')).toBe(9);
+  });
+
+  it('inventory.cost resumes from its checkpoint after a reclaim, with the same figures as an uninterrupted run', async () => {
+    const payload = { store: 'S07', period: '2026-10', skus: 60, movementsPerSku: 50, chunkSize: 6, workMsPerChunk: 80 };
+    const job = await enqueue('inventory.cost', payload);
+    const a = p.worker();
+    a.start();
+    await waitFor(async () => ((((await jobState(job.id)).checkpoint as { nextSku?: number } | null)?.nextSku ?? 0) >= 24 ? true : null), 10_000, 'checkpoint at 24');
+    await a.simulateCrash();
+    const savedAt = ((await jobState(job.id)).checkpoint as { nextSku: number }).nextSku;
+    p.worker().start();
+    const done = await until(job.id, 'succeeded', 20_000);
+    expect(done.attempt).toBe(2);
+    const result = done.result as { resumedFrom: number; skus: number; totalValue: number };
+    expect(result.resumedFrom).toBe(savedAt);
+    expect(result.skus).toBe(60);
+    const { rows } = await p.db.pool.query('SELECT sku, quantity::float8 AS q, unit_cost::float8 AS c FROM inventory_costs WHERE job_id = $1 ORDER BY sku', [job.id]);
+    expect(rows).toHaveLength(60);
+    const expected = Array.from({ length: 60 }, (_, i) => costSku('S07', '2026-10', i, 50));
+    expect(rows.map((r) => [r.sku, r.q, r.c])).toEqual(expected.map((e) => [e.sku, e.quantity, e.unitCost]));
+  });
+
+  it('graceful stop releases a running job at the drain deadline; another worker starts it at once', async () => {
+    const job = await enqueue('ledger.post', { batch: 'B-DRAIN', entries: 2, workMs: 30_000 });
+    const a = p.worker();
+    a.start();
+    await until(job.id, 'running');
+    const t0 = Date.now();
+    await a.stop(0.3);
+    const released = await jobState(job.id);
+    expect(released).toMatchObject({ state: 'pending', releases: 1, leaseOwner: null });
+    expect(released.attemptLog.at(-1)).toMatchObject({ outcome: 'released', owner: a.workerId });
+    // Message visible again now, not after the lease: a fresh worker claims it within a second.
+    expect(p.queue.depth().visible).toBe(1);
+    const b = p.worker({ timings: { drainSeconds: 0 } });
+    b.start();
+    const running = await until(job.id, 'running', 2000);
+    expect(running.attempt).toBe(2);
+    expect(Date.now() - t0).toBeLessThan(2000);
+    // The release did not spend the job's attempt budget.
+    expect(running.attempt - running.releases).toBe(1);
+  });
+
+  it('graceful stop lets a job that finishes within the drain deadline complete', async () => {
+    const job = await enqueue('ledger.post', { batch: 'B-FINISH', entries: 2, workMs: 400 });
+    const a = p.worker();
+    a.start();
+    await until(job.id, 'running');
+    await a.stop(5);
+    expect((await jobState(job.id)).state).toBe('succeeded');
+    expect(await ledgerRows('B-FINISH')).toBe(2);
+  });
+
+  it('poison messages reach the DLQ with their reason and leave the queue', async () => {
+    await p.queue.send([{ body: 'not json at all' }, { body: JSON.stringify({ jobId: '7b0c4f4e-1a54-4f5e-9a53-3d2c1f0e9b8a' }) }]);
+    p.worker().start();
+    const dl = await waitFor(() => (dlqBodies().length >= 2 ? dlqBodies() : null), 3000, 'two DLQ messages');
+    expect(dl.map((m) => m.attributes.Reason).sort()).toEqual(['unknown-job', 'unparseable-body']);
+    expect(dl.find((m) => m.attributes.Reason === 'unparseable-body')!.body).toBe('not json at all');
+    await waitFor(() => p.queue.depth().total === 0, 2000, 'queue empty');
+    expect(p.metrics.get(METRIC.messagesDeadLettered)).toBe(2);
+  });
+
+  it('the rescuer re-queues a running job whose lease expired and whose message is gone', async () => {
+    const job = await enqueue('ledger.post', { batch: 'B-RESCUE', entries: 3 });
+    await waitFor(() => p.queue.depth().total === 1, 2000, 'published');
+    // A worker claimed it and died, and its message was deleted by a duplicate receiver.
+    await p.store.claim([job.id], 'ghost', 0.5);
+    const [m] = await p.queue.receive(1, 0);
+    await p.queue.delete([m!.receipt]);
+    await new Promise((r) => setTimeout(r, 700));
+    const rescuer = new Rescuer(p.store, p.publisher, silentLogger, { graceSeconds: 0, intervalMs: 100, batchSize: 10 });
+    const moved = await rescuer.runOnce();
+    expect(moved.map((j) => [j.id, j.state])).toEqual([[job.id, 'pending']]);
+    p.worker().start();
+    const done = await until(job.id, 'succeeded');
+    expect(done.attempt).toBe(2);
+    expect(done.attemptLog.at(-1)).toMatchObject({ outcome: 'rescued', owner: 'ghost' });
+    expect(await ledgerRows('B-RESCUE')).toBe(3);
+  });
+});
