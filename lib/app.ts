@@ -3,7 +3,7 @@
 // tests call this with any config they like.
 
 import { Tags, type App } from 'aws-cdk-lib';
-import type { EnvironmentConfig } from './config.ts';
+import { assertEnvironment, type EnvironmentConfig } from './config.ts';
 import { addNagChecks } from './nag.ts';
 import { JobsDataStack } from './stacks/data-stack.ts';
 import { JobsServicesStack } from './stacks/services-stack.ts';
@@ -14,6 +14,8 @@ export interface JobPlatform {
 }
 
 export function buildJobPlatform(app: App, config: EnvironmentConfig): JobPlatform {
+  // Checked here too, so no caller can build an environment the rules reject.
+  assertEnvironment(config);
   // Environment-agnostic on purpose: synth needs no account, no credentials and no lookups;
   // `cdk deploy` targets the account and region of the caller's credentials.
   const data = new JobsDataStack(app, `${config.stackPrefix}-Data`, { config });

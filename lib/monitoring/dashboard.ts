@@ -77,7 +77,7 @@ export class JobsDashboard extends Construct {
       new cloudwatch.GraphWidget({
         title: 'Worker scaling: backlog per task and running tasks',
         left: [worker.metricBacklogPerTask(p)],
-        right: [worker.metricRunningTasks(p)],
+        right: [worker.metricRunningTasks(p).with({ label: 'Running worker tasks' })],
         width: 8,
       }),
     );

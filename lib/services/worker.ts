@@ -138,6 +138,13 @@ export class WorkerService extends Construct {
       scalableDimension: 'ecs:service:DesiredCount',
       minCapacity: c.minTasks,
       maxCapacity: c.maxTasks,
+      // The service-linked role Application Auto Scaling uses for ECS (as autoScaleTaskCount does), not a new role.
+      role: iam.Role.fromRoleArn(this, 'AutoScalingRole', stack.formatArn({
+        service: 'iam',
+        region: '',
+        resource: 'role',
+        resourceName: 'aws-service-role/ecs.application-autoscaling.amazonaws.com/AWSServiceRoleForApplicationAutoScaling_ECSService',
+      })),
     });
     // The L2 target-tracking policy takes only a single metric; backlog per task is metric math.
     new appscaling.CfnScalingPolicy(this, 'BacklogPerTask', {
@@ -191,7 +198,6 @@ export class WorkerService extends Construct {
       dimensionsMap: { ClusterName: this.clusterName, ServiceName: this.service.serviceName },
       statistic: 'Average',
       period,
-      label: 'Running worker tasks',
     });
   }
 

@@ -1,7 +1,7 @@
 // The stateful stack: the network, the job queues, the database and the API token — what must
 // survive a redeploy of the services. Termination protection where the environment asks.
 
-import { RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
+import { CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
 import type { Construct } from 'constructs';
 import { ApiToken } from '../api-token.ts';
 import type { EnvironmentConfig } from '../config.ts';
@@ -31,5 +31,12 @@ export class JobsDataStack extends Stack {
     this.queues = new JobQueues(this, 'Queues', { ...c.queues, jobTimings: c.jobTimings, removalPolicy: retain });
     this.database = new JobDatabase(this, 'Database', { ...c.database, vpc: this.network.vpc, subnets: this.network.dataSubnets });
     this.apiToken = new ApiToken(this, 'ApiToken', { removalPolicy: retain });
+
+    // What on-call and operators look up (docs/runbooks/README.md).
+    new CfnOutput(this, 'JobQueueUrl', { value: this.queues.queue.queueUrl });
+    new CfnOutput(this, 'DeadLetterQueueUrl', { value: this.queues.deadLetterQueue.queueUrl });
+    new CfnOutput(this, 'DeadLetterQueueArn', { value: this.queues.deadLetterQueue.queueArn });
+    new CfnOutput(this, 'DatabaseSecretArn', { value: this.database.secret.secretArn });
+    new CfnOutput(this, 'DatabaseEndpoint', { value: this.database.instance.dbInstanceEndpointAddress });
   }
 }

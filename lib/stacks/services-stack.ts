@@ -70,6 +70,10 @@ export class JobsServicesStack extends Stack {
     new JobsDashboard(this, 'Dashboard', { envName: c.envName, queues, api: this.api, worker: this.worker, alarms: this.alarms });
 
     new CfnOutput(this, 'ApiUrl', { value: this.api.url, description: 'Base URL of the jobs API' });
+    new CfnOutput(this, 'ClusterName', { value: cluster.clusterName });
+    new CfnOutput(this, 'ApiServiceName', { value: this.api.service.serviceName });
+    new CfnOutput(this, 'WorkerServiceName', { value: this.worker.service.serviceName });
+    new CfnOutput(this, 'ApiTargetGroupArn', { value: this.api.targetGroup.targetGroupArn });
     new CfnOutput(this, 'OnCallTopicArn', { value: onCall.topic.topicArn, description: 'SNS topic the alarms publish to' });
   }
 }

@@ -1,0 +1,134 @@
+// The per-environment config and its checks: every environment resolves, the job timings go
+// through the worker's own rules, the connection budget fails synth naming the knob, and an
+// unknown or missing environment name lists the valid ones.
+
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { App } from 'aws-cdk-lib';
+import { describe, expect, it } from 'vitest';
+import { ConfigError, RECEIVE_HEADROOM, workerPoolSize } from '../../runtime/config/rules.ts';
+import { buildJobPlatform } from '../../lib/app.ts';
+import {
+  BOOTSTRAP_CONNECTIONS,
+  connectionBudget,
+  ENVIRONMENT_NAMES,
+  ENVIRONMENTS,
+  estimatedMaxConnections,
+  resolveConfig,
+} from '../../lib/config.ts';
+import { REPO_ROOT } from '../../lib/paths.ts';
+import { withChanges } from './support.ts';
+
+const run = promisify(execFile);
+
+describe('environment config', () => {
+  it.each(ENVIRONMENT_NAMES)('%s resolves and passes every rule', (name) => {
+    expect(resolveConfig(name)).toBe(ENVIRONMENTS[name]);
+  });
+
+  it('lists the valid environments for an unknown name', () => {
+    expect(() => resolveConfig('qa')).toThrow('Unknown environment "qa": -c env=<name> must be one of: dev, staging, prod');
+    // Prototype keys are not environments.
+    expect(() => resolveConfig('toString')).toThrow(/must be one of: dev, staging, prod/);
+  });
+
+  it('lists the valid environments when none is given', () => {
+    expect(() => resolveConfig(undefined)).toThrow('No environment given: run with -c env=<name>, where <name> is one of: dev, staging, prod');
+  });
+
+  it('bin/app.ts exits non-zero with the list for an unknown env', async () => {
+    const err = await run('npx', ['tsx', 'bin/app.ts'], {
+      cwd: REPO_ROOT,
+      env: { ...process.env, CDK_CONTEXT_JSON: JSON.stringify({ env: 'qa' }) },
+    }).catch((e: { code: number; stderr: string }) => e);
+    expect((err as { code: number }).code).toBe(1);
+    expect((err as { stderr: string }).stderr).toContain('Unknown environment "qa": -c env=<name> must be one of: dev, staging, prod');
+  });
+
+  it('prod keeps its data: Multi-AZ, deletion protection, backups, termination protection, snapshots', () => {
+    const p = ENVIRONMENTS.prod;
+    expect(p.database).toMatchObject({ multiAz: true, deletionProtection: true, removal: 'snapshot' });
+    expect(p.database.backupRetentionDays).toBeGreaterThanOrEqual(7);
+    expect(p.terminationProtection).toBe(true);
+  });
+});
+
+describe('job timings at synth (the worker\'s rules)', () => {
+  it('fails synth with the rule\'s message when the heartbeat does not fit the lease', () => {
+    const broken = withChanges('dev', (c) => {
+      c.jobTimings.heartbeatSeconds = 30; // lease 60: a heartbeat must be ≤ 20
+    });
+    expect(() => buildJobPlatform(new App(), broken)).toThrow(ConfigError);
+    expect(() => buildJobPlatform(new App(), broken)).toThrow(
+      /lib\/config\.ts \(dev\): invalid job platform configuration:\n {2}- \[heartbeat-within-lease\] heartbeatSeconds = 30 must be at most 1\/3 of leaseSeconds = 60/,
+    );
+  });
+
+  it('fails synth when SQS could dead-letter a job the database still retries', () => {
+    const broken = withChanges('prod', (c) => {
+      c.jobTimings.maxReceiveCount = c.jobTimings.maxAttempts + RECEIVE_HEADROOM - 1;
+    });
+    expect(() => resolveConfig('prod', { prod: broken })).toThrow(/\[receive-count-above-attempts\] maxReceiveCount = 7 must be at least maxAttempts \+ 3 = 8/);
+  });
+
+  it('fails synth when the drain leaves no time for the release before ECS kills the task', () => {
+    const broken = withChanges('staging', (c) => {
+      c.jobTimings.drainSeconds = 115;
+    });
+    expect(() => resolveConfig('staging', { staging: broken })).toThrow(/\[drainSeconds-in-range\] drainSeconds = 115 must be between 0 and 110/);
+  });
+});
+
+describe('queues', () => {
+  it('fails synth when the DLQ keeps messages no longer than the queue', () => {
+    const broken = withChanges('dev', (c) => {
+      c.queues.deadLetterRetentionDays = c.queues.retentionDays;
+    });
+    expect(() => resolveConfig('dev', { dev: broken })).toThrow(/\[dlq-retention-above-queue\] queues\.deadLetterRetentionDays = 4 must be longer than queues\.retentionDays = 4/);
+  });
+});
+
+describe('connection budget', () => {
+  it('counts worker and API tasks at their deployment peak, each pool, and the bootstrap', () => {
+    const c = ENVIRONMENTS.prod;
+    const b = connectionBudget(c);
+    const workerPeak = Math.ceil((c.worker.maxTasks * c.worker.deploymentMaxPercent) / 100);
+    const apiPeak = Math.ceil((c.api.maxTasks * c.api.deploymentMaxPercent) / 100);
+    expect(b.total).toBe(workerPeak * workerPoolSize(c.jobTimings.concurrency) + apiPeak * c.api.poolSize + BOOTSTRAP_CONNECTIONS);
+    expect(b.total).toBeLessThanOrEqual(b.allowed);
+    expect(b.allowed).toBeLessThan(b.maxConnections);
+  });
+
+  it.each(ENVIRONMENT_NAMES)('%s stays within 80 %% of max_connections', (name) => {
+    const b = connectionBudget(ENVIRONMENTS[name]);
+    expect(b.total).toBeLessThanOrEqual(b.allowed);
+  });
+
+  it('estimates max_connections from the instance memory (t4g.micro ≈ 100)', () => {
+    expect(estimatedMaxConnections({ ...ENVIRONMENTS.dev.database, instanceClass: 't4g.micro' })).toBe(101);
+    expect(estimatedMaxConnections({ ...ENVIRONMENTS.dev.database, maxConnections: 500 })).toBe(500);
+  });
+
+  it('fails synth naming the knobs when the workers would exhaust the database', () => {
+    const broken = withChanges('dev', (c) => {
+      c.worker.maxTasks = 10; // 20 tasks at deploy peak × pool 6 = 120 > 80
+    });
+    let message = '';
+    try {
+      buildJobPlatform(new App(), broken);
+    } catch (err) {
+      message = (err as Error).message;
+    }
+    expect(message).toContain('[connection-budget] the services may open 141 connections');
+    expect(message).toContain('worker.maxTasks = 10');
+    expect(message).toContain('t4g.micro allows about 101 (max_connections) of which 80 % = 80 may be planned');
+    expect(message).toContain('lower worker.maxTasks, jobTimings.concurrency, api.maxTasks or api.poolSize, or choose a larger database.instanceClass');
+  });
+
+  it('fails synth for an instance class whose memory it does not know', () => {
+    const broken = withChanges('dev', (c) => {
+      c.database.instanceClass = 'x9.huge';
+    });
+    expect(() => resolveConfig('dev', { dev: broken })).toThrow(/\[instance-class-known\] database\.instanceClass = x9\.huge is not in INSTANCE_MEMORY_GIB/);
+  });
+});

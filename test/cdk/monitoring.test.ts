@@ -1,0 +1,152 @@
+// On-call: the topic and its subscriptions, every alarm with its metric, threshold, missing-data
+// treatment and SNS actions, each description pointing at a runbook section that exists, and
+// the dashboard.
+
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Match } from 'aws-cdk-lib/assertions';
+import { describe, expect, it } from 'vitest';
+import { METRIC, metricNamespace } from '../../runtime/metrics/names.ts';
+import { ENVIRONMENTS } from '../../lib/config.ts';
+import { RUNBOOK_PATH, RUNBOOK_SECTION } from '../../lib/monitoring/runbook.ts';
+import { REPO_ROOT } from '../../lib/paths.ts';
+import { idOf, only, resourcesOfType, synthEnv } from './support.ts';
+
+const prod = synthEnv('prod');
+const t = prod.servicesTemplate;
+const c = ENVIRONMENTS.prod;
+const topicId = idOf(prod.services.node.findChild('OnCall').node.findChild('Topic'));
+
+type AlarmProps = Record<string, any>;
+const alarms = Object.values(resourcesOfType(t, 'AWS::CloudWatch::Alarm')).map((a) => a.Properties as AlarmProps);
+const alarmNamed = (suffix: string): AlarmProps => {
+  const a = alarms.find((x) => x.AlarmName === `ERP jobs prod ${suffix}`);
+  if (!a) throw new Error(`no alarm "${suffix}" among ${alarms.map((x) => x.AlarmName).join(', ')}`);
+  return a;
+};
+
+/** GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens. */
+function anchors(markdown: string): Set<string> {
+  return new Set(
+    markdown
+      .split('\n')
+      .filter((l) => /^#{1,6} /.test(l))
+      .map((l) => l.replace(/^#+ /, '').trim().toLowerCase().replace(/[^\p{L}\p{N} _-]/gu, '').replace(/ /g, '-')),
+  );
+}
+
+describe('on-call topic', () => {
+  it('is encrypted with a rotating key CloudWatch may use, and TLS-only', () => {
+    const topic = resourcesOfType(t, 'AWS::SNS::Topic')[topicId]!.Properties as Record<string, any>;
+    const keyId = topic.KmsMasterKeyId['Fn::GetAtt'][0] as string;
+    t.hasResourceProperties('AWS::KMS::Key', {
+      EnableKeyRotation: true,
+      KeyPolicy: { Statement: Match.arrayWith([Match.objectLike({ Principal: { Service: 'cloudwatch.amazonaws.com' }, Action: ['kms:Decrypt', 'kms:GenerateDataKey*'] })]) },
+    });
+    expect(Object.keys(resourcesOfType(t, 'AWS::KMS::Key'))).toEqual([keyId]);
+    t.hasResourceProperties('AWS::SNS::TopicPolicy', {
+      PolicyDocument: { Statement: Match.arrayWith([Match.objectLike({ Effect: 'Deny', Condition: { Bool: { 'aws:SecureTransport': 'false' } } })]) },
+    });
+  });
+
+  it('has the environment\'s e-mail subscriptions', () => {
+    const subs = Object.values(resourcesOfType(t, 'AWS::SNS::Subscription')).map((s) => s.Properties as Record<string, unknown>);
+    expect(subs.map((s) => s.Endpoint).sort()).toEqual([...c.alarms.emails].sort());
+    for (const s of subs) expect(s).toMatchObject({ Protocol: 'email', TopicArn: { Ref: topicId } });
+  });
+});
+
+describe('alarms', () => {
+  it('are the seven on-call alarms, no more', () => {
+    expect(alarms).toHaveLength(7);
+  });
+
+  it.each(alarms.map((a) => [a.AlarmName as string, a] as const))('%s notifies the on-call topic when it fires and clears', (_name, a) => {
+    expect(a.AlarmActions).toEqual([{ Ref: topicId }]);
+    expect(a.OKActions).toEqual([{ Ref: topicId }]);
+  });
+
+  const runbook = readFileSync(join(REPO_ROOT, RUNBOOK_PATH), 'utf8');
+  const sections = anchors(runbook);
+
+  it.each(alarms.map((a) => [a.AlarmName as string, a] as const))('%s says what it means and names a runbook section that exists', (_name, a) => {
+    const description = a.AlarmDescription as string;
+    expect(description.length).toBeGreaterThan(80);
+    expect(description.length).toBeLessThanOrEqual(1024);
+    const m = /Runbook: docs\/runbooks\/README\.md#([a-z0-9-]+)$/.exec(description);
+    expect(m, description).not.toBeNull();
+    expect(sections.has(m![1]!), `runbook has no section #${m![1]}`).toBe(true);
+  });
+
+  it('each runbook section the alarms use exists, one per alarm', () => {
+    for (const s of Object.values(RUNBOOK_SECTION)) expect(sections.has(s), s).toBe(true);
+    const cited = alarms.map((a) => /#([a-z0-9-]+)$/.exec(a.AlarmDescription as string)![1]);
+    expect(new Set(cited).size).toBe(7);
+  });
+
+  it('DLQ not empty: any visible message, missing data not breaching', () => {
+    const a = alarmNamed('DLQ not empty');
+    expect(a).toMatchObject({
+      Namespace: 'AWS/SQS',
+      MetricName: 'ApproximateNumberOfMessagesVisible',
+      ComparisonOperator: 'GreaterThanThreshold',
+      Threshold: 0,
+      TreatMissingData: 'notBreaching',
+      EvaluationPeriods: 1,
+    });
+    expect(JSON.stringify(a.Dimensions)).toContain('QueuesDeadLetterQueue');
+  });
+
+  it('DLQ oldest message age: the config\'s threshold on the DLQ', () => {
+    const a = alarmNamed('DLQ oldest message age');
+    expect(a).toMatchObject({ MetricName: 'ApproximateAgeOfOldestMessage', Threshold: c.alarms.deadLetterOldestMessageAgeSeconds, TreatMissingData: 'notBreaching' });
+    expect(JSON.stringify(a.Dimensions)).toContain('QueuesDeadLetterQueue');
+  });
+
+  it('job queue oldest message age: the config\'s threshold on the job queue', () => {
+    const a = alarmNamed('job queue oldest message age');
+    expect(a).toMatchObject({ MetricName: 'ApproximateAgeOfOldestMessage', Threshold: c.alarms.queueOldestMessageAgeSeconds });
+    expect(JSON.stringify(a.Dimensions)).toContain('QueuesJobQueue');
+  });
+
+  it('leases lost: the worker\'s metric by its imported name, in the environment namespace, no dimensions', () => {
+    const a = alarmNamed('leases lost');
+    expect(a).toMatchObject({ Namespace: metricNamespace('prod'), MetricName: METRIC.leasesLost, Statistic: 'Sum', Threshold: c.alarms.leasesLostPer15Minutes, Period: 900, TreatMissingData: 'notBreaching' });
+    expect(a.Dimensions).toBeUndefined();
+  });
+
+  it('jobs dead-lettered: the worker\'s metric by its imported name, in the environment namespace, no dimensions', () => {
+    const a = alarmNamed('jobs dead-lettered');
+    expect(a).toMatchObject({ Namespace: metricNamespace('prod'), MetricName: METRIC.jobsDeadLettered, Statistic: 'Sum', Threshold: c.alarms.jobsDeadLetteredPer5Minutes, TreatMissingData: 'notBreaching' });
+    expect(a.Dimensions).toBeUndefined();
+  });
+
+  it('API 5xx: load balancer plus target 5xx on the API load balancer', () => {
+    const a = alarmNamed('API 5xx');
+    expect(a.Threshold).toBe(c.alarms.api5xxPer5Minutes);
+    const names = (a.Metrics as { MetricStat?: { Metric: { MetricName: string; Namespace: string } }; Expression?: string }[]).flatMap((m) => (m.MetricStat ? [m.MetricStat.Metric.MetricName] : []));
+    expect(names.sort()).toEqual(['HTTPCode_ELB_5XX_Count', 'HTTPCode_Target_5XX_Count']);
+    expect(JSON.stringify(a.Metrics)).toContain('ApiLoadBalancer');
+  });
+
+  it('worker tasks below minimum: Container Insights running tasks under the config\'s minimum, missing data breaching', () => {
+    const a = alarmNamed('worker tasks below minimum');
+    expect(a).toMatchObject({
+      Namespace: 'ECS/ContainerInsights',
+      MetricName: 'RunningTaskCount',
+      ComparisonOperator: 'LessThanThreshold',
+      Threshold: c.worker.minTasks,
+      TreatMissingData: 'breaching',
+    });
+    expect(JSON.stringify(a.Dimensions)).toContain(idOf(prod.services.worker.service));
+  });
+});
+
+describe('dashboard', () => {
+  it('shows the queue, the DLQ, the job metrics and both services', () => {
+    const body = JSON.stringify(only(t, 'AWS::CloudWatch::Dashboard').props.DashboardBody);
+    for (const needle of ['ApproximateNumberOfMessagesVisible', 'QueuesDeadLetterQueue', 'QueuesJobQueue', METRIC.jobsSucceeded, METRIC.leasesLost, METRIC.jobsDeadLettered, METRIC.jobDuration, 'RunningTaskCount', 'HTTPCode_Target_5XX_Count', 'AlarmsDlqNotEmpty']) {
+      expect(body, needle).toContain(needle);
+    }
+  });
+});

@@ -1,0 +1,308 @@
+// The services stack: the schema bootstrap and its ordering, the containers' environment and
+// secrets, the worker's stop timeout, scaling and grants, the API's load balancer (HTTP in dev,
+// HTTPS with a certificate), access logs and health check.
+
+import { Match } from 'aws-cdk-lib/assertions';
+import { describe, expect, it } from 'vitest';
+import { ENV } from '../../runtime/config/env.ts';
+import { RELEASE_MARGIN_SECONDS } from '../../runtime/config/rules.ts';
+import { metricNamespace } from '../../runtime/metrics/names.ts';
+import { ENVIRONMENTS } from '../../lib/config.ts';
+import { migrationsHash } from '../../lib/schema-bootstrap.ts';
+import { API_HEALTH_CHECK_PATH, API_PORT } from '../../lib/services/api.ts';
+import { idOf, only, resourcesOfType, synthConfig, synthEnv, withChanges } from './support.ts';
+
+const dev = synthEnv('dev');
+const CERT = 'arn:aws:acm:eu-central-1:111122223333:certificate/00000000-0000-0000-0000-000000000000';
+const https = synthConfig(withChanges('dev', (c) => (c.api.certificateArn = CERT)));
+const t = dev.servicesTemplate;
+const c = ENVIRONMENTS.dev;
+
+type Container = { Name: string; Environment?: { Name: string; Value: unknown }[]; Secrets?: { Name: string; ValueFrom: unknown }[]; StopTimeout?: number; PortMappings?: unknown[]; LinuxParameters?: { InitProcessEnabled?: boolean } };
+const containers = Object.values(resourcesOfType(t, 'AWS::ECS::TaskDefinition')).flatMap((r) => (r.Properties as { ContainerDefinitions: Container[] }).ContainerDefinitions);
+const container = (name: string) => {
+  const found = containers.find((x) => x.Name === name);
+  if (!found) throw new Error(`no container ${name}`);
+  return found;
+};
+const envOf = (name: string) => Object.fromEntries((container(name).Environment ?? []).map((e) => [e.Name, e.Value]));
+const secretsOf = (name: string) => Object.fromEntries((container(name).Secrets ?? []).map((e) => [e.Name, e.ValueFrom]));
+
+describe('schema bootstrap', () => {
+  const cr = only(t, 'Custom::JobsSchema');
+
+  it('is a custom resource carrying the migrations hash and the database secret', () => {
+    expect(cr.props.MigrationsHash).toBe(migrationsHash());
+    expect(cr.props.MigrationsHash).toMatch(/^[0-9a-f]{64}$/);
+    expect(JSON.stringify(cr.props.DatabaseSecretArn)).toContain('DatabaseInstanceSecretAttachment');
+    expect(JSON.stringify(cr.props.DatabaseEndpoint)).toContain('EndpointAddress');
+  });
+
+  it('changes the hash when a migration changes', async () => {
+    const { mkdtemp, cp, appendFile } = await import('node:fs/promises');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const { MIGRATIONS_DIR } = await import('../../lib/paths.ts');
+    const dir = await mkdtemp(join(tmpdir(), 'mig-hash-'));
+    await cp(MIGRATIONS_DIR, dir, { recursive: true });
+    expect(migrationsHash(dir)).toBe(migrationsHash());
+    await appendFile(join(dir, '9999_new.sql'), 'SELECT 1;\n');
+    expect(migrationsHash(dir)).not.toBe(migrationsHash());
+  });
+
+  it('runs the bundled handler inside the VPC on Node 22 with time for a long migration', () => {
+    const fnId = idOf(dev.services.bootstrap.function);
+    const fn = resourcesOfType(t, 'AWS::Lambda::Function')[fnId]!.Properties as Record<string, any>;
+    expect(fn.Handler).toBe('index.handler');
+    expect(fn.Runtime).toBe('nodejs22.x');
+    expect(fn.Timeout).toBe(600);
+    const appSubnets = dev.data.network.vpc.privateSubnets.map((sn) => idOf(sn.node.findChild('Subnet')));
+    const subnetRefs = JSON.stringify(fn.VpcConfig.SubnetIds);
+    for (const id of appSubnets) expect(subnetRefs).toContain(id);
+    expect(fn.VpcConfig.SecurityGroupIds).toHaveLength(1);
+    // The custom resource is served by the Provider framework that invokes this function.
+    expect(JSON.stringify(cr.props.ServiceToken)).toContain('SchemaBootstrapProviderframeworkonEvent');
+  });
+
+  it('starts both services only after the schema is current (DependsOn the custom resource)', () => {
+    const services = resourcesOfType(t, 'AWS::ECS::Service');
+    expect(Object.keys(services)).toHaveLength(2);
+    for (const [id, svc] of Object.entries(services)) {
+      expect(svc.DependsOn, id).toEqual(expect.arrayContaining([cr.id]));
+    }
+  });
+
+  it('waits for its own database ingress rule before running', () => {
+    const ingress = Object.entries(resourcesOfType(t, 'AWS::EC2::SecurityGroupIngress')).find(([, r]) => (r.Properties as { Description?: string }).Description === 'PostgreSQL from the schema bootstrap');
+    expect(ingress).toBeDefined();
+    expect(cr.dependsOn).toContain(ingress![0]);
+  });
+});
+
+describe('containers', () => {
+  it('get the job timings and queue URLs under the runtime\'s variable names', () => {
+    for (const name of ['api', 'worker']) {
+      const env = envOf(name);
+      expect(env).toMatchObject({
+        [ENV.leaseSeconds]: String(c.jobTimings.leaseSeconds),
+        [ENV.heartbeatSeconds]: String(c.jobTimings.heartbeatSeconds),
+        [ENV.visibilityTimeoutSeconds]: String(c.jobTimings.visibilityTimeoutSeconds),
+        [ENV.maxAttempts]: String(c.jobTimings.maxAttempts),
+        [ENV.maxReceiveCount]: String(c.jobTimings.maxReceiveCount),
+        [ENV.backoffBaseSeconds]: String(c.jobTimings.backoffBaseSeconds),
+        [ENV.backoffMaxSeconds]: String(c.jobTimings.backoffMaxSeconds),
+        [ENV.concurrency]: String(c.jobTimings.concurrency),
+        [ENV.drainSeconds]: String(c.jobTimings.drainSeconds),
+        [ENV.metricsNamespace]: metricNamespace('dev'),
+        [ENV.region]: { Ref: 'AWS::Region' },
+      });
+      expect(JSON.stringify(env[ENV.queueUrl])).toContain('QueuesJobQueue');
+      expect(JSON.stringify(env[ENV.dlqUrl])).toContain('QueuesDeadLetterQueue');
+    }
+    expect(envOf('api')).toMatchObject({ [ENV.port]: String(API_PORT), [ENV.apiPoolSize]: String(c.api.poolSize) });
+  });
+
+  it('get the database secret and the API token as ECS secrets, never as plain environment', () => {
+    const forbidden: string[] = [ENV.databaseSecret, ENV.databaseUrl, ENV.apiToken, 'PGPASSWORD', 'DATABASE_PASSWORD'];
+    for (const name of ['api', 'worker']) {
+      const env = envOf(name);
+      for (const k of forbidden) expect(env[k], `${name} ${k}`).toBeUndefined();
+      const values = JSON.stringify(Object.values(env));
+      expect(values).not.toMatch(/secretsmanager|Secret|resolve:/);
+    }
+    expect(Object.keys(secretsOf('api')).sort()).toEqual([ENV.apiToken, ENV.databaseSecret].sort());
+    expect(Object.keys(secretsOf('worker'))).toEqual([ENV.databaseSecret]);
+    // The whole RDS secret (no JSON key suffix): the runtime reads host, port, user, password, dbname.
+    expect(JSON.stringify(secretsOf('worker')[ENV.databaseSecret])).toContain('DatabaseInstanceSecretAttachment');
+    expect(JSON.stringify(secretsOf('worker')[ENV.databaseSecret])).not.toMatch(/:password|:SecretString/);
+    expect(JSON.stringify(secretsOf('api')[ENV.apiToken])).toContain('ApiTokenSecret');
+  });
+
+  it('runs both under an init process that forwards SIGTERM', () => {
+    expect(container('api').LinuxParameters?.InitProcessEnabled).toBe(true);
+    expect(container('worker').LinuxParameters?.InitProcessEnabled).toBe(true);
+  });
+
+  it('gives the worker a stop timeout covering the drain and the release', () => {
+    expect(container('worker').StopTimeout).toBe(c.jobTimings.drainSeconds + RELEASE_MARGIN_SECONDS);
+    const prod = ENVIRONMENTS.prod.jobTimings;
+    expect(prod.drainSeconds + RELEASE_MARGIN_SECONDS).toBeLessThanOrEqual(120);
+  });
+
+  it('builds two images from two Dockerfiles', async () => {
+    const { readFileSync } = await import('node:fs');
+    const { join } = await import('node:path');
+    const manifest = JSON.parse(readFileSync(join(dev.assembly.directory, `${dev.services.artifactId}.assets.json`), 'utf8')) as {
+      dockerImages: Record<string, { source: { directory: string; dockerFile: string; platform?: string } }>;
+    };
+    const images = Object.values(manifest.dockerImages).map((i) => i.source.dockerFile).sort();
+    expect(images).toEqual(['docker/api.Dockerfile', 'docker/worker.Dockerfile']);
+    for (const i of Object.values(manifest.dockerImages)) expect(i.source.platform).toBe('linux/amd64');
+  });
+
+  it('runs tasks in the private subnets without public IPs', () => {
+    for (const svc of Object.values(resourcesOfType(t, 'AWS::ECS::Service'))) {
+      const net = (svc.Properties as { NetworkConfiguration: { AwsvpcConfiguration: { AssignPublicIp: string; Subnets: unknown } } }).NetworkConfiguration.AwsvpcConfiguration;
+      expect(net.AssignPublicIp).toBe('DISABLED');
+      expect(JSON.stringify(net.Subnets)).toMatch(/appSubnet/);
+    }
+  });
+});
+
+describe('cluster', () => {
+  it('has Container Insights on', () => {
+    t.hasResourceProperties('AWS::ECS::Cluster', { ClusterSettings: [{ Name: 'containerInsights', Value: 'enabled' }] });
+  });
+});
+
+describe('worker', () => {
+  const policies = resourcesOfType(t, 'AWS::IAM::Policy');
+  const taskRoleId = idOf(dev.services.worker.service.taskDefinition.taskRole);
+  const statements = Object.values(policies)
+    .filter((p) => JSON.stringify((p.Properties as { Roles: unknown }).Roles).includes(taskRoleId))
+    .flatMap((p) => (p.Properties as { PolicyDocument: { Statement: { Action: string | string[]; Resource: unknown; Condition?: unknown }[] } }).PolicyDocument.Statement);
+  const actions = (s: { Action: string | string[] }) => (Array.isArray(s.Action) ? s.Action : [s.Action]);
+
+  it('may consume and publish job messages and send dead letters, nothing wider on SQS', () => {
+    const sqs = statements.filter((s) => actions(s).some((a) => a.startsWith('sqs:')));
+    const onQueue = sqs.filter((s) => JSON.stringify(s.Resource).includes('QueuesJobQueue'));
+    const onDlq = sqs.filter((s) => JSON.stringify(s.Resource).includes('QueuesDeadLetterQueue'));
+    expect(onQueue.length + onDlq.length).toBe(sqs.length);
+    expect(onQueue.flatMap(actions).sort()).toEqual(
+      ['sqs:ChangeMessageVisibility', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes', 'sqs:GetQueueUrl', 'sqs:ReceiveMessage', 'sqs:SendMessage'].sort(),
+    );
+    expect(onDlq.flatMap(actions).sort()).toEqual(['sqs:GetQueueAttributes', 'sqs:GetQueueUrl', 'sqs:SendMessage']);
+    expect(sqs.flatMap(actions)).not.toContain('sqs:*');
+  });
+
+  it('may put metrics only into its environment\'s namespace', () => {
+    const put = statements.find((s) => actions(s).includes('cloudwatch:PutMetricData'));
+    expect(put?.Condition).toEqual({ StringEquals: { 'cloudwatch:namespace': metricNamespace('dev') } });
+  });
+
+  it('may set task protection on this cluster\'s tasks only', () => {
+    const prot = statements.find((s) => actions(s).includes('ecs:UpdateTaskProtection'));
+    expect(actions(prot!).sort()).toEqual(['ecs:GetTaskProtection', 'ecs:UpdateTaskProtection']);
+    const clusterId = idOf(dev.services.worker.service.cluster as never);
+    expect(JSON.stringify(prot!.Resource)).toContain(`":task/",{"Ref":"${clusterId}"},"/*"`);
+  });
+
+  it('scales on visible messages ÷ running tasks between the config\'s bounds', () => {
+    const targetId = Object.entries(resourcesOfType(t, 'AWS::ApplicationAutoScaling::ScalableTarget')).find(([, r]) =>
+      JSON.stringify((r.Properties as { ResourceId: unknown }).ResourceId).includes(idOf(dev.services.worker.service)),
+    )?.[0];
+    expect(targetId).toBeDefined();
+    t.hasResourceProperties('AWS::ApplicationAutoScaling::ScalableTarget', {
+      MinCapacity: c.worker.minTasks,
+      MaxCapacity: c.worker.maxTasks,
+      ScalableDimension: 'ecs:service:DesiredCount',
+      RoleARN: Match.objectLike({ 'Fn::Join': Match.arrayWith([Match.arrayWith([Match.stringLikeRegexp('AWSServiceRoleForApplicationAutoScaling_ECSService')])]) }),
+      ResourceId: { 'Fn::Join': ['', ['service/', { Ref: idOf(dev.services.worker.service.cluster as never) }, '/', { 'Fn::GetAtt': [idOf(dev.services.worker.service), 'Name'] }]] },
+    });
+    t.hasResourceProperties('AWS::ApplicationAutoScaling::ScalingPolicy', {
+      PolicyType: 'TargetTrackingScaling',
+      ScalingTargetId: { Ref: targetId },
+      TargetTrackingScalingPolicyConfiguration: {
+        TargetValue: c.worker.backlogPerTaskTarget,
+        ScaleInCooldown: c.worker.scaleInCooldownSeconds,
+        ScaleOutCooldown: c.worker.scaleOutCooldownSeconds,
+        CustomizedMetricSpecification: {
+          Metrics: [
+            Match.objectLike({ Id: 'visible', ReturnData: false, MetricStat: { Stat: 'Sum', Metric: Match.objectLike({ Namespace: 'AWS/SQS', MetricName: 'ApproximateNumberOfMessagesVisible' }) } }),
+            Match.objectLike({ Id: 'running', ReturnData: false, MetricStat: { Stat: 'Average', Metric: Match.objectLike({ Namespace: 'ECS/ContainerInsights', MetricName: 'RunningTaskCount' }) } }),
+            Match.objectLike({ Id: 'backlogPerTask', ReturnData: true, Expression: 'visible / IF(running > 0, running, 1)' }),
+          ],
+        },
+      },
+    });
+  });
+
+  it('rolls back a failed deployment and never drops below its running tasks', () => {
+    const svc = resourcesOfType(t, 'AWS::ECS::Service')[idOf(dev.services.worker.service)]!.Properties as Record<string, any>;
+    expect(svc.DeploymentConfiguration).toMatchObject({
+      MinimumHealthyPercent: 100,
+      MaximumPercent: c.worker.deploymentMaxPercent,
+      DeploymentCircuitBreaker: { Enable: true, Rollback: true },
+    });
+    expect(svc.LoadBalancers).toBeUndefined();
+  });
+});
+
+describe('API', () => {
+  const apiRoleId = idOf(dev.services.api.service.taskDefinition.taskRole);
+
+  it('may only publish job messages', () => {
+    const statements = Object.values(resourcesOfType(t, 'AWS::IAM::Policy'))
+      .filter((p) => JSON.stringify((p.Properties as { Roles: unknown }).Roles).includes(apiRoleId))
+      .flatMap((p) => (p.Properties as { PolicyDocument: { Statement: { Action: string | string[]; Resource: unknown }[] } }).PolicyDocument.Statement);
+    expect(statements).toHaveLength(1);
+    expect(statements[0]!.Action).toEqual(['sqs:GetQueueAttributes', 'sqs:GetQueueUrl', 'sqs:SendMessage']);
+    expect(JSON.stringify(statements[0]!.Resource)).toContain('QueuesJobQueue');
+  });
+
+  it('checks GET /healthz on the task port', () => {
+    t.hasResourceProperties('AWS::ElasticLoadBalancingV2::TargetGroup', {
+      HealthCheckPath: API_HEALTH_CHECK_PATH,
+      Port: API_PORT,
+      TargetType: 'ip',
+      Matcher: { HttpCode: '200' },
+    });
+  });
+
+  it('writes access logs to an encrypted, TLS-only, private bucket', () => {
+    const bucketId = idOf(dev.services.api.node.findChild('AccessLogs'));
+    t.hasResourceProperties('AWS::ElasticLoadBalancingV2::LoadBalancer', {
+      Scheme: 'internet-facing',
+      LoadBalancerAttributes: Match.arrayWith([
+        { Key: 'routing.http.drop_invalid_header_fields.enabled', Value: 'true' },
+        { Key: 'access_logs.s3.enabled', Value: 'true' },
+        { Key: 'access_logs.s3.bucket', Value: { Ref: bucketId } },
+      ]),
+    });
+    t.hasResourceProperties('AWS::S3::Bucket', {
+      BucketEncryption: { ServerSideEncryptionConfiguration: [{ ServerSideEncryptionByDefault: { SSEAlgorithm: 'AES256' } }] },
+      PublicAccessBlockConfiguration: { BlockPublicAcls: true, BlockPublicPolicy: true, IgnorePublicAcls: true, RestrictPublicBuckets: true },
+    });
+    t.hasResourceProperties('AWS::S3::BucketPolicy', {
+      Bucket: { Ref: bucketId },
+      PolicyDocument: {
+        Statement: Match.arrayWith([
+          Match.objectLike({ Effect: 'Deny', Condition: { Bool: { 'aws:SecureTransport': 'false' } } }),
+          Match.objectLike({ Sid: 'ElbAccountWritesAccessLogs', Action: 's3:PutObject', Principal: { AWS: Match.anyValue() } }),
+          Match.objectLike({ Sid: 'ElbLogDeliveryWritesAccessLogs', Action: 's3:PutObject', Principal: { Service: 'logdelivery.elasticloadbalancing.amazonaws.com' } }),
+        ]),
+      },
+    });
+  });
+
+  it('listens on plain HTTP only when no certificate is configured', () => {
+    const listeners = Object.values(resourcesOfType(t, 'AWS::ElasticLoadBalancingV2::Listener')).map((l) => l.Properties as Record<string, unknown>);
+    expect(listeners).toHaveLength(1);
+    expect(listeners[0]).toMatchObject({ Port: 80, Protocol: 'HTTP' });
+  });
+
+  it('serves HTTPS with a current TLS policy and redirects HTTP when a certificate is configured', () => {
+    const ht = https.servicesTemplate;
+    ht.hasResourceProperties('AWS::ElasticLoadBalancingV2::Listener', {
+      Port: 443,
+      Protocol: 'HTTPS',
+      SslPolicy: 'ELBSecurityPolicy-TLS13-1-2-2021-06',
+      Certificates: [{ CertificateArn: CERT }],
+    });
+    ht.hasResourceProperties('AWS::ElasticLoadBalancingV2::Listener', {
+      Port: 80,
+      Protocol: 'HTTP',
+      DefaultActions: [{ Type: 'redirect', RedirectConfig: Match.objectLike({ Protocol: 'HTTPS', Port: '443', StatusCode: 'HTTP_301' }) }],
+    });
+    expect(Object.keys(resourcesOfType(ht, 'AWS::ElasticLoadBalancingV2::Listener'))).toHaveLength(2);
+  });
+
+  it('lets the load balancer reach the tasks on their port and nothing else in', () => {
+    const svcSg = idOf(dev.services.api.service.connections.securityGroups[0]!);
+    const albSg = idOf(dev.services.api.loadBalancer.connections.securityGroups[0]!);
+    const ingress = Object.values(resourcesOfType(t, 'AWS::EC2::SecurityGroupIngress'))
+      .map((r) => r.Properties as Record<string, any>)
+      .filter((p) => JSON.stringify(p.GroupId).includes(svcSg));
+    expect(ingress).toEqual([expect.objectContaining({ FromPort: API_PORT, ToPort: API_PORT, SourceSecurityGroupId: { 'Fn::GetAtt': [albSg, 'GroupId'] } })]);
+  });
+});
