@@ -588,8 +588,20 @@ export class Worker {
     }
   }
 
-  /** A dead job's message goes to the DLQ carrying the job id and the reason. */
+  /** A dead job's message goes to the DLQ carrying the job id and the reason; then the source message is deleted. */
   private async deadLetterJob(job: Job, m: ReceivedMessage, reason: DeadLetterReason, h?: Held): Promise<void> {
+    const sent = await this.reportDeadJob(job, reason, m.messageId);
+    // Delete only once the DLQ has the reason. Otherwise the message returns, finds the job dead
+    // (terminal) and is deleted then; the job row keeps the reason either way.
+    if (sent && !h?.receiptStale) this.deleteMessage(m, `job dead: ${reason}`, h);
+  }
+
+  /**
+   * Put a dead job on the DLQ with its reason (error, attempts, last owner). Also used for jobs
+   * that died without a message in hand (the rescuer found them). Returns false if the DLQ
+   * could not be reached.
+   */
+  async reportDeadJob(job: Job, reason: DeadLetterReason, sourceMessageId?: string): Promise<boolean> {
     const last = job.attemptLog.at(-1);
     const body = JSON.stringify({
       jobId: job.id,
@@ -601,7 +613,7 @@ export class Worker {
       lastOwner: last?.owner ?? null,
       deadAt: job.finishedAt?.toISOString() ?? new Date().toISOString(),
     });
-    const sent = await this.sendToDlq({
+    return this.sendToDlq({
       body,
       attributes: {
         Reason: reason,
@@ -610,12 +622,9 @@ export class Worker {
         Attempts: String(attemptsUsed(job)),
         ErrorMessage: (job.lastError?.message ?? '').slice(0, 1000) || '(none)',
         LastOwner: last?.owner ?? '(unknown)',
-        SourceMessageId: m.messageId,
+        ...(sourceMessageId ? { SourceMessageId: sourceMessageId } : {}),
       },
     });
-    // Delete only once the DLQ has the reason. Otherwise the message returns, finds the job dead
-    // (terminal) and is deleted then; the job row keeps the reason either way.
-    if (sent && !(h?.receiptStale)) this.deleteMessage(m, `job dead: ${reason}`, h);
   }
 
   private async sendToDlq(msg: { body: string; attributes: Record<string, string> }): Promise<boolean> {

@@ -34,7 +34,7 @@ export interface Platform {
   store: JobStore;
   metrics: CountingMetrics;
   workers: Worker[];
-  worker(opts?: Partial<WorkerOptions> & { timings?: Partial<JobTimings> }): Worker;
+  worker(opts?: Partial<Omit<WorkerOptions, 'timings'>> & { timings?: Partial<JobTimings> }): Worker;
   close(): Promise<void>;
 }
 

