@@ -7,10 +7,13 @@ import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
 
 export function addNagChecks(app: App): void {
-  Validations.of(app).addPlugins(new AwsSolutionsChecks(app, { writeSuppressionsToCloudFormation: true }));
+  Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
 }
 
 /** Acknowledge one AwsSolutions finding (e.g. `AwsSolutions-IAM5[Resource::*]`) on `scope` and below. */
 export function acknowledge(scope: IConstruct, id: string, reason: string): void {
-  Validations.of(scope).acknowledge({ id, reason });
+  // Namespaced by the plugin, as the validation report prints it (`AwsSolutions::AwsSolutions-…`).
+  Validations.of(scope).acknowledge({ id: `${NAG_NAMESPACE}::${id}`, reason });
 }
+
+export const NAG_NAMESPACE = 'AwsSolutions';

@@ -89,7 +89,9 @@ export async function readSecretFromExtension(arn: string, env: Record<string, s
  * migrate() on a one-connection pool. The first connection is retried for a minute: a new
  * function ENI or an instance finishing its first start can refuse it briefly.
  */
-export async function migrateAt(url: string, log: (msg: string) => void = console.log): Promise<MigrateResult> {
+export async function migrateAt(url: string, opts: { log?: (msg: string) => void; dir?: string; connectAttempts?: number } = {}): Promise<MigrateResult> {
+  const log = opts.log ?? console.log;
+  const attempts = opts.connectAttempts ?? 6;
   const pool = createPool({ url, max: 1, applicationName: 'erp-jobs-bootstrap', onError: (err) => log(`idle client error: ${err.message}`) });
   try {
     for (let attempt = 1; ; attempt++) {
@@ -97,21 +99,25 @@ export async function migrateAt(url: string, log: (msg: string) => void = consol
         await pool.query('SELECT 1');
         break;
       } catch (err) {
-        if (attempt >= 6) throw new Error(`schema bootstrap: cannot connect to the database after ${attempt} attempts: ${(err as Error).message}`, { cause: err });
+        if (attempt >= attempts) throw new Error(`schema bootstrap: cannot connect to the database after ${attempt} attempts: ${(err as Error).message}`, { cause: err });
         log(`connect attempt ${attempt} failed (${(err as Error).message}); retrying`);
         await sleep(10_000);
       }
     }
-    return await migrate(pool, { log });
+    return await migrate(pool, { log, ...(opts.dir ? { dir: opts.dir } : {}) });
   } finally {
     await pool.end().catch(() => undefined);
   }
+}
+
+function bootstrapLog(msg: string): void {
+  console.log(`[schema-bootstrap] ${msg}`);
 }
 
 /** The Lambda entry point (`index.handler` in the bundle). */
 export const handler = createBootstrapHandler({
   readSecret: (arn) => readSecretFromExtension(arn),
   databaseUrl: (secretJson) => databaseUrlFromEnv({ [ENV.databaseSecret]: secretJson }),
-  runMigrations: (url) => migrateAt(url),
-  log: (msg) => console.log(`[schema-bootstrap] ${msg}`),
+  runMigrations: (url) => migrateAt(url, { log: bootstrapLog }),
+  log: bootstrapLog,
 });
