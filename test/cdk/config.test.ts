@@ -3,6 +3,9 @@
 // unknown or missing environment name lists the valid ones.
 
 import { execFile } from 'node:child_process';
+import { mkdtemp, readdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { App } from 'aws-cdk-lib';
 import { describe, expect, it } from 'vitest';
@@ -44,6 +47,15 @@ describe('environment config', () => {
     expect((err as { code: number }).code).toBe(1);
     expect((err as { stderr: string }).stderr).toContain('Unknown environment "qa": -c env=<name> must be one of: dev, staging, prod');
   });
+
+  it('bin/app.ts synthesizes an environment the way `cdk synth` runs it (no credentials)', async () => {
+    const outdir = await mkdtemp(join(tmpdir(), 'cdk-out-'));
+    const env: Record<string, string | undefined> = { ...process.env, CDK_CONTEXT_JSON: JSON.stringify({ env: 'staging' }), CDK_OUTDIR: outdir, CDK_VALIDATION: 'false' };
+    for (const k of Object.keys(env)) if (/^AWS_(ACCESS|SECRET|SESSION|PROFILE)/.test(k)) delete env[k];
+    await run('npx', ['tsx', 'bin/app.ts'], { cwd: REPO_ROOT, env });
+    const files = await readdir(outdir);
+    expect(files).toEqual(expect.arrayContaining(['ErpJobs-staging-Data.template.json', 'ErpJobs-staging-Services.template.json', 'manifest.json']));
+  }, 60_000);
 
   it('prod keeps its data: Multi-AZ, deletion protection, backups, termination protection, snapshots', () => {
     const p = ENVIRONMENTS.prod;
