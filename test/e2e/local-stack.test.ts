@@ -1,0 +1,93 @@
+// End to end on the local stack, with real processes: the API process enqueues, worker
+// processes complete through the local SQS endpoint, a job past its cap reaches the DLQ with
+// its reason, SIGTERM drains a worker and another finishes its job at once, and stopping the
+// stack leaves no process behind.
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SqsQueue } from '../../runtime/queue/sqs.ts';
+import { startLocalStack, type LocalStack } from '../../runtime/local/stack.ts';
+import { waitFor } from '../support/platform.ts';
+
+let stack: LocalStack;
+let db: pg.Pool;
+
+beforeAll(async () => {
+  stack = await startLocalStack({
+    workers: 2,
+    dir: await mkdtemp(join(tmpdir(), 'jobs-local-')),
+    timings: { leaseSeconds: 3, heartbeatSeconds: 1, visibilityTimeoutSeconds: 4, maxAttempts: 2, backoffBaseSeconds: 0.5, backoffMaxSeconds: 1, drainSeconds: 1 },
+    log: () => undefined,
+    env: { LOG_LEVEL: 'warn' },
+  });
+  db = new pg.Pool({ connectionString: stack.env.DATABASE_URL, max: 2 });
+}, 90_000);
+
+afterAll(async () => {
+  await db?.end();
+  const pgPid = stack?.pg.pid;
+  await stack?.stop();
+  // No orphaned postgres.
+  if (pgPid) expect(() => process.kill(pgPid, 0)).toThrow();
+}, 60_000);
+
+const api = async (path: string, init?: RequestInit) => {
+  const res = await fetch(`${stack.apiUrl}${path}`, { ...init, headers: { 'content-type': 'application/json', ...init?.headers } });
+  return { status: res.status, body: (await res.json()) as Record<string, any> };
+};
+const post = (type: string, payload: unknown, extra: Record<string, unknown> = {}) => api('/v1/jobs', { method: 'POST', body: JSON.stringify({ type, payload, ...extra }) });
+const until = (id: string, state: string, ms = 30_000) =>
+  waitFor(async () => {
+    const r = await api(`/v1/jobs/${id}`);
+    return r.body.state === state ? r.body : null;
+  }, ms, `job ${id} ${state}`);
+const rows = async (batch: string) => (await db.query('SELECT count(*)::int AS n FROM ledger_entries WHERE batch = $1', [batch])).rows[0].n as number;
+
+describe('local stack end to end', () => {
+  it('POST /v1/jobs → a worker process completes it through SQS → GET shows succeeded, ledger holds exactly its rows', async () => {
+    const created = await post('ledger.post', { batch: 'E2E-1', entries: 12 });
+    expect(created.status).toBe(201);
+    const done = await until(created.body.id, 'succeeded');
+    expect(done).toMatchObject({ attempt: 1, result: { posted: 12 } });
+    expect(await rows('E2E-1')).toBe(12);
+  });
+
+  it('a job that fails past its cap ends dead with the reason in the DLQ message', async () => {
+    const created = await post('ledger.post', { batch: 'E2E-DEAD', entries: 3, failAttempts: 9 }, { maxAttempts: 2 });
+    const dead = await until(created.body.id, 'dead');
+    expect(dead.lastError.message).toMatch(/simulated failure of batch E2E-DEAD on attempt 2/);
+    expect(await rows('E2E-DEAD')).toBe(0);
+    const dlq = new SqsQueue({ queueUrl: stack.env.JOBS_DLQ_URL!, endpoint: stack.env.JOBS_SQS_ENDPOINT! });
+    const msgs = await waitFor(async () => {
+      const got = await dlq.receive(10, 1);
+      return got.find((m) => m.attributes.JobId === created.body.id);
+    }, 10_000, 'DLQ message');
+    expect(msgs.attributes).toMatchObject({ Reason: 'attempts-exhausted', Attempts: '2' });
+    expect(msgs.attributes.ErrorMessage).toMatch(/simulated failure/);
+  });
+
+  it('SIGTERM drains a worker: its running job is released and another worker finishes it at once', async () => {
+    const created = await post('ledger.post', { batch: 'E2E-DRAIN', entries: 5, workMs: 4000 });
+    const running = await until(created.body.id, 'running');
+    const { rows: [job] } = await db.query('SELECT lease_owner FROM jobs.job WHERE id = $1', [created.body.id]);
+    const index = Number(/local-worker-(\d+)/.exec(job.lease_owner)![1]) - 1;
+    const owner = stack.workers[index]!;
+    const exited = new Promise<number | null>((r) => owner.once('exit', (code) => r(code)));
+    const t0 = Date.now();
+    owner.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    // Released (not expired): another worker holds it with attempt 2 well before the 3 s lease would have run out.
+    const again = await waitFor(async () => {
+      const r = await db.query('SELECT state, attempt, lease_owner, releases FROM jobs.job WHERE id = $1', [created.body.id]);
+      return r.rows[0].attempt === 2 && r.rows[0].state === 'running' ? r.rows[0] : null;
+    }, 10_000, 'picked up by another worker');
+    expect(again.lease_owner).not.toBe(job.lease_owner);
+    expect(again.releases).toBe(1);
+    expect(Date.now() - t0).toBeLessThan(1000 * (1 + 2.5));
+    expect(running.attempt).toBe(1);
+    await until(created.body.id, 'succeeded');
+    expect(await rows('E2E-DRAIN')).toBe(5);
+  });
+});
