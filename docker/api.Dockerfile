@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # The API image: slim. The build stage bundles runtime/api/main.ts with esbuild (every
 # dependency inlined); the final stage is Node 22 on Alpine with the bundle and the migrations,
 # running as the unprivileged `node` user. No npm, no node_modules, no dev dependencies.

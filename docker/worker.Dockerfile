@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # The worker image: it runs the ERP job handlers, which carry the heavy dependencies (native
 # modules, report and document tooling), so its final stage is Debian slim (glibc, what prebuilt
 # native binaries target) rather than Alpine. The build stage bundles runtime/worker/main.ts

@@ -21,5 +21,5 @@ export class JobsCluster extends Construct {
   }
 }
 
-/** A Container Insights metric of one service (ClusterName + ServiceName dimensions). */
+/** Where Container Insights publishes per-service metrics (ClusterName + ServiceName dimensions), e.g. RunningTaskCount. */
 export const CONTAINER_INSIGHTS_NAMESPACE = 'ECS/ContainerInsights';
