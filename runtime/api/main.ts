@@ -1,0 +1,206 @@
+// The API service: what ECS runs in the API image and `jobs api` runs locally. Reads and checks
+// its configuration, then serves the HTTP API (server.ts) with an outbox relay beside it, so a
+// job this process committed but could not publish (SQS hiccup, crash between COMMIT and send)
+// is published within seconds (DESIGN 7). On SIGTERM it stops accepting connections, finishes
+// the requests in flight, stops the relay, flushes the publisher and closes the pool, then exits 0.
+// A bad configuration exits 1 before touching anything.
+
+import type http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { pathToFileURL } from 'node:url';
+import { JobClient } from '../client.ts';
+import { databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv, redact, requiredUrl } from '../config/env.ts';
+import { ConfigError, type RuleViolation } from '../config/rules.ts';
+import { createPool } from '../db/pool.ts';
+import { defaultRegistry } from '../handlers/index.ts';
+import type { JobRegistry } from '../handlers/registry.ts';
+import { createLogger, type Logger } from '../observability/log.ts';
+import { SqsQueue } from '../queue/sqs.ts';
+import type { JobQueue } from '../queue/types.ts';
+import { DEFAULT_RELAY, OutboxRelay, Publisher } from '../store/outbox.ts';
+import { createApiServer } from './server.ts';
+
+type Env = Record<string, string | undefined>;
+
+export const DEFAULT_API_PORT = 8080;
+export const DEFAULT_API_POOL_SIZE = 10;
+/** Longest a request may keep a stopping API waiting; ECS sends SIGKILL 30 s after SIGTERM by default. */
+export const SHUTDOWN_GRACE_MS = 20_000;
+/** An API statement that runs longer than this is a fault, not a slow answer: the pool is small. */
+const STATEMENT_TIMEOUT_MS = 15_000;
+
+export interface ApiConfig {
+  databaseUrl: string;
+  queueUrl: string;
+  region: string;
+  sqsEndpoint?: string;
+  apiToken?: string;
+  port: number;
+  poolSize: number;
+  defaultMaxAttempts: number;
+}
+
+/** The API's configuration from the environment. Every bad value is reported at once, each with its variable, value and rule. */
+export function apiConfigFromEnv(env: Env): ApiConfig {
+  const violations: RuleViolation[] = [];
+  const check = <T>(read: () => T): T | undefined => {
+    try {
+      return read();
+    } catch (err) {
+      if (err instanceof ConfigError) {
+        violations.push(...err.violations);
+        return undefined;
+      }
+      throw err;
+    }
+  };
+  const databaseUrl = check(() => databaseUrlFromEnv(env));
+  const queueUrl = check(() => requiredUrl(env, ENV.queueUrl));
+  const sqsEndpoint = env[ENV.sqsEndpoint]?.trim() || undefined;
+  if (sqsEndpoint) check(() => requiredUrl(env, ENV.sqsEndpoint));
+  const region = env[ENV.region]?.trim() || (sqsEndpoint ? 'us-east-1' : undefined);
+  if (!region) violations.push({ rule: 'aws-region-set', message: `${ENV.region} is required (the region of the job queue)` });
+  const port = check(() => intFromEnv(env, ENV.port, DEFAULT_API_PORT, 0, 65_535));
+  const poolSize = check(() => intFromEnv(env, ENV.apiPoolSize, DEFAULT_API_POOL_SIZE, 1, 200));
+  // The attempt cap for jobs that set none: the same JOBS_* timings the worker checks.
+  const timings = check(() => jobTimingsFromEnv(env));
+  const apiToken = env[ENV.apiToken] || undefined;
+  if (apiToken !== undefined && !/^[\x21-\x7e]+$/.test(apiToken)) {
+    // Never echo a secret: name the rule only.
+    violations.push({ rule: 'api-token-printable', message: `${ENV.apiToken} must be printable ASCII without spaces (it travels in an Authorization header)` });
+  }
+  if (violations.length > 0) throw new ConfigError('environment', violations);
+  return {
+    databaseUrl: databaseUrl!,
+    queueUrl: queueUrl!,
+    region: region!,
+    ...(sqsEndpoint ? { sqsEndpoint } : {}),
+    ...(apiToken ? { apiToken } : {}),
+    port: port!,
+    poolSize: poolSize!,
+    defaultMaxAttempts: timings!.maxAttempts,
+  };
+}
+
+export interface RunningApi {
+  server: http.Server;
+  /** The port it listens on (PORT, or the ephemeral one for PORT=0). */
+  port: number;
+  /** Graceful stop: no new connections, in-flight requests finish, relay stopped, publisher flushed, pool closed. */
+  shutdown(reason: string): Promise<void>;
+}
+
+export interface ApiDeps {
+  /** The queue to publish to; default: SqsQueue on the configured URL (tests pass a MemoryQueue). */
+  queue?: JobQueue;
+  registry?: JobRegistry;
+  log?: Logger;
+  /** Interface to listen on; default all. */
+  host?: string;
+  shutdownGraceMs?: number;
+}
+
+export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Promise<RunningApi> {
+  const log = deps.log ?? createLogger('jobs-api');
+  const pool = createPool({
+    url: config.databaseUrl,
+    max: config.poolSize,
+    applicationName: 'jobs-api',
+    statementTimeoutMs: STATEMENT_TIMEOUT_MS,
+    onError: (err) => log.warn({ err }, 'idle database connection dropped; it will be replaced'),
+  });
+  const queue = deps.queue ?? new SqsQueue({ queueUrl: config.queueUrl, region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}) });
+  const registry = deps.registry ?? defaultRegistry();
+  const publisher = new Publisher(pool, queue, log);
+  const relay = new OutboxRelay(pool, queue, log, DEFAULT_RELAY);
+  const client = new JobClient({ pool, registry, publisher, defaultMaxAttempts: config.defaultMaxAttempts });
+  const server = createApiServer({ pool, client, registry, log, ...(config.apiToken ? { apiToken: config.apiToken } : {}) });
+
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen({ port: config.port, ...(deps.host ? { host: deps.host } : {}) }, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+  } catch (err) {
+    await pool.end().catch(() => undefined);
+    throw err;
+  }
+  relay.start();
+  const port = (server.address() as AddressInfo).port;
+  if (!config.apiToken) log.warn(`${ENV.apiToken} is not set: the /v1 routes accept requests without a bearer token`);
+  log.info(
+    { port, queueUrl: config.queueUrl, region: config.region, sqsEndpoint: config.sqsEndpoint ?? null, database: redact(config.databaseUrl), poolSize: config.poolSize, auth: Boolean(config.apiToken) },
+    'api service started',
+  );
+
+  const graceMs = deps.shutdownGraceMs ?? SHUTDOWN_GRACE_MS;
+  let shuttingDown: Promise<void> | null = null;
+  return {
+    server,
+    port,
+    shutdown(reason: string) {
+      shuttingDown ??= (async () => {
+        log.info({ reason, graceMs }, 'shutting down: no new connections, finishing requests in flight');
+        // close() stops accepting and closes idle keep-alive connections; busy ones close after
+        // their response (the server marks responses `connection: close` once it is not listening).
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        const idle = setInterval(() => server.closeIdleConnections(), 250);
+        let timer: NodeJS.Timeout | undefined;
+        const late = await Promise.race([
+          closed.then(() => false),
+          new Promise<boolean>((resolve) => {
+            timer = setTimeout(() => resolve(true), graceMs);
+          }),
+        ]);
+        clearInterval(idle);
+        clearTimeout(timer);
+        if (late) {
+          log.warn({ graceMs }, 'requests still in flight after the grace period; closing their connections');
+          server.closeAllConnections();
+          await closed;
+        }
+        await relay.stop();
+        await publisher.flush();
+        await pool.end();
+        log.info('shut down cleanly');
+      })();
+      return shuttingDown;
+    },
+  };
+}
+
+/** Entry point (`jobs api`, the API image): start, and shut down gracefully on SIGTERM / SIGINT. Resolves once listening. */
+export async function runApi(env: Env = process.env): Promise<RunningApi> {
+  let api: RunningApi;
+  try {
+    api = await startApiService(apiConfigFromEnv(env));
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`jobs api: refusing to start.\n${err.message}\n`);
+      process.exit(1);
+    }
+    throw err;
+  }
+  for (const sig of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(sig, () => {
+      api.shutdown(sig).then(
+        () => process.exit(0),
+        (err: unknown) => {
+          process.stderr.write(`jobs api: shutdown failed: ${String(err)}\n`);
+          process.exit(1);
+        },
+      );
+    });
+  }
+  return api;
+}
+
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  runApi().catch((err: unknown) => {
+    process.stderr.write(`jobs api: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,597 @@
+// The HTTP JSON API of the job platform (`jobs api`): enqueue, read, list and cancel jobs, for
+// the ERP and for people. Plain node:http, no framework: the routes are few, and the API image
+// stays a small bundle with nothing to patch but Node itself.
+//
+// Every request is checked before anything reaches the database: a malformed body, an unknown
+// field, a bad id or query parameter is a 4xx that names the field and the reason, in the shape
+// `{ error: { code, message, field? } }`. A 500 is only for our own faults: it carries the
+// request id and is logged, and its body says nothing about the internals. Every response has
+// an `x-request-id`, and every request is one structured log line (method, path, status, ms).
+//
+// Enqueue goes through JobClient.enqueueNow, the path a library caller uses: job row and outbox
+// row in one transaction, the SQS message after COMMIT (DESIGN 6, 7).
+
+import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
+import http from 'node:http';
+import type pg from 'pg';
+import { MAX_PAYLOAD_BYTES, type EnqueueSpec, type JobClient } from '../client.ts';
+import { pendingMigrations } from '../db/migrate.ts';
+import { ValidationError } from '../errors.ts';
+import type { JobRegistry } from '../handlers/registry.ts';
+import type { Logger } from '../observability/log.ts';
+import { JOB_STATES, type Job, type JobState } from '../store/job.ts';
+
+export interface ApiServerOptions {
+  /** The pool /readyz checks (reachability and migrations). */
+  pool: pg.Pool;
+  client: JobClient;
+  registry: JobRegistry;
+  log: Logger;
+  /** When set (non-empty), every /v1 route requires `Authorization: Bearer <apiToken>`. */
+  apiToken?: string;
+  /** Largest request body read. Default: twice the payload limit (room for the envelope and whitespace). */
+  maxBodyBytes?: number;
+  /** /readyz answers 503 when its checks take longer than this. Default 3000. */
+  readyTimeoutMs?: number;
+  /** Where /readyz looks for the migrations the schema must have. Default: the runtime's own. */
+  migrationsDir?: string;
+}
+
+/** Page size of GET /v1/jobs when the caller gives none, and the largest it may ask for. */
+export const DEFAULT_PAGE_SIZE = 50;
+export const MAX_PAGE_SIZE = 200;
+/** Deepest nesting accepted in a request body: PostgreSQL's jsonb refuses very deep documents with an error we would otherwise answer as a 500. */
+export const MAX_JSON_DEPTH = 64;
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+/** The registry's rule for type names (a filter that cannot name a type is a typo, not an empty page). */
+const TYPE_NAME = /^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$/;
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+/** ISO 8601 date, or date-time with an explicit offset: a time without one would be read in the server's zone. */
+const ISO_TIMESTAMP = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2}))?$/i;
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+const ENQUEUE_FIELDS = ['type', 'payload', 'idempotencyKey', 'maxAttempts', 'runAt'] as const;
+const LIST_PARAMS = ['state', 'type', 'limit', 'cursor'] as const;
+
+/** A 4xx (or 503) with the body a client reads. */
+export class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly field?: string,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+    this.name = 'HttpError';
+  }
+}
+
+/** The job as the API shows it. */
+export interface JobView {
+  id: string;
+  type: string;
+  state: JobState;
+  attempt: number;
+  maxAttempts: number;
+  payload: unknown;
+  progress: Job['progress'];
+  result: unknown;
+  /** The last failure, without its stack (that stays in the job row and the worker's logs). */
+  lastError: { name: string; message: string; retryable: boolean } | null;
+  idempotencyKey: string | null;
+  runAfter: string;
+  cancelledBy: string | null;
+  createdAt: string;
+  startedAt: string | null;
+  finishedAt: string | null;
+  duplicate?: boolean;
+}
+
+export function jobView(job: Job, extra: { duplicate?: boolean } = {}): JobView {
+  return {
+    id: job.id,
+    type: job.type,
+    state: job.state,
+    attempt: job.attempt,
+    maxAttempts: job.maxAttempts,
+    payload: job.payload,
+    progress: job.progress,
+    result: job.result,
+    lastError: job.lastError ? { name: job.lastError.name, message: job.lastError.message, retryable: job.lastError.retryable } : null,
+    idempotencyKey: job.idempotencyKey,
+    runAfter: job.runAfter.toISOString(),
+    cancelledBy: job.cancelledBy,
+    createdAt: job.createdAt.toISOString(),
+    startedAt: job.startedAt?.toISOString() ?? null,
+    finishedAt: job.finishedAt?.toISOString() ?? null,
+    ...extra,
+  };
+}
+
+// --- Paging cursor ----------------------------------------------------------------------------
+
+interface Cursor {
+  createdAt: Date;
+  id: string;
+}
+
+/** Opaque to clients: base64url of the last job's (createdAt, id), the store's keyset. */
+export function encodeCursor(job: Pick<Job, 'createdAt' | 'id'>): string {
+  return Buffer.from(JSON.stringify({ t: job.createdAt.toISOString(), i: job.id })).toString('base64url');
+}
+
+export function decodeCursor(raw: string): Cursor {
+  const bad = () => new HttpError(400, 'invalid_query', 'cursor: is not a cursor this API returned (pass nextCursor from the previous page unchanged)', 'cursor');
+  if (raw.length > 200 || !/^[A-Za-z0-9_-]+$/.test(raw)) throw bad();
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(Buffer.from(raw, 'base64url').toString('utf8'));
+  } catch {
+    throw bad();
+  }
+  const o = parsed as { t?: unknown; i?: unknown } | null;
+  if (!o || typeof o !== 'object' || typeof o.t !== 'string' || typeof o.i !== 'string' || !UUID.test(o.i)) throw bad();
+  const createdAt = new Date(o.t);
+  if (!ISO_TIMESTAMP.test(o.t) || Number.isNaN(createdAt.getTime())) throw bad();
+  return { createdAt, id: o.i.toLowerCase() };
+}
+
+// --- Server -----------------------------------------------------------------------------------
+
+interface Ctx {
+  req: http.IncomingMessage;
+  res: http.ServerResponse;
+  requestId: string;
+  path: string;
+  query: URLSearchParams;
+  params: string[];
+}
+
+type Handler = (ctx: Ctx) => Promise<Reply>;
+
+interface Reply {
+  status: number;
+  body: unknown;
+  headers?: Record<string, string>;
+}
+
+interface Route {
+  /** Segments; `:id` matches one segment, which must be a UUID. */
+  pattern: string[];
+  methods: Record<string, Handler>;
+}
+
+export function createApiServer(opts: ApiServerOptions): http.Server {
+  const { client, registry, log } = opts;
+  const maxBodyBytes = opts.maxBodyBytes ?? 2 * MAX_PAYLOAD_BYTES;
+  const readyTimeoutMs = opts.readyTimeoutMs ?? 3000;
+  const tokenDigest = opts.apiToken ? sha256(opts.apiToken) : null;
+
+  const routes: Route[] = [
+    { pattern: ['healthz'], methods: { GET: async () => ({ status: 200, body: { status: 'ok' } }) } },
+    { pattern: ['readyz'], methods: { GET: (ctx) => readyz(ctx) } },
+    { pattern: ['v1', 'jobs'], methods: { GET: (ctx) => listJobs(ctx), POST: (ctx) => enqueue(ctx) } },
+    { pattern: ['v1', 'jobs', ':id'], methods: { GET: (ctx) => getJob(ctx) } },
+    { pattern: ['v1', 'jobs', ':id', 'cancel'], methods: { POST: (ctx) => cancelJob(ctx) } },
+    { pattern: ['v1', 'job-types'], methods: { GET: async () => ({ status: 200, body: { jobTypes: jobTypes() } }) } },
+    { pattern: ['v1', 'stats'], methods: { GET: async () => ({ status: 200, body: { jobs: await client.store.countByState() } }) } },
+  ];
+
+  async function readyz(ctx: Ctx): Promise<Reply> {
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const pending = await Promise.race([
+        pendingMigrations(opts.pool, opts.migrationsDir),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error(`readiness checks took longer than ${readyTimeoutMs} ms`)), readyTimeoutMs);
+        }),
+      ]);
+      if (pending.length > 0) {
+        return { status: 503, body: { status: 'unavailable', reason: `migrations pending: ${pending.join(', ')} (run \`jobs migrate\`)` } };
+      }
+      return { status: 200, body: { status: 'ready' } };
+    } catch (err) {
+      // The details (host, port, driver message) go to the log; the open endpoint says only what failed.
+      log.warn({ err, requestId: ctx.requestId }, 'readiness check failed: database unreachable');
+      return { status: 503, body: { status: 'unavailable', reason: `database unreachable (request id ${ctx.requestId}; see the API's log)` } };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  function jobTypes() {
+    return registry.types().map((type) => {
+      const d = registry.get(type)!;
+      return {
+        type,
+        description: d.description,
+        ...(d.maxAttempts !== undefined ? { maxAttempts: d.maxAttempts } : {}),
+        ...(d.expectedMaxSeconds !== undefined ? { expectedMaxSeconds: d.expectedMaxSeconds } : {}),
+      };
+    });
+  }
+
+  async function enqueue(ctx: Ctx): Promise<Reply> {
+    const body = await readJson(ctx.req, maxBodyBytes, {
+      required: true,
+      limitHint: `a job payload may be at most ${MAX_PAYLOAD_BYTES} bytes (store large inputs in a table and pass their id)`,
+    });
+    if (!isPlainObject(body)) throw new HttpError(400, 'invalid_body', 'body: must be a JSON object { type, payload, idempotencyKey?, maxAttempts?, runAt? }', 'body');
+    for (const k of Object.keys(body)) {
+      // A misspelt optional field (idempotency_key) would otherwise be dropped silently: a second job instead of a duplicate.
+      if (!(ENQUEUE_FIELDS as readonly string[]).includes(k)) {
+        throw new HttpError(400, 'invalid_field', `${k}: is not a field of a job (allowed: ${ENQUEUE_FIELDS.join(', ')})`, k);
+      }
+    }
+    if (typeof body.runAt === 'string') {
+      const at = new Date(body.runAt);
+      if (!ISO_TIMESTAMP.test(body.runAt) || Number.isNaN(at.getTime()) || at.getUTCFullYear() < 1970 || at.getUTCFullYear() > 9999) {
+        throw new HttpError(400, 'invalid_field', `runAt: must be an ISO 8601 timestamp with an offset, e.g. 2026-12-01T06:00:00Z (got ${JSON.stringify(body.runAt).slice(0, 80)})`, 'runAt');
+      }
+    } else if (body.runAt !== undefined && body.runAt !== null) {
+      throw new HttpError(400, 'invalid_field', 'runAt: must be an ISO 8601 timestamp string, e.g. 2026-12-01T06:00:00Z', 'runAt');
+    }
+    const spec: EnqueueSpec = {
+      type: body.type as string,
+      payload: body.payload,
+      idempotencyKey: body.idempotencyKey as string | null | undefined,
+      maxAttempts: body.maxAttempts as number | null | undefined,
+      runAt: body.runAt as string | null | undefined,
+    };
+    const [r] = await client.enqueueNow(spec);
+    const { job, duplicate } = r!;
+    return {
+      status: duplicate ? 200 : 201,
+      body: jobView(job, { duplicate }),
+      headers: { location: `/v1/jobs/${job.id}` },
+    };
+  }
+
+  async function getJob(ctx: Ctx): Promise<Reply> {
+    const id = ctx.params[0]!;
+    const job = await client.store.get(id);
+    if (!job) throw notFound(id);
+    return { status: 200, body: jobView(job) };
+  }
+
+  async function listJobs(ctx: Ctx): Promise<Reply> {
+    const q = ctx.query;
+    for (const k of new Set(q.keys())) {
+      if (!(LIST_PARAMS as readonly string[]).includes(k)) {
+        throw new HttpError(400, 'invalid_query', `${k}: is not a parameter of this list (allowed: ${LIST_PARAMS.join(', ')})`, k);
+      }
+      if (q.getAll(k).length > 1) throw new HttpError(400, 'invalid_query', `${k}: given more than once`, k);
+    }
+    const state = q.get('state');
+    if (state !== null && !(JOB_STATES as readonly string[]).includes(state)) {
+      throw new HttpError(400, 'invalid_query', `state: must be one of ${JOB_STATES.join(', ')} (got ${JSON.stringify(state.slice(0, 40))})`, 'state');
+    }
+    const type = q.get('type');
+    if (type !== null && (type.length > 100 || !TYPE_NAME.test(type))) {
+      throw new HttpError(400, 'invalid_query', `type: must be a job type name such as ledger.post (lower-case dotted words); known types: ${registry.types().join(', ')}`, 'type');
+    }
+    const rawLimit = q.get('limit');
+    let limit = DEFAULT_PAGE_SIZE;
+    if (rawLimit !== null) {
+      limit = /^\d{1,6}$/.test(rawLimit) ? Number(rawLimit) : NaN;
+      if (!(limit >= 1 && limit <= MAX_PAGE_SIZE)) {
+        throw new HttpError(400, 'invalid_query', `limit: must be a whole number from 1 to ${MAX_PAGE_SIZE} (got ${JSON.stringify(rawLimit.slice(0, 40))})`, 'limit');
+      }
+    }
+    const rawCursor = q.get('cursor');
+    const after = rawCursor !== null && rawCursor !== '' ? decodeCursor(rawCursor) : undefined;
+    // One row more than asked tells whether there is a next page, without an empty last page.
+    const rows = await client.store.list({
+      limit: limit + 1,
+      ...(state !== null ? { state: state as JobState } : {}),
+      ...(type !== null ? { type } : {}),
+      ...(after ? { after } : {}),
+    });
+    const page = rows.slice(0, limit);
+    const last = page[page.length - 1];
+    return { status: 200, body: { jobs: page.map((j) => jobView(j)), nextCursor: rows.length > limit && last ? encodeCursor(last) : null } };
+  }
+
+  async function cancelJob(ctx: Ctx): Promise<Reply> {
+    const id = ctx.params[0]!;
+    const body = await readJson(ctx.req, 4096, { required: false });
+    let by: string | undefined;
+    if (body !== undefined) {
+      if (!isPlainObject(body)) throw new HttpError(400, 'invalid_body', 'body: must be a JSON object { by? } or empty', 'body');
+      for (const k of Object.keys(body)) {
+        if (k !== 'by') throw new HttpError(400, 'invalid_field', `${k}: is not a field of a cancel request (allowed: by)`, k);
+      }
+      if (body.by !== undefined && body.by !== null) {
+        if (typeof body.by !== 'string' || body.by.trim().length < 1 || body.by.length > 100) {
+          throw new HttpError(400, 'invalid_field', 'by: must be a string of 1 to 100 characters naming who cancels (a person or a system)', 'by');
+        }
+        by = body.by.trim();
+      }
+    }
+    // Who asked, as far as the API can tell: a shared token names no person, so record the
+    // caller's address beside the name they give.
+    const cancelledBy = by ? `${by} (api, ${callerAddress(ctx.req)})` : `api, ${callerAddress(ctx.req)}`;
+    const r = await client.cancel(id, cancelledBy);
+    if (!r) throw notFound(id);
+    if (r.cancelled || r.job.state === 'cancelled') {
+      return { status: 200, body: { ...jobView(r.job), cancelled: r.cancelled } };
+    }
+    return {
+      status: 409,
+      body: {
+        error: { code: 'job_finished', message: `job ${id} already ${r.job.state} at ${r.job.finishedAt?.toISOString() ?? 'an unknown time'}; a finished job cannot be cancelled` },
+        job: jobView(r.job),
+      },
+    };
+  }
+
+  function authorize(req: http.IncomingMessage): void {
+    if (!tokenDigest) return;
+    const header = req.headers.authorization;
+    const m = header ? /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header) : null;
+    if (!m) {
+      throw new HttpError(401, 'unauthorized', 'Authorization: a bearer token is required (Authorization: Bearer <API_TOKEN>)', 'Authorization', {
+        'www-authenticate': 'Bearer realm="jobs"',
+      });
+    }
+    // Compare digests: equal length always, and constant time whatever the token's length.
+    if (!timingSafeEqual(sha256(m[1]!), tokenDigest)) {
+      throw new HttpError(401, 'unauthorized', 'Authorization: the bearer token is not valid', 'Authorization', {
+        'www-authenticate': 'Bearer realm="jobs", error="invalid_token"',
+      });
+    }
+  }
+
+  function resolve(method: string, path: string): { route: Route; handler?: Handler; params: string[] } | null {
+    const segments = path.split('/').slice(1);
+    for (const route of routes) {
+      if (route.pattern.length !== segments.length) continue;
+      const params: string[] = [];
+      let match = true;
+      for (let i = 0; i < segments.length; i++) {
+        const p = route.pattern[i]!;
+        const s = segments[i]!;
+        if (p === ':id' && s !== '') params.push(s);
+        else if (p !== s) {
+          match = false;
+          break;
+        }
+      }
+      if (!match) continue;
+      const handler = route.methods[method] ?? (method === 'HEAD' ? route.methods.GET : undefined);
+      return { route, params, ...(handler ? { handler } : {}) };
+    }
+    return null;
+  }
+
+  async function handle(req: http.IncomingMessage, res: http.ServerResponse, requestId: string): Promise<Reply> {
+    const rawUrl = req.url ?? '/';
+    const q = rawUrl.indexOf('?');
+    // Parsed by hand: new URL() would read `//host/x` as a host, and paths here need no decoding.
+    const path = q === -1 ? rawUrl : rawUrl.slice(0, q);
+    const query = new URLSearchParams(q === -1 ? '' : rawUrl.slice(q + 1));
+    const method = req.method ?? 'GET';
+    if (path === '/v1' || path.startsWith('/v1/')) authorize(req);
+    const found = resolve(method, path);
+    if (!found) throw new HttpError(404, 'not_found', `no route ${method} ${path.slice(0, 200)}; see GET /v1/job-types, /v1/jobs, /v1/jobs/{id}, POST /v1/jobs, /v1/jobs/{id}/cancel`);
+    if (!found.handler) {
+      const allow = Object.keys(found.route.methods).flatMap((m) => (m === 'GET' ? ['GET', 'HEAD'] : [m]));
+      throw new HttpError(405, 'method_not_allowed', `${method} is not allowed on ${path}; allowed: ${allow.join(', ')}`, undefined, { allow: allow.join(', ') });
+    }
+    for (const p of found.params) {
+      if (!UUID.test(p)) throw new HttpError(400, 'invalid_id', `id: must be a job id (a UUID), got ${JSON.stringify(p.slice(0, 60))}`, 'id');
+    }
+    return found.handler({ req, res, requestId, path, query, params: found.params.map((p) => p.toLowerCase()) });
+  }
+
+  function onRequest(req: http.IncomingMessage, res: http.ServerResponse): void {
+    const started = process.hrtime.bigint();
+    const incoming = req.headers['x-request-id'];
+    const requestId = typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();
+    res.setHeader('x-request-id', requestId);
+    // Stopping: tell keep-alive clients (the load balancer) to open a new connection elsewhere.
+    if (!server.listening) res.setHeader('connection', 'close');
+    const path = (req.url ?? '/').split('?')[0]!.slice(0, 300);
+    res.once('close', () => {
+      const ms = Number(process.hrtime.bigint() - started) / 1e6;
+      log.info(
+        { requestId, method: req.method, path, status: res.statusCode, ms: Math.round(ms * 10) / 10, ...(res.writableFinished ? {} : { aborted: true }) },
+        'request',
+      );
+    });
+    handle(req, res, requestId).then(
+      (reply) => send(res, reply.status, reply.body, reply.headers),
+      (err: unknown) => sendError(req, res, requestId, err),
+    );
+  }
+
+  function sendError(req: http.IncomingMessage, res: http.ServerResponse, requestId: string, err: unknown): void {
+    const e = toHttpError(err, requestId);
+    if (e.status >= 500) {
+      log.error({ err, requestId, method: req.method, path: (req.url ?? '/').split('?')[0] }, e.status === 503 ? 'database unavailable' : 'unexpected error');
+    }
+    // The body was not read to its end: do not leave the rest in the connection for the next request.
+    if (!req.complete) res.setHeader('connection', 'close');
+    send(res, e.status, { error: { code: e.code, message: e.message, ...(e.field ? { field: e.field } : {}), ...(e.status >= 500 ? { requestId } : {}) } }, e.headers);
+  }
+
+  const server = http.createServer({ requestTimeout: 60_000, headersTimeout: 20_000 }, onRequest);
+  // Behind an ALB: keep idle connections open longer than the load balancer's 60 s idle timeout,
+  // so the load balancer, not the task, closes them (a task-side close races a new request: 502).
+  server.keepAliveTimeout = 65_000;
+  // Expect: 100-continue: refuse an oversized upload before the client sends it.
+  server.on('checkContinue', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    const declared = Number(req.headers['content-length']);
+    if (Number.isFinite(declared) && declared > maxBodyBytes) {
+      onRequest(req, res);
+      return;
+    }
+    res.writeContinue();
+    onRequest(req, res);
+  });
+  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+    if (err.code === 'ECONNRESET' || !socket.writable) return void socket.destroy();
+    const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request';
+    const body = JSON.stringify({ error: { code: 'bad_request', message: `the request is not valid HTTP (${err.code ?? 'parse error'})` } });
+    socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+  });
+  return server;
+}
+
+// --- Helpers ----------------------------------------------------------------------------------
+
+function sha256(s: string): Buffer {
+  return createHash('sha256').update(s).digest();
+}
+
+function notFound(id: string): HttpError {
+  return new HttpError(404, 'job_not_found', `job ${id} does not exist`, 'id');
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** The client as the load balancer saw it (first X-Forwarded-For hop), else the socket's peer. */
+function callerAddress(req: http.IncomingMessage): string {
+  const fwd = req.headers['x-forwarded-for'];
+  const first = (Array.isArray(fwd) ? fwd[0] : fwd)?.split(',')[0]?.trim();
+  const addr = first && /^[0-9a-fA-F.:]{2,45}$/.test(first) ? first : req.socket.remoteAddress ?? 'unknown';
+  return addr.replace(/^::ffff:/, '');
+}
+
+function send(res: http.ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  if (res.headersSent || res.destroyed) return;
+  const text = JSON.stringify(body);
+  res.writeHead(status, {
+    ...headers,
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': String(Buffer.byteLength(text)),
+    'cache-control': 'no-store',
+    'x-content-type-options': 'nosniff',
+  });
+  res.end(text);
+}
+
+const CONNECTION_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EPIPE']);
+
+/** Map what a handler threw to a response. Only a database outage is a 503; anything unexpected is a 500 with no details. */
+function toHttpError(err: unknown, requestId: string): HttpError {
+  if (err instanceof HttpError) return err;
+  if (err instanceof ValidationError) {
+    const code = err.status === 413 ? 'payload_too_large' : 'invalid_field';
+    return new HttpError(err.status, code, err.message, err.field);
+  }
+  const e = err as { code?: unknown; message?: unknown } | null;
+  const code = typeof e?.code === 'string' ? e.code : '';
+  const message = typeof e?.message === 'string' ? e.message : '';
+  // Class 08 (connection exception), 57P0x (server shutting down), 53300 (too many connections),
+  // and the pool's own connect timeout: the database is unavailable, and a retry may succeed.
+  if (
+    CONNECTION_ERRORS.has(code) ||
+    code.startsWith('08') ||
+    /^57P0[123]$/.test(code) ||
+    code === '53300' ||
+    /timeout exceeded when trying to connect|Connection terminated/i.test(message)
+  ) {
+    return new HttpError(503, 'unavailable', `the job database is unavailable; retry shortly (request id ${requestId})`, undefined, { 'retry-after': '2' });
+  }
+  return new HttpError(500, 'internal', `internal error; report request id ${requestId}`);
+}
+
+/**
+ * Read and parse a JSON body of at most `cap` bytes. Refuses a larger one as soon as it is known
+ * (declared length or bytes so far), without buffering the rest.
+ */
+async function readJson(req: http.IncomingMessage, cap: number, opts: { required: boolean; limitHint?: string }): Promise<unknown> {
+  const declared = req.headers['content-length'] !== undefined ? Number(req.headers['content-length']) : undefined;
+  const hasBody = (declared !== undefined && declared > 0) || req.headers['transfer-encoding'] !== undefined;
+  if (!hasBody) {
+    if (opts.required) throw new HttpError(400, 'invalid_body', 'body: is required: a JSON object', 'body');
+    return undefined;
+  }
+  const ctype = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+  if (ctype !== 'application/json' && !/^application\/[a-z0-9.+-]+\+json$/.test(ctype)) {
+    throw new HttpError(415, 'unsupported_media_type', `Content-Type: must be application/json (got ${JSON.stringify(ctype.slice(0, 80) || 'none')})`, 'Content-Type');
+  }
+  const tooLarge = () => new HttpError(413, 'payload_too_large', `body: is larger than ${cap} bytes${opts.limitHint ? `; ${opts.limitHint}` : ''}`, 'body');
+  if (declared !== undefined && declared > cap) throw tooLarge();
+  const chunks: Buffer[] = [];
+  let size = 0;
+  await new Promise<void>((resolve, reject) => {
+    const onData = (c: Buffer) => {
+      size += c.length;
+      if (size > cap) {
+        cleanup();
+        req.pause();
+        reject(tooLarge());
+        return;
+      }
+      chunks.push(c);
+    };
+    const onEnd = () => {
+      cleanup();
+      resolve();
+    };
+    const onError = (err: Error) => {
+      cleanup();
+      reject(new HttpError(400, 'invalid_body', `body: could not be read (${err.message})`, 'body'));
+    };
+    const onClose = () => {
+      if (!req.complete) onError(new Error('the client closed the connection'));
+    };
+    const cleanup = () => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onError);
+      req.off('close', onClose);
+    };
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onError);
+    req.on('close', onClose);
+  });
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(Buffer.concat(chunks, size));
+  } catch {
+    throw new HttpError(400, 'invalid_body', 'body: is not valid UTF-8', 'body');
+  }
+  if (text.trim() === '') {
+    if (opts.required) throw new HttpError(400, 'invalid_body', 'body: is required: a JSON object', 'body');
+    return undefined;
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    throw new HttpError(400, 'malformed_json', `body: is not valid JSON (${(err as Error).message.slice(0, 200)})`, 'body');
+  }
+  checkStorable(value, 'body', 0);
+  return value;
+}
+
+/**
+ * Refuse what PostgreSQL would refuse with an error we could only answer as a 500: the NUL
+ * character (not allowed in text or jsonb), unpaired UTF-16 surrogates (invalid in jsonb), and
+ * nesting deeper than MAX_JSON_DEPTH.
+ */
+function checkStorable(v: unknown, path: string, depth: number): void {
+  if (typeof v === 'string') {
+    if (v.includes('\u0000')) throw new HttpError(400, 'invalid_field', `${path}: contains the NUL character (\\u0000), which cannot be stored`, path);
+    if (LONE_SURROGATE.test(v)) throw new HttpError(400, 'invalid_field', `${path}: contains an unpaired UTF-16 surrogate, which cannot be stored`, path);
+    return;
+  }
+  if (typeof v !== 'object' || v === null) return;
+  if (depth >= MAX_JSON_DEPTH) throw new HttpError(400, 'invalid_field', `${path}: nests deeper than ${MAX_JSON_DEPTH} levels`, path);
+  if (Array.isArray(v)) {
+    for (let i = 0; i < v.length; i++) checkStorable(v[i], `${path}[${i}]`, depth + 1);
+    return;
+  }
+  for (const [k, x] of Object.entries(v)) {
+    const child = path === 'body' ? k.slice(0, 60) : `${path}.${k.slice(0, 60)}`;
+    checkStorable(k, child, depth + 1);
+    checkStorable(x, child, depth + 1);
+  }
+}
