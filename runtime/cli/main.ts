@@ -113,6 +113,8 @@ export async function main(argv: string[]): Promise<number> {
       const { values } = parseArgs({ args: rest, options: { workers: { type: 'string', default: '2' }, 'api-port': { type: 'string' } } });
       const workers = Number(values.workers);
       if (!Number.isInteger(workers) || workers < 0 || workers > 32) throw new UsageError(`--workers must be a whole number from 0 to 32 (got ${values.workers})`);
+      if (process.env.JOBS_LOCAL_SUPERVISED !== '1') return superviseLocal(argv);
+      watchParent();
       const { startLocalStack } = await import('../local/stack.ts');
       const stack = await startLocalStack({ workers, ...(values['api-port'] ? { apiPort: Number(values['api-port']) } : {}) });
       out('');
@@ -239,7 +241,45 @@ export async function main(argv: string[]): Promise<number> {
   }
 }
 
+/**
+ * Ctrl-C sends SIGINT to the terminal's whole process group: postgres would stop at once,
+ * before the workers finish draining against it. So `jobs local` runs the stack in a session of
+ * its own and forwards one SIGTERM to it, which then stops things in order: workers and API
+ * first, postgres last. If this process is killed outright, the stack notices (watchParent)
+ * and stops itself the same way.
+ */
+async function superviseLocal(argv: string[]): Promise<number> {
+  const { spawn } = await import('node:child_process');
+  const child = spawn(process.execPath, [...process.execArgv, process.argv[1]!, ...argv], {
+    detached: true,
+    stdio: 'inherit',
+    env: { ...process.env, JOBS_LOCAL_SUPERVISED: '1', JOBS_PARENT_PID: String(process.pid) },
+  });
+  const forward = () => {
+    try {
+      child.kill('SIGTERM');
+    } catch {
+      /* already gone */
+    }
+  };
+  process.on('SIGINT', forward);
+  process.on('SIGTERM', forward);
+  return await new Promise<number>((resolve) => child.once('exit', (code) => resolve(code ?? 1)));
+}
+
+/**
+ * The AWS SDK warns on every process start that its 2027 releases will need Node 22. The
+ * images run Node 22; on a Node 20 workstation the notice is known and only buries the output.
+ */
+function quietSdkNodeVersionNotice(): void {
+  process.removeAllListeners('warning');
+  process.on('warning', (w) => {
+    if (w.name !== 'NodeVersionSupportWarning') process.stderr.write(`${w.name}: ${w.message}\n`);
+  });
+}
+
 export async function cli(argv = process.argv.slice(2)): Promise<void> {
+  quietSdkNodeVersionNotice();
   try {
     const code = await main(argv);
     if (code >= 0) process.exit(code);

