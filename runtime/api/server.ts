@@ -390,8 +390,6 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
     const incoming = req.headers['x-request-id'];
     const requestId = typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();
     res.setHeader('x-request-id', requestId);
-    // Stopping: tell keep-alive clients (the load balancer) to open a new connection elsewhere.
-    if (!server.listening) res.setHeader('connection', 'close');
     const path = (req.url ?? '/').split('?')[0]!.slice(0, 300);
     res.once('close', () => {
       const ms = Number(process.hrtime.bigint() - started) / 1e6;
@@ -400,10 +398,23 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
         'request',
       );
     });
-    handle(req, res, requestId).then(
-      (reply) => send(res, reply.status, reply.body, reply.headers),
-      (err: unknown) => sendError(req, res, requestId, err),
-    );
+    handle(req, res, requestId)
+      .then(
+        (reply) => {
+          markIfStopping(res);
+          send(res, reply.status, reply.body, reply.headers);
+        },
+        (err: unknown) => {
+          markIfStopping(res);
+          sendError(req, res, requestId, err);
+        },
+      )
+      .catch((err: unknown) => log.error({ err, requestId }, 'could not send a response'));
+  }
+
+  /** Stopping: tell a keep-alive client (the load balancer) to send its next request elsewhere, not race our close. */
+  function markIfStopping(res: http.ServerResponse): void {
+    if (!server.listening) res.setHeader('connection', 'close');
   }
 
   function sendError(req: http.IncomingMessage, res: http.ServerResponse, requestId: string, err: unknown): void {

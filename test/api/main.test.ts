@@ -136,7 +136,8 @@ describe('the API service', () => {
     const inflight = rawRequest(base, {
       method: 'POST',
       path: '/v1/jobs',
-      headers: { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) },
+      // A keep-alive client (as the load balancer is) must be told the connection is closing.
+      headers: { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)), connection: 'keep-alive' },
       chunks: [body.slice(0, third), body.slice(third, 2 * third), body.slice(2 * third)],
       gapMs: 150,
     });
