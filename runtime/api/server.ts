@@ -359,7 +359,7 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
         }
       }
       if (!match) continue;
-      const handler = route.methods[method] ?? (method === 'HEAD' ? route.methods.GET : undefined);
+      const handler = Object.hasOwn(route.methods, method) ? route.methods[method] : method === 'HEAD' ? route.methods.GET : undefined;
       return { route, params, ...(handler ? { handler } : {}) };
     }
     return null;
