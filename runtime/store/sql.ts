@@ -252,12 +252,18 @@ export const SQL = {
 
   outboxDelete: `DELETE FROM jobs.outbox WHERE id = ANY($1::bigint[])`,
 
-  /** Jobs in a state, newest first, keyset-paged on (created_at, id). */
+  /**
+   * Jobs in a state, newest first, keyset-paged on (created_at, id). The cursor names the last
+   * job of the previous page; its created_at is read back from the row, because the
+   * microseconds PostgreSQL stores do not survive a trip through a JavaScript Date, and jobs
+   * enqueued in one transaction share one created_at. $3 is the fallback if that job is gone.
+   */
   jobList: `
     SELECT ${JOB_COLUMNS} FROM jobs.job
      WHERE ($1::jobs.job_state IS NULL OR state = $1::jobs.job_state)
        AND ($2::text IS NULL OR type = $2::text)
-       AND ($3::timestamptz IS NULL OR (created_at, id) < ($3::timestamptz, $4::uuid))
+       AND ($4::uuid IS NULL OR (created_at, id) <
+            (coalesce((SELECT c.created_at FROM jobs.job c WHERE c.id = $4::uuid), $3::timestamptz), $4::uuid))
      ORDER BY created_at DESC, id DESC
      LIMIT $5`,
 

@@ -278,12 +278,9 @@ describe('jobs API', () => {
       expect(seen).toEqual([...ids].reverse());
     });
 
-    // KNOWN BUG, outside the API: JobStore.list takes the keyset as a JS Date, which keeps
-    // milliseconds while created_at keeps microseconds, so the cursor of the last row sorts
-    // *before* its own row and every row that shares its millisecond (all the jobs of one
-    // transaction share created_at) is skipped. Needs a fix in the store (sql.ts jobList, or
-    // created_at as timestamptz(3)); flip `it.fails` to `it` when it lands.
-    it.fails('pages through jobs enqueued in one transaction (same created_at) without skipping or repeating any', async () => {
+    // Jobs enqueued in one transaction share created_at to the microsecond, which a JS Date
+    // cannot hold: the store reads the cursor job's exact created_at back from its row.
+    it('pages through jobs enqueued in one transaction (same created_at) without skipping or repeating any', async () => {
       const batch = await p.client.enqueueNow(Array.from({ length: 5 }, (_, i) => ({ type, payload: { store: `T${i}`, period: '2026-11' } })));
       const want = new Set(batch.map((b) => b.job.id));
       const seen: string[] = [];
