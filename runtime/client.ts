@@ -17,6 +17,21 @@ import type { Publisher } from './store/outbox.ts';
 /** Largest payload accepted, as JSON text. The API answers 413 above it. */
 export const MAX_PAYLOAD_BYTES = 256 * 1024;
 
+const ISO_TIMESTAMP = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2}))?$/i;
+
+/** A due time: a Date, or an ISO 8601 string with an offset (new Date('1') parses too, so check the shape). */
+export function parseRunAt(value: unknown): Date {
+  const example = 'e.g. 2026-12-01T06:00:00Z';
+  let at: Date;
+  if (value instanceof Date) at = value;
+  else if (typeof value === 'string' && ISO_TIMESTAMP.test(value)) at = new Date(value);
+  else throw new ValidationError('runAt', `must be an ISO 8601 timestamp with an offset, ${example} (got ${JSON.stringify(value)?.slice(0, 80)})`);
+  if (Number.isNaN(at.getTime()) || at.getUTCFullYear() < 1970 || at.getUTCFullYear() > 9999) {
+    throw new ValidationError('runAt', `must be a real date between 1970 and 9999, ${example}`);
+  }
+  return at;
+}
+
 export interface EnqueueSpec {
   type: string;
   payload: unknown;
@@ -68,11 +83,7 @@ export class JobClient {
     if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 100) {
       throw new ValidationError('maxAttempts', `must be a whole number from 1 to 100 (got ${String(maxAttempts)})`);
     }
-    let runAt: Date | null = null;
-    if (spec.runAt !== undefined && spec.runAt !== null) {
-      runAt = spec.runAt instanceof Date ? spec.runAt : typeof spec.runAt === 'string' ? new Date(spec.runAt) : new Date(NaN);
-      if (Number.isNaN(runAt.getTime())) throw new ValidationError('runAt', 'must be an ISO 8601 timestamp, e.g. 2026-12-01T06:00:00Z');
-    }
+    const runAt = spec.runAt === undefined || spec.runAt === null ? null : parseRunAt(spec.runAt);
     return { type: def.type, payload, idempotencyKey: key ?? null, maxAttempts, runAt };
   }
 

@@ -224,14 +224,6 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
         throw new HttpError(400, 'invalid_field', `${k}: is not a field of a job (allowed: ${ENQUEUE_FIELDS.join(', ')})`, k);
       }
     }
-    if (typeof body.runAt === 'string') {
-      const at = new Date(body.runAt);
-      if (!ISO_TIMESTAMP.test(body.runAt) || Number.isNaN(at.getTime()) || at.getUTCFullYear() < 1970 || at.getUTCFullYear() > 9999) {
-        throw new HttpError(400, 'invalid_field', `runAt: must be an ISO 8601 timestamp with an offset, e.g. 2026-12-01T06:00:00Z (got ${JSON.stringify(body.runAt).slice(0, 80)})`, 'runAt');
-      }
-    } else if (body.runAt !== undefined && body.runAt !== null) {
-      throw new HttpError(400, 'invalid_field', 'runAt: must be an ISO 8601 timestamp string, e.g. 2026-12-01T06:00:00Z', 'runAt');
-    }
     const spec: EnqueueSpec = {
       type: body.type as string,
       payload: body.payload,

@@ -174,7 +174,7 @@ describe('jobs API', () => {
       { name: 'maxAttempts as a string', json: ledger('B', { maxAttempts: '3' }), status: 400, code: 'invalid_field', field: 'maxAttempts', message: /^maxAttempts: must be a whole number/ },
       { name: 'runAt not a timestamp', json: ledger('B', { runAt: 'tomorrow' }), status: 400, code: 'invalid_field', field: 'runAt', message: /^runAt: must be an ISO 8601 timestamp/ },
       { name: 'runAt without an offset', json: ledger('B', { runAt: '2026-12-01T06:00:00' }), status: 400, code: 'invalid_field', field: 'runAt', message: /with an offset/ },
-      { name: 'runAt as a number', json: ledger('B', { runAt: 1767225600000 }), status: 400, code: 'invalid_field', field: 'runAt', message: /^runAt: must be an ISO 8601 timestamp string/ },
+      { name: 'runAt as a number', json: ledger('B', { runAt: 1767225600000 }), status: 400, code: 'invalid_field', field: 'runAt', message: /^runAt: must be an ISO 8601 timestamp with an offset.*\(got 1767225600000\)/ },
       { name: 'an empty idempotency key', json: ledger('B', { idempotencyKey: '' }), status: 400, code: 'invalid_field', field: 'idempotencyKey', message: /^idempotencyKey: must be a string of 1 to 200 characters/ },
       { name: 'a NUL character', json: ledger('B\u0000C'), status: 400, code: 'invalid_field', field: 'payload.batch', message: /NUL character/ },
       { name: 'an unpaired surrogate', body: '{"type":"ledger.post","payload":{"batch":"\\ud800","entries":1}}', headers: { 'content-type': 'application/json' }, status: 400, code: 'invalid_field', field: 'payload.batch', message: /unpaired UTF-16 surrogate/ },
