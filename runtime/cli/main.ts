@@ -26,6 +26,7 @@ Usage:
   jobs worker                                 run a worker process
   jobs enqueue TYPE --payload JSON [--key K] [--max-attempts N] [--run-at ISO]
   jobs show ID [--json]
+  jobs cancel ID [--by WHO]                   cancel a pending or running job (a running handler is aborted at its next heartbeat)
   jobs list [--state S] [--type T] [--limit N] [--json]
   jobs types                                  list the job types this build knows
 
@@ -210,6 +211,22 @@ export async function main(argv: string[]): Promise<number> {
       }
       out(values.json ? JSON.stringify(job) : formatJob(job));
       return 0;
+    }
+
+    case 'cancel': {
+      const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { by: { type: 'string' } } });
+      const id = positionals[0];
+      if (!id || !/^[0-9a-f-]{36}$/i.test(id)) throw new UsageError(`jobs cancel ID: ID must be a job id (a UUID), got ${id ?? 'nothing'}`);
+      const by = `${values.by ?? process.env.USER ?? 'unknown'} (cli)`;
+      const env = await resolveEnv();
+      const r = await withClient(env, ({ client }) => client.cancel(id, by));
+      if (!r) {
+        process.stderr.write(`no job ${id}\n`);
+        return 1;
+      }
+      out(r.cancelled ? `cancelled by ${by}` : `not cancelled: the job had already ended (${r.job.state})`);
+      out(formatJob(r.job));
+      return r.cancelled || r.job.state === 'cancelled' ? 0 : 1;
     }
 
     case 'list': {

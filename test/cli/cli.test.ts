@@ -1,0 +1,71 @@
+// The jobs command as a person runs it: a separate process, settings from the environment,
+// exit codes and messages for bad input.
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDb, type TestDb } from '../support/db.ts';
+
+const run = promisify(execFile);
+let db: TestDb;
+beforeAll(async () => {
+  db = await createTestDb();
+});
+afterAll(() => db.drop());
+
+async function jobs(args: string[], env: Record<string, string> = {}) {
+  try {
+    const r = await run(process.execPath, ['--import', 'tsx', 'bin/jobs.ts', ...args], {
+      env: { ...process.env, DATABASE_URL: db.url, JOBS_LOCAL_ENV: '0', JOBS_QUEUE_URL: '', ...env },
+    });
+    return { code: 0, stdout: r.stdout, stderr: r.stderr };
+  } catch (e) {
+    const err = e as { code: number; stdout: string; stderr: string };
+    return { code: err.code, stdout: err.stdout, stderr: err.stderr };
+  }
+}
+
+describe('jobs command', () => {
+  it('enqueue → show → list → cancel', async () => {
+    const e = await jobs(['enqueue', 'ledger.post', '--payload', '{"batch":"CLI-1","entries":2}', '--key', 'cli-k', '--json']);
+    expect(e.code).toBe(0);
+    const job = JSON.parse(e.stdout);
+    expect(job).toMatchObject({ type: 'ledger.post', state: 'pending', duplicate: false });
+    const dup = await jobs(['enqueue', 'ledger.post', '--payload', '{"batch":"CLI-1","entries":2}', '--key', 'cli-k']);
+    expect(dup.stdout).toMatch(/^duplicate: an active job with this key exists/);
+    expect(dup.stdout).toContain(job.id);
+    const show = await jobs(['show', job.id]);
+    expect(show.stdout).toMatch(new RegExp(`job +${job.id}[\\s\\S]*state +pending[\\s\\S]*key +cli-k`));
+    const list = await jobs(['list', '--state', 'pending']);
+    expect(list.stdout).toContain(job.id);
+    const cancel = await jobs(['cancel', job.id, '--by', 'ops@example']);
+    expect(cancel.code).toBe(0);
+    expect(cancel.stdout).toMatch(/cancelled by ops@example \(cli\)/);
+    const again = await jobs(['cancel', job.id]);
+    expect(again.stdout).toMatch(/already ended \(cancelled\)/);
+  });
+
+  it.each([
+    [['enqueue', 'ledger.post', '--payload', '{"batch":'], /--payload is not valid JSON/],
+    [['enqueue', 'ledger.pots', '--payload', '{}'], /type: unknown job type "ledger.pots"; known types: inventory.cost, ledger.post/],
+    [['enqueue', 'ledger.post', '--payload', '{"batch":"x"}'], /payload.entries: is required/],
+    [['list', '--state', 'done'], /--state must be one of pending, running, succeeded, dead, cancelled/],
+    [['show', 'nope'], /ID must be a job id/],
+    [['frobnicate'], /unknown command "frobnicate"/],
+  ])('refuses %j with exit 2 and the reason', async (args, message) => {
+    const r = await jobs(args as string[]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(message);
+  });
+
+  it('refuses to start a worker with a bad configuration, naming the variable and the rule', async () => {
+    const r = await jobs(['worker'], { JOBS_LEASE_SECONDS: '6', JOBS_HEARTBEAT_SECONDS: '5', JOBS_QUEUE_URL: 'http://localhost:1/q', JOBS_DLQ_URL: 'http://localhost:1/d', AWS_REGION: 'us-east-1' });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/refusing to start[\s\S]*\[heartbeat-within-lease\] JOBS_HEARTBEAT_SECONDS = 5 must be at most 1\/3 of JOBS_LEASE_SECONDS = 6/);
+  });
+
+  it('show of an unknown job exits 1', async () => {
+    const r = await jobs(['show', '00000000-0000-4000-8000-000000000000']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/no job/);
+  });
+});
