@@ -103,10 +103,14 @@ export class JobStore {
    * Returns the jobs this owner now holds; the other ids were not claimable (or are being
    * claimed by someone else right now).
    */
-  async claim(ids: string[], owner: string, leaseSeconds: number): Promise<(Job & WithDbNow)[]> {
+  async claim(ids: string[], owner: string, leaseSeconds: number): Promise<(Job & WithDbNow & { reclaimed: boolean })[]> {
     if (ids.length === 0) return [];
     const { rows } = await run(this.pool, 'jobClaim', [ids, owner, leaseSeconds]);
-    return rows.map((r) => ({ ...rowToJob(r), dbNow: r.db_now as Date }));
+    // reclaimed: taken over from an owner whose lease expired (directly, or via the rescuer).
+    return rows.map((r) => {
+      const job = rowToJob(r);
+      return { ...job, dbNow: r.db_now as Date, reclaimed: Boolean(r.was_running) || job.attemptLog.at(-1)?.outcome === 'rescued' };
+    });
   }
 
   /** Renew leases; returns the ids still held (the others are lost). */

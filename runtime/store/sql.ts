@@ -71,7 +71,7 @@ export const SQL = {
            lease_expires_at = statement_timestamp() + $3::float8 * interval '1 second',
            started_at = coalesce(j.started_at, statement_timestamp())
       FROM (
-        SELECT id FROM jobs.job
+        SELECT id, state = 'running' AS was_running FROM jobs.job
          WHERE id = ANY($1::uuid[])
            AND ((state = 'pending' AND run_after <= statement_timestamp())
              OR (state = 'running' AND lease_expires_at < statement_timestamp()))
@@ -83,7 +83,7 @@ export const SQL = {
     RETURNING j.id, j.type, j.payload, j.state, j.idempotency_key, j.attempt, j.releases, j.max_attempts,
               j.lease_owner, j.lease_expires_at, j.run_after, j.progress, j.checkpoint, j.last_error,
               j.attempt_log, j.result, j.cancelled_by, j.created_at, j.started_at, j.finished_at,
-              statement_timestamp() AS db_now`,
+              statement_timestamp() AS db_now, c.was_running`,
 
   /**
    * Heartbeat: renew every lease one worker holds, in one statement per tick, and write the

@@ -48,6 +48,8 @@ export interface WorkerOptions {
   random?: () => number;
   /** Called when the worker starts and stops holding jobs (ECS task scale-in protection). */
   onBusyChange?: (busy: boolean) => void;
+  /** Observer of job events (live view); must not throw. */
+  onEvent?: (e: WorkerEvent) => void;
 }
 
 /** One job this worker holds. */
@@ -66,6 +68,32 @@ interface Held {
   lastRenewedAt: number;
   claimedAt: number;
   done?: Promise<void>;
+}
+
+/**
+ * What a worker tells observers (the live view's event feed, tests): one event per thing that
+ * happened to a job in this worker. Emitting must be cheap and must never throw.
+ */
+export type WorkerEventKind =
+  | 'claimed'
+  | 'reclaimed'
+  | 'lease-renewed'
+  | 'lease-lost'
+  | 'duplicate-ignored'
+  | 'succeeded'
+  | 'retried'
+  | 'dead-lettered'
+  | 'released'
+  | 'poison-dead-lettered';
+
+export interface WorkerEvent {
+  kind: WorkerEventKind;
+  workerId: string;
+  jobId?: string;
+  type?: string;
+  attempt?: number;
+  at: string;
+  detail?: string;
 }
 
 export type DeadLetterReason =
@@ -198,7 +226,10 @@ export class Worker {
     const failures = await this.changeVisibility(visible.map((h) => ({ receipt: h.message.receipt, seconds: 0 })));
     const republish = mine.filter((h) => h.receiptStale || failures.some((f) => f.receipt === h.message.receipt));
     await this.republish(republish.map((h) => h.job.id));
-    for (const h of mine) this.log.info({ jobId: h.job.id, type: h.job.type, attempt: h.token.attempt }, 'job released');
+    for (const h of mine) {
+      this.log.info({ jobId: h.job.id, type: h.job.type, attempt: h.token.attempt }, 'job released');
+      this.emit('released', h.job, 'worker stopping');
+    }
   }
 
   // ---------------------------------------------------------------- receiving and claiming
@@ -261,6 +292,7 @@ export class Worker {
       misses.delete(job.id);
       const [first, ...copies] = byJob.get(job.id)!;
       this.metrics.timing(METRIC.queueLag, Math.max(0, job.dbNow.getTime() - Math.max(job.createdAt.getTime(), job.runAfter.getTime())));
+      this.emit(job.reclaimed ? 'reclaimed' : 'claimed', job);
       this.startJob(job, first!);
       // Two copies of one job's message in one receive: we hold the job, the copy is surplus.
       for (const c of copies) this.deleteMessage(c, 'duplicate copy in the same receive');
@@ -299,6 +331,7 @@ export class Worker {
         if (leaseLeftMs > t.heartbeatSeconds * 1000) {
           // A live owner renews every heartbeat, so it keeps more than one heartbeat of lease.
           this.metrics.count(METRIC.duplicateDeliveries);
+          this.emit('duplicate-ignored', job, `held by ${job.leaseOwner}`);
           this.log.info({ ...log, owner: job.leaseOwner }, 'duplicate delivery ignored: another worker holds a live lease');
           this.deleteMessage(m, 'duplicate delivery of a job with a live lease');
         } else if (leaseLeftMs > 0) {
@@ -309,6 +342,7 @@ export class Worker {
           const [dead] = await this.store.deadLetterExpired([id]);
           if (dead) {
             this.metrics.count(METRIC.jobsDeadLettered);
+            this.emit('dead-lettered', dead, 'lease expired on the final attempt');
             this.log.error({ ...log, lastOwner: job.leaseOwner }, 'job dead: lease expired on its final attempt');
             await this.deadLetterJob(dead, m, 'lease-expired-final-attempt');
           } else {
@@ -435,6 +469,7 @@ export class Worker {
       return;
     }
     this.metrics.count(METRIC.jobsSucceeded);
+    this.emit('succeeded', job);
     this.metrics.timing(METRIC.jobDuration, Date.now() - h.claimedAt);
     log.info({ durationMs: Date.now() - h.claimedAt }, 'job succeeded');
     this.deleteMessage(h.message, 'job succeeded', h);
@@ -460,11 +495,13 @@ export class Worker {
     }
     if (after.state === 'dead') {
       this.metrics.count(METRIC.jobsDeadLettered);
+      this.emit('dead-lettered', after, after.lastError?.message);
       log.error({ err, attemptsUsed: attemptsUsed(after), maxAttempts: after.maxAttempts }, 'job dead');
       await this.deadLetterJob(after, h.message, nonRetryable ? 'non-retryable' : 'attempts-exhausted', h);
       return;
     }
     this.metrics.count(METRIC.jobsFailed);
+    this.emit('retried', job, `${after.lastError?.message ?? 'failed'}; retry in ${Math.round(delay * 10) / 10} s`);
     log.warn({ err, retryInSeconds: Math.round(delay * 10) / 10 }, 'attempt failed; will retry');
     const seconds = Math.ceil(delay);
     const failures = h.receiptStale ? [{ stale: true }] : await this.changeVisibility([{ receipt: h.message.receipt, seconds }]);
@@ -504,6 +541,7 @@ export class Worker {
       if (h.unsentProgress === sentProgress[i]) h.unsentProgress = null;
       renewed.push(h);
     });
+    for (const h of renewed) this.emit('lease-renewed', { id: h.job.id, type: h.job.type, attempt: h.token.attempt });
     // The message returns just after the lease would expire: if this worker dies now, the next
     // receiver finds the lease expired and reclaims the job at once.
     const seconds = Math.min(SQS_MAX_VISIBILITY_SECONDS, Math.ceil(t.leaseSeconds) + 2);
@@ -522,6 +560,7 @@ export class Worker {
     if (h.lost) return;
     h.lost = true;
     this.metrics.count(METRIC.leasesLost);
+    this.emit('lease-lost', { id: h.job.id, type: h.job.type, attempt: h.token.attempt }, during);
     this.log.warn({ jobId: h.job.id, type: h.job.type, attempt: h.token.attempt, during }, 'lease lost; handler aborted, this worker will not complete or fail the job');
     h.ac.abort(new LeaseLostError(h.job.id, h.token.attempt, during));
     // If the job ended (cancelled), our message is a leftover: delete it.
@@ -584,6 +623,7 @@ export class Worker {
     this.log.error({ messageId: m.messageId, reason, detail: info.detail, body: m.body.slice(0, 500) }, 'message dead-lettered');
     if (sent) {
       this.metrics.count(METRIC.messagesDeadLettered);
+      this.emit('poison-dead-lettered', info.jobId ? { id: info.jobId, type: '?' } : null, `${reason}: ${info.detail}`);
       this.deleteMessage(m, `dead-lettered: ${reason}`);
     }
   }
@@ -638,6 +678,21 @@ export class Worker {
       }
     }
     return false;
+  }
+
+  private emit(kind: WorkerEventKind, job?: { id: string; type: string; attempt?: number } | null, detail?: string): void {
+    if (!this.opts.onEvent) return;
+    try {
+      this.opts.onEvent({
+        kind,
+        workerId: this.workerId,
+        at: new Date().toISOString(),
+        ...(job ? { jobId: job.id, type: job.type, ...(job.attempt !== undefined ? { attempt: job.attempt } : {}) } : {}),
+        ...(detail ? { detail } : {}),
+      });
+    } catch {
+      /* observers never break job processing */
+    }
   }
 
   private setBusy(busy: boolean): void {

@@ -12,6 +12,7 @@ import { METRIC } from '../../runtime/metrics/names.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { jobMessageBody } from '../../runtime/queue/message.ts';
 import { Rescuer } from '../../runtime/store/rescuer.ts';
+import type { WorkerEvent } from '../../runtime/worker/worker.ts';
 import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
 
 const seen: { aborted: unknown[] } = { aborted: [] };
@@ -71,13 +72,16 @@ describe('worker', () => {
 
   it('retries a failing job with backoff and succeeds on the third attempt with its rows once', async () => {
     const job = await enqueue('ledger.post', { batch: 'B-RETRY', entries: 4, failAttempts: 2 }, { maxAttempts: 3 });
-    p.worker().start();
+    const events: WorkerEvent[] = [];
+    p.worker({ onEvent: (e) => events.push(e) }).start();
     const done = await until(job.id, 'succeeded');
     expect(done.attempt).toBe(3);
     expect(done.attemptLog.map((a) => a.outcome)).toEqual(['retry', 'retry']);
     expect(done.attemptLog[0]!.message).toMatch(/simulated failure of batch B-RETRY on attempt 1/);
     expect(await ledgerRows('B-RETRY')).toBe(4);
     expect(p.metrics.get(METRIC.jobsFailed)).toBe(2);
+    const story = events.filter((e) => e.jobId === job.id && e.kind !== 'lease-renewed').map((e) => `${e.kind}@${e.attempt}`);
+    expect(story).toEqual(['claimed@1', 'retried@1', 'claimed@2', 'retried@2', 'claimed@3', 'succeeded@3']);
   });
 
   it('a job that fails past its cap ends dead with its reason, in the DLQ, with no effects', async () => {
@@ -162,10 +166,12 @@ describe('worker', () => {
     a.start();
     await until(job.id, 'running');
     await a.simulateCrash();
-    const b = p.worker();
+    const events: WorkerEvent[] = [];
+    const b = p.worker({ onEvent: (e) => events.push(e) });
     b.start();
     const done = await until(job.id, 'succeeded', 15_000);
     expect(done.attempt).toBe(2);
+    expect(events.find((e) => e.jobId === job.id && e.kind === 'reclaimed')).toMatchObject({ attempt: 2 });
     expect(done.attemptLog).toEqual([]);
     expect(await ledgerRows('B-CRASH')).toBe(9);
   });
