@@ -16,9 +16,12 @@ export interface AttemptOutcome {
   attempt: number;
   owner: string | null;
   at: string;
-  outcome: 'retry' | 'dead' | 'released' | 'rescued';
+  /** redriven, discarded: an operator's action on a dead job (runtime/ops), recorded in the log with who asked. */
+  outcome: 'retry' | 'dead' | 'released' | 'rescued' | 'redriven' | 'discarded';
   name?: string;
   message?: string;
+  /** Who asked, for an operator's action. */
+  by?: string;
 }
 
 export interface Progress {
