@@ -28,6 +28,7 @@ import { chunk, SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type EntryFailure, type 
 import { backoffSeconds } from '../store/backoff.ts';
 import { attemptsUsed, isTerminal, type Job, type Progress } from '../store/job.ts';
 import { JobStore, type LeaseToken } from '../store/job-store.ts';
+import { recordPoisonMessage, type PoisonReason } from '../ops/poison.ts';
 import type { Publisher } from '../store/outbox.ts';
 import { Batcher } from './batcher.ts';
 import { JobTransaction } from './job-transaction.ts';
@@ -623,6 +624,9 @@ export class Worker {
     this.log.error({ messageId: m.messageId, reason, detail: info.detail, body: m.body.slice(0, 500) }, 'message dead-lettered');
     if (sent) {
       this.metrics.count(METRIC.messagesDeadLettered);
+      // Also kept in the database, raw body included, for on-call's poison list (runtime/ops/poison.ts).
+      await recordPoisonMessage(this.opts.pool, { sourceMessageId: m.messageId, reason: reason as PoisonReason, detail: info.detail, body: m.body, attributes: m.attributes, jobId: info.jobId ?? null, workerId: this.workerId, receiveCount: m.receiveCount })
+        .catch((err: unknown) => this.log.warn({ err, messageId: m.messageId }, 'could not record the poison message; its dead letter still has it'));
       this.emit('poison-dead-lettered', info.jobId ? { id: info.jobId, type: '?' } : null, `${reason}: ${info.detail}`);
       this.deleteMessage(m, `dead-lettered: ${reason}`);
     }
