@@ -10,10 +10,12 @@ import { ConfigError, workerPoolSize } from '../config/rules.ts';
 import { createPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
+import { workerEventSink } from '../live/events.ts';
 import { METRIC } from '../metrics/names.ts';
 import { CloudWatchMetrics } from '../observability/cloudwatch.ts';
 import { createLogger } from '../observability/log.ts';
 import type { Metrics } from '../observability/metrics.ts';
+import { withSqsFaults } from '../queue/fault-injection.ts';
 import { createSqsClient, SqsQueue } from '../queue/sqs.ts';
 import { JobStore } from '../store/job-store.ts';
 import { DEFAULT_RELAY, OutboxRelay, Publisher } from '../store/outbox.ts';
@@ -45,8 +47,13 @@ export async function startWorkerService(env: Record<string, string | undefined>
     applicationName: `jobs-worker ${workerId}`.slice(0, 63),
     onError: (err) => log.warn({ err }, 'idle database connection dropped; it will be replaced'),
   });
+  // Live view (JOBS_EVENTS=notify, local stack): worker events on a PostgreSQL NOTIFY channel.
+  const events = workerEventSink(env, pool, workerId, { log, running: () => worker.runningJobs.length });
   const client = createSqsClient({ region, ...(endpoint ? { endpoint } : {}) });
-  const queue = new SqsQueue({ queueUrl, client });
+  // Chaos runs only (JOBS_FAULT_SQS_ERROR_RATE, refused without a local endpoint): fail some SQS calls.
+  const queue = withSqsFaults(new SqsQueue({ queueUrl, client }), env, (op, when) =>
+    events?.push({ kind: 'fault', fault: 'sqs-error', workerId, at: new Date().toISOString(), detail: `${op}: ${when === 'before' ? 'request failed' : 'response lost'}` }),
+  );
   const dlq = new SqsQueue({ queueUrl: dlqUrl, client });
   const publisher = new Publisher(pool, queue, log);
   const namespace = env[ENV.metricsNamespace]?.trim();
@@ -64,6 +71,7 @@ export async function startWorkerService(env: Record<string, string | undefined>
     log,
     metrics,
     onBusyChange: (busy) => protection.onBusyChange(busy),
+    ...(events ? { onEvent: (e) => events.push(e) } : {}),
   });
   const store = new JobStore(pool);
   const relay = new OutboxRelay(pool, queue, log, DEFAULT_RELAY);
@@ -94,6 +102,7 @@ export async function startWorkerService(env: Record<string, string | undefined>
         await publisher.flush();
         await protection.release();
         await cloudwatch?.stop();
+        await events?.stop();
         await pool.end();
         log.info('shut down cleanly');
       })();
