@@ -14,6 +14,7 @@ import { ConfigError, type RuleViolation } from '../config/rules.ts';
 import { createPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
+import { liveConfigFromEnv, startLive, type LiveConfig } from '../live/service.ts';
 import { createLogger, type Logger } from '../observability/log.ts';
 import { SqsQueue } from '../queue/sqs.ts';
 import type { JobQueue } from '../queue/types.ts';
@@ -98,6 +99,8 @@ export interface ApiDeps {
   /** Interface to listen on; default all. */
   host?: string;
   shutdownGraceMs?: number;
+  /** Serve the live view (GET /, /live/*) with this configuration; absent: no live view. */
+  live?: LiveConfig;
 }
 
 export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Promise<RunningApi> {
@@ -114,7 +117,17 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
   const publisher = new Publisher(pool, queue, log);
   const relay = new OutboxRelay(pool, queue, log, DEFAULT_RELAY);
   const client = new JobClient({ pool, registry, publisher, defaultMaxAttempts: config.defaultMaxAttempts });
-  const server = createApiServer({ pool, client, registry, log, ...(config.apiToken ? { apiToken: config.apiToken } : {}) });
+  const live = deps.live
+    ? await startLive(deps.live, {
+        databaseUrl: config.databaseUrl,
+        pool,
+        store: client.store,
+        log,
+        // Queue depths only against real SQS (tests that pass a queue have none to ask).
+        ...(deps.queue ? {} : { sqs: { queueUrl: config.queueUrl, region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}) } }),
+      })
+    : null;
+  const server = createApiServer({ pool, client, registry, log, ...(config.apiToken ? { apiToken: config.apiToken } : {}), ...(live ? { live: live.routes } : {}) });
 
   try {
     await new Promise<void>((resolve, reject) => {
@@ -125,6 +138,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
       });
     });
   } catch (err) {
+    await live?.stop();
     await pool.end().catch(() => undefined);
     throw err;
   }
@@ -144,6 +158,8 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
     shutdown(reason: string) {
       shuttingDown ??= (async () => {
         log.info({ reason, graceMs }, 'shutting down: no new connections, finishing requests in flight');
+        // Live view streams never end by themselves: close them first so they do not hold the drain.
+        await live?.stop();
         // close() stops accepting and closes idle keep-alive connections; busy ones close after
         // their response (the server marks responses `connection: close` once it is not listening).
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
@@ -176,7 +192,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
 export async function runApi(env: Env = process.env): Promise<RunningApi> {
   let api: RunningApi;
   try {
-    api = await startApiService(apiConfigFromEnv(env));
+    api = await startApiService(apiConfigFromEnv(env), { live: liveConfigFromEnv(env) });
   } catch (err) {
     if (err instanceof ConfigError) {
       process.stderr.write(`jobs api: refusing to start.\n${err.message}\n`);

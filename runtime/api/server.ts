@@ -18,6 +18,7 @@ import { MAX_PAYLOAD_BYTES, type EnqueueSpec, type JobClient } from '../client.t
 import { pendingMigrations } from '../db/migrate.ts';
 import { ValidationError } from '../errors.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
+import type { LiveRoutes } from '../live/routes.ts';
 import type { Logger } from '../observability/log.ts';
 import { JOB_STATES, type Job, type JobState } from '../store/job.ts';
 
@@ -35,6 +36,8 @@ export interface ApiServerOptions {
   readyTimeoutMs?: number;
   /** Where /readyz looks for the migrations the schema must have. Default: the runtime's own. */
   migrationsDir?: string;
+  /** The live view (GET / and /live/*, runtime/live/routes.ts); absent: those paths are 404. */
+  live?: LiveRoutes;
 }
 
 /** Page size of GET /v1/jobs when the caller gives none, and the largest it may ask for. */
@@ -364,6 +367,12 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
     const path = q === -1 ? rawUrl : rawUrl.slice(0, q);
     const query = new URLSearchParams(q === -1 ? '' : rawUrl.slice(q + 1));
     const method = req.method ?? 'GET';
+    // --- Live view (issue 5): the page at / (static, no data) and its data under /live/*, which
+    // needs the same token as /v1. Routes and reasoning: runtime/live/routes.ts.
+    if (opts.live && (path === '/' || path === '/live' || path.startsWith('/live/'))) {
+      if (path !== '/') authorize(req);
+      return opts.live.handle(req, res, path, query);
+    }
     if (path === '/v1' || path.startsWith('/v1/')) authorize(req);
     const found = resolve(method, path);
     if (!found) throw new HttpError(404, 'not_found', `no route ${method} ${path.slice(0, 200)}; see GET /v1/job-types, /v1/jobs, /v1/jobs/{id}, POST /v1/jobs, /v1/jobs/{id}/cancel`);
@@ -406,7 +415,7 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
 
   /** Stopping: tell a keep-alive client (the load balancer) to send its next request elsewhere, not race our close. */
   function markIfStopping(res: http.ServerResponse): void {
-    if (!server.listening) res.setHeader('connection', 'close');
+    if (!server.listening && !res.headersSent) res.setHeader('connection', 'close');
   }
 
   function sendError(req: http.IncomingMessage, res: http.ServerResponse, requestId: string, err: unknown): void {
