@@ -15,6 +15,7 @@ import { assertJobTimings } from '../config/rules.ts';
 import { migrate } from '../db/migrate.ts';
 import { createPool } from '../db/pool.ts';
 import { freePort, startEmbeddedPg, withDatabase, type EmbeddedPg } from './embedded-pg.ts';
+import { startFaultControl, type FaultControl } from './fault-control.ts';
 import { startLocalSqs, type LocalSqs } from './fauxqs.ts';
 
 export const LOCAL_DIR = '.jobs-local';
@@ -51,6 +52,8 @@ export interface LocalStack {
   api: ChildProcess;
   /** Start one more worker process (the chaos tools restart killed ones). */
   startWorker(extraEnv?: Record<string, string>): ChildProcess;
+  /** Fault injection on these processes (the live view's controls, the chaos run). */
+  faults: FaultControl;
   stop(): Promise<void>;
 }
 
@@ -100,6 +103,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
   const savePids = () => writeFile(join(dir, 'pids'), pids.filter((p) => p !== process.pid).join('\n'));
   await savePids();
   let sqs: LocalSqs | undefined;
+  let faults: FaultControl | undefined;
   const children: ChildProcess[] = [];
   try {
     const admin = createPool({ url: pg.url, max: 1, applicationName: 'jobs-local' });
@@ -121,6 +125,8 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       JOBS_SQS_ENDPOINT: sqs.endpoint,
       AWS_REGION: 'us-east-1',
       API_URL: apiUrl,
+      // The live view's event bus (runtime/live/events.ts): workers NOTIFY, the API LISTENs.
+      JOBS_EVENTS: 'notify',
       ...timingEnv(timings),
     };
     await writeFile(
@@ -144,9 +150,16 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       return child;
     };
 
-    const api = spawnService('api', { PORT: String(apiPort) });
     let n = 0;
-    const startWorker = (extra: Record<string, string> = {}) => spawnService('worker', { JOBS_WORKER_ID: `local-worker-${++n}`, ...extra });
+    const spawnWorker = (extra: Record<string, string>) => {
+      const id = `local-worker-${++n}`;
+      return { id, child: spawnService('worker', { JOBS_WORKER_ID: id, ...extra }) };
+    };
+    // Fault controls (live view, chaos run): this process owns the workers, the API forwards to it.
+    faults = await startFaultControl({ databaseUrl, env, timings, repoRoot: repoRoot(), spawnWorker });
+    const control = faults;
+    const api = spawnService('api', { PORT: String(apiPort), ...control.apiEnv });
+    const startWorker = (extra: Record<string, string> = {}) => control.workers.start(extra).child;
     const workers = Array.from({ length: opts.workers }, () => startWorker());
     await waitForHttp(`${apiUrl}/healthz`, 30_000, api);
 
@@ -159,9 +172,12 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       workers,
       api,
       startWorker,
+      faults: control,
       stop() {
         stopping ??= (async () => {
+          control.workers.resumeAll();
           await stopChildren(children, (timings.drainSeconds + 5) * 1000);
+          await control.stop();
           await sqs!.stop().catch(() => undefined);
           await pg.stop();
           await rm(join(dir, 'pids'), { force: true });
@@ -171,7 +187,9 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       },
     };
   } catch (err) {
+    faults?.workers.resumeAll();
     await stopChildren(children, 5000);
+    await faults?.stop();
     await sqs?.stop().catch(() => undefined);
     await pg.stop();
     throw err;
