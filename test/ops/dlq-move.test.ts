@@ -1,0 +1,102 @@
+// The AWS path of a DLQ redrive (StartMessageMoveTask), with aws-sdk-client-mock (the local
+// endpoint has no such action): it scans first and starts SQS's server-side move only when no
+// dead letter must stay; it refuses, naming why, when one must; it reports the move tasks.
+import {
+  ChangeMessageVisibilityBatchCommand,
+  DeleteMessageBatchCommand,
+  GetQueueAttributesCommand,
+  ListMessageMoveTasksCommand,
+  ReceiveMessageCommand,
+  SQSClient,
+  StartMessageMoveTaskCommand,
+} from '@aws-sdk/client-sqs';
+import { mockClient } from 'aws-sdk-client-mock';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { JobClient } from '../../runtime/client.ts';
+import { defaultRegistry } from '../../runtime/handlers/index.ts';
+import { silentLogger } from '../../runtime/observability/log.ts';
+import { DeadLetterService, SqsDeadLetterQueue } from '../../runtime/ops/dlq.ts';
+import { MemoryQueue } from '../../runtime/queue/memory.ts';
+import { jobMessageBody } from '../../runtime/queue/message.ts';
+import { Publisher } from '../../runtime/store/outbox.ts';
+import { createTestDb, type TestDb } from '../support/db.ts';
+
+const sqsMock = mockClient(SQSClient);
+const DLQ_URL = 'https://sqs.eu-west-1.amazonaws.com/123456789012/erp-jobs-dlq';
+const QUEUE_URL = 'https://sqs.eu-west-1.amazonaws.com/123456789012/erp-jobs';
+const DLQ_ARN = 'arn:aws:sqs:eu-west-1:123456789012:erp-jobs-dlq';
+const QUEUE_ARN = 'arn:aws:sqs:eu-west-1:123456789012:erp-jobs';
+
+let db: TestDb;
+let client: JobClient;
+let service: DeadLetterService;
+beforeAll(async () => {
+  db = await createTestDb();
+  const queue = new MemoryQueue({ visibilityTimeoutSeconds: 30 });
+  client = new JobClient({ pool: db.pool, registry: defaultRegistry(), publisher: new Publisher(db.pool, queue, silentLogger), defaultMaxAttempts: 3 });
+  const dlq = new SqsDeadLetterQueue({ dlqUrl: DLQ_URL, queueUrl: QUEUE_URL, client: new SQSClient({ region: 'eu-west-1', maxAttempts: 1 }), local: false });
+  service = new DeadLetterService({ pool: db.pool, dlq, queue, log: silentLogger });
+});
+afterAll(() => db.drop());
+beforeEach(() => {
+  sqsMock.reset();
+  sqsMock.on(GetQueueAttributesCommand, { QueueUrl: DLQ_URL }).resolves({ Attributes: { QueueArn: DLQ_ARN } });
+  sqsMock.on(GetQueueAttributesCommand, { QueueUrl: QUEUE_URL }).resolves({ Attributes: { QueueArn: QUEUE_ARN } });
+  sqsMock.on(ChangeMessageVisibilityBatchCommand).resolves({ Successful: [], Failed: [] });
+  sqsMock.on(DeleteMessageBatchCommand).resolves({ Successful: [], Failed: [] });
+  sqsMock.on(StartMessageMoveTaskCommand).resolves({ TaskHandle: 'task-handle-1' });
+});
+
+const letter = (i: number, body: string, attrs: Record<string, string> = {}) => ({
+  MessageId: `m-${i}`,
+  ReceiptHandle: `r-${i}`,
+  Body: body,
+  Attributes: { SentTimestamp: String(Date.now()), ApproximateReceiveCount: '1', SenderId: 'AROAEXAMPLE:worker' },
+  MessageAttributes: Object.fromEntries(Object.entries(attrs).map(([k, v]) => [k, { DataType: 'String', StringValue: v }])),
+});
+const enqueue = async () => (await client.enqueueNow({ type: 'ledger.post', payload: { batch: 'M', entries: 1 } }))[0]!.job;
+
+describe('DLQ redrive with StartMessageMoveTask (AWS)', () => {
+  it('scans, drops what needs no message, hands back the rest and starts the move to the job queue; recorded', async () => {
+    const a = await enqueue();
+    const b = await enqueue();
+    await client.cancel(b.id, 'ops');
+    sqsMock.on(ReceiveMessageCommand).resolvesOnce({ Messages: [letter(1, jobMessageBody(a.id)), letter(2, jobMessageBody(b.id))] }).resolves({ Messages: [] });
+    const r = await service.redrive({ by: 'oncall', move: true, maxPerSecond: 50 });
+    expect(r.refused).toBeUndefined();
+    expect(r.moveTask).toEqual({ taskHandle: 'task-handle-1', dlqArn: DLQ_ARN, queueArn: QUEUE_ARN });
+    expect(sqsMock.commandCalls(StartMessageMoveTaskCommand)[0]!.args[0].input).toEqual({ SourceArn: DLQ_ARN, DestinationArn: QUEUE_ARN, MaxNumberOfMessagesPerSecond: 50 });
+    // The cancelled job's letter is deleted (never moved), the pending one's handed back for the move.
+    expect(sqsMock.commandCalls(DeleteMessageBatchCommand)[0]!.args[0].input.Entries).toEqual([{ Id: '0', ReceiptHandle: 'r-2' }]);
+    const released = sqsMock.commandCalls(ChangeMessageVisibilityBatchCommand).flatMap((c) => c.args[0].input.Entries!);
+    expect(released).toEqual([{ Id: '0', ReceiptHandle: 'r-1', VisibilityTimeout: 0 }]);
+    // The scan holds messages while it decides.
+    expect(sqsMock.commandCalls(ReceiveMessageCommand)[0]!.args[0].input).toMatchObject({ QueueUrl: DLQ_URL, VisibilityTimeout: 60, MessageSystemAttributeNames: ['All'] });
+    const actions = await db.pool.query("SELECT action, detail FROM jobs.operator_action WHERE by = 'oncall' ORDER BY id");
+    expect(actions.rows.map((x) => x.action)).toEqual(['dlq-drop', 'dlq-move']);
+    expect(actions.rows[1].detail).toMatchObject({ taskHandle: 'task-handle-1', scanned: 2, complete: true });
+  });
+
+  it('refuses to start a move when a dead letter must stay (poison, a dead job): nothing moved, everything handed back', async () => {
+    const a = await enqueue();
+    sqsMock.on(ReceiveMessageCommand)
+      .resolvesOnce({ Messages: [letter(1, jobMessageBody(a.id)), letter(2, 'garbage', { Reason: 'unparseable-body', Detail: 'body is not JSON' })] })
+      .resolves({ Messages: [] });
+    const r = await service.redrive({ by: 'oncall', move: true });
+    expect(r.refused).toMatch(/1 dead letter\(s\) must stay .*a move would resend them/);
+    expect(sqsMock.commandCalls(StartMessageMoveTaskCommand)).toHaveLength(0);
+    expect(sqsMock.commandCalls(DeleteMessageBatchCommand)).toHaveLength(0);
+    const released = sqsMock.commandCalls(ChangeMessageVisibilityBatchCommand).flatMap((c) => c.args[0].input.Entries!.map((e) => e.ReceiptHandle));
+    expect(released.sort()).toEqual(['r-1', 'r-2']);
+  });
+
+  it('lists the move tasks of the DLQ', async () => {
+    sqsMock.on(ListMessageMoveTasksCommand).resolves({
+      Results: [{ TaskHandle: 'task-handle-1', Status: 'RUNNING', SourceArn: DLQ_ARN, DestinationArn: QUEUE_ARN, ApproximateNumberOfMessagesMoved: 7, ApproximateNumberOfMessagesToMove: 20, StartedTimestamp: 1_700_000_000_000 }],
+    });
+    expect(await service.moveTasks()).toEqual([
+      { taskHandle: 'task-handle-1', status: 'RUNNING', sourceArn: DLQ_ARN, destinationArn: QUEUE_ARN, moved: 7, toMove: 20, startedAt: new Date(1_700_000_000_000), failureReason: null },
+    ]);
+    expect(sqsMock.commandCalls(ListMessageMoveTasksCommand)[0]!.args[0].input).toEqual({ SourceArn: DLQ_ARN, MaxResults: 10 });
+  });
+});
