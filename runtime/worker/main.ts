@@ -5,7 +5,7 @@
 
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import { databaseUrlFromEnv, ENV, jobTimingsFromEnv, requiredUrl } from '../config/env.ts';
+import { databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv, requiredUrl } from '../config/env.ts';
 import { ConfigError, workerPoolSize } from '../config/rules.ts';
 import { createPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
@@ -20,6 +20,7 @@ import { createSqsClient, SqsQueue } from '../queue/sqs.ts';
 import { JobStore } from '../store/job-store.ts';
 import { DEFAULT_RELAY, OutboxRelay, Publisher } from '../store/outbox.ts';
 import { Rescuer } from '../store/rescuer.ts';
+import { cloudWatchGauge, DEFAULT_STUCK_CHECK_SECONDS, STUCK_ENV, StuckJobReporter, stuckThresholdsFromEnv } from '../ops/stuck.ts';
 import { TaskProtection } from './task-protection.ts';
 import { Worker } from './worker.ts';
 
@@ -40,6 +41,8 @@ export async function startWorkerService(env: Record<string, string | undefined>
   const region = env[ENV.region]?.trim() || (endpoint ? 'us-east-1' : undefined);
   if (!region) throw new ConfigError('environment', [{ rule: 'aws-region-set', message: `${ENV.region} is required (the region of the queues)` }]);
   const workerId = env[ENV.workerId]?.trim() || `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+  const stuckThresholds = stuckThresholdsFromEnv(env);
+  const stuckCheckSeconds = intFromEnv(env, STUCK_ENV.checkSeconds, DEFAULT_STUCK_CHECK_SECONDS, 1, 3600);
 
   const pool = createPool({
     url: databaseUrl,
@@ -85,10 +88,14 @@ export async function startWorkerService(env: Record<string, string | undefined>
     },
   });
 
+  // Stuck jobs (runtime/ops/stuck.ts): counted once per interval, published as the JobsStuck gauge the stack alarms on.
+  const stuck = new StuckJobReporter({ pool, registry, log, thresholds: stuckThresholds, intervalMs: stuckCheckSeconds * 1000, ...(namespace ? { publish: cloudWatchGauge(namespace, log) } : {}) });
+
   cloudwatch?.start();
   worker.start();
   relay.start();
   rescuer.start();
+  stuck.start();
   log.info({ workerId, queueUrl, region, endpoint, timings, metricsNamespace: namespace ?? null, taskProtection: protection.enabled }, 'worker service started');
 
   let shuttingDown: Promise<void> | null = null;
@@ -98,7 +105,7 @@ export async function startWorkerService(env: Record<string, string | undefined>
       shuttingDown ??= (async () => {
         log.info({ reason, drainSeconds: timings.drainSeconds }, 'shutting down');
         await worker.stop(timings.drainSeconds);
-        await Promise.all([relay.stop(), rescuer.stop()]);
+        await Promise.all([relay.stop(), rescuer.stop(), stuck.stop()]);
         await publisher.flush();
         await protection.release();
         await cloudwatch?.stop();
