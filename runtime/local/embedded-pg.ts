@@ -28,6 +28,8 @@ export interface EmbeddedPgOptions {
   /** Keep fsync and synchronous_commit on (benchmarks); off by default for fast tests. */
   durable?: boolean;
   maxConnections?: number;
+  /** More `-c name=value` server settings, e.g. shared_preload_libraries=pg_stat_statements. */
+  settings?: Record<string, string>;
   log?: (line: string) => void;
 }
 
@@ -84,6 +86,7 @@ export async function startEmbeddedPg(opts: EmbeddedPgOptions = {}): Promise<Emb
     '-c', 'shared_buffers=256MB',
   ];
   if (!opts.durable) flags.push('-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off');
+  for (const [k, v] of Object.entries(opts.settings ?? {})) flags.push('-c', `${k}=${v}`);
   const pg = new EmbeddedPostgres({
     databaseDir: join(dataDir, 'data'),
     port,

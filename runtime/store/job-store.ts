@@ -2,10 +2,13 @@
 // prepared statement. Callers that need a transaction (enqueue, complete) pass the client they
 // hold; the rest run on the pool.
 
-import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { SQL, type SqlName } from './sql.ts';
+import { uuidv7 } from './uuid7.ts';
 import { rowToJob, type Job, type JobError, type JobState, type Progress, type WithDbNow } from './job.ts';
+
+/** JSON text for a jsonb parameter; SQL NULL (not the JSON literal null) for nothing. */
+const jsonOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : JSON.stringify(v));
 
 export type Queryable = Pick<pg.Pool, 'query'> | Pick<pg.PoolClient, 'query'>;
 
@@ -42,8 +45,8 @@ export interface ListFilter {
   state?: JobState;
   type?: string;
   limit: number;
-  /** Keyset cursor: the last job of the previous page. */
-  after?: { createdAt: Date; id: string };
+  /** Keyset cursor: the last job of the previous page (ids sort by creation time). */
+  after?: { id: string; createdAt?: Date };
 }
 
 export class JobStore {
@@ -57,7 +60,7 @@ export class JobStore {
    */
   async insertMany(db: Queryable, jobs: NewJob[]): Promise<Inserted[]> {
     if (jobs.length === 0) return [];
-    const ids = jobs.map(() => randomUUID());
+    const ids = jobs.map(() => uuidv7());
     const { rows } = await run(db, 'jobInsertMany', [
       ids,
       jobs.map((j) => j.type),
@@ -105,11 +108,14 @@ export class JobStore {
    */
   async claim(ids: string[], owner: string, leaseSeconds: number): Promise<(Job & WithDbNow & { reclaimed: boolean })[]> {
     if (ids.length === 0) return [];
-    const { rows } = await run(this.pool, 'jobClaim', [ids, owner, leaseSeconds]);
-    // reclaimed: taken over from an owner whose lease expired (directly, or via the rescuer).
+    const { rows } = await run(this.pool, 'jobClaim', [[...ids].sort(), owner, leaseSeconds]);
     return rows.map((r) => {
       const job = rowToJob(r);
-      return { ...job, dbNow: r.db_now as Date, reclaimed: Boolean(r.was_running) || job.attemptLog.at(-1)?.outcome === 'rescued' };
+      // A reclaim: the attempt before this one did not end in a recorded retry or release (its
+      // owner's lease ran out), or the rescuer re-queued it.
+      const last = job.attemptLog.at(-1);
+      const reclaimed = job.attempt > 1 && (!last || last.attempt !== job.attempt - 1 || last.outcome === 'rescued');
+      return { ...job, dbNow: r.db_now as Date, reclaimed };
     });
   }
 
@@ -133,7 +139,7 @@ export class JobStore {
 
   /** Mark succeeded inside the caller's transaction `tx`; false when the lease is lost (caller must ROLLBACK). */
   async complete(tx: Queryable, token: LeaseToken, result: unknown, progress?: Progress | null): Promise<boolean> {
-    const r = await run(tx, 'jobComplete', [token.id, token.attempt, JSON.stringify(result ?? null), progress ? JSON.stringify(progress) : null]);
+    const r = await run(tx, 'jobComplete', [token.id, token.attempt, jsonOrNull(result), progress ? JSON.stringify(progress) : null]);
     return r.rowCount === 1;
   }
 
@@ -143,7 +149,7 @@ export class JobStore {
     const { rows } = await run(this.pool, 'jobCompleteMany', [
       items.map((i) => i.id),
       items.map((i) => i.attempt),
-      items.map((i) => JSON.stringify(i.result ?? null)),
+      items.map((i) => jsonOrNull(i.result)),
       items.map((i) => (i.progress ? JSON.stringify(i.progress) : null)),
     ]);
     return new Set(rows.map((r) => r.id as string));
@@ -203,7 +209,7 @@ export class JobStore {
   }
 
   async list(f: ListFilter): Promise<Job[]> {
-    const { rows } = await run(this.pool, 'jobList', [f.state ?? null, f.type ?? null, f.after?.createdAt ?? null, f.after?.id ?? null, f.limit]);
+    const { rows } = await run(this.pool, 'jobList', [f.state ?? null, f.type ?? null, f.after?.id ?? null, f.limit]);
     return rows.map((r) => rowToJob(r));
   }
 

@@ -37,7 +37,7 @@ export const SQL = {
       INSERT INTO jobs.job (id, type, payload, idempotency_key, max_attempts, run_after)
       SELECT id, type, payload, idempotency_key, max_attempts, coalesce(run_after, statement_timestamp())
         FROM input ORDER BY ord
-      ON CONFLICT (type, idempotency_key) WHERE idempotency_key IS NOT NULL AND state IN ('pending', 'running')
+      ON CONFLICT (type, idempotency_key) WHERE idempotency_key IS NOT NULL AND finished_at IS NULL
       DO NOTHING
       RETURNING ${JOB_COLUMNS}
     ), outboxed AS (
@@ -48,7 +48,7 @@ export const SQL = {
   /** The active job holding an idempotency key (after a conflict in jobInsertMany). */
   jobGetActiveByKey: `
     SELECT ${JOB_COLUMNS} FROM jobs.job
-     WHERE type = $1 AND idempotency_key = $2 AND state IN ('pending', 'running')`,
+     WHERE type = $1 AND idempotency_key = $2 AND finished_at IS NULL`,
 
   jobGet: `SELECT ${JOB_COLUMNS} FROM jobs.job WHERE id = $1`,
 
@@ -56,34 +56,27 @@ export const SQL = {
 
   /**
    * Claim: pending → running, or reclaim of a running job whose lease expired, in ONE statement.
-   * The inner SELECT … FOR UPDATE SKIP LOCKED locks the claimable rows among the delivered ids in
-   * id order (so two workers claiming overlapping batches cannot deadlock); a row another
-   * transaction holds is skipped and reported as a miss rather than waited for. After the lock,
-   * PostgreSQL re-checks the WHERE clause against the latest row version, so of 50 concurrent
-   * claimers exactly one sees the row still claimable. The claim increments attempt: the new
-   * (id, attempt) is this owner's fencing token.
+   * Under READ COMMITTED a second claimer of the same row blocks on the first one's row lock,
+   * then re-checks the WHERE clause against the row the first one committed (EvalPlanQual): it
+   * is no longer claimable, so of 50 concurrent claimers exactly one updates it. The ids arrive
+   * sorted and the primary-key scan visits them in key order, so two workers claiming overlapping
+   * batches lock rows in the same order. No SELECT … FOR UPDATE first: that would write a lock
+   * record per row to the WAL on top of the update. No indexed column changes here, so the
+   * claim is a HOT update (see the index rule in 0001_job_table.sql). The claim increments
+   * attempt: the new (id, attempt) is this owner's fencing token.
    */
   jobClaim: `
-    UPDATE jobs.job j
+    UPDATE jobs.job
        SET state = 'running',
-           attempt = j.attempt + 1,
+           attempt = attempt + 1,
            lease_owner = $2,
            lease_expires_at = statement_timestamp() + $3::float8 * interval '1 second',
-           started_at = coalesce(j.started_at, statement_timestamp())
-      FROM (
-        SELECT id, state = 'running' AS was_running FROM jobs.job
-         WHERE id = ANY($1::uuid[])
-           AND ((state = 'pending' AND run_after <= statement_timestamp())
-             OR (state = 'running' AND lease_expires_at < statement_timestamp()))
-           AND attempt - releases < max_attempts
-         ORDER BY id
-         FOR UPDATE SKIP LOCKED
-      ) c
-     WHERE j.id = c.id
-    RETURNING j.id, j.type, j.payload, j.state, j.idempotency_key, j.attempt, j.releases, j.max_attempts,
-              j.lease_owner, j.lease_expires_at, j.run_after, j.progress, j.checkpoint, j.last_error,
-              j.attempt_log, j.result, j.cancelled_by, j.created_at, j.started_at, j.finished_at,
-              statement_timestamp() AS db_now, c.was_running`,
+           started_at = coalesce(started_at, statement_timestamp())
+     WHERE id = ANY($1::uuid[])
+       AND ((state = 'pending' AND run_after <= statement_timestamp())
+         OR (state = 'running' AND lease_expires_at < statement_timestamp()))
+       AND attempt - releases < max_attempts
+    RETURNING ${JOB_COLUMNS}, statement_timestamp() AS db_now`,
 
   /**
    * Heartbeat: renew every lease one worker holds, in one statement per tick, and write the
@@ -205,7 +198,8 @@ export const SQL = {
   jobRescueExpired: `
     WITH expired AS (
       SELECT id FROM jobs.job
-       WHERE state = 'running' AND lease_expires_at < statement_timestamp() - $1::float8 * interval '1 second'
+       WHERE finished_at IS NULL AND state = 'running'
+         AND lease_expires_at < statement_timestamp() - $1::float8 * interval '1 second'
        ORDER BY lease_expires_at
        LIMIT $2
        FOR UPDATE SKIP LOCKED
@@ -253,21 +247,24 @@ export const SQL = {
   outboxDelete: `DELETE FROM jobs.outbox WHERE id = ANY($1::bigint[])`,
 
   /**
-   * Jobs in a state, newest first, keyset-paged on (created_at, id). The cursor names the last
-   * job of the previous page; its created_at is read back from the row, because the
-   * microseconds PostgreSQL stores do not survive a trip through a JavaScript Date, and jobs
-   * enqueued in one transaction share one created_at. $3 is the fallback if that job is gone.
+   * Jobs newest first, keyset-paged on id: ids are UUID version 7, so id order is creation
+   * order and the primary key serves the listing. Active states use job_active; the rest scan
+   * the primary key backwards and filter (terminal jobs are most of the table, so a state filter
+   * there needs no index of its own).
    */
   jobList: `
     SELECT ${JOB_COLUMNS} FROM jobs.job
      WHERE ($1::jobs.job_state IS NULL OR state = $1::jobs.job_state)
+       AND ($1::jobs.job_state IS NULL OR $1::jobs.job_state NOT IN ('pending', 'running') OR finished_at IS NULL)
        AND ($2::text IS NULL OR type = $2::text)
-       AND ($4::uuid IS NULL OR (created_at, id) <
-            (coalesce((SELECT c.created_at FROM jobs.job c WHERE c.id = $4::uuid), $3::timestamptz), $4::uuid))
-     ORDER BY created_at DESC, id DESC
-     LIMIT $5`,
+       AND ($3::uuid IS NULL OR id < $3::uuid)
+     ORDER BY id DESC
+     LIMIT $4`,
 
   jobCountByState: `SELECT state, count(*)::int AS count FROM jobs.job GROUP BY state`,
+
+  /** Counts of the active states only, from job_active (cheap enough to poll). */
+  jobCountActive: `SELECT state, count(*)::int AS count FROM jobs.job WHERE finished_at IS NULL GROUP BY state`,
 } as const;
 
 export type SqlName = keyof typeof SQL;

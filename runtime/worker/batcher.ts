@@ -4,7 +4,7 @@
 
 export class Batcher<T, R> {
   private items: { item: T; resolve: (r: R) => void; reject: (e: unknown) => void }[] = [];
-  private timer: NodeJS.Timeout | null = null;
+  private timer: NodeJS.Timeout | NodeJS.Immediate | null = null;
   private inflight = new Set<Promise<void>>();
 
   constructor(
@@ -16,7 +16,9 @@ export class Batcher<T, R> {
     return new Promise<R>((resolve, reject) => {
       this.items.push({ item, resolve, reject });
       if (this.items.length >= this.opts.maxItems) this.flushNow();
-      else if (!this.timer) this.timer = setTimeout(() => this.flushNow(), this.opts.delayMs);
+      // delayMs 0: flush once the current turn of the event loop is over, so everything that
+      // finished together goes in one batch without adding a timer's millisecond.
+      else if (!this.timer) this.timer = this.opts.delayMs === 0 ? setImmediate(() => this.flushNow()) : setTimeout(() => this.flushNow(), this.opts.delayMs);
     });
   }
 
@@ -28,7 +30,8 @@ export class Batcher<T, R> {
 
   private flushNow(): void {
     if (this.timer) {
-      clearTimeout(this.timer);
+      if (this.opts.delayMs === 0) clearImmediate(this.timer as NodeJS.Immediate);
+      else clearTimeout(this.timer as NodeJS.Timeout);
       this.timer = null;
     }
     if (this.items.length === 0) return;

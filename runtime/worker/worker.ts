@@ -46,6 +46,14 @@ export interface WorkerOptions {
   metrics?: Metrics;
   /** Long-poll wait per receive (SQS allows up to 20 s). */
   receiveWaitSeconds?: number;
+  /**
+   * Jobs claimed ahead of a free handler slot (default: concurrency). The worker holds at most
+   * concurrency + prefetch jobs; prefetched jobs are leased and heartbeated like running ones,
+   * and released at once on a graceful stop.
+   */
+  prefetch?: number;
+  /** Most jobs claimed in one statement (received in parallel batches of 10). */
+  maxClaimBatch?: number;
   random?: () => number;
   /** Called when the worker starts and stops holding jobs (ECS task scale-in protection). */
   onBusyChange?: (busy: boolean) => void;
@@ -119,6 +127,10 @@ export class Worker {
   private heartbeatTimer: NodeJS.Timeout | null = null;
   private heartbeating: Promise<void> | null = null;
   private slotWaiters: (() => void)[] = [];
+  /** Claimed jobs waiting for a handler slot. */
+  private readonly waiting: Held[] = [];
+  /** Handlers running now (a handler with its own transaction counts until it commits). */
+  private active = 0;
   private readonly deletes: Batcher<string, EntryFailure | null>;
   private readonly completions: Batcher<LeaseToken & { result: unknown; progress: Progress | null }, boolean>;
   private busy = false;
@@ -141,7 +153,7 @@ export class Worker {
         const held = await this.store.completeMany(items);
         return items.map((i) => held.has(i.id));
       },
-      { maxItems: 100, delayMs: 2 },
+      { maxItems: 200, delayMs: 0 },
     );
   }
 
@@ -171,6 +183,12 @@ export class Worker {
     this.stopAc.abort();
     this.wakeSlotWaiters();
     await this.loopPromise;
+    // Prefetched jobs never started: hand them back now rather than after the drain.
+    const queued = this.waiting.splice(0);
+    if (queued.length > 0) {
+      await this.releaseJobs(queued);
+      for (const h of queued) this.held.delete(h.job.id);
+    }
     const running = () => [...this.held.values()].map((h) => h.done);
     if (this.held.size > 0) {
       this.log.info({ jobs: this.held.size, drainSeconds }, 'draining running jobs');
@@ -205,6 +223,7 @@ export class Worker {
       h.released = true; // "released" here only means: this process will write nothing more
       h.ac.abort(new Error('worker crashed'));
     }
+    for (const h of this.waiting.splice(0)) this.held.delete(h.job.id);
     this.wakeSlotWaiters();
     await this.loopPromise;
     await Promise.allSettled([...this.held.values()].map((h) => h.done));
@@ -238,15 +257,24 @@ export class Worker {
   private async receiveLoop(): Promise<void> {
     let failures = 0;
     const t = this.opts.timings;
+    const capacity = t.concurrency + (this.opts.prefetch ?? t.concurrency);
+    const maxBatch = this.opts.maxClaimBatch ?? 100;
+    // Jobs whose handler finished stay held (and heartbeated) until their batched completion
+    // commits; they do not take claim room, so the next claim overlaps that commit. The bound on
+    // held jobs keeps a slow database from piling up completions.
+    const maxHeld = capacity + maxBatch;
     while (!this.stopping) {
-      const free = t.concurrency - this.held.size;
-      if (free <= 0) {
+      const room = Math.min(capacity - (this.waiting.length + this.active), maxHeld - this.held.size, maxBatch);
+      // While jobs are in hand, wait until half the capacity is free: a few large claims cost
+      // the database less than many small ones.
+      const busy = this.waiting.length + this.active > 0;
+      if (room <= 0 || (busy && room < Math.min(maxBatch, Math.ceil(capacity / 2)))) {
         await new Promise<void>((r) => this.slotWaiters.push(r));
         continue;
       }
       let messages: ReceivedMessage[];
       try {
-        messages = await this.opts.queue.receive(Math.min(SQS_BATCH_LIMIT, free), this.opts.receiveWaitSeconds ?? 20, this.stopAc.signal);
+        messages = await this.receiveMany(room, this.opts.receiveWaitSeconds ?? 20);
         failures = 0;
       } catch (err) {
         failures++;
@@ -271,6 +299,20 @@ export class Worker {
         await sleep(Math.min(30_000, 200 * 2 ** Math.min(failures, 8)), this.stopAc.signal);
       }
     }
+  }
+
+  /**
+   * Up to `want` messages: one long-polling receive of 10 and, when more are wanted, parallel
+   * receives that do not wait, so a busy queue fills a large claim and an idle one costs one
+   * long poll.
+   */
+  private async receiveMany(want: number, waitSeconds: number): Promise<ReceivedMessage[]> {
+    const sizes: number[] = [];
+    for (let left = want; left > 0; left -= SQS_BATCH_LIMIT) sizes.push(Math.min(SQS_BATCH_LIMIT, left));
+    const first = await this.opts.queue.receive(sizes[0]!, waitSeconds, this.stopAc.signal);
+    if (sizes.length === 1 || first.length < sizes[0]!) return first;
+    const more = await Promise.allSettled(sizes.slice(1).map((n) => this.opts.queue.receive(n, 0, this.stopAc.signal)));
+    return [...first, ...more.flatMap((r) => (r.status === 'fulfilled' ? r.value : []))];
   }
 
   /** Claim the jobs of messages received together in one statement, then settle the rest. */
@@ -397,17 +439,38 @@ export class Worker {
     };
     this.held.set(job.id, h);
     this.setBusy(true);
-    h.done = this.execute(h)
-      .catch((err: unknown) => this.log.error({ err, jobId: job.id }, 'unexpected error settling a job; its lease will expire and it will be reclaimed'))
-      .finally(() => {
-        this.held.delete(job.id);
-        if (this.held.size === 0) this.setBusy(false);
-        this.wakeSlotWaiters();
-      });
+    this.waiting.push(h);
+    this.dispatch();
   }
 
-  private async execute(h: Held): Promise<void> {
+  /** Start waiting jobs while handler slots are free. */
+  private dispatch(): void {
+    const t = this.opts.timings;
+    while (this.active < t.concurrency && this.waiting.length > 0 && !this.stopping) {
+      const h = this.waiting.shift()!;
+      this.active++;
+      let slotFreed = false;
+      const freeSlot = () => {
+        if (slotFreed) return;
+        slotFreed = true;
+        this.active--;
+        this.dispatch();
+        this.wakeSlotWaiters();
+      };
+      h.done = this.execute(h, freeSlot)
+        .catch((err: unknown) => this.log.error({ err, jobId: h.job.id }, 'unexpected error settling a job; its lease will expire and it will be reclaimed'))
+        .finally(() => {
+          freeSlot();
+          this.held.delete(h.job.id);
+          if (this.held.size === 0) this.setBusy(false);
+          this.wakeSlotWaiters();
+        });
+    }
+  }
+
+  private async execute(h: Held, freeSlot: () => void): Promise<void> {
     const { job } = h;
+    if (h.lost || h.released) return;
     const log = this.log.child({ jobId: job.id, type: job.type, attempt: job.attempt });
     const def = this.opts.registry.get(job.type);
     if (!def) {
@@ -456,9 +519,14 @@ export class Worker {
     }
     let completed: boolean;
     try {
-      completed = tx.opened
-        ? await tx.commitWith((client) => this.store.complete(client, h.token, result ?? null, h.lastProgress))
-        : await this.completions.add({ ...h.token, result: result ?? null, progress: h.lastProgress });
+      if (tx.opened) {
+        completed = await tx.commitWith((client) => this.store.complete(client, h.token, result ?? null, h.lastProgress));
+      } else {
+        // The handler is done and holds no connection: its slot goes to the next job while the
+        // completion commits in a batch with others (the job stays held, and heartbeated, until then).
+        freeSlot();
+        completed = await this.completions.add({ ...h.token, result: result ?? null, progress: h.lastProgress });
+      }
     } catch (err) {
       // The COMMIT may or may not have happened. The fenced failure below matches no row if it did.
       await tx.rollback();

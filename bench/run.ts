@@ -1,0 +1,425 @@
+// The platform's benchmark (`npm run bench`): throughput through the full path — enqueue,
+// publish, claim, heartbeat, fenced completion — at several worker concurrencies, over the
+// in-process transport (the platform alone) and the local SQS endpoint; what each job costs
+// PostgreSQL (commits, WAL bytes); enqueue→start latency under a steady load; kill -9 → resumption
+// time; worker CPU per 1,000 jobs. Durable PostgreSQL (fsync and synchronous_commit on).
+// Figures are medians of --runs runs with their range. A benchmark, not a test: it fails only
+// when the platform does something wrong (a lost or doubled job), never on a number.
+//
+//   npm run bench                                 # defaults: 20,000 jobs, 3 runs, c = 1, 10, 50
+//   npm run bench -- --runs 1 --jobs 5000 --concurrency 10 --transports memory
+//   npm run bench -- --peers                      # also run ../shared/bench/peers on the same PostgreSQL
+//   npm run bench -- --profile                    # WAL per statement (pg_stat_statements) and a CPU profile
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { JobClient } from '../runtime/client.ts';
+import { DEFAULT_JOB_TIMINGS, workerPoolSize, type JobTimings } from '../runtime/config/rules.ts';
+import { migrate } from '../runtime/db/migrate.ts';
+import { createPool } from '../runtime/db/pool.ts';
+import { ledgerPost } from '../runtime/handlers/ledger-post.ts';
+import { JobRegistry } from '../runtime/handlers/registry.ts';
+import { defineJob } from '../runtime/handlers/types.ts';
+import { startEmbeddedPg, withDatabase } from '../runtime/local/embedded-pg.ts';
+import { silentLogger } from '../runtime/observability/log.ts';
+import { MemoryQueue } from '../runtime/queue/memory.ts';
+import { SqsQueue } from '../runtime/queue/sqs.ts';
+import type { JobQueue } from '../runtime/queue/types.ts';
+import { Publisher } from '../runtime/store/outbox.ts';
+import { Worker } from '../runtime/worker/worker.ts';
+import { CostMeter, type Cost } from './pg-cost.ts';
+import { runPeers, type PeerRow } from './peers.ts';
+
+const { values: args } = parseArgs({
+  options: {
+    jobs: { type: 'string', default: '20000' },
+    runs: { type: 'string', default: '3' },
+    concurrency: { type: 'string', default: '1,10,50' },
+    transports: { type: 'string', default: 'memory,sqs' },
+    kinds: { type: 'string', default: 'noop,ledger' },
+    'latency-seconds': { type: 'string', default: '10' },
+    rate: { type: 'string', default: '200' },
+    kills: { type: 'string', default: '3' },
+    'pg-url': { type: 'string' },
+    peers: { type: 'boolean', default: false },
+    profile: { type: 'boolean', default: false },
+    out: { type: 'string' },
+    prefetch: { type: 'string' },
+  },
+});
+
+const N = Number(args.jobs);
+const RUNS = Number(args.runs);
+const CONCURRENCIES = args.concurrency!.split(',').map(Number);
+const TRANSPORTS = args.transports!.split(',') as ('memory' | 'sqs')[];
+const KINDS = args.kinds!.split(',') as ('noop' | 'ledger')[];
+const log = (s: string) => process.stderr.write(`${s}\n`);
+
+// Timings for the benchmark: production-like lease and heartbeat.
+const TIMINGS: JobTimings = { ...DEFAULT_JOB_TIMINGS, leaseSeconds: 30, heartbeatSeconds: 5, visibilityTimeoutSeconds: 60, maxAttempts: 3, maxReceiveCount: 10 };
+
+const noop = defineJob<unknown, null>({ type: 'bench.noop', description: 'does nothing', parse: (p) => p, run: async () => null });
+let onStart: ((seq: number) => void) | null = null;
+const probe = defineJob<{ seq: number }, null>({
+  type: 'bench.probe',
+  description: 'records when it started',
+  parse: (p) => p as { seq: number },
+  run: async (p) => {
+    onStart?.(p.seq);
+    return null;
+  },
+});
+const registry = new JobRegistry([noop, probe, ledgerPost]);
+
+interface Sample {
+  kind: string;
+  transport: string;
+  concurrency: number;
+  jobs: number;
+  enqueuePerSec: number;
+  processPerSec: number;
+  commitsPerJob: number;
+  walBytesPerJob: number;
+  enqueueCost: Cost;
+  processCost: Cost;
+  cpuSecondsPer1000: number;
+}
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
+const pct = (xs: number[], p: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
+};
+
+async function freshDb(adminUrl: string, name: string): Promise<string> {
+  const c = new pg.Client({ connectionString: adminUrl });
+  await c.connect();
+  await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  await c.query(`CREATE DATABASE ${name}`);
+  await c.end();
+  const url = withDatabase(adminUrl, name);
+  const pool = createPool({ url, max: 1, applicationName: 'bench setup' });
+  await migrate(pool);
+  // Like the peer harness: settle the catalogs so autovacuum has nothing to do mid-window.
+  await pool.query('VACUUM ANALYZE');
+  await pool.query('CHECKPOINT');
+  await pool.end();
+  return url;
+}
+
+async function startSqsChild(): Promise<{ child: ChildProcess; endpoint: string; queueUrl: string; dlqUrl: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, 'sqs-child.ts')], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const line = await new Promise<string>((resolve, reject) => {
+    let buf = '';
+    child.stdout!.on('data', (d: Buffer) => {
+      buf += d.toString();
+      const nl = buf.indexOf('\n');
+      if (nl >= 0) resolve(buf.slice(0, nl));
+    });
+    child.once('exit', (code) => reject(new Error(`local SQS exited with ${code}`)));
+  });
+  return { child, ...JSON.parse(line) };
+}
+
+function spec(kind: 'noop' | 'ledger', i: number) {
+  return kind === 'noop' ? { type: 'bench.noop', payload: {} } : { type: 'ledger.post', payload: { batch: `bench-${i}`, entries: 5 } };
+}
+
+async function enqueueAll(url: string, queue: JobQueue, kind: 'noop' | 'ledger', n: number): Promise<number> {
+  const pool = createPool({ url, max: 2, applicationName: 'bench enqueue' });
+  const publisher = new Publisher(pool, queue, silentLogger, { deleteBatchDelayMs: 50 });
+  const client = new JobClient({ pool, registry, publisher, defaultMaxAttempts: TIMINGS.maxAttempts });
+  const t0 = performance.now();
+  const batch = 500;
+  for (let i = 0; i < n; i += batch) {
+    const c = await pool.connect();
+    let after: () => Promise<void>;
+    try {
+      await c.query('BEGIN');
+      const r = await client.enqueue(c, Array.from({ length: Math.min(batch, n - i) }, (_, k) => spec(kind, i + k)));
+      await c.query('COMMIT');
+      after = r.afterCommit;
+    } finally {
+      c.release();
+    }
+    await after();
+  }
+  await publisher.flush();
+  const seconds = (performance.now() - t0) / 1000;
+  await pool.end();
+  return n / seconds;
+}
+
+async function processAll(url: string, queue: JobQueue, dlq: JobQueue, n: number, concurrency: number, transport: string): Promise<{ perSec: number; cpuSeconds: number }> {
+  const pool = createPool({ url, max: workerPoolSize(concurrency), applicationName: 'bench worker' });
+  let done = 0;
+  let resolveDone!: () => void;
+  const allDone = new Promise<void>((r) => (resolveDone = r));
+  const worker = new Worker({
+    pool,
+    queue,
+    dlq,
+    registry,
+    publisher: new Publisher(pool, queue, silentLogger),
+    timings: { ...TIMINGS, concurrency },
+    log: silentLogger,
+    receiveWaitSeconds: 1,
+    ...(args.prefetch ? { prefetch: Number(args.prefetch) } : {}),
+    onEvent: (e) => {
+      if (e.kind === 'succeeded' && ++done === n) resolveDone();
+    },
+  });
+  const cpu0 = process.cpuUsage();
+  const t0 = performance.now();
+  worker.start();
+  await allDone;
+  const seconds = (performance.now() - t0) / 1000;
+  const cpu = process.cpuUsage(cpu0);
+  await worker.stop(0);
+  await pool.end();
+  return { perSec: n / seconds, cpuSeconds: (cpu.user + cpu.system) / 1e6 };
+}
+
+async function verify(url: string, kind: 'noop' | 'ledger', n: number): Promise<void> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  const { rows } = await c.query("SELECT count(*) FILTER (WHERE state = 'succeeded')::int AS ok, count(*) FILTER (WHERE attempt <> 1)::int AS retried, count(*)::int AS total FROM jobs.job");
+  const ledger = kind === 'ledger' ? (await c.query('SELECT count(*)::int AS n, count(DISTINCT (job_id, line_no))::int AS d FROM ledger_entries')).rows[0] : null;
+  await c.end();
+  const r = rows[0];
+  if (r.ok !== n || r.total !== n) throw new Error(`benchmark run wrong: ${r.ok}/${n} succeeded of ${r.total}`);
+  if (ledger && (ledger.n !== n * 5 || ledger.d !== n * 5)) throw new Error(`ledger wrong: ${ledger.n} rows, ${ledger.d} distinct, expected ${n * 5}`);
+  if (r.retried > 0) log(`  note: ${r.retried} jobs needed more than one attempt`);
+}
+
+async function throughput(adminUrl: string, dbName: string, meter: CostMeter, kind: 'noop' | 'ledger', transport: 'memory' | 'sqs', concurrency: number): Promise<Sample> {
+  const url = await freshDb(adminUrl, dbName);
+  let queue: JobQueue;
+  let dlq: JobQueue;
+  let child: ChildProcess | null = null;
+  if (transport === 'memory') {
+    const d = new MemoryQueue({ visibilityTimeoutSeconds: 60 });
+    queue = new MemoryQueue({ visibilityTimeoutSeconds: TIMINGS.visibilityTimeoutSeconds, maxReceiveCount: TIMINGS.maxReceiveCount, deadLetterQueue: d });
+    dlq = d;
+  } else {
+    const s = await startSqsChild();
+    child = s.child;
+    queue = new SqsQueue({ queueUrl: s.queueUrl, endpoint: s.endpoint });
+    dlq = new SqsQueue({ queueUrl: s.dlqUrl, endpoint: s.endpoint });
+  }
+  try {
+    const enq = await meter.measure(() => enqueueAll(url, queue, kind, N), { statements: args.profile });
+    const proc = await meter.measure(() => processAll(url, queue, dlq, N, concurrency, transport), { statements: args.profile });
+    await verify(url, kind, N);
+    const commits = enq.cost.commits + proc.cost.commits;
+    const wal = enq.cost.walBytes + proc.cost.walBytes;
+    return {
+      kind,
+      transport,
+      concurrency,
+      jobs: N,
+      enqueuePerSec: enq.result,
+      processPerSec: proc.result.perSec,
+      commitsPerJob: commits / N,
+      walBytesPerJob: wal / N,
+      enqueueCost: enq.cost,
+      processCost: proc.cost,
+      cpuSecondsPer1000: (proc.result.cpuSeconds / N) * 1000,
+    };
+  } finally {
+    child?.kill('SIGTERM');
+  }
+}
+
+/** Enqueue → start latency at a steady rate, in-process transport, concurrency 10. */
+async function latency(adminUrl: string): Promise<{ rate: number; seconds: number; p50: number; p99: number; max: number; n: number }> {
+  const url = await freshDb(adminUrl, 'bench_latency');
+  const d = new MemoryQueue({ visibilityTimeoutSeconds: 60 });
+  const queue = new MemoryQueue({ visibilityTimeoutSeconds: 60, deadLetterQueue: d, maxReceiveCount: 10 });
+  const pool = createPool({ url, max: workerPoolSize(10) + 4, applicationName: 'bench latency' });
+  const publisher = new Publisher(pool, queue, silentLogger);
+  const client = new JobClient({ pool, registry, publisher, defaultMaxAttempts: 3 });
+  const worker = new Worker({ pool, queue, dlq: d, registry, publisher, timings: { ...TIMINGS, concurrency: 10 }, log: silentLogger, receiveWaitSeconds: 1 });
+  const t0s = new Map<number, number>();
+  const lat: number[] = [];
+  onStart = (seq) => lat.push(performance.now() - t0s.get(seq)!);
+  worker.start();
+  const rate = Number(args.rate);
+  const seconds = Number(args['latency-seconds']);
+  const total = rate * seconds;
+  const start = performance.now();
+  const inflight: Promise<unknown>[] = [];
+  for (let seq = 0; seq < total; seq++) {
+    const due = start + (seq * 1000) / rate;
+    const wait = due - performance.now();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    t0s.set(seq, performance.now());
+    inflight.push(client.enqueueNow({ type: 'bench.probe', payload: { seq } }));
+  }
+  await Promise.all(inflight);
+  const deadline = Date.now() + 30_000;
+  while (lat.length < total && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  await worker.stop(0);
+  await pool.end();
+  onStart = null;
+  return { rate, seconds, n: lat.length, p50: pct(lat, 50), p99: pct(lat, 99), max: Math.max(...lat) };
+}
+
+/** kill -9 of a worker process mid-job → another worker process resumes it. */
+async function killToResume(adminUrl: string, kills: number): Promise<{ leaseSeconds: number; heartbeatSeconds: number; samplesMs: number[] }> {
+  const leaseSeconds = 5;
+  const heartbeatSeconds = 1;
+  const url = await freshDb(adminUrl, 'bench_kill');
+  const sqs = await startSqsChild();
+  const env = {
+    ...process.env,
+    DATABASE_URL: url,
+    JOBS_QUEUE_URL: sqs.queueUrl,
+    JOBS_DLQ_URL: sqs.dlqUrl,
+    JOBS_SQS_ENDPOINT: sqs.endpoint,
+    AWS_REGION: 'us-east-1',
+    JOBS_LEASE_SECONDS: String(leaseSeconds),
+    JOBS_HEARTBEAT_SECONDS: String(heartbeatSeconds),
+    JOBS_VISIBILITY_TIMEOUT_SECONDS: '6',
+    LOG_LEVEL: 'error',
+    JOBS_LOCAL_ENV: '0',
+  };
+  const spawnWorker = (id: string) => spawn(process.execPath, ['--import', 'tsx', 'bin/jobs.ts', 'worker'], { env: { ...env, JOBS_WORKER_ID: id }, stdio: 'ignore' });
+  const pool = createPool({ url, max: 2, applicationName: 'bench kill' });
+  const client = new JobClient({ pool, registry, publisher: new Publisher(pool, new SqsQueue({ queueUrl: sqs.queueUrl, endpoint: sqs.endpoint }), silentLogger), defaultMaxAttempts: 5 });
+  const workers = new Map<string, ChildProcess>();
+  const samples: number[] = [];
+  try {
+    for (let k = 0; k < kills; k++) {
+      for (const id of [`kill-a-${k}`, `kill-b-${k}`]) workers.set(id, spawnWorker(id));
+      const [r] = await client.enqueueNow({ type: 'ledger.post', payload: { batch: `kill-${k}`, entries: 1, workMs: 60_000 }, maxAttempts: 5 });
+      let owner: string | null = null;
+      while (!owner) {
+        const { rows } = await pool.query("SELECT lease_owner FROM jobs.job WHERE id = $1 AND state = 'running'", [r!.job.id]);
+        owner = rows[0]?.lease_owner ?? null;
+        if (!owner) await new Promise((res) => setTimeout(res, 50));
+      }
+      // Kill at a random point of the heartbeat cycle.
+      await new Promise((res) => setTimeout(res, 1500 + Math.random() * 1000));
+      const t0 = performance.now();
+      workers.get(owner)!.kill('SIGKILL');
+      for (;;) {
+        const { rows } = await pool.query("SELECT attempt, state FROM jobs.job WHERE id = $1", [r!.job.id]);
+        if (rows[0].attempt >= 2 && rows[0].state === 'running') break;
+        await new Promise((res) => setTimeout(res, 20));
+      }
+      samples.push(performance.now() - t0);
+      await client.cancel(r!.job.id, 'bench');
+      for (const w of workers.values()) w.kill('SIGKILL');
+      workers.clear();
+    }
+  } finally {
+    for (const w of workers.values()) w.kill('SIGKILL');
+    await pool.end();
+    sqs.child.kill('SIGTERM');
+  }
+  return { leaseSeconds, heartbeatSeconds, samplesMs: samples };
+}
+
+function fmt(n: number, digits = 0): string {
+  return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+}
+function range(xs: number[], digits = 0): string {
+  return `${fmt(median(xs), digits)} (${fmt(Math.min(...xs), digits)}–${fmt(Math.max(...xs), digits)})`;
+}
+
+async function main(): Promise<void> {
+  let adminUrl = args['pg-url'];
+  let stopPg: (() => Promise<void>) | null = null;
+  let peerRows: PeerRow[] = [];
+  if (args.peers) {
+    const peers = await runPeers({ runs: RUNS, jobs: N, log });
+    peerRows = peers.rows;
+    adminUrl ??= peers.pgUrl;
+    stopPg = peers.stopPg;
+  }
+  if (!adminUrl) {
+    log('starting embedded PostgreSQL (durable: fsync=on, synchronous_commit=on, full_page_writes=on)…');
+    const embedded = await startEmbeddedPg({ durable: true, settings: { shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'all' } });
+    adminUrl = embedded.url;
+    stopPg = () => embedded.stop();
+  }
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  const server = (await admin.query('SHOW server_version')).rows[0].server_version as string;
+  const settings = (await admin.query("SELECT name, setting FROM pg_settings WHERE name IN ('fsync','synchronous_commit','full_page_writes','shared_buffers')")).rows;
+  if (args.profile) await admin.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements').catch(() => log('pg_stat_statements is not loaded: no per-statement WAL profile'));
+  await admin.end();
+  const meter = new CostMeter(adminUrl, 'bench_tp');
+  await meter.connect();
+
+  const samples: Sample[] = [];
+  try {
+    for (let run = 0; run < RUNS; run++) {
+      for (const kind of KINDS) {
+        for (const transport of TRANSPORTS) {
+          for (const c of CONCURRENCIES) {
+            log(`run ${run + 1}/${RUNS}: ${kind} via ${transport}, concurrency ${c}, ${N} jobs…`);
+            const s = await throughput(adminUrl, 'bench_tp', meter, kind, transport, c);
+            log(`  ${fmt(s.processPerSec)} jobs/s, ${s.commitsPerJob.toFixed(3)} commits/job, ${fmt(s.walBytesPerJob)} WAL B/job, ${s.cpuSecondsPer1000.toFixed(2)} CPU s/1000`);
+            if (args.profile && run === 0) {
+              for (const [phase, cost] of [['enqueue', s.enqueueCost], ['process', s.processCost]] as const) {
+                for (const st of cost.statements ?? []) log(`    [${phase}] ${fmt(st.walBytes / N)} WAL B/job  ${st.walRecords} rec  ${st.walFpi} fpi  ${st.calls} calls  ${st.query}`);
+              }
+            }
+            samples.push(s);
+          }
+        }
+      }
+    }
+    log(`latency: ${args.rate} jobs/s for ${args['latency-seconds']} s…`);
+    const lat = await latency(adminUrl);
+    log('kill -9 → resumption…');
+    const kill = Number(args.kills) > 0 ? await killToResume(adminUrl, Number(args.kills)) : null;
+
+    // ---- report
+    const groups = new Map<string, Sample[]>();
+    for (const s of samples) {
+      const key = `${s.kind}|${s.transport}|${s.concurrency}`;
+      groups.set(key, [...(groups.get(key) ?? []), s]);
+    }
+    const out: string[] = [];
+    out.push(`PostgreSQL ${server} (${settings.map((r) => `${r.name}=${r.setting}`).join(', ')}), Node ${process.version}, ${N} jobs per run, ${RUNS} run(s); median (min–max)`);
+    out.push('');
+    out.push('| job | transport | concurrency | jobs/s | enqueue jobs/s | commits/job | WAL bytes/job | worker CPU s/1000 jobs |');
+    out.push('|---|---|---:|---:|---:|---:|---:|---:|');
+    for (const [key, ss] of groups) {
+      const [kind, transport, c] = key.split('|');
+      out.push(
+        `| ${kind} | ${transport === 'memory' ? 'in-process' : 'local SQS'} | ${c} | ${range(ss.map((s) => s.processPerSec))} | ${range(ss.map((s) => s.enqueuePerSec))} | ${range(ss.map((s) => s.commitsPerJob), 3)} | ${range(ss.map((s) => s.walBytesPerJob))} | ${range(ss.map((s) => s.cpuSecondsPer1000), 2)} |`,
+      );
+    }
+    out.push('');
+    out.push(`Enqueue → start at a steady ${lat.rate} jobs/s for ${lat.seconds} s (in-process, concurrency 10, one transaction per enqueue): p50 ${lat.p50.toFixed(1)} ms, p99 ${lat.p99.toFixed(1)} ms, max ${lat.max.toFixed(1)} ms (${lat.n} jobs).`);
+    if (kill) out.push(`kill -9 of a worker process → its job running again on another (lease ${kill.leaseSeconds} s, heartbeat ${kill.heartbeatSeconds} s, local SQS): median ${(median(kill.samplesMs) / 1000).toFixed(1)} s, max ${(Math.max(...kill.samplesMs) / 1000).toFixed(1)} s over ${kill.samplesMs.length} kills.`);
+    if (peerRows.length > 0) {
+      out.push('');
+      out.push('Peers, same machine and PostgreSQL, same run (../shared/bench/peers, concurrency 10):');
+      out.push('');
+      out.push('| peer | jobs/s | commits/job | WAL bytes/job |');
+      out.push('|---|---:|---:|---:|');
+      for (const r of peerRows) out.push(`| ${r.label} | ${fmt(r.jobsPerSec)} | ${r.commitsPerJob.toFixed(3)} | ${fmt(r.walBytesPerJob)} |`);
+    }
+    process.stdout.write(`${out.join('\n')}\n`);
+    const file = args.out ?? join('bench', 'results', `${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
+    await mkdir(join(file, '..'), { recursive: true });
+    await writeFile(file, JSON.stringify({ server, settings, node: process.version, jobs: N, runs: RUNS, samples, latency: lat, kill, peers: peerRows }, null, 2));
+    log(`wrote ${file}`);
+  } finally {
+    await meter.close();
+    await stopPg?.();
+  }
+}
+
+await main();
