@@ -20,6 +20,8 @@ import { SqsQueue } from '../queue/sqs.ts';
 import type { JobQueue } from '../queue/types.ts';
 import { DEFAULT_RELAY, OutboxRelay, Publisher } from '../store/outbox.ts';
 import { createApiServer } from './server.ts';
+import { OpsRoutes } from '../ops/api.ts';
+import { createOpsServices, opsConfigFromEnv, type OpsConfig } from '../ops/services.ts';
 
 type Env = Record<string, string | undefined>;
 
@@ -101,6 +103,8 @@ export interface ApiDeps {
   shutdownGraceMs?: number;
   /** Serve the live view (GET /, /live/*) with this configuration; absent: no live view. */
   live?: LiveConfig;
+  /** The on-call routes' settings (runtime/ops/api.ts); default: no DLQ, default stuck thresholds. */
+  ops?: OpsConfig;
 }
 
 export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Promise<RunningApi> {
@@ -127,7 +131,11 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
         ...(deps.queue ? {} : { sqs: { queueUrl: config.queueUrl, region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}) } }),
       })
     : null;
-  const server = createApiServer({ pool, client, registry, log, ...(config.apiToken ? { apiToken: config.apiToken } : {}), ...(live ? { live: live.routes } : {}) });
+  // On-call routes (issue 7): dead jobs, poison messages, stuck jobs from the database; the DLQ when its URL is given.
+  const ops = new OpsRoutes(
+    createOpsServices({ pool, registry, publisher, queue, log, queueUrl: config.queueUrl, region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}), ...(deps.ops?.dlqUrl ? { dlqUrl: deps.ops.dlqUrl } : {}), ...(deps.ops ? { stuck: deps.ops.stuck } : {}) }),
+  );
+  const server = createApiServer({ pool, client, registry, log, ...(config.apiToken ? { apiToken: config.apiToken } : {}), ...(live ? { live: live.routes } : {}), ops });
 
   try {
     await new Promise<void>((resolve, reject) => {
@@ -192,7 +200,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
 export async function runApi(env: Env = process.env): Promise<RunningApi> {
   let api: RunningApi;
   try {
-    api = await startApiService(apiConfigFromEnv(env), { live: liveConfigFromEnv(env) });
+    api = await startApiService(apiConfigFromEnv(env), { live: liveConfigFromEnv(env), ops: opsConfigFromEnv(env) });
   } catch (err) {
     if (err instanceof ConfigError) {
       process.stderr.write(`jobs api: refusing to start.\n${err.message}\n`);

@@ -19,6 +19,7 @@ import { pendingMigrations } from '../db/migrate.ts';
 import { ValidationError } from '../errors.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import type { LiveRoutes } from '../live/routes.ts';
+import type { OpsRoutes } from '../ops/api.ts';
 import type { Logger } from '../observability/log.ts';
 import { JOB_STATES, type Job, type JobState } from '../store/job.ts';
 
@@ -38,6 +39,8 @@ export interface ApiServerOptions {
   migrationsDir?: string;
   /** The live view (GET / and /live/*, runtime/live/routes.ts); absent: those paths are 404. */
   live?: LiveRoutes;
+  /** The on-call routes under /v1 (dead jobs, DLQ, poison messages, stuck jobs; runtime/ops/api.ts); absent: those paths are 404. */
+  ops?: OpsRoutes;
 }
 
 /** Page size of GET /v1/jobs when the caller gives none, and the largest it may ask for. */
@@ -374,6 +377,9 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
       return opts.live.handle(req, res, path, query);
     }
     if (path === '/v1' || path.startsWith('/v1/')) authorize(req);
+    // --- On-call (issue 7): dead jobs, the DLQ, poison messages, stuck jobs, under /v1 and its
+    // token (checked above). Routes and reasoning: runtime/ops/api.ts.
+    if (opts.ops?.owns(path)) return opts.ops.handle({ req, method, path, query });
     const found = resolve(method, path);
     if (!found) throw new HttpError(404, 'not_found', `no route ${method} ${path.slice(0, 200)}; see GET /v1/job-types, /v1/jobs, /v1/jobs/{id}, POST /v1/jobs, /v1/jobs/{id}/cancel`);
     if (!found.handler) {
@@ -461,12 +467,12 @@ function notFound(id: string): HttpError {
   return new HttpError(404, 'job_not_found', `job ${id} does not exist`, 'id');
 }
 
-function isPlainObject(v: unknown): v is Record<string, unknown> {
+export function isPlainObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 /** The client as the load balancer saw it (first X-Forwarded-For hop), else the socket's peer. */
-function callerAddress(req: http.IncomingMessage): string {
+export function callerAddress(req: http.IncomingMessage): string {
   const fwd = req.headers['x-forwarded-for'];
   const first = (Array.isArray(fwd) ? fwd[0] : fwd)?.split(',')[0]?.trim();
   const addr = first && /^[0-9a-fA-F.:]{2,45}$/.test(first) ? first : req.socket.remoteAddress ?? 'unknown';
@@ -516,7 +522,7 @@ function toHttpError(err: unknown, requestId: string): HttpError {
  * Read and parse a JSON body of at most `cap` bytes. Refuses a larger one as soon as it is known
  * (declared length or bytes so far), without buffering the rest.
  */
-async function readJson(req: http.IncomingMessage, cap: number, opts: { required: boolean; limitHint?: string }): Promise<unknown> {
+export async function readJson(req: http.IncomingMessage, cap: number, opts: { required: boolean; limitHint?: string }): Promise<unknown> {
   const declared = req.headers['content-length'] !== undefined ? Number(req.headers['content-length']) : undefined;
   const hasBody = (declared !== undefined && declared > 0) || req.headers['transfer-encoding'] !== undefined;
   if (!hasBody) {

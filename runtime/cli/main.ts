@@ -25,10 +25,24 @@ Usage:
   jobs api                                    run the HTTP API service
   jobs worker                                 run a worker process
   jobs enqueue TYPE --payload JSON [--key K] [--max-attempts N] [--run-at ISO]
-  jobs show ID [--json]
+  jobs show ID [--json] [--watch [--interval S]]   --watch: live progress bar, attempt, lease owner and time left, until the job ends
   jobs cancel ID [--by WHO]                   cancel a pending or running job (a running handler is aborted at its next heartbeat)
   jobs list [--state S] [--type T] [--limit N] [--json]
   jobs types                                  list the job types this build knows
+
+On-call (docs/runbooks/README.md):
+  jobs dead list [--type T] [--since T] [--until T] [--discarded] [--limit N] [--json]
+  jobs dead show ID [--json]                  a dead job: its reason, each attempt's outcome and owner, what operators did
+  jobs dead redrive (ID… | --type T | --since T | --until T | --all) [--by WHO] [--reason R] [--max-attempts N] [--from-scratch] [--dry-run]
+                                              back to pending with a fresh attempt budget, re-published, recorded
+  jobs dead discard (ID… | --type T | --since T | --until T | --all) --reason R [--by WHO]
+  jobs dlq list [--poison] [--limit N] [--json]   the DLQ's messages, each with what a redrive would do
+  jobs dlq redrive [--dry-run] [--move] [--rate N] [--limit N] [--by WHO]   move dead letters back, reconciled with the job table
+  jobs dlq discard MESSAGE_ID… --reason R [--by WHO]
+  jobs dlq move-status                        the DLQ's SQS message move tasks (AWS)
+  jobs poison list [--reason R] [--since T] [--resolved] [--limit N] [--json]
+  jobs stuck [--running-seconds N] [--pending-seconds N] [--limit N] [--json]
+  (T: an ISO 8601 time with an offset, or an age such as 30m, 6h, 2d)
 
 Settings come from the environment (DATABASE_URL, JOBS_QUEUE_URL, …); next to a running
 \`jobs local\`, unset ones are read from .jobs-local/env.`;
@@ -93,7 +107,7 @@ export function formatJob(j: Job): string {
   if (j.progress) lines.push(`progress  ${Math.round(j.progress.fraction * 100)}%${j.progress.message ? ` ${j.progress.message}` : ''}`);
   if (j.cancelledBy) lines.push(`cancelled by ${j.cancelledBy}`);
   if (j.lastError) lines.push(`error     ${j.lastError.name}: ${j.lastError.message}`);
-  for (const a of j.attemptLog) lines.push(`  attempt ${a.attempt} ${a.outcome} at ${a.at} by ${a.owner ?? '?'}${a.message ? `: ${a.message}` : ''}`);
+  for (const a of j.attemptLog) lines.push(`  attempt ${a.attempt} ${a.outcome} at ${a.at} by ${a.by ?? a.owner ?? '?'}${a.message ? `: ${a.message}` : ''}`);
   lines.push(`payload   ${JSON.stringify(j.payload)}`);
   if (j.result !== null) lines.push(`result    ${JSON.stringify(j.result)}`);
   return lines.join('\n');
@@ -200,10 +214,11 @@ export async function main(argv: string[]): Promise<number> {
     }
 
     case 'show': {
-      const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { json: { type: 'boolean' } } });
+      const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { json: { type: 'boolean' }, watch: { type: 'boolean' }, interval: { type: 'string' } } });
       const id = positionals[0];
       if (!id || !/^[0-9a-f-]{36}$/i.test(id)) throw new UsageError(`jobs show ID: ID must be a job id (a UUID), got ${id ?? 'nothing'}`);
       const env = await resolveEnv();
+      if (values.watch) return (await import('../ops/cli.ts')).watchCommand(id.toLowerCase(), values.interval, env, out);
       const job = await withClient(env, ({ store }) => store.get(id));
       if (!job) {
         process.stderr.write(`no job ${id}\n`);
@@ -252,6 +267,13 @@ export async function main(argv: string[]): Promise<number> {
       if (jobs.length === 0) out('(no jobs)');
       return 0;
     }
+
+    // On-call (issue 7): dead jobs, the DLQ, poison messages, stuck jobs — runtime/ops/cli.ts.
+    case 'dead':
+    case 'dlq':
+    case 'poison':
+    case 'stuck':
+      return (await import('../ops/cli.ts')).opsCommand(command, rest, await resolveEnv(), out);
 
     default:
       throw new UsageError(`unknown command "${command}"\n\n${USAGE}`);

@@ -1,0 +1,71 @@
+// The on-call services as the API and the CLI use them, built once from what the process already
+// has (its pool, publisher and job queue) and the DLQ's URL. Without a DLQ URL the dead-letter
+// routes and commands answer that it is not configured; everything else works from the database.
+
+import type pg from 'pg';
+import { ENV, requiredUrl } from '../config/env.ts';
+import type { JobRegistry } from '../handlers/registry.ts';
+import type { Logger } from '../observability/log.ts';
+import { createSqsClient } from '../queue/sqs.ts';
+import type { JobQueue } from '../queue/types.ts';
+import type { Publisher } from '../store/outbox.ts';
+import { DeadJobService } from './dead-jobs.ts';
+import { DeadLetterService, SqsDeadLetterQueue } from './dlq.ts';
+import { DEFAULT_STUCK_THRESHOLDS, stuckThresholdsFromEnv, type StuckThresholds } from './stuck.ts';
+
+export interface OpsServices {
+  pool: pg.Pool;
+  registry: JobRegistry;
+  deadJobs: DeadJobService;
+  /** Null when this process was given no DLQ URL. */
+  deadLetters: DeadLetterService | null;
+  stuck: StuckThresholds;
+}
+
+export interface OpsServicesOptions {
+  pool: pg.Pool;
+  registry: JobRegistry;
+  publisher: Publisher;
+  /** The job queue (resends go here). */
+  queue: JobQueue;
+  log: Logger;
+  queueUrl?: string;
+  dlqUrl?: string;
+  region?: string;
+  /** A local SQS endpoint (no StartMessageMoveTask there). */
+  endpoint?: string;
+  stuck?: StuckThresholds;
+}
+
+export function createOpsServices(o: OpsServicesOptions): OpsServices {
+  let deadLetters: DeadLetterService | null = null;
+  if (o.dlqUrl && o.queueUrl) {
+    const client = createSqsClient({ ...(o.region ? { region: o.region } : {}), ...(o.endpoint ? { endpoint: o.endpoint } : {}) });
+    deadLetters = new DeadLetterService({
+      pool: o.pool,
+      dlq: new SqsDeadLetterQueue({ dlqUrl: o.dlqUrl, queueUrl: o.queueUrl, client, local: Boolean(o.endpoint) }),
+      queue: o.queue,
+      log: o.log,
+    });
+  }
+  return {
+    pool: o.pool,
+    registry: o.registry,
+    deadJobs: new DeadJobService(o.pool, o.publisher),
+    deadLetters,
+    stuck: o.stuck ?? DEFAULT_STUCK_THRESHOLDS,
+  };
+}
+
+/** What the API needs beyond its own configuration to serve the on-call routes. */
+export interface OpsConfig {
+  /** The DLQ (JOBS_DLQ_URL); absent: the /v1/dlq routes answer 501. */
+  dlqUrl?: string;
+  stuck: StuckThresholds;
+}
+
+export function opsConfigFromEnv(env: Record<string, string | undefined>): OpsConfig {
+  const dlqUrl = env[ENV.dlqUrl]?.trim() || undefined;
+  if (dlqUrl) requiredUrl(env, ENV.dlqUrl);
+  return { ...(dlqUrl ? { dlqUrl } : {}), stuck: stuckThresholdsFromEnv(env) };
+}

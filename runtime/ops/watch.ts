@@ -1,0 +1,141 @@
+// `jobs show ID --watch`: a job's progress, live, until it ends — a progress bar with the
+// handler's fraction and message, the attempt, the lease owner and the time left on the lease.
+// On a terminal the view redraws in place; piped (a CI log, a test) it prints a line whenever
+// something a person would notice changes, so the output stays readable. Times come from the
+// database's clock (statement_timestamp), so a skewed laptop clock does not lie about the lease.
+//
+// Exit code: 0 when the job succeeded, 1 when it ended dead or cancelled (or does not exist).
+
+import type pg from 'pg';
+import { rowToOpsJob, runOps, type OpsJob } from './db.ts';
+import { formatDuration } from './stuck.ts';
+
+export interface WatchFrame {
+  job: OpsJob;
+  dbNow: Date;
+}
+
+/** A bar of `width` cells for a fraction in 0..1. Unicode blocks on a terminal, ASCII when piped. */
+export function progressBar(fraction: number, width: number, ascii: boolean): string {
+  const f = Math.min(1, Math.max(0, Number.isFinite(fraction) ? fraction : 0));
+  const filled = Math.round(f * width);
+  return `[${(ascii ? '#' : '█').repeat(filled)}${(ascii ? '-' : '░').repeat(width - filled)}]`;
+}
+
+function percent(fraction: number | undefined): string {
+  return `${String(Math.floor(Math.min(1, Math.max(0, fraction ?? 0)) * 100)).padStart(3)}%`;
+}
+
+function seconds(ms: number): string {
+  return `${(Math.max(0, ms) / 1000).toFixed(1)} s`;
+}
+
+function attemptText(j: OpsJob): string {
+  return `attempt ${j.attempt} (${j.attempt - j.releases} of ${j.maxAttempts} used)`;
+}
+
+/** Where the job stands, without the bar: state, attempt, and the lease or the due time. */
+export function statusText(f: WatchFrame): string {
+  const j = f.job;
+  const now = f.dbNow.getTime();
+  if (j.state === 'running') {
+    const left = (j.leaseExpiresAt?.getTime() ?? now) - now;
+    const lease = left > 0 ? `${seconds(left)} left` : `expired ${seconds(-left)} ago`;
+    const since = j.claimedAt ?? j.startedAt;
+    return `running · ${attemptText(j)} · lease ${j.leaseOwner} ${lease}${since ? ` · running for ${formatDuration((now - since.getTime()) / 1000)}` : ''}`;
+  }
+  if (j.state === 'pending') {
+    const due = j.runAfter.getTime() - now;
+    return `pending · ${attemptText(j)} · ${due > 0 ? `due in ${seconds(due)}` : `waiting for a worker (due ${formatDuration(-due / 1000)} ago)`}`;
+  }
+  return `${j.state} · ${attemptText(j)}`;
+}
+
+/** The view on a terminal: three lines, redrawn in place. */
+export function renderFrame(f: WatchFrame, width = 40): string[] {
+  const j = f.job;
+  return [
+    `${j.type} ${j.id}`,
+    `${progressBar(j.progress?.fraction ?? 0, width, false)} ${percent(j.progress?.fraction)}  ${j.progress?.message ?? ''}`.trimEnd(),
+    statusText(f),
+  ];
+}
+
+/** The view when piped: one line per change. */
+export function renderLine(f: WatchFrame): string {
+  const j = f.job;
+  const t = f.dbNow.toISOString().slice(11, 19);
+  return `${t}  ${progressBar(j.progress?.fraction ?? 0, 20, true)} ${percent(j.progress?.fraction)}  ${statusText(f)}${j.progress?.message ? `  — ${j.progress.message}` : ''}`;
+}
+
+/** What changed enough to print a new line (not the lease ticking down). */
+function changeKey(j: OpsJob): string {
+  return [j.state, j.attempt, j.leaseOwner, Math.floor((j.progress?.fraction ?? 0) * 100), j.progress?.message ?? ''].join('|');
+}
+
+/** The last word: how the job ended, and where to look next. */
+export function renderEnd(f: WatchFrame): string {
+  const j = f.job;
+  const took = j.finishedAt && j.createdAt ? ` after ${formatDuration((j.finishedAt.getTime() - j.createdAt.getTime()) / 1000)}` : '';
+  switch (j.state) {
+    case 'succeeded':
+      return `succeeded${took} on ${attemptText(j)}${j.result !== null ? `: ${JSON.stringify(j.result).slice(0, 300)}` : ''}`;
+    case 'dead':
+      return `dead${took}: ${j.lastError ? `${j.lastError.name}: ${j.lastError.message}` : 'no error recorded'} (${attemptText(j)}); see \`jobs dead show ${j.id}\``;
+    case 'cancelled':
+      return `cancelled${j.cancelledBy ? ` by ${j.cancelledBy}` : ''}${took}`;
+    default:
+      return statusText(f);
+  }
+}
+
+export interface WatchOptions {
+  pool: pg.Pool;
+  id: string;
+  write: (s: string) => void;
+  /** Redraw in place (a terminal) or print a line per change (piped). */
+  tty: boolean;
+  intervalMs?: number;
+  columns?: number;
+  signal?: AbortSignal;
+}
+
+/** Watch until the job ends. Returns the exit code: 0 succeeded, 1 dead, cancelled or missing, 130 when aborted. */
+export async function watchJob(o: WatchOptions): Promise<number> {
+  const interval = o.intervalMs ?? 1000;
+  const width = Math.max(10, Math.min(60, (o.columns ?? 80) - 20));
+  let drawn = 0;
+  let lastKey = '';
+  for (;;) {
+    const { rows } = await runOps(o.pool, 'jobGetWithNow', [o.id]);
+    if (!rows[0]) {
+      o.write(`no job ${o.id}\n`);
+      return 1;
+    }
+    const frame: WatchFrame = { job: rowToOpsJob(rows[0]), dbNow: rows[0].db_now as Date };
+    const ended = frame.job.state === 'succeeded' || frame.job.state === 'dead' || frame.job.state === 'cancelled';
+    if (o.tty) {
+      const lines = renderFrame(frame, width);
+      // Move up over the last drawing and clear it, then draw again.
+      o.write(`${drawn > 0 ? `\x1b[${drawn}F\x1b[0J` : ''}${lines.join('\n')}\n`);
+      drawn = lines.length;
+    } else {
+      const key = changeKey(frame.job);
+      if (key !== lastKey) o.write(`${renderLine(frame)}\n`);
+      lastKey = key;
+    }
+    if (ended) {
+      o.write(`${renderEnd(frame)}\n`);
+      return frame.job.state === 'succeeded' ? 0 : 1;
+    }
+    const aborted = await new Promise<boolean>((resolve) => {
+      if (o.signal?.aborted) return resolve(true);
+      const t = setTimeout(() => resolve(false), interval);
+      o.signal?.addEventListener('abort', () => {
+        clearTimeout(t);
+        resolve(true);
+      }, { once: true });
+    });
+    if (aborted) return 130;
+  }
+}
