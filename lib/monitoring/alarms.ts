@@ -30,7 +30,16 @@ export type JobAlarmName =
   | 'leasesLost'
   | 'jobsDeadLettered'
   | 'api5xx'
-  | 'workerTasksBelowMinimum';
+  | 'workerTasksBelowMinimum'
+  | 'jobsStuck';
+
+/**
+ * Stuck jobs (runtime/ops/stuck.ts): every worker publishes the count once a minute, so Maximum
+ * over 5 minutes is the count whatever the number of workers. The thresholds that make a job
+ * stuck (its type's expected maximum, JOBS_STUCK_*) already wait; two periods more keep a job
+ * that finishes just past its limit from paging.
+ */
+export const JOBS_STUCK_ALARM = { threshold: 1, periodMinutes: 5, evaluationPeriods: 2 } as const;
 
 /** A platform metric as the worker emits it: its environment's namespace, no dimensions. */
 export function jobMetric(envName: EnvironmentName, name: (typeof METRIC)[keyof typeof METRIC], statistic: string, period: Duration): cloudwatch.Metric {
@@ -141,6 +150,21 @@ export class JobAlarms extends Construct {
         evaluationPeriods: 5,
         datapointsToAlarm: 5,
         treatMissingData: cloudwatch.TreatMissingData.BREACHING,
+      }),
+      jobsStuck: make('jobsStuck', {
+        alarmName: `${prefix} jobs stuck`,
+        alarmDescription: describe(
+          `at least ${JOBS_STUCK_ALARM.threshold} job has been stuck for ${JOBS_STUCK_ALARM.periodMinutes * JOBS_STUCK_ALARM.evaluationPeriods} minutes: running past its type's expected maximum (a hung handler or a slow dependency), or due and not picked up (no worker claims it, or its lease expired and nobody reclaimed it). \`jobs stuck\` lists them with the reason.`,
+          RUNBOOK_SECTION.jobsStuck,
+        ),
+        metric: jobMetric(envName, METRIC.jobsStuck, 'Maximum', Duration.minutes(JOBS_STUCK_ALARM.periodMinutes)),
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        threshold: JOBS_STUCK_ALARM.threshold,
+        evaluationPeriods: JOBS_STUCK_ALARM.evaluationPeriods,
+        datapointsToAlarm: JOBS_STUCK_ALARM.evaluationPeriods,
+        // Workers publish every minute, zero included; no data means no worker, which
+        // "worker tasks below minimum" pages for.
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       }),
     };
   }

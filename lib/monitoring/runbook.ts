@@ -12,6 +12,7 @@ export const RUNBOOK_SECTION = {
   jobsDeadLettered: 'jobs-dead-lettered',
   api5xx: 'api-5xx',
   workerTasksBelowMinimum: 'worker-tasks-below-minimum',
+  jobsStuck: 'jobs-stuck',
 } as const;
 
 export type RunbookSection = (typeof RUNBOOK_SECTION)[keyof typeof RUNBOOK_SECTION];

@@ -8,6 +8,7 @@ import { Match } from 'aws-cdk-lib/assertions';
 import { describe, expect, it } from 'vitest';
 import { METRIC, metricNamespace } from '../../runtime/metrics/names.ts';
 import { ENVIRONMENTS } from '../../lib/config.ts';
+import { JOBS_STUCK_ALARM } from '../../lib/monitoring/alarms.ts';
 import { RUNBOOK_PATH, RUNBOOK_SECTION } from '../../lib/monitoring/runbook.ts';
 import { REPO_ROOT } from '../../lib/paths.ts';
 import { idOf, only, resourcesOfType, synthEnv } from './support.ts';
@@ -57,8 +58,8 @@ describe('on-call topic', () => {
 });
 
 describe('alarms', () => {
-  it('are the seven on-call alarms, no more', () => {
-    expect(alarms).toHaveLength(7);
+  it('are the eight on-call alarms, no more', () => {
+    expect(alarms).toHaveLength(8);
   });
 
   it.each(alarms.map((a) => [a.AlarmName as string, a] as const))('%s notifies the on-call topic when it fires and clears', (_name, a) => {
@@ -81,7 +82,7 @@ describe('alarms', () => {
   it('each runbook section the alarms use exists, one per alarm', () => {
     for (const s of Object.values(RUNBOOK_SECTION)) expect(sections.has(s), s).toBe(true);
     const cited = alarms.map((a) => /#([a-z0-9-]+)$/.exec(a.AlarmDescription as string)![1]);
-    expect(new Set(cited).size).toBe(7);
+    expect(new Set(cited).size).toBe(8);
   });
 
   it('DLQ not empty: any visible message, missing data not breaching', () => {
@@ -119,6 +120,23 @@ describe('alarms', () => {
     const a = alarmNamed('jobs dead-lettered');
     expect(a).toMatchObject({ Namespace: metricNamespace('prod'), MetricName: METRIC.jobsDeadLettered, Statistic: 'Sum', Threshold: c.alarms.jobsDeadLetteredPer5Minutes, TreatMissingData: 'notBreaching' });
     expect(a.Dimensions).toBeUndefined();
+  });
+
+  it('jobs stuck: the workers\' JobsStuck gauge by its imported name, Maximum (any number of workers reports the same count), two periods', () => {
+    const a = alarmNamed('jobs stuck');
+    expect(a).toMatchObject({
+      Namespace: metricNamespace('prod'),
+      MetricName: METRIC.jobsStuck,
+      Statistic: 'Maximum',
+      Period: JOBS_STUCK_ALARM.periodMinutes * 60,
+      ComparisonOperator: 'GreaterThanOrEqualToThreshold',
+      Threshold: 1,
+      EvaluationPeriods: 2,
+      DatapointsToAlarm: 2,
+      TreatMissingData: 'notBreaching',
+    });
+    expect(a.Dimensions).toBeUndefined();
+    expect(a.AlarmDescription).toMatch(/expected maximum.*not picked up.*jobs stuck.*Runbook: docs\/runbooks\/README\.md#jobs-stuck$/s);
   });
 
   it('API 5xx: load balancer plus target 5xx on the API load balancer', () => {
