@@ -380,7 +380,7 @@ export class Worker {
         } else if (leaseLeftMs > 0) {
           // The owner has missed heartbeats: come back just after its lease ends and reclaim.
           this.metrics.count(METRIC.claimMisses);
-          await this.changeVisibility([{ receipt: m.receipt, seconds: Math.ceil(leaseLeftMs / 1000) + 1 }]);
+          await this.changeVisibility([{ receipt: m.receipt, seconds: Math.max(1, Math.ceil(leaseLeftMs / 1000)) }]);
         } else if (attemptsUsed(job) >= job.maxAttempts) {
           const [dead] = await this.store.deadLetterExpired([id]);
           if (dead) {
@@ -611,9 +611,11 @@ export class Worker {
       renewed.push(h);
     });
     for (const h of renewed) this.emit('lease-renewed', { id: h.job.id, type: h.job.type, attempt: h.token.attempt });
-    // The message returns just after the lease would expire: if this worker dies now, the next
-    // receiver finds the lease expired and reclaims the job at once.
-    const seconds = Math.min(SQS_MAX_VISIBILITY_SECONDS, Math.ceil(t.leaseSeconds) + 2);
+    // The message returns when the lease would expire: if this worker dies now, the next receiver
+    // finds the lease expired and reclaims the job at once, within one lease of the death. (The
+    // extension is sent after the renewal committed, so it ends a few milliseconds after the lease;
+    // a message that still arrives early is hidden again until the lease has run out.)
+    const seconds = Math.min(SQS_MAX_VISIBILITY_SECONDS, Math.ceil(t.leaseSeconds));
     const live = renewed.filter((h) => !h.receiptStale);
     const failures = await this.changeVisibility(live.map((h) => ({ receipt: h.message.receipt, seconds })));
     for (const f of failures) {
