@@ -24,6 +24,8 @@ export const ENV = {
   drainSeconds: 'JOBS_DRAIN_SECONDS',
   metricsNamespace: 'JOBS_METRICS_NAMESPACE',
   workerId: 'JOBS_WORKER_ID',
+  /** Jobs a worker claims ahead of a free handler slot (default: JOBS_CONCURRENCY). */
+  prefetch: 'JOBS_PREFETCH',
   apiToken: 'API_TOKEN',
   port: 'PORT',
   apiPoolSize: 'API_POOL_SIZE',

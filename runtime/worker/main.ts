@@ -41,6 +41,8 @@ export async function startWorkerService(env: Record<string, string | undefined>
   const region = env[ENV.region]?.trim() || (endpoint ? 'us-east-1' : undefined);
   if (!region) throw new ConfigError('environment', [{ rule: 'aws-region-set', message: `${ENV.region} is required (the region of the queues)` }]);
   const workerId = env[ENV.workerId]?.trim() || `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+  // Short jobs go faster with a deeper prefetch; long ones want it small, so idle workers get them.
+  const prefetch = intFromEnv(env, ENV.prefetch, timings.concurrency, 0, 1000);
   const stuckThresholds = stuckThresholdsFromEnv(env);
   const stuckCheckSeconds = intFromEnv(env, STUCK_ENV.checkSeconds, DEFAULT_STUCK_CHECK_SECONDS, 1, 3600);
 
@@ -71,6 +73,7 @@ export async function startWorkerService(env: Record<string, string | undefined>
     publisher,
     timings,
     workerId,
+    prefetch,
     log,
     metrics,
     onBusyChange: (busy) => protection.onBusyChange(busy),
