@@ -40,6 +40,8 @@ interface Tracked {
   paused: boolean;
   resumeTimer: NodeJS.Timeout | null;
   resumeAt: number | null;
+  /** Settles the pending pause's `resumed`, however it ends (timer, resumeAll, kill). */
+  onResumed: (() => void) | null;
   exited: Promise<void>;
 }
 
@@ -55,7 +57,7 @@ export class LocalWorkers {
       if (w.child.exitCode !== null || w.child.signalCode !== null) resolve();
       else w.child.once('exit', () => resolve());
     });
-    this.byId.set(w.id, { id: w.id, child: w.child, env: extraEnv, paused: false, resumeTimer: null, resumeAt: null, exited });
+    this.byId.set(w.id, { id: w.id, child: w.child, env: extraEnv, paused: false, resumeTimer: null, resumeAt: null, onResumed: null, exited });
     return w;
   }
 
@@ -84,6 +86,8 @@ export class LocalWorkers {
     if (t.resumeTimer) clearTimeout(t.resumeTimer);
     t.paused = false;
     t.resumeAt = null;
+    t.onResumed?.();
+    t.onResumed = null;
     t.child.kill('SIGKILL');
     await t.exited;
   }
@@ -96,11 +100,11 @@ export class LocalWorkers {
     t.paused = true;
     t.resumeAt = Date.now() + seconds * 1000;
     const resumed = new Promise<void>((resolve) => {
-      t.resumeTimer = setTimeout(() => {
-        this.resume(id);
+      t.onResumed = () => {
         onResume?.();
         resolve();
-      }, seconds * 1000);
+      };
+      t.resumeTimer = setTimeout(() => this.resume(id), seconds * 1000);
     });
     return { resumed };
   }
@@ -113,6 +117,9 @@ export class LocalWorkers {
     t.paused = false;
     t.resumeAt = null;
     if (!exited(t.child)) t.child.kill('SIGCONT');
+    const done = t.onResumed;
+    t.onResumed = null;
+    done?.();
   }
 
   /** SIGCONT every paused worker (before stopping the stack: a stopped process cannot drain). */

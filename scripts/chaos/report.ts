@@ -1,0 +1,87 @@
+// The chaos run's table: faults injected by kind, jobs, the guarantees with the value they must
+// have, the time from a kill to the job's resumption, then every check with its violations, and
+// a closing `chaos: N passed, N failed` line (the form CI reads).
+
+import type { ChaosResult } from './run.ts';
+import type { Stats } from './verify.ts';
+
+const secs = (ms: number | null) => (ms === null ? '–' : `${(ms / 1000).toFixed(1)} s`);
+const timing = (label: string, s: Stats): [string, string, string] =>
+  s.n === 0 ? [label, 'n/a', 'none measured'] : [label, secs(s.medianMs), `median; max ${secs(s.maxMs)} (n=${s.n})`];
+
+function table(rows: [string, string | number, string?][], head: [string, string, string?]): string[] {
+  const w0 = Math.max(head[0].length, ...rows.map((r) => r[0].length));
+  const w1 = Math.max(head[1].length, ...rows.map((r) => String(r[1]).length));
+  const line = (r: [string, string | number, string?]) => `  ${r[0].padEnd(w0)}  ${String(r[1]).padStart(w1)}${r[2] ? `   ${r[2]}` : ''}`;
+  return [line(head), `  ${'─'.repeat(w0)}  ${'─'.repeat(w1)}`, ...rows.map(line)];
+}
+
+export function formatReport(r: ChaosResult, wallSeconds: number): string {
+  const { verdict: v, observations: o, notes, options, timings: t } = r;
+  const f = v.figures;
+  const fault = (k: string) => o.faults[k] ?? 0;
+  const out: string[] = [];
+  out.push('');
+  out.push(
+    `Chaos run: ${options.seconds} s of load and faults on the local stack, ${options.workers + 1} worker processes ` +
+      `(1 with ${Math.round(options.sqsErrorRate * 100)} % SQS errors), lease ${t.leaseSeconds} s, heartbeat ${t.heartbeatSeconds} s, ` +
+      `seed ${options.seed}; drained in ${notes.drainSeconds.toFixed(1)} s, ${Math.round(wallSeconds)} s in all.`,
+  );
+  out.push('');
+  out.push(
+    ...table(
+      [
+        ['duplicate deliveries, concurrent with the first', fault('duplicate'), `${o.events['duplicate-ignored'] ?? 0} ignored by a worker (live lease)`],
+        ['kill -9 of a worker mid-job', fault('kill'), `holding ${notes.heldAtKill} jobs`],
+        ['worker restarts', fault('restart')],
+        [`SIGSTOP for ${t.leaseSeconds + 4} s (lease ${t.leaseSeconds} s), then SIGCONT`, fault('pause'), `holding ${notes.heldAtPause} jobs; ${notes.zombieRefusals} zombie writes refused (lease lost)`],
+        ['enqueue, then ROLLBACK', fault('rollback'), `${f.rolledBack} jobs`],
+        ['publisher killed -9 between COMMIT and publish', fault('publisher-killed')],
+        ['SQS errors (request failed or response lost)', fault('sqs-error')],
+        ['database connections dropped (pg_terminate_backend)', fault('db-connections-dropped'), `${notes.connectionsDropped} connections`],
+      ],
+      ['faults injected', 'count'],
+    ),
+  );
+  out.push('');
+  const types = Object.entries(f.byType).map(([k, n]) => `${k} ${n}`).join(', ');
+  out.push(
+    ...table(
+      [
+        ['committed', f.committed, types + (o.enqueueErrors ? `; ${o.enqueueErrors} enqueue requests failed` : '')],
+        ['succeeded', f.succeeded],
+        ['dead, reason on the DLQ', f.dead, f.deadByFaults ? `${f.deadByFaults} planned to succeed, attempts used up by faults` : 'all planned to fail past their cap'],
+        ['idempotency keys (concurrent bursts of 4)', f.keys, `${f.duplicatesReturned} enqueues answered with the existing job`],
+        ['inventory runs resumed from a checkpoint', f.resumedFromCheckpoint],
+        ['events seen on the bus', Object.values(o.events).reduce((a, b) => a + b, 0), `claimed ${o.events.claimed ?? 0}, reclaimed ${o.events.reclaimed ?? 0}, lease lost ${o.events['lease-lost'] ?? 0}, retried ${o.events.retried ?? 0}`],
+      ],
+      ['jobs', 'count'],
+    ),
+  );
+  out.push('');
+  out.push(
+    ...table(
+      [
+        ['double effects', f.doubleEffects, 'must be 0'],
+        ['missing effects', f.missingEffects, 'must be 0'],
+        ['lost', f.lost, 'must be 0'],
+        ['stuck', f.stuck, 'must be 0'],
+        timing('kill -9 → job resumed by another worker', f.killToResumption),
+        timing('SIGSTOP → job reclaimed by another worker', f.pauseToReclaim),
+        timing('publisher killed → relay published, job claimed', f.commitToClaimAfterPublisherKilled),
+      ],
+      ['guarantees', 'value'],
+    ),
+  );
+  out.push('');
+  for (const c of v.checks) {
+    out.push(`  ${c.ok ? '✓' : '✗'} ${c.name.padEnd(18)} ${c.summary}`);
+    for (const x of c.violations.slice(0, 10)) out.push(`      - ${x}`);
+    if (c.violations.length > 10) out.push(`      … and ${c.violations.length - 10} more`);
+  }
+  const passed = v.checks.filter((c) => c.ok).length;
+  out.push('');
+  out.push(v.ok ? 'All guarantees held.' : 'GUARANTEES VIOLATED: see the ✗ checks above.');
+  out.push(`chaos: ${passed} passed, ${v.checks.length - passed} failed`);
+  return out.join('\n');
+}
