@@ -430,7 +430,9 @@ export class DeadLetterService {
     for (;;) {
       if (seen.size >= limit) return { complete: false };
       if (stopWhenFound && [...stopWhenFound].every((id) => seen.has(id))) return { complete: false };
-      const got = await this.opts.dlq.receive(Math.min(SQS_BATCH_LIMIT, limit - seen.size), 1, HOLD_SECONDS);
+      // On SQS an empty answer is only trustworthy from a long poll (a short one samples a subset
+      // of servers); the local endpoint is one process, so it need not wait.
+      const got = await this.opts.dlq.receive(Math.min(SQS_BATCH_LIMIT, limit - seen.size), this.local ? 0 : 1, HOLD_SECONDS);
       if (got.length === 0) return { complete: true };
       for (const m of got) receipts.set(m.messageId, m.receipt);
       const fresh = got.filter((m) => !seen.has(m.messageId));
