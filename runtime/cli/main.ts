@@ -218,7 +218,7 @@ export async function main(argv: string[]): Promise<number> {
       const id = positionals[0];
       if (!id || !/^[0-9a-f-]{36}$/i.test(id)) throw new UsageError(`jobs show ID: ID must be a job id (a UUID), got ${id ?? 'nothing'}`);
       const env = await resolveEnv();
-      if (values.watch) return (await import('../ops/cli.ts')).watchCommand(id.toLowerCase(), values.interval, env, out);
+      if (values.watch) return (await import('../ops/cli.ts')).watchCommand(id.toLowerCase(), values.interval, env);
       const job = await withClient(env, ({ store }) => store.get(id));
       if (!job) {
         process.stderr.write(`no job ${id}\n`);

@@ -19,7 +19,6 @@
 // address, as for cancel: a shared token names no person.
 
 import type http from 'node:http';
-import { ValidationError } from '../errors.ts';
 import { callerAddress, HttpError, isPlainObject, jobView, readJson, type JobView } from '../api/server.ts';
 import type { AttemptOutcome } from '../store/job.ts';
 import type { OpsJob, OperatorAction } from './db.ts';
@@ -51,7 +50,7 @@ export interface DeadJobView extends JobView {
   attemptsUsed: number;
   lastOwner: string | null;
   /** Every attempt that did not succeed and every operator action, without stacks. */
-  attemptLog: Omit<AttemptOutcome, never>[];
+  attemptLog: AttemptOutcome[];
   deadAt: string | null;
   discarded: { at: string; by: string; reason: string } | null;
 }
@@ -169,23 +168,19 @@ export class OpsRoutes {
       return s.toLowerCase();
     };
     const [a, b, c] = seg;
-    try {
-      if (a === 'dead-jobs' && seg.length === 1) return await route({ GET: () => this.listDead(r) });
-      if (a === 'dead-jobs' && seg.length === 2 && b === 'redrive') return await route({ POST: () => this.redriveMany(r) });
-      if (a === 'dead-jobs' && seg.length === 2 && b === 'discard') return await route({ POST: () => this.discardMany(r) });
-      if (a === 'dead-jobs' && seg.length === 2) return await route({ GET: () => this.showDead(id(b)) });
-      if (a === 'dead-jobs' && seg.length === 3 && c === 'redrive') return await route({ POST: () => this.redriveOne(r, id(b)) });
-      if (a === 'dead-jobs' && seg.length === 3 && c === 'discard') return await route({ POST: () => this.discardOne(r, id(b)) });
-      if (a === 'dlq' && seg.length === 2 && b === 'messages') return await route({ GET: () => this.dlqLook(r) });
-      if (a === 'dlq' && seg.length === 2 && b === 'redrive') return await route({ POST: () => this.dlqRedrive(r) });
-      if (a === 'dlq' && seg.length === 2 && b === 'discard') return await route({ POST: () => this.dlqDiscard(r) });
-      if (a === 'dlq' && seg.length === 2 && b === 'move-tasks') return await route({ GET: () => this.dlqMoves(r) });
-      if (a === 'poison-messages' && seg.length === 1) return await route({ GET: () => this.poison(r) });
-      if (a === 'stuck-jobs' && seg.length === 1) return await route({ GET: () => this.stuck(r) });
-    } catch (err) {
-      if (err instanceof ValidationError) throw new HttpError(400, 'invalid_field', err.message, err.field);
-      throw err;
-    }
+    // A service's ValidationError reaches the server's error mapping: 400 naming the field.
+    if (a === 'dead-jobs' && seg.length === 1) return await route({ GET: () => this.listDead(r) });
+    if (a === 'dead-jobs' && seg.length === 2 && b === 'redrive') return await route({ POST: () => this.redriveMany(r) });
+    if (a === 'dead-jobs' && seg.length === 2 && b === 'discard') return await route({ POST: () => this.discardMany(r) });
+    if (a === 'dead-jobs' && seg.length === 2) return await route({ GET: () => this.showDead(id(b)) });
+    if (a === 'dead-jobs' && seg.length === 3 && c === 'redrive') return await route({ POST: () => this.redriveOne(r, id(b)) });
+    if (a === 'dead-jobs' && seg.length === 3 && c === 'discard') return await route({ POST: () => this.discardOne(r, id(b)) });
+    if (a === 'dlq' && seg.length === 2 && b === 'messages') return await route({ GET: () => this.dlqLook(r) });
+    if (a === 'dlq' && seg.length === 2 && b === 'redrive') return await route({ POST: () => this.dlqRedrive(r) });
+    if (a === 'dlq' && seg.length === 2 && b === 'discard') return await route({ POST: () => this.dlqDiscard(r) });
+    if (a === 'dlq' && seg.length === 2 && b === 'move-tasks') return await route({ GET: () => this.dlqMoves(r) });
+    if (a === 'poison-messages' && seg.length === 1) return await route({ GET: () => this.poison(r) });
+    if (a === 'stuck-jobs' && seg.length === 1) return await route({ GET: () => this.stuck(r) });
     throw new HttpError(404, 'not_found', `no route ${r.method} ${r.path.slice(0, 200)}; see the on-call routes in runtime/ops/api.ts (/v1/dead-jobs, /v1/dlq/messages, /v1/poison-messages, /v1/stuck-jobs)`);
   }
 
@@ -246,7 +241,7 @@ export class OpsRoutes {
     const b = await body(r.req, ['by', 'reason'], true);
     const report = await this.ops.deadJobs.discard({ ids: [jobId], by: this.who(r.req, strParam('by', b.by, 100)), reason: strParam('reason', b.reason, 1000, true)! });
     const job = report.jobs[0];
-    if (job) return { status: 200, body: { ...deadJobView(job), discarded: deadJobView(job).discarded } };
+    if (job) return { status: 200, body: deadJobView(job) };
     const why = report.skipped[0]!;
     if (why.state === null) throw new HttpError(404, 'job_not_found', `job ${jobId} does not exist`, 'id');
     return { status: 409, body: { error: { code: why.state === 'dead' ? 'already_discarded' : 'job_not_dead', message: `job ${jobId} was not discarded: ${why.reason}` } } };

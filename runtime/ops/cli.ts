@@ -144,8 +144,8 @@ export async function opsCommand(command: string, argv: string[], env: Env, out:
   }
 }
 
-/** `jobs show ID --watch`. */
-export async function watchCommand(id: string, intervalRaw: string | undefined, env: Env, out: Out): Promise<number> {
+/** `jobs show ID --watch`: draws on stdout itself (a terminal redraw needs raw writes). */
+export async function watchCommand(id: string, intervalRaw: string | undefined, env: Env): Promise<number> {
   const seconds = intervalRaw === undefined ? 1 : Number(intervalRaw);
   if (!Number.isFinite(seconds) || seconds < 0.1 || seconds > 60) throw new UsageError(`--interval must be a number of seconds from 0.1 to 60 (got ${intervalRaw})`);
   const pool = createPool({ url: databaseUrlFromEnv(env), max: 1, applicationName: 'jobs-cli watch' });
@@ -165,7 +165,6 @@ export async function watchCommand(id: string, intervalRaw: string | undefined, 
   } finally {
     process.off('SIGINT', stop);
     await pool.end();
-    void out;
   }
 }
 
