@@ -38,12 +38,14 @@ export const LIVE_PAGE_HTML = String.raw`<!doctype html>
   .tile.pending .n { color: var(--pending); } .tile.running .n { color: var(--running); } .tile.succeeded .n { color: var(--succeeded); }
   .tile.dead .n { color: var(--dead); } .tile.cancelled .n { color: var(--cancelled); }
   .tile.alarm { border-color: var(--dead); background: var(--dead-bg); }
-  section { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 12px 14px; min-width: 0; }
+  section { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 12px 14px; min-width: 0; overflow: hidden; }
   section h2 { margin: 0 0 8px; font-size: 13px; text-transform: uppercase; letter-spacing: .05em; color: var(--muted); display: flex; align-items: center; gap: 10px; }
   section h2 .aside { margin-left: auto; text-transform: none; letter-spacing: 0; font-weight: 400; }
   table { width: 100%; border-collapse: collapse; font-variant-numeric: tabular-nums; }
   th { text-align: left; font-weight: 500; color: var(--muted); font-size: 12px; padding: 3px 6px; border-bottom: 1px solid var(--line); }
   td { padding: 4px 6px; border-bottom: 1px solid #f0f1f4; vertical-align: middle; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; max-width: 240px; }
+  /* The free-text column takes what is left and ellipsizes, instead of widening the page. */
+  td.fill { max-width: 1px; width: 100%; }
   .mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 12.5px; }
   .muted { color: var(--muted); }
   .bar { position: relative; height: 8px; width: 110px; background: #edf0f4; border-radius: 4px; overflow: hidden; display: inline-block; vertical-align: middle; }
@@ -263,6 +265,7 @@ export const LIVE_PAGE_HTML = String.raw`<!doctype html>
       pb.appendChild(pf); p.appendChild(pb);
       p.appendChild(el('span', 'muted', ' ' + (l.progress && l.progress.message ? l.progress.message : '')));
       p.title = l.progress && l.progress.message ? l.progress.message : '';
+      p.className = 'fill';
       tr.appendChild(p);
       body.appendChild(tr);
     });
@@ -310,13 +313,13 @@ export const LIVE_PAGE_HTML = String.raw`<!doctype html>
   function renderRecent() {
     var body = $('recent');
     body.textContent = '';
-    snap.recent.forEach(function (j) {
+    snap.recent.slice(0, 10).forEach(function (j) {
       var tr = el('tr');
       tr.appendChild(td(short(j.id), 'mono'));
       tr.appendChild(td(j.type));
       var st = td(''); st.appendChild(el('span', 'chip ' + j.state, j.state)); tr.appendChild(st);
       tr.appendChild(td(j.attempt + ' / ' + j.maxAttempts));
-      var e = td(j.error || '', 'muted'); e.title = j.error || ''; tr.appendChild(e);
+      var e = td(j.error || '', 'muted fill'); e.title = j.error || ''; tr.appendChild(e);
       body.appendChild(tr);
     });
   }
@@ -324,11 +327,28 @@ export const LIVE_PAGE_HTML = String.raw`<!doctype html>
   // ---------------------------------------------------------------- events
   var LABELS = { 'lease-renewed': 'lease renewed', 'lease-lost': 'lease lost', 'duplicate-ignored': 'duplicate ignored',
     'dead-lettered': 'dead-lettered', 'poison-dead-lettered': 'poison → DLQ', 'worker-up': 'worker up', 'worker-down': 'worker down' };
+  // One heartbeat renews every lease a worker holds at once: show it as one line per worker.
+  function groupRenewals(list) {
+    var out = [], byWorker = {};
+    list.forEach(function (e) {
+      if (e.kind !== 'lease-renewed') { out.push(e); return; }
+      var g = byWorker[e.workerId];
+      if (!g) { g = byWorker[e.workerId] = { kind: e.kind, workerId: e.workerId, at: e.at, seq: e.seq, jobs: [] }; out.push(g); }
+      g.jobs.push(short(e.jobId) + (e.attempt ? '#' + e.attempt : ''));
+      g.seq = Math.max(g.seq, e.seq);
+      g.at = e.at;
+    });
+    out.forEach(function (g) {
+      if (g.jobs) g.detail = g.jobs.length + ' lease' + (g.jobs.length === 1 ? '' : 's') + ': ' + g.jobs.join(', ');
+    });
+    return out;
+  }
   function addEvents(list) {
     var feed = $('feed'), showRenewals = $('show-renewals').checked;
-    list.forEach(function (e) {
-      if (e.seq <= lastSeq) return;
-      lastSeq = e.seq;
+    list = list.filter(function (e) { return e.seq > lastSeq; });
+    if (!list.length) return;
+    lastSeq = list[list.length - 1].seq;
+    groupRenewals(list).forEach(function (e) {
       var fault = e.kind === 'fault';
       var li = el('li', 'new' + (fault ? ' fault' : ''));
       li.dataset.kind = e.kind;
