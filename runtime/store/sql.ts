@@ -71,7 +71,8 @@ export const SQL = {
            attempt = attempt + 1,
            lease_owner = $2,
            lease_expires_at = statement_timestamp() + $3::float8 * interval '1 second',
-           started_at = coalesce(started_at, statement_timestamp())
+           started_at = coalesce(started_at, statement_timestamp()),
+           claimed_at = statement_timestamp()
      WHERE id = ANY($1::uuid[])
        AND ((state = 'pending' AND run_after <= statement_timestamp())
          OR (state = 'running' AND lease_expires_at < statement_timestamp()))

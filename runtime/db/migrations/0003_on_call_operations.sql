@@ -8,21 +8,11 @@
 -- it from jobs.dead_job, kept by a trigger, instead of a partial index on `state`.
 
 -- claimed_at: when the current attempt's claim happened. started_at is the first claim ever, so
--- a job retried after a backoff would look as if it had been running all along. Every claim
--- increments attempt, and the trigger stamps the claim's statement time; nothing else SETs
--- attempt, so heartbeats, completions and failures do not fire it. Not indexed.
+-- a job retried after a backoff would look as if it had been running all along. The claim
+-- statement (jobClaim in runtime/store/sql.ts) stamps it: a BEFORE UPDATE trigger would lock
+-- every updated row first and write a lock record to the WAL for each, on every claim and
+-- completion. Last column of the row, beside the others a claim changes. Not indexed.
 ALTER TABLE jobs.job ADD COLUMN claimed_at timestamptz;
-
-CREATE FUNCTION jobs.job_set_claimed_at() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  NEW.claimed_at := statement_timestamp();
-  RETURN NEW;
-END
-$$;
-
-CREATE TRIGGER job_claimed_at BEFORE UPDATE OF attempt ON jobs.job
-  FOR EACH ROW WHEN (NEW.attempt > OLD.attempt)
-  EXECUTE FUNCTION jobs.job_set_claimed_at();
 
 -- Jobs running while this migration applies: the best lower bound of their claim there is.
 UPDATE jobs.job SET claimed_at = greatest(started_at, run_after) WHERE state = 'running' AND claimed_at IS NULL;
