@@ -8,6 +8,7 @@
 // count once a minute, and the alarm reads its Maximum, so two workers or ten give the same
 // answer. The count is one query over the active jobs (the job_active index), once per interval.
 
+import { MaintenanceLoop } from '../maintenance-loop.ts';
 import { CloudWatchClient, PutMetricDataCommand } from '@aws-sdk/client-cloudwatch';
 import type pg from 'pg';
 import { intFromEnv } from '../config/env.ts';
@@ -122,38 +123,25 @@ export interface StuckJobReporterOptions {
 
 /** The worker's loop: count stuck jobs, publish the gauge, and log each newly stuck job once. */
 export class StuckJobReporter {
-  private timer: NodeJS.Timeout | null = null;
-  private stopped = false;
-  private running: Promise<unknown> | null = null;
+  private readonly loop: MaintenanceLoop<{ total: number; byReason: Record<StuckReason, number> }>;
   /** (id, attempt, reason) reported by the last check, so a job is logged when it becomes stuck, not every minute. */
   private reported = new Set<string>();
 
-  constructor(private readonly opts: StuckJobReporterOptions) {}
+  constructor(private readonly opts: StuckJobReporterOptions) {
+    const interval = opts.intervalMs ?? DEFAULT_STUCK_CHECK_SECONDS * 1000;
+    this.loop = new MaintenanceLoop('stuck-job check', () => this.check(), opts.log, interval, Math.min(5000, interval));
+  }
 
   start(): void {
-    this.stopped = false;
-    const tick = async () => {
-      if (this.stopped) return;
-      await this.runOnce().catch((err: unknown) => this.opts.log.warn({ err }, 'stuck-job check failed; retrying at the next interval'));
-      if (!this.stopped) this.timer = setTimeout(tick, this.opts.intervalMs ?? DEFAULT_STUCK_CHECK_SECONDS * 1000);
-    };
-    this.timer = setTimeout(tick, Math.min(5000, this.opts.intervalMs ?? DEFAULT_STUCK_CHECK_SECONDS * 1000));
+    this.loop.start();
   }
 
-  async stop(): Promise<void> {
-    this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
-    await this.running?.catch(() => undefined);
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 
-  async runOnce(): Promise<{ total: number; byReason: Record<StuckReason, number> }> {
-    const p = this.check();
-    this.running = p;
-    try {
-      return await p;
-    } finally {
-      this.running = null;
-    }
+  runOnce(): Promise<{ total: number; byReason: Record<StuckReason, number> }> {
+    return this.loop.runOnce();
   }
 
   private async check(): Promise<{ total: number; byReason: Record<StuckReason, number> }> {

@@ -14,6 +14,7 @@ import type pg from 'pg';
 import type { Logger } from '../observability/log.ts';
 import { jobMessageBody } from '../queue/message.ts';
 import { chunk, SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type JobQueue } from '../queue/types.ts';
+import { MaintenanceLoop } from '../maintenance-loop.ts';
 import { run } from './job-store.ts';
 
 export interface PublishEntry {
@@ -97,8 +98,7 @@ export interface RelayOptions {
 export const DEFAULT_RELAY: RelayOptions = { minAgeSeconds: 2, intervalMs: 1000, batchSize: 100 };
 
 export class OutboxRelay {
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<number> | null = null;
+  private readonly loop: MaintenanceLoop<number>;
   private stopped = false;
 
   constructor(
@@ -106,32 +106,23 @@ export class OutboxRelay {
     private readonly queue: JobQueue,
     private readonly log: Logger,
     private readonly opts: RelayOptions = DEFAULT_RELAY,
-  ) {}
+  ) {
+    this.loop = new MaintenanceLoop('outbox relay', () => this.pass(), log, opts.intervalMs);
+  }
 
   start(): void {
     this.stopped = false;
-    const tick = async () => {
-      if (this.stopped) return;
-      await this.runOnce().catch((err: unknown) => this.log.warn({ err }, 'outbox relay pass failed; retrying'));
-      if (!this.stopped) this.timer = setTimeout(tick, this.opts.intervalMs);
-    };
-    this.timer = setTimeout(tick, this.opts.intervalMs);
+    this.loop.start();
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
-    await this.running?.catch(() => undefined);
+    await this.loop.stop();
   }
 
   /** One pass: publish every due outbox row. Returns how many messages it sent. */
-  async runOnce(): Promise<number> {
-    this.running = this.pass();
-    try {
-      return await this.running;
-    } finally {
-      this.running = null;
-    }
+  runOnce(): Promise<number> {
+    return this.loop.runOnce();
   }
 
   private async pass(): Promise<number> {

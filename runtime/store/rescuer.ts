@@ -5,6 +5,7 @@
 // returns after the lease and the claim reclaims the job) is usually faster; the rescuer is the
 // net for messages a duplicate delivery deleted or a stale receipt handle could not extend.
 
+import { MaintenanceLoop } from '../maintenance-loop.ts';
 import type { Logger } from '../observability/log.ts';
 import type { JobStore } from './job-store.ts';
 import type { Job } from './job.ts';
@@ -20,41 +21,27 @@ export interface RescuerOptions {
 }
 
 export class Rescuer {
-  private timer: NodeJS.Timeout | null = null;
-  private stopped = false;
-  private running: Promise<unknown> | null = null;
+  private readonly loop: MaintenanceLoop<Job[]>;
 
   constructor(
     private readonly store: JobStore,
     private readonly publisher: Publisher,
     private readonly log: Logger,
     private readonly opts: RescuerOptions,
-  ) {}
+  ) {
+    this.loop = new MaintenanceLoop('rescuer', () => this.pass(), log, opts.intervalMs);
+  }
 
   start(): void {
-    this.stopped = false;
-    const tick = async () => {
-      if (this.stopped) return;
-      await this.runOnce().catch((err: unknown) => this.log.warn({ err }, 'rescuer pass failed; retrying'));
-      if (!this.stopped) this.timer = setTimeout(tick, this.opts.intervalMs);
-    };
-    this.timer = setTimeout(tick, this.opts.intervalMs);
+    this.loop.start();
   }
 
-  async stop(): Promise<void> {
-    this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
-    await this.running?.catch(() => undefined);
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 
-  async runOnce(): Promise<Job[]> {
-    const p = this.pass();
-    this.running = p;
-    try {
-      return await p;
-    } finally {
-      this.running = null;
-    }
+  runOnce(): Promise<Job[]> {
+    return this.loop.runOnce();
   }
 
   private async pass(): Promise<Job[]> {
