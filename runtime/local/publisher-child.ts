@@ -8,7 +8,7 @@
 // with DATABASE_URL, JOBS_QUEUE_URL, JOBS_SQS_ENDPOINT, AWS_REGION from the local stack.
 
 import { JobClient, type EnqueueSpec } from '../client.ts';
-import { databaseUrlFromEnv, ENV } from '../config/env.ts';
+import { databaseUrlFromEnv, ENV, jobTimingsFromEnv } from '../config/env.ts';
 import { createPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import { silentLogger } from '../observability/log.ts';
@@ -19,7 +19,7 @@ const spec = JSON.parse(process.argv[2] ?? '{}') as EnqueueSpec;
 const pool = createPool({ url: databaseUrlFromEnv(process.env), max: 1, applicationName: 'jobs-local publisher-child' });
 const endpoint = process.env[ENV.sqsEndpoint] || undefined;
 const queue = new SqsQueue({ queueUrl: process.env[ENV.queueUrl]!, region: process.env[ENV.region] || 'us-east-1', ...(endpoint ? { endpoint } : {}) });
-const client = new JobClient({ pool, registry: defaultRegistry(), publisher: new Publisher(pool, queue, silentLogger), defaultMaxAttempts: 3 });
+const client = new JobClient({ pool, registry: defaultRegistry(), publisher: new Publisher(pool, queue, silentLogger), defaultMaxAttempts: jobTimingsFromEnv(process.env).maxAttempts });
 
 const tx = await pool.connect();
 await tx.query('BEGIN');
