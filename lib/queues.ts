@@ -52,6 +52,21 @@ export class JobQueues extends Construct {
     return this.queue.grantConsumeMessages(grantee);
   }
 
+  /**
+   * Work the DLQ as the on-call routes do (the API): receive dead letters, hold them
+   * (ChangeMessageVisibility), delete obsolete or discarded ones, read its ARN (GetQueueAttributes),
+   * and SQS's message move task from the DLQ: StartMessageMoveTask needs, on the source queue, the
+   * action itself plus ReceiveMessage, DeleteMessage and GetQueueAttributes, and SendMessage on the
+   * destination (the job queue: grantPublish). List and cancel a move on the DLQ only. SSE-SQS
+   * encryption: no KMS key to grant.
+   */
+  grantDeadLetterRedrive(grantee: iam.IGrantable): iam.Grant[] {
+    return [
+      this.deadLetterQueue.grantConsumeMessages(grantee),
+      this.deadLetterQueue.grant(grantee, 'sqs:StartMessageMoveTask', 'sqs:ListMessageMoveTasks', 'sqs:CancelMessageMoveTask'),
+    ];
+  }
+
   /** Send a dead letter with its reason (the worker, for poison messages and dead jobs). */
   grantDeadLetter(grantee: iam.IGrantable): iam.Grant {
     return this.deadLetterQueue.grantSendMessages(grantee);

@@ -1,8 +1,9 @@
 // The HTTP API on Fargate behind an internet-facing Application Load Balancer. HTTPS with a
 // current TLS policy when the environment names a certificate (HTTP redirects to it); plain HTTP
 // otherwise, which only dev does. Access logs go to an encrypted, TLS-only bucket. The target
-// group checks GET /healthz. The task may publish job messages and nothing else on SQS; the
-// database secret and the API token arrive as ECS secrets.
+// group checks GET /healthz. On SQS the task may publish job messages, and work the DLQ for the
+// on-call routes (read, delete, resend to the job queue, SQS's move task back to it); the database
+// secret, the API token and the on-call operator token arrive as ECS secrets.
 
 import { Annotations, Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -62,6 +63,8 @@ export interface ApiServiceProps {
   queues: JobQueues;
   database: JobDatabase;
   apiToken: secretsmanager.ISecret;
+  /** The on-call operator's token (API_OPERATOR_TOKEN): the on-call routes need it, not the API token. */
+  operatorToken: secretsmanager.ISecret;
   logRetentionDays: LogRetentionDays;
   accessLogRetentionDays: number;
   /** What must exist before the first task starts (the schema bootstrap). */
@@ -165,13 +168,14 @@ export class ApiService extends Construct {
       secrets: {
         ...databaseSecret(props.database.secret),
         [ENV.apiToken]: ecs.Secret.fromSecretsManager(props.apiToken),
+        [ENV.apiOperatorToken]: ecs.Secret.fromSecretsManager(props.operatorToken),
       },
       linuxParameters: new ecs.LinuxParameters(this, 'Linux', { initProcessEnabled: true }),
     });
     acknowledge(taskDefinition.obtainExecutionRole(), 'AwsSolutions-IAM5[Resource::*]',
       'The execution role\'s ecr:GetAuthorizationToken takes no resource ARN; image pulls, log writes and secret reads are scoped to this task\'s repository, log group and secrets.');
     acknowledge(taskDefinition, 'AwsSolutions-ECS2',
-      'The environment holds only non-secret configuration (queue URLs, job timings, port, pool size); the database secret and the API token are ECS secrets resolved from Secrets Manager.');
+      'The environment holds only non-secret configuration (queue URLs, job timings, port, pool size); the database secret, the API token and the operator token are ECS secrets resolved from Secrets Manager.');
 
     // --- Service ----------------------------------------------------------------------------
     const serviceSecurityGroup = new ec2.SecurityGroup(this, 'ServiceSecurityGroup', {
@@ -205,6 +209,9 @@ export class ApiService extends Construct {
     // The ingress rule for this service lives under its security group; tasks wait for it.
     service.node.addDependency(serviceSecurityGroup);
     props.queues.grantPublish(taskDefinition.taskRole);
+    // The on-call DLQ routes (runtime/ops/dlq.ts): look at, delete and resend dead letters, and
+    // `move` them back server-side. Resends and the move's destination use grantPublish above.
+    props.queues.grantDeadLetterRedrive(taskDefinition.taskRole);
 
     this.service = service;
     this.loadBalancer = alb;

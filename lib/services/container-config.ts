@@ -1,6 +1,6 @@
 // What both services' containers are given, keyed by the runtime's own variable names
 // (runtime/config/env.ts): the checked job timings and queue URLs as plain environment, the
-// database secret (and the API token) as ECS secrets that ECS resolves from Secrets Manager at
+// database secret (and the API's tokens) as ECS secrets that ECS resolves from Secrets Manager at
 // task start, never as environment values. And the two images, each built from its Dockerfile.
 
 import { Aws } from 'aws-cdk-lib';

@@ -1,5 +1,6 @@
-// The stateful stack: the network, the job queues, the database and the API token — what must
-// survive a redeploy of the services. Termination protection where the environment asks.
+// The stateful stack: the network, the job queues, the database, the API token and the on-call
+// operator token — what must survive a redeploy of the services. Termination protection where
+// the environment asks.
 
 import { CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
 import type { Construct } from 'constructs';
@@ -7,6 +8,7 @@ import { ApiToken } from '../api-token.ts';
 import type { EnvironmentConfig } from '../config.ts';
 import { JobDatabase } from '../database.ts';
 import { Network } from '../network.ts';
+import { OperatorToken } from '../operator-token.ts';
 import { JobQueues } from '../queues.ts';
 
 export interface JobsDataStackProps extends StackProps {
@@ -18,6 +20,7 @@ export class JobsDataStack extends Stack {
   readonly queues: JobQueues;
   readonly database: JobDatabase;
   readonly apiToken: ApiToken;
+  readonly operatorToken: OperatorToken;
 
   constructor(scope: Construct, id: string, props: JobsDataStackProps) {
     const c = props.config;
@@ -31,6 +34,7 @@ export class JobsDataStack extends Stack {
     this.queues = new JobQueues(this, 'Queues', { ...c.queues, jobTimings: c.jobTimings, removalPolicy: retain });
     this.database = new JobDatabase(this, 'Database', { ...c.database, vpc: this.network.vpc, subnets: this.network.dataSubnets });
     this.apiToken = new ApiToken(this, 'ApiToken', { removalPolicy: retain });
+    this.operatorToken = new OperatorToken(this, 'OperatorToken', { removalPolicy: retain });
 
     // What on-call and operators look up (docs/runbooks/README.md).
     new CfnOutput(this, 'JobQueueUrl', { value: this.queues.queue.queueUrl });
@@ -38,5 +42,9 @@ export class JobsDataStack extends Stack {
     new CfnOutput(this, 'DeadLetterQueueArn', { value: this.queues.deadLetterQueue.queueArn });
     new CfnOutput(this, 'DatabaseSecretArn', { value: this.database.secret.secretArn });
     new CfnOutput(this, 'DatabaseEndpoint', { value: this.database.instance.dbInstanceEndpointAddress });
+    new CfnOutput(this, 'OperatorTokenSecretArn', {
+      value: this.operatorToken.secret.secretArn,
+      description: 'On-call operator token for the API\'s on-call routes: aws secretsmanager get-secret-value --secret-id <this ARN> --query SecretString --output text (docs/deploy.md#secrets)',
+    });
   }
 }

@@ -28,7 +28,7 @@ export class JobsServicesStack extends Stack {
   constructor(scope: Construct, id: string, props: JobsServicesStackProps) {
     const c = props.config;
     super(scope, id, { description: `ERP jobs ${c.envName}: schema bootstrap, API and worker on ECS Fargate, alarms and dashboard`, ...props });
-    const { network, queues, database, apiToken } = props.data;
+    const { network, queues, database, apiToken, operatorToken } = props.data;
 
     this.bootstrap = new SchemaBootstrap(this, 'SchemaBootstrap', {
       vpc: network.vpc,
@@ -48,6 +48,7 @@ export class JobsServicesStack extends Stack {
       queues,
       database,
       apiToken: apiToken.secret,
+      operatorToken: operatorToken.secret,
       logRetentionDays: c.logRetentionDays,
       accessLogRetentionDays: c.accessLogRetentionDays,
       startAfter: [this.bootstrap.resource],

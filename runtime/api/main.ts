@@ -38,6 +38,8 @@ export interface ApiConfig {
   region: string;
   sqsEndpoint?: string;
   apiToken?: string;
+  /** The on-call operator's token (API_OPERATOR_TOKEN): the on-call routes need it when set. */
+  operatorToken?: string;
   port: number;
   poolSize: number;
   defaultMaxAttempts: number;
@@ -72,6 +74,13 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
     // Never echo a secret: name the rule only.
     violations.push({ rule: 'api-token-printable', message: `${ENV.apiToken} must be printable ASCII without spaces (it travels in an Authorization header)` });
   }
+  const operatorToken = env[ENV.apiOperatorToken] || undefined;
+  if (operatorToken !== undefined && !/^[\x21-\x7e]+$/.test(operatorToken)) {
+    violations.push({ rule: 'api-operator-token-printable', message: `${ENV.apiOperatorToken} must be printable ASCII without spaces (it travels in an Authorization header)` });
+  } else if (operatorToken !== undefined && operatorToken === apiToken) {
+    // The same value would let every ERP client use the on-call routes: refuse rather than pretend.
+    violations.push({ rule: 'api-operator-token-distinct', message: `${ENV.apiOperatorToken} must differ from ${ENV.apiToken}: the on-call routes are closed to the ERP clients' token` });
+  }
   if (violations.length > 0) throw new ConfigError('environment', violations);
   return {
     databaseUrl: databaseUrl!,
@@ -79,10 +88,24 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
     region: region!,
     ...(sqsEndpoint ? { sqsEndpoint } : {}),
     ...(apiToken ? { apiToken } : {}),
+    ...(operatorToken ? { operatorToken } : {}),
     port: port!,
     poolSize: poolSize!,
     defaultMaxAttempts: timings!.maxAttempts,
   };
+}
+
+/** What the start log warns about the bearer tokens: routes open to anyone, or on-call routes open to every ERP client. */
+export function authWarnings(config: Pick<ApiConfig, 'apiToken' | 'operatorToken'>): string[] {
+  const onCall = '/v1/dead-jobs, /v1/dlq, /v1/poison-messages, /v1/stuck-jobs';
+  if (!config.apiToken && !config.operatorToken) {
+    return [`${ENV.apiToken} and ${ENV.apiOperatorToken} are not set: every /v1 route, the on-call ones (${onCall}) included, accepts requests without a bearer token`];
+  }
+  if (!config.operatorToken) {
+    return [`${ENV.apiOperatorToken} is not set: the on-call routes (${onCall}) share the ERP clients' ${ENV.apiToken}, so any ERP client may redrive and discard dead jobs, drain the DLQ and read raw dead letters`];
+  }
+  if (!config.apiToken) return [`${ENV.apiToken} is not set: the /v1 job routes accept requests without a bearer token (the on-call routes need ${ENV.apiOperatorToken})`];
+  return [];
 }
 
 export interface RunningApi {
@@ -135,7 +158,16 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
   const ops = new OpsRoutes(
     createOpsServices({ pool, registry, publisher, queue, log, queueUrl: config.queueUrl, region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}), ...(deps.ops?.dlqUrl ? { dlqUrl: deps.ops.dlqUrl } : {}), ...(deps.ops ? { stuck: deps.ops.stuck } : {}) }),
   );
-  const server = createApiServer({ pool, client, registry, log, ...(config.apiToken ? { apiToken: config.apiToken } : {}), ...(live ? { live: live.routes } : {}), ops });
+  const server = createApiServer({
+    pool,
+    client,
+    registry,
+    log,
+    ...(config.apiToken ? { apiToken: config.apiToken } : {}),
+    ...(config.operatorToken ? { operatorToken: config.operatorToken } : {}),
+    ...(live ? { live: live.routes } : {}),
+    ops,
+  });
 
   try {
     await new Promise<void>((resolve, reject) => {
@@ -152,9 +184,18 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
   }
   relay.start();
   const port = (server.address() as AddressInfo).port;
-  if (!config.apiToken) log.warn(`${ENV.apiToken} is not set: the /v1 routes accept requests without a bearer token`);
+  for (const warning of authWarnings(config)) log.warn(warning);
   log.info(
-    { port, queueUrl: config.queueUrl, region: config.region, sqsEndpoint: config.sqsEndpoint ?? null, database: redact(config.databaseUrl), poolSize: config.poolSize, auth: Boolean(config.apiToken) },
+    {
+      port,
+      queueUrl: config.queueUrl,
+      region: config.region,
+      sqsEndpoint: config.sqsEndpoint ?? null,
+      database: redact(config.databaseUrl),
+      poolSize: config.poolSize,
+      auth: Boolean(config.apiToken),
+      operatorAuth: Boolean(config.operatorToken),
+    },
     'api service started',
   );
 

@@ -15,6 +15,7 @@ import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
 import type pg from 'pg';
 import { MAX_PAYLOAD_BYTES, type EnqueueSpec, type JobClient } from '../client.ts';
+import { ENV } from '../config/env.ts';
 import { pendingMigrations } from '../db/migrate.ts';
 import { ValidationError } from '../errors.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
@@ -29,8 +30,14 @@ export interface ApiServerOptions {
   client: JobClient;
   registry: JobRegistry;
   log: Logger;
-  /** When set (non-empty), every /v1 route requires `Authorization: Bearer <apiToken>`. */
+  /** When set (non-empty), every /v1 route (and /live/*) requires `Authorization: Bearer <apiToken>` (or the operator token). */
   apiToken?: string;
+  /**
+   * When set (non-empty), the on-call routes (`ops`) require `Authorization: Bearer <operatorToken>`:
+   * the API token gets a 403 there. Accepted on every other route too, so on-call needs one token.
+   * Unset: the on-call routes take the API token, as the job routes do.
+   */
+  operatorToken?: string;
   /** Largest request body read. Default: twice the payload limit (room for the envelope and whitespace). */
   maxBodyBytes?: number;
   /** /readyz answers 503 when its checks take longer than this. Default 3000. */
@@ -172,7 +179,8 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
   const { client, registry, log } = opts;
   const maxBodyBytes = opts.maxBodyBytes ?? 2 * MAX_PAYLOAD_BYTES;
   const readyTimeoutMs = opts.readyTimeoutMs ?? 3000;
-  const tokenDigest = opts.apiToken ? sha256(opts.apiToken) : null;
+  const clientDigest = opts.apiToken ? sha256(opts.apiToken) : null;
+  const operatorDigest = opts.operatorToken ? sha256(opts.operatorToken) : null;
 
   const routes: Route[] = [
     { pattern: ['healthz'], methods: { GET: async () => ({ status: 200, body: { status: 'ok' } }) } },
@@ -324,21 +332,41 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
     };
   }
 
-  function authorize(req: http.IncomingMessage): void {
-    if (!tokenDigest) return;
+  /**
+   * Check the bearer token for a route of `scope`. The operator token passes everywhere; the API
+   * (ERP client) token passes on client routes, and on operator routes only while no operator
+   * token is configured. With no token for the scope configured, the route is open, whatever the
+   * Authorization header says (an empty `Bearer ` included: the runbook's commands send one locally).
+   */
+  function authorize(req: http.IncomingMessage, scope: 'client' | 'operator'): void {
+    const operatorOnly = scope === 'operator' && operatorDigest !== null;
+    if (!operatorOnly && clientDigest === null) return;
+    const wanted = operatorOnly ? `Bearer <${ENV.apiOperatorToken}>, the on-call operator token` : `Bearer <${ENV.apiToken}>`;
     const header = req.headers.authorization;
     const m = header ? /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header) : null;
     if (!m) {
-      throw new HttpError(401, 'unauthorized', 'Authorization: a bearer token is required (Authorization: Bearer <API_TOKEN>)', 'Authorization', {
+      throw new HttpError(401, 'unauthorized', `Authorization: a bearer token is required (Authorization: ${wanted})`, 'Authorization', {
         'www-authenticate': 'Bearer realm="jobs"',
       });
     }
-    // Compare digests: equal length always, and constant time whatever the token's length.
-    if (!timingSafeEqual(sha256(m[1]!), tokenDigest)) {
-      throw new HttpError(401, 'unauthorized', 'Authorization: the bearer token is not valid', 'Authorization', {
-        'www-authenticate': 'Bearer realm="jobs", error="invalid_token"',
-      });
+    // Compare digests: equal length always, and constant time whatever the token's length. Both
+    // comparisons always run, so the time does not tell which token was presented.
+    const presented = sha256(m[1]!);
+    const isOperator = operatorDigest !== null && timingSafeEqual(presented, operatorDigest);
+    const isClient = clientDigest !== null && timingSafeEqual(presented, clientDigest);
+    if (isOperator || (isClient && !operatorOnly)) return;
+    if (isClient) {
+      throw new HttpError(
+        403,
+        'forbidden',
+        `Authorization: the on-call routes need the operator token (Authorization: Bearer <${ENV.apiOperatorToken}>); the ERP client token (${ENV.apiToken}) may only use the job routes`,
+        'Authorization',
+        { 'www-authenticate': 'Bearer realm="jobs", error="insufficient_scope"' },
+      );
     }
+    throw new HttpError(401, 'unauthorized', 'Authorization: the bearer token is not valid', 'Authorization', {
+      'www-authenticate': 'Bearer realm="jobs", error="invalid_token"',
+    });
   }
 
   function resolve(method: string, path: string): { route: Route; handler?: Handler; params: string[] } | null {
@@ -373,13 +401,17 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
     // --- Live view (issue 5): the page at / (static, no data) and its data under /live/*, which
     // needs the same token as /v1. Routes and reasoning: runtime/live/routes.ts.
     if (opts.live && (path === '/' || path === '/live' || path.startsWith('/live/'))) {
-      if (path !== '/') authorize(req);
+      if (path !== '/') authorize(req, 'client');
       return opts.live.handle(req, res, path, query);
     }
-    if (path === '/v1' || path.startsWith('/v1/')) authorize(req);
-    // --- On-call (issue 7): dead jobs, the DLQ, poison messages, stuck jobs, under /v1 and its
-    // token (checked above). Routes and reasoning: runtime/ops/api.ts.
-    if (opts.ops?.owns(path)) return opts.ops.handle({ req, method, path, query });
+    // --- On-call (issue 7): dead jobs, the DLQ, poison messages, stuck jobs, under /v1 behind the
+    // operator token when one is configured (they redrive, discard and reveal raw message bodies;
+    // an ERP client has no business there). Routes and reasoning: runtime/ops/api.ts.
+    if (opts.ops?.owns(path)) {
+      authorize(req, 'operator');
+      return opts.ops.handle({ req, method, path, query });
+    }
+    if (path === '/v1' || path.startsWith('/v1/')) authorize(req, 'client');
     const found = resolve(method, path);
     if (!found) throw new HttpError(404, 'not_found', `no route ${method} ${path.slice(0, 200)}; see GET /v1/job-types, /v1/jobs, /v1/jobs/{id}, POST /v1/jobs, /v1/jobs/{id}/cancel`);
     if (!found.handler) {

@@ -26,7 +26,10 @@ export const ENV = {
   workerId: 'JOBS_WORKER_ID',
   /** Jobs a worker claims ahead of a free handler slot (default: JOBS_CONCURRENCY). */
   prefetch: 'JOBS_PREFETCH',
+  /** The ERP clients' bearer token: every /v1 route. */
   apiToken: 'API_TOKEN',
+  /** The on-call operator's bearer token: the on-call routes (runtime/ops/api.ts) need it when set; accepted on every /v1 route. */
+  apiOperatorToken: 'API_OPERATOR_TOKEN',
   port: 'PORT',
   apiPoolSize: 'API_POOL_SIZE',
   logLevel: 'LOG_LEVEL',

@@ -1,5 +1,8 @@
 // The on-call routes of the HTTP API, mounted by the API server (server.ts, "On-call" section)
-// under /v1, behind the same bearer token:
+// under /v1. Every one of them needs the operator token (API_OPERATOR_TOKEN) when it is set: they
+// redrive and discard, and they show raw DLQ and poison bodies, operator actions and their
+// callers' addresses; the ERP clients' API_TOKEN gets a 403 here. Without an operator token they
+// take the API token, as before (the API warns at start):
 //
 //   GET  /v1/dead-jobs?type=&since=&until=&includeDiscarded=&limit=&cursor=   dead jobs, newest death first
 //   GET  /v1/dead-jobs/{id}                  one job's dead-letter view: reason, every attempt, operator actions
@@ -148,7 +151,7 @@ function filterFrom(b: Record<string, unknown>): DeadJobFilter & { all?: boolean
 export class OpsRoutes {
   constructor(private readonly ops: OpsServices) {}
 
-  /** True for the paths this module answers (the server hands them over after authorizing). */
+  /** True for the paths this module answers (the server hands them over after checking the operator token). */
   owns(path: string): boolean {
     return PREFIXES.some((p) => path === p || path.startsWith(`${p}/`));
   }

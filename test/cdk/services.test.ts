@@ -102,20 +102,33 @@ describe('containers', () => {
     expect(envOf('api')).toMatchObject({ [ENV.port]: String(API_PORT), [ENV.apiPoolSize]: String(c.api.poolSize) });
   });
 
-  it('get the database secret and the API token as ECS secrets, never as plain environment', () => {
-    const forbidden: string[] = [ENV.databaseSecret, ENV.databaseUrl, ENV.apiToken, 'PGPASSWORD', 'DATABASE_PASSWORD'];
+  it('get the database secret, the API token and the operator token as ECS secrets, never as plain environment', () => {
+    const forbidden: string[] = [ENV.databaseSecret, ENV.databaseUrl, ENV.apiToken, ENV.apiOperatorToken, 'PGPASSWORD', 'DATABASE_PASSWORD'];
     for (const name of ['api', 'worker']) {
       const env = envOf(name);
       for (const k of forbidden) expect(env[k], `${name} ${k}`).toBeUndefined();
       const values = JSON.stringify(Object.values(env));
       expect(values).not.toMatch(/secretsmanager|Secret|resolve:/);
     }
-    expect(Object.keys(secretsOf('api')).sort()).toEqual([ENV.apiToken, ENV.databaseSecret].sort());
+    expect(Object.keys(secretsOf('api')).sort()).toEqual([ENV.apiToken, ENV.apiOperatorToken, ENV.databaseSecret].sort());
     expect(Object.keys(secretsOf('worker'))).toEqual([ENV.databaseSecret]);
     // The whole RDS secret (no JSON key suffix): the runtime reads host, port, user, password, dbname.
     expect(JSON.stringify(secretsOf('worker')[ENV.databaseSecret])).toContain('DatabaseInstanceSecretAttachment');
     expect(JSON.stringify(secretsOf('worker')[ENV.databaseSecret])).not.toMatch(/:password|:SecretString/);
     expect(JSON.stringify(secretsOf('api')[ENV.apiToken])).toContain('ApiTokenSecret');
+    // The operator token is its own secret of the data stack (imported), not the API token's.
+    expect(JSON.stringify(secretsOf('api')[ENV.apiOperatorToken])).toContain('OperatorTokenSecret');
+    expect(JSON.stringify(secretsOf('api')[ENV.apiOperatorToken])).not.toContain('ApiTokenSecret');
+    expect(JSON.stringify(secretsOf('api')[ENV.apiOperatorToken])).toContain('Fn::ImportValue');
+  });
+
+  it('lets only the API\'s execution role read the operator token', () => {
+    const apiExec = idOf(dev.services.api.service.taskDefinition.obtainExecutionRole());
+    const readers = Object.values(resourcesOfType(t, 'AWS::IAM::Policy'))
+      .filter((p) => JSON.stringify((p.Properties as { PolicyDocument: unknown }).PolicyDocument).includes('OperatorTokenSecret'))
+      .map((p) => JSON.stringify((p.Properties as { Roles: unknown }).Roles));
+    expect(readers).toHaveLength(1);
+    expect(readers[0]).toContain(apiExec);
   });
 
   it('runs both under an init process that forwards SIGTERM', () => {
@@ -231,13 +244,48 @@ describe('worker', () => {
 describe('API', () => {
   const apiRoleId = idOf(dev.services.api.service.taskDefinition.taskRole);
 
-  it('may only publish job messages', () => {
-    const statements = Object.values(resourcesOfType(t, 'AWS::IAM::Policy'))
+  const apiStatements = () =>
+    Object.values(resourcesOfType(t, 'AWS::IAM::Policy'))
       .filter((p) => JSON.stringify((p.Properties as { Roles: unknown }).Roles).includes(apiRoleId))
-      .flatMap((p) => (p.Properties as { PolicyDocument: { Statement: { Action: string | string[]; Resource: unknown }[] } }).PolicyDocument.Statement);
-    expect(statements).toHaveLength(1);
-    expect(statements[0]!.Action).toEqual(['sqs:GetQueueAttributes', 'sqs:GetQueueUrl', 'sqs:SendMessage']);
-    expect(JSON.stringify(statements[0]!.Resource)).toContain('QueuesJobQueue');
+      .flatMap((p) => (p.Properties as { PolicyDocument: { Statement: { Effect: string; Action: string | string[]; Resource: unknown; Condition?: unknown }[] } }).PolicyDocument.Statement);
+  const actionsOf = (s: { Action: string | string[] }) => (Array.isArray(s.Action) ? s.Action : [s.Action]);
+  const dlqArn = () => ({ 'Fn::ImportValue': expect.stringMatching(/QueuesDeadLetterQueue.*Arn/) });
+  const queueArn = () => ({ 'Fn::ImportValue': expect.stringMatching(/QueuesJobQueue.*Arn/) });
+
+  it('may publish job messages, and work the DLQ for the on-call routes (receive, hold, delete, move back), nothing wider', () => {
+    const statements = apiStatements();
+    // Every statement: Allow, named SQS actions (no wildcard), no condition, on exactly one queue's ARN.
+    for (const s of statements) {
+      expect(s.Effect).toBe('Allow');
+      expect(s.Condition).toBeUndefined();
+      for (const a of actionsOf(s)) expect(a).toMatch(/^sqs:[A-Za-z]+$/);
+      expect([queueArn(), dlqArn()]).toContainEqual(s.Resource);
+    }
+    const on = (arn: 'job' | 'dlq') =>
+      statements
+        .filter((s) => JSON.stringify(s.Resource).includes(arn === 'job' ? 'QueuesJobQueue' : 'QueuesDeadLetterQueue'))
+        .flatMap(actionsOf)
+        .sort();
+    // The job queue: publish (resends and the move's destination need SendMessage there), never consume.
+    expect(on('job')).toEqual(['sqs:GetQueueAttributes', 'sqs:GetQueueUrl', 'sqs:SendMessage']);
+    // The DLQ: consume (look, hold, delete), and SQS's message move task from it; never send to it.
+    expect(on('dlq')).toEqual(
+      [
+        'sqs:ChangeMessageVisibility',
+        'sqs:DeleteMessage',
+        'sqs:GetQueueAttributes',
+        'sqs:GetQueueUrl',
+        'sqs:ReceiveMessage',
+        'sqs:StartMessageMoveTask',
+        'sqs:ListMessageMoveTasks',
+        'sqs:CancelMessageMoveTask',
+      ].sort(),
+    );
+    // StartMessageMoveTask needs ReceiveMessage, DeleteMessage and GetQueueAttributes on its source.
+    const move = statements.find((s) => actionsOf(s).includes('sqs:StartMessageMoveTask'))!;
+    expect(move.Resource).toEqual(dlqArn());
+    const dlqActions = on('dlq');
+    for (const a of ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes']) expect(dlqActions).toContain(a);
   });
 
   it('checks GET /healthz on the task port', () => {

@@ -145,6 +145,26 @@ describe('stateful stack', () => {
     }
   });
 
+  it('keeps both bearer tokens (API and on-call operator) as generated secrets, retained with the data where the config snapshots it; the services stack holds none', () => {
+    const secrets = resourcesOfType(dev.dataTemplate, 'AWS::SecretsManager::Secret');
+    const apiId = idOf(dev.data.apiToken.secret);
+    const operatorId = idOf(dev.data.operatorToken.secret);
+    expect(apiId).not.toBe(operatorId);
+    for (const id of [apiId, operatorId]) {
+      expect(secrets[id]!.Properties).toMatchObject({ GenerateSecretString: { PasswordLength: 48, ExcludePunctuation: true } });
+    }
+    expect(secrets[operatorId]!.Properties!.Description).toMatch(/API_OPERATOR_TOKEN/);
+    expect(Object.keys(resourcesOfType(dev.servicesTemplate, 'AWS::SecretsManager::Secret'))).toEqual([]);
+    const prodSecrets = resourcesOfType(prod.dataTemplate, 'AWS::SecretsManager::Secret');
+    expect(prodSecrets[idOf(prod.data.operatorToken.secret)]).toMatchObject({ DeletionPolicy: 'Retain', UpdateReplacePolicy: 'Retain' });
+  });
+
+  it('tells on-call where the operator token lives (an output with the secret ARN and how to read it)', () => {
+    const out = dev.dataTemplate.toJSON().Outputs.OperatorTokenSecretArn as { Value: unknown; Description: string };
+    expect(out.Value).toEqual({ Ref: idOf(dev.data.operatorToken.secret) });
+    expect(out.Description).toMatch(/aws secretsmanager get-secret-value --secret-id/);
+  });
+
   it('logs VPC traffic', () => {
     dev.dataTemplate.hasResourceProperties('AWS::EC2::FlowLog', { TrafficType: 'ALL', LogDestinationType: 'cloud-watch-logs' });
   });

@@ -1,4 +1,5 @@
-// The on-call routes inside the API server, in-process: behind the API token like every /v1 route,
+// The on-call routes inside the API server, in-process: behind the API token like every /v1 route
+// when no operator token is configured (auth.test.ts: API_OPERATOR_TOKEN, the 401/403/200 matrix),
 // the API's error shape, a 501 that says what to do when the API has no DLQ, and the API service
 // reading its on-call settings from the environment.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

@@ -27,7 +27,8 @@ beforeAll(async () => {
     dir: await mkdtemp(join(tmpdir(), 'jobs-oncall-')),
     timings: { leaseSeconds: 3, heartbeatSeconds: 1, visibilityTimeoutSeconds: 4, maxAttempts: 2, backoffBaseSeconds: 0.3, backoffMaxSeconds: 0.5, drainSeconds: 1 },
     log: () => undefined,
-    env: { LOG_LEVEL: 'fatal', JOBS_STUCK_RUNNING_SECONDS: '2', JOBS_STUCK_CHECK_SECONDS: '1' },
+    // No bearer tokens, whatever the shell running the tests has: the local stack's API is open.
+    env: { LOG_LEVEL: 'fatal', JOBS_STUCK_RUNNING_SECONDS: '2', JOBS_STUCK_CHECK_SECONDS: '1', API_TOKEN: '', API_OPERATOR_TOKEN: '' },
   });
   db = new pg.Pool({ connectionString: stack.env.DATABASE_URL, max: 2 });
   queue = new SqsQueue({ queueUrl: stack.env.JOBS_QUEUE_URL!, endpoint: stack.env.JOBS_SQS_ENDPOINT! });
@@ -378,7 +379,10 @@ describe('docs/runbooks/README.md', () => {
     for (const needle of ['dlq list', 'dlq redrive --by', 'dlq redrive --move', 'dlq discard <message-id>', 'dead list', 'dead show <job-id>', 'dead redrive <job-id>', 'dead discard <job-id>', 'poison list', 'stuck', 'show <job-id> --watch', 'cancel <job-id>']) {
       expect(commands.some((c) => c.includes(needle)), needle).toBe(true);
     }
-    expect(commands.filter((c) => c.startsWith('curl ')).length).toBeGreaterThanOrEqual(5);
+    const curls = commands.filter((c) => c.startsWith('curl '));
+    expect(curls.length).toBeGreaterThanOrEqual(5);
+    // Every curl in the runbook is an on-call route: it must send the operator token, not the ERP clients' token.
+    for (const c of curls) expect(c, c).toContain('-H "Authorization: Bearer $OPERATOR_TOKEN"');
   });
 
   it('every jobs and curl command runs against the local stack as written', async () => {
@@ -397,7 +401,9 @@ describe('docs/runbooks/README.md', () => {
       if (c.includes('<message-id>')) c = c.replaceAll('<message-id>', await poisonMessage(`runbook poison ${++seq}`));
       return c.replaceAll('<type>', 'ledger.post').replaceAll('<you>', 'runbook-test').replace(/<[^<>"']*>/g, 'runbook test');
     };
-    const env = { ...cliEnv(), API_URL: stack.apiUrl, API_TOKEN: '' };
+    // The local stack's API has no token (neither API_TOKEN nor API_OPERATOR_TOKEN): the on-call
+    // curls send `Authorization: Bearer ` with an empty $OPERATOR_TOKEN, which an open API accepts.
+    const env = { ...cliEnv(), API_URL: stack.apiUrl, API_TOKEN: '', OPERATOR_TOKEN: '' };
     const failures: string[] = [];
     for (const cmd of commands) {
       const filled = await fill(cmd);
