@@ -41,7 +41,7 @@ async function main(): Promise<number> {
     },
   });
   const options = {
-    seconds: num('seconds', values.seconds, values.long ? 300 : DEFAULT_CHAOS.seconds, 5, 3600),
+    seconds: num('seconds', values.seconds, values.long ? 300 : DEFAULT_CHAOS.seconds, 15, 3600),
     workers: num('workers', values.workers, DEFAULT_CHAOS.workers, 2, 16),
     rate: num('rate', values.rate, DEFAULT_CHAOS.rate, 0.5, 50),
     seed: num('seed', values.seed, DEFAULT_CHAOS.seed, 0, 2 ** 32 - 1),

@@ -272,13 +272,18 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     const faultLoop = (async () => {
       const every = Math.max(1000, Math.min(3000, (o.seconds * 1000) / 12));
       await sleep(Math.min(2000, every), signal);
-      for (let i = 0; Date.now() < loadEnd && !aborted(); i++) {
-        const f = cycle[i % cycle.length]!;
+      // A fault that found nothing to act on (no running job yet, a pause under way) is tried
+      // again at the next slot until it has happened once: a run must inject every kind.
+      const again: Fault[] = [];
+      for (let i = 0; Date.now() < loadEnd && !aborted(); ) {
+        const f = again.shift() ?? cycle[i++ % cycle.length]!;
         const t0 = Date.now();
         try {
           await inject(f);
         } catch (err) {
           faultsSkipped++;
+          const kind = f === 'duplicate-at-enqueue' ? 'duplicate' : f;
+          if (!(faults[kind]! > 0) && !again.includes(f)) again.push(f);
           if (o.verbose) log(`fault ${f} skipped: ${(err as Error).message}`);
         }
         await sleep(Math.max(0, every - (Date.now() - t0)), signal);
