@@ -15,6 +15,7 @@ import type pg from 'pg';
 import { ConfigError } from '../config/rules.ts';
 import type { Logger } from '../observability/log.ts';
 import type { WorkerEvent, WorkerEventKind } from '../worker/worker.ts';
+import { LIVE_SQL } from './sql.ts';
 
 /** The NOTIFY channel. */
 export const LIVE_CHANNEL = 'jobs_events';
@@ -145,7 +146,7 @@ export class NotifyEventSink implements EventSink {
     this.flushing = (async () => {
       try {
         this.flushes++;
-        await this.pool.query('SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p', [this.channel, packEvents(events)]);
+        await this.pool.query(LIVE_SQL.notify, [this.channel, packEvents(events)]);
       } catch (err) {
         // Keep them for the next flush (bounded by push); the page shows them late, not never.
         this.buffer = [...events, ...this.buffer].slice(-this.maxBuffered);

@@ -7,6 +7,7 @@
 // a capped backoff and says so (`connected`); events sent while it was away are not replayed:
 // the feed is a view, the job table stays the record.
 
+import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import type { Logger } from '../observability/log.ts';
 import { LIVE_CHANNEL, type LiveEvent } from './events.ts';
@@ -38,6 +39,8 @@ export class LiveFeed {
   private readonly capacity: number;
   private readonly channel: string;
   connected = false;
+  /** Names this feed's sequence: a page that saw another one (before an API restart) starts over. */
+  readonly epoch = randomBytes(4).toString('hex');
   /** Workers as last seen on the bus: id → last event time (ms), pid, jobs held, gone (worker-down). */
   readonly workers = new Map<string, { lastSeen: number; pid?: number; running?: number; down: boolean }>();
 

@@ -156,7 +156,7 @@ export const LIVE_PAGE_HTML = String.raw`<!doctype html>
   'use strict';
   var $ = function (id) { return document.getElementById(id); };
   var token = sessionStorage.getItem('jobs-live-token') || '';
-  var snap = null, snapAt = 0, lastSeq = 0, faultsOn = false, procs = {};
+  var snap = null, snapAt = 0, lastSeq = 0, epoch = '', faultsOn = false, procs = {};
   var MAX_FEED = 250;
 
   function el(tag, cls, text) {
@@ -180,7 +180,7 @@ export const LIVE_PAGE_HTML = String.raw`<!doctype html>
   // ---------------------------------------------------------------- stream
   function connect() {
     setStatus('stream-dot', 'stream-status', 'warn', 'connecting…');
-    fetch('/live/stream?after=' + lastSeq, { headers: headers(), cache: 'no-store' }).then(function (res) {
+    fetch('/live/stream?after=' + lastSeq + '&epoch=' + encodeURIComponent(epoch), { headers: headers(), cache: 'no-store' }).then(function (res) {
       if (res.status === 401) {
         setStatus('stream-dot', 'stream-status', 'bad', 'token required');
         $('token-box').style.display = 'flex';
@@ -213,7 +213,8 @@ export const LIVE_PAGE_HTML = String.raw`<!doctype html>
     if (!data) return;
     var v;
     try { v = JSON.parse(data); } catch (e) { return; }
-    if (ev === 'state') { snap = v; snapAt = performance.now(); renderState(); }
+    if (ev === 'hello') { if (v.epoch !== epoch) { epoch = v.epoch || ''; lastSeq = 0; } }
+    else if (ev === 'state') { snap = v; snapAt = performance.now(); renderState(); }
     else if (ev === 'events') addEvents(v);
     else if (ev === 'state-error') setStatus('stream-dot', 'stream-status', 'warn', v.message || 'database unavailable');
   }

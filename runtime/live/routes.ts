@@ -20,6 +20,7 @@ import type { JobState } from '../store/job.ts';
 import type { FeedEvent, LiveFeed } from './feed.ts';
 import { LIVE_PAGE_HTML } from './page.ts';
 import type { QueueDepth } from './queue-depth.ts';
+import { LIVE_SQL } from './sql.ts';
 
 export interface LiveReply {
   status: number;
@@ -74,19 +75,10 @@ export interface LiveSnapshot {
   workers: WorkerView[];
   queue: QueueDepth | null;
   dlq: QueueDepth | null;
-  events: { enabled: boolean; connected: boolean; lastSeq: number };
+  events: { enabled: boolean; connected: boolean; lastSeq: number; epoch: string | null };
   faults: { enabled: boolean };
   timings: { leaseSeconds: number; heartbeatSeconds: number };
 }
-
-/** Running jobs by lease expiry (the job_running_lease index), with the lease left by the database's clock. */
-const LIVE_LEASES_SQL = `
-  SELECT id, type, lease_owner, attempt, releases, max_attempts, progress, started_at,
-         (extract(epoch FROM lease_expires_at - statement_timestamp()) * 1000)::int AS lease_left_ms
-    FROM jobs.job
-   WHERE state = 'running'
-   ORDER BY lease_expires_at
-   LIMIT $1`;
 
 const SILENT_AFTER_MS = 5000;
 
@@ -106,7 +98,7 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
   async function snapshot(): Promise<LiveSnapshot> {
     const [jobs, leaseRows, recent, queue, dlq] = await Promise.all([
       o.store.countByState(),
-      o.pool.query(LIVE_LEASES_SQL, [200]),
+      o.pool.query(LIVE_SQL.leases, [200]),
       o.store.list({ limit: 12 }),
       o.queueDepth ? o.queueDepth() : Promise.resolve(null),
       o.dlqDepth ? o.dlqDepth() : Promise.resolve(null),
@@ -153,7 +145,7 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
       workers: shown,
       queue,
       dlq,
-      events: { enabled: o.feed !== null, connected: o.feed?.connected ?? false, lastSeq: o.feed?.lastSeq ?? 0 },
+      events: { enabled: o.feed !== null, connected: o.feed?.connected ?? false, lastSeq: o.feed?.lastSeq ?? 0, epoch: o.feed?.epoch ?? null },
       faults: { enabled: Boolean(o.faults) },
       timings: { leaseSeconds: o.leaseSeconds, heartbeatSeconds: o.heartbeatSeconds },
     };
@@ -195,7 +187,7 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
     unsubscribeFeed = null;
   }
 
-  async function stream(req: http.IncomingMessage, res: http.ServerResponse, after: number): Promise<LiveReply> {
+  async function stream(req: http.IncomingMessage, res: http.ServerResponse, after: number, epoch: string | null): Promise<LiveReply> {
     res.writeHead(200, {
       'content-type': 'text/event-stream; charset=utf-8',
       'cache-control': 'no-store',
@@ -203,7 +195,10 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
       'x-content-type-options': 'nosniff',
     });
     res.write('retry: 2000\n\n');
-    const backlog: FeedEvent[] = o.feed?.since(after, 200) ?? [];
+    // A sequence number from another feed (the API restarted) means nothing here: send the backlog.
+    const from = epoch === (o.feed?.epoch ?? null) ? after : 0;
+    write(res, 'hello', { epoch: o.feed?.epoch ?? null });
+    const backlog: FeedEvent[] = o.feed?.since(from, 200) ?? [];
     if (backlog.length > 0) write(res, 'events', backlog, backlog.at(-1)!.seq);
     streams.add(res);
     startTicker();
@@ -275,7 +270,7 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
       }
       if (path === '/live/stream' && get) {
         const last = Number(req.headers['last-event-id'] ?? query.get('after') ?? 0);
-        return stream(req, res, Number.isFinite(last) ? last : 0);
+        return stream(req, res, Number.isFinite(last) ? last : 0, query.get('epoch'));
       }
       if (path === '/live/faults' && get) return forwardFault('GET', '', req);
       const m = /^\/live\/faults\/([a-z-]{1,40})$/.exec(path);

@@ -22,6 +22,27 @@ import type { LiveEvent } from '../live/events.ts';
 import { jobMessageBody } from '../queue/message.ts';
 import type { JobQueue } from '../queue/types.ts';
 
+/** The injector's statements: reads that pick a target, and the one that drops connections. */
+const FAULT_SQL = {
+  /** What a worker holds right now: the jobs a kill or a pause interrupts. */
+  heldBy: `SELECT id, type, attempt FROM jobs.job WHERE state = 'running' AND lease_owner = $1 ORDER BY lease_expires_at`,
+  /** The live worker with the most live leases: the fault that hurts most. */
+  busiestWorker: `
+    SELECT lease_owner AS owner, count(*)::int AS n FROM jobs.job
+     WHERE state = 'running' AND lease_owner = ANY($1::text[]) AND lease_expires_at > statement_timestamp()
+     GROUP BY lease_owner ORDER BY n DESC, lease_owner LIMIT 1`,
+  /** A running job whose lease has more than a second left: its owner is alive and working. */
+  runningJob: `
+    SELECT id, type, lease_owner FROM jobs.job
+     WHERE state = 'running' AND lease_expires_at > statement_timestamp() + interval '1 second'
+     ORDER BY random() LIMIT 1`,
+  job: `SELECT id, type, lease_owner FROM jobs.job WHERE id = $1`,
+  /** Every connection of one worker process (pools name theirs `jobs-worker <id>`), mid-transaction or idle. */
+  terminateWorkerConnections: `
+    SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int AS n FROM pg_stat_activity
+     WHERE application_name = $1 AND pid <> pg_backend_pid()`,
+} as const;
+
 export type WorkerState = 'running' | 'paused' | 'exited';
 
 export interface WorkerInfo {
@@ -206,10 +227,7 @@ export class FaultInjector {
 
   /** Jobs a worker holds right now (running, lease owner). */
   async heldBy(workerId: string): Promise<HeldJob[]> {
-    const { rows } = await this.o.pool.query<HeldJob>(
-      `SELECT id, type, attempt FROM jobs.job WHERE state = 'running' AND lease_owner = $1 ORDER BY lease_expires_at`,
-      [workerId],
-    );
+    const { rows } = await this.o.pool.query<HeldJob>(FAULT_SQL.heldBy, [workerId]);
     return rows;
   }
 
@@ -217,22 +235,14 @@ export class FaultInjector {
   async busiestWorker(exclude: string[] = []): Promise<string | null> {
     const live = this.o.workers.live().filter((w) => !exclude.includes(w));
     if (live.length === 0) return null;
-    const { rows } = await this.o.pool.query<{ owner: string; n: number }>(
-      `SELECT lease_owner AS owner, count(*)::int AS n FROM jobs.job
-        WHERE state = 'running' AND lease_owner = ANY($1::text[]) AND lease_expires_at > statement_timestamp()
-        GROUP BY lease_owner ORDER BY n DESC, lease_owner LIMIT 1`,
-      [live],
-    );
+    const { rows } = await this.o.pool.query<{ owner: string; n: number }>(FAULT_SQL.busiestWorker, [live]);
     return rows[0]?.owner ?? null;
   }
 
   /** Send a running job's message again, `copies` at once, while its owner holds a live lease. */
   async duplicate(jobId?: string, copies = 2): Promise<{ jobId: string; type: string; owner: string | null; copies: number }> {
     const { rows } = await this.o.pool.query<{ id: string; type: string; lease_owner: string | null }>(
-      jobId
-        ? `SELECT id, type, lease_owner FROM jobs.job WHERE id = $1`
-        : `SELECT id, type, lease_owner FROM jobs.job WHERE state = 'running' AND lease_expires_at > statement_timestamp() + interval '1 second'
-            ORDER BY random() LIMIT 1`,
+      jobId ? FAULT_SQL.job : FAULT_SQL.runningJob,
       jobId ? [jobId] : [],
     );
     const job = rows[0];
@@ -349,11 +359,7 @@ export class FaultInjector {
   async dropDbConnections(workerId?: string): Promise<{ workerId: string; terminated: number }> {
     const id = workerId ?? (await this.busiestWorker()) ?? this.o.workers.live()[0];
     if (!id) throw new FaultError(409, 'no running worker whose connections to drop');
-    const { rows } = await this.o.pool.query<{ n: number }>(
-      `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int AS n FROM pg_stat_activity
-        WHERE application_name = $1 AND pid <> pg_backend_pid()`,
-      [`jobs-worker ${id}`.slice(0, 63)],
-    );
+    const { rows } = await this.o.pool.query<{ n: number }>(FAULT_SQL.terminateWorkerConnections, [`jobs-worker ${id}`.slice(0, 63)]);
     const n = rows[0]?.n ?? 0;
     this.emit({ fault: 'db-connections-dropped', workerId: id, detail: `pg_terminate_backend: ${n} connection${n === 1 ? '' : 's'} of ${id} dropped` });
     return { workerId: id, terminated: n };

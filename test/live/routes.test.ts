@@ -111,8 +111,18 @@ describe('live view routes', () => {
       auth.headers,
     );
     expect(contentType).toBe('text/event-stream; charset=utf-8');
-    expect(events[0]).toMatchObject({ event: 'events', data: [expect.objectContaining({ kind: 'claimed', jobId })] });
+    expect(events[0]).toEqual({ event: 'hello', data: { epoch: feed.epoch } });
+    expect(events[1]).toMatchObject({ event: 'events', data: [expect.objectContaining({ kind: 'claimed', jobId })] });
     expect(events.find((e) => e.event === 'state')!.data.leases[0].id).toBe(jobId);
+  });
+
+  it('a page that resumes after sequence N gets only newer events, unless N came from another feed (the API restarted)', async () => {
+    const last = feed.lastSeq;
+    const hasEvents = (evs: { event: string }[]) => evs.some((e) => e.event === 'state');
+    const same = await readStream(`${api.url}/live/stream?after=${last}&epoch=${feed.epoch}`, hasEvents, auth.headers);
+    expect(same.events.filter((e) => e.event === 'events')).toEqual([]);
+    const other = await readStream(`${api.url}/live/stream?after=${last + 1000}&epoch=0badfeed`, hasEvents, auth.headers);
+    expect(other.events.find((e) => e.event === 'events')!.data[0].seq).toBe(1);
   });
 
   it('without the local stack, the fault routes do not exist: 404 for every fault', async () => {
