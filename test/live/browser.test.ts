@@ -4,7 +4,7 @@
 // killed worker's job reclaimed, the paused worker's writes refused when it wakes up. A
 // screenshot is kept in test-artifacts/live-view.png.
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type Browser, type Page } from 'playwright-core';
@@ -19,6 +19,7 @@ if (!existsSync(CHROMIUM) && !process.env.CI) process.stderr.write(`browser test
 
 run('live view in a browser', () => {
   let stack: LocalStack;
+  let dir: string;
   let browser: Browser;
   let page: Page;
   const pageErrors: string[] = [];
@@ -26,7 +27,7 @@ run('live view in a browser', () => {
   beforeAll(async () => {
     stack = await startLocalStack({
       workers: 2,
-      dir: await mkdtemp(join(tmpdir(), 'jobs-live-')),
+      dir: (dir = await mkdtemp(join(tmpdir(), 'jobs-live-'))),
       timings: { leaseSeconds: 3, heartbeatSeconds: 1, visibilityTimeoutSeconds: 4, maxAttempts: 4, backoffBaseSeconds: 0.5, backoffMaxSeconds: 1, drainSeconds: 1 },
       log: () => undefined,
       env: { LOG_LEVEL: 'silent', NODE_NO_WARNINGS: '1' },
@@ -42,6 +43,7 @@ run('live view in a browser', () => {
   afterAll(async () => {
     await browser?.close();
     await stack?.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
   }, 60_000);
 
   const feedItem = (selector: string) => page.locator(`#feed li${selector}`).first();
