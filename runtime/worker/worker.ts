@@ -572,9 +572,17 @@ export class Worker {
     this.metrics.count(METRIC.jobsFailed);
     this.emit('retried', job, `${after.lastError?.message ?? 'failed'}; retry in ${Math.round(delay * 10) / 10} s`);
     log.warn({ err, retryInSeconds: Math.round(delay * 10) / 10 }, 'attempt failed; will retry');
-    const seconds = Math.ceil(delay);
-    const failures = h.receiptStale ? [{ stale: true }] : await this.changeVisibility([{ receipt: h.message.receipt, seconds }]);
-    if (failures.length > 0) await this.republish([job.id]);
+    // The retry rides on this message, hidden until the backoff ends — unless SQS would
+    // dead-letter it at its next receive (a job may allow more attempts than the queue's
+    // maxReceiveCount, and duplicates spend receives too): then a fresh message (receive count 0)
+    // is queued through the outbox and this one deleted.
+    const nearRedrive = h.message.receiveCount >= this.opts.timings.maxReceiveCount - 1;
+    if (nearRedrive && !h.receiptStale) {
+      if (await this.republish([job.id], after.runAfter)) this.deleteMessage(h.message, 'replaced by a fresh message before SQS would redrive it');
+      return;
+    }
+    const failures = h.receiptStale ? [{ stale: true }] : await this.changeVisibility([{ receipt: h.message.receipt, seconds: Math.ceil(delay) }]);
+    if (failures.length > 0) await this.republish([job.id], after.runAfter);
   }
 
   // ------------------------------------------------------------------------ heartbeat
@@ -668,13 +676,16 @@ export class Worker {
   }
 
   /** Durable re-publish for jobs whose message we could not reposition: via the outbox. */
-  private async republish(jobIds: string[]): Promise<void> {
-    if (jobIds.length === 0) return;
+  private async republish(jobIds: string[], runAfter?: Date): Promise<boolean> {
+    if (jobIds.length === 0) return true;
     try {
       const rows = await this.store.outboxInsert(this.opts.pool, jobIds);
-      await this.opts.publisher.publish(rows);
+      // Durable from here: the relay publishes what this send does not.
+      await this.opts.publisher.publish(rows.map((r) => ({ ...r, ...(runAfter ? { runAfter } : {}) })));
+      return true;
     } catch (err) {
       this.log.error({ err, jobIds }, 're-publish failed; the rescuer or the returning message will pick the jobs up');
+      return false;
     }
   }
 

@@ -255,3 +255,17 @@ describe('worker', () => {
     expect(await ledgerRows('B-RESCUE')).toBe(3);
   });
 });
+
+describe('a job allowed more attempts than the queue\'s maxReceiveCount', () => {
+  it('retries past the receive limit on fresh messages instead of being redriven to the DLQ', async () => {
+    await p.close();
+    // Receive limit 4, but the job may take 6 attempts (it fails 5 times).
+    p = await createPlatform({ registry: new JobRegistry(testJobs), timings: { maxReceiveCount: 4, maxAttempts: 1, backoffBaseSeconds: 0.1, backoffMaxSeconds: 0.2 } });
+    const job = await enqueue('ledger.post', { batch: 'B-MANY', entries: 2, failAttempts: 5 }, { maxAttempts: 6 });
+    p.worker().start();
+    const done = await until(job.id, 'succeeded', 20_000);
+    expect(done.attempt).toBe(6);
+    expect(await ledgerRows('B-MANY')).toBe(2);
+    expect(p.dlq.peek()).toEqual([]);
+  });
+});
