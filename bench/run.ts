@@ -47,7 +47,8 @@ const { values: args } = parseArgs({
     peers: { type: 'boolean', default: false },
     profile: { type: 'boolean', default: false },
     out: { type: 'string' },
-    prefetch: { type: 'string' },
+    /** Comma-separated JOBS_PREFETCH values to measure; empty = the worker's default (= concurrency). */
+    prefetch: { type: 'string', default: '' },
   },
 });
 
@@ -56,6 +57,7 @@ const RUNS = Number(args.runs);
 const CONCURRENCIES = args.concurrency!.split(',').map(Number);
 const TRANSPORTS = args.transports!.split(',') as ('memory' | 'sqs')[];
 const KINDS = args.kinds!.split(',') as ('noop' | 'ledger')[];
+const PREFETCHES: (number | null)[] = args.prefetch ? args.prefetch.split(',').map(Number) : [null];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
 // Timings for the benchmark: production-like lease and heartbeat.
@@ -76,6 +78,7 @@ const registry = new JobRegistry([noop, probe, ledgerPost]);
 
 interface Sample {
   kind: string;
+  prefetch: number;
   transport: string;
   concurrency: number;
   jobs: number;
@@ -113,8 +116,11 @@ async function freshDb(adminUrl: string, name: string): Promise<string> {
   return url;
 }
 
-async function startSqsChild(): Promise<{ child: ChildProcess; endpoint: string; queueUrl: string; dlqUrl: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, 'sqs-child.ts')], { stdio: ['ignore', 'pipe', 'inherit'] });
+async function startSqsChild(visibilitySeconds = 60): Promise<{ child: ChildProcess; endpoint: string; queueUrl: string; dlqUrl: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, 'sqs-child.ts')], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+    env: { ...process.env, BENCH_VISIBILITY: String(visibilitySeconds) },
+  });
   const line = await new Promise<string>((resolve, reject) => {
     let buf = '';
     child.stdout!.on('data', (d: Buffer) => {
@@ -156,7 +162,7 @@ async function enqueueAll(url: string, queue: JobQueue, kind: 'noop' | 'ledger',
   return n / seconds;
 }
 
-async function processAll(url: string, queue: JobQueue, dlq: JobQueue, n: number, concurrency: number, transport: string): Promise<{ perSec: number; cpuSeconds: number }> {
+async function processAll(url: string, queue: JobQueue, dlq: JobQueue, n: number, concurrency: number, prefetch: number | null): Promise<{ perSec: number; cpuSeconds: number }> {
   const pool = createPool({ url, max: workerPoolSize(concurrency), applicationName: 'bench worker' });
   let done = 0;
   let resolveDone!: () => void;
@@ -170,7 +176,7 @@ async function processAll(url: string, queue: JobQueue, dlq: JobQueue, n: number
     timings: { ...TIMINGS, concurrency },
     log: silentLogger,
     receiveWaitSeconds: 1,
-    ...(args.prefetch ? { prefetch: Number(args.prefetch) } : {}),
+    ...(prefetch !== null ? { prefetch } : {}),
     onEvent: (e) => {
       if (e.kind === 'succeeded' && ++done === n) resolveDone();
     },
@@ -198,7 +204,7 @@ async function verify(url: string, kind: 'noop' | 'ledger', n: number): Promise<
   if (r.retried > 0) log(`  note: ${r.retried} jobs needed more than one attempt`);
 }
 
-async function throughput(adminUrl: string, dbName: string, meter: CostMeter, kind: 'noop' | 'ledger', transport: 'memory' | 'sqs', concurrency: number): Promise<Sample> {
+async function throughput(adminUrl: string, dbName: string, meter: CostMeter, kind: 'noop' | 'ledger', transport: 'memory' | 'sqs', concurrency: number, prefetch: number | null): Promise<Sample> {
   const url = await freshDb(adminUrl, dbName);
   let queue: JobQueue;
   let dlq: JobQueue;
@@ -215,12 +221,13 @@ async function throughput(adminUrl: string, dbName: string, meter: CostMeter, ki
   }
   try {
     const enq = await meter.measure(() => enqueueAll(url, queue, kind, N), { statements: args.profile });
-    const proc = await meter.measure(() => processAll(url, queue, dlq, N, concurrency, transport), { statements: args.profile });
+    const proc = await meter.measure(() => processAll(url, queue, dlq, N, concurrency, prefetch), { statements: args.profile });
     await verify(url, kind, N);
     const commits = enq.cost.commits + proc.cost.commits;
     const wal = enq.cost.walBytes + proc.cost.walBytes;
     return {
       kind,
+      prefetch: prefetch ?? concurrency,
       transport,
       concurrency,
       jobs: N,
@@ -276,7 +283,7 @@ async function killToResume(adminUrl: string, kills: number): Promise<{ leaseSec
   const leaseSeconds = 5;
   const heartbeatSeconds = 1;
   const url = await freshDb(adminUrl, 'bench_kill');
-  const sqs = await startSqsChild();
+  const sqs = await startSqsChild(6);
   const env = {
     ...process.env,
     DATABASE_URL: url,
@@ -364,9 +371,9 @@ async function main(): Promise<void> {
     for (let run = 0; run < RUNS; run++) {
       for (const kind of KINDS) {
         for (const transport of TRANSPORTS) {
-          for (const c of CONCURRENCIES) {
-            log(`run ${run + 1}/${RUNS}: ${kind} via ${transport}, concurrency ${c}, ${N} jobs…`);
-            const s = await throughput(adminUrl, 'bench_tp', meter, kind, transport, c);
+          for (const c of CONCURRENCIES) for (const pf of PREFETCHES) {
+            log(`run ${run + 1}/${RUNS}: ${kind} via ${transport}, concurrency ${c}, prefetch ${pf ?? c}, ${N} jobs…`);
+            const s = await throughput(adminUrl, 'bench_tp', meter, kind, transport, c, pf);
             log(`  ${fmt(s.processPerSec)} jobs/s, ${s.commitsPerJob.toFixed(3)} commits/job, ${fmt(s.walBytesPerJob)} WAL B/job, ${s.cpuSecondsPer1000.toFixed(2)} CPU s/1000`);
             if (args.profile && run === 0) {
               for (const [phase, cost] of [['enqueue', s.enqueueCost], ['process', s.processCost]] as const) {
@@ -386,18 +393,18 @@ async function main(): Promise<void> {
     // ---- report
     const groups = new Map<string, Sample[]>();
     for (const s of samples) {
-      const key = `${s.kind}|${s.transport}|${s.concurrency}`;
+      const key = `${s.kind}|${s.transport}|${s.concurrency}|${s.prefetch}`;
       groups.set(key, [...(groups.get(key) ?? []), s]);
     }
     const out: string[] = [];
     out.push(`PostgreSQL ${server} (${settings.map((r) => `${r.name}=${r.setting}`).join(', ')}), Node ${process.version}, ${N} jobs per run, ${RUNS} run(s); median (min–max)`);
     out.push('');
-    out.push('| job | transport | concurrency | jobs/s | enqueue jobs/s | commits/job | WAL bytes/job | worker CPU s/1000 jobs |');
-    out.push('|---|---|---:|---:|---:|---:|---:|---:|');
+    out.push('| job | transport | concurrency | prefetch | jobs/s | enqueue jobs/s | commits/job | WAL bytes/job | worker CPU s/1000 jobs |');
+    out.push('|---|---|---:|---:|---:|---:|---:|---:|---:|');
     for (const [key, ss] of groups) {
-      const [kind, transport, c] = key.split('|');
+      const [kind, transport, c, pf] = key.split('|');
       out.push(
-        `| ${kind} | ${transport === 'memory' ? 'in-process' : 'local SQS'} | ${c} | ${range(ss.map((s) => s.processPerSec))} | ${range(ss.map((s) => s.enqueuePerSec))} | ${range(ss.map((s) => s.commitsPerJob), 3)} | ${range(ss.map((s) => s.walBytesPerJob))} | ${range(ss.map((s) => s.cpuSecondsPer1000), 2)} |`,
+        `| ${kind} | ${transport === 'memory' ? 'in-process' : 'local SQS'} | ${c} | ${pf} | ${range(ss.map((s) => s.processPerSec))} | ${range(ss.map((s) => s.enqueuePerSec))} | ${range(ss.map((s) => s.commitsPerJob), 3)} | ${range(ss.map((s) => s.walBytesPerJob))} | ${range(ss.map((s) => s.cpuSecondsPer1000), 2)} |`,
       );
     }
     out.push('');
