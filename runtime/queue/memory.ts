@@ -3,7 +3,6 @@
 // queue. The tests use it to put the worker through duplicate deliveries and redrive without a
 // network, and the benchmark uses it to measure the platform alone.
 
-import { randomUUID } from 'node:crypto';
 import type { EntryFailure, JobQueue, OutgoingMessage, ReceivedMessage, VisibilityChange } from './types.ts';
 
 interface StoredMessage {
@@ -29,6 +28,7 @@ export class MemoryQueue implements JobQueue {
   private readonly messages = new Map<string, StoredMessage>();
   private readonly byReceipt = new Map<string, string>();
   private waiters = new Set<() => void>();
+  private seq = 0;
   private timer: NodeJS.Timeout | null = null;
   /** Every message ever sent, for assertions. */
   readonly sentLog: OutgoingMessage[] = [];
@@ -43,7 +43,7 @@ export class MemoryQueue implements JobQueue {
     const now = this.now();
     for (const m of messages) {
       this.sentLog.push(m);
-      const id = randomUUID();
+      const id = `m${++this.seq}`;
       this.messages.set(id, {
         messageId: id,
         body: m.body,
@@ -131,7 +131,11 @@ export class MemoryQueue implements JobQueue {
       }
       m.receiveCount++;
       if (m.receipt) this.byReceipt.delete(m.receipt);
-      m.receipt = `${m.messageId}#${m.receiveCount}#${randomUUID()}`;
+      m.receipt = `${m.messageId}#${m.receiveCount}#${++this.seq}`;
+      // Received messages go to the back, so the next receive finds visible ones first instead
+      // of stepping over everything in flight.
+      this.messages.delete(m.messageId);
+      this.messages.set(m.messageId, m);
       this.byReceipt.set(m.receipt, m.messageId);
       m.visibleAt = now + this.opts.visibilityTimeoutSeconds * 1000;
       out.push({ messageId: m.messageId, receipt: m.receipt, body: m.body, receiveCount: m.receiveCount, attributes: { ...m.attributes } });

@@ -5,7 +5,7 @@
 import type pg from 'pg';
 import { SQL, type SqlName } from './sql.ts';
 import { uuidv7 } from './uuid7.ts';
-import { rowToJob, type Job, type JobError, type JobState, type Progress, type WithDbNow } from './job.ts';
+import { rowToJob, type AttemptOutcome, type Job, type JobError, type JobState, type Progress, type WithDbNow } from './job.ts';
 
 /** JSON text for a jsonb parameter; SQL NULL (not the JSON literal null) for nothing. */
 const jsonOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : JSON.stringify(v));
@@ -34,6 +34,14 @@ export interface Inserted {
   duplicate: boolean;
   /** The outbox row to publish after COMMIT (absent for a duplicate). */
   outboxId?: string;
+}
+
+/** What a claim returns: what the worker needs to run the attempt, nothing more. */
+export interface ClaimedJob extends Pick<Job, 'id' | 'type' | 'payload' | 'attempt' | 'releases' | 'maxAttempts' | 'checkpoint' | 'progress' | 'attemptLog' | 'createdAt'> {
+  /** Due (created or run_after) to claimed, by the database clock. */
+  queueLagMs: number;
+  /** Taken over from an owner whose lease expired (directly or via the rescuer). */
+  reclaimed: boolean;
 }
 
 export interface LeaseToken {
@@ -106,16 +114,29 @@ export class JobStore {
    * Returns the jobs this owner now holds; the other ids were not claimable (or are being
    * claimed by someone else right now).
    */
-  async claim(ids: string[], owner: string, leaseSeconds: number): Promise<(Job & WithDbNow & { reclaimed: boolean })[]> {
+  async claim(ids: string[], owner: string, leaseSeconds: number): Promise<ClaimedJob[]> {
     if (ids.length === 0) return [];
     const { rows } = await run(this.pool, 'jobClaim', [[...ids].sort(), owner, leaseSeconds]);
     return rows.map((r) => {
-      const job = rowToJob(r);
+      const attemptLog = (r.attempt_log as AttemptOutcome[] | undefined) ?? [];
+      const attempt = r.attempt as number;
       // A reclaim: the attempt before this one did not end in a recorded retry or release (its
       // owner's lease ran out), or the rescuer re-queued it.
-      const last = job.attemptLog.at(-1);
-      const reclaimed = job.attempt > 1 && (!last || last.attempt !== job.attempt - 1 || last.outcome === 'rescued');
-      return { ...job, dbNow: r.db_now as Date, reclaimed };
+      const last = attemptLog.at(-1);
+      return {
+        id: r.id as string,
+        type: r.type as string,
+        payload: r.payload,
+        attempt,
+        releases: r.releases as number,
+        maxAttempts: r.max_attempts as number,
+        checkpoint: r.checkpoint ?? null,
+        progress: (r.progress as Progress | null) ?? null,
+        attemptLog,
+        createdAt: r.created_at as Date,
+        queueLagMs: Math.max(0, r.queue_lag_ms as number),
+        reclaimed: attempt > 1 && (!last || last.attempt !== attempt - 1 || last.outcome === 'rescued'),
+      };
     });
   }
 

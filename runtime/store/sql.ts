@@ -77,7 +77,9 @@ export const SQL = {
        AND ((state = 'pending' AND run_after <= statement_timestamp())
          OR (state = 'running' AND lease_expires_at < statement_timestamp()))
        AND attempt - releases < max_attempts
-    RETURNING ${JOB_COLUMNS}, statement_timestamp() AS db_now`,
+    RETURNING id, type, payload, attempt, releases, max_attempts, checkpoint, progress, attempt_log, created_at,
+              -- queue lag computed here: one timestamp parsed per row in the worker instead of five
+              (extract(epoch FROM statement_timestamp() - greatest(created_at, run_after)) * 1000)::float8 AS queue_lag_ms`,
 
   /**
    * Heartbeat: renew every lease one worker holds, in one statement per tick, and write the

@@ -27,7 +27,7 @@ import { jobMessageBody, parseJobMessage } from '../queue/message.ts';
 import { chunk, SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type EntryFailure, type JobQueue, type ReceivedMessage } from '../queue/types.ts';
 import { backoffSeconds } from '../store/backoff.ts';
 import { attemptsUsed, isTerminal, type Job, type Progress } from '../store/job.ts';
-import { JobStore, type LeaseToken } from '../store/job-store.ts';
+import { JobStore, type ClaimedJob, type LeaseToken } from '../store/job-store.ts';
 import { recordPoisonMessage, type PoisonReason } from '../ops/poison.ts';
 import type { Publisher } from '../store/outbox.ts';
 import { Batcher } from './batcher.ts';
@@ -52,7 +52,7 @@ export interface WorkerOptions {
    * and released at once on a graceful stop.
    */
   prefetch?: number;
-  /** Most jobs claimed in one statement (received in parallel batches of 10). */
+  /** Most jobs claimed in one statement (received in parallel batches of 10); default: the whole capacity, at most 500. */
   maxClaimBatch?: number;
   random?: () => number;
   /** Called when the worker starts and stops holding jobs (ECS task scale-in protection). */
@@ -63,12 +63,15 @@ export interface WorkerOptions {
 
 /** One job this worker holds. */
 interface Held {
-  job: Job;
+  job: ClaimedJob;
   token: LeaseToken;
   message: ReceivedMessage;
   /** Set when SQS refused our handle: someone received the message after us. */
   receiptStale: boolean;
-  ac: AbortController;
+  /** Created when the handler first reads ctx.signal (most short handlers never do). */
+  ac: AbortController | null;
+  /** Why the handler must stop, once it must (the signal carries it when created later). */
+  abortReason: unknown;
   /** Progress reported since the last heartbeat (written with the next one). */
   unsentProgress: Progress | null;
   lastProgress: Progress | null;
@@ -153,7 +156,7 @@ export class Worker {
         const held = await this.store.completeMany(items);
         return items.map((i) => held.has(i.id));
       },
-      { maxItems: 200, delayMs: 0 },
+      { maxItems: 500, delayMs: 0 },
     );
   }
 
@@ -221,7 +224,7 @@ export class Worker {
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
     for (const h of this.held.values()) {
       h.released = true; // "released" here only means: this process will write nothing more
-      h.ac.abort(new Error('worker crashed'));
+      this.abortHandler(h, new Error('worker crashed'));
     }
     for (const h of this.waiting.splice(0)) this.held.delete(h.job.id);
     this.wakeSlotWaiters();
@@ -232,7 +235,7 @@ export class Worker {
   private async releaseJobs(left: Held[]): Promise<void> {
     for (const h of left) {
       h.released = true;
-      h.ac.abort(new Error('worker stopping: job released to another worker'));
+      this.abortHandler(h, new Error('worker stopping: job released to another worker'));
     }
     let released = new Set<string>();
     try {
@@ -258,7 +261,7 @@ export class Worker {
     let failures = 0;
     const t = this.opts.timings;
     const capacity = t.concurrency + (this.opts.prefetch ?? t.concurrency);
-    const maxBatch = this.opts.maxClaimBatch ?? 100;
+    const maxBatch = this.opts.maxClaimBatch ?? Math.min(500, capacity);
     // Jobs whose handler finished stay held (and heartbeated) until their batched completion
     // commits; they do not take claim room, so the next claim overlaps that commit. The bound on
     // held jobs keeps a slow database from piling up completions.
@@ -334,7 +337,7 @@ export class Worker {
     for (const job of claimed) {
       misses.delete(job.id);
       const [first, ...copies] = byJob.get(job.id)!;
-      this.metrics.timing(METRIC.queueLag, Math.max(0, job.dbNow.getTime() - Math.max(job.createdAt.getTime(), job.runAfter.getTime())));
+      this.metrics.timing(METRIC.queueLag, job.queueLagMs);
       this.emit(job.reclaimed ? 'reclaimed' : 'claimed', job);
       this.startJob(job, first!);
       // Two copies of one job's message in one receive: we hold the job, the copy is surplus.
@@ -422,14 +425,15 @@ export class Worker {
 
   // ------------------------------------------------------------------------ running a job
 
-  private startJob(job: Job, message: ReceivedMessage): void {
+  private startJob(job: ClaimedJob, message: ReceivedMessage): void {
     const now = Date.now();
     const h: Held = {
       job,
       token: { id: job.id, attempt: job.attempt },
       message,
       receiptStale: false,
-      ac: new AbortController(),
+      ac: null,
+      abortReason: undefined,
       unsentProgress: null,
       lastProgress: job.progress,
       lost: false,
@@ -471,7 +475,9 @@ export class Worker {
   private async execute(h: Held, freeSlot: () => void): Promise<void> {
     const { job } = h;
     if (h.lost || h.released) return;
-    const log = this.log.child({ jobId: job.id, type: job.type, attempt: job.attempt });
+    // Log bindings per call rather than a child logger per job: pino serializes a child's
+    // bindings when it is made, a cost every job would pay even with logging turned down.
+    const log = jobLogger(this.log, { jobId: job.id, type: job.type, attempt: job.attempt });
     const def = this.opts.registry.get(job.type);
     if (!def) {
       return this.failAttempt(h, new NonRetryableError(`no handler for job type "${job.type}" in this worker (known: ${this.opts.registry.types().join(', ')})`), true, log);
@@ -486,7 +492,13 @@ export class Worker {
     const ctx: JobContext = {
       job: { id: job.id, type: job.type, attempt: job.attempt, maxAttempts: job.maxAttempts, createdAt: job.createdAt },
       checkpoint: job.checkpoint ?? null,
-      signal: h.ac.signal,
+      get signal() {
+        if (!h.ac) {
+          h.ac = new AbortController();
+          if (h.abortReason !== undefined) h.ac.abort(h.abortReason);
+        }
+        return h.ac.signal;
+      },
       progress: (fraction, message) => {
         const p: Progress = { fraction: Math.min(1, Math.max(0, Number(fraction) || 0)), ...(message ? { message: String(message).slice(0, 500) } : {}) };
         h.unsentProgress = p;
@@ -502,7 +514,9 @@ export class Worker {
         }
       },
       db: tx,
-      log,
+      get log() {
+        return log.child();
+      },
     };
     log.info('job started');
     let result: unknown;
@@ -544,7 +558,7 @@ export class Worker {
     this.deleteMessage(h.message, 'job succeeded', h);
   }
 
-  private async failAttempt(h: Held, err: unknown, nonRetryable: boolean, log: Logger): Promise<void> {
+  private async failAttempt(h: Held, err: unknown, nonRetryable: boolean, log: JobLog): Promise<void> {
     const { job } = h;
     const delay = backoffSeconds(
       { baseSeconds: this.opts.timings.backoffBaseSeconds, maxSeconds: this.opts.timings.backoffMaxSeconds },
@@ -641,7 +655,7 @@ export class Worker {
     this.metrics.count(METRIC.leasesLost);
     this.emit('lease-lost', { id: h.job.id, type: h.job.type, attempt: h.token.attempt }, during);
     this.log.warn({ jobId: h.job.id, type: h.job.type, attempt: h.token.attempt, during }, 'lease lost; handler aborted, this worker will not complete or fail the job');
-    h.ac.abort(new LeaseLostError(h.job.id, h.token.attempt, during));
+    this.abortHandler(h, new LeaseLostError(h.job.id, h.token.attempt, during));
     // If the job ended (cancelled), our message is a leftover: delete it.
     void this.store
       .get(h.job.id)
@@ -765,6 +779,11 @@ export class Worker {
     return false;
   }
 
+  private abortHandler(h: Held, reason: unknown): void {
+    if (h.abortReason === undefined) h.abortReason = reason;
+    h.ac?.abort(reason);
+  }
+
   private emit(kind: WorkerEventKind, job?: { id: string; type: string; attempt?: number } | null, detail?: string): void {
     if (!this.opts.onEvent) return;
     try {
@@ -805,3 +824,15 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     signal?.addEventListener('abort', done, { once: true });
   });
 }
+
+/** A logger for one job's lines that makes a pino child (for the handler) only when asked for one. */
+function jobLogger(base: Logger, bindings: Record<string, unknown>) {
+  let child: Logger | null = null;
+  return {
+    info: (a: string | Record<string, unknown>, b?: string) => (typeof a === 'string' ? base.info(bindings, a) : base.info({ ...bindings, ...a }, b)),
+    warn: (a: string | Record<string, unknown>, b?: string) => (typeof a === 'string' ? base.warn(bindings, a) : base.warn({ ...bindings, ...a }, b)),
+    error: (a: string | Record<string, unknown>, b?: string) => (typeof a === 'string' ? base.error(bindings, a) : base.error({ ...bindings, ...a }, b)),
+    child: (): Logger => (child ??= base.child(bindings)),
+  };
+}
+type JobLog = ReturnType<typeof jobLogger>;
