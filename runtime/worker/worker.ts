@@ -148,7 +148,8 @@ export class Worker {
         const failures = await opts.queue.delete(receipts);
         return receipts.map((r) => failures.find((f) => f.receipt === r) ?? null);
       },
-      { maxItems: SQS_BATCH_LIMIT, delayMs: 5 },
+      // SqsQueue.delete sends these in batches of 10 itself.
+      { maxItems: 100, delayMs: 5 },
     );
     // Jobs whose handlers wrote nothing complete together: one fenced UPDATE for many.
     this.completions = new Batcher(
@@ -477,7 +478,7 @@ export class Worker {
     if (h.lost || h.released) return;
     // Log bindings per call rather than a child logger per job: pino serializes a child's
     // bindings when it is made, a cost every job would pay even with logging turned down.
-    const log = jobLogger(this.log, { jobId: job.id, type: job.type, attempt: job.attempt });
+    const log = new JobLog(this.log, { jobId: job.id, type: job.type, attempt: job.attempt });
     const def = this.opts.registry.get(job.type);
     if (!def) {
       return this.failAttempt(h, new NonRetryableError(`no handler for job type "${job.type}" in this worker (known: ${this.opts.registry.types().join(', ')})`), true, log);
@@ -489,35 +490,7 @@ export class Worker {
       return this.failAttempt(h, err, true, log);
     }
     const tx = new JobTransaction(this.opts.pool);
-    const ctx: JobContext = {
-      job: { id: job.id, type: job.type, attempt: job.attempt, maxAttempts: job.maxAttempts, createdAt: job.createdAt },
-      checkpoint: job.checkpoint ?? null,
-      get signal() {
-        if (!h.ac) {
-          h.ac = new AbortController();
-          if (h.abortReason !== undefined) h.ac.abort(h.abortReason);
-        }
-        return h.ac.signal;
-      },
-      progress: (fraction, message) => {
-        const p: Progress = { fraction: Math.min(1, Math.max(0, Number(fraction) || 0)), ...(message ? { message: String(message).slice(0, 500) } : {}) };
-        h.unsentProgress = p;
-        h.lastProgress = p;
-      },
-      saveCheckpoint: async (checkpoint, progress) => {
-        if (h.lost || h.released) throw new LeaseLostError(job.id, job.attempt, 'checkpoint');
-        if (progress) ctx.progress(progress.fraction, progress.message);
-        const ok = await this.store.checkpoint(h.token, checkpoint, progress ? h.lastProgress : null);
-        if (!ok) {
-          this.loseLease(h, 'checkpoint');
-          throw new LeaseLostError(job.id, job.attempt, 'checkpoint');
-        }
-      },
-      db: tx,
-      get log() {
-        return log.child();
-      },
-    };
+    const ctx = new AttemptContext(h, this, log, tx);
     log.info('job started');
     let result: unknown;
     try {
@@ -779,6 +752,17 @@ export class Worker {
     return false;
   }
 
+  /** ctx.saveCheckpoint: fenced; a refusal is a lost lease. */
+  async saveCheckpointFor(h: Held, checkpoint: unknown, progress?: { fraction: number; message?: string }): Promise<void> {
+    if (h.lost || h.released) throw new LeaseLostError(h.job.id, h.token.attempt, 'checkpoint');
+    if (progress) recordProgress(h, progress.fraction, progress.message);
+    const ok = await this.store.checkpoint(h.token, checkpoint, progress ? h.lastProgress : null);
+    if (!ok) {
+      this.loseLease(h, 'checkpoint');
+      throw new LeaseLostError(h.job.id, h.token.attempt, 'checkpoint');
+    }
+  }
+
   private abortHandler(h: Held, reason: unknown): void {
     if (h.abortReason === undefined) h.abortReason = reason;
     h.ac?.abort(reason);
@@ -825,14 +809,74 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-/** A logger for one job's lines that makes a pino child (for the handler) only when asked for one. */
-function jobLogger(base: Logger, bindings: Record<string, unknown>) {
-  let child: Logger | null = null;
-  return {
-    info: (a: string | Record<string, unknown>, b?: string) => (typeof a === 'string' ? base.info(bindings, a) : base.info({ ...bindings, ...a }, b)),
-    warn: (a: string | Record<string, unknown>, b?: string) => (typeof a === 'string' ? base.warn(bindings, a) : base.warn({ ...bindings, ...a }, b)),
-    error: (a: string | Record<string, unknown>, b?: string) => (typeof a === 'string' ? base.error(bindings, a) : base.error({ ...bindings, ...a }, b)),
-    child: (): Logger => (child ??= base.child(bindings)),
-  };
+/**
+ * A logger for one job's lines that makes a pino child (for the handler) only when asked for
+ * one. A class, like AttemptContext below: a worker making thousands of these a second should not
+ * also make a handful of closures for each.
+ */
+class JobLog {
+  private made: Logger | null = null;
+  constructor(
+    private readonly base: Logger,
+    private readonly bindings: Record<string, unknown>,
+  ) {}
+  info(a: string | Record<string, unknown>, b?: string): void {
+    if (typeof a === 'string') this.base.info(this.bindings, a);
+    else this.base.info({ ...this.bindings, ...a }, b);
+  }
+  warn(a: string | Record<string, unknown>, b?: string): void {
+    if (typeof a === 'string') this.base.warn(this.bindings, a);
+    else this.base.warn({ ...this.bindings, ...a }, b);
+  }
+  error(a: string | Record<string, unknown>, b?: string): void {
+    if (typeof a === 'string') this.base.error(this.bindings, a);
+    else this.base.error({ ...this.bindings, ...a }, b);
+  }
+  child(): Logger {
+    return (this.made ??= this.base.child(this.bindings));
+  }
 }
-type JobLog = ReturnType<typeof jobLogger>;
+
+function recordProgress(h: Held, fraction: number, message?: string): void {
+  const p: Progress = { fraction: Math.min(1, Math.max(0, Number(fraction) || 0)), ...(message ? { message: String(message).slice(0, 500) } : {}) };
+  h.unsentProgress = p;
+  h.lastProgress = p;
+}
+
+/** The handler's view of one attempt (the JobContext contract). Call its functions as methods. */
+class AttemptContext implements JobContext {
+  readonly job: JobContext['job'];
+  readonly checkpoint: unknown;
+
+  constructor(
+    private readonly h: Held,
+    private readonly worker: Worker,
+    private readonly jobLog: JobLog,
+    readonly db: JobTransaction,
+  ) {
+    const j = h.job;
+    this.job = { id: j.id, type: j.type, attempt: j.attempt, maxAttempts: j.maxAttempts, createdAt: j.createdAt };
+    this.checkpoint = j.checkpoint ?? null;
+  }
+
+  get signal(): AbortSignal {
+    const h = this.h;
+    if (!h.ac) {
+      h.ac = new AbortController();
+      if (h.abortReason !== undefined) h.ac.abort(h.abortReason);
+    }
+    return h.ac.signal;
+  }
+
+  get log(): Logger {
+    return this.jobLog.child();
+  }
+
+  progress(fraction: number, message?: string): void {
+    recordProgress(this.h, fraction, message);
+  }
+
+  saveCheckpoint(checkpoint: unknown, progress?: { fraction: number; message?: string }): Promise<void> {
+    return this.worker.saveCheckpointFor(this.h, checkpoint, progress);
+  }
+}
