@@ -85,7 +85,9 @@ describe('local stack end to end', () => {
     }, 10_000, 'picked up by another worker');
     expect(again.lease_owner).not.toBe(job.lease_owner);
     expect(again.releases).toBe(1);
-    expect(Date.now() - t0).toBeLessThan(1000 * (1 + 2.5));
+    // releases = 1 above is the proof it was handed over, not reclaimed after expiry; the bound
+    // only catches a drain that hangs (generous: process exit and claim on a loaded 2-core box).
+    expect(Date.now() - t0).toBeLessThan(1000 * (1 + 5));
     expect(running.attempt).toBe(1);
     await until(created.body.id, 'succeeded');
     expect(await rows('E2E-DRAIN')).toBe(5);
