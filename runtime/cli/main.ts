@@ -323,8 +323,10 @@ export async function cli(argv = process.argv.slice(2)): Promise<void> {
     const code = await main(argv);
     if (code >= 0) process.exit(code);
   } catch (err) {
-    if (err instanceof UsageError || err instanceof ValidationError || err instanceof ConfigError) {
-      process.stderr.write(`jobs: ${err.message}\n`);
+    // node:util parseArgs reports an unknown or malformed option as ERR_PARSE_ARGS_*: a usage error.
+    const parseArgsError = typeof (err as { code?: unknown }).code === 'string' && (err as { code: string }).code.startsWith('ERR_PARSE_ARGS');
+    if (err instanceof UsageError || err instanceof ValidationError || err instanceof ConfigError || parseArgsError) {
+      process.stderr.write(`jobs: ${(err as Error).message}\n`);
       process.exit(2);
     }
     process.stderr.write(`jobs: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);

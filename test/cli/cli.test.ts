@@ -51,6 +51,7 @@ describe('jobs command', () => {
     [['list', '--state', 'done'], /--state must be one of pending, running, succeeded, dead, cancelled/],
     [['show', 'nope'], /ID must be a job id/],
     [['frobnicate'], /unknown command "frobnicate"/],
+    [['list', '--colour', 'red'], /Unknown option '--colour'/],
   ])('refuses %j with exit 2 and the reason', async (args, message) => {
     const r = await jobs(args as string[]);
     expect(r.code).toBe(2);
