@@ -46,15 +46,10 @@ export type FaultKind =
  * workers exist even when idle, and a silent one (killed, paused) stands out; `fault` is an
  * injected fault, with `fault` naming it.
  */
-export interface LiveEvent {
+export interface LiveEvent extends Omit<WorkerEvent, 'kind'> {
   kind: WorkerEventKind | 'worker-up' | 'worker-alive' | 'worker-down' | 'fault';
   /** Who emitted it: a worker id, or `faults` for the fault injector. */
   workerId: string;
-  jobId?: string;
-  type?: string;
-  attempt?: number;
-  at: string;
-  detail?: string;
   fault?: FaultKind;
   /** worker-alive: jobs the worker holds. */
   running?: number;
