@@ -4,11 +4,11 @@
 
 import { CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
 import type { Construct } from 'constructs';
-import { ApiToken } from '../api-token.ts';
+import { ENV } from '../../runtime/config/env.ts';
+import { BearerToken } from '../bearer-token.ts';
 import type { EnvironmentConfig } from '../config.ts';
 import { JobDatabase } from '../database.ts';
 import { Network } from '../network.ts';
-import { OperatorToken } from '../operator-token.ts';
 import { JobQueues } from '../queues.ts';
 
 export interface JobsDataStackProps extends StackProps {
@@ -19,8 +19,8 @@ export class JobsDataStack extends Stack {
   readonly network: Network;
   readonly queues: JobQueues;
   readonly database: JobDatabase;
-  readonly apiToken: ApiToken;
-  readonly operatorToken: OperatorToken;
+  readonly apiToken: BearerToken;
+  readonly operatorToken: BearerToken;
 
   constructor(scope: Construct, id: string, props: JobsDataStackProps) {
     const c = props.config;
@@ -33,8 +33,18 @@ export class JobsDataStack extends Stack {
     this.network = new Network(this, 'Network', { ...c.network, logRetentionDays: c.logRetentionDays });
     this.queues = new JobQueues(this, 'Queues', { ...c.queues, jobTimings: c.jobTimings, removalPolicy: retain });
     this.database = new JobDatabase(this, 'Database', { ...c.database, vpc: this.network.vpc, subnets: this.network.dataSubnets });
-    this.apiToken = new ApiToken(this, 'ApiToken', { removalPolicy: retain });
-    this.operatorToken = new OperatorToken(this, 'OperatorToken', { removalPolicy: retain });
+    this.apiToken = new BearerToken(this, 'ApiToken', {
+      description: 'Bearer token of the ERP jobs API (API_TOKEN)',
+      removalPolicy: retain,
+      manualRotationReason:
+        'A static bearer token shared with the ERP clients: rotating it needs the clients reconfigured in step, so it is rotated by the manual procedure in docs/deploy.md, not by a Lambda.',
+    });
+    this.operatorToken = new BearerToken(this, 'OperatorToken', {
+      description: `On-call operator token of the ERP jobs API (${ENV.apiOperatorToken}): the on-call routes /v1/dead-jobs, /v1/dlq, /v1/poison-messages, /v1/stuck-jobs`,
+      removalPolicy: retain,
+      manualRotationReason:
+        'ECS resolves the token only at task start, so a rotation Lambda would leave running API tasks on the old value; it is rotated by the manual procedure in docs/deploy.md (new value, then a forced API deployment).',
+    });
 
     // What on-call and operators look up (docs/runbooks/README.md).
     new CfnOutput(this, 'JobQueueUrl', { value: this.queues.queue.queueUrl });
