@@ -4,18 +4,27 @@
 // publishes a session's counters when the session ends (or at most once a second), so a
 // window opens and closes only when no session is connected to the benchmark database: each
 // phase creates its pools inside the window and ends them before it closes.
+//
+// When the server runs on this machine (the embedded one, the peer harness's), the meter also
+// reads the CPU time PostgreSQL spent in the window from /proc: the postmaster's own and its
+// exited children's (every session of the phase has ended when the window closes) plus its live
+// children's (checkpointer, WAL writer, autovacuum). On a remote server it reports none.
+import { readdirSync, readFileSync } from 'node:fs';
 import pg from 'pg';
 
 export interface Cost {
   commits: number;
   rollbacks: number;
   walBytes: number;
+  /** CPU seconds PostgreSQL spent in the window, when the server is local (see above). */
+  pgCpuSeconds?: number;
   /** Per statement (pg_stat_statements), when the extension is loaded: where the WAL goes. */
   statements?: { query: string; calls: number; walBytes: number; walRecords: number; walFpi: number; totalMs: number }[];
 }
 
 export class CostMeter {
   private readonly admin: pg.Client;
+  private postmasterPid: number | null = null;
 
   constructor(adminUrl: string, private readonly database: string) {
     this.admin = new pg.Client({ connectionString: adminUrl });
@@ -23,6 +32,26 @@ export class CostMeter {
 
   async connect(): Promise<void> {
     await this.admin.connect();
+    // The checkpointer's parent is the postmaster; it is ours to read only if it runs here.
+    const { rows } = await this.admin.query("SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'");
+    const ppid = rows[0] ? Number(procStat(rows[0].pid)?.[1]) : NaN;
+    if (Number.isInteger(ppid) && readComm(ppid) === 'postgres') this.postmasterPid = ppid;
+  }
+
+  /** Clock ticks (1/100 s on Linux) the postmaster and all its children have used, or null. */
+  private pgTicks(): number | null {
+    const pm = this.postmasterPid;
+    if (pm === null) return null;
+    const own = procStat(pm);
+    if (!own) return null;
+    // utime, stime, cutime, cstime are fields 14–17; after the "(comm)" split they start at index 11.
+    let ticks = Number(own[11]) + Number(own[12]) + Number(own[13]) + Number(own[14]);
+    for (const d of readdirSync('/proc')) {
+      if (!/^\d+$/.test(d)) continue;
+      const st = procStat(Number(d));
+      if (st && Number(st[1]) === pm) ticks += Number(st[11]) + Number(st[12]);
+    }
+    return ticks;
   }
 
   async close(): Promise<void> {
@@ -52,11 +81,14 @@ export class CostMeter {
     await this.quiet();
     if (opts.statements) await this.resetStatements();
     const before = await this.read();
+    const ticks0 = this.pgTicks();
     const result = await phase();
     await this.quiet();
+    const ticks1 = this.pgTicks();
     const after = await this.read();
     const wal = await this.admin.query('SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint AS b', [after.lsn, before.lsn]);
     const cost: Cost = { commits: after.commits - before.commits, rollbacks: after.rollbacks - before.rollbacks, walBytes: Number(wal.rows[0].b) };
+    if (ticks0 !== null && ticks1 !== null) cost.pgCpuSeconds = (ticks1 - ticks0) / 100;
     if (opts.statements) cost.statements = await this.statements();
     return { result, cost };
   }
@@ -78,5 +110,23 @@ export class CostMeter {
     } catch {
       return undefined;
     }
+  }
+}
+
+/** /proc/<pid>/stat split after the command name: [state, ppid, …], or null if unreadable. */
+function procStat(pid: number): string[] | null {
+  try {
+    const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return s.slice(s.lastIndexOf(')') + 2).split(' ');
+  } catch {
+    return null;
+  }
+}
+
+function readComm(pid: number): string | null {
+  try {
+    return readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+  } catch {
+    return null;
   }
 }

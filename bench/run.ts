@@ -9,7 +9,7 @@
 //   npm run bench                                 # defaults: 20,000 jobs, 3 runs, c = 1, 10, 50
 //   npm run bench -- --runs 1 --jobs 5000 --concurrency 10 --transports memory
 //   npm run bench -- --peers                      # also run ../shared/bench/peers on the same PostgreSQL
-//   npm run bench -- --profile                    # WAL per statement (pg_stat_statements) and a CPU profile
+//   npm run bench -- --profile                    # WAL per statement (pg_stat_statements) and a CPU profile of the process phase
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
@@ -31,6 +31,7 @@ import { SqsQueue } from '../runtime/queue/sqs.ts';
 import type { JobQueue } from '../runtime/queue/types.ts';
 import { Publisher } from '../runtime/store/outbox.ts';
 import { Worker } from '../runtime/worker/worker.ts';
+import { profileCpu } from './cpu-profile.ts';
 import { CostMeter, type Cost } from './pg-cost.ts';
 import { runPeers, type PeerRow } from './peers.ts';
 
@@ -90,6 +91,8 @@ interface Sample {
   enqueueCost: Cost;
   processCost: Cost;
   cpuSecondsPer1000: number;
+  /** PostgreSQL's CPU in the process phase, when the server is local (the enqueue's is in enqueueCost). */
+  pgCpuSecondsPer1000: number | null;
 }
 
 const median = (xs: number[]) => {
@@ -209,7 +212,7 @@ async function verify(url: string, kind: 'noop' | 'ledger', n: number): Promise<
   if (r.retried > 0) log(`  note: ${r.retried} jobs needed more than one attempt`);
 }
 
-async function throughput(adminUrl: string, dbName: string, meter: CostMeter, kind: 'noop' | 'ledger', transport: 'memory' | 'sqs', concurrency: number, prefetch: number | null): Promise<Sample> {
+async function throughput(adminUrl: string, dbName: string, meter: CostMeter, kind: 'noop' | 'ledger', transport: 'memory' | 'sqs', concurrency: number, prefetch: number | null, profileTo: string | null): Promise<Sample> {
   const url = await freshDb(adminUrl, dbName);
   let queue: JobQueue;
   let dlq: JobQueue;
@@ -226,7 +229,17 @@ async function throughput(adminUrl: string, dbName: string, meter: CostMeter, ki
   }
   try {
     const enq = await meter.measure(() => enqueueAll(url, queue, kind, N), { statements: args.profile });
-    const proc = await meter.measure(() => processAll(url, queue, dlq, N, concurrency, prefetch), { statements: args.profile });
+    const work = () => processAll(url, queue, dlq, N, concurrency, prefetch);
+    const proc = await meter.measure(
+      profileTo
+        ? async () => {
+            const { result, summary } = await profileCpu(profileTo, work);
+            log(`${summary}\n  (the whole profile: ${profileTo})`);
+            return result;
+          }
+        : work,
+      { statements: args.profile },
+    );
     await verify(url, kind, N);
     const commits = enq.cost.commits + proc.cost.commits;
     const wal = enq.cost.walBytes + proc.cost.walBytes;
@@ -243,6 +256,7 @@ async function throughput(adminUrl: string, dbName: string, meter: CostMeter, ki
       enqueueCost: enq.cost,
       processCost: proc.cost,
       cpuSecondsPer1000: (proc.result.cpuSeconds / N) * 1000,
+      pgCpuSecondsPer1000: proc.cost.pgCpuSeconds !== undefined ? (proc.cost.pgCpuSeconds / N) * 1000 : null,
     };
   } finally {
     child?.kill('SIGTERM');
@@ -372,17 +386,22 @@ async function main(): Promise<void> {
   await meter.connect();
 
   const samples: Sample[] = [];
+  const stamp = new Date().toISOString().replace(/[:.]/g, '-');
+  const resultsDir = join('bench', 'results');
+  await mkdir(resultsDir, { recursive: true });
   try {
     for (let run = 0; run < RUNS; run++) {
       for (const kind of KINDS) {
         for (const transport of TRANSPORTS) {
           for (const c of CONCURRENCIES) for (const pf of PREFETCHES) {
             log(`run ${run + 1}/${RUNS}: ${kind} via ${transport}, concurrency ${c}, prefetch ${pf ?? c}, ${N} jobs…`);
-            const s = await throughput(adminUrl, 'bench_tp', meter, kind, transport, c, pf);
-            log(`  ${fmt(s.processPerSec)} jobs/s, ${s.commitsPerJob.toFixed(3)} commits/job, ${fmt(s.walBytesPerJob)} WAL B/job, ${s.cpuSecondsPer1000.toFixed(2)} CPU s/1000`);
+            const profileTo = args.profile && run === 0 ? join(resultsDir, `${stamp}-${kind}-${transport}-c${c}-p${pf ?? c}.cpuprofile`) : null;
+            const s = await throughput(adminUrl, 'bench_tp', meter, kind, transport, c, pf, profileTo);
+            const pgCpu = s.pgCpuSecondsPer1000 === null ? '' : `, PostgreSQL ${s.pgCpuSecondsPer1000.toFixed(3)} CPU s/1000`;
+            log(`  ${fmt(s.processPerSec)} jobs/s, ${s.commitsPerJob.toFixed(3)} commits/job, ${fmt(s.walBytesPerJob)} WAL B/job, worker ${s.cpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}`);
             if (args.profile && run === 0) {
               for (const [phase, cost] of [['enqueue', s.enqueueCost], ['process', s.processCost]] as const) {
-                for (const st of cost.statements ?? []) log(`    [${phase}] ${fmt(st.walBytes / N)} WAL B/job  ${st.walRecords} rec  ${st.walFpi} fpi  ${st.calls} calls  ${st.query}`);
+                for (const st of cost.statements ?? []) log(`    [${phase}] ${fmt(st.walBytes / N)} WAL B/job  ${st.walRecords} rec  ${st.walFpi} fpi  ${st.calls} calls  ${fmt(st.totalMs)} ms  ${st.query}`);
               }
             }
             samples.push(s);
@@ -404,12 +423,12 @@ async function main(): Promise<void> {
     const out: string[] = [];
     out.push(`PostgreSQL ${server} (${settings.map((r) => `${r.name}=${r.setting}`).join(', ')}), Node ${process.version}, ${N} jobs per run, ${RUNS} run(s); median (min–max)`);
     out.push('');
-    out.push('| job | transport | concurrency | prefetch | jobs/s | enqueue jobs/s | commits/job | WAL bytes/job | worker CPU s/1000 jobs |');
-    out.push('|---|---|---:|---:|---:|---:|---:|---:|---:|');
+    out.push('| job | transport | concurrency | prefetch | jobs/s | enqueue jobs/s | commits/job | WAL bytes/job | worker CPU s/1000 jobs | PostgreSQL CPU s/1000 jobs |');
+    out.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|');
     for (const [key, ss] of groups) {
       const [kind, transport, c, pf] = key.split('|');
       out.push(
-        `| ${kind} | ${transport === 'memory' ? 'in-process' : 'local SQS'} | ${c} | ${pf} | ${range(ss.map((s) => s.processPerSec))} | ${range(ss.map((s) => s.enqueuePerSec))} | ${range(ss.map((s) => s.commitsPerJob), 3)} | ${range(ss.map((s) => s.walBytesPerJob))} | ${range(ss.map((s) => s.cpuSecondsPer1000), 2)} |`,
+        `| ${kind} | ${transport === 'memory' ? 'in-process' : 'local SQS'} | ${c} | ${pf} | ${range(ss.map((s) => s.processPerSec))} | ${range(ss.map((s) => s.enqueuePerSec))} | ${range(ss.map((s) => s.commitsPerJob), 3)} | ${range(ss.map((s) => s.walBytesPerJob))} | ${range(ss.map((s) => s.cpuSecondsPer1000), 3)} | ${ss.every((s) => s.pgCpuSecondsPer1000 !== null) ? range(ss.map((s) => s.pgCpuSecondsPer1000!), 3) : 'n/a (remote)'} |`,
       );
     }
     out.push('');
@@ -424,7 +443,7 @@ async function main(): Promise<void> {
       for (const r of peerRows) out.push(`| ${r.label} | ${fmt(r.jobsPerSec)} | ${r.commitsPerJob.toFixed(3)} | ${fmt(r.walBytesPerJob)} |`);
     }
     process.stdout.write(`${out.join('\n')}\n`);
-    const file = args.out ?? join('bench', 'results', `${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
+    const file = args.out ?? join(resultsDir, `${stamp}.json`);
     await mkdir(join(file, '..'), { recursive: true });
     await writeFile(file, JSON.stringify({ server, settings, node: process.version, jobs: N, runs: RUNS, samples, latency: lat, kill, peers: peerRows }, null, 2));
     log(`wrote ${file}`);

@@ -1,0 +1,62 @@
+// A V8 CPU profile of one phase of the benchmark (the worker's process phase), through the
+// inspector, so the profile holds that phase and nothing else (not startup, not the enqueue).
+// The .cpuprofile file opens in Chrome DevTools; `summarize` prints where the time went.
+import { Session } from 'node:inspector/promises';
+import { writeFile } from 'node:fs/promises';
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+}
+interface Profile {
+  nodes: ProfileNode[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+export async function profileCpu<T>(file: string, phase: () => Promise<T>): Promise<{ result: T; summary: string }> {
+  const session = new Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.setSamplingInterval', { interval: 200 });
+  await session.post('Profiler.start');
+  const stop = async (): Promise<Profile> => {
+    const { profile } = (await session.post('Profiler.stop')) as unknown as { profile: Profile };
+    session.disconnect();
+    return profile;
+  };
+  let result: T;
+  try {
+    result = await phase();
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  const profile = await stop();
+  await writeFile(file, JSON.stringify(profile));
+  return { result, summary: summarize(profile) };
+}
+
+/** Self time by source file and by function, largest first. */
+export function summarize(p: Profile, top = 25): string {
+  const byId = new Map(p.nodes.map((n) => [n.id, n]));
+  const byFile = new Map<string, number>();
+  const byFn = new Map<string, number>();
+  let total = 0;
+  p.samples.forEach((id, i) => {
+    const dt = p.timeDeltas[i] ?? 0;
+    total += dt;
+    const cf = byId.get(id)!.callFrame;
+    const url = cf.url.replace(/^.*node_modules\//, '').replace(/^file:\/\/.*?\/(runtime|bench)\//, '$1/');
+    const file = url ? url.split('/').slice(0, url.startsWith('runtime/') ? 3 : 1).join('/') : cf.functionName;
+    byFile.set(file, (byFile.get(file) ?? 0) + dt);
+    const fn = `${cf.functionName || '(anonymous)'} ${url}${url ? `:${cf.lineNumber + 1}` : ''}`;
+    byFn.set(fn, (byFn.get(fn) ?? 0) + dt);
+  });
+  const rows = (m: Map<string, number>) =>
+    [...m]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, top)
+      .map(([k, us]) => `    ${(us / 1000).toFixed(1).padStart(8)} ms ${((100 * us) / total).toFixed(1).padStart(5)} %  ${k}`);
+  return [`  CPU profile of the process phase: ${(total / 1000).toFixed(0)} ms sampled`, '  by file (self time):', ...rows(byFile), '  by function (self time):', ...rows(byFn)].join('\n');
+}
