@@ -37,7 +37,7 @@ export interface Inserted {
 }
 
 /** What a claim returns: what the worker needs to run the attempt, nothing more. */
-export interface ClaimedJob extends Pick<Job, 'id' | 'type' | 'payload' | 'attempt' | 'releases' | 'maxAttempts' | 'checkpoint' | 'progress' | 'attemptLog' | 'createdAt'> {
+export interface ClaimedJob extends Pick<Job, 'id' | 'type' | 'payload' | 'attempt' | 'releases' | 'maxAttempts' | 'checkpoint' | 'progress' | 'createdAt'> {
   /** Due (created or run_after) to claimed, by the database clock. */
   queueLagMs: number;
   /** Taken over from an owner whose lease expired (directly or via the rescuer). */
@@ -117,27 +117,19 @@ export class JobStore {
   async claim(ids: string[], owner: string, leaseSeconds: number): Promise<ClaimedJob[]> {
     if (ids.length === 0) return [];
     const { rows } = await run(this.pool, 'jobClaim', [[...ids].sort(), owner, leaseSeconds]);
-    return rows.map((r) => {
-      const attemptLog = (r.attempt_log as AttemptOutcome[] | undefined) ?? [];
-      const attempt = r.attempt as number;
-      // A reclaim: the attempt before this one did not end in a recorded retry or release (its
-      // owner's lease ran out), or the rescuer re-queued it.
-      const last = attemptLog.at(-1);
-      return {
-        id: r.id as string,
-        type: r.type as string,
-        payload: r.payload,
-        attempt,
-        releases: r.releases as number,
-        maxAttempts: r.max_attempts as number,
-        checkpoint: r.checkpoint ?? null,
-        progress: (r.progress as Progress | null) ?? null,
-        attemptLog,
-        createdAt: r.created_at as Date,
-        queueLagMs: Math.max(0, r.queue_lag_ms as number),
-        reclaimed: attempt > 1 && (!last || last.attempt !== attempt - 1 || last.outcome === 'rescued'),
-      };
-    });
+    return rows.map((r) => ({
+      id: r.id as string,
+      type: r.type as string,
+      payload: r.payload,
+      attempt: r.attempt as number,
+      releases: r.releases as number,
+      maxAttempts: r.max_attempts as number,
+      checkpoint: r.checkpoint ?? null,
+      progress: (r.progress as Progress | null) ?? null,
+      createdAt: new Date(r.created_at_ms as number),
+      queueLagMs: Math.max(0, r.queue_lag_ms as number),
+      reclaimed: r.reclaimed as boolean,
+    }));
   }
 
   /** Renew leases; returns the ids still held (the others are lost). */

@@ -77,9 +77,16 @@ export const SQL = {
        AND ((state = 'pending' AND run_after <= statement_timestamp())
          OR (state = 'running' AND lease_expires_at < statement_timestamp()))
        AND attempt - releases < max_attempts
-    RETURNING id, type, payload, attempt, releases, max_attempts, checkpoint, progress, attempt_log, created_at,
-              -- queue lag computed here: one timestamp parsed per row in the worker instead of five
-              (extract(epoch FROM statement_timestamp() - greatest(created_at, run_after)) * 1000)::float8 AS queue_lag_ms`,
+    RETURNING id, type, payload, attempt, releases, max_attempts, checkpoint, progress,
+              -- Numbers rather than timestamps and the attempt log: the worker parses a float per
+              -- row instead of a date string and a JSON array (a measurable share of its CPU).
+              (extract(epoch FROM created_at) * 1000)::float8 AS created_at_ms,
+              (extract(epoch FROM statement_timestamp() - greatest(created_at, run_after)) * 1000)::float8 AS queue_lag_ms,
+              -- A reclaim: the attempt before this one did not end in a recorded retry or release
+              -- (its owner's lease ran out), or the rescuer re-queued it.
+              CASE WHEN attempt > 1
+                   THEN coalesce((attempt_log->-1->>'attempt')::int <> attempt - 1 OR attempt_log->-1->>'outcome' = 'rescued', true)
+                   ELSE false END AS reclaimed`,
 
   /**
    * Heartbeat: renew every lease one worker holds, in one statement per tick, and write the

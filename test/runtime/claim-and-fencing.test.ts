@@ -66,6 +66,32 @@ describe('claim', () => {
     expect(got.map((j) => j.id).sort()).toEqual([a.id, b.id].sort());
   });
 
+  it('tells a reclaim (lease ran out, or rescued) from a first claim, a retry and a claim after a release', async () => {
+    const first = await enqueueLedger(p, 'B-KIND-FIRST');
+    const [c1] = await p.store.claim([first.id], 'w', 30);
+    expect(c1).toMatchObject({ attempt: 1, reclaimed: false });
+    expect(c1!.createdAt.getTime()).toBe(first.createdAt.getTime());
+
+    await p.store.fail({ id: first.id, attempt: 1 }, { name: 'Error', message: 'boom', retryable: true }, 0, false);
+    const [retry] = await p.store.claim([first.id], 'w', 30);
+    expect(retry).toMatchObject({ attempt: 2, reclaimed: false });
+
+    await p.store.release([{ id: first.id, attempt: 2 }], 'stopping');
+    const [afterRelease] = await p.store.claim([first.id], 'w', 30);
+    expect(afterRelease).toMatchObject({ attempt: 3, reclaimed: false });
+
+    await expireLease(p, first.id);
+    const [reclaim] = await p.store.claim([first.id], 'w2', 30);
+    expect(reclaim).toMatchObject({ attempt: 4, reclaimed: true });
+
+    const rescuedJob = await enqueueLedger(p, 'B-KIND-RESCUED');
+    await p.store.claim([rescuedJob.id], 'w', 30);
+    await p.db.pool.query("UPDATE jobs.job SET lease_expires_at = statement_timestamp() - interval '1 hour' WHERE id = $1", [rescuedJob.id]);
+    expect((await p.store.rescueExpired(60, 100)).map((r) => r.job.id)).toContain(rescuedJob.id);
+    const [afterRescue] = await p.store.claim([rescuedJob.id], 'w', 30);
+    expect(afterRescue).toMatchObject({ attempt: 2, reclaimed: true });
+  });
+
   it('does not reclaim a job whose lease is still live', async () => {
     const job = await enqueueLedger(p, 'B-LIVE');
     await p.store.claim([job.id], 'owner', 30);
