@@ -5,7 +5,7 @@
 import type pg from 'pg';
 import { SQL, type SqlName } from './sql.ts';
 import { uuidv7 } from './uuid7.ts';
-import { rowToJob, type AttemptOutcome, type Job, type JobError, type JobState, type Progress, type WithDbNow } from './job.ts';
+import { rowToJob, type Job, type JobError, type JobState, type Progress, type WithDbNow } from './job.ts';
 
 /** JSON text for a jsonb parameter; SQL NULL (not the JSON literal null) for nothing. */
 const jsonOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : JSON.stringify(v));
@@ -156,7 +156,10 @@ export class JobStore {
     return r.rowCount === 1;
   }
 
-  /** Mark many succeeded in one autocommit statement; returns the ids that were still held. */
+  /**
+   * Mark many succeeded in one autocommit statement, each fenced by its own token. Returns the
+   * ids that did not complete because their lease is lost (usually none).
+   */
   async completeMany(items: (LeaseToken & { result: unknown; progress?: Progress | null })[]): Promise<Set<string>> {
     if (items.length === 0) return new Set();
     const { rows } = await run(this.pool, 'jobCompleteMany', [

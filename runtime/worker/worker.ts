@@ -154,8 +154,8 @@ export class Worker {
     // Jobs whose handlers wrote nothing complete together: one fenced UPDATE for many.
     this.completions = new Batcher(
       async (items) => {
-        const held = await this.store.completeMany(items);
-        return items.map((i) => held.has(i.id));
+        const lost = await this.store.completeMany(items);
+        return items.map((i) => !lost.has(i.id));
       },
       { maxItems: 500, delayMs: 0 },
     );

@@ -68,7 +68,7 @@ async function makeDead() {
 async function makeSucceeded() {
   const job = await enqueue();
   const [c] = await p.store.claim([job.id], 'worker-x', 30);
-  expect(await p.store.completeMany([{ id: c!.id, attempt: c!.attempt, result: null }])).toEqual(new Set([job.id]));
+  expect(await p.store.completeMany([{ id: c!.id, attempt: c!.attempt, result: null }])).toEqual(new Set());
   return job;
 }
 

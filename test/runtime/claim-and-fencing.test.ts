@@ -160,6 +160,21 @@ describe('fencing: a worker whose job was reclaimed is refused at every write', 
     await Promise.all([storeA.pool.end(), storeB.pool.end()]);
   });
 
+  it('a batched completion completes the jobs still held and reports exactly the ones whose lease is lost', async () => {
+    const held = await enqueueLedger(p, 'B-MANY-HELD');
+    const reclaimed = await enqueueLedger(p, 'B-MANY-RECLAIMED');
+    const cancelled = await enqueueLedger(p, 'B-MANY-CANCELLED');
+    for (const j of [held, reclaimed, cancelled]) await p.store.claim([j.id], 'a', 30);
+    await expireLease(p, reclaimed.id);
+    await p.store.claim([reclaimed.id], 'b', 30);
+    await p.client.cancel(cancelled.id, 'ops');
+    const lost = await p.store.completeMany([held, reclaimed, cancelled].map((j) => ({ id: j.id, attempt: 1, result: { ok: true } })));
+    expect(lost).toEqual(new Set([reclaimed.id, cancelled.id]));
+    expect(await p.store.get(held.id)).toMatchObject({ state: 'succeeded', result: { ok: true } });
+    expect(await p.store.get(reclaimed.id)).toMatchObject({ state: 'running', attempt: 2, leaseOwner: 'b' });
+    expect((await p.store.get(cancelled.id))!.state).toBe('cancelled');
+  });
+
   it('a completion racing a reclaim: exactly one of them wins, and effects exist only if the completion won', async () => {
     for (let round = 0; round < 20; round++) {
       const batch = `B-RACE-${round}`;
