@@ -274,6 +274,10 @@ export class Worker {
       const busy = this.waiting.length + this.active > 0;
       if (room <= 0 || (busy && room < Math.min(maxBatch, Math.ceil(capacity / 2)))) {
         await new Promise<void>((r) => this.slotWaiters.push(r));
+        // Slots free one by one as a burst of short handlers finishes within this turn of the
+        // event loop; count the room after the burst, so one claim takes it all rather than
+        // the first half of it.
+        await new Promise<void>((r) => setImmediate(r));
         continue;
       }
       let messages: ReceivedMessage[];
