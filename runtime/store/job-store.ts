@@ -10,6 +10,14 @@ import { rowToJob, type Job, type JobError, type JobState, type Progress, type W
 /** JSON text for a jsonb parameter; SQL NULL (not the JSON literal null) for nothing. */
 const jsonOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : JSON.stringify(v));
 
+/**
+ * A uuid[] or int[] parameter in PostgreSQL's array text form. UUIDs and integers need no
+ * quoting, so this skips the pg driver's per-element escaping on the per-job paths (claim,
+ * completion). Only for values already known to be UUIDs (validated message ids, ids read from
+ * the table) or integers; it is still a bound parameter, never SQL text.
+ */
+const pgArray = (xs: readonly (string | number)[]): string => `{${xs.join(',')}}`;
+
 export type Queryable = Pick<pg.Pool, 'query'> | Pick<pg.PoolClient, 'query'>;
 
 /** Run a named statement as a prepared statement (parsed once per connection). */
@@ -116,7 +124,7 @@ export class JobStore {
    */
   async claim(ids: string[], owner: string, leaseSeconds: number): Promise<ClaimedJob[]> {
     if (ids.length === 0) return [];
-    const { rows } = await run(this.pool, 'jobClaim', [[...ids].sort(), owner, leaseSeconds]);
+    const { rows } = await run(this.pool, 'jobClaim', [pgArray([...ids].sort()), owner, leaseSeconds]);
     return rows.map((r) => ({
       id: r.id as string,
       type: r.type as string,
@@ -163,8 +171,8 @@ export class JobStore {
   async completeMany(items: (LeaseToken & { result: unknown; progress?: Progress | null })[]): Promise<Set<string>> {
     if (items.length === 0) return new Set();
     const { rows } = await run(this.pool, 'jobCompleteMany', [
-      items.map((i) => i.id),
-      items.map((i) => i.attempt),
+      pgArray(items.map((i) => i.id)),
+      pgArray(items.map((i) => i.attempt)),
       items.map((i) => jsonOrNull(i.result)),
       items.map((i) => (i.progress ? JSON.stringify(i.progress) : null)),
     ]);

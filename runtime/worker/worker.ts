@@ -61,6 +61,13 @@ export interface WorkerOptions {
   onEvent?: (e: WorkerEvent) => void;
 }
 
+/** A message to delete, and why (for the log line if the delete fails). */
+interface PendingDelete {
+  message: ReceivedMessage;
+  why: string;
+  jobId: string | undefined;
+}
+
 /** One job this worker holds. */
 interface Held {
   job: ClaimedJob;
@@ -79,6 +86,8 @@ interface Held {
   released: boolean;
   lastRenewedAt: number;
   claimedAt: number;
+  /** Its handler slot went to the next job (when the handler ended, before the batched completion). */
+  slotFreed: boolean;
   done?: Promise<void>;
 }
 
@@ -134,7 +143,7 @@ export class Worker {
   private readonly waiting: Held[] = [];
   /** Handlers running now (a handler with its own transaction counts until it commits). */
   private active = 0;
-  private readonly deletes: Batcher<string, EntryFailure | null>;
+  private readonly deletes: Batcher<PendingDelete, void>;
   private readonly completions: Batcher<LeaseToken & { result: unknown; progress: Progress | null }, boolean>;
   private busy = false;
 
@@ -143,13 +152,21 @@ export class Worker {
     this.store = new JobStore(opts.pool);
     this.log = opts.log.child({ workerId: this.workerId });
     this.metrics = opts.metrics ?? noopMetrics;
-    this.deletes = new Batcher(
-      async (receipts) => {
-        const failures = await opts.queue.delete(receipts);
-        return receipts.map((r) => failures.find((f) => f.receipt === r) ?? null);
+    this.deletes = new Batcher<PendingDelete, void>(
+      async (items) => {
+        const failures = await opts.queue.delete(items.map((d) => d.message.receipt));
+        for (const f of failures) {
+          const d = items.find((i) => i.message.receipt === f.receipt);
+          this.log.warn({ messageId: d?.message.messageId, why: d?.why, jobId: d?.jobId, code: f.code }, 'message delete failed; it will return and be settled again');
+        }
+        return [];
       },
       // SqsQueue.delete sends these in batches of 10 itself.
-      { maxItems: 100, delayMs: 5 },
+      {
+        maxItems: 100,
+        delayMs: 5,
+        onError: (err, items) => this.log.warn({ err, messages: items.length, why: [...new Set(items.map((d) => d.why))] }, 'message delete failed; the messages will return and be settled again'),
+      },
     );
     // Jobs whose handlers wrote nothing complete together: one fenced UPDATE for many.
     this.completions = new Batcher(
@@ -445,6 +462,7 @@ export class Worker {
       released: false,
       lastRenewedAt: now,
       claimedAt: now,
+      slotFreed: false,
     };
     this.held.set(job.id, h);
     this.setBusy(true);
@@ -458,31 +476,39 @@ export class Worker {
     while (this.active < t.concurrency && this.waiting.length > 0 && !this.stopping) {
       const h = this.waiting.shift()!;
       this.active++;
-      let slotFreed = false;
-      const freeSlot = () => {
-        if (slotFreed) return;
-        slotFreed = true;
-        this.active--;
-        this.dispatch();
-        this.wakeSlotWaiters();
-      };
-      h.done = this.execute(h, freeSlot)
-        .catch((err: unknown) => this.log.error({ err, jobId: h.job.id }, 'unexpected error settling a job; its lease will expire and it will be reclaimed'))
-        .finally(() => {
-          freeSlot();
-          this.held.delete(h.job.id);
-          if (this.held.size === 0) this.setBusy(false);
-          this.wakeSlotWaiters();
-        });
+      h.done = this.runJob(h);
     }
   }
 
-  private async execute(h: Held, freeSlot: () => void): Promise<void> {
+  /** One job from its start to its settlement; never rejects. */
+  private async runJob(h: Held): Promise<void> {
+    try {
+      await this.execute(h);
+    } catch (err) {
+      this.log.error({ err, jobId: h.job.id }, 'unexpected error settling a job; its lease will expire and it will be reclaimed');
+    } finally {
+      this.freeSlot(h);
+      this.held.delete(h.job.id);
+      if (this.held.size === 0) this.setBusy(false);
+      this.wakeSlotWaiters();
+    }
+  }
+
+  /** The job's handler slot goes to the next waiting job (once per job). */
+  private freeSlot(h: Held): void {
+    if (h.slotFreed) return;
+    h.slotFreed = true;
+    this.active--;
+    this.dispatch();
+    this.wakeSlotWaiters();
+  }
+
+  private async execute(h: Held): Promise<void> {
     const { job } = h;
     if (h.lost || h.released) return;
     // Log bindings per call rather than a child logger per job: pino serializes a child's
     // bindings when it is made, a cost every job would pay even with logging turned down.
-    const log = new JobLog(this.log, { jobId: job.id, type: job.type, attempt: job.attempt });
+    const log = new JobLog(this.log, job);
     const def = this.opts.registry.get(job.type);
     if (!def) {
       return this.failAttempt(h, new NonRetryableError(`no handler for job type "${job.type}" in this worker (known: ${this.opts.registry.types().join(', ')})`), true, log);
@@ -515,7 +541,7 @@ export class Worker {
       } else {
         // The handler is done and holds no connection: its slot goes to the next job while the
         // completion commits in a batch with others (the job stays held, and heartbeated, until then).
-        freeSlot();
+        this.freeSlot(h);
         completed = await this.completions.add({ ...h.token, result: result ?? null, progress: h.lastProgress });
       }
     } catch (err) {
@@ -645,12 +671,7 @@ export class Worker {
   // ------------------------------------------------------------------------ messages
 
   private deleteMessage(m: ReceivedMessage, why: string, h?: Held): void {
-    void this.deletes.add(m.receipt).then(
-      (failure) => {
-        if (failure) this.log.warn({ messageId: m.messageId, why, code: failure.code }, 'message delete failed; it will return and be settled again');
-      },
-      (err: unknown) => this.log.warn({ err, messageId: m.messageId, why, jobId: h?.job.id }, 'message delete failed; it will return and be settled again'),
-    );
+    this.deletes.push({ message: m, why, jobId: h?.job.id });
   }
 
   private async changeVisibility(changes: { receipt: string; seconds: number }[]): Promise<EntryFailure[]> {
@@ -820,19 +841,26 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
  */
 class JobLog {
   private made: Logger | null = null;
+  private bound: Record<string, unknown> | null = null;
   constructor(
     private readonly base: Logger,
-    private readonly bindings: Record<string, unknown>,
+    private readonly job: { id: string; type: string; attempt: number },
   ) {}
+  private get bindings(): Record<string, unknown> {
+    return (this.bound ??= { jobId: this.job.id, type: this.job.type, attempt: this.job.attempt });
+  }
   info(a: string | Record<string, unknown>, b?: string): void {
+    if (!this.base.isLevelEnabled('info')) return;
     if (typeof a === 'string') this.base.info(this.bindings, a);
     else this.base.info({ ...this.bindings, ...a }, b);
   }
   warn(a: string | Record<string, unknown>, b?: string): void {
+    if (!this.base.isLevelEnabled('warn')) return;
     if (typeof a === 'string') this.base.warn(this.bindings, a);
     else this.base.warn({ ...this.bindings, ...a }, b);
   }
   error(a: string | Record<string, unknown>, b?: string): void {
+    if (!this.base.isLevelEnabled('error')) return;
     if (typeof a === 'string') this.base.error(this.bindings, a);
     else this.base.error({ ...this.bindings, ...a }, b);
   }
