@@ -170,11 +170,18 @@ export class JobStore {
    */
   async completeMany(items: (LeaseToken & { result: unknown; progress?: Progress | null })[]): Promise<Set<string>> {
     if (items.length === 0) return new Set();
+    // The statement finds each job's token by its position among the ids.
+    if (new Set(items.map((i) => i.id)).size !== items.length) throw new Error('completeMany: a job appears twice in one batch');
+    const attempt = items[0]!.attempt;
+    const sameAttempt = items.every((i) => i.attempt === attempt);
+    const results = items.some((i) => i.result !== null && i.result !== undefined) ? items.map((i) => jsonOrNull(i.result)) : null;
+    const progress = items.some((i) => i.progress) ? items.map((i) => (i.progress ? JSON.stringify(i.progress) : null)) : null;
     const { rows } = await run(this.pool, 'jobCompleteMany', [
       pgArray(items.map((i) => i.id)),
-      pgArray(items.map((i) => i.attempt)),
-      items.map((i) => jsonOrNull(i.result)),
-      items.map((i) => (i.progress ? JSON.stringify(i.progress) : null)),
+      sameAttempt ? null : pgArray(items.map((i) => i.attempt)),
+      sameAttempt ? attempt : null,
+      results,
+      progress,
     ]);
     return new Set(rows.map((r) => r.id as string));
   }

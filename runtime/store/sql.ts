@@ -125,15 +125,27 @@ export const SQL = {
    * Complete many jobs whose handlers wrote nothing, in one statement. Each row is fenced by
    * its own (id, attempt). Returns the ids that did NOT complete (their lease is lost): almost
    * always none, so the worker reads no rows back instead of one per job.
+   *
+   * Shaped for speed, measured (bench/run.ts --profile): `id = ANY($1)` is one primary-key scan
+   * in id order, where joining unnest() of the inputs probed the index once per row (≈ 40 % more
+   * time per job). Each row's own attempt, result and progress are looked up by its position in
+   * $1; when all attempts are equal ($3, the usual batch) and no handler returned a result ($4
+   * NULL) or reported progress ($5 NULL), no lookup runs at all.
+   *   $1 uuid[] ids (distinct)   $2 int[] attempts, or NULL when $3 is given
+   *   $3 int: the attempt of every job, or NULL   $4 jsonb[] results, or NULL if all are NULL
+   *   $5 jsonb[] progress, or NULL if there is none
    */
   jobCompleteMany: `
     WITH completed AS (
       UPDATE jobs.job j
-         SET state = 'succeeded', result = c.result, finished_at = statement_timestamp(),
+         SET state = 'succeeded', finished_at = statement_timestamp(),
              lease_owner = NULL, lease_expires_at = NULL,
-             progress = coalesce(c.progress, j.progress)
-        FROM unnest($1::uuid[], $2::int[], $3::jsonb[], $4::jsonb[]) AS c(id, attempt, result, progress)
-       WHERE j.id = c.id AND j.attempt = c.attempt AND j.state = 'running'
+             result = CASE WHEN $4::jsonb[] IS NULL THEN NULL
+                           ELSE ($4::jsonb[])[array_position($1::uuid[], j.id)] END,
+             progress = CASE WHEN $5::jsonb[] IS NULL THEN j.progress
+                             ELSE coalesce(($5::jsonb[])[array_position($1::uuid[], j.id)], j.progress) END
+       WHERE j.id = ANY($1::uuid[]) AND j.state = 'running'
+         AND j.attempt = coalesce($3::int, ($2::int[])[array_position($1::uuid[], j.id)])
       RETURNING j.id
     )
     SELECT unnest($1::uuid[]) AS id EXCEPT ALL SELECT id FROM completed`,

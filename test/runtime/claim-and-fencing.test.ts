@@ -162,17 +162,38 @@ describe('fencing: a worker whose job was reclaimed is refused at every write', 
 
   it('a batched completion completes the jobs still held and reports exactly the ones whose lease is lost', async () => {
     const held = await enqueueLedger(p, 'B-MANY-HELD');
+    const retried = await enqueueLedger(p, 'B-MANY-RETRIED');
     const reclaimed = await enqueueLedger(p, 'B-MANY-RECLAIMED');
     const cancelled = await enqueueLedger(p, 'B-MANY-CANCELLED');
-    for (const j of [held, reclaimed, cancelled]) await p.store.claim([j.id], 'a', 30);
+    for (const j of [held, retried, reclaimed, cancelled]) await p.store.claim([j.id], 'a', 30);
+    await p.store.fail({ id: retried.id, attempt: 1 }, { name: 'Error', message: 'once', retryable: true }, 0, false);
+    await p.store.claim([retried.id], 'a', 30);
     await expireLease(p, reclaimed.id);
     await p.store.claim([reclaimed.id], 'b', 30);
     await p.client.cancel(cancelled.id, 'ops');
-    const lost = await p.store.completeMany([held, reclaimed, cancelled].map((j) => ({ id: j.id, attempt: 1, result: { ok: true } })));
+    // Mixed attempts, one result, one progress report: every per-row lookup of the statement.
+    const lost = await p.store.completeMany([
+      { id: held.id, attempt: 1, result: { ok: true } },
+      { id: retried.id, attempt: 2, result: null, progress: { fraction: 1, message: 'all posted' } },
+      { id: reclaimed.id, attempt: 1, result: null },
+      { id: cancelled.id, attempt: 1, result: null },
+    ]);
     expect(lost).toEqual(new Set([reclaimed.id, cancelled.id]));
-    expect(await p.store.get(held.id)).toMatchObject({ state: 'succeeded', result: { ok: true } });
+    expect(await p.store.get(held.id)).toMatchObject({ state: 'succeeded', result: { ok: true }, progress: null });
+    expect(await p.store.get(retried.id)).toMatchObject({ state: 'succeeded', attempt: 2, result: null, progress: { fraction: 1, message: 'all posted' } });
     expect(await p.store.get(reclaimed.id)).toMatchObject({ state: 'running', attempt: 2, leaseOwner: 'b' });
     expect((await p.store.get(cancelled.id))!.state).toBe('cancelled');
+
+    // The usual batch: one attempt for all, nothing returned. A stale attempt among them is refused alone.
+    const jobs = await Promise.all(['B-MANY-U1', 'B-MANY-U2', 'B-MANY-U3'].map((b) => enqueueLedger(p, b)));
+    for (const j of jobs) await p.store.claim([j.id], 'a', 30);
+    expect(await p.store.completeMany(jobs.map((j) => ({ id: j.id, attempt: 1, result: null })))).toEqual(new Set());
+    for (const j of jobs) expect(await p.store.get(j.id)).toMatchObject({ state: 'succeeded', result: null });
+    const again = await enqueueLedger(p, 'B-MANY-STALE');
+    await p.store.claim([again.id], 'a', 30);
+    expect(await p.store.completeMany([{ id: again.id, attempt: 7, result: null }])).toEqual(new Set([again.id]));
+    expect((await p.store.get(again.id))!.state).toBe('running');
+    await expect(p.store.completeMany([{ id: again.id, attempt: 1, result: null }, { id: again.id, attempt: 1, result: null }])).rejects.toThrow(/twice/);
   });
 
   it('a completion racing a reclaim: exactly one of them wins, and effects exist only if the completion won', async () => {
