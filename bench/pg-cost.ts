@@ -38,20 +38,41 @@ export class CostMeter {
     if (Number.isInteger(ppid) && readComm(ppid) === 'postgres') this.postmasterPid = ppid;
   }
 
-  /** Clock ticks (1/100 s on Linux) the postmaster and all its children have used, or null. */
-  private pgTicks(): number | null {
+  /**
+   * Clock ticks (1/100 s on Linux) the postmaster and all its children have used, or null.
+   * Reading the postmaster and its children is not atomic: a backend reaped in between would be
+   * counted twice or not at all. So read twice and accept only a reading during which no child
+   * came or went (backends exit within milliseconds of their session's end).
+   */
+  private async pgTicks(): Promise<number | null> {
+    for (let i = 0; i < 50; i++) {
+      const a = this.readTicks();
+      const b = this.readTicks();
+      if (!a || !b) return null;
+      if (a.children === b.children && a.reaped === b.reaped) return b.ticks;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    return null;
+  }
+
+  private readTicks(): { ticks: number; children: string; reaped: number } | null {
     const pm = this.postmasterPid;
     if (pm === null) return null;
     const own = procStat(pm);
     if (!own) return null;
     // utime, stime, cutime, cstime are fields 14–17; after the "(comm)" split they start at index 11.
-    let ticks = Number(own[11]) + Number(own[12]) + Number(own[13]) + Number(own[14]);
+    const reaped = Number(own[13]) + Number(own[14]);
+    let ticks = Number(own[11]) + Number(own[12]) + reaped;
+    const children: string[] = [];
     for (const d of readdirSync('/proc')) {
       if (!/^\d+$/.test(d)) continue;
       const st = procStat(Number(d));
-      if (st && Number(st[1]) === pm) ticks += Number(st[11]) + Number(st[12]);
+      if (st && Number(st[1]) === pm) {
+        ticks += Number(st[11]) + Number(st[12]);
+        children.push(d);
+      }
     }
-    return ticks;
+    return { ticks, children: children.join(','), reaped };
   }
 
   async close(): Promise<void> {
@@ -81,10 +102,10 @@ export class CostMeter {
     await this.quiet();
     if (opts.statements) await this.resetStatements();
     const before = await this.read();
-    const ticks0 = this.pgTicks();
+    const ticks0 = await this.pgTicks();
     const result = await phase();
     await this.quiet();
-    const ticks1 = this.pgTicks();
+    const ticks1 = await this.pgTicks();
     const after = await this.read();
     const wal = await this.admin.query('SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint AS b', [after.lsn, before.lsn]);
     const cost: Cost = { commits: after.commits - before.commits, rollbacks: after.rollbacks - before.rollbacks, walBytes: Number(wal.rows[0].b) };
