@@ -3,7 +3,8 @@
 // a fresh message (or to dead on their final attempt). The next claim increments the attempt,
 // so the old owner, should it wake up, is refused at every write. The direct path (the message
 // returns after the lease and the claim reclaims the job) is usually faster; the rescuer is the
-// net for messages a duplicate delivery deleted or a stale receipt handle could not extend.
+// net for messages a duplicate delivery deleted, a stale receipt handle could not extend, or a
+// dead worker's open long poll swallowed.
 
 import { MaintenanceLoop } from '../maintenance-loop.ts';
 import type { Logger } from '../observability/log.ts';

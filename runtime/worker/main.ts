@@ -82,7 +82,13 @@ export async function startWorkerService(env: Record<string, string | undefined>
   const store = new JobStore(pool);
   const relay = new OutboxRelay(pool, queue, log, DEFAULT_RELAY);
   const rescuer = new Rescuer(store, publisher, log, {
-    graceSeconds: Math.max(timings.heartbeatSeconds * 2, 2),
+    // One heartbeat: a live owner never lets its lease run out (it renews every heartbeat), so
+    // the grace only gives the returning message the first go. It is short because the message
+    // can be gone: a long poll left open by a worker killed mid-receive still takes a message
+    // from SQS (the emulator too) and hides it for the queue's visibility timeout. Measured: that
+    // case resumed 2 s after the lease with a grace of 2 s; the rescuer and a returning message
+    // racing is harmless (each is one conditional UPDATE; exactly one claims).
+    graceSeconds: Math.max(timings.heartbeatSeconds, 1),
     intervalMs: Math.max(1000, Math.min(10_000, timings.heartbeatSeconds * 1000)),
     batchSize: 100,
     onDead: async (job) => {
