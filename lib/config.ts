@@ -5,7 +5,7 @@
 // against the database instance class. A bad combination fails `cdk synth` with the values,
 // the rule and the knob to turn.
 
-import { assertJobTimings, ConfigError, DEFAULT_JOB_TIMINGS, workerPoolSize, type JobTimings, type RuleViolation } from '../runtime/config/rules.ts';
+import { assertJobTimings, ConfigError, DEFAULT_JOB_TIMINGS, MAX_PREFETCH, workerPoolSize, type JobTimings, type RuleViolation } from '../runtime/config/rules.ts';
 
 export const ENVIRONMENT_NAMES = ['dev', 'staging', 'prod'] as const;
 export type EnvironmentName = (typeof ENVIRONMENT_NAMES)[number];
@@ -62,6 +62,13 @@ export interface ApiConfig extends ServiceSizing {
 }
 
 export interface WorkerConfig extends ServiceSizing {
+  /**
+   * Jobs a task claims ahead of a free handler slot (JOBS_PREFETCH; default: jobTimings.concurrency).
+   * Prefetched jobs are leased and heartbeated, and released at once on SIGTERM. Deep (hundreds)
+   * for floods of short jobs — it is what the benchmark's top figure uses; low for long ERP
+   * jobs, so an idle task gets the next one instead of a busy task sitting on it.
+   */
+  prefetch?: number;
   /** Target tracking keeps visible messages ÷ running tasks near this value. */
   backlogPerTaskTarget: number;
   scaleOutCooldownSeconds: number;
@@ -318,6 +325,9 @@ export function checkEnvironment(c: EnvironmentConfig): RuleViolation[] {
   }
   if (c.database.multiAz && c.database.backupRetentionDays < 1) {
     out.push({ rule: 'backups-with-multi-az', message: `database.backupRetentionDays = 0 with multiAz: a production-grade database keeps automated backups; set at least 1` });
+  }
+  if (c.worker.prefetch !== undefined && (!Number.isInteger(c.worker.prefetch) || c.worker.prefetch < 0 || c.worker.prefetch > MAX_PREFETCH)) {
+    out.push({ rule: 'worker-prefetch', message: `worker.prefetch = ${c.worker.prefetch} must be a whole number from 0 to ${MAX_PREFETCH} (jobs claimed ahead of a free handler slot)` });
   }
   if (c.worker.backlogPerTaskTarget <= 0) {
     out.push({ rule: 'worker-backlog-target', message: `worker.backlogPerTaskTarget = ${c.worker.backlogPerTaskTarget} must be positive` });

@@ -14,6 +14,7 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct, type IDependable } from 'constructs';
 import { ECS_MAX_STOP_TIMEOUT_SECONDS, RELEASE_MARGIN_SECONDS, type JobTimings } from '../../runtime/config/rules.ts';
+import { ENV } from '../../runtime/config/env.ts';
 import { metricNamespace } from '../../runtime/metrics/names.ts';
 import type { EnvironmentName, LogRetentionDays, WorkerConfig } from '../config.ts';
 import type { JobDatabase } from '../database.ts';
@@ -71,7 +72,10 @@ export class WorkerService extends Construct {
       image: serviceImage('worker'),
       essential: true,
       logging: ecs.LogDrivers.awsLogs({ logGroup, streamPrefix: 'worker' }),
-      environment: jobEnvironment({ envName: props.envName, jobTimings: props.jobTimings, queues: props.queues }),
+      environment: {
+        ...jobEnvironment({ envName: props.envName, jobTimings: props.jobTimings, queues: props.queues }),
+        ...(c.prefetch !== undefined ? { [ENV.prefetch]: String(c.prefetch) } : {}),
+      },
       secrets: databaseSecret(props.database.secret),
       stopTimeout: Duration.seconds(workerStopTimeoutSeconds(props.jobTimings)),
       // An init process forwards SIGTERM to node and reaps children.

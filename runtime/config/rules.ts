@@ -17,6 +17,8 @@ export const RELEASE_MARGIN_SECONDS = 10;
 export const HEARTBEAT_MARGIN = 3;
 /** Receives SQS may spend on one job beyond one per attempt: duplicate deliveries, early arrivals, lost claims. */
 export const RECEIVE_HEADROOM = 3;
+/** Most jobs a worker claims ahead of a free handler slot (JOBS_PREFETCH). */
+export const MAX_PREFETCH = 1_000;
 
 export interface JobTimings {
   /** How long a claim is valid without a heartbeat. */

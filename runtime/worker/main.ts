@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv, requiredUrl } from '../config/env.ts';
-import { ConfigError, workerPoolSize } from '../config/rules.ts';
+import { ConfigError, MAX_PREFETCH, workerPoolSize } from '../config/rules.ts';
 import { createPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
@@ -42,7 +42,7 @@ export async function startWorkerService(env: Record<string, string | undefined>
   if (!region) throw new ConfigError('environment', [{ rule: 'aws-region-set', message: `${ENV.region} is required (the region of the queues)` }]);
   const workerId = env[ENV.workerId]?.trim() || `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
   // Short jobs go faster with a deeper prefetch; long ones want it small, so idle workers get them.
-  const prefetch = intFromEnv(env, ENV.prefetch, timings.concurrency, 0, 1000);
+  const prefetch = intFromEnv(env, ENV.prefetch, timings.concurrency, 0, MAX_PREFETCH);
   const stuckThresholds = stuckThresholdsFromEnv(env);
   const stuckCheckSeconds = intFromEnv(env, STUCK_ENV.checkSeconds, DEFAULT_STUCK_CHECK_SECONDS, 1, 3600);
 

@@ -100,6 +100,16 @@ describe('queues', () => {
   });
 });
 
+describe('worker', () => {
+  it('fails synth for a prefetch that is not a whole number from 0 to the worker\'s limit', () => {
+    for (const bad of [-1, 2.5, 1001]) {
+      const broken = withChanges('dev', (c) => (c.worker.prefetch = bad));
+      expect(() => resolveConfig('dev', { dev: broken })).toThrow(new RegExp(`\\[worker-prefetch\\] worker\\.prefetch = ${bad} must be a whole number from 0 to 1000`));
+    }
+    expect(() => resolveConfig('dev', { dev: withChanges('dev', (c) => (c.worker.prefetch = 490)) })).not.toThrow();
+  });
+});
+
 describe('connection budget', () => {
   it('counts worker and API tasks at their deployment peak, each pool, and the bootstrap', () => {
     const c = ENVIRONMENTS.prod;

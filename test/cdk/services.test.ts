@@ -102,6 +102,15 @@ describe('containers', () => {
     expect(envOf('api')).toMatchObject({ [ENV.port]: String(API_PORT), [ENV.apiPoolSize]: String(c.api.poolSize) });
   });
 
+  it('give the worker JOBS_PREFETCH only when the environment sets worker.prefetch (else the worker uses its concurrency)', () => {
+    expect(envOf('worker')).not.toHaveProperty(ENV.prefetch);
+    const deep = synthConfig(withChanges('dev', (x) => (x.worker.prefetch = 200)));
+    const workerEnv = Object.values(resourcesOfType(deep.servicesTemplate, 'AWS::ECS::TaskDefinition'))
+      .flatMap((r) => (r.Properties as { ContainerDefinitions: Container[] }).ContainerDefinitions)
+      .find((x) => x.Name === 'worker')!.Environment!;
+    expect(workerEnv).toContainEqual({ Name: ENV.prefetch, Value: '200' });
+  });
+
   it('get the database secret, the API token and the operator token as ECS secrets, never as plain environment', () => {
     const forbidden: string[] = [ENV.databaseSecret, ENV.databaseUrl, ENV.apiToken, ENV.apiOperatorToken, 'PGPASSWORD', 'DATABASE_PASSWORD'];
     for (const name of ['api', 'worker']) {
