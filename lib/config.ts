@@ -5,6 +5,7 @@
 // against the database instance class. A bad combination fails `cdk synth` with the values,
 // the rule and the knob to turn.
 
+import { DEFAULT_STUCK_THRESHOLDS, MAX_STUCK_SECONDS, type StuckThresholds } from '../runtime/config/stuck-thresholds.ts';
 import { assertJobTimings, ConfigError, DEFAULT_JOB_TIMINGS, MAX_PREFETCH, workerPoolSize, type JobTimings, type RuleViolation } from '../runtime/config/rules.ts';
 
 export const ENVIRONMENT_NAMES = ['dev', 'staging', 'prod'] as const;
@@ -88,6 +89,13 @@ export interface AlarmConfig {
   jobsDeadLetteredPer5Minutes: number;
   /** Load balancer 5xx responses per 5 minutes at which on-call is paged. */
   api5xxPer5Minutes: number;
+  /**
+   * When a job counts as stuck (JobsStuck alarm, `jobs stuck`, GET /v1/stuck-jobs), given to both
+   * services as JOBS_STUCK_RUNNING_SECONDS / JOBS_STUCK_PENDING_SECONDS: running longer than
+   * runningSeconds (for a job type without its own expectedMaxSeconds), or due and not picked up
+   * for longer than pendingSeconds.
+   */
+  stuckJobs: StuckThresholds;
 }
 
 export interface EnvironmentConfig {
@@ -136,6 +144,7 @@ const dev: EnvironmentConfig = {
     leasesLostPer15Minutes: 5,
     jobsDeadLetteredPer5Minutes: 5,
     api5xxPer5Minutes: 20,
+    stuckJobs: { ...DEFAULT_STUCK_THRESHOLDS },
   },
 };
 
@@ -166,6 +175,7 @@ const staging: EnvironmentConfig = {
     leasesLostPer15Minutes: 5,
     jobsDeadLetteredPer5Minutes: 3,
     api5xxPer5Minutes: 20,
+    stuckJobs: { ...DEFAULT_STUCK_THRESHOLDS },
   },
 };
 
@@ -197,6 +207,7 @@ const prod: EnvironmentConfig = {
     leasesLostPer15Minutes: 3,
     jobsDeadLetteredPer5Minutes: 1,
     api5xxPer5Minutes: 10,
+    stuckJobs: { ...DEFAULT_STUCK_THRESHOLDS },
   },
 };
 
@@ -328,6 +339,12 @@ export function checkEnvironment(c: EnvironmentConfig): RuleViolation[] {
   }
   if (c.worker.prefetch !== undefined && (!Number.isInteger(c.worker.prefetch) || c.worker.prefetch < 0 || c.worker.prefetch > MAX_PREFETCH)) {
     out.push({ rule: 'worker-prefetch', message: `worker.prefetch = ${c.worker.prefetch} must be a whole number from 0 to ${MAX_PREFETCH} (jobs claimed ahead of a free handler slot)` });
+  }
+  for (const key of ['runningSeconds', 'pendingSeconds'] as const) {
+    const v = c.alarms.stuckJobs[key];
+    if (!Number.isInteger(v) || v < 1 || v > MAX_STUCK_SECONDS) {
+      out.push({ rule: 'stuck-jobs-threshold', message: `alarms.stuckJobs.${key} = ${v} must be a whole number of seconds from 1 to ${MAX_STUCK_SECONDS} (a week)` });
+    }
   }
   if (c.worker.backlogPerTaskTarget <= 0) {
     out.push({ rule: 'worker-backlog-target', message: `worker.backlogPerTaskTarget = ${c.worker.backlogPerTaskTarget} must be positive` });

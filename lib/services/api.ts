@@ -18,6 +18,7 @@ import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { Construct, type IDependable } from 'constructs';
 import { ENV } from '../../runtime/config/env.ts';
 import type { JobTimings } from '../../runtime/config/rules.ts';
+import type { StuckThresholds } from '../../runtime/config/stuck-thresholds.ts';
 import type { ApiConfig, EnvironmentName, LogRetentionDays } from '../config.ts';
 import type { JobDatabase } from '../database.ts';
 import { acknowledge } from '../nag.ts';
@@ -56,6 +57,8 @@ export interface ApiServiceProps {
   envName: EnvironmentName;
   config: ApiConfig;
   jobTimings: JobTimings;
+  /** When a job counts as stuck (alarms.stuckJobs). */
+  stuckJobs: StuckThresholds;
   vpc: ec2.IVpc;
   taskSubnets: ec2.SubnetSelection;
   loadBalancerSubnets: ec2.SubnetSelection;
@@ -161,7 +164,7 @@ export class ApiService extends Construct {
       logging: ecs.LogDrivers.awsLogs({ logGroup, streamPrefix: 'api' }),
       portMappings: [{ containerPort: API_PORT, protocol: ecs.Protocol.TCP }],
       environment: {
-        ...jobEnvironment({ envName: props.envName, jobTimings: props.jobTimings, queues: props.queues }),
+        ...jobEnvironment({ envName: props.envName, jobTimings: props.jobTimings, queues: props.queues, stuckJobs: props.stuckJobs }),
         [ENV.port]: String(API_PORT),
         [ENV.apiPoolSize]: String(c.poolSize),
       },

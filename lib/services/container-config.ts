@@ -11,6 +11,7 @@ import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { ENV } from '../../runtime/config/env.ts';
 import type { JobTimings } from '../../runtime/config/rules.ts';
 import { metricNamespace } from '../../runtime/metrics/names.ts';
+import { STUCK_ENV, type StuckThresholds } from '../../runtime/config/stuck-thresholds.ts';
 import type { EnvironmentName } from '../config.ts';
 import type { JobQueues } from '../queues.ts';
 import { REPO_ROOT } from '../paths.ts';
@@ -19,6 +20,8 @@ export interface JobEnvironmentProps {
   envName: EnvironmentName;
   jobTimings: JobTimings;
   queues: JobQueues;
+  /** When a job counts as stuck: both services judge it (the worker's JobsStuck metric, the API's on-call route). */
+  stuckJobs: StuckThresholds;
 }
 
 /** Plain, non-secret configuration both services read. */
@@ -38,6 +41,8 @@ export function jobEnvironment(p: JobEnvironmentProps): Record<string, string> {
     [ENV.concurrency]: String(t.concurrency),
     [ENV.drainSeconds]: String(t.drainSeconds),
     [ENV.metricsNamespace]: metricNamespace(p.envName),
+    [STUCK_ENV.runningSeconds]: String(p.stuckJobs.runningSeconds),
+    [STUCK_ENV.pendingSeconds]: String(p.stuckJobs.pendingSeconds),
   };
 }
 

@@ -15,6 +15,7 @@ import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct, type IDependable } from 'constructs';
 import { ECS_MAX_STOP_TIMEOUT_SECONDS, RELEASE_MARGIN_SECONDS, type JobTimings } from '../../runtime/config/rules.ts';
 import { ENV } from '../../runtime/config/env.ts';
+import type { StuckThresholds } from '../../runtime/config/stuck-thresholds.ts';
 import { metricNamespace } from '../../runtime/metrics/names.ts';
 import type { EnvironmentName, LogRetentionDays, WorkerConfig } from '../config.ts';
 import type { JobDatabase } from '../database.ts';
@@ -27,6 +28,8 @@ export interface WorkerServiceProps {
   envName: EnvironmentName;
   config: WorkerConfig;
   jobTimings: JobTimings;
+  /** When a job counts as stuck (alarms.stuckJobs). */
+  stuckJobs: StuckThresholds;
   vpc: ec2.IVpc;
   taskSubnets: ec2.SubnetSelection;
   cluster: ecs.ICluster;
@@ -73,7 +76,7 @@ export class WorkerService extends Construct {
       essential: true,
       logging: ecs.LogDrivers.awsLogs({ logGroup, streamPrefix: 'worker' }),
       environment: {
-        ...jobEnvironment({ envName: props.envName, jobTimings: props.jobTimings, queues: props.queues }),
+        ...jobEnvironment({ envName: props.envName, jobTimings: props.jobTimings, queues: props.queues, stuckJobs: props.stuckJobs }),
         ...(c.prefetch !== undefined ? { [ENV.prefetch]: String(c.prefetch) } : {}),
       },
       secrets: databaseSecret(props.database.secret),

@@ -12,36 +12,24 @@ import { MaintenanceLoop } from '../maintenance-loop.ts';
 import { CloudWatchClient, PutMetricDataCommand } from '@aws-sdk/client-cloudwatch';
 import type pg from 'pg';
 import { intFromEnv } from '../config/env.ts';
+import { DEFAULT_STUCK_CHECK_SECONDS, DEFAULT_STUCK_THRESHOLDS, MAX_STUCK_SECONDS, STUCK_ENV, type StuckThresholds } from '../config/stuck-thresholds.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import { METRIC } from '../metrics/names.ts';
 import type { Logger } from '../observability/log.ts';
 import type { Queryable } from '../store/job-store.ts';
 import { rowToOpsJob, runOps, type OpsJob } from './db.ts';
 
-export interface StuckThresholds {
-  /** A running attempt longer than this is stuck, for a job type without expectedMaxSeconds. */
-  runningSeconds: number;
-  /** A job due but not picked up for longer than this (pending, or running on an expired lease) is stuck. */
-  pendingSeconds: number;
-}
-
-export const DEFAULT_STUCK_THRESHOLDS: StuckThresholds = { runningSeconds: 3600, pendingSeconds: 900 };
-/** How often a worker counts stuck jobs and publishes the metric. */
-export const DEFAULT_STUCK_CHECK_SECONDS = 60;
-
-export const STUCK_ENV = {
-  runningSeconds: 'JOBS_STUCK_RUNNING_SECONDS',
-  pendingSeconds: 'JOBS_STUCK_PENDING_SECONDS',
-  checkSeconds: 'JOBS_STUCK_CHECK_SECONDS',
-} as const;
+// The thresholds' shape, defaults and variable names live in config/stuck-thresholds.ts, which the
+// CDK app reads too (without loading this module's AWS SDK client).
+export { DEFAULT_STUCK_CHECK_SECONDS, DEFAULT_STUCK_THRESHOLDS, MAX_STUCK_SECONDS, STUCK_ENV, type StuckThresholds } from '../config/stuck-thresholds.ts';
 
 type Env = Record<string, string | undefined>;
 
 /** The thresholds from JOBS_STUCK_* (defaults for the unset ones); a bad value names its variable. */
 export function stuckThresholdsFromEnv(env: Env): StuckThresholds {
   return {
-    runningSeconds: intFromEnv(env, STUCK_ENV.runningSeconds, DEFAULT_STUCK_THRESHOLDS.runningSeconds, 1, 7 * 86_400),
-    pendingSeconds: intFromEnv(env, STUCK_ENV.pendingSeconds, DEFAULT_STUCK_THRESHOLDS.pendingSeconds, 1, 7 * 86_400),
+    runningSeconds: intFromEnv(env, STUCK_ENV.runningSeconds, DEFAULT_STUCK_THRESHOLDS.runningSeconds, 1, MAX_STUCK_SECONDS),
+    pendingSeconds: intFromEnv(env, STUCK_ENV.pendingSeconds, DEFAULT_STUCK_THRESHOLDS.pendingSeconds, 1, MAX_STUCK_SECONDS),
   };
 }
 

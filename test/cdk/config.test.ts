@@ -110,6 +110,15 @@ describe('worker', () => {
   });
 });
 
+describe('stuck jobs', () => {
+  it('fails synth for a stuck threshold that is not a whole number of seconds from 1 to a week', () => {
+    for (const [key, bad] of [['runningSeconds', 0], ['pendingSeconds', 1.5], ['runningSeconds', 8 * 86_400]] as const) {
+      const broken = withChanges('dev', (c) => (c.alarms.stuckJobs[key] = bad));
+      expect(() => resolveConfig('dev', { dev: broken })).toThrow(new RegExp(`\\[stuck-jobs-threshold\\] alarms\\.stuckJobs\\.${key} = ${bad} must be a whole number of seconds from 1 to 604800`));
+    }
+  });
+});
+
 describe('connection budget', () => {
   it('counts worker and API tasks at their deployment peak, each pool, and the bootstrap', () => {
     const c = ENVIRONMENTS.prod;

@@ -6,6 +6,7 @@ import { Match } from 'aws-cdk-lib/assertions';
 import { describe, expect, it } from 'vitest';
 import { ENV } from '../../runtime/config/env.ts';
 import { RELEASE_MARGIN_SECONDS } from '../../runtime/config/rules.ts';
+import { STUCK_ENV } from '../../runtime/config/stuck-thresholds.ts';
 import { metricNamespace } from '../../runtime/metrics/names.ts';
 import { ENVIRONMENTS } from '../../lib/config.ts';
 import { migrationsHash } from '../../lib/schema-bootstrap.ts';
@@ -95,6 +96,9 @@ describe('containers', () => {
         [ENV.drainSeconds]: String(c.jobTimings.drainSeconds),
         [ENV.metricsNamespace]: metricNamespace('dev'),
         [ENV.region]: { Ref: 'AWS::Region' },
+        // Both services judge stuck jobs: the worker's JobsStuck metric, the API's on-call route.
+        [STUCK_ENV.runningSeconds]: String(c.alarms.stuckJobs.runningSeconds),
+        [STUCK_ENV.pendingSeconds]: String(c.alarms.stuckJobs.pendingSeconds),
       });
       expect(JSON.stringify(env[ENV.queueUrl])).toContain('QueuesJobQueue');
       expect(JSON.stringify(env[ENV.dlqUrl])).toContain('QueuesDeadLetterQueue');
