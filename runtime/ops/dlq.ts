@@ -16,13 +16,16 @@
 // StartMessageMoveTask (--move), for a large DLQ, which SQS runs server-side and which cannot
 // skip messages — so it is started only after a scan found nothing that must stay (keep), and
 // whatever it moves is settled by the worker by the same job row (a terminal job's message is
-// deleted, a live lease's duplicate ignored).
+// deleted, a live lease's duplicate ignored). A move started by mistake can be cancelled while it
+// runs (CancelMessageMoveTask, by its task handle): what it moved stays moved, the rest stays in
+// the DLQ.
 //
 // Reading a queue means receiving: a scan holds each message invisible for a short while
 // (HOLD_SECONDS) so it sees each once, then hands back what it keeps (visibility 0). Receiving
 // raises a dead letter's receive count, which is harmless: the DLQ has no redrive policy.
 
 import {
+  CancelMessageMoveTaskCommand,
   ChangeMessageVisibilityBatchCommand,
   DeleteMessageBatchCommand,
   GetQueueAttributesCommand,
@@ -61,6 +64,32 @@ export interface DeadLetter {
   senderId: string | null;
   receiveCount: number;
 }
+
+/**
+ * A move task cancel that did not happen, in words on-call can act on: the task handle, why, and
+ * what to do. `local`: the local endpoint has no move tasks; `not-found`: SQS knows no running
+ * task by that handle (unknown, mistyped, or already finished, failed or cancelled); `denied`:
+ * the caller's credentials may not cancel it (the grant covers the DLQ's own move tasks only).
+ */
+export class MoveCancelError extends Error {
+  override name = 'MoveCancelError';
+  constructor(
+    readonly reason: 'local' | 'not-found' | 'denied',
+    readonly taskHandle: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** What a cancel did: SQS's count of the messages the task had moved before it stopped. */
+export interface MoveCancelled {
+  taskHandle: string;
+  moved: number | null;
+  by: string;
+}
+
+const MOVE_STATUS_HINT = 'list the DLQ\'s move tasks and their handles with `jobs dlq move-status` (GET /v1/dlq/move-tasks)';
 
 export interface MoveTask {
   taskHandle: string | null;
@@ -159,6 +188,36 @@ export class SqsDeadLetterQueue {
     );
     if (!out.TaskHandle) throw new Error('StartMessageMoveTask returned no task handle');
     return { taskHandle: out.TaskHandle, dlqArn, queueArn };
+  }
+
+  /**
+   * CancelMessageMoveTask: stops a RUNNING move; what it already moved stays moved. SQS's refusals
+   * become a MoveCancelError naming the handle; anything else (throttling, the network) is thrown
+   * as it came.
+   */
+  async cancelMove(taskHandle: string): Promise<{ moved: number | null }> {
+    try {
+      const out = await this.opts.client.send(new CancelMessageMoveTaskCommand({ TaskHandle: taskHandle }));
+      return { moved: out.ApproximateNumberOfMessagesMoved ?? null };
+    } catch (err) {
+      const name = (err as { name?: unknown }).name;
+      const said = `${String(name)}: ${(err as Error).message ?? ''}`.slice(0, 300);
+      if (name === 'ResourceNotFoundException' || name === 'InvalidAddress' || name === 'InvalidParameterValue') {
+        throw new MoveCancelError(
+          'not-found',
+          taskHandle,
+          `no running move task ${taskHandle}: SQS does not know it, or it has already finished, failed or been cancelled (only a RUNNING task can be cancelled; SQS said ${said}). Check the handle: ${MOVE_STATUS_HINT}`,
+        );
+      }
+      if (typeof name === 'string' && /^AccessDenied/.test(name)) {
+        throw new MoveCancelError(
+          'denied',
+          taskHandle,
+          `not allowed to cancel move task ${taskHandle} (SQS said ${said}): sqs:CancelMessageMoveTask is granted on this environment's DLQ only, so the handle may belong to another queue or environment; ${MOVE_STATUS_HINT}`,
+        );
+      }
+      throw err;
+    }
   }
 
   async listMoves(): Promise<MoveTask[]> {
@@ -306,6 +365,28 @@ export class DeadLetterService {
   async moveTasks(): Promise<MoveTask[]> {
     if (this.local) return [];
     return this.opts.dlq.listMoves();
+  }
+
+  /**
+   * Cancel a running SQS move task of the DLQ (one started by mistake with `--move`): SQS stops
+   * moving, what it already moved stays in the job queue (and the worker settles it by its job
+   * row), the rest stays in the DLQ. Recorded with who asked, beside the 'dlq-move' that started it.
+   */
+  async cancelMove(req: { taskHandle: string; by: string }): Promise<MoveCancelled> {
+    const taskHandle = req.taskHandle?.trim() ?? '';
+    if (!taskHandle) throw new ValidationError('taskHandle', `is required: the handle of the move task to cancel (${MOVE_STATUS_HINT})`);
+    if (this.local) {
+      throw new MoveCancelError(
+        'local',
+        taskHandle,
+        `cannot cancel move task ${taskHandle}: the local SQS endpoint has no message move tasks, so there is none to cancel (\`jobs dlq redrive --move\` moves by receive and resend there, within the command)`,
+      );
+    }
+    const by = operatorName(req.by);
+    const { moved } = await this.opts.dlq.cancelMove(taskHandle);
+    await recordActions(this.opts.pool, [{ action: 'dlq-move-cancel', by, detail: { taskHandle, moved } }]);
+    this.opts.log.info({ taskHandle, moved, by }, 'DLQ move task cancelled');
+    return { taskHandle, moved, by };
   }
 
   private async move(req: { by: string; dryRun?: boolean; limit: number; maxPerSecond?: number }): Promise<DlqPassReport> {

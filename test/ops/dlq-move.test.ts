@@ -1,13 +1,16 @@
 // The AWS path of a DLQ redrive (StartMessageMoveTask), with aws-sdk-client-mock (the local
 // endpoint has no such action): it scans first and starts SQS's server-side move only when no
-// dead letter must stay; it refuses, naming why, when one must; it reports the move tasks.
+// dead letter must stay; it refuses, naming why, when one must; it reports the move tasks; it
+// cancels one by its handle, recorded, and says what to do when SQS knows no such running task.
 import {
+  CancelMessageMoveTaskCommand,
   ChangeMessageVisibilityBatchCommand,
   DeleteMessageBatchCommand,
   GetQueueAttributesCommand,
   ListMessageMoveTasksCommand,
   ReceiveMessageCommand,
   SQSClient,
+  ResourceNotFoundException,
   StartMessageMoveTaskCommand,
 } from '@aws-sdk/client-sqs';
 import { mockClient } from 'aws-sdk-client-mock';
@@ -15,7 +18,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { JobClient } from '../../runtime/client.ts';
 import { defaultRegistry } from '../../runtime/handlers/index.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
-import { DeadLetterService, SqsDeadLetterQueue } from '../../runtime/ops/dlq.ts';
+import { DeadLetterService, MoveCancelError, SqsDeadLetterQueue } from '../../runtime/ops/dlq.ts';
 import { MemoryQueue } from '../../runtime/queue/memory.ts';
 import { jobMessageBody } from '../../runtime/queue/message.ts';
 import { Publisher } from '../../runtime/store/outbox.ts';
@@ -98,5 +101,35 @@ describe('DLQ redrive with StartMessageMoveTask (AWS)', () => {
       { taskHandle: 'task-handle-1', status: 'RUNNING', sourceArn: DLQ_ARN, destinationArn: QUEUE_ARN, moved: 7, toMove: 20, startedAt: new Date(1_700_000_000_000), failureReason: null },
     ]);
     expect(sqsMock.commandCalls(ListMessageMoveTasksCommand)[0]!.args[0].input).toEqual({ SourceArn: DLQ_ARN, MaxResults: 10 });
+  });
+
+  it('cancels a move task by its handle: CancelMessageMoveTask with that handle, the count SQS moved, recorded with who asked', async () => {
+    sqsMock.on(CancelMessageMoveTaskCommand).resolves({ ApproximateNumberOfMessagesMoved: 42 });
+    const r = await service.cancelMove({ taskHandle: '  task-handle-1 ', by: 'oncall-cancel' });
+    expect(r).toEqual({ taskHandle: 'task-handle-1', moved: 42, by: 'oncall-cancel' });
+    expect(sqsMock.commandCalls(CancelMessageMoveTaskCommand).map((c) => c.args[0].input)).toEqual([{ TaskHandle: 'task-handle-1' }]);
+    const actions = await db.pool.query("SELECT action, detail FROM jobs.operator_action WHERE by = 'oncall-cancel'");
+    expect(actions.rows).toEqual([{ action: 'dlq-move-cancel', detail: { taskHandle: 'task-handle-1', moved: 42 } }]);
+  });
+
+  it('an unknown or finished task handle is an error naming the handle and `jobs dlq move-status`, not an SDK exception; nothing recorded', async () => {
+    sqsMock.on(CancelMessageMoveTaskCommand).rejects(new ResourceNotFoundException({ message: 'Task does not exist.', $metadata: {} }));
+    const err = await service.cancelMove({ taskHandle: 'task-handle-gone', by: 'oncall-missing' }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(MoveCancelError);
+    expect(err).toMatchObject({ reason: 'not-found', taskHandle: 'task-handle-gone' });
+    expect((err as Error).message).toMatch(/^no running move task task-handle-gone: .*already finished, failed or been cancelled .*ResourceNotFoundException: Task does not exist\..*`jobs dlq move-status`/);
+    expect((await db.pool.query("SELECT count(*)::int AS n FROM jobs.operator_action WHERE by = 'oncall-missing'")).rows[0].n).toBe(0);
+  });
+
+  it('refuses on the local endpoint without calling SQS, and asks for a handle', async () => {
+    const local = new DeadLetterService({
+      pool: db.pool,
+      dlq: new SqsDeadLetterQueue({ dlqUrl: DLQ_URL, queueUrl: QUEUE_URL, client: new SQSClient({ region: 'eu-west-1', maxAttempts: 1 }), local: true }),
+      queue: new MemoryQueue({ visibilityTimeoutSeconds: 30 }),
+      log: silentLogger,
+    });
+    await expect(local.cancelMove({ taskHandle: 'task-handle-1', by: 'oncall' })).rejects.toMatchObject({ reason: 'local', message: expect.stringMatching(/local SQS endpoint has no message move tasks/) });
+    await expect(service.cancelMove({ taskHandle: ' ', by: 'oncall' })).rejects.toMatchObject({ field: 'taskHandle' });
+    expect(sqsMock.commandCalls(CancelMessageMoveTaskCommand)).toHaveLength(0);
   });
 });
