@@ -14,6 +14,7 @@
 //   POST /v1/dlq/redrive                     { dryRun?, move?, limit?, rate?, by? }
 //   POST /v1/dlq/discard                     { messageIds, reason, by? }
 //   GET  /v1/dlq/move-tasks                  SQS message move tasks of the DLQ (AWS)
+//   POST /v1/dlq/move-tasks/cancel           { taskHandle, by? }   stop a running move (AWS); 404 no such running task, 403 SQS refused, 409 local
 //   GET  /v1/poison-messages?reason=&since=&includeResolved=&limit=&cursor=
 //   GET  /v1/stuck-jobs?limit=
 //
@@ -26,7 +27,7 @@ import { callerAddress, HttpError, isPlainObject, jobView, readJson, type JobVie
 import type { AttemptOutcome } from '../store/job.ts';
 import type { OpsJob, OperatorAction } from './db.ts';
 import { deathSummary, type DeadJobFilter } from './dead-jobs.ts';
-import type { DlqPassReport } from './dlq.ts';
+import { MoveCancelError, type DlqPassReport } from './dlq.ts';
 import { listPoisonMessages, type PoisonReason } from './poison.ts';
 import type { OpsServices } from './services.ts';
 import { findStuckJobs } from './stuck.ts';
@@ -182,6 +183,7 @@ export class OpsRoutes {
     if (a === 'dlq' && seg.length === 2 && b === 'redrive') return await route({ POST: () => this.dlqRedrive(r) });
     if (a === 'dlq' && seg.length === 2 && b === 'discard') return await route({ POST: () => this.dlqDiscard(r) });
     if (a === 'dlq' && seg.length === 2 && b === 'move-tasks') return await route({ GET: () => this.dlqMoves(r) });
+    if (a === 'dlq' && seg.length === 3 && b === 'move-tasks' && c === 'cancel') return await route({ POST: () => this.dlqMoveCancel(r) });
     if (a === 'poison-messages' && seg.length === 1) return await route({ GET: () => this.poison(r) });
     if (a === 'stuck-jobs' && seg.length === 1) return await route({ GET: () => this.stuck(r) });
     throw new HttpError(404, 'not_found', `no route ${r.method} ${r.path.slice(0, 200)}; see the on-call routes in runtime/ops/api.ts (/v1/dead-jobs, /v1/dlq/messages, /v1/poison-messages, /v1/stuck-jobs)`);
@@ -302,6 +304,23 @@ export class OpsRoutes {
     checkQuery(r.query, []);
     const dlq = this.dlq();
     return { status: 200, body: { local: dlq.local, moveTasks: await dlq.moveTasks() } };
+  }
+
+  private async dlqMoveCancel(r: OpsRequest): Promise<OpsReply> {
+    const b = await body(r.req, ['taskHandle', 'by'], true);
+    const taskHandle = strParam('taskHandle', b.taskHandle, 2048, true)!;
+    const dlq = this.dlq();
+    try {
+      const done = await dlq.cancelMove({ taskHandle, by: this.who(r.req, strParam('by', b.by, 100)) });
+      return { status: 200, body: { cancelled: true, ...done } };
+    } catch (err) {
+      if (!(err instanceof MoveCancelError)) throw err;
+      // local: nothing wrong with the handle, this endpoint has no move tasks. denied: SQS (IAM)
+      // refused this task, not the operator token; the code and message say which.
+      if (err.reason === 'local') throw new HttpError(409, 'move_tasks_local', err.message);
+      if (err.reason === 'not-found') throw new HttpError(404, 'move_task_not_found', err.message, 'taskHandle');
+      throw new HttpError(403, 'move_cancel_denied', err.message, 'taskHandle');
+    }
   }
 
   private async poison(r: OpsRequest): Promise<OpsReply> {

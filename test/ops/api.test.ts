@@ -1,8 +1,11 @@
 // The on-call routes inside the API server, in-process: behind the API token like every /v1 route
 // when no operator token is configured (auth.test.ts: API_OPERATOR_TOKEN, the 401/403/200 matrix),
-// the API's error shape, a 501 that says what to do when the API has no DLQ, and the API service
-// reading its on-call settings from the environment.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+// the API's error shape, a 501 that says what to do when the API has no DLQ, cancelling a DLQ move
+// task (AWS, with aws-sdk-client-mock; refused on a local endpoint), and the API service reading
+// its on-call settings from the environment.
+import { CancelMessageMoveTaskCommand, ResourceNotFoundException, SQSClient } from '@aws-sdk/client-sqs';
+import { mockClient } from 'aws-sdk-client-mock';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startApiService } from '../../runtime/api/main.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { OpsRoutes } from '../../runtime/ops/api.ts';
@@ -12,17 +15,29 @@ import { call, startServer, type TestServer } from '../api/support.ts';
 import { createPlatform, type Platform } from '../support/platform.ts';
 
 const TOKEN = 'ops-token-123';
+const sqsMock = mockClient(SQSClient);
 let p: Platform;
 let api: TestServer;
+/** With a DLQ on AWS (SQS mocked) and on a local endpoint (never reached: the cancel is refused first). */
+let aws: TestServer;
+let local: TestServer;
 beforeAll(async () => {
   p = await createPlatform();
-  const ops = new OpsRoutes(createOpsServices({ pool: p.db.pool, registry: p.registry, publisher: p.publisher, queue: p.queue, log: silentLogger }));
-  api = await startServer({ pool: p.db.pool, client: p.client, registry: p.registry, log: silentLogger, apiToken: TOKEN, ops });
+  const base = { pool: p.db.pool, registry: p.registry, publisher: p.publisher, queue: p.queue, log: silentLogger };
+  const queues = { queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/erp-jobs', dlqUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/erp-jobs-dlq', region: 'eu-west-1' };
+  const server = (ops: OpsRoutes) => startServer({ pool: p.db.pool, client: p.client, registry: p.registry, log: silentLogger, apiToken: TOKEN, ops });
+  api = await server(new OpsRoutes(createOpsServices(base)));
+  aws = await server(new OpsRoutes(createOpsServices({ ...base, ...queues })));
+  local = await server(new OpsRoutes(createOpsServices({ ...base, ...queues, endpoint: 'http://127.0.0.1:1' })));
 });
 afterAll(async () => {
   await api.close();
+  await aws.close();
+  await local.close();
   await p.close();
+  sqsMock.restore();
 });
+beforeEach(() => sqsMock.reset());
 const auth = { authorization: `Bearer ${TOKEN}` };
 
 describe('on-call routes in the API server', () => {
@@ -51,6 +66,37 @@ describe('on-call routes in the API server', () => {
     expect(text.status).toBe(415);
     const cursor = await call(api.url, 'GET', '/v1/dead-jobs?cursor=abc', { headers: auth });
     expect(cursor).toMatchObject({ status: 400, body: { error: { field: 'cursor' } } });
+  });
+
+  it('POST /v1/dlq/move-tasks/cancel cancels the task SQS is given, recorded with who asked; an unknown or finished handle is a 404 naming it', async () => {
+    sqsMock.on(CancelMessageMoveTaskCommand, { TaskHandle: 'task-handle-1' }).resolves({ ApproximateNumberOfMessagesMoved: 12 });
+    sqsMock.on(CancelMessageMoveTaskCommand, { TaskHandle: 'task-handle-done' }).rejects(new ResourceNotFoundException({ message: 'Task does not exist.', $metadata: {} }));
+    const ok = await call(aws.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth, json: { taskHandle: 'task-handle-1', by: 'pat' } });
+    expect(ok).toMatchObject({ status: 200, body: { cancelled: true, taskHandle: 'task-handle-1', moved: 12, by: 'pat (api, 127.0.0.1)' } });
+    expect(sqsMock.commandCalls(CancelMessageMoveTaskCommand).map((c) => c.args[0].input)).toEqual([{ TaskHandle: 'task-handle-1' }]);
+    const recorded = await p.db.pool.query("SELECT by, detail FROM jobs.operator_action WHERE action = 'dlq-move-cancel'");
+    expect(recorded.rows).toEqual([{ by: 'pat (api, 127.0.0.1)', detail: { taskHandle: 'task-handle-1', moved: 12 } }]);
+
+    const gone = await call(aws.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth, json: { taskHandle: 'task-handle-done' } });
+    expect(gone.status).toBe(404);
+    expect(gone.body.error).toMatchObject({ code: 'move_task_not_found', field: 'taskHandle', message: expect.stringMatching(/^no running move task task-handle-done: .*jobs dlq move-status.*GET \/v1\/dlq\/move-tasks/) });
+    expect((await call(aws.url, 'GET', '/v1/dlq/move-tasks/cancel', { headers: auth })).status).toBe(405);
+  });
+
+  it('POST /v1/dlq/move-tasks/cancel: bad input is a 400 naming taskHandle, and a local endpoint refuses with a 409 without calling SQS', async () => {
+    for (const json of [{}, { taskHandle: '' }, { taskHandle: 7 }, { taskHandle: 'x'.repeat(2049) }]) {
+      const r = await call(aws.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth, json });
+      expect(r.status, JSON.stringify(json).slice(0, 40)).toBe(400);
+      expect(r.body.error, JSON.stringify(json).slice(0, 40)).toMatchObject({ code: 'invalid_field', field: 'taskHandle' });
+    }
+    expect((await call(aws.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth, json: { taskHandle: 'h', bogus: 1 } })).body.error.field).toBe('bogus');
+    expect((await call(aws.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth })).status).toBe(400);
+
+    const refused = await call(local.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth, json: { taskHandle: 'task-handle-1', by: 'pat' } });
+    expect(refused.status).toBe(409);
+    expect(refused.body.error).toMatchObject({ code: 'move_tasks_local', message: expect.stringMatching(/cannot cancel move task task-handle-1: the local SQS endpoint has no message move tasks/) });
+    expect(sqsMock.commandCalls(CancelMessageMoveTaskCommand)).toHaveLength(0);
+    expect((await call(api.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth, json: { taskHandle: 'h' } })).body.error.code).toBe('dlq_not_configured');
   });
 
   it('the API service reads JOBS_DLQ_URL and JOBS_STUCK_* and refuses bad ones by name', async () => {

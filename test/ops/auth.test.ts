@@ -18,7 +18,7 @@ const CLIENT = 'erp-client-token-0123456789';
 const OPERATOR = 'on-call-operator-token-9876543210';
 const NOBODY = '00000000-0000-4000-8000-000000000000';
 
-/** Every on-call route, with a request its handler accepts (so a pass is a 2xx, or a 404 for the unknown job). */
+/** Every on-call route, with a request its handler accepts (so a pass is a 2xx, a 404 for the unknown job, or the local endpoint's 409 for a move cancel). */
 const ON_CALL: [method: string, path: string, json?: unknown][] = [
   ['GET', '/v1/dead-jobs'],
   ['GET', `/v1/dead-jobs/${NOBODY}`],
@@ -30,6 +30,7 @@ const ON_CALL: [method: string, path: string, json?: unknown][] = [
   ['POST', '/v1/dlq/redrive', { dryRun: true, by: 'pat' }],
   ['POST', '/v1/dlq/discard', { messageIds: ['no-such-message'], reason: 'auth test' }],
   ['GET', '/v1/dlq/move-tasks'],
+  ['POST', '/v1/dlq/move-tasks/cancel', { taskHandle: 'no-such-task', by: 'pat' }],
   ['GET', '/v1/poison-messages'],
   ['GET', '/v1/stuck-jobs'],
 ];
