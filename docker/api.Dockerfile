@@ -22,6 +22,9 @@ ENV NODE_ENV=production \
 WORKDIR /app
 # The global image's npm and yarn are not needed at run time.
 RUN rm -rf /usr/local/lib/node_modules/npm /usr/local/bin/npm /usr/local/bin/npx /opt/yarn* /usr/local/bin/yarn /usr/local/bin/yarnpkg
+# The RDS CA bundle, to verify the database's certificate and host name (DATABASE_CA_FILE, set by
+# the stack: lib/services/container-config.ts). Fetched when the image is built (cdk deploy).
+ADD --chmod=644 https://truststore.pki.rds.amazonaws.com/global/global-bundle.pem /etc/ssl/certs/rds-global-bundle.pem
 COPY --from=build --chown=root:root /src/dist/api/ ./
 USER node
 EXPOSE 8080

@@ -17,10 +17,14 @@ import * as logs from 'aws-cdk-lib/aws-logs';
 import * as cr from 'aws-cdk-lib/custom-resources';
 import { Construct, type IDependable } from 'constructs';
 import type { BootstrapProperties } from '../runtime/bootstrap/handler.ts';
+import { ENV } from '../runtime/config/env.ts';
 import type { LogRetentionDays } from './config.ts';
 import type { JobDatabase } from './database.ts';
 import { acknowledge } from './nag.ts';
 import { BOOTSTRAP_ENTRY, LOCK_FILE, MIGRATIONS_DIR, REPO_ROOT } from './paths.ts';
+
+/** The Amazon CA certificates (RDS's among them) in AWS Lambda's Node.js runtimes. */
+export const LAMBDA_AMAZON_CA_BUNDLE = '/var/runtime/ca-cert.pem';
 
 /** sha256 over the migration files' names and contents, in order: changes exactly when the folder does. */
 export function migrationsHash(dir: string = MIGRATIONS_DIR): string {
@@ -106,7 +110,12 @@ export class SchemaBootstrap extends Construct {
       securityGroups: [securityGroup],
       role,
       logGroup,
-      environment: { NODE_OPTIONS: '--enable-source-maps' },
+      environment: {
+        NODE_OPTIONS: '--enable-source-maps',
+        // Verify the database's certificate and host name: the Node.js runtimes keep the Amazon
+        // CA certificates, RDS's among them, in this file (they no longer load them by default).
+        [ENV.databaseCaFile]: LAMBDA_AMAZON_CA_BUNDLE,
+      },
       paramsAndSecrets: lambda.ParamsAndSecretsLayerVersion.fromVersion(lambda.ParamsAndSecretsVersions.V1_0_103, {
         // Read once per deployment: a cache would only hide a freshly rotated password.
         cacheEnabled: false,

@@ -8,7 +8,7 @@ import { IgnoreMode } from 'aws-cdk-lib';
 import { Platform } from 'aws-cdk-lib/aws-ecr-assets';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
 import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
-import { ENV } from '../../runtime/config/env.ts';
+import { ENV, RDS_CA_BUNDLE_PATH } from '../../runtime/config/env.ts';
 import type { JobTimings } from '../../runtime/config/rules.ts';
 import { metricNamespace } from '../../runtime/metrics/names.ts';
 import { STUCK_ENV, type StuckThresholds } from '../../runtime/config/stuck-thresholds.ts';
@@ -41,6 +41,8 @@ export function jobEnvironment(p: JobEnvironmentProps): Record<string, string> {
     [ENV.concurrency]: String(t.concurrency),
     [ENV.drainSeconds]: String(t.drainSeconds),
     [ENV.metricsNamespace]: metricNamespace(p.envName),
+    // Verified TLS to the database: the images carry the RDS CA bundle here (docker/*.Dockerfile).
+    [ENV.databaseCaFile]: RDS_CA_BUNDLE_PATH,
     [STUCK_ENV.runningSeconds]: String(p.stuckJobs.runningSeconds),
     [STUCK_ENV.pendingSeconds]: String(p.stuckJobs.pendingSeconds),
   };

@@ -9,7 +9,7 @@ import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { JobClient } from '../client.ts';
-import { databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv, redact, requiredUrl } from '../config/env.ts';
+import { databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv, redact, requiredUrl } from '../config/env.ts';
 import { ConfigError, type RuleViolation } from '../config/rules.ts';
 import { createPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
@@ -43,6 +43,8 @@ export interface ApiConfig {
   port: number;
   poolSize: number;
   defaultMaxAttempts: number;
+  /** Set when the database certificate will not be verified (DATABASE_SECRET without DATABASE_CA_FILE): logged at start. */
+  databaseTlsWarning?: string;
 }
 
 /** The API's configuration from the environment. Every bad value is reported at once, each with its variable, value and rule. */
@@ -92,6 +94,7 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
     port: port!,
     poolSize: poolSize!,
     defaultMaxAttempts: timings!.maxAttempts,
+    ...(databaseTlsUnverified(env) ? { databaseTlsWarning: databaseTlsUnverified(env)! } : {}),
   };
 }
 
@@ -185,6 +188,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
   relay.start();
   const port = (server.address() as AddressInfo).port;
   for (const warning of authWarnings(config)) log.warn(warning);
+  if (config.databaseTlsWarning) log.warn(config.databaseTlsWarning);
   log.info(
     {
       port,

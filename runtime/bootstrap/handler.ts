@@ -117,7 +117,8 @@ function bootstrapLog(msg: string): void {
 /** The Lambda entry point (`index.handler` in the bundle). */
 export const handler = createBootstrapHandler({
   readSecret: (arn) => readSecretFromExtension(arn),
-  databaseUrl: (secretJson) => databaseUrlFromEnv({ [ENV.databaseSecret]: secretJson }),
+  // Verified TLS: the stack points DATABASE_CA_FILE at the Lambda runtime's Amazon CA bundle.
+  databaseUrl: (secretJson) => databaseUrlFromEnv({ [ENV.databaseSecret]: secretJson, [ENV.databaseCaFile]: process.env[ENV.databaseCaFile] }),
   runMigrations: (url) => migrateAt(url, { log: bootstrapLog }),
   log: bootstrapLog,
 });

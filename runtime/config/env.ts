@@ -3,12 +3,19 @@
 // its value and the rule it broke. The variable names are the contract with lib/ (the ECS task
 // definitions set them) and with the local stack (.jobs-local/env).
 
+import { accessSync, constants, statSync } from 'node:fs';
 import { assertJobTimings, ConfigError, DEFAULT_JOB_TIMINGS, type JobTimings, type RuleViolation } from './rules.ts';
 
 export const ENV = {
   databaseUrl: 'DATABASE_URL',
   /** The RDS-generated Secrets Manager secret as JSON ({host, port, username, password, dbname}), injected by ECS. */
   databaseSecret: 'DATABASE_SECRET',
+  /**
+   * CA bundle (PEM) to verify the database's TLS certificate and host name against, for a URL
+   * built from DATABASE_SECRET (sslmode=verify-full). The images carry the RDS bundle; the stack
+   * sets it (lib/services/container-config.ts, the schema bootstrap).
+   */
+  databaseCaFile: 'DATABASE_CA_FILE',
   queueUrl: 'JOBS_QUEUE_URL',
   dlqUrl: 'JOBS_DLQ_URL',
   region: 'AWS_REGION',
@@ -49,7 +56,13 @@ const TIMING_VARS: Record<keyof JobTimings, string> = {
 
 type Env = Record<string, string | undefined>;
 
-/** DATABASE_URL as given, or built from the RDS secret JSON that ECS injects. */
+/**
+ * DATABASE_URL as given, or built from the RDS secret JSON that ECS injects. A URL built from the
+ * secret always uses TLS (the instance forces it): verified against DATABASE_CA_FILE, certificate
+ * and host name (sslmode=verify-full), when that is set — as the stack does; encrypted but not
+ * verified (sslmode=no-verify) when it is not, which databaseTlsUnverified() reports so the
+ * services can warn at start.
+ */
 export function databaseUrlFromEnv(env: Env): string {
   const url = env[ENV.databaseUrl]?.trim();
   if (url) {
@@ -78,8 +91,18 @@ export function databaseUrlFromEnv(env: Env): string {
     u.username = encodeURIComponent(String(s.username));
     u.password = encodeURIComponent(String(s.password));
     u.pathname = `/${String(s.dbname ?? 'postgres')}`;
-    // RDS requires TLS; verify against the system trust store plus the RDS bundle in the image.
-    u.searchParams.set('sslmode', 'no-verify');
+    const ca = env[ENV.databaseCaFile]?.trim();
+    if (ca) {
+      if (!isReadableFile(ca)) {
+        throw new ConfigError('environment', [
+          { rule: 'database-ca-file-readable', message: `${ENV.databaseCaFile} = ${ca} is not a readable file (the PEM bundle to verify the database's certificate; the images carry the RDS bundle at ${RDS_CA_BUNDLE_PATH})` },
+        ]);
+      }
+      u.searchParams.set('sslmode', 'verify-full');
+      u.searchParams.set('sslrootcert', ca);
+    } else {
+      u.searchParams.set('sslmode', 'no-verify');
+    }
     return u.toString();
   }
   throw new ConfigError('environment', [
@@ -88,6 +111,27 @@ export function databaseUrlFromEnv(env: Env): string {
       message: `set ${ENV.databaseUrl} (postgres://user:password@host:port/db) or ${ENV.databaseSecret} (the RDS secret JSON); locally, \`npm start\` runs a stack whose .jobs-local/env the jobs command reads`,
     },
   ]);
+}
+
+/** Where the service images keep the RDS CA bundle (docker/*.Dockerfile); the stack points DATABASE_CA_FILE at it. */
+export const RDS_CA_BUNDLE_PATH = '/etc/ssl/certs/rds-global-bundle.pem';
+
+/**
+ * Why the database connection will be encrypted but its certificate not verified, or null: a
+ * URL built from DATABASE_SECRET without DATABASE_CA_FILE. For a warning at start.
+ */
+export function databaseTlsUnverified(env: Env): string | null {
+  if (env[ENV.databaseUrl]?.trim() || !env[ENV.databaseSecret]?.trim() || env[ENV.databaseCaFile]?.trim()) return null;
+  return `${ENV.databaseCaFile} is not set: the database connection is encrypted but its certificate is not verified (sslmode=no-verify); set it to the RDS CA bundle (${RDS_CA_BUNDLE_PATH} in the images)`;
+}
+
+function isReadableFile(path: string): boolean {
+  try {
+    accessSync(path, constants.R_OK);
+    return statSync(path).isFile();
+  } catch {
+    return false;
+  }
 }
 
 /** The job timings from JOBS_* variables (defaults for the unset ones), checked by the rules. */

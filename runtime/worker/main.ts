@@ -5,7 +5,7 @@
 
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import { databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv, requiredUrl } from '../config/env.ts';
+import { databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv, requiredUrl } from '../config/env.ts';
 import { ConfigError, MAX_PREFETCH, workerPoolSize } from '../config/rules.ts';
 import { createPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
@@ -35,6 +35,8 @@ export async function startWorkerService(env: Record<string, string | undefined>
   // Everything from the environment first: a bad value stops the start before any connection.
   const timings = jobTimingsFromEnv(env);
   const databaseUrl = databaseUrlFromEnv(env);
+  const tlsWarning = databaseTlsUnverified(env);
+  if (tlsWarning) log.warn(tlsWarning);
   const queueUrl = requiredUrl(env, ENV.queueUrl);
   const dlqUrl = requiredUrl(env, ENV.dlqUrl);
   const endpoint = env[ENV.sqsEndpoint]?.trim() || undefined;

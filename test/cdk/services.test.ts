@@ -4,12 +4,12 @@
 
 import { Match } from 'aws-cdk-lib/assertions';
 import { describe, expect, it } from 'vitest';
-import { ENV } from '../../runtime/config/env.ts';
+import { ENV, RDS_CA_BUNDLE_PATH } from '../../runtime/config/env.ts';
 import { RELEASE_MARGIN_SECONDS } from '../../runtime/config/rules.ts';
 import { STUCK_ENV } from '../../runtime/config/stuck-thresholds.ts';
 import { metricNamespace } from '../../runtime/metrics/names.ts';
 import { ENVIRONMENTS } from '../../lib/config.ts';
-import { migrationsHash } from '../../lib/schema-bootstrap.ts';
+import { LAMBDA_AMAZON_CA_BUNDLE, migrationsHash } from '../../lib/schema-bootstrap.ts';
 import { API_HEALTH_CHECK_PATH, API_PORT } from '../../lib/services/api.ts';
 import { idOf, only, resourcesOfType, synthConfig, synthEnv, withChanges } from './support.ts';
 
@@ -57,6 +57,8 @@ describe('schema bootstrap', () => {
     expect(fn.Handler).toBe('index.handler');
     expect(fn.Runtime).toBe('nodejs22.x');
     expect(fn.Timeout).toBe(600);
+    // Verified TLS to the database with the runtime's Amazon CA bundle (RDS's CAs among them).
+    expect(fn.Environment.Variables[ENV.databaseCaFile]).toBe(LAMBDA_AMAZON_CA_BUNDLE);
     const appSubnets = dev.data.network.vpc.privateSubnets.map((sn) => idOf(sn.node.findChild('Subnet')));
     const subnetRefs = JSON.stringify(fn.VpcConfig.SubnetIds);
     for (const id of appSubnets) expect(subnetRefs).toContain(id);
@@ -164,6 +166,17 @@ describe('containers', () => {
     const images = Object.values(manifest.dockerImages).map((i) => i.source.dockerFile).sort();
     expect(images).toEqual(['docker/api.Dockerfile', 'docker/worker.Dockerfile']);
     for (const i of Object.values(manifest.dockerImages)) expect(i.source.platform).toBe('linux/amd64');
+  });
+
+  it('verify the database\'s certificate: both images carry the RDS CA bundle where DATABASE_CA_FILE points', async () => {
+    const { readFileSync } = await import('node:fs');
+    for (const name of ['api', 'worker']) {
+      expect(envOf(name)[ENV.databaseCaFile]).toBe(RDS_CA_BUNDLE_PATH);
+      const dockerfile = readFileSync(`docker/${name}.Dockerfile`, 'utf8');
+      // In the final stage (after the last FROM), readable by the unprivileged user the service runs as.
+      const finalStage = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '));
+      expect(finalStage).toContain(`ADD --chmod=644 https://truststore.pki.rds.amazonaws.com/global/global-bundle.pem ${RDS_CA_BUNDLE_PATH}`);
+    }
   });
 
   it('runs tasks in the private subnets without public IPs', () => {
