@@ -68,7 +68,7 @@ describe('on-call routes in the API server', () => {
     expect(cursor).toMatchObject({ status: 400, body: { error: { field: 'cursor' } } });
   });
 
-  it('POST /v1/dlq/move-tasks/cancel cancels the task SQS is given, recorded with who asked; an unknown or finished handle is a 404 naming it', async () => {
+  it('POST /v1/dlq/move-tasks/cancel cancels the task SQS is given, recorded with who asked; an unknown or finished handle is a 404 naming it, one SQS denies a 403', async () => {
     sqsMock.on(CancelMessageMoveTaskCommand, { TaskHandle: 'task-handle-1' }).resolves({ ApproximateNumberOfMessagesMoved: 12 });
     sqsMock.on(CancelMessageMoveTaskCommand, { TaskHandle: 'task-handle-done' }).rejects(new ResourceNotFoundException({ message: 'Task does not exist.', $metadata: {} }));
     const ok = await call(aws.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth, json: { taskHandle: 'task-handle-1', by: 'pat' } });
@@ -80,6 +80,12 @@ describe('on-call routes in the API server', () => {
     const gone = await call(aws.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth, json: { taskHandle: 'task-handle-done' } });
     expect(gone.status).toBe(404);
     expect(gone.body.error).toMatchObject({ code: 'move_task_not_found', field: 'taskHandle', message: expect.stringMatching(/^no running move task task-handle-done: .*jobs dlq move-status.*GET \/v1\/dlq\/move-tasks/) });
+    // IAM: the grant covers this DLQ's tasks only (a handle from another queue or environment).
+    sqsMock.on(CancelMessageMoveTaskCommand, { TaskHandle: 'task-handle-other' }).rejects(Object.assign(new Error('not authorized to perform: sqs:cancelmessagemovetask'), { name: 'AccessDeniedException' }));
+    const denied = await call(aws.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth, json: { taskHandle: 'task-handle-other' } });
+    expect(denied.status).toBe(403);
+    expect(denied.body.error).toMatchObject({ code: 'move_cancel_denied', field: 'taskHandle', message: expect.stringMatching(/^not allowed to cancel move task task-handle-other .*granted on this environment's DLQ only/) });
+    expect((await p.db.pool.query("SELECT count(*)::int AS n FROM jobs.operator_action WHERE action = 'dlq-move-cancel'")).rows[0].n).toBe(1);
     expect((await call(aws.url, 'GET', '/v1/dlq/move-tasks/cancel', { headers: auth })).status).toBe(405);
   });
 
