@@ -1,6 +1,8 @@
 // The job store's PostgreSQL: one RDS instance in the isolated subnets, storage encrypted, TLS
-// required, the master credentials generated into Secrets Manager (the services get the secret
-// as an ECS secret, the bootstrap reads it at deploy time). Its security group admits no one
+// required, two sets of credentials generated into Secrets Manager: the master user's, which only
+// the schema bootstrap reads (it migrates), and the services' own role's (runtime/db/app-role.ts:
+// row access, no DDL), which the bootstrap creates and ECS hands to the services as an ECS secret.
+// Its security group admits no one
 // until a consumer is allowed in by name (`allowConnectionsFrom`): the API, the worker and the
 // schema bootstrap, nothing else.
 
@@ -20,11 +22,15 @@ export interface JobDatabaseProps extends DatabaseConfig {
 
 export const DATABASE_NAME = 'erp_jobs';
 export const DATABASE_ADMIN_USER = 'erp_jobs_admin';
+/** The services' role: the schema bootstrap creates it with row access only (runtime/db/app-role.ts). */
+export const DATABASE_APP_USER = 'erp_jobs_app';
 
 export class JobDatabase extends Construct {
   readonly instance: rds.IDatabaseInstance;
-  /** The RDS-generated secret: {host, port, username, password, dbname, engine}. */
+  /** The RDS-generated master secret: {host, port, username, password, dbname, engine}. The schema bootstrap's alone. */
   readonly secret: secretsmanager.ISecret;
+  /** The services' secret, same shape (attached to the instance): the role the bootstrap creates for them. */
+  readonly appSecret: secretsmanager.ISecret;
   private readonly securityGroup: ec2.SecurityGroup;
 
   constructor(scope: Construct, id: string, props: JobDatabaseProps) {
@@ -60,6 +66,11 @@ export class JobDatabase extends Construct {
     if (!instance.secret) throw new Error('JobDatabase: the generated credentials produced no secret');
     this.instance = instance;
     this.secret = instance.secret;
+    const appSecret = new rds.DatabaseSecret(this, 'AppSecret', { username: DATABASE_APP_USER });
+    // Attached: Secrets Manager adds host, port, dbname and engine, so the services read it like the RDS secret.
+    this.appSecret = appSecret.attach(instance);
+    acknowledge(appSecret, 'AwsSolutions-SMG4',
+      'No automatic rotation yet, for the same reason as the master secret: ECS resolves it only when a task starts. Rotate by a coordinated redeploy (docs/deploy.md).');
 
     acknowledge(instance, 'AwsSolutions-SMG4',
       'No automatic rotation yet: ECS resolves the secret only when a task starts, so a single-user rotation would break every new connection of running tasks until they restart. Rotate by a coordinated redeploy (docs/deploy.md); automatic rotation comes with a runtime that re-reads the secret.');
@@ -82,8 +93,9 @@ export class JobDatabase extends Construct {
     peer.connections.allowToDefaultPort(this.instance, `PostgreSQL from ${who}`);
   }
 
-  /** Read the secret (the bootstrap function; ECS execution roles get it through ecs.Secret). */
-  grantSecretRead(grantee: iam.IGrantable): iam.Grant {
-    return this.secret.grantRead(grantee);
+  /** Read both secrets: the bootstrap function (it migrates as the master and sets the services' role). ECS execution roles get the app secret through ecs.Secret. */
+  grantSecretRead(grantee: iam.IGrantable): void {
+    this.secret.grantRead(grantee);
+    this.appSecret.grantRead(grantee);
   }
 }

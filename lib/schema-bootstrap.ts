@@ -83,7 +83,7 @@ export class SchemaBootstrap extends Construct {
 
     const role = new iam.Role(this, 'Role', {
       assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
-      description: 'Schema bootstrap function: logs, VPC network interfaces, read the database secret',
+      description: 'Schema bootstrap function: logs, VPC network interfaces, read the database secrets (master and services)',
       managedPolicies: [iam.ManagedPolicy.fromAwsManagedPolicyName('service-role/AWSLambdaVPCAccessExecutionRole')],
     });
     props.database.grantSecretRead(role);
@@ -140,6 +140,7 @@ export class SchemaBootstrap extends Construct {
 
     const properties: BootstrapProperties & { DatabaseEndpoint: string } = {
       DatabaseSecretArn: props.database.secret.secretArn,
+      AppSecretArn: props.database.appSecret.secretArn,
       MigrationsHash: this.migrationsHash,
       // A replaced instance has a new endpoint: migrate it too.
       DatabaseEndpoint: props.database.instance.dbInstanceEndpointAddress,

@@ -169,7 +169,7 @@ export class ApiService extends Construct {
         [ENV.apiPoolSize]: String(c.poolSize),
       },
       secrets: {
-        ...databaseSecret(props.database.secret),
+        ...databaseSecret(props.database.appSecret),
         [ENV.apiToken]: ecs.Secret.fromSecretsManager(props.apiToken),
         [ENV.apiOperatorToken]: ecs.Secret.fromSecretsManager(props.operatorToken),
       },

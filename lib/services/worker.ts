@@ -79,7 +79,7 @@ export class WorkerService extends Construct {
         ...jobEnvironment({ envName: props.envName, jobTimings: props.jobTimings, queues: props.queues, stuckJobs: props.stuckJobs }),
         ...(c.prefetch !== undefined ? { [ENV.prefetch]: String(c.prefetch) } : {}),
       },
-      secrets: databaseSecret(props.database.secret),
+      secrets: databaseSecret(props.database.appSecret),
       stopTimeout: Duration.seconds(workerStopTimeoutSeconds(props.jobTimings)),
       // An init process forwards SIGTERM to node and reaps children.
       linuxParameters: new ecs.LinuxParameters(this, 'Linux', { initProcessEnabled: true }),

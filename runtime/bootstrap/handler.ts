@@ -5,18 +5,24 @@
 // applied under the same advisory lock. A thrown error fails the custom resource, and with it
 // the deployment, before either service starts (both depend on this resource).
 //
+// After the migrations it creates or updates the services' own role (runtime/db/app-role.ts) from
+// the app secret, so the services never connect as the master user.
+//
 // The secret comes from the AWS Parameters and Secrets Lambda extension over localhost, so the
 // bundle carries no AWS SDK. Bundled by NodejsFunction (esbuild, ESM) with runtime/db/migrations
 // copied beside index.mjs, where defaultMigrationsDir() finds it.
 
 import { databaseUrlFromEnv, ENV } from '../config/env.ts';
+import { APP_SCHEMAS, ensureAppRole, type AppRole } from '../db/app-role.ts';
 import { migrate, type MigrateResult } from '../db/migrate.ts';
 import { createPool } from '../db/pool.ts';
 
 /** The custom resource's properties (lib/schema-bootstrap.ts sets them). */
 export interface BootstrapProperties {
-  /** ARN of the RDS-generated secret ({host, port, username, password, dbname}). */
+  /** ARN of the RDS-generated secret ({host, port, username, password, dbname}): the master user, who migrates. */
   DatabaseSecretArn: string;
+  /** ARN of the services' secret (same shape): the role the bootstrap creates for them. Absent: no app role (older stacks). */
+  AppSecretArn?: string;
   /** Hash of runtime/db/migrations: a changed folder changes the property, so CloudFormation sends an Update and the migrations run again. */
   MigrationsHash: string;
 }
@@ -29,7 +35,7 @@ export interface BootstrapEvent {
 
 export interface BootstrapResponse {
   PhysicalResourceId: string;
-  Data?: { Applied: string; AppliedCount: number; AlreadyApplied: number };
+  Data?: { Applied: string; AppliedCount: number; AlreadyApplied: number; AppRole?: string };
 }
 
 /** One physical resource for the life of the stack: an Update never looks like a replacement, so CloudFormation never sends a Delete for the old one. */
@@ -39,7 +45,8 @@ export interface BootstrapDeps {
   readSecret(arn: string): Promise<string>;
   /** The connection URL from the secret JSON; the services build theirs the same way. */
   databaseUrl(secretJson: string): string;
-  runMigrations(url: string): Promise<MigrateResult>;
+  /** Migrate as the master user, then create or update the services' role when one is given. */
+  runMigrations(url: string, appRole?: AppRole): Promise<MigrateResult>;
   log(msg: string): void;
 }
 
@@ -54,13 +61,30 @@ export function createBootstrapHandler(deps: BootstrapDeps) {
     if (!arn) throw new Error('schema bootstrap: the custom resource has no DatabaseSecretArn property');
     deps.log(`${event.RequestType.toLowerCase()}: migrations ${event.ResourceProperties.MigrationsHash ?? '(no hash)'}`);
     const url = deps.databaseUrl(await deps.readSecret(arn));
-    const result = await deps.runMigrations(url);
+    const appArn = event.ResourceProperties.AppSecretArn;
+    const appRole = appArn ? appRoleFromSecret(await deps.readSecret(appArn), appArn) : undefined;
+    const result = await deps.runMigrations(url, appRole);
     deps.log(`applied ${result.applied.length} migration(s) [${result.applied.join(', ')}], ${result.alreadyApplied} already applied`);
+    if (appRole) deps.log(`services' role ${appRole.username}: row access to ${APP_SCHEMAS.join(', ')}, password from its secret`);
     return {
       PhysicalResourceId: SCHEMA_PHYSICAL_ID,
-      Data: { Applied: result.applied.join(','), AppliedCount: result.applied.length, AlreadyApplied: result.alreadyApplied },
+      Data: { Applied: result.applied.join(','), AppliedCount: result.applied.length, AlreadyApplied: result.alreadyApplied, ...(appRole ? { AppRole: appRole.username } : {}) },
     };
   };
+}
+
+/** The role name and password from the app secret's JSON; the error names the secret, never its contents. */
+export function appRoleFromSecret(secretJson: string, arn: string): AppRole {
+  let s: Record<string, unknown>;
+  try {
+    s = JSON.parse(secretJson) as Record<string, unknown>;
+  } catch {
+    throw new Error(`schema bootstrap: the app secret ${arn} is not JSON (expected {username, password, …})`);
+  }
+  if (typeof s.username !== 'string' || typeof s.password !== 'string' || !s.username || !s.password) {
+    throw new Error(`schema bootstrap: the app secret ${arn} lacks a username or password`);
+  }
+  return { username: s.username, password: s.password };
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -89,7 +113,7 @@ export async function readSecretFromExtension(arn: string, env: Record<string, s
  * migrate() on a one-connection pool. The first connection is retried for a minute: a new
  * function ENI or an instance finishing its first start can refuse it briefly.
  */
-export async function migrateAt(url: string, opts: { log?: (msg: string) => void; dir?: string; connectAttempts?: number } = {}): Promise<MigrateResult> {
+export async function migrateAt(url: string, opts: { log?: (msg: string) => void; dir?: string; connectAttempts?: number; appRole?: AppRole } = {}): Promise<MigrateResult> {
   const log = opts.log ?? console.log;
   const attempts = opts.connectAttempts ?? 6;
   const pool = createPool({ url, max: 1, applicationName: 'erp-jobs-bootstrap', onError: (err) => log(`idle client error: ${err.message}`) });
@@ -104,7 +128,10 @@ export async function migrateAt(url: string, opts: { log?: (msg: string) => void
         await sleep(10_000);
       }
     }
-    return await migrate(pool, { log, ...(opts.dir ? { dir: opts.dir } : {}) });
+    const result = await migrate(pool, { log, ...(opts.dir ? { dir: opts.dir } : {}) });
+    // After the migrations, so the grants cover every table they created.
+    if (opts.appRole) await ensureAppRole(pool, opts.appRole);
+    return result;
   } finally {
     await pool.end().catch(() => undefined);
   }
@@ -119,6 +146,6 @@ export const handler = createBootstrapHandler({
   readSecret: (arn) => readSecretFromExtension(arn),
   // Verified TLS: the stack points DATABASE_CA_FILE at the Lambda runtime's Amazon CA bundle.
   databaseUrl: (secretJson) => databaseUrlFromEnv({ [ENV.databaseSecret]: secretJson, [ENV.databaseCaFile]: process.env[ENV.databaseCaFile] }),
-  runMigrations: (url) => migrateAt(url, { log: bootstrapLog }),
+  runMigrations: (url, appRole) => migrateAt(url, { log: bootstrapLog, ...(appRole ? { appRole } : {}) }),
   log: bootstrapLog,
 });

@@ -3,11 +3,13 @@
 // failing migration fails the custom resource, and the secret is read from the Parameters and
 // Secrets extension the way Lambda serves it.
 
+import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:http';
 import { cp, mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import {
   createBootstrapHandler,
   migrateAt,
@@ -18,6 +20,7 @@ import {
 } from '../../runtime/bootstrap/handler.ts';
 import { databaseUrlFromEnv, ENV } from '../../runtime/config/env.ts';
 import { defaultMigrationsDir, loadMigrations } from '../../runtime/db/migrate.ts';
+import { JobStore } from '../../runtime/store/job-store.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
 
 const SECRET_ARN = 'arn:aws:secretsmanager:eu-central-1:111122223333:secret:ErpJobsDatabaseSecret-AbCdEf';
@@ -105,6 +108,109 @@ describe('schema bootstrap handler', () => {
   it('fails without a secret ARN rather than guessing', async () => {
     const onEvent = createBootstrapHandler(deps);
     await expect(onEvent({ RequestType: 'Create', ResourceProperties: { MigrationsHash: 'x' } as never })).rejects.toThrow(/no DatabaseSecretArn/);
+  });
+});
+
+describe("the services' own database role (least privilege)", () => {
+  const APP_ARN = 'arn:aws:secretsmanager:eu-central-1:111122223333:secret:ErpJobsAppSecret-GhIjKl';
+  // Roles are cluster-wide and test files run in parallel: a name of this file's own.
+  const role = `jobs_app_${randomBytes(4).toString('hex')}`;
+  let db: TestDb;
+  let password = randomBytes(18).toString('base64url');
+  let deps: BootstrapDeps;
+  const appUrl = () => {
+    const u = new URL(db.url);
+    u.username = role;
+    u.password = password;
+    return u.toString();
+  };
+  const asApp = async <T>(fn: (c: pg.Client) => Promise<T>): Promise<T> => {
+    const c = new pg.Client({ connectionString: appUrl() });
+    await c.connect();
+    try {
+      return await fn(c);
+    } finally {
+      await c.end();
+    }
+  };
+  const denied = (c: pg.Client, sql: string) => expect(c.query(sql), sql).rejects.toMatchObject({ code: '42501' });
+
+  beforeAll(async () => {
+    db = await createTestDb({ migrate: false });
+    deps = {
+      readSecret: async (arn) => {
+        if (arn === APP_ARN) {
+          const master = JSON.parse(rdsSecretFor(db.url)) as Record<string, unknown>;
+          return JSON.stringify({ ...master, username: role, password });
+        }
+        return rdsSecretFor(db.url);
+      },
+      databaseUrl: urlWithoutTls,
+      runMigrations: (url, appRole) => migrateAt(url, { log: () => undefined, connectAttempts: 1, ...(appRole ? { appRole } : {}) }),
+      log: () => undefined,
+    };
+  });
+  afterAll(async () => {
+    await db.drop();
+    const admin = new pg.Client({ connectionString: inject('pgAdminUrl') });
+    await admin.connect();
+    await admin.query(`DROP ROLE IF EXISTS ${role}`);
+    await admin.end();
+  });
+
+  it('is created after the migrations with the password from its secret, and does the platform\'s work', async () => {
+    const onEvent = createBootstrapHandler(deps);
+    const res = await onEvent({ ...event('Create'), ResourceProperties: { DatabaseSecretArn: SECRET_ARN, AppSecretArn: APP_ARN, MigrationsHash: 'h1' } });
+    expect(res.Data).toMatchObject({ AppRole: role });
+    await asApp(async (c) => {
+      const store = new JobStore(c as unknown as pg.Pool);
+      await c.query('BEGIN');
+      const [ins] = await store.insertMany(c, [{ type: 'ledger.post', payload: { batch: 'ROLE-1', entries: 1 }, maxAttempts: 3 }]);
+      await c.query('COMMIT');
+      await c.query('DELETE FROM jobs.outbox WHERE id = $1', [ins!.outboxId]);
+      const [claimed] = await store.claim([ins!.job.id], 'w', 30);
+      expect(claimed!.attempt).toBe(1);
+      await c.query('INSERT INTO ledger_entries (job_id, batch, line_no) VALUES ($1, $2, 1)', [ins!.job.id, 'ROLE-1']);
+      expect(await store.completeMany([{ id: ins!.job.id, attempt: 1, result: { posted: 1 } }])).toEqual(new Set());
+      expect((await store.get(ins!.job.id))!.state).toBe('succeeded');
+    });
+  });
+
+  it('can change no schema: no CREATE, ALTER or DROP, and no writes to the migration bookkeeping', async () => {
+    await asApp(async (c) => {
+      await denied(c, 'CREATE TABLE public.sneaky (id int)');
+      await denied(c, 'CREATE TABLE jobs.sneaky (id int)');
+      await denied(c, 'ALTER TABLE jobs.job ADD COLUMN sneaky int');
+      await denied(c, 'DROP TABLE ledger_entries');
+      await denied(c, "INSERT INTO jobs.schema_migrations (version, name, checksum) VALUES (9999, '9999_x.sql', 'x')");
+      await denied(c, 'DELETE FROM jobs.schema_migrations');
+      await denied(c, 'CREATE ROLE sneaky');
+    });
+  });
+
+  it('gets row access to a table a later migration adds, and a rerun with a new password in the secret moves the role to it', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'bootstrap-role-'));
+    await cp(defaultMigrationsDir(), dir, { recursive: true });
+    await writeFile(join(dir, '9999_erp_extra.sql'), 'CREATE TABLE public.erp_extra (id bigserial PRIMARY KEY, note text);\n');
+    const old = password;
+    password = randomBytes(18).toString('base64url');
+    const onEvent = createBootstrapHandler({ ...deps, runMigrations: (url, appRole) => migrateAt(url, { dir, log: () => undefined, connectAttempts: 1, ...(appRole ? { appRole } : {}) }) });
+    await onEvent({ ...event('Update', 'h2'), ResourceProperties: { DatabaseSecretArn: SECRET_ARN, AppSecretArn: APP_ARN, MigrationsHash: 'h2' } });
+    await asApp(async (c) => {
+      await c.query("INSERT INTO public.erp_extra (note) VALUES ('posted by a handler')");
+      expect((await c.query('SELECT count(*)::int AS n FROM public.erp_extra')).rows[0].n).toBe(1);
+    });
+    const stale = new URL(appUrl());
+    stale.password = old;
+    const c = new pg.Client({ connectionString: stale.toString() });
+    await expect(c.connect()).rejects.toThrow(/password authentication failed/);
+  });
+
+  it('refuses an app secret without a username or password, naming the secret and not its contents', async () => {
+    const onEvent = createBootstrapHandler({ ...deps, readSecret: async (arn) => (arn === APP_ARN ? JSON.stringify({ password: 'p'.repeat(20) }) : rdsSecretFor(db.url)) });
+    await expect(onEvent({ ...event('Update', 'h3'), ResourceProperties: { DatabaseSecretArn: SECRET_ARN, AppSecretArn: APP_ARN, MigrationsHash: 'h3' } })).rejects.toThrow(
+      new RegExp(`the app secret ${APP_ARN.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} lacks a username or password`),
+    );
   });
 });
 

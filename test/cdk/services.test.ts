@@ -32,10 +32,12 @@ const secretsOf = (name: string) => Object.fromEntries((container(name).Secrets 
 describe('schema bootstrap', () => {
   const cr = only(t, 'Custom::JobsSchema');
 
-  it('is a custom resource carrying the migrations hash and the database secret', () => {
+  it('is a custom resource carrying the migrations hash, the master secret and the services\' secret', () => {
     expect(cr.props.MigrationsHash).toBe(migrationsHash());
     expect(cr.props.MigrationsHash).toMatch(/^[0-9a-f]{64}$/);
     expect(JSON.stringify(cr.props.DatabaseSecretArn)).toContain('DatabaseInstanceSecretAttachment');
+    // It creates the services' role from this one (runtime/db/app-role.ts).
+    expect(JSON.stringify(cr.props.AppSecretArn)).toContain('DatabaseAppSecretAttachment');
     expect(JSON.stringify(cr.props.DatabaseEndpoint)).toContain('EndpointAddress');
   });
 
@@ -65,6 +67,18 @@ describe('schema bootstrap', () => {
     expect(fn.VpcConfig.SecurityGroupIds).toHaveLength(1);
     // The custom resource is served by the Provider framework that invokes this function.
     expect(JSON.stringify(cr.props.ServiceToken)).toContain('SchemaBootstrapProviderframeworkonEvent');
+  });
+
+  it('is the only one that may read the master secret; the services\' execution roles read their own secret only', () => {
+    const policies = resourcesOfType(t, 'AWS::IAM::Policy');
+    const readers = Object.entries(policies)
+      .filter(([, p]) => JSON.stringify(p.Properties).includes('DatabaseInstanceSecretAttachment'))
+      .map(([, p]) => JSON.stringify((p.Properties as { Roles: unknown }).Roles));
+    expect(readers).toHaveLength(1);
+    expect(readers[0]).toContain('SchemaBootstrapRole');
+    const appReaders = Object.values(policies).filter((p) => JSON.stringify(p.Properties).includes('DatabaseAppSecretAttachment')).map((p) => JSON.stringify((p.Properties as { Roles: unknown }).Roles));
+    expect(appReaders.some((r) => r.includes('ApiTaskExecutionRole'))).toBe(true);
+    expect(appReaders.some((r) => r.includes('WorkerTaskExecutionRole'))).toBe(true);
   });
 
   it('starts both services only after the schema is current (DependsOn the custom resource)', () => {
@@ -127,9 +141,14 @@ describe('containers', () => {
     }
     expect(Object.keys(secretsOf('api')).sort()).toEqual([ENV.apiToken, ENV.apiOperatorToken, ENV.databaseSecret].sort());
     expect(Object.keys(secretsOf('worker'))).toEqual([ENV.databaseSecret]);
-    // The whole RDS secret (no JSON key suffix): the runtime reads host, port, user, password, dbname.
-    expect(JSON.stringify(secretsOf('worker')[ENV.databaseSecret])).toContain('DatabaseInstanceSecretAttachment');
-    expect(JSON.stringify(secretsOf('worker')[ENV.databaseSecret])).not.toMatch(/:password|:SecretString/);
+    // The services' own role's secret, whole (no JSON key suffix): the runtime reads host, port,
+    // user, password, dbname. Never the master user's: that one only migrates.
+    for (const name of ['api', 'worker']) {
+      const ref = JSON.stringify(secretsOf(name)[ENV.databaseSecret]);
+      expect(ref, name).toContain('DatabaseAppSecretAttachment');
+      expect(ref, name).not.toContain('DatabaseInstanceSecretAttachment');
+      expect(ref, name).not.toMatch(/:password|:SecretString/);
+    }
     expect(JSON.stringify(secretsOf('api')[ENV.apiToken])).toContain('ApiTokenSecret');
     // The operator token is its own secret of the data stack (imported), not the API token's.
     expect(JSON.stringify(secretsOf('api')[ENV.apiOperatorToken])).toContain('OperatorTokenSecret');
