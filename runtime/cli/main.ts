@@ -40,6 +40,7 @@ On-call (docs/runbooks/README.md):
   jobs dlq redrive [--dry-run] [--move] [--rate N] [--limit N] [--by WHO]   move dead letters back, reconciled with the job table
   jobs dlq discard MESSAGE_ID… --reason R [--by WHO]
   jobs dlq move-status                        the DLQ's SQS message move tasks (AWS)
+  jobs dlq move-cancel TASK_HANDLE [--by WHO]   stop a running move task (AWS): what it moved stays moved, the rest stays in the DLQ
   jobs poison list [--reason R] [--since T] [--resolved] [--limit N] [--json]
   jobs stuck [--running-seconds N] [--pending-seconds N] [--limit N] [--json]
   (T: an ISO 8601 time with an offset, or an age such as 30m, 6h, 2d)

@@ -18,7 +18,7 @@ import { Publisher } from '../store/outbox.ts';
 import { formatJob, UsageError } from '../cli/main.ts';
 import type { OpsJob } from './db.ts';
 import { deathSummary, type Skipped } from './dead-jobs.ts';
-import type { DlqPassReport, ReconciledLetter } from './dlq.ts';
+import { MoveCancelError, type DlqPassReport, type ReconciledLetter } from './dlq.ts';
 import { listPoisonMessages, type PoisonReason } from './poison.ts';
 import { createOpsServices, type OpsServices } from './services.ts';
 import { describeStuck, findStuckJobs, formatDuration, stuckThresholdsFromEnv } from './stuck.ts';
@@ -373,8 +373,30 @@ async function dlqCommand(argv: string[], env: Env, out: Out): Promise<number> {
       return 0;
     }
 
+    case 'move-cancel': {
+      const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { by: { type: 'string' }, json: { type: 'boolean' } } });
+      if (positionals.length !== 1 || !positionals[0]!.trim()) {
+        throw new UsageError(`jobs dlq move-cancel TASK_HANDLE: name one move task handle (see jobs dlq move-status)${positionals.length > 1 ? `, got ${positionals.length} arguments` : ''}`);
+      }
+      const by = whoAsked(values.by);
+      try {
+        const r = await withOps(env, (ops) => needDlq(ops).cancelMove({ taskHandle: positionals[0]!, by }));
+        if (values.json) out(JSON.stringify({ cancelled: true, ...r }));
+        else {
+          out(`cancelled by ${by}: move task ${r.taskHandle}${r.moved !== null ? `, after ${r.moved} dead letter(s) had been moved` : ''}`);
+          out('note: what it moved stays in the job queue (the worker settles each by its job row); the rest stays in the DLQ. `jobs dlq move-status` shows the task as cancelling, then cancelled');
+        }
+        return 0;
+      } catch (err) {
+        if (!(err instanceof MoveCancelError)) throw err;
+        if (values.json) out(JSON.stringify({ cancelled: false, taskHandle: err.taskHandle, reason: err.reason, message: err.message }));
+        process.stderr.write(`not cancelled: ${err.message}\n`);
+        return 1;
+      }
+    }
+
     default:
-      throw new UsageError(`jobs dlq: unknown subcommand ${sub ?? '(none)'}; use list, redrive, discard or move-status (see jobs help)`);
+      throw new UsageError(`jobs dlq: unknown subcommand ${sub ?? '(none)'}; use list, redrive, discard, move-status or move-cancel (see jobs help)`);
   }
 }
 

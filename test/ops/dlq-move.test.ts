@@ -1,7 +1,8 @@
 // The AWS path of a DLQ redrive (StartMessageMoveTask), with aws-sdk-client-mock (the local
 // endpoint has no such action): it scans first and starts SQS's server-side move only when no
 // dead letter must stay; it refuses, naming why, when one must; it reports the move tasks; it
-// cancels one by its handle, recorded, and says what to do when SQS knows no such running task.
+// cancels one by its handle, recorded, and says what to do when SQS knows no such running task;
+// `jobs dlq move-cancel` prints either outcome.
 import {
   CancelMessageMoveTaskCommand,
   ChangeMessageVisibilityBatchCommand,
@@ -14,10 +15,11 @@ import {
   StartMessageMoveTaskCommand,
 } from '@aws-sdk/client-sqs';
 import { mockClient } from 'aws-sdk-client-mock';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { JobClient } from '../../runtime/client.ts';
 import { defaultRegistry } from '../../runtime/handlers/index.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
+import { opsCommand } from '../../runtime/ops/cli.ts';
 import { DeadLetterService, MoveCancelError, SqsDeadLetterQueue } from '../../runtime/ops/dlq.ts';
 import { MemoryQueue } from '../../runtime/queue/memory.ts';
 import { jobMessageBody } from '../../runtime/queue/message.ts';
@@ -131,5 +133,37 @@ describe('DLQ redrive with StartMessageMoveTask (AWS)', () => {
     await expect(local.cancelMove({ taskHandle: 'task-handle-1', by: 'oncall' })).rejects.toMatchObject({ reason: 'local', message: expect.stringMatching(/local SQS endpoint has no message move tasks/) });
     await expect(service.cancelMove({ taskHandle: ' ', by: 'oncall' })).rejects.toMatchObject({ field: 'taskHandle' });
     expect(sqsMock.commandCalls(CancelMessageMoveTaskCommand)).toHaveLength(0);
+  });
+});
+
+describe('jobs dlq move-cancel (AWS)', () => {
+  /** The command in-process, as an operator's shell runs it against AWS (SQS mocked). */
+  const run = async (args: string[]) => {
+    const lines: string[] = [];
+    const stderr = vi.spyOn(process.stderr, 'write').mockImplementation(() => true);
+    try {
+      const env = { DATABASE_URL: db.url, JOBS_QUEUE_URL: QUEUE_URL, JOBS_DLQ_URL: DLQ_URL, AWS_REGION: 'eu-west-1' };
+      const code = await opsCommand('dlq', ['move-cancel', ...args], env, (l) => lines.push(l));
+      return { code, stdout: lines.join('\n'), stderr: stderr.mock.calls.map((c) => String(c[0])).join('') };
+    } finally {
+      stderr.mockRestore();
+    }
+  };
+
+  it('prints the task cancelled, by whom and how many dead letters it had moved; exit 0', async () => {
+    sqsMock.on(CancelMessageMoveTaskCommand).resolves({ ApproximateNumberOfMessagesMoved: 3 });
+    const r = await run(['task-handle-7', '--by', 'oncall-cli']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^cancelled by oncall-cli \(cli\): move task task-handle-7, after 3 dead letter\(s\) had been moved\nnote: what it moved stays in the job queue/);
+    expect(sqsMock.commandCalls(CancelMessageMoveTaskCommand).map((c) => c.args[0].input)).toEqual([{ TaskHandle: 'task-handle-7' }]);
+  });
+
+  it('an unknown or finished handle: exit 1, the reason and `jobs dlq move-status` on stderr, no stack trace', async () => {
+    sqsMock.on(CancelMessageMoveTaskCommand).rejects(new ResourceNotFoundException({ message: 'Task does not exist.', $metadata: {} }));
+    const r = await run(['task-handle-gone']);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toMatch(/^not cancelled: no running move task task-handle-gone: .*`jobs dlq move-status`.*\n$/);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
   });
 });
