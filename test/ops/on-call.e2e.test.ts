@@ -197,6 +197,7 @@ describe('jobs dead', () => {
     [['dead', 'redrive', '--all', '--max-attempts', '0'], /--max-attempts must be a whole number from 1 to 100/],
     [['dead', 'frob'], /unknown subcommand frob/],
     [['dlq', 'discard', 'm-1'], /--reason is required/],
+    [['dlq', 'move-cancel'], /jobs dlq move-cancel TASK_HANDLE: name one move task handle \(see jobs dlq move-status\)/],
     [['poison', 'list', '--reason', 'weird'], /--reason must be unparseable-body or unknown-job/],
   ])('refuses %j with exit 2 and the reason', async (args, message) => {
     const r = await jobs(args as string[]);
@@ -235,6 +236,9 @@ describe('jobs dlq and jobs poison', () => {
     expect(move.code).toBe(0);
     expect(move.stdout).toMatch(/^note: the local SQS endpoint has no StartMessageMoveTask: moved by receive and resend instead/);
     expect((await jobs(['dlq', 'move-status'])).stdout).toMatch(/local SQS endpoint has no message move tasks/);
+    const cancel = await jobs(['dlq', 'move-cancel', 'task-handle-1', '--by', 'oncall']);
+    expect(cancel.code).toBe(1);
+    expect(cancel.stderr).toMatch(/^not cancelled: cannot cancel move task task-handle-1: the local SQS endpoint has no message move tasks/);
 
     const discard = await jobs(['dlq', 'discard', poisonId, '--reason', 'old EDI bridge, switched off', '--by', 'oncall']);
     expect(discard.code).toBe(0);
@@ -327,6 +331,9 @@ describe('on-call API routes on the local stack', () => {
     expect(discard.status).toBe(200);
     expect(discard.body!.letters.map((l: { messageId: string }) => l.messageId)).toEqual([msgId]);
     expect((await api('GET', '/v1/dlq/move-tasks')).body).toEqual({ local: true, moveTasks: [] });
+    const cancel = await api('POST', '/v1/dlq/move-tasks/cancel', { taskHandle: 'task-handle-1', by: 'pat' });
+    expect(cancel.status).toBe(409);
+    expect(cancel.body!.error).toMatchObject({ code: 'move_tasks_local', message: expect.stringMatching(/local SQS endpoint has no message move tasks/) });
     expect((await api('GET', '/v1/stuck-jobs?limit=5')).status).toBe(200);
 
     const bad: [string, string, unknown, string][] = [
@@ -339,6 +346,8 @@ describe('on-call API routes on the local stack', () => {
       ['POST', '/v1/dead-jobs/redrive', { all: true, maxAttempts: 101 }, 'maxAttempts'],
       ['POST', `/v1/dead-jobs/${dead}/redrive`, { bogus: 1 }, 'bogus'],
       ['POST', '/v1/dlq/discard', { messageIds: [], reason: 'x' }, 'messageIds'],
+      ['POST', '/v1/dlq/move-tasks/cancel', { by: 'x' }, 'taskHandle'],
+      ['POST', '/v1/dlq/move-tasks/cancel', { taskHandle: 42 }, 'taskHandle'],
       ['GET', '/v1/poison-messages?reason=odd', undefined, 'reason'],
     ];
     for (const [method, path, body, field] of bad) {
@@ -376,7 +385,7 @@ describe('docs/runbooks/README.md', () => {
   const commands = runbookCommands(readFileSync(RUNBOOK, 'utf8'));
 
   it('names the on-call commands it promises', () => {
-    for (const needle of ['dlq list', 'dlq redrive --by', 'dlq redrive --move', 'dlq discard <message-id>', 'dead list', 'dead show <job-id>', 'dead redrive <job-id>', 'dead discard <job-id>', 'poison list', 'stuck', 'show <job-id> --watch', 'cancel <job-id>']) {
+    for (const needle of ['dlq list', 'dlq redrive --by', 'dlq redrive --move', 'dlq move-cancel <task-handle>', 'dlq discard <message-id>', 'dead list', 'dead show <job-id>', 'dead redrive <job-id>', 'dead discard <job-id>', 'poison list', 'stuck', 'show <job-id> --watch', 'cancel <job-id>']) {
       expect(commands.some((c) => c.includes(needle)), needle).toBe(true);
     }
     const curls = commands.filter((c) => c.startsWith('curl '));
@@ -384,6 +393,15 @@ describe('docs/runbooks/README.md', () => {
     // Every curl in the runbook is an on-call route: it must send the operator token, not the ERP clients' token.
     for (const c of curls) expect(c, c).toContain('-H "Authorization: Bearer $OPERATOR_TOKEN"');
   });
+
+  /**
+   * SQS message move tasks exist on AWS only: on the local stack these commands must refuse the
+   * way the runbook says (the CLI's exit 1, curl's 22 for the API's 409), and in no other way.
+   */
+  const AWS_ONLY: [command: RegExp, exit: number, output: RegExp][] = [
+    [/^npx tsx bin\/jobs\.ts dlq move-cancel /, 1, /not cancelled: cannot cancel move task runbook-test-task-handle: the local SQS endpoint has no message move tasks/],
+    [/^curl .*\/v1\/dlq\/move-tasks\/cancel"$/, 22, /"code":"move_tasks_local"/],
+  ];
 
   it('every jobs and curl command runs against the local stack as written', async () => {
     // A fresh subject for each command that consumes one; read-only commands share.
@@ -399,7 +417,7 @@ describe('docs/runbooks/README.md', () => {
       let c = cmd;
       if (c.includes('<job-id>')) c = c.replaceAll('<job-id>', await jobFor(c));
       if (c.includes('<message-id>')) c = c.replaceAll('<message-id>', await poisonMessage(`runbook poison ${++seq}`));
-      return c.replaceAll('<type>', 'ledger.post').replaceAll('<you>', 'runbook-test').replace(/<[^<>"']*>/g, 'runbook test');
+      return c.replaceAll('<type>', 'ledger.post').replaceAll('<you>', 'runbook-test').replaceAll('<task-handle>', 'runbook-test-task-handle').replace(/<[^<>"']*>/g, 'runbook test');
     };
     // The local stack's API has no token (neither API_TOKEN nor API_OPERATOR_TOKEN): the on-call
     // curls send `Authorization: Bearer ` with an empty $OPERATOR_TOKEN, which an open API accepts.
@@ -408,9 +426,12 @@ describe('docs/runbooks/README.md', () => {
     for (const cmd of commands) {
       const filled = await fill(cmd);
       const r = await sh(filled, env);
-      if (r.code !== 0) failures.push(`${filled}\n  exit ${r.code}\n  ${r.stderr.trim().slice(0, 500)}\n  ${r.stdout.trim().slice(0, 300)}`);
+      const awsOnly = AWS_ONLY.find(([re]) => re.test(cmd));
+      const ok = awsOnly ? r.code === awsOnly[1] && awsOnly[2].test(`${r.stdout}\n${r.stderr}`) : r.code === 0;
+      if (!ok) failures.push(`${filled}\n  exit ${r.code}${awsOnly ? ` (expected ${awsOnly[1]}, the local refusal)` : ''}\n  ${r.stderr.trim().slice(0, 500)}\n  ${r.stdout.trim().slice(0, 300)}`);
     }
     expect(failures, failures.join('\n\n')).toEqual([]);
+    for (const [re] of AWS_ONLY) expect(commands.some((c) => re.test(c)), String(re)).toBe(true);
     expect(commands.length).toBeGreaterThanOrEqual(25);
   }, 240_000);
 });
