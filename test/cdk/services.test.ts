@@ -187,6 +187,18 @@ describe('containers', () => {
     for (const i of Object.values(manifest.dockerImages)) expect(i.source.platform).toBe('linux/amd64');
   });
 
+  it('put the jobs command in the worker image for operators\' one-off tasks (docs/deploy.md#operator-access)', async () => {
+    const { readFileSync } = await import('node:fs');
+    const dockerfile = readFileSync('docker/worker.Dockerfile', 'utf8');
+    expect(dockerfile).toMatch(/npx tsx scripts\/bundle\.ts cli/);
+    const finalStage = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '));
+    expect(finalStage).toContain('/src/dist/cli/jobs.mjs');
+    // No local stack settings file to look for in a task; its settings come from the task definition.
+    expect(finalStage).toMatch(/ENV JOBS_LOCAL_ENV=0/);
+    // The build context lets the entry in (the rest of bin/ stays out).
+    expect(readFileSync('.dockerignore', 'utf8')).toMatch(/^!bin\/jobs\.ts$/m);
+  });
+
   it('verify the database\'s certificate: both images carry the RDS CA bundle where DATABASE_CA_FILE points', async () => {
     const { readFileSync } = await import('node:fs');
     for (const name of ['api', 'worker']) {

@@ -1,0 +1,61 @@
+// The `jobs` command as the worker image carries it (dist/cli/jobs.mjs, for operators' one-off
+// ECS tasks): bundled by scripts/bundle.ts into a folder outside the repository, so nothing can
+// come from node_modules, and run by plain node the way the image runs it.
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bundle } from '../../scripts/bundle.ts';
+import { createTestDb, type TestDb } from '../support/db.ts';
+
+const run = promisify(execFile);
+let out: string;
+let dir: string;
+let db: TestDb;
+
+beforeAll(async () => {
+  out = await mkdtemp(join(tmpdir(), 'jobs-cli-bundle-'));
+  dir = await bundle('cli', out);
+  db = await createTestDb({ migrate: false });
+}, 60_000);
+afterAll(async () => {
+  await db?.drop();
+  await rm(out, { recursive: true, force: true });
+});
+
+async function jobs(args: string[]) {
+  try {
+    const r = await run(process.execPath, [join(dir, 'jobs.mjs'), ...args], {
+      cwd: dir,
+      // As in the image: no local stack to read settings from, the database from the environment.
+      env: { PATH: process.env.PATH ?? '', JOBS_LOCAL_ENV: '0', DATABASE_URL: db.url },
+    });
+    return { code: 0, stdout: r.stdout, stderr: r.stderr };
+  } catch (e) {
+    const err = e as { code: number; stdout: string; stderr: string };
+    return { code: err.code, stdout: err.stdout, stderr: err.stderr };
+  }
+}
+
+describe('the bundled jobs command (worker image)', () => {
+  it('migrates from the migrations beside it, then answers on-call commands', async () => {
+    const m = await jobs(['migrate']);
+    expect(m.stderr).toBe('');
+    expect(m.code).toBe(0);
+    const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM jobs.schema_migrations');
+    expect(rows[0].n).toBeGreaterThanOrEqual(4);
+    const dead = await jobs(['dead', 'list']);
+    expect(dead.code).toBe(0);
+    expect(dead.stdout).toMatch(/no dead jobs/i);
+    const types = await jobs(['types']);
+    expect(types.stdout).toMatch(/ledger\.post/);
+  });
+
+  it('says plainly that the local stack is not in it', async () => {
+    const r = await jobs(['local']);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/the local stack needs the development dependency .+ run `jobs local` \(npm start\) from a checkout after npm ci/);
+  });
+});
