@@ -308,14 +308,13 @@ async function superviseLocal(argv: string[]): Promise<number> {
 }
 
 /**
- * The AWS SDK warns on every process start that its 2027 releases will need Node 22. The
- * images run Node 22; on a Node 20 workstation the notice is known and only buries the output.
+ * The AWS SDK warns in every process that its 2027 releases will need Node 22. The images run
+ * Node 22; on a Node 20 workstation the notice is known and only buries the output of the command
+ * and of every process the local stack starts (they inherit the environment). The SDK's own
+ * switch, so every other warning still shows.
  */
 function quietSdkNodeVersionNotice(): void {
-  process.removeAllListeners('warning');
-  process.on('warning', (w) => {
-    if (w.name !== 'NodeVersionSupportWarning') process.stderr.write(`${w.name}: ${w.message}\n`);
-  });
+  process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 }
 
 export async function cli(argv = process.argv.slice(2)): Promise<void> {
