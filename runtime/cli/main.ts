@@ -156,7 +156,10 @@ export async function main(argv: string[]): Promise<number> {
 
     case 'migrate': {
       const env = await resolveEnv();
-      const pool = createPool({ url: databaseUrlFromEnv(env), max: 1, applicationName: 'jobs-migrate' });
+      // Migrations change the schema: the administering URL when there is one (the local stack's
+      // services and commands use a role without DDL, as deployed).
+      const url = env[ENV.databaseAdminUrl]?.trim() || databaseUrlFromEnv(env);
+      const pool = createPool({ url, max: 1, applicationName: 'jobs-migrate' });
       try {
         const r = await migrate(pool, { log: out });
         out(`migrations: ${r.applied.length} applied, ${r.alreadyApplied} already current`);

@@ -10,6 +10,8 @@ export const ENV = {
   databaseUrl: 'DATABASE_URL',
   /** The RDS-generated Secrets Manager secret as JSON ({host, port, username, password, dbname}), injected by ECS. */
   databaseSecret: 'DATABASE_SECRET',
+  /** A URL for what administers the schema (`jobs migrate`) when DATABASE_URL is a role without DDL, as in the local stack. */
+  databaseAdminUrl: 'DATABASE_ADMIN_URL',
   /**
    * CA bundle (PEM) to verify the database's TLS certificate and host name against, for a URL
    * built from DATABASE_SECRET (sslmode=verify-full). The images carry the RDS bundle; the stack

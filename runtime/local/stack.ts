@@ -6,17 +6,23 @@
 // its PIDs in .jobs-local/pids; the next `jobs local` stops those before starting.
 
 import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { ENV } from '../config/env.ts';
 import type { JobTimings } from '../config/rules.ts';
 import { assertJobTimings } from '../config/rules.ts';
+import { ensureAppRole } from '../db/app-role.ts';
 import { migrate } from '../db/migrate.ts';
 import { createPool } from '../db/pool.ts';
 import { freePort, startEmbeddedPg, withDatabase, type EmbeddedPg } from './embedded-pg.ts';
 import { startFaultControl, type FaultControl } from './fault-control.ts';
 import { startLocalSqs, type LocalSqs } from './fauxqs.ts';
+
+/** The services' role in the local stack, as erp_jobs_app is deployed (row access only). */
+export const LOCAL_APP_ROLE = 'jobs_app';
 
 export const LOCAL_DIR = '.jobs-local';
 
@@ -112,14 +118,23 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
     const databaseUrl = withDatabase(pg.url, 'jobs');
     const pool = createPool({ url: databaseUrl, max: 2, applicationName: 'jobs-local migrate' });
     const applied = await migrate(pool);
+    // As deployed (runtime/db/app-role.ts): the services and the jobs commands get their own role,
+    // row access only, so a handler or a feature that needs more fails here, not in AWS. The
+    // superuser URL stays with what administers: migrations (DATABASE_ADMIN_URL) and the faults.
+    const appRole = { username: LOCAL_APP_ROLE, password: randomBytes(18).toString('base64url') };
+    await ensureAppRole(pool, appRole);
     await pool.end();
-    log(`migrations: ${applied.applied.length} applied, ${applied.alreadyApplied} already current`);
+    log(`migrations: ${applied.applied.length} applied, ${applied.alreadyApplied} already current; services connect as ${LOCAL_APP_ROLE}`);
+    const appUrl = new URL(databaseUrl);
+    appUrl.username = appRole.username;
+    appUrl.password = appRole.password;
 
     sqs = await startLocalSqs({ timings });
     const apiPort = opts.apiPort ?? (await freePort());
     const apiUrl = `http://127.0.0.1:${apiPort}`;
     const env: Record<string, string> = {
-      DATABASE_URL: databaseUrl,
+      DATABASE_URL: appUrl.toString(),
+      [ENV.databaseAdminUrl]: databaseUrl,
       JOBS_QUEUE_URL: sqs.queueUrl,
       JOBS_DLQ_URL: sqs.dlqUrl,
       JOBS_SQS_ENDPOINT: sqs.endpoint,

@@ -8,7 +8,8 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SqsQueue } from '../../runtime/queue/sqs.ts';
-import { startLocalStack, type LocalStack } from '../../runtime/local/stack.ts';
+import { ENV } from '../../runtime/config/env.ts';
+import { LOCAL_APP_ROLE, startLocalStack, type LocalStack } from '../../runtime/local/stack.ts';
 import { waitFor } from '../support/platform.ts';
 
 let stack: LocalStack;
@@ -46,6 +47,14 @@ const until = (id: string, state: string, ms = 30_000) =>
 const rows = async (batch: string) => (await db.query('SELECT count(*)::int AS n FROM ledger_entries WHERE batch = $1', [batch])).rows[0].n as number;
 
 describe('local stack end to end', () => {
+  it('runs the services as their own role, as deployed: row access, no DDL; migrations go through the admin URL', async () => {
+    const users = await db.query("SELECT DISTINCT usename FROM pg_stat_activity WHERE application_name LIKE 'jobs-worker%' OR application_name LIKE 'jobs-api%'");
+    expect(users.rows.map((r) => r.usename)).toEqual([LOCAL_APP_ROLE]);
+    await expect(db.query('CREATE TABLE public.not_allowed (id int)')).rejects.toMatchObject({ code: '42501' });
+    await expect(db.query('ALTER TABLE jobs.job ADD COLUMN not_allowed int')).rejects.toMatchObject({ code: '42501' });
+    expect(stack.env[ENV.databaseAdminUrl]).toMatch(/^postgres:\/\/postgres:/);
+  });
+
   it('POST /v1/jobs → a worker process completes it through SQS → GET shows succeeded, ledger holds exactly its rows', async () => {
     const created = await post('ledger.post', { batch: 'E2E-1', entries: 12 });
     expect(created.status).toBe(201);
