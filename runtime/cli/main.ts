@@ -64,10 +64,11 @@ async function resolveEnv(): Promise<Env> {
 function watchParent(): void {
   const ppid = Number(process.env.JOBS_PARENT_PID);
   if (!ppid) return;
-  setInterval(() => {
+  const timer = setInterval(() => {
     try {
       process.kill(ppid, 0);
     } catch {
+      clearInterval(timer);
       process.kill(process.pid, 'SIGTERM');
     }
   }, 1000).unref();
@@ -143,12 +144,18 @@ export async function main(argv: string[]): Promise<number> {
       out(`  try: npx tsx bin/jobs.ts enqueue ledger.post --payload '{"batch":"B-1","entries":10}'`);
       out('  Ctrl-C stops everything.');
       await new Promise<void>((resolve) => {
+        let stopping = false;
+        // Every signal is handled, not just the first: a second one (the supervisor's forward on
+        // top of a `kill` of the whole group, an impatient Ctrl-C) must not kill this process
+        // half-way, before postgres is stopped.
         const stop = (sig: string) => {
+          if (stopping) return out(`${sig}: already stopping (workers drain, then postgres stops)…`);
+          stopping = true;
           out(`\n${sig}: stopping the local stack…`);
           void stack.stop().then(resolve);
         };
-        process.once('SIGINT', () => stop('SIGINT'));
-        process.once('SIGTERM', () => stop('SIGTERM'));
+        process.on('SIGINT', () => stop('SIGINT'));
+        process.on('SIGTERM', () => stop('SIGTERM'));
       });
       out('stopped.');
       return 0;

@@ -1,0 +1,62 @@
+// `jobs local` (npm start) as a person stops it: the supervisor runs the stack in a session of
+// its own and forwards one SIGTERM; a second signal on top (a `kill` of every process, an
+// impatient Ctrl-C) must not cut the orderly stop short, or postgres is left running.
+import { spawn, execFileSync } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { waitFor } from '../support/platform.ts';
+
+const ROOT = resolve(import.meta.dirname, '../..');
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+const leftovers: number[] = [];
+let cwd: string | undefined;
+
+afterAll(async () => {
+  for (const pid of leftovers) if (alive(pid)) process.kill(pid, 'SIGKILL');
+  if (cwd) await rm(cwd, { recursive: true, force: true });
+});
+
+describe('jobs local', () => {
+  it('stops in order — services, then postgres — even when the stack gets SIGTERM twice', async () => {
+    // A folder of its own: the stack writes .jobs-local there, never over a developer's running one.
+    cwd = await mkdtemp(join(tmpdir(), 'jobs-local-cmd-'));
+    const supervisor = spawn(process.execPath, ['--import', join(ROOT, 'node_modules/tsx/dist/loader.mjs'), join(ROOT, 'bin/jobs.ts'), 'local', '--workers', '1'], {
+      cwd,
+      env: { ...process.env, LOG_LEVEL: 'warn' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    supervisor.stdout!.on('data', (d: Buffer) => (output += d.toString()));
+    supervisor.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+    leftovers.push(supervisor.pid!);
+    await waitFor(() => output.includes('Ctrl-C stops everything.'), 60_000, `the stack to start; output so far:\n${output}`);
+
+    const pids = (await readFile(join(cwd, '.jobs-local', 'pids'), 'utf8')).split('\n').filter(Boolean).map(Number);
+    leftovers.push(...pids);
+    const postgres = pids.find((pid) => execFileSync('ps', ['-o', 'comm=', '-p', String(pid)]).toString().trim() === 'postgres');
+    expect(postgres, `a postgres among ${pids.join(', ')}`).toBeDefined();
+    const stack = Number(execFileSync('pgrep', ['-P', String(supervisor.pid)]).toString().trim().split('\n')[0]);
+    leftovers.push(stack);
+
+    const exited = new Promise<number | null>((r) => supervisor.once('exit', (code) => r(code)));
+    // The stack directly, then — while it stops — the supervisor, which forwards another SIGTERM.
+    // (Two SIGTERMs sent at the same instant can arrive as one: signals do not queue.)
+    process.kill(stack, 'SIGTERM');
+    await waitFor(() => output.includes('stopping the local stack'), 10_000, 'the stack to start stopping');
+    supervisor.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(output).toMatch(/already stopping/);
+    expect(output).toMatch(/stopped\./);
+    expect(alive(postgres!), 'postgres still running after the stop').toBe(false);
+    for (const pid of pids) expect(alive(pid), `process ${pid} still running`).toBe(false);
+  }, 90_000);
+});
