@@ -44,7 +44,10 @@ describe('jobs local', () => {
     leftovers.push(...pids);
     const postgres = pids.find((pid) => execFileSync('ps', ['-o', 'comm=', '-p', String(pid)]).toString().trim() === 'postgres');
     expect(postgres, `a postgres among ${pids.join(', ')}`).toBeDefined();
-    const stack = Number(execFileSync('pgrep', ['-P', String(supervisor.pid)]).toString().trim().split('\n')[0]);
+    // The supervisor's child running the stack (tsx may have started an esbuild service beside it).
+    const children = execFileSync('pgrep', ['-P', String(supervisor.pid), '-f', 'bin/jobs.ts local']).toString().trim().split('\n').filter(Boolean);
+    expect(children, 'one stack process under the supervisor').toHaveLength(1);
+    const stack = Number(children[0]);
     leftovers.push(stack);
 
     const exited = new Promise<number | null>((r) => supervisor.once('exit', (code) => r(code)));
