@@ -84,6 +84,7 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
     violations.push({ rule: 'api-operator-token-distinct', message: `${ENV.apiOperatorToken} must differ from ${ENV.apiToken}: the on-call routes are closed to the ERP clients' token` });
   }
   if (violations.length > 0) throw new ConfigError('environment', violations);
+  const tlsWarning = databaseTlsUnverified(env);
   return {
     databaseUrl: databaseUrl!,
     queueUrl: queueUrl!,
@@ -94,7 +95,7 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
     port: port!,
     poolSize: poolSize!,
     defaultMaxAttempts: timings!.maxAttempts,
-    ...(databaseTlsUnverified(env) ? { databaseTlsWarning: databaseTlsUnverified(env)! } : {}),
+    ...(tlsWarning ? { databaseTlsWarning: tlsWarning } : {}),
   };
 }
 
