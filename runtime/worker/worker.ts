@@ -546,9 +546,10 @@ export class Worker {
       }
     } catch (err) {
       // The COMMIT may or may not have happened. The fenced failure below matches no row if it did.
+      // A NonRetryableError here is the transaction's own verdict (the handler left the fence).
       await tx.rollback();
       log.warn({ err }, 'completion did not commit');
-      return this.failAttempt(h, err, false, log);
+      return this.failAttempt(h, err, err instanceof NonRetryableError, log);
     }
     if (!completed) {
       this.loseLease(h, 'completion');
