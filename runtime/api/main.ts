@@ -141,7 +141,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
     max: config.poolSize,
     applicationName: 'jobs-api',
     statementTimeoutMs: STATEMENT_TIMEOUT_MS,
-    onError: (err) => log.warn({ err }, 'idle database connection dropped; it will be replaced'),
+    onError: (err) => log.warn({ err }, 'database connection dropped; it will be replaced'),
   });
   const queue = deps.queue ?? new SqsQueue({ queueUrl: config.queueUrl, region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}) });
   const registry = deps.registry ?? defaultRegistry();

@@ -17,6 +17,7 @@ import type pg from 'pg';
 import { MAX_PAYLOAD_BYTES, type EnqueueSpec, type JobClient } from '../client.ts';
 import { ENV } from '../config/env.ts';
 import { pendingMigrations } from '../db/migrate.ts';
+import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import { ValidationError } from '../errors.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import type { LiveRoutes } from '../live/routes.ts';
@@ -459,7 +460,10 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
   function sendError(req: http.IncomingMessage, res: http.ServerResponse, requestId: string, err: unknown): void {
     const e = toHttpError(err, requestId);
     if (e.status >= 500) {
-      log.error({ err, requestId, method: req.method, path: (req.url ?? '/').split('?')[0] }, e.status === 503 ? 'database unavailable' : 'unexpected error');
+      const line = { err, requestId, method: req.method, path: (req.url ?? '/').split('?')[0] };
+      // A 503 is the database's outage (a failover), answered with Retry-After; a 500 is our fault.
+      if (e.status === 503) log.warn(line, 'database unavailable');
+      else log.error(line, 'unexpected error');
     }
     // The body was not read to its end: do not leave the rest in the connection for the next request.
     if (!req.complete) res.setHeader('connection', 'close');
@@ -524,7 +528,6 @@ function send(res: http.ServerResponse, status: number, body: unknown, headers: 
   res.end(text);
 }
 
-const CONNECTION_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EPIPE']);
 
 /** Map what a handler threw to a response. Only a database outage is a 503; anything unexpected is a 500 with no details. */
 function toHttpError(err: unknown, requestId: string): HttpError {
@@ -533,18 +536,7 @@ function toHttpError(err: unknown, requestId: string): HttpError {
     const code = err.status === 413 ? 'payload_too_large' : 'invalid_field';
     return new HttpError(err.status, code, err.message, err.field);
   }
-  const e = err as { code?: unknown; message?: unknown } | null;
-  const code = typeof e?.code === 'string' ? e.code : '';
-  const message = typeof e?.message === 'string' ? e.message : '';
-  // Class 08 (connection exception), 57P0x (server shutting down), 53300 (too many connections),
-  // and the pool's own connect timeout: the database is unavailable, and a retry may succeed.
-  if (
-    CONNECTION_ERRORS.has(code) ||
-    code.startsWith('08') ||
-    /^57P0[123]$/.test(code) ||
-    code === '53300' ||
-    /timeout exceeded when trying to connect|Connection terminated/i.test(message)
-  ) {
+  if (isDatabaseUnavailable(err)) {
     return new HttpError(503, 'unavailable', `the job database is unavailable; retry shortly (request id ${requestId})`, undefined, { 'retry-after': '2' });
   }
   return new HttpError(500, 'internal', `internal error; report request id ${requestId}`);

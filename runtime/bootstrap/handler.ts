@@ -16,6 +16,7 @@ import { databaseUrlFromEnv, ENV } from '../config/env.ts';
 import { APP_SCHEMAS, ensureAppRole, type AppRole } from '../db/app-role.ts';
 import { migrate, type MigrateResult } from '../db/migrate.ts';
 import { createPool } from '../db/pool.ts';
+import { isDatabaseUnavailable } from '../db/unavailable.ts';
 
 /** The custom resource's properties (lib/schema-bootstrap.ts sets them). */
 export interface BootstrapProperties {
@@ -110,30 +111,31 @@ export async function readSecretFromExtension(arn: string, env: Record<string, s
 }
 
 /**
- * migrate() on a one-connection pool. The first connection is retried for a minute: a new
- * function ENI or an instance finishing its first start can refuse it briefly.
+ * migrate() on a one-connection pool, retried for a minute while the database is unreachable:
+ * a new function ENI or an instance finishing its first start can refuse the first connection,
+ * and a Multi-AZ failover can reset it half-way. Each migration runs in its own transaction
+ * under the advisory lock, so a retry starts where the cut left off; any other error fails the
+ * deploy at once with its message.
  */
-export async function migrateAt(url: string, opts: { log?: (msg: string) => void; dir?: string; connectAttempts?: number; appRole?: AppRole } = {}): Promise<MigrateResult> {
+export async function migrateAt(url: string, opts: { log?: (msg: string) => void; dir?: string; connectAttempts?: number; retryDelayMs?: number; appRole?: AppRole } = {}): Promise<MigrateResult> {
   const log = opts.log ?? console.log;
   const attempts = opts.connectAttempts ?? 6;
-  const pool = createPool({ url, max: 1, applicationName: 'erp-jobs-bootstrap', onError: (err) => log(`idle client error: ${err.message}`) });
-  try {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await pool.query('SELECT 1');
-        break;
-      } catch (err) {
-        if (attempt >= attempts) throw new Error(`schema bootstrap: cannot connect to the database after ${attempt} attempts: ${(err as Error).message}`, { cause: err });
-        log(`connect attempt ${attempt} failed (${(err as Error).message}); retrying`);
-        await sleep(10_000);
-      }
+  for (let attempt = 1; ; attempt++) {
+    const pool = createPool({ url, max: 1, applicationName: 'erp-jobs-bootstrap', onError: (err) => log(`database connection dropped: ${err.message}`) });
+    try {
+      await pool.query('SELECT 1');
+      const result = await migrate(pool, { log, ...(opts.dir ? { dir: opts.dir } : {}) });
+      // After the migrations, so the grants cover every table they created.
+      if (opts.appRole) await ensureAppRole(pool, opts.appRole);
+      return result;
+    } catch (err) {
+      if (!isDatabaseUnavailable(err)) throw err;
+      if (attempt >= attempts) throw new Error(`schema bootstrap: the database was unreachable for ${attempt} attempts: ${(err as Error).message}`, { cause: err });
+      log(`attempt ${attempt}: database unreachable (${(err as Error).message}); retrying`);
+      await sleep(opts.retryDelayMs ?? 10_000);
+    } finally {
+      await pool.end().catch(() => undefined);
     }
-    const result = await migrate(pool, { log, ...(opts.dir ? { dir: opts.dir } : {}) });
-    // After the migrations, so the grants cover every table they created.
-    if (opts.appRole) await ensureAppRole(pool, opts.appRole);
-    return result;
-  } finally {
-    await pool.end().catch(() => undefined);
   }
 }
 

@@ -1,6 +1,7 @@
 // Connection pools. One place sets what every pool needs: a name PostgreSQL shows in
-// pg_stat_activity, a bounded size, and an error listener so an idle client dropped by the
-// server (failover, restart) is logged and replaced instead of crashing the process.
+// pg_stat_activity, a bounded size, and error listeners so a client dropped by the server
+// (failover, restart, a reset socket), idle or checked out, is logged and replaced instead of
+// crashing the process.
 import pg from 'pg';
 
 // Keep timestamps and bigints exact: int8 (20) as string is pg's default; numeric (1700) too.
@@ -22,5 +23,13 @@ export function createPool(opts: PoolOptions): pg.Pool {
     ...(opts.statementTimeoutMs ? { statement_timeout: opts.statementTimeoutMs } : {}),
   });
   pool.on('error', (err) => opts.onError?.(err));
+  // A checked-out client (a handler's transaction, the relay's, a migration's) has no listener
+  // of the pool's: a socket reset during a failover would emit 'error' on it with nobody
+  // listening, and Node ends the process. Every client gets one for its whole life; the holder
+  // still sees the failure as its query's rejection, and pg-pool discards a client that is no
+  // longer queryable when it is released.
+  pool.on('connect', (client) => {
+    client.on('error', (err) => opts.onError?.(err));
+  });
   return pool;
 }

@@ -12,6 +12,11 @@ export interface LedgerPostPayload {
   workMs: number;
   /** Fail the first N attempts (to exercise retries and dead-lettering). */
   failAttempts: number;
+  /**
+   * Simulated work after the rows are written, with the job's transaction open (ms): the shape
+   * of a handler that writes as it goes, and what a database failover cuts in the middle.
+   */
+  workAfterWriteMs: number;
 }
 
 export const ledgerPost = defineJob<LedgerPostPayload, { batch: string; posted: number }>({
@@ -19,12 +24,13 @@ export const ledgerPost = defineJob<LedgerPostPayload, { batch: string; posted: 
   description: 'Post a batch of journal entries to the general ledger',
   parse(payload) {
     const o = object(payload);
-    noExtraKeys(o, ['batch', 'entries', 'workMs', 'failAttempts']);
+    noExtraKeys(o, ['batch', 'entries', 'workMs', 'failAttempts', 'workAfterWriteMs']);
     return {
       batch: str(o, 'batch', { max: 100 }),
       entries: int(o, 'entries', { min: 1, max: 100_000 }),
       workMs: int(o, 'workMs', { min: 0, max: 3_600_000, default: 0 }),
       failAttempts: int(o, 'failAttempts', { min: 0, max: 100, default: 0 }),
+      workAfterWriteMs: int(o, 'workAfterWriteMs', { min: 0, max: 3_600_000, default: 0 }),
     };
   },
   async run(p, ctx) {
@@ -40,6 +46,7 @@ export const ledgerPost = defineJob<LedgerPostPayload, { batch: string; posted: 
       'INSERT INTO ledger_entries (job_id, batch, line_no) SELECT $1, $2, g FROM generate_series(1, $3::int) AS g',
       [ctx.job.id, p.batch, p.entries],
     );
+    if (p.workAfterWriteMs > 0) await pause(p.workAfterWriteMs, ctx.signal);
     ctx.progress(1, `posted ${p.entries} entries`);
     return { batch: p.batch, posted: p.entries };
   },

@@ -28,6 +28,10 @@ export const METRIC = {
   queueLag: 'QueueLagMs',
   /** Count: jobs running past their type's expected maximum or pending past the threshold. */
   jobsStuck: 'JobsStuck',
+  /** Count: times a worker found the database unreachable and stopped receiving (a failover). */
+  databaseUnavailable: 'DatabaseUnavailable',
+  /** Count: messages the reconciler published for jobs whose message the queue had lost (a purge, expiry). */
+  jobsRepublished: 'JobsRepublished',
 } as const;
 
 export type MetricName = (typeof METRIC)[keyof typeof METRIC];

@@ -52,7 +52,7 @@ export async function startWorkerService(env: Record<string, string | undefined>
     url: databaseUrl,
     max: workerPoolSize(timings.concurrency),
     applicationName: `jobs-worker ${workerId}`.slice(0, 63),
-    onError: (err) => log.warn({ err }, 'idle database connection dropped; it will be replaced'),
+    onError: (err) => log.warn({ err }, 'database connection dropped; it will be replaced'),
   });
   // Live view (JOBS_EVENTS=notify, local stack): worker events on a PostgreSQL NOTIFY channel.
   const events = workerEventSink(env, pool, workerId, { log, running: () => worker.runningJobs.length });

@@ -29,6 +29,7 @@ import { backoffSeconds } from '../store/backoff.ts';
 import { attemptsUsed, isTerminal, type Job, type Progress } from '../store/job.ts';
 import { JobStore, type ClaimedJob, type LeaseToken } from '../store/job-store.ts';
 import { recordPoisonMessage, type PoisonReason } from '../ops/poison.ts';
+import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import type { Publisher } from '../store/outbox.ts';
 import { Batcher } from './batcher.ts';
 import { JobTransaction } from './job-transaction.ts';
@@ -146,6 +147,8 @@ export class Worker {
   private readonly deletes: Batcher<PendingDelete, void>;
   private readonly completions: Batcher<LeaseToken & { result: unknown; progress: Progress | null }, boolean>;
   private busy = false;
+  /** Since when the database has been unreachable (a failover): no receiving until it answers. */
+  private databaseDownSince: number | null = null;
 
   constructor(private readonly opts: WorkerOptions) {
     this.workerId = opts.workerId ?? `${hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`;
@@ -285,6 +288,7 @@ export class Worker {
     // held jobs keeps a slow database from piling up completions.
     const maxHeld = capacity + maxBatch;
     while (!this.stopping) {
+      if (this.databaseDownSince !== null && !(await this.databaseAnswers())) continue;
       const room = Math.min(capacity - (this.waiting.length + this.active), maxHeld - this.held.size, maxBatch);
       // While jobs are in hand, wait until half the capacity is free: a few large claims cost
       // the database less than many small ones.
@@ -318,12 +322,54 @@ export class Worker {
         await this.handleBatch(messages);
         failures = 0;
       } catch (err) {
+        if (isDatabaseUnavailable(err)) {
+          // A failover: nothing can be claimed. Hand back what we did not start, so another
+          // worker (or this one, once the database answers) takes it at once instead of after
+          // the visibility timeout, and stop receiving until the database answers: a gated
+          // receive loop spends no SQS receives toward maxReceiveCount meanwhile.
+          this.databaseUnavailable(err);
+          await this.handBack(messages);
+          continue;
+        }
         failures++;
         // The messages reappear after their visibility timeout; nothing is lost.
         this.log.error({ err, messages: messages.length }, 'could not handle received messages; they will be redelivered');
         await sleep(Math.min(30_000, 200 * 2 ** Math.min(failures, 8)), this.stopAc.signal);
       }
     }
+  }
+
+  private databaseUnavailable(err: unknown): void {
+    if (this.databaseDownSince !== null) return;
+    this.databaseDownSince = Date.now();
+    this.metrics.count(METRIC.databaseUnavailable);
+    this.log.warn({ err }, 'database unreachable: receiving stops until it answers; running jobs keep their leases until they run out');
+  }
+
+  /**
+   * While the database is down: one probe per pass, with backoff (capped at a heartbeat, so a
+   * returning database is noticed within one). True once it answers.
+   */
+  private async databaseAnswers(): Promise<boolean> {
+    try {
+      await this.opts.pool.query('SELECT 1');
+    } catch {
+      const downMs = Date.now() - (this.databaseDownSince ?? Date.now());
+      const wait = Math.min(this.opts.timings.heartbeatSeconds * 1000, 250 + downMs / 4) * (0.75 + Math.random() / 4);
+      await sleep(wait, this.stopAc.signal);
+      return false;
+    }
+    const downMs = Date.now() - this.databaseDownSince!;
+    this.databaseDownSince = null;
+    this.log.info({ downMs }, 'database answers again: receiving resumes');
+    return true;
+  }
+
+  /** Received messages whose jobs this worker did not start go back to the queue now. */
+  private async handBack(messages: ReceivedMessage[]): Promise<void> {
+    const started = new Set([...this.held.values()].map((h) => h.message));
+    const back = messages.filter((m) => !started.has(m));
+    if (back.length > 0) await this.changeVisibility(back.map((m) => ({ receipt: m.receipt, seconds: 0 })));
   }
 
   /**
@@ -354,6 +400,9 @@ export class Worker {
     }
     const ids = [...byJob.keys()];
     if (ids.length === 0) return;
+    // The lease runs from the claim statement, which is after this moment: counting from here
+    // errs on the safe side when the worker decides alone that a lease ran out.
+    const sentAt = Date.now();
     const claimed = await this.store.claim(ids, this.workerId, this.opts.timings.leaseSeconds);
     const misses = new Set(ids);
     for (const job of claimed) {
@@ -361,7 +410,7 @@ export class Worker {
       const [first, ...copies] = byJob.get(job.id)!;
       this.metrics.timing(METRIC.queueLag, job.queueLagMs);
       this.emit(job.reclaimed ? 'reclaimed' : 'claimed', job);
-      this.startJob(job, first!);
+      this.startJob(job, first!, sentAt);
       // Two copies of one job's message in one receive: we hold the job, the copy is surplus.
       for (const c of copies) this.deleteMessage(c, 'duplicate copy in the same receive');
     }
@@ -447,7 +496,7 @@ export class Worker {
 
   // ------------------------------------------------------------------------ running a job
 
-  private startJob(job: ClaimedJob, message: ReceivedMessage): void {
+  private startJob(job: ClaimedJob, message: ReceivedMessage, claimSentAt: number): void {
     const now = Date.now();
     const h: Held = {
       job,
@@ -460,7 +509,7 @@ export class Worker {
       lastProgress: job.progress,
       lost: false,
       released: false,
-      lastRenewedAt: now,
+      lastRenewedAt: claimSentAt,
       claimedAt: now,
       slotFreed: false,
     };
@@ -573,7 +622,8 @@ export class Worker {
     try {
       after = await this.store.fail(h.token, errorToJson(err, !nonRetryable), delay, nonRetryable);
     } catch (dbErr) {
-      log.error({ err: dbErr, cause: err }, 'could not record the failed attempt; the lease will expire and the job will be reclaimed');
+      if (isDatabaseUnavailable(dbErr)) log.warn({ err: dbErr, cause: err }, 'database unreachable: the failed attempt is not recorded; the job is reclaimed once its lease runs out');
+      else log.error({ err: dbErr, cause: err }, 'could not record the failed attempt; the lease will expire and the job will be reclaimed');
       return;
     }
     if (!after) {
@@ -607,6 +657,9 @@ export class Worker {
 
   /** One tick: renew every lease in one statement, extend the messages, abort what is lost. */
   heartbeat(): Promise<void> {
+    // Every tick, even while the previous renewal still hangs on an unreachable database: a
+    // lease this worker could not renew before it ran out is lost, whatever happens next.
+    this.fenceUnrenewed();
     this.heartbeating ??= this.beat().finally(() => {
       this.heartbeating = null;
     });
@@ -618,17 +671,17 @@ export class Worker {
     const entries = [...this.held.values()].filter((h) => !h.lost && !h.released);
     if (entries.length === 0) return;
     const sentProgress = entries.map((h) => h.unsentProgress);
+    // The renewed lease runs from the statement, which is after this moment (see fenceUnrenewed).
+    const now = Date.now();
     let held: Set<string>;
     try {
       held = await this.store.renewLeases(entries.map((h, i) => ({ ...h.token, progress: sentProgress[i] })), t.leaseSeconds);
     } catch (err) {
+      if (isDatabaseUnavailable(err)) this.databaseUnavailable(err);
       this.log.warn({ err, jobs: entries.length }, 'heartbeat could not reach the database');
-      // Self-fence: past the lease, another worker may own these jobs; stop them here too.
-      const now = Date.now();
-      for (const h of entries) if (now - h.lastRenewedAt > t.leaseSeconds * 1000) this.loseLease(h, 'heartbeat (database unreachable for longer than the lease)');
+      this.fenceUnrenewed();
       return;
     }
-    const now = Date.now();
     const renewed: Held[] = [];
     entries.forEach((h, i) => {
       if (!held.has(h.job.id)) return this.loseLease(h, 'heartbeat');
@@ -650,6 +703,18 @@ export class Worker {
         h.receiptStale = true;
         this.log.info({ jobId: h.job.id, attempt: h.token.attempt }, 'message handle is stale (the message was delivered again); the lease still protects the job');
       }
+    }
+  }
+
+  /**
+   * Self-fence (DESIGN 4, 12): a job whose lease this worker could not renew before it ran out
+   * may already belong to another worker, so its handler is aborted as a lost lease. Its
+   * transaction, if the database dropped it, was lost anyway; its message is left to return.
+   */
+  private fenceUnrenewed(): void {
+    const deadline = Date.now() - this.opts.timings.leaseSeconds * 1000;
+    for (const h of this.held.values()) {
+      if (!h.lost && !h.released && h.lastRenewedAt < deadline) this.loseLease(h, 'heartbeat (the lease ran out before the database could renew it)');
     }
   }
 

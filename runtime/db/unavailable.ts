@@ -1,0 +1,26 @@
+// Which errors mean "the database cannot be reached right now" (a failover, a restart, a reset
+// socket, a full connection table) as opposed to a fault in what we asked of it. One rule for
+// every service: the API answers these with 503 and Retry-After, the worker stops receiving
+// until the database answers again, the schema bootstrap retries. A retry may succeed; nothing
+// about the request was wrong.
+
+const CONNECTION_ERRORS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EPIPE']);
+
+export function isDatabaseUnavailable(err: unknown): boolean {
+  const e = err as { code?: unknown; message?: unknown; cause?: unknown } | null;
+  if (!e || typeof e !== 'object') return false;
+  const code = typeof e.code === 'string' ? e.code : '';
+  const message = typeof e.message === 'string' ? e.message : '';
+  return (
+    CONNECTION_ERRORS.has(code) ||
+    // Class 08: connection exception; 57P01-03: the server is shutting down or starting up
+    // (pg_terminate_backend, a failover); 53300: too many connections.
+    code.startsWith('08') ||
+    /^57P0[123]$/.test(code) ||
+    code === '53300' ||
+    // node-postgres's own words: the pool's connect timeout, a socket that ended under a query,
+    // and a client used again after its connection failed.
+    /timeout exceeded when trying to connect|Connection terminated|not queryable|Connection ended|read ECONNRESET/i.test(message) ||
+    (e.cause !== undefined && e.cause !== err && isDatabaseUnavailable(e.cause))
+  );
+}

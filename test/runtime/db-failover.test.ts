@@ -1,0 +1,107 @@
+// The database failing over under a worker and the schema bootstrap, in-process and through a
+// TCP proxy that resets every connection and refuses new ones (runtime/local/db-proxy.ts). The
+// end-to-end version on real processes is test/e2e/db-failover.test.ts.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { migrateAt } from '../../runtime/bootstrap/handler.ts';
+import { createPool } from '../../runtime/db/pool.ts';
+import { isDatabaseUnavailable } from '../../runtime/db/unavailable.ts';
+import { startDbProxy, type DbProxy } from '../../runtime/local/db-proxy.ts';
+import { METRIC } from '../../runtime/metrics/names.ts';
+import { createTestDb } from '../support/db.ts';
+import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
+
+const proxyTo = (url: string) => {
+  const u = new URL(url);
+  return startDbProxy({ host: u.hostname, port: Number(u.port) });
+};
+
+describe('a worker through a database failover', () => {
+  let p: Platform;
+  let proxy: DbProxy;
+
+  beforeAll(async () => {
+    p = await createPlatform({ timings: { leaseSeconds: 2, heartbeatSeconds: 0.5, visibilityTimeoutSeconds: 3, maxReceiveCount: 4 } });
+    proxy = await proxyTo(p.db.url);
+  });
+  afterAll(async () => {
+    await p.close();
+    await proxy.stop();
+  });
+
+  it('stops receiving while the database is gone, aborts the handler whose lease ran out, and finishes every job exactly once afterwards', async () => {
+    const pool = createPool({ url: proxy.url(p.db.url), max: 8, applicationName: 'jobs-worker failover-test' });
+    const w = p.worker({ pool, workerId: 'behind-proxy' });
+    w.start();
+    // One job holds its transaction open (rows written) when the sockets reset; one is waiting.
+    const [held] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'FOI-1', entries: 4, workAfterWriteMs: 5000 } }]);
+    await waitFor(async () => (await p.store.get(held!.job.id))?.state === 'running', 10_000, 'running');
+    await new Promise((r) => setTimeout(r, 300));
+    const receivesBefore = p.queue.peek().reduce((n, m) => n + m.receiveCount, 0);
+    proxy.failover(4);
+    const [waiting] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'FOI-2', entries: 2 } }]);
+    await new Promise((r) => setTimeout(r, 3500));
+    // While the database is gone: at most the one receive that found it gone, then none.
+    const during = p.queue.peek().find((m) => m.body.includes(waiting!.job.id));
+    expect(during?.receiveCount ?? 0).toBeLessThanOrEqual(1);
+    expect(p.metrics.counts.get(METRIC.databaseUnavailable)).toBeGreaterThanOrEqual(1);
+    // The lease (2 s) ran out unrenewed: the handler was aborted as a lost lease.
+    expect(p.metrics.counts.get(METRIC.leasesLost)).toBeGreaterThanOrEqual(1);
+    expect(w.runningJobs.find((j) => j.id === held!.job.id)).toBeUndefined();
+
+    await waitFor(async () => {
+      const [a, b] = await Promise.all([p.store.get(held!.job.id), p.store.get(waiting!.job.id)]);
+      return a?.state === 'succeeded' && b?.state === 'succeeded';
+    }, 30_000, 'both jobs succeeded after the failover');
+    const { rows } = await p.db.pool.query<{ batch: string; n: number }>("SELECT batch, count(*)::int AS n FROM ledger_entries WHERE batch LIKE 'FOI-%' GROUP BY batch ORDER BY batch");
+    expect(rows).toEqual([{ batch: 'FOI-1', n: 4 }, { batch: 'FOI-2', n: 2 }]);
+    // The held job was taken again (its first attempt's rows were lost with the connection).
+    expect((await p.store.get(held!.job.id))!.attempt).toBeGreaterThanOrEqual(2);
+    expect(receivesBefore).toBeGreaterThanOrEqual(1);
+    await w.stop(1);
+    await pool.end();
+  }, 60_000);
+});
+
+describe('the schema bootstrap through a database failover', () => {
+  it('retries while the database is unreachable and applies the migrations once it answers', async () => {
+    const db = await createTestDb({ migrate: false });
+    const proxy = await proxyTo(db.url);
+    try {
+      proxy.failover(1.5);
+      const logs: string[] = [];
+      const result = await migrateAt(proxy.url(db.url), { log: (m) => logs.push(m), connectAttempts: 10, retryDelayMs: 400 });
+      expect(result.applied.length).toBeGreaterThan(0);
+      expect(logs.some((l) => /database unreachable.*retrying/.test(l))).toBe(true);
+      const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM jobs.schema_migrations');
+      expect(rows[0].n).toBe(result.applied.length);
+    } finally {
+      await proxy.stop();
+      await db.drop();
+    }
+  });
+
+  it('does not retry what a retry cannot fix: a refused password fails at once, naming it', async () => {
+    const db = await createTestDb({ migrate: false });
+    try {
+      const bad = new URL(db.url);
+      bad.password = 'not-the-password';
+      bad.username = 'no_such_role';
+      const t0 = Date.now();
+      await expect(migrateAt(bad.toString(), { log: () => undefined, connectAttempts: 5, retryDelayMs: 2000 })).rejects.toThrow(/no_such_role|password/);
+      expect(Date.now() - t0).toBeLessThan(2000);
+    } finally {
+      await db.drop();
+    }
+  });
+});
+
+describe('isDatabaseUnavailable', () => {
+  it('tells an outage (retry may succeed) from a fault in what was asked', () => {
+    for (const e of [{ code: 'ECONNRESET' }, { code: 'ECONNREFUSED' }, { code: '57P01' }, { code: '08006' }, { code: '53300' }, new Error('Connection terminated unexpectedly'), new Error('Client has encountered a connection error and is not queryable'), new Error('timeout exceeded when trying to connect'), Object.assign(new Error('wrapped'), { cause: { code: 'ECONNRESET' } })]) {
+      expect(isDatabaseUnavailable(e), JSON.stringify(e)).toBe(true);
+    }
+    for (const e of [{ code: '23505' }, { code: '42P01' }, { code: '28P01' }, new Error('syntax error at or near'), null, 'ECONNRESET']) {
+      expect(isDatabaseUnavailable(e), JSON.stringify(e)).toBe(false);
+    }
+  });
+});
