@@ -37,6 +37,9 @@ export type FaultKind =
   | 'unpublished'
   | 'publisher-killed'
   | 'db-connections-dropped'
+  | 'db-failover'
+  | 'db-failover-over'
+  | 'queue-purged'
   | 'sqs-error'
   | 'enqueue';
 

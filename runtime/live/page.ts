@@ -139,6 +139,8 @@ export const LIVE_PAGE_HTML = String.raw`<!doctype html>
         <button data-fault="rollback">Enqueue, then roll back<span class="hint">must never be published or run</span></button>
         <button data-fault="publisher-killed">Kill publisher after COMMIT<span class="hint">the outbox relay publishes it</span></button>
         <button data-fault="db-connections-dropped">Drop a worker's DB connections<span class="hint">pg_terminate_backend</span></button>
+        <button data-fault="db-failover">Database failover, 20 s<span class="hint">every connection reset, new ones refused</span></button>
+        <button data-fault="queue-purged">Purge the job queue<span class="hint">the reconciler publishes again</span></button>
       </div>
       <div id="fault-log"></div>
     </section>

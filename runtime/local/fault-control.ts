@@ -17,6 +17,7 @@ import { FAULTS_TOKEN_ENV, FAULTS_URL_ENV } from '../live/service.ts';
 import { silentLogger } from '../observability/log.ts';
 import { SqsQueue } from '../queue/sqs.ts';
 import { Publisher } from '../store/outbox.ts';
+import type { DbProxy } from './db-proxy.ts';
 import { FAULT_KINDS, FaultError, FaultInjector, LocalWorkers } from './faults.ts';
 
 
@@ -34,6 +35,7 @@ export async function startFaultControl(opts: {
   timings: JobTimings;
   repoRoot: string;
   spawnWorker: (extraEnv: Record<string, string>) => { id: string; child: ChildProcess };
+  dbProxy?: DbProxy;
 }): Promise<FaultControl> {
   const pool = createPool({ url: opts.databaseUrl, max: 4, applicationName: 'jobs-local faults' });
   const queue = new SqsQueue({ queueUrl: opts.env.JOBS_QUEUE_URL!, region: opts.env.AWS_REGION ?? 'us-east-1', endpoint: opts.env.JOBS_SQS_ENDPOINT! });
@@ -41,7 +43,7 @@ export async function startFaultControl(opts: {
   const client = new JobClient({ pool, registry: defaultRegistry(), publisher, defaultMaxAttempts: opts.timings.maxAttempts });
   const sink = new NotifyEventSink(pool, { flushMs: 50 });
   const workers = new LocalWorkers(opts.spawnWorker);
-  const injector = new FaultInjector({ pool, queue, client, workers, leaseSeconds: opts.timings.leaseSeconds, env: opts.env, repoRoot: opts.repoRoot, emit: (e) => sink.push(e) });
+  const injector = new FaultInjector({ pool, queue, client, workers, leaseSeconds: opts.timings.leaseSeconds, env: opts.env, repoRoot: opts.repoRoot, emit: (e) => sink.push(e), ...(opts.dbProxy ? { dbProxy: opts.dbProxy } : {}) });
 
   const token = randomBytes(24).toString('hex');
   const expected = Buffer.from(`Bearer ${token}`);

@@ -11,16 +11,22 @@
 //   rollback      — enqueue through JobClient in a transaction that rolls back
 //   publisher-killed — a separate process commits an enqueue and is SIGKILLed before publishing
 //   db-connections-dropped — pg_terminate_backend of every connection of a worker
+//   db-failover   — every service connection reset and new ones refused for N seconds, through
+//                   the stack's database proxy (db-proxy.ts): what an RDS Multi-AZ failover is
+//   queue-purged  — PurgeQueue on the job queue: every message gone, the jobs still pending;
+//                   the reconciler (store/reconciler.ts) must publish them again
 // SQS errors come from a worker started with JOBS_FAULT_SQS_ERROR_RATE (queue/fault-injection.ts).
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
+import { PurgeQueueCommand } from '@aws-sdk/client-sqs';
 import type pg from 'pg';
 import type { EnqueueSpec, JobClient } from '../client.ts';
 import type { LiveEvent } from '../live/events.ts';
 import { jobMessageBody } from '../queue/message.ts';
-import type { JobQueue } from '../queue/types.ts';
+import type { SqsQueue } from '../queue/sqs.ts';
+import type { DbProxy } from './db-proxy.ts';
 
 /** The injector's statements: reads that pick a target, and the one that drops connections. */
 const FAULT_SQL = {
@@ -38,6 +44,7 @@ const FAULT_SQL = {
      ORDER BY random() LIMIT 1`,
   job: `SELECT id, type, lease_owner FROM jobs.job WHERE id = $1`,
   /** Every connection of one worker process (pools name theirs `jobs-worker <id>`), mid-transaction or idle. */
+  pendingJobs: `SELECT count(*)::int AS n FROM jobs.job WHERE finished_at IS NULL AND state = 'pending'`,
   terminateWorkerConnections: `
     SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int AS n FROM pg_stat_activity
      WHERE application_name = $1 AND pid <> pg_backend_pid()`,
@@ -173,8 +180,10 @@ export class FaultError extends Error {
 
 export interface FaultInjectorOptions {
   pool: pg.Pool;
-  /** The job queue, for duplicate deliveries. */
-  queue: JobQueue;
+  /** The job queue, for duplicate deliveries and the purge. */
+  queue: SqsQueue;
+  /** The proxy the services reach PostgreSQL through (the failover fault); absent: no such fault. */
+  dbProxy?: DbProxy;
   client: JobClient;
   workers: LocalWorkers;
   leaseSeconds: number;
@@ -191,7 +200,7 @@ export interface HeldJob {
   attempt: number;
 }
 
-export const FAULT_KINDS = ['duplicate', 'kill', 'pause', 'rollback', 'publisher-killed', 'db-connections-dropped', 'enqueue'] as const;
+export const FAULT_KINDS = ['duplicate', 'kill', 'pause', 'rollback', 'publisher-killed', 'db-connections-dropped', 'db-failover', 'queue-purged', 'enqueue'] as const;
 export type FaultRequest = (typeof FAULT_KINDS)[number];
 
 export class FaultInjector {
@@ -218,6 +227,10 @@ export class FaultInjector {
         return this.publisherKilled();
       case 'db-connections-dropped':
         return this.dropDbConnections(str('workerId'));
+      case 'db-failover':
+        return this.dbFailover(num('seconds'));
+      case 'queue-purged':
+        return this.purgeQueue();
       case 'enqueue':
         return this.enqueueSome(num('count') ?? 6);
       default:
@@ -363,6 +376,30 @@ export class FaultInjector {
     const n = rows[0]?.n ?? 0;
     this.emit({ fault: 'db-connections-dropped', workerId: id, detail: `pg_terminate_backend: ${n} connection${n === 1 ? '' : 's'} of ${id} dropped` });
     return { workerId: id, terminated: n };
+  }
+
+  /**
+   * A database failover: every connection of the API and the workers reset, new ones refused for
+   * `seconds` (default 20, at most 120). Nothing may exit; afterwards every job ends exactly once.
+   */
+  async dbFailover(seconds = 20): Promise<{ seconds: number; reset: number; endsAt: number; over: Promise<void> }> {
+    const proxy = this.o.dbProxy;
+    if (!proxy) throw new FaultError(409, 'this stack has no database proxy to fail over');
+    if (proxy.down) throw new FaultError(409, 'a database failover is already under way');
+    if (!(seconds > 0 && seconds <= 120)) throw new FaultError(400, `seconds: must be from 0 to 120 (got ${seconds})`);
+    const { reset, endsAt, over } = proxy.failover(seconds);
+    this.emit({ fault: 'db-failover', detail: `database failover: ${reset} connection${reset === 1 ? '' : 's'} reset, new ones refused for ${seconds} s` });
+    void over.then(() => this.emit({ fault: 'db-failover-over', detail: `database reachable again after ${seconds} s` }));
+    return { seconds, reset, endsAt, over };
+  }
+
+  /** PurgeQueue on the job queue: every message is gone while their jobs still need them. */
+  async purgeQueue(): Promise<{ pendingJobs: number; purgedAt: number }> {
+    const { rows } = await this.o.pool.query<{ n: number }>(FAULT_SQL.pendingJobs);
+    await this.o.queue.client.send(new PurgeQueueCommand({ QueueUrl: this.o.queue.queueUrl }));
+    const n = rows[0]?.n ?? 0;
+    this.emit({ fault: 'queue-purged', detail: `PurgeQueue on the job queue with ${n} pending job${n === 1 ? '' : 's'}: the reconciler must publish them again` });
+    return { pendingJobs: n, purgedAt: Date.now() };
   }
 
   /** Some work to watch: ledger batches and a costing run of a few seconds each. */

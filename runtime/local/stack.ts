@@ -17,6 +17,7 @@ import { assertJobTimings } from '../config/rules.ts';
 import { ensureAppRole } from '../db/app-role.ts';
 import { migrate } from '../db/migrate.ts';
 import { createPool } from '../db/pool.ts';
+import { startDbProxy, type DbProxy } from './db-proxy.ts';
 import { freePort, startEmbeddedPg, withDatabase, type EmbeddedPg } from './embedded-pg.ts';
 import { startFaultControl, type FaultControl } from './fault-control.ts';
 import { startLocalSqs, type LocalSqs } from './fauxqs.ts';
@@ -60,6 +61,8 @@ export interface LocalStack {
   startWorker(extraEnv?: Record<string, string>): ChildProcess;
   /** Fault injection on these processes (the live view's controls, the chaos run). */
   faults: FaultControl;
+  /** The proxy between the services and PostgreSQL (the failover fault). */
+  dbProxy: DbProxy;
   stop(): Promise<void>;
 }
 
@@ -110,6 +113,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
   await savePids();
   let sqs: LocalSqs | undefined;
   let faults: FaultControl | undefined;
+  let dbProxy: DbProxy | undefined;
   const children: ChildProcess[] = [];
   try {
     const admin = createPool({ url: pg.url, max: 1, applicationName: 'jobs-local' });
@@ -151,10 +155,16 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
         '\n',
     );
 
+    // The API and the workers reach PostgreSQL through a proxy that can fail over (the chaos run's
+    // and the live view's "database failover"); the jobs commands, the faults and the tools go
+    // direct, so an operator's command is not caught in an injected outage.
+    const pgAddress = new URL(pg.url);
+    dbProxy = await startDbProxy({ host: pgAddress.hostname, port: Number(pgAddress.port) });
+    const serviceDatabaseUrl = dbProxy.url(env.DATABASE_URL!);
     const spawnService = (command: 'api' | 'worker', extra: Record<string, string>): ChildProcess => {
       const child = spawn(process.execPath, ['--import', 'tsx', join(repoRoot(), 'bin/jobs.ts'), command], {
         cwd: repoRoot(),
-        env: { ...process.env, ...env, ...opts.env, ...extra, JOBS_PARENT_PID: String(process.pid), JOBS_LOCAL_ENV: '0' },
+        env: { ...process.env, ...env, DATABASE_URL: serviceDatabaseUrl, ...opts.env, ...extra, JOBS_PARENT_PID: String(process.pid), JOBS_LOCAL_ENV: '0' },
         stdio: ['ignore', 'inherit', 'inherit'],
       });
       children.push(child);
@@ -171,7 +181,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       return { id, child: spawnService('worker', { JOBS_WORKER_ID: id, ...extra }) };
     };
     // Fault controls (live view, chaos run): this process owns the workers, the API forwards to it.
-    faults = await startFaultControl({ databaseUrl, env, timings, repoRoot: repoRoot(), spawnWorker });
+    faults = await startFaultControl({ databaseUrl, env, timings, repoRoot: repoRoot(), spawnWorker, dbProxy });
     const control = faults;
     const api = spawnService('api', { PORT: String(apiPort), ...control.apiEnv });
     const startWorker = (extra: Record<string, string> = {}) => control.workers.start(extra).child;
@@ -188,11 +198,13 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       api,
       startWorker,
       faults: control,
+      dbProxy,
       stop() {
         stopping ??= (async () => {
           control.workers.resumeAll();
           await stopChildren(children, (timings.drainSeconds + 5) * 1000);
           await control.stop();
+          await dbProxy?.stop();
           await sqs!.stop().catch(() => undefined);
           await pg.stop();
           await rm(join(dir, 'pids'), { force: true });
@@ -205,6 +217,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
     faults?.workers.resumeAll();
     await stopChildren(children, 5000);
     await faults?.stop();
+    await dbProxy?.stop();
     await sqs?.stop().catch(() => undefined);
     await pg.stop();
     throw err;
