@@ -93,6 +93,17 @@ export class MemoryQueue implements JobQueue {
     return [];
   }
 
+  /** Messages stored (visible, in flight or delayed), as SqsQueue.approximateCount answers. */
+  async approximateCount(): Promise<number> {
+    return this.messages.size;
+  }
+
+  /** Drop every message (SQS PurgeQueue), for the tests of what the job table heals. */
+  purge(): void {
+    this.messages.clear();
+    this.byReceipt.clear();
+  }
+
   /** Messages currently stored (visible or in flight), for assertions. */
   depth(): { visible: number; inFlight: number; total: number } {
     const now = this.now();

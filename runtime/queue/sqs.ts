@@ -10,6 +10,7 @@
 import {
   ChangeMessageVisibilityBatchCommand,
   DeleteMessageBatchCommand,
+  GetQueueAttributesCommand,
   ReceiveMessageCommand,
   SendMessageBatchCommand,
   SQSClient,
@@ -67,6 +68,21 @@ export class SqsQueue implements JobQueue {
   constructor(opts: SqsQueueOptions) {
     this.queueUrl = opts.queueUrl;
     this.client = opts.client ?? createSqsClient(opts);
+  }
+
+  /**
+   * Messages the queue holds: ready, in flight and delayed (GetQueueAttributes; SQS calls them
+   * approximate). The reconciler compares this with the jobs that need a message.
+   */
+  async approximateCount(): Promise<number> {
+    const out = await this.client.send(
+      new GetQueueAttributesCommand({
+        QueueUrl: this.queueUrl,
+        AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible', 'ApproximateNumberOfMessagesDelayed'],
+      }),
+    );
+    const a = out.Attributes ?? {};
+    return Number(a.ApproximateNumberOfMessages ?? 0) + Number(a.ApproximateNumberOfMessagesNotVisible ?? 0) + Number(a.ApproximateNumberOfMessagesDelayed ?? 0);
   }
 
   async send(messages: OutgoingMessage[]): Promise<void> {

@@ -250,6 +250,47 @@ export const SQL = {
     )
     SELECT r.*, o.outbox_id FROM rescued r LEFT JOIN outboxed o ON o.job_id = r.id`,
 
+  /**
+   * The reconciler's reading of what the job table needs from the queue: active jobs (each
+   * pending or running job should have one message) and the outbox rows still to be published
+   * (each becomes a message). From job_active, so it reads active rows only. Run under the
+   * reconciler's advisory lock ($1): one pass at a time across every worker task, so N workers
+   * do not each fill the same deficit. `locked` false: another task is reconciling now.
+   */
+  reconcileCount: `
+    SELECT pg_try_advisory_xact_lock($1::bigint) AS locked,
+           (SELECT count(*) FILTER (WHERE state = 'pending') FROM jobs.job WHERE finished_at IS NULL)::int AS pending,
+           (SELECT count(*) FILTER (WHERE state = 'running') FROM jobs.job WHERE finished_at IS NULL)::int AS running,
+           (SELECT count(*) FROM jobs.outbox)::int AS outbox`,
+
+  /**
+   * Re-publish up to $3 pending jobs whose message the queue lost, through the outbox, in the
+   * reconciler's transaction. Which jobs: the queue only says how many messages it holds, not
+   * for which jobs, so the reconciler picks the pending jobs due the longest. SQS hands out
+   * messages roughly in order, so as a backlog drains the jobs whose message is gone are the ones
+   * left waiting longest: the pick gets better with every pass. Not younger than $1 seconds (a
+   * fresh job's own publish may be in flight), not re-published in the last $2 seconds (a wrong
+   * guess is not repeated every pass; the window is several passes long). SKIP LOCKED leaves a
+   * job being claimed right now to its claimer. republished_at is no index's column: a HOT update.
+   */
+  jobRepublishLost: `
+    WITH picked AS (
+      SELECT id FROM jobs.job
+       WHERE finished_at IS NULL AND state = 'pending'
+         AND created_at < statement_timestamp() - $1::float8 * interval '1 second'
+         AND (republished_at IS NULL OR republished_at < statement_timestamp() - $2::float8 * interval '1 second')
+       ORDER BY run_after, id
+       LIMIT $3
+       FOR UPDATE SKIP LOCKED
+    ), marked AS (
+      UPDATE jobs.job j SET republished_at = statement_timestamp()
+        FROM picked p WHERE j.id = p.id
+      RETURNING j.id, j.type, j.run_after
+    ), outboxed AS (
+      INSERT INTO jobs.outbox (job_id) SELECT id FROM marked RETURNING id AS outbox_id, job_id
+    )
+    SELECT m.id, m.type, m.run_after, o.outbox_id FROM marked m JOIN outboxed o ON o.job_id = m.id`,
+
   /** Queue a publish for existing jobs (re-publish after a lost message, redrive), in the caller's transaction. */
   outboxInsert: `
     INSERT INTO jobs.outbox (job_id) SELECT unnest($1::uuid[]) RETURNING id AS outbox_id, job_id`,

@@ -1,6 +1,6 @@
 // The worker service: what ECS runs in the worker image and `jobs worker` runs locally.
 // Reads and checks its configuration, then runs the worker with its maintenance loops (outbox
-// relay, rescuer), CloudWatch metrics and ECS task protection, until SIGTERM: then it drains
+// relay, rescuer, reconciler), CloudWatch metrics and ECS task protection, until SIGTERM: then it drains
 // (DESIGN 10) and exits 0. A bad configuration exits 1 before touching anything.
 
 import { randomBytes } from 'node:crypto';
@@ -19,6 +19,7 @@ import { withSqsFaults } from '../queue/fault-injection.ts';
 import { createSqsClient, SqsQueue } from '../queue/sqs.ts';
 import { JobStore } from '../store/job-store.ts';
 import { DEFAULT_RELAY, OutboxRelay, Publisher } from '../store/outbox.ts';
+import { Reconciler, reconcilerTimings } from '../store/reconciler.ts';
 import { Rescuer } from '../store/rescuer.ts';
 import { cloudWatchGauge, DEFAULT_STUCK_CHECK_SECONDS, STUCK_ENV, StuckJobReporter, stuckThresholdsFromEnv } from '../ops/stuck.ts';
 import { TaskProtection } from './task-protection.ts';
@@ -58,7 +59,8 @@ export async function startWorkerService(env: Record<string, string | undefined>
   const events = workerEventSink(env, pool, workerId, { log, running: () => worker.runningJobs.length });
   const client = createSqsClient({ region, ...(endpoint ? { endpoint } : {}) });
   // Chaos runs only (JOBS_FAULT_SQS_ERROR_RATE, refused without a local endpoint): fail some SQS calls.
-  const queue = withSqsFaults(new SqsQueue({ queueUrl, client }), env, (op, when) =>
+  const sqsQueue = new SqsQueue({ queueUrl, client });
+  const queue = withSqsFaults(sqsQueue, env, (op, when) =>
     events?.push({ kind: 'fault', fault: 'sqs-error', workerId, at: new Date().toISOString(), detail: `${op}: ${when === 'before' ? 'request failed' : 'response lost'}` }),
   );
   const dlq = new SqsQueue({ queueUrl: dlqUrl, client });
@@ -99,6 +101,9 @@ export async function startWorkerService(env: Record<string, string | undefined>
     },
   });
 
+  // Messages the queue lost (a purge, expiry, a stray consumer): published again from the job table.
+  const reconciler = new Reconciler({ pool, publisher, countMessages: () => sqsQueue.approximateCount(), log, metrics, timings: reconcilerTimings(timings) });
+
   // Stuck jobs (runtime/ops/stuck.ts): counted once per interval, published as the JobsStuck gauge the stack alarms on.
   const stuck = new StuckJobReporter({ pool, registry, log, thresholds: stuckThresholds, intervalMs: stuckCheckSeconds * 1000, ...(namespace ? { publish: cloudWatchGauge(namespace, log) } : {}) });
 
@@ -106,6 +111,7 @@ export async function startWorkerService(env: Record<string, string | undefined>
   worker.start();
   relay.start();
   rescuer.start();
+  reconciler.start();
   stuck.start();
   log.info({ workerId, queueUrl, region, endpoint, timings, metricsNamespace: namespace ?? null, taskProtection: protection.enabled }, 'worker service started');
 
@@ -116,7 +122,7 @@ export async function startWorkerService(env: Record<string, string | undefined>
       shuttingDown ??= (async () => {
         log.info({ reason, drainSeconds: timings.drainSeconds }, 'shutting down');
         await worker.stop(timings.drainSeconds);
-        await Promise.all([relay.stop(), rescuer.stop(), stuck.stop()]);
+        await Promise.all([relay.stop(), rescuer.stop(), reconciler.stop(), stuck.stop()]);
         await publisher.flush();
         await protection.release();
         await cloudwatch?.stop();
