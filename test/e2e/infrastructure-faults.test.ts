@@ -1,9 +1,15 @@
-// A database failover on the real processes (DESIGN 12, issue 11): the local stack's API and
+// What AWS can do to the platform, on the local stack's real processes (DESIGN 11 and 12).
+//
+// A database failover: the local stack's API and
 // worker processes reach PostgreSQL through a proxy that resets every connection and refuses new
 // ones for a while, as an RDS Multi-AZ failover or a NAT/ENI reset looks from a task. No process
 // may exit; the API answers 503 with Retry-After meanwhile and /readyz says unavailable; after
 // the outage every job completes exactly once (the ledger holds each batch's rows once) and
 // nothing is left running or pending.
+//
+// A purged job queue: every message gone while jobs are pending, due and delayed; the workers'
+// reconciler publishes them again (through the local SQS endpoint's own message counts), each
+// runs exactly once, the delayed ones not before their time.
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -91,4 +97,31 @@ describe(`database failover: every connection reset, new ones refused for ${OUTA
     // The figure the README's failure table quotes (lease 3 s): outage over → every job done.
     process.stdout.write(`failover ${OUTAGE_SECONDS} s: every job done ${(resumedInMs / 1000).toFixed(1)} s after the database returned; ${alive()} of 3 processes alive\n`);
   }, 120_000);
+});
+
+describe('the job queue purged with jobs pending, due and delayed', () => {
+  it('the reconciler publishes them again: each runs exactly once, the delayed ones not before their time', async () => {
+    // A backlog the two workers (concurrency 5) cannot take at once, and jobs due in 8 s.
+    const due = await Promise.all(Array.from({ length: 60 }, (_, i) => post({ batch: `PQ-${i}`, entries: 2, workMs: 500 })));
+    const runAt = new Date(Date.now() + 8000).toISOString();
+    const delayed = await Promise.all(
+      Array.from({ length: 3 }, (_, i) => api('/v1/jobs', { method: 'POST', body: JSON.stringify({ type: 'ledger.post', payload: { batch: `PQ-D${i}`, entries: 3 }, runAt }) })),
+    );
+    for (const r of [...due, ...delayed]) expect(r.status).toBe(201);
+    const { pendingJobs, purgedAt } = await stack.faults.injector.purgeQueue();
+    expect(pendingJobs).toBeGreaterThan(3);
+    const ids = [...due, ...delayed].map((r) => r.body.id as string);
+    await waitFor(async () => {
+      const { rows } = await db.query<{ n: number }>("SELECT count(*)::int AS n FROM jobs.job WHERE id = ANY($1::uuid[]) AND state <> 'succeeded'", [ids]);
+      return rows[0]!.n === 0 ? true : null;
+    }, 60_000, 'every job succeeded after the purge');
+    const healedInMs = Date.now() - purgedAt;
+    const { rows } = await db.query<{ batch: string; n: number }>("SELECT batch, count(*)::int AS n FROM ledger_entries WHERE batch LIKE 'PQ-%' GROUP BY batch");
+    const posted = new Map(rows.map((r) => [r.batch, r.n]));
+    for (let i = 0; i < 60; i++) expect(posted.get(`PQ-${i}`), `PQ-${i}`).toBe(2);
+    for (let i = 0; i < 3; i++) expect(posted.get(`PQ-D${i}`), `PQ-D${i}`).toBe(3);
+    const early = await db.query("SELECT count(*)::int AS n FROM jobs.job WHERE id = ANY($1::uuid[]) AND started_at < run_after", [ids]);
+    expect(early.rows[0].n).toBe(0);
+    process.stdout.write(`queue purged with ${pendingJobs} pending jobs: every job done ${(healedInMs / 1000).toFixed(1)} s later (lease 3 s)\n`);
+  }, 90_000);
 });
