@@ -6,6 +6,36 @@ export class NonRetryableError extends Error {
   override name = 'NonRetryableError';
 }
 
+/**
+ * A handler sent transaction control (COMMIT, ROLLBACK, BEGIN, SAVEPOINT …) through ctx.db
+ * (DESIGN 13). Refused before it reached the database; the attempt goes to dead with this reason.
+ */
+export class TransactionControlRefusedError extends NonRetryableError {
+  override name = 'TransactionControlRefusedError';
+  constructor(readonly statement: string) {
+    super(
+      `ctx.db refuses ${statement}: the job's transaction commits only with its fenced completion (DESIGN 13), ` +
+        `so that its effects land exactly once and never after the lease is lost. ` +
+        `Write your effects through ctx.db and return (they commit with the job's success, or not at all); ` +
+        `use ctx.saveCheckpoint for progress that must survive a retry. Nothing of this attempt was committed.`,
+    );
+  }
+}
+
+/**
+ * The job's transaction was no longer the one the worker opened when the job completed: the
+ * handler ended it by a way the refusal could not see. The completion was not applied.
+ */
+export class JobTransactionEndedError extends NonRetryableError {
+  override name = 'JobTransactionEndedError';
+  constructor(readonly detail: string) {
+    super(
+      `the handler ended the job's transaction (${detail}): effects written before that may have landed outside the fence (DESIGN 13), ` +
+        `so the job is not completed; check them by hand before redriving it. Write effects through ctx.db without transaction control.`,
+    );
+  }
+}
+
 /** Bad input to enqueue: names the field and the rule. The API answers 400 (or 413 for size). */
 export class ValidationError extends Error {
   override name = 'ValidationError';

@@ -1,14 +1,38 @@
 // The handler's fenced transaction (JobContext.db). It opens at the first query, so a handler
 // that computes for minutes before writing holds no connection and no snapshot meanwhile, and
 // it commits only together with the job's fenced completion (commitWith).
+//
+// A handler cannot leave the fence (DESIGN 13), in three layers:
+//  1. query() refuses transaction control before sending it (sql-statements.ts reads every
+//     statement of the text): TransactionControlRefusedError, non-retryable.
+//  2. After each query, the protocol's transaction status (in every ReadyForQuery, free) must
+//     still say "in a transaction": a text that ended it some way the lexer cannot see stops the
+//     handler at once, before autocommitted statements pile up.
+//  3. The transaction's identity is taken at BEGIN — its start time, now(), which PostgreSQL
+//     fixes per transaction from the arrival of the message that started it, so a transaction
+//     begun by any later message differs — and the COMMIT is sent only behind a check that it is
+//     still the same. Both ride on messages we send anyway: `BEGIN; SELECT …` and `SELECT check;
+//     COMMIT` are one round trip each (an error in a multi-statement simple query skips the rest
+//     of it, so a failed check never reaches the COMMIT). The happy path costs no extra round
+//     trip, and a job that never touches ctx.db none at all.
+// Layers 2 and 3 fail the attempt with JobTransactionEndedError (non-retryable: the effects may
+// have landed, and a retry would apply them again).
 
 import type pg from 'pg';
+import { JobTransactionEndedError, NonRetryableError, TransactionControlRefusedError } from '../errors.ts';
 import type { JobDb } from '../handlers/types.ts';
+import { findTransactionControl } from './sql-statements.ts';
+
+/** In the error PostgreSQL raises when the identity check fails (see commitWith). */
+const CHANGED_MARK = 'job transaction changed since BEGIN';
 
 export class JobTransaction implements JobDb {
   private client: pg.PoolClient | null = null;
   private opening: Promise<pg.PoolClient> | null = null;
   private closed = false;
+  /** extract(epoch FROM now()) of the transaction opened at BEGIN, as PostgreSQL printed it. */
+  private startedAt: string | null = null;
+  private leftFence: NonRetryableError | null = null;
 
   constructor(private readonly pool: pg.Pool) {}
 
@@ -16,25 +40,52 @@ export class JobTransaction implements JobDb {
     return this.opening !== null;
   }
 
+  /** Why this attempt cannot complete, once the handler tried to leave the fence (it may have caught the error). */
+  get violation(): NonRetryableError | null {
+    return this.leftFence;
+  }
+
   async query<R extends Record<string, unknown> = Record<string, unknown>>(text: string, values?: unknown[]) {
+    if (this.leftFence) throw this.leftFence;
     if (this.closed) throw new Error('the job transaction has ended: the job completed, failed or lost its lease');
+    if (typeof text !== 'string') throw new TypeError('ctx.db.query takes the SQL text and its values: query(text, values)');
+    const statement = findTransactionControl(text);
+    if (statement) throw (this.leftFence = new TransactionControlRefusedError(statement));
     const c = await this.open();
-    const r = await c.query(text, values);
+    let r: pg.QueryResult;
+    try {
+      r = await c.query(text, values);
+    } catch (err) {
+      this.checkStillOpen(c, text);
+      throw err;
+    }
+    this.checkStillOpen(c, text);
     return { rows: r.rows as R[], rowCount: r.rowCount };
   }
 
   /**
    * Run the fenced completion as the transaction's last statement and COMMIT if it matched;
    * ROLLBACK (and return false) if it did not. Opens the transaction if the handler never did.
+   * Throws JobTransactionEndedError, and commits nothing, if the handler ended the transaction.
    */
   async commitWith(complete: (client: pg.PoolClient) => Promise<boolean>): Promise<boolean> {
     const c = await this.open();
     try {
+      if (this.leftFence) throw this.leftFence;
+      // Idle: the completion would run, and commit, on its own.
+      this.checkStillOpen(c, null);
       if (!(await complete(c))) {
         await this.rollback();
         return false;
       }
-      await c.query('COMMIT');
+      try {
+        await c.query(`SELECT CASE WHEN extract(epoch FROM now()) = ${this.startedAt} THEN 1 ELSE ('${CHANGED_MARK}: now() is ' || now())::int END; COMMIT`);
+      } catch (err) {
+        if (err instanceof Error && err.message.includes(CHANGED_MARK)) {
+          throw (this.leftFence = new JobTransactionEndedError(`the transaction at completion began at ${String(err.message.split('now() is ')[1] ?? '?').replace(/"$/, '')}, not the one opened at BEGIN: it was committed or rolled back and a new one begun`));
+        }
+        throw err;
+      }
       this.finish();
       return true;
     } catch (err) {
@@ -52,18 +103,34 @@ export class JobTransaction implements JobDb {
     }
     try {
       await c.query('ROLLBACK');
-      this.finish();
+      // A handler that ended the transaction may have committed session state (SET SESSION …)
+      // with it: the connection does not go back to the pool.
+      this.finish(this.leftFence instanceof JobTransactionEndedError ? this.leftFence : undefined);
     } catch (err) {
       // A connection that cannot roll back is not returned to the pool.
       this.finish(err as Error);
     }
   }
 
+  /** Layer 2: the connection must still be in a transaction ('T', or 'E' after an error in it). */
+  private checkStillOpen(c: pg.PoolClient, text: string | null): void {
+    if (this.leftFence || c.getTransactionStatus() !== 'I') return;
+    this.leftFence = new JobTransactionEndedError(
+      text === null ? 'no transaction was open at completion' : `no transaction was open after the statement ${JSON.stringify(text.length > 200 ? `${text.slice(0, 200)}…` : text)}`,
+    );
+    throw this.leftFence;
+  }
+
   private open(): Promise<pg.PoolClient> {
     this.opening ??= (async () => {
       const c = await this.pool.connect();
       try {
-        await c.query('BEGIN');
+        const results = (await c.query('BEGIN; SELECT extract(epoch FROM now())::text AS started')) as unknown as pg.QueryResult<{ started: string }>[];
+        const started = results[1]?.rows[0]?.started;
+        // Interpolated into the check at COMMIT (a parameter would need the extended protocol,
+        // which allows no second statement): only a number goes in.
+        if (!started || !/^\d+(\.\d+)?(e[+-]?\d+)?$/i.test(started)) throw new Error(`unexpected transaction start time from PostgreSQL: ${JSON.stringify(started)}`);
+        this.startedAt = started;
       } catch (err) {
         c.release(err as Error);
         throw err;
