@@ -160,20 +160,31 @@ function isSpace(ch: string): boolean {
   return ch === ' ' || ch === '\n' || ch === '\t' || ch === '\r' || ch === '\f' || ch === '\v';
 }
 
+// Character classes by code (no regular expression per character: texts can be megabytes).
 function isIdentStart(ch: string): boolean {
-  return /[A-Za-z_]/.test(ch) || ch.charCodeAt(0) >= 0x80;
+  const c = ch.charCodeAt(0);
+  return (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || c === 95 || c >= 0x80;
 }
 
 function isIdentPart(ch: string): boolean {
-  return /[A-Za-z0-9_$]/.test(ch) || ch.charCodeAt(0) >= 0x80;
+  const c = ch.charCodeAt(0);
+  return isIdentStart(ch) || (c >= 48 && c <= 57) || c === 36;
 }
 
 /** Index just past the quote that closes a quoted token opened before `i` (doubled quotes escape; with `backslash`, \x does too). */
 function skipQuoted(text: string, i: number, quote: string, backslash: boolean): number {
   const n = text.length;
+  if (!backslash) {
+    for (;;) {
+      const end = text.indexOf(quote, i);
+      if (end < 0) return n;
+      if (text[end + 1] !== quote) return end + 1;
+      i = end + 2;
+    }
+  }
   while (i < n) {
     const ch = text[i]!;
-    if (backslash && ch === '\\') {
+    if (ch === '\\') {
       i += 2;
     } else if (ch === quote) {
       if (text[i + 1] === quote) i += 2;
