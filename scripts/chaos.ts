@@ -5,6 +5,7 @@
 //   npm run chaos -- --seconds 120      any length
 //   options: --workers N (plain workers, plus one with SQS errors), --rate JOBS_PER_S,
 //            --seed N (repeat a run's load), --sqs-error-rate R, --verbose (services' warnings),
+//            --failover-seconds N (the database failover's outage; 8, or 20 with --long),
 //            --report FILE (JSON; default test-artifacts/chaos-report.json)
 //
 // Prints the table (scripts/chaos/report.ts) and exits 0 when every check passed, 1 on any
@@ -36,6 +37,7 @@ async function main(): Promise<number> {
       seed: { type: 'string' },
       'sqs-error-rate': { type: 'string' },
       'drain-timeout': { type: 'string' },
+      'failover-seconds': { type: 'string' },
       report: { type: 'string', default: 'test-artifacts/chaos-report.json' },
       verbose: { type: 'boolean' },
     },
@@ -47,6 +49,7 @@ async function main(): Promise<number> {
     seed: num('seed', values.seed, DEFAULT_CHAOS.seed, 0, 2 ** 32 - 1),
     sqsErrorRate: num('sqs-error-rate', values['sqs-error-rate'], DEFAULT_CHAOS.sqsErrorRate, 0.01, 0.9),
     drainTimeoutSeconds: num('drain-timeout', values['drain-timeout'], DEFAULT_CHAOS.drainTimeoutSeconds, 10, 3600),
+    failoverSeconds: num('failover-seconds', values['failover-seconds'], values.long ? 20 : DEFAULT_CHAOS.failoverSeconds, 1, 120),
     verbose: Boolean(values.verbose),
   };
   const t0 = Date.now();

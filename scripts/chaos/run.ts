@@ -50,6 +50,8 @@ export interface ChaosOptions {
   verbose?: boolean;
   /** Ctrl-C: stop injecting, skip the drain, clean up. */
   signal?: AbortSignal;
+  /** How long the database failover refuses connections. */
+  failoverSeconds: number;
 }
 
 export const DEFAULT_CHAOS: Omit<ChaosOptions, 'log'> = {
@@ -59,6 +61,7 @@ export const DEFAULT_CHAOS: Omit<ChaosOptions, 'log'> = {
   seed: Date.now() % 1_000_000,
   sqsErrorRate: 0.15,
   drainTimeoutSeconds: 90,
+  failoverSeconds: 8,
 };
 
 export interface ChaosResult {
@@ -67,7 +70,7 @@ export interface ChaosResult {
   options: Omit<ChaosOptions, 'log'>;
   timings: JobTimings;
   /** Extra figures the checks do not need. */
-  notes: { zombieRefusals: number; heldAtKill: number; heldAtPause: number; connectionsDropped: number; faultsSkipped: number; drainSeconds: number };
+  notes: { zombieRefusals: number; heldAtKill: number; heldAtPause: number; connectionsDropped: number; faultsSkipped: number; drainSeconds: number; failoverSeconds: number; purgedPending: number };
 }
 
 const sleep = (ms: number, signal?: AbortSignal) =>
@@ -210,8 +213,17 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       }
     })();
 
-    type Fault = 'kill' | 'duplicate' | 'duplicate-at-enqueue' | 'rollback' | 'pause' | 'publisher-killed' | 'db-connections-dropped';
-    const cycle: Fault[] = ['duplicate', 'kill', 'rollback', 'pause', 'publisher-killed', 'db-connections-dropped', 'duplicate-at-enqueue', 'kill', 'duplicate', 'rollback', 'pause', 'duplicate-at-enqueue'];
+    type Fault = 'kill' | 'duplicate' | 'duplicate-at-enqueue' | 'rollback' | 'pause' | 'publisher-killed' | 'db-connections-dropped' | 'db-failover' | 'queue-purged';
+    const cycle: Fault[] = ['duplicate', 'kill', 'queue-purged', 'rollback', 'pause', 'publisher-killed', 'db-failover', 'db-connections-dropped', 'duplicate-at-enqueue', 'kill', 'duplicate', 'rollback', 'pause', 'duplicate-at-enqueue'];
+    // Seconds from a failover's end to the first claim after it, and from a purge to every job
+    // that was pending then having been claimed again (or ended).
+    const failovers: number[] = [];
+    const purges: number[] = [];
+    let purgedPending = 0;
+    const untilTrue = async (q: () => Promise<boolean>, timeoutMs: number): Promise<boolean> => {
+      for (const end = Date.now() + timeoutMs; Date.now() < end; await sleep(100)) if (await q().catch(() => false)) return true;
+      return false;
+    };
     const inject = async (f: Fault): Promise<void> => {
       switch (f) {
         case 'duplicate': {
@@ -265,6 +277,36 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
           const r = await injector.dropDbConnections();
           count('db-connections-dropped');
           connectionsDropped += r.terminated;
+          return;
+        }
+        case 'db-failover': {
+          const r = await injector.dbFailover(o.failoverSeconds);
+          count('db-failover');
+          background.push(
+            r.over.then(async () => {
+              const back = new Date();
+              const resumed = await untilTrue(async () => (await db!.query('SELECT 1 FROM jobs.job WHERE claimed_at > $1 LIMIT 1', [back])).rowCount === 1, 60_000);
+              if (resumed) failovers.push(Date.now() - back.getTime());
+            }),
+          );
+          return;
+        }
+        case 'queue-purged': {
+          const { rows } = await db!.query<{ id: string }>("SELECT id FROM jobs.job WHERE finished_at IS NULL AND state = 'pending'");
+          if (rows.length === 0) throw new FaultError(409, 'no pending job whose message a purge would lose');
+          const at = new Date();
+          await injector.purgeQueue();
+          count('queue-purged');
+          purgedPending += rows.length;
+          const ids = rows.map((r) => r.id);
+          background.push(
+            untilTrue(
+              async () => (await db!.query("SELECT 1 FROM jobs.job WHERE id = ANY($1::uuid[]) AND state = 'pending' AND (claimed_at IS NULL OR claimed_at < $2) LIMIT 1", [ids, at])).rowCount === 0,
+              o.drainTimeoutSeconds * 1000,
+            ).then((healed) => {
+              if (healed) purges.push(Date.now() - at.getTime());
+            }),
+          );
           return;
         }
       }
@@ -326,6 +368,13 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       faults,
       events,
       enqueueErrors,
+      failoverToClaim: failovers,
+      purgeToHealed: purges,
+      // Every worker that exited was one the kill fault SIGKILLed; the API never exits.
+      unexpectedExits: [
+        ...workers.list().filter((w) => w.state === 'exited' && !kills.some((k) => k.workerId === w.id)).map((w) => `worker ${w.id} exited without being killed`),
+        ...(stack.api.exitCode !== null || stack.api.signalCode !== null ? [`the API process exited (${stack.api.exitCode ?? stack.api.signalCode})`] : []),
+      ],
     };
     const { log: _log, signal: _signal, ...options } = o;
     return {
@@ -340,6 +389,8 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
         connectionsDropped,
         faultsSkipped,
         drainSeconds,
+        failoverSeconds: o.failoverSeconds,
+        purgedPending,
       },
     };
   } finally {

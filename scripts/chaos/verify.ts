@@ -92,8 +92,14 @@ export interface Observations {
   claimedJobIds: string[];
   faults: Record<string, number>;
   events: Record<string, number>;
-  /** Enqueue requests that failed (not counted as committed). */
+  /** Enqueue requests that failed (not counted as committed; a 503 during the failover). */
   enqueueErrors: number;
+  /** Database failover over → first claim after it (ms). */
+  failoverToClaim: number[];
+  /** Queue purged → every job pending then claimed again or ended (ms). */
+  purgeToHealed: number[];
+  /** Processes that ended without the kill fault ending them (a failover must end none). */
+  unexpectedExits: string[];
 }
 
 export interface Check {
@@ -121,6 +127,8 @@ export interface Figures {
   killToResumption: Stats;
   pauseToReclaim: Stats;
   commitToClaimAfterPublisherKilled: Stats;
+  failoverToClaim: Stats;
+  purgeToHealed: Stats;
 }
 
 export interface Stats {
@@ -136,7 +144,7 @@ export interface Verdict {
 }
 
 /** The fault kinds a run must have injected at least once. */
-export const REQUIRED_FAULTS = ['duplicate', 'kill', 'restart', 'pause', 'rollback', 'publisher-killed', 'sqs-error', 'db-connections-dropped'];
+export const REQUIRED_FAULTS = ['duplicate', 'kill', 'restart', 'pause', 'rollback', 'publisher-killed', 'sqs-error', 'db-connections-dropped', 'db-failover', 'queue-purged'];
 
 const short = (id: string) => id.slice(-8);
 
@@ -311,6 +319,12 @@ export function verify(o: Observations): Verdict {
     REQUIRED_FAULTS.filter((f) => !(o.faults[f]! > 0)).map((f) => `no ${f} fault was injected: the run proves nothing about it`),
   );
 
+  check(
+    'no-exits',
+    'no process ended but those the kill fault killed (a database failover ends none)',
+    o.unexpectedExits ?? [],
+  );
+
   // kill → resumption: every job a killed worker held was taken up again (or had ended)
   const killed = o.kills.flatMap((k) => k.jobs.map((j) => ({ ...j, at: k.at })));
   check(
@@ -340,6 +354,8 @@ export function verify(o: Observations): Verdict {
     killToResumption: stats(resumed(o.kills)),
     pauseToReclaim: stats(resumed(o.pauses)),
     commitToClaimAfterPublisherKilled: stats(resumed(o.unpublished)),
+    failoverToClaim: stats(o.failoverToClaim ?? []),
+    purgeToHealed: stats(o.purgeToHealed ?? []),
   };
   return { ok: checks.every((c) => c.ok), checks, figures };
 }

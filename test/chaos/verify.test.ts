@@ -64,6 +64,9 @@ function clean(): Observations {
     faults: Object.fromEntries(REQUIRED_FAULTS.map((f) => [f, 1])),
     events: {},
     enqueueErrors: 0,
+    failoverToClaim: [],
+    purgeToHealed: [],
+    unexpectedExits: [],
   };
 }
 
@@ -178,6 +181,14 @@ describe('chaos verdict on crafted data', () => {
     expect(failed(o)).toEqual(['resumed-after-kill']);
   });
 
+  it('a process that ended without the kill fault ending it (a failover must end none)', () => {
+    const o = clean();
+    o.unexpectedExits = ['worker local-worker-2 exited without being killed'];
+    const v = verify(o);
+    expect(v.ok).toBe(false);
+    expect(v.checks.find((c) => c.name === 'no-exits')?.violations).toEqual(['worker local-worker-2 exited without being killed']);
+  });
+
   it('stats: median and max', () => {
     expect(stats([])).toEqual({ n: 0, medianMs: null, maxMs: null });
     expect(stats([400, 100, 300, 200])).toEqual({ n: 4, medianMs: 250, maxMs: 400 });
@@ -191,13 +202,13 @@ describe('chaos verdict on crafted data', () => {
       observations: o,
       options: { ...DEFAULT_CHAOS, seed: 1 },
       timings: CHAOS_TIMINGS,
-      notes: { zombieRefusals: 2, heldAtKill: 1, heldAtPause: 0, connectionsDropped: 3, faultsSkipped: 0, drainSeconds: 4 },
+      notes: { zombieRefusals: 2, heldAtKill: 1, heldAtPause: 0, connectionsDropped: 3, faultsSkipped: 0, drainSeconds: 4, failoverSeconds: 8, purgedPending: 5 },
     };
     const text = formatReport(result, 60);
     expect(text).toMatch(/double effects\s+1\s+must be 0/);
     expect(text).toMatch(/kill -9 → job resumed by another worker\s+3\.0 s/);
     expect(text).toMatch(/✗ exact-effects/);
-    expect(text.trim().split('\n').at(-1)).toBe('chaos: 9 passed, 1 failed');
+    expect(text.trim().split('\n').at(-1)).toBe('chaos: 10 passed, 1 failed');
   });
 });
 
@@ -241,6 +252,9 @@ describe('chaos collectors on a real database', () => {
       faults: Object.fromEntries(REQUIRED_FAULTS.map((f) => [f, 1])),
       events: {},
       enqueueErrors: 0,
+    failoverToClaim: [],
+    purgeToHealed: [],
+    unexpectedExits: [],
     };
     const v = verify(o);
     expect(v.ok).toBe(false);
