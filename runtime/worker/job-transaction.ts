@@ -36,8 +36,9 @@ export class JobTransaction implements JobDb {
 
   constructor(private readonly pool: pg.Pool) {}
 
+  /** The job must complete through commitWith (a refused statement counts: the attempt then ends dead). */
   get opened(): boolean {
-    return this.opening !== null;
+    return this.opening !== null || this.leftFence !== null;
   }
 
   /** Why this attempt cannot complete, once the handler tried to leave the fence (it may have caught the error). */
@@ -69,9 +70,12 @@ export class JobTransaction implements JobDb {
    * Throws JobTransactionEndedError, and commits nothing, if the handler ended the transaction.
    */
   async commitWith(complete: (client: pg.PoolClient) => Promise<boolean>): Promise<boolean> {
+    if (this.leftFence) {
+      await this.rollback();
+      throw this.leftFence;
+    }
     const c = await this.open();
     try {
-      if (this.leftFence) throw this.leftFence;
       // Idle: the completion would run, and commit, on its own.
       this.checkStillOpen(c, null);
       if (!(await complete(c))) {

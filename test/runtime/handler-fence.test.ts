@@ -42,6 +42,10 @@ const scripts: Record<string, (ctx: JobContext, batch: string) => Promise<void>>
     await ctx.db.query(SMUGGLED_COMMIT);
     await insertLedger(ctx, `${batch}-after`, 2); // must never run: it would autocommit
   },
+  // Its only ctx.db call is the refused one (no transaction was ever opened), swallowed.
+  'commit-only-swallowed': async (ctx) => {
+    await ctx.db.query('COMMIT').catch(() => undefined);
+  },
   'call-committing-procedure': async (ctx, batch) => {
     await insertLedger(ctx, batch, 1);
     await ctx.db.query('CALL fence_commit_proc($1)', [batch]);
@@ -263,6 +267,12 @@ describe('through the real worker (MemoryQueue)', () => {
     const dead = await settled(job.id);
     expect(dead).toMatchObject({ state: 'dead', attempt: 1, lastError: { name: 'TransactionControlRefusedError' } });
     expect(await ledgerRows('W-SWALLOWED')).toBe(0);
+  });
+
+  it('a handler whose only ctx.db call is a swallowed COMMIT: dead too, not completed in a batch', async () => {
+    const job = await enqueue('commit-only-swallowed', 'W-ONLY');
+    const dead = await settled(job.id);
+    expect(dead).toMatchObject({ state: 'dead', attempt: 1, result: null, lastError: { name: 'TransactionControlRefusedError' } });
   });
 
   it('a handler that slips COMMIT; BEGIN past the refusal: dead (non-retryable) at completion, the completion not applied', async () => {
