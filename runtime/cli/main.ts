@@ -43,6 +43,8 @@ On-call (docs/runbooks/README.md):
   jobs dlq move-cancel TASK_HANDLE [--by WHO]   stop a running move task (AWS): what it moved stays moved, the rest stays in the DLQ
   jobs poison list [--reason R] [--since T] [--resolved] [--limit N] [--json]
   jobs stuck [--running-seconds N] [--pending-seconds N] [--limit N] [--json]
+  jobs republish (ID… | --type T | --state pending --older-than D) [--by WHO] [--reason R] [--limit N] [--json]
+                                              a fresh message for pending jobs whose message is lost (the reconciler does it within minutes)
   (T: an ISO 8601 time with an offset, or an age such as 30m, 6h, 2d)
 
 Settings come from the environment (DATABASE_URL, JOBS_QUEUE_URL, …); next to a running
@@ -284,6 +286,7 @@ export async function main(argv: string[]): Promise<number> {
     case 'dlq':
     case 'poison':
     case 'stuck':
+    case 'republish':
       return (await import('../ops/cli.ts')).opsCommand(command, rest, await resolveEnv(), out);
 
     default:

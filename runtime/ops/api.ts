@@ -17,6 +17,7 @@
 //   POST /v1/dlq/move-tasks/cancel           { taskHandle, by? }   stop a running move (AWS); 404 no such running task, 403 SQS refused, 409 local
 //   GET  /v1/poison-messages?reason=&since=&includeResolved=&limit=&cursor=
 //   GET  /v1/stuck-jobs?limit=
+//   POST /v1/pending-jobs/republish          { ids? | type? | olderThanSeconds?, by?, reason?, limit? }   fresh messages for pending jobs
 //
 // Errors keep the API's shape `{ error: { code, message, field? } }`; a service's ValidationError
 // becomes a 400 naming the field. Who asked is recorded as the name given plus the caller's
@@ -34,7 +35,7 @@ import { findStuckJobs } from './stuck.ts';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const ISO = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2}))?$/i;
-const PREFIXES = ['/v1/dead-jobs', '/v1/dlq', '/v1/poison-messages', '/v1/stuck-jobs'];
+const PREFIXES = ['/v1/dead-jobs', '/v1/dlq', '/v1/poison-messages', '/v1/stuck-jobs', '/v1/pending-jobs'];
 
 export interface OpsRequest {
   req: http.IncomingMessage;
@@ -186,7 +187,27 @@ export class OpsRoutes {
     if (a === 'dlq' && seg.length === 3 && b === 'move-tasks' && c === 'cancel') return await route({ POST: () => this.dlqMoveCancel(r) });
     if (a === 'poison-messages' && seg.length === 1) return await route({ GET: () => this.poison(r) });
     if (a === 'stuck-jobs' && seg.length === 1) return await route({ GET: () => this.stuck(r) });
-    throw new HttpError(404, 'not_found', `no route ${r.method} ${r.path.slice(0, 200)}; see the on-call routes in runtime/ops/api.ts (/v1/dead-jobs, /v1/dlq/messages, /v1/poison-messages, /v1/stuck-jobs)`);
+    if (a === 'pending-jobs' && seg.length === 2 && b === 'republish') return await route({ POST: () => this.republish(r) });
+    throw new HttpError(404, 'not_found', `no route ${r.method} ${r.path.slice(0, 200)}; see the on-call routes in runtime/ops/api.ts (/v1/dead-jobs, /v1/dlq/messages, /v1/poison-messages, /v1/stuck-jobs, /v1/pending-jobs/republish)`);
+  }
+
+  private async republish(r: OpsRequest): Promise<OpsReply> {
+    const b = await body(r.req, ['ids', 'type', 'olderThanSeconds', 'by', 'reason', 'limit'], true);
+    const f = filterFrom({ ...(b.ids !== undefined ? { ids: b.ids } : {}), ...(b.type !== undefined ? { type: b.type } : {}) });
+    const olderThan = intParam('olderThanSeconds', b.olderThanSeconds, 0, 365 * 86_400);
+    if (!f.ids?.length && !f.type && olderThan === undefined) {
+      throw new HttpError(400, 'invalid_field', 'selection: name the pending jobs to re-publish: ids, type, or olderThanSeconds (due for longer than that)', 'ids');
+    }
+    const limit = intParam('limit', b.limit, 1, 100_000);
+    const report = await this.ops.republish.republish({
+      ...(f.ids ? { ids: f.ids } : {}),
+      ...(f.type ? { type: f.type } : {}),
+      ...(olderThan !== undefined ? { dueBefore: new Date(Date.now() - olderThan * 1000) } : {}),
+      ...(limit !== undefined ? { limit } : {}),
+      by: this.who(r.req, strParam('by', b.by, 200)),
+      reason: strParam('reason', b.reason, 1000) ?? null,
+    });
+    return { status: 200, body: { republished: report.jobs.length, jobs: report.jobs, skipped: report.skipped } };
   }
 
   private who(req: http.IncomingMessage, by: string | undefined): string {

@@ -139,6 +139,8 @@ export async function opsCommand(command: string, argv: string[], env: Env, out:
       return poisonCommand(argv, env, out);
     case 'stuck':
       return stuckCommand(argv, env, out);
+    case 'republish':
+      return republishCommand(argv, env, out);
     default:
       throw new UsageError(`unknown on-call command ${command} (see jobs help)`);
   }
@@ -449,4 +451,48 @@ async function stuckCommand(argv: string[], env: Env, out: Out): Promise<number>
   }
   if (stuck.length === 0) out('(no stuck jobs)');
   return 0;
+}
+
+/** An age such as 90s, 30m, 6h, 2d, in seconds. */
+function ageSeconds(flag: string, raw: string): number {
+  const m = /^(\d+)(s|m|h|d)$/.exec(raw.trim());
+  if (!m) throw new UsageError(`${flag} must be an age such as 90s, 30m, 6h, 2d (got ${raw})`);
+  return Number(m[1]) * { s: 1, m: 60, h: 3600, d: 86_400 }[m[2] as 's' | 'm' | 'h' | 'd'];
+}
+
+/** `jobs republish (ID… | --type T | --state pending --older-than D)`: fresh messages for pending jobs. */
+async function republishCommand(argv: string[], env: Env, out: Out): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: { type: { type: 'string' }, state: { type: 'string' }, 'older-than': { type: 'string' }, by: { type: 'string' }, reason: { type: 'string' }, limit: { type: 'string' }, json: { type: 'boolean' } },
+  });
+  if (values.state !== undefined && values.state !== 'pending') {
+    throw new UsageError(`--state must be pending (got ${values.state}): a running job's owner holds its message and the rescuer re-publishes it if the owner dies; a finished job needs none`);
+  }
+  const idList = positionals.length > 0 ? ids(positionals, 'jobs republish') : undefined;
+  const olderThan = values['older-than'] !== undefined ? ageSeconds('--older-than', values['older-than']) : undefined;
+  if (!idList && !values.type && olderThan === undefined) {
+    throw new UsageError('jobs republish: name the pending jobs: job ids, --type T, or --state pending --older-than D (e.g. 10m)');
+  }
+  const limit = intFlag('--limit', values.limit, 1, 100_000);
+  const r = await withOps(env, (ops) =>
+    ops.republish.republish({
+      ...(idList ? { ids: idList } : {}),
+      ...(values.type ? { type: values.type } : {}),
+      ...(olderThan !== undefined ? { dueBefore: new Date(Date.now() - olderThan * 1000) } : {}),
+      ...(limit !== undefined ? { limit } : {}),
+      by: whoAsked(values.by),
+      reason: values.reason ?? null,
+    }),
+  );
+  if (values.json) {
+    out(JSON.stringify({ republished: r.jobs.length, ...r }));
+  } else {
+    out(`re-published ${r.jobs.length} pending job(s) through the outbox (recorded as job-republish by ${whoAsked(values.by)}); a job that still had its message gets a harmless duplicate`);
+    for (const j of r.jobs.slice(0, 50)) out(`  ${j.id}  ${j.type.padEnd(16)}  due ${j.runAfter}`);
+    if (r.jobs.length > 50) out(`  … and ${r.jobs.length - 50} more`);
+    for (const line of skippedLines(r.skipped)) out(line);
+  }
+  return r.skipped.length > 0 ? 1 : 0;
 }

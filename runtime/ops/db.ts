@@ -43,7 +43,7 @@ export function rowToOpsJob(r: JobRow): OpsJob {
 export interface OperatorAction {
   id: string;
   at: Date;
-  action: 'job-redrive' | 'job-discard' | 'dlq-resend' | 'dlq-drop' | 'dlq-discard' | 'dlq-move' | 'dlq-move-cancel';
+  action: 'job-redrive' | 'job-discard' | 'job-republish' | 'dlq-resend' | 'dlq-drop' | 'dlq-discard' | 'dlq-move' | 'dlq-move-cancel';
   by: string;
   jobId: string | null;
   messageId: string | null;

@@ -11,12 +11,15 @@ import type { JobQueue } from '../queue/types.ts';
 import type { Publisher } from '../store/outbox.ts';
 import { DeadJobService } from './dead-jobs.ts';
 import { DeadLetterService, SqsDeadLetterQueue } from './dlq.ts';
+import { RepublishService } from './republish.ts';
 import { DEFAULT_STUCK_THRESHOLDS, stuckThresholdsFromEnv, type StuckThresholds } from './stuck.ts';
 
 export interface OpsServices {
   pool: pg.Pool;
   registry: JobRegistry;
   deadJobs: DeadJobService;
+  /** Fresh messages for pending jobs whose message is lost (jobs republish). */
+  republish: RepublishService;
   /** Null when this process was given no DLQ URL. */
   deadLetters: DeadLetterService | null;
   stuck: StuckThresholds;
@@ -52,6 +55,7 @@ export function createOpsServices(o: OpsServicesOptions): OpsServices {
     pool: o.pool,
     registry: o.registry,
     deadJobs: new DeadJobService(o.pool, o.publisher),
+    republish: new RepublishService(o.pool, o.publisher),
     deadLetters,
     stuck: o.stuck ?? DEFAULT_STUCK_THRESHOLDS,
   };
