@@ -76,8 +76,10 @@ export interface ChaosResult {
 const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((r) => {
     if (signal?.aborted) return r();
-    const t = setTimeout(r, ms);
-    signal?.addEventListener('abort', () => (clearTimeout(t), r()), { once: true });
+    // The listener goes with the timer: one per sleep left behind would pile up on the run's signal.
+    const onAbort = () => (clearTimeout(t), r());
+    const t = setTimeout(() => (signal?.removeEventListener('abort', onAbort), r()), ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
   });
 
 /** Polls the jobs a fault interrupted until their next attempt is claimed (or they had ended). */
