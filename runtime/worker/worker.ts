@@ -575,9 +575,12 @@ export class Worker {
     try {
       result = await def.run(payload, ctx);
     } catch (err) {
+      // A handler that caught the fence's refusal and threw its own error still ends dead with
+      // the fence's reason: a retry could apply effects that already landed outside the fence.
+      const cause = tx.violation ?? err;
       await tx.rollback();
       if (h.lost || h.released) return;
-      return this.failAttempt(h, err, err instanceof NonRetryableError, log);
+      return this.failAttempt(h, cause, cause instanceof NonRetryableError, log);
     }
     if (h.lost || h.released) {
       await tx.rollback();

@@ -25,6 +25,13 @@ const scripts: Record<string, (ctx: JobContext, batch: string) => Promise<void>>
     await insertLedger(ctx, batch, 3);
     await ctx.db.query('COMMIT').catch(() => undefined);
   },
+  // Catches the refusal and throws an error of its own (a retryable one).
+  'commit-rethrown': async (ctx, batch) => {
+    await insertLedger(ctx, batch, 3);
+    await ctx.db.query('COMMIT').catch(() => {
+      throw new Error('our own wrapper error');
+    });
+  },
   // Ends the transaction in a way the lexer cannot see, and begins a new one: the lexer reads
   // text with standard_conforming_strings on, as PostgreSQL does by default; with it off,
   // PostgreSQL reads \' as an escaped quote, so the text below runs COMMIT and BEGIN while the
@@ -267,6 +274,13 @@ describe('through the real worker (MemoryQueue)', () => {
     const dead = await settled(job.id);
     expect(dead).toMatchObject({ state: 'dead', attempt: 1, lastError: { name: 'TransactionControlRefusedError' } });
     expect(await ledgerRows('W-SWALLOWED')).toBe(0);
+  });
+
+  it('a handler that catches the refusal and throws its own error: dead with the fence reason, not retried', async () => {
+    const job = await enqueue('commit-rethrown', 'W-RETHROWN');
+    const dead = await settled(job.id);
+    expect(dead).toMatchObject({ state: 'dead', attempt: 1, lastError: { name: 'TransactionControlRefusedError' } });
+    expect(await ledgerRows('W-RETHROWN')).toBe(0);
   });
 
   it('a handler whose only ctx.db call is a swallowed COMMIT: dead too, not completed in a batch', async () => {
