@@ -1,16 +1,19 @@
 #!/usr/bin/env -S npx tsx
-// The CDK app: `npx cdk synth -c env=<dev|staging|prod>`. Everything else is in lib/.
+// The CDK app: `npx cdk synth -c env=<dev|staging|prod> [-c apiCertificateArn=ARN] [-c guard=true]`.
+// Everything else is in lib/. The certificate on the command line wins over lib/config.ts; staging
+// and prod refuse to synthesize without one. guard=true runs the Control Tower rules too (the
+// tests always do).
 import { App } from 'aws-cdk-lib';
 import { buildJobPlatform } from '../lib/app.ts';
-import { resolveConfig } from '../lib/config.ts';
+import { CERTIFICATE_CONTEXT_KEY, resolveConfig } from '../lib/config.ts';
 
 const app = new App();
 let config;
 try {
-  config = resolveConfig(app.node.tryGetContext('env'));
+  config = resolveConfig(app.node.tryGetContext('env'), undefined, { apiCertificateArn: app.node.tryGetContext(CERTIFICATE_CONTEXT_KEY) });
 } catch (err) {
   console.error((err as Error).message);
   process.exit(1);
 }
-buildJobPlatform(app, config);
+buildJobPlatform(app, config, { guard: String(app.node.tryGetContext('guard')) === 'true' });
 app.synth();

@@ -1,9 +1,11 @@
 // Composes the job platform for one environment: the stateful stack, the services stack that
-// depends on it, the tags, and cdk-nag over everything. bin/app.ts picks the environment; the
-// tests call this with any config they like.
+// depends on it, the tags, cdk-nag over everything, and — when asked (the tests; `-c guard=true`)
+// — AWS Control Tower's guard rules, whose acknowledgements (lib/guard.ts) are always in place.
+// bin/app.ts picks the environment; the tests call this with any config they like.
 
 import { Tags, type App } from 'aws-cdk-lib';
 import { assertEnvironment, type EnvironmentConfig } from './config.ts';
+import { acknowledgeGuardRules, addGuardChecks } from './guard.ts';
 import { addNagChecks } from './nag.ts';
 import { JobsDataStack } from './stacks/data-stack.ts';
 import { JobsServicesStack } from './stacks/services-stack.ts';
@@ -13,7 +15,12 @@ export interface JobPlatform {
   services: JobsServicesStack;
 }
 
-export function buildJobPlatform(app: App, config: EnvironmentConfig): JobPlatform {
+export interface BuildOptions {
+  /** Run the Control Tower guard rules at synth (about 10 s per environment). */
+  guard?: boolean;
+}
+
+export function buildJobPlatform(app: App, config: EnvironmentConfig, opts: BuildOptions = {}): JobPlatform {
   // Checked here too, so no caller can build an environment the rules reject.
   assertEnvironment(config);
   // Environment-agnostic on purpose: synth needs no account, no credentials and no lookups;
@@ -24,5 +31,8 @@ export function buildJobPlatform(app: App, config: EnvironmentConfig): JobPlatfo
   Tags.of(app).add('project', 'erp-jobs');
   Tags.of(app).add('environment', config.envName);
   addNagChecks(app);
-  return { data, services };
+  if (opts.guard) addGuardChecks(app);
+  const platform = { data, services };
+  acknowledgeGuardRules(platform, config);
+  return platform;
 }

@@ -17,6 +17,12 @@ export type LogRetentionDays = 7 | 14 | 30 | 90 | 180 | 365;
 export interface NetworkConfig {
   /** NAT gateways for the tasks' and the bootstrap's egress (ECR, SQS, Secrets Manager, CloudWatch). One per AZ for zone-independent egress. */
   natGateways: number;
+  /**
+   * Interface endpoints for SQS, ECR (api, dkr), Secrets Manager, CloudWatch (metrics) and Logs,
+   * with the services' and the bootstrap's HTTPS egress narrowed to them and to the S3 gateway
+   * endpoint (present in every environment). Costs per endpoint-hour per AZ, so prod only.
+   */
+  interfaceEndpoints: boolean;
 }
 
 export interface QueueConfig {
@@ -29,6 +35,26 @@ export interface QueueConfig {
 export interface DatabaseConfig {
   /** RDS instance class without the `db.` prefix, e.g. `t4g.micro`. Must be in INSTANCE_MEMORY_GIB (the connection budget needs its memory). */
   instanceClass: string;
+  /**
+   * PostgreSQL version, major.minor, pinned: automatic minor upgrades are off, so the template
+   * says what runs. Upgrade by changing it here (in a maintenance window; docs/deploy.md).
+   */
+  engineVersion: string;
+  /** Daily automated backup window, UTC, `hh:mm-hh:mm` (at least 30 minutes, not overlapping the maintenance window). */
+  backupWindow: string;
+  /** Weekly maintenance window, UTC, `ddd:hh:mm-ddd:hh:mm`. */
+  maintenanceWindow: string;
+  /** Performance Insights with its free 7-day retention (staging, prod). */
+  performanceInsights: boolean;
+  /** Statements slower than this are logged (`log_min_duration_statement`), with lock waits past deadlock_timeout (`log_lock_waits`). */
+  slowStatementMilliseconds: number;
+  /**
+   * The services' connections end a transaction left idle this long
+   * (`idle_in_transaction_session_timeout`, set through PGOPTIONS on the API and worker tasks
+   * only). Far above any gap inside a job's transaction; no statement_timeout for the worker.
+   * docs/deploy.md#database-diagnostics says why.
+   */
+  idleInTransactionTimeoutSeconds: number;
   allocatedStorageGiB: number;
   /** Storage autoscaling ceiling. */
   maxAllocatedStorageGiB: number;
@@ -58,8 +84,15 @@ export interface ServiceSizing {
 export interface ApiConfig extends ServiceSizing {
   /** Connections one API task opens (API_POOL_SIZE). */
   poolSize: number;
-  /** ACM certificate ARN for the load balancer's HTTPS listener. Without one the API is plain HTTP (dev only, see docs/deploy.md). */
+  /**
+   * ACM certificate ARN for the load balancer's HTTPS listener (443, TLS 1.2+; port 80 only
+   * redirects). `-c apiCertificateArn=ARN` on the command line wins over this.
+   */
   certificateArn?: string;
+  /** Serve plain HTTP when there is no certificate (dev only); otherwise synth refuses without one. */
+  allowPlainHttp: boolean;
+  /** Load balancer deletion protection (prod): `cdk destroy` of the services stack stops at it. */
+  deletionProtection: boolean;
 }
 
 export interface WorkerConfig extends ServiceSizing {
@@ -89,6 +122,14 @@ export interface AlarmConfig {
   jobsDeadLetteredPer5Minutes: number;
   /** Load balancer 5xx responses per 5 minutes at which on-call is paged. */
   api5xxPer5Minutes: number;
+  /** Database CPU (%) sustained for 15 minutes at which on-call is paged. */
+  databaseCpuPercent: number;
+  /** Free storage below this share of the allocated storage pages on-call (autoscaling should have grown it). */
+  databaseFreeStorageFraction: number;
+  /** Freeable memory below this share of the instance class's memory pages on-call. */
+  databaseFreeableMemoryFraction: number;
+  /** Minutes the worker may sit at worker.maxTasks with more than backlogPerTaskTarget messages per task before on-call is paged. */
+  workerAtMaximumMinutes: number;
   /**
    * When a job counts as stuck (JobsStuck alarm, `jobs stuck`, GET /v1/stuck-jobs), given to both
    * services as JOBS_STUCK_RUNNING_SECONDS / JOBS_STUCK_PENDING_SECONDS: running longer than
@@ -98,14 +139,27 @@ export interface AlarmConfig {
   stuckJobs: StuckThresholds;
 }
 
+export interface SecretReadersConfig {
+  /**
+   * Who besides the API may read the API token (to configure the ERP clients) and who besides
+   * the API may read the operator token (on-call): IAM role names, `*` wildcards allowed (SSO
+   * roles carry a suffix), in the deploying account. The secrets' resource policies deny
+   * secretsmanager:GetSecretValue to everyone else. docs/deploy.md#secrets.
+   */
+  apiTokenRoleNames: string[];
+  operatorTokenRoleNames: string[];
+}
+
 export interface EnvironmentConfig {
   envName: EnvironmentName;
   /** Prefix of the stack names: `<prefix>-Data`, `<prefix>-Services`. */
   stackPrefix: string;
   /** Termination protection on the stateful stack (database, queues). */
   terminationProtection: boolean;
-  /** Retention of the services', the bootstrap's and the VPC flow logs' log groups. */
+  /** Retention of the services', the bootstrap's, the database's and the VPC flow logs' log groups. */
   logRetentionDays: LogRetentionDays;
+  /** Keep the log groups when their stack is deleted (prod: logs are evidence). */
+  retainLogs: boolean;
   /** Days the load balancer's access logs are kept. */
   accessLogRetentionDays: number;
   network: NetworkConfig;
@@ -115,18 +169,54 @@ export interface EnvironmentConfig {
   api: ApiConfig;
   worker: WorkerConfig;
   alarms: AlarmConfig;
+  secretReaders: SecretReadersConfig;
 }
+
+/** The PostgreSQL minor every environment runs (pinned; see DatabaseConfig.engineVersion). */
+export const POSTGRES_VERSION = '17.9';
+
+/**
+ * One hour: a job's transaction opens at its handler's first query and stays open until the
+ * completion commits, so it may legitimately sit idle while the handler computes between writes.
+ * An hour of silence is far beyond that (the stuck-job threshold, alarms.stuckJobs.runningSeconds,
+ * is an hour too), and still ends what only a frozen process leaves behind: a transaction that
+ * holds row locks and keeps VACUUM from cleaning the job table.
+ */
+export const IDLE_IN_TRANSACTION_TIMEOUT_SECONDS = 3_600;
+
+const DATABASE_AND_SCALING_ALARMS = {
+  databaseCpuPercent: 80,
+  databaseFreeStorageFraction: 0.1,
+  databaseFreeableMemoryFraction: 0.1,
+  workerAtMaximumMinutes: 15,
+} as const;
+
+/**
+ * Who may read the tokens besides the API (docs/deploy.md#secrets): IAM Identity Center permission
+ * sets' roles by default. Change them to the roles your organisation uses before the first deploy.
+ */
+const SECRET_READERS: SecretReadersConfig = {
+  apiTokenRoleNames: ['AWSReservedSSO_ErpJobsAdmin_*'],
+  operatorTokenRoleNames: ['AWSReservedSSO_ErpJobsOnCall_*', 'AWSReservedSSO_ErpJobsAdmin_*'],
+};
 
 const dev: EnvironmentConfig = {
   envName: 'dev',
   stackPrefix: 'ErpJobs-dev',
   terminationProtection: false,
   logRetentionDays: 14,
+  retainLogs: false,
   accessLogRetentionDays: 14,
-  network: { natGateways: 1 },
+  network: { natGateways: 1, interfaceEndpoints: false },
   queues: { retentionDays: 4, deadLetterRetentionDays: 14 },
   database: {
     instanceClass: 't4g.micro',
+    engineVersion: POSTGRES_VERSION,
+    backupWindow: '02:00-02:30',
+    maintenanceWindow: 'sun:03:00-sun:03:30',
+    performanceInsights: false,
+    slowStatementMilliseconds: 1_000,
+    idleInTransactionTimeoutSeconds: IDLE_IN_TRANSACTION_TIMEOUT_SECONDS,
     allocatedStorageGiB: 20,
     maxAllocatedStorageGiB: 50,
     multiAz: false,
@@ -135,7 +225,8 @@ const dev: EnvironmentConfig = {
     removal: 'destroy',
   },
   jobTimings: { ...DEFAULT_JOB_TIMINGS, concurrency: 4, maxAttempts: 3, maxReceiveCount: 8, drainSeconds: 30 },
-  api: { cpu: 256, memoryMiB: 512, minTasks: 1, maxTasks: 2, deploymentMaxPercent: 200, poolSize: 5 },
+  // No certificate in dev: plain HTTP, allowed here only.
+  api: { cpu: 256, memoryMiB: 512, minTasks: 1, maxTasks: 2, deploymentMaxPercent: 200, poolSize: 5, allowPlainHttp: true, deletionProtection: false },
   worker: { cpu: 256, memoryMiB: 512, minTasks: 1, maxTasks: 2, deploymentMaxPercent: 200, backlogPerTaskTarget: 8, scaleOutCooldownSeconds: 60, scaleInCooldownSeconds: 300 },
   alarms: {
     emails: [],
@@ -144,8 +235,10 @@ const dev: EnvironmentConfig = {
     leasesLostPer15Minutes: 5,
     jobsDeadLetteredPer5Minutes: 5,
     api5xxPer5Minutes: 20,
+    ...DATABASE_AND_SCALING_ALARMS,
     stuckJobs: { ...DEFAULT_STUCK_THRESHOLDS },
   },
+  secretReaders: SECRET_READERS,
 };
 
 const staging: EnvironmentConfig = {
@@ -153,11 +246,19 @@ const staging: EnvironmentConfig = {
   stackPrefix: 'ErpJobs-staging',
   terminationProtection: true,
   logRetentionDays: 30,
+  retainLogs: false,
   accessLogRetentionDays: 30,
-  network: { natGateways: 1 },
+  network: { natGateways: 1, interfaceEndpoints: false },
   queues: { retentionDays: 4, deadLetterRetentionDays: 14 },
   database: {
     instanceClass: 't4g.medium',
+    engineVersion: POSTGRES_VERSION,
+    // A day before prod's: a maintenance that goes wrong shows here first.
+    backupWindow: '01:00-01:30',
+    maintenanceWindow: 'sat:02:00-sat:02:30',
+    performanceInsights: true,
+    slowStatementMilliseconds: 1_000,
+    idleInTransactionTimeoutSeconds: IDLE_IN_TRANSACTION_TIMEOUT_SECONDS,
     allocatedStorageGiB: 50,
     maxAllocatedStorageGiB: 200,
     multiAz: false,
@@ -166,7 +267,8 @@ const staging: EnvironmentConfig = {
     removal: 'snapshot',
   },
   jobTimings: { ...DEFAULT_JOB_TIMINGS },
-  api: { cpu: 512, memoryMiB: 1024, minTasks: 2, maxTasks: 4, deploymentMaxPercent: 200, poolSize: 10 },
+  // certificateArn: set here or pass -c apiCertificateArn=ARN; synth refuses without one.
+  api: { cpu: 512, memoryMiB: 1024, minTasks: 2, maxTasks: 4, deploymentMaxPercent: 200, poolSize: 10, allowPlainHttp: false, deletionProtection: false },
   worker: { cpu: 1024, memoryMiB: 2048, minTasks: 1, maxTasks: 6, deploymentMaxPercent: 200, backlogPerTaskTarget: 20, scaleOutCooldownSeconds: 60, scaleInCooldownSeconds: 300 },
   alarms: {
     emails: ['erp-jobs-staging@example.com'],
@@ -175,8 +277,10 @@ const staging: EnvironmentConfig = {
     leasesLostPer15Minutes: 5,
     jobsDeadLetteredPer5Minutes: 3,
     api5xxPer5Minutes: 20,
+    ...DATABASE_AND_SCALING_ALARMS,
     stuckJobs: { ...DEFAULT_STUCK_THRESHOLDS },
   },
+  secretReaders: SECRET_READERS,
 };
 
 const prod: EnvironmentConfig = {
@@ -184,12 +288,21 @@ const prod: EnvironmentConfig = {
   stackPrefix: 'ErpJobs-prod',
   terminationProtection: true,
   logRetentionDays: 90,
+  retainLogs: true,
   accessLogRetentionDays: 365,
-  // Two NAT gateways: one per AZ, so losing a zone does not cut the other zone's tasks off SQS.
-  network: { natGateways: 2 },
+  // Two NAT gateways: one per AZ, so losing a zone does not cut the other zone's bootstrap off
+  // Lambda's API; the tasks reach AWS through the interface endpoints.
+  network: { natGateways: 2, interfaceEndpoints: true },
   queues: { retentionDays: 7, deadLetterRetentionDays: 14 },
   database: {
     instanceClass: 'r7g.large',
+    engineVersion: POSTGRES_VERSION,
+    // Quiet hours for the ERP (Europe): backups after midnight, maintenance early Sunday.
+    backupWindow: '00:30-01:00',
+    maintenanceWindow: 'sun:02:00-sun:02:30',
+    performanceInsights: true,
+    slowStatementMilliseconds: 1_000,
+    idleInTransactionTimeoutSeconds: IDLE_IN_TRANSACTION_TIMEOUT_SECONDS,
     allocatedStorageGiB: 100,
     maxAllocatedStorageGiB: 1_000,
     multiAz: true,
@@ -198,7 +311,8 @@ const prod: EnvironmentConfig = {
     removal: 'snapshot',
   },
   jobTimings: { ...DEFAULT_JOB_TIMINGS },
-  api: { cpu: 1024, memoryMiB: 2048, minTasks: 2, maxTasks: 6, deploymentMaxPercent: 200, poolSize: 10 },
+  // certificateArn: set here or pass -c apiCertificateArn=ARN; synth refuses without one.
+  api: { cpu: 1024, memoryMiB: 2048, minTasks: 2, maxTasks: 6, deploymentMaxPercent: 200, poolSize: 10, allowPlainHttp: false, deletionProtection: true },
   worker: { cpu: 2048, memoryMiB: 4096, minTasks: 2, maxTasks: 20, deploymentMaxPercent: 200, backlogPerTaskTarget: 20, scaleOutCooldownSeconds: 60, scaleInCooldownSeconds: 600 },
   alarms: {
     emails: ['erp-jobs-oncall@example.com'],
@@ -207,8 +321,10 @@ const prod: EnvironmentConfig = {
     leasesLostPer15Minutes: 3,
     jobsDeadLetteredPer5Minutes: 1,
     api5xxPer5Minutes: 10,
+    ...DATABASE_AND_SCALING_ALARMS,
     stuckJobs: { ...DEFAULT_STUCK_THRESHOLDS },
   },
+  secretReaders: SECRET_READERS,
 };
 
 export const ENVIRONMENTS: Readonly<Record<EnvironmentName, EnvironmentConfig>> = { dev, staging, prod };
@@ -349,6 +465,7 @@ export function checkEnvironment(c: EnvironmentConfig): RuleViolation[] {
   if (c.worker.backlogPerTaskTarget <= 0) {
     out.push({ rule: 'worker-backlog-target', message: `worker.backlogPerTaskTarget = ${c.worker.backlogPerTaskTarget} must be positive` });
   }
+  out.push(...checkHttps(c), ...checkDatabase(c));
   if (out.length > 0) return out;
 
   const b = connectionBudget(c);
@@ -366,6 +483,92 @@ export function checkEnvironment(c: EnvironmentConfig): RuleViolation[] {
   return out;
 }
 
+/** What `-c apiCertificateArn=…` and the other flags name, for the errors. */
+export const CERTIFICATE_CONTEXT_KEY = 'apiCertificateArn';
+const ACM_CERTIFICATE_ARN = /^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate\/[A-Za-z0-9-]+$/;
+
+function checkHttps(c: EnvironmentConfig): RuleViolation[] {
+  const arn = c.api.certificateArn;
+  if (arn === undefined) {
+    if (c.api.allowPlainHttp) return [];
+    return [{
+      rule: 'api-certificate',
+      message:
+        `the ${c.envName} API must serve HTTPS (its bearer tokens would cross the internet in clear text), and no certificate is given: ` +
+        `set api.certificateArn in lib/config.ts (${c.envName}) or pass -c ${CERTIFICATE_CONTEXT_KEY}=arn:aws:acm:<region>:<account>:certificate/<id> ` +
+        `(an ACM certificate for the API's host name, in the region of the deployment)`,
+    }];
+  }
+  if (!ACM_CERTIFICATE_ARN.test(arn)) {
+    return [{ rule: 'api-certificate-arn', message: `api.certificateArn = ${arn} is not an ACM certificate ARN (arn:aws:acm:<region>:<account>:certificate/<id>); set it in lib/config.ts or with -c ${CERTIFICATE_CONTEXT_KEY}=ARN` }];
+  }
+  return [];
+}
+
+const BACKUP_WINDOW = /^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$/;
+const MAINTENANCE_WINDOW = /^(mon|tue|wed|thu|fri|sat|sun):([01]\d|2[0-3]):([0-5]\d)-(mon|tue|wed|thu|fri|sat|sun):([01]\d|2[0-3]):([0-5]\d)$/;
+const DAYS = ['mon', 'tue', 'wed', 'thu', 'fri', 'sat', 'sun'];
+
+/** Minutes of the week [start, end) a window covers; daily windows repeat every day. */
+function windowRanges(w: string): [number, number][] {
+  const m = MAINTENANCE_WINDOW.exec(w);
+  const ranges: [number, number][] = [];
+  if (m) {
+    const start = DAYS.indexOf(m[1]!) * 1440 + Number(m[2]) * 60 + Number(m[3]);
+    let end = DAYS.indexOf(m[4]!) * 1440 + Number(m[5]) * 60 + Number(m[6]);
+    if (end <= start) end += 7 * 1440;
+    ranges.push([start, end]);
+  } else {
+    const d = BACKUP_WINDOW.exec(w)!;
+    const start = Number(d[1]) * 60 + Number(d[2]);
+    let end = Number(d[3]) * 60 + Number(d[4]);
+    if (end <= start) end += 1440;
+    for (let day = 0; day < 8; day++) ranges.push([day * 1440 + start, day * 1440 + end]);
+  }
+  return ranges;
+}
+
+function checkDatabase(c: EnvironmentConfig): RuleViolation[] {
+  const d = c.database;
+  const out: RuleViolation[] = [];
+  if (!/^\d+\.\d+$/.test(d.engineVersion)) {
+    out.push({ rule: 'database-engine-version', message: `database.engineVersion = ${d.engineVersion} must pin a minor version, major.minor (e.g. 17.9): minor upgrades happen by changing it, never automatically` });
+  }
+  const backupOk = BACKUP_WINDOW.test(d.backupWindow);
+  const maintenanceOk = MAINTENANCE_WINDOW.test(d.maintenanceWindow);
+  if (!backupOk) out.push({ rule: 'database-backup-window', message: `database.backupWindow = ${d.backupWindow} must be hh:mm-hh:mm in UTC (e.g. 00:30-01:00)` });
+  if (!maintenanceOk) out.push({ rule: 'database-maintenance-window', message: `database.maintenanceWindow = ${d.maintenanceWindow} must be ddd:hh:mm-ddd:hh:mm in UTC (e.g. sun:02:00-sun:02:30)` });
+  if (backupOk && maintenanceOk) {
+    const [b] = windowRanges(d.backupWindow);
+    if (b![1] - b![0] < 30) out.push({ rule: 'database-backup-window', message: `database.backupWindow = ${d.backupWindow} must last at least 30 minutes (RDS)` });
+    const [mw] = windowRanges(d.maintenanceWindow);
+    if (mw![1] - mw![0] < 30) out.push({ rule: 'database-maintenance-window', message: `database.maintenanceWindow = ${d.maintenanceWindow} must last at least 30 minutes (RDS)` });
+    const overlaps = windowRanges(d.backupWindow).some(([bs, be]) => [mw!, [mw![0] + 7 * 1440, mw![1] + 7 * 1440]].some(([ms, me]) => bs < me! && ms! < be));
+    if (overlaps) out.push({ rule: 'database-windows-overlap', message: `database.backupWindow = ${d.backupWindow} overlaps database.maintenanceWindow = ${d.maintenanceWindow}; RDS refuses overlapping windows: move one` });
+  }
+  if (!Number.isInteger(d.slowStatementMilliseconds) || d.slowStatementMilliseconds < 100) {
+    out.push({ rule: 'database-slow-statement', message: `database.slowStatementMilliseconds = ${d.slowStatementMilliseconds} must be a whole number ≥ 100 (lower logs nearly every heartbeat and claim)` });
+  }
+  // A job's transaction may sit idle while its handler computes between writes; the timeout is
+  // only for what a frozen process leaves behind. Never below the stuck-job threshold, and far
+  // above the heartbeat, so nothing the platform calls healthy can hit it.
+  const minIdle = Math.max(c.alarms.stuckJobs.runningSeconds, 10 * c.jobTimings.leaseSeconds);
+  if (!Number.isInteger(d.idleInTransactionTimeoutSeconds) || d.idleInTransactionTimeoutSeconds < minIdle) {
+    out.push({
+      rule: 'database-idle-in-transaction',
+      message:
+        `database.idleInTransactionTimeoutSeconds = ${d.idleInTransactionTimeoutSeconds} must be a whole number ≥ ${minIdle} ` +
+        `(the larger of alarms.stuckJobs.runningSeconds = ${c.alarms.stuckJobs.runningSeconds} and 10 × jobTimings.leaseSeconds = ${10 * c.jobTimings.leaseSeconds}): ` +
+        `a job's transaction may be idle while its handler computes, and must not be cut while the job is healthy`,
+    });
+  }
+  for (const key of ['databaseFreeStorageFraction', 'databaseFreeableMemoryFraction'] as const) {
+    const v = c.alarms[key];
+    if (!(v > 0 && v < 1)) out.push({ rule: 'database-alarm-fraction', message: `alarms.${key} = ${v} must be between 0 and 1` });
+  }
+  return out;
+}
+
 /** Throws a ConfigError naming every broken rule, timings first; returns the config unchanged. */
 export function assertEnvironment(c: EnvironmentConfig): EnvironmentConfig {
   const source = `lib/config.ts (${c.envName})`;
@@ -379,12 +582,29 @@ export function assertEnvironment(c: EnvironmentConfig): EnvironmentConfig {
  * The checked config of the environment named on the command line (`-c env=<name>`). A missing
  * or unknown name fails with the list of valid ones.
  */
-export function resolveConfig(name: unknown, environments: Readonly<Record<string, EnvironmentConfig>> = ENVIRONMENTS): EnvironmentConfig {
+export function resolveConfig(
+  name: unknown,
+  environments: Readonly<Record<string, EnvironmentConfig>> = ENVIRONMENTS,
+  overrides: CommandLineOverrides = {},
+): EnvironmentConfig {
   const valid = Object.keys(environments).join(', ');
   if (typeof name !== 'string' || name.trim() === '') {
     throw new Error(`No environment given: run with -c env=<name>, where <name> is one of: ${valid}`);
   }
   const c = Object.hasOwn(environments, name) ? environments[name] : undefined;
   if (!c) throw new Error(`Unknown environment "${name}": -c env=<name> must be one of: ${valid}`);
-  return assertEnvironment(c);
+  return assertEnvironment(withOverrides(c, overrides));
+}
+
+/** What the command line may set over lib/config.ts: `-c apiCertificateArn=ARN`. */
+export interface CommandLineOverrides {
+  apiCertificateArn?: unknown;
+}
+
+/** The config with the command line's values, which win; the config itself is not changed. */
+export function withOverrides(c: EnvironmentConfig, o: CommandLineOverrides): EnvironmentConfig {
+  const arn = o.apiCertificateArn;
+  if (arn === undefined || arn === null || arn === '') return c;
+  if (typeof arn !== 'string') throw new ConfigError(`-c ${CERTIFICATE_CONTEXT_KEY}`, [{ rule: 'api-certificate-arn', message: `-c ${CERTIFICATE_CONTEXT_KEY} must be an ACM certificate ARN string` }]);
+  return { ...c, api: { ...c.api, certificateArn: arn.trim() } };
 }

@@ -5,20 +5,46 @@
 // Its security group admits no one
 // until a consumer is allowed in by name (`allowConnectionsFrom`): the API, the worker and the
 // schema bootstrap, nothing else.
+// Diagnosable: the postgresql log exported to CloudWatch Logs with slow statements and lock waits,
+// enhanced monitoring every minute, Performance Insights where the environment asks, a pinned
+// minor version and the environment's backup and maintenance windows. The secrets outlive the
+// stack where the database does, and only their named readers may read them (secret-readers.ts).
 
 import { Duration, RemovalPolicy } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type * as iam from 'aws-cdk-lib/aws-iam';
+import type * as logs from 'aws-cdk-lib/aws-logs';
 import * as rds from 'aws-cdk-lib/aws-rds';
-import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { Construct } from 'constructs';
-import type { DatabaseConfig } from './config.ts';
-import { acknowledge } from './nag.ts';
+import type { DatabaseConfig, LogRetentionDays } from './config.ts';
+import { acknowledge, acknowledgeLogRetentionFunction } from './nag.ts';
+import { restrictSecretReaders } from './secret-readers.ts';
 
 export interface JobDatabaseProps extends DatabaseConfig {
   vpc: ec2.IVpc;
   subnets: ec2.SubnetSelection;
+  /** Retention of the exported postgresql log. */
+  logRetentionDays: LogRetentionDays;
+  /** Who may read the master secret (the schema bootstrap's role) and the services' secret (the bootstrap and both execution roles). */
+  readers: { master: string[]; app: string[] };
 }
+
+/** The instance's parameters: TLS only, and what an incident review needs in the postgresql log. */
+export function databaseParameters(p: Pick<DatabaseConfig, 'slowStatementMilliseconds'>): Record<string, string> {
+  return {
+    'rds.force_ssl': '1',
+    // Statements slower than this, with their duration and text.
+    log_min_duration_statement: String(p.slowStatementMilliseconds),
+    // A lock wait longer than deadlock_timeout (1 s) is logged with who holds the lock.
+    log_lock_waits: '1',
+    // Autovacuum runs over 1 s: the job table churns, and a vacuum that cannot keep up shows here first.
+    log_autovacuum_min_duration: '1000',
+  };
+}
+
+/** Enhanced monitoring's granularity (OS metrics of the instance). */
+export const ENHANCED_MONITORING_INTERVAL = Duration.seconds(60);
 
 export const DATABASE_NAME = 'erp_jobs';
 export const DATABASE_ADMIN_USER = 'erp_jobs_admin';
@@ -41,8 +67,9 @@ export class JobDatabase extends Construct {
       // The database initiates no connections.
       allowAllOutbound: false,
     });
+    const major = props.engineVersion.split('.')[0]!;
     const instance = new rds.DatabaseInstance(this, 'Instance', {
-      engine: rds.DatabaseInstanceEngine.postgres({ version: rds.PostgresEngineVersion.VER_17 }),
+      engine: rds.DatabaseInstanceEngine.postgres({ version: rds.PostgresEngineVersion.of(props.engineVersion, major) }),
       instanceType: new ec2.InstanceType(props.instanceClass),
       vpc: props.vpc,
       vpcSubnets: props.subnets,
@@ -56,17 +83,35 @@ export class JobDatabase extends Construct {
       storageType: rds.StorageType.GP3,
       multiAz: props.multiAz,
       backupRetention: Duration.days(props.backupRetentionDays),
+      preferredBackupWindow: props.backupWindow,
+      preferredMaintenanceWindow: props.maintenanceWindow,
       deletionProtection: props.deletionProtection,
       removalPolicy: props.removal === 'snapshot' ? RemovalPolicy.SNAPSHOT : RemovalPolicy.DESTROY,
       copyTagsToSnapshot: true,
-      autoMinorVersionUpgrade: true,
+      // Pinned (engineVersion): an automatic minor upgrade would leave the template behind the
+      // instance, and the next deployment would try to go back.
+      autoMinorVersionUpgrade: false,
       caCertificate: rds.CaCertificate.RDS_CA_RSA2048_G1,
-      parameters: { 'rds.force_ssl': '1' },
+      parameters: databaseParameters(props),
+      // Every log PostgreSQL on RDS can export: the server log and the major-version upgrade log.
+      cloudwatchLogsExports: ['postgresql', 'upgrade'],
+      cloudwatchLogsRetention: props.logRetentionDays as logs.RetentionDays,
+      monitoringInterval: ENHANCED_MONITORING_INTERVAL,
+      ...(props.performanceInsights
+        ? { enablePerformanceInsights: true, performanceInsightRetention: rds.PerformanceInsightRetention.DEFAULT }
+        : {}),
     });
     if (!instance.secret) throw new Error('JobDatabase: the generated credentials produced no secret');
     this.instance = instance;
     this.secret = instance.secret;
+    const secretRemoval = props.removal === 'snapshot' ? RemovalPolicy.RETAIN : RemovalPolicy.DESTROY;
+    // The generated master secret (under the instance): kept with the snapshot, else nobody could log in to a restore.
+    const masterSecret = instance.node.findChild('Secret') as secretsmanager.Secret;
+    masterSecret.applyRemovalPolicy(secretRemoval);
+    restrictSecretReaders(masterSecret, props.readers.master);
     const appSecret = new rds.DatabaseSecret(this, 'AppSecret', { username: DATABASE_APP_USER });
+    appSecret.applyRemovalPolicy(secretRemoval);
+    restrictSecretReaders(appSecret, props.readers.app);
     // Attached: Secrets Manager adds host, port, dbname and engine, so the services read it like the RDS secret.
     this.appSecret = appSecret.attach(instance);
     acknowledge(appSecret, 'AwsSolutions-SMG4',
@@ -81,6 +126,10 @@ export class JobDatabase extends Construct {
     if (!props.multiAz) {
       acknowledge(instance, 'AwsSolutions-RDS3', 'Single-AZ by this environment\'s config (database.multiAz = false): a non-production environment trades failover for cost; prod runs Multi-AZ.');
     }
+    // The exported logs' retention is set by aws-cdk-lib's log-retention function (RDS creates the groups).
+    acknowledgeLogRetentionFunction(this);
+    acknowledge(instance, 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonRDSEnhancedMonitoringRole]',
+      'Enhanced monitoring\'s role: the AWS-managed policy RDS documents for it, which only lets RDS write OS metrics to the RDSOSMetrics log group.');
     if (!props.deletionProtection) {
       acknowledge(instance, 'AwsSolutions-RDS10', 'Deletion protection off by this environment\'s config (database.deletionProtection = false): a disposable development database; staging and prod enable it.');
     }

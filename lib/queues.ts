@@ -2,14 +2,18 @@
 // job row decides. The redrive policy is the net for what the worker cannot reach (a crash loop
 // on one message); its maxReceiveCount comes from the checked job timings, so SQS never
 // dead-letters a job the database would still retry. The DLQ keeps longer than the queue so a
-// redriven message (which keeps its original timestamp) does not expire on arrival.
+// redriven message (which keeps its original timestamp) does not expire on arrival. The DLQ's
+// redrive-allow policy admits the job queue alone as a source, so no other queue can dead-letter
+// into it (and page on-call) by pointing its redrive policy here.
 
-import { Duration, RemovalPolicy } from 'aws-cdk-lib';
+import { Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
 import type * as iam from 'aws-cdk-lib/aws-iam';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
+import * as cr from 'aws-cdk-lib/custom-resources';
 import { Construct } from 'constructs';
 import type { JobTimings } from '../runtime/config/rules.ts';
 import type { QueueConfig } from './config.ts';
+import { acknowledgeAwsCustomResourceFunction } from './nag.ts';
 
 export interface JobQueuesProps extends QueueConfig {
   jobTimings: JobTimings;
@@ -40,6 +44,7 @@ export class JobQueues extends Construct {
     });
     this.queue = queue;
     this.deadLetterQueue = dlq;
+    restrictRedriveSources(this, dlq, queue);
   }
 
   /** Publish job messages (the API after commit; the worker's relay and sweeper re-publish). */
@@ -71,4 +76,28 @@ export class JobQueues extends Construct {
   grantDeadLetter(grantee: iam.IGrantable): iam.Grant {
     return this.deadLetterQueue.grantSendMessages(grantee);
   }
+}
+
+/**
+ * The DLQ's RedriveAllowPolicy: `byQueue`, the job queue only. Set after both queues exist: in the
+ * template the policy would name the job queue's ARN while the job queue's redrive policy names the
+ * DLQ's, a cycle CloudFormation refuses. CloudFormation never writes the attribute afterwards (it
+ * is not in the DLQ's properties), so nothing resets it.
+ */
+function restrictRedriveSources(scope: Construct, dlq: sqs.Queue, source: sqs.Queue): void {
+  const policy = Stack.of(scope).toJsonString({ redrivePermission: 'byQueue', sourceQueueArns: [source.queueArn] });
+  const call: cr.AwsSdkCall = {
+    service: 'SQS',
+    action: 'setQueueAttributes',
+    parameters: { QueueUrl: dlq.queueUrl, Attributes: { RedriveAllowPolicy: policy } },
+    physicalResourceId: cr.PhysicalResourceId.of('dead-letter-queue-redrive-allow-policy'),
+  };
+  const resource = new cr.AwsCustomResource(scope, 'DeadLetterQueueRedriveAllowPolicy', {
+    onCreate: call,
+    onUpdate: call,
+    policy: cr.AwsCustomResourcePolicy.fromSdkCalls({ resources: [dlq.queueArn] }),
+    installLatestAwsSdk: false,
+  });
+  resource.node.addDependency(source);
+  acknowledgeAwsCustomResourceFunction(resource);
 }

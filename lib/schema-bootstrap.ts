@@ -8,7 +8,7 @@
 import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { CustomResource, Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
+import { CustomResource, Duration, type RemovalPolicy, Stack } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
@@ -21,6 +21,7 @@ import { ENV } from '../runtime/config/env.ts';
 import type { LogRetentionDays } from './config.ts';
 import type { JobDatabase } from './database.ts';
 import { acknowledge } from './nag.ts';
+import type { Network } from './network.ts';
 import { BOOTSTRAP_ENTRY, LOCK_FILE, MIGRATIONS_DIR, REPO_ROOT } from './paths.ts';
 
 /** The Amazon CA certificates (RDS's among them) in AWS Lambda's Node.js runtimes. */
@@ -57,10 +58,12 @@ const BUNDLING: nodejs.BundlingOptions = {
 export const BOOTSTRAP_TIMEOUT = Duration.minutes(10);
 
 export interface SchemaBootstrapProps {
-  vpc: ec2.IVpc;
-  subnets: ec2.SubnetSelection;
+  network: Network;
   database: JobDatabase;
+  /** The function role's fixed name: the database secrets' resource policies admit it by name (secret-readers.ts). */
+  roleName: string;
   logRetentionDays: LogRetentionDays;
+  logRemovalPolicy: RemovalPolicy;
 }
 
 export class SchemaBootstrap extends Construct {
@@ -74,14 +77,15 @@ export class SchemaBootstrap extends Construct {
     this.migrationsHash = migrationsHash();
 
     const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
-      vpc: props.vpc,
+      vpc: props.network.vpc,
       description: 'Schema bootstrap function: PostgreSQL to the job store, HTTPS to Secrets Manager',
       allowAllOutbound: false,
     });
-    securityGroup.addEgressRule(ec2.Peer.anyIpv4(), ec2.Port.tcp(443), 'HTTPS to Secrets Manager (through NAT)');
+    props.network.allowHttpsToAws(securityGroup, 'the schema bootstrap');
     props.database.allowConnectionsFrom(securityGroup, 'the schema bootstrap');
 
     const role = new iam.Role(this, 'Role', {
+      roleName: props.roleName,
       assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
       description: 'Schema bootstrap function: logs, VPC network interfaces, read the database secrets (master and services)',
       managedPolicies: [iam.ManagedPolicy.fromAwsManagedPolicyName('service-role/AWSLambdaVPCAccessExecutionRole')],
@@ -92,7 +96,7 @@ export class SchemaBootstrap extends Construct {
 
     const logGroup = new logs.LogGroup(this, 'Logs', {
       retention: props.logRetentionDays as logs.RetentionDays,
-      removalPolicy: RemovalPolicy.DESTROY,
+      removalPolicy: props.logRemovalPolicy,
     });
 
     const fn = new nodejs.NodejsFunction(this, 'Function', {
@@ -105,8 +109,8 @@ export class SchemaBootstrap extends Construct {
       architecture: lambda.Architecture.ARM_64,
       memorySize: 512,
       timeout: BOOTSTRAP_TIMEOUT,
-      vpc: props.vpc,
-      vpcSubnets: props.subnets,
+      vpc: props.network.vpc,
+      vpcSubnets: props.network.appSubnets,
       securityGroups: [securityGroup],
       role,
       logGroup,
@@ -128,7 +132,7 @@ export class SchemaBootstrap extends Construct {
 
     const providerLogs = new logs.LogGroup(this, 'ProviderLogs', {
       retention: props.logRetentionDays as logs.RetentionDays,
-      removalPolicy: RemovalPolicy.DESTROY,
+      removalPolicy: props.logRemovalPolicy,
     });
     const provider = new cr.Provider(this, 'Provider', { onEventHandler: fn, logGroup: providerLogs });
     acknowledge(provider, 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]',

@@ -1,13 +1,19 @@
 // The alarms that page on-call, all in this file, each to the on-call topic. Every description
 // says what the alarm means in this system and names the runbook section to open
 // (docs/runbooks/README.md#<anchor>). The platform's own failure metrics are watched by the names
-// the worker emits them under (runtime/metrics/names.ts), with no dimensions.
+// the worker emits them under (runtime/metrics/names.ts), with no dimensions. Beyond the queue:
+// the database (CPU, storage, memory, connections against the connection budget), the API
+// (5xx, unhealthy targets, tasks below the minimum) and a worker fleet at its maximum with a
+// backlog. The API's 5xx and unhealthy-target alarms are its ECS deployment alarms: a deployment
+// that sets them off rolls back.
 
 import { Duration } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as ecs from 'aws-cdk-lib/aws-ecs';
 import { Construct } from 'constructs';
 import { METRIC, metricNamespace } from '../../runtime/metrics/names.ts';
-import type { AlarmConfig, EnvironmentName } from '../config.ts';
+import { INSTANCE_MEMORY_GIB, type AlarmConfig, type ConnectionBudget, type DatabaseConfig, type EnvironmentName } from '../config.ts';
+import type { JobDatabase } from '../database.ts';
 import type { JobQueues } from '../queues.ts';
 import type { ApiService } from '../services/api.ts';
 import type { WorkerService } from '../services/worker.ts';
@@ -21,6 +27,10 @@ export interface JobAlarmsProps {
   queues: JobQueues;
   api: ApiService;
   worker: WorkerService;
+  database: JobDatabase;
+  databaseConfig: DatabaseConfig;
+  /** The connection budget config.ts computes: the connections alarm watches its ceiling. */
+  connectionBudget: ConnectionBudget;
 }
 
 export type JobAlarmName =
@@ -31,7 +41,19 @@ export type JobAlarmName =
   | 'jobsDeadLettered'
   | 'api5xx'
   | 'workerTasksBelowMinimum'
-  | 'jobsStuck';
+  | 'jobsStuck'
+  | 'apiUnhealthyTargets'
+  | 'apiTasksBelowMinimum'
+  | 'workerAtMaximum'
+  | 'databaseCpu'
+  | 'databaseFreeStorage'
+  | 'databaseFreeableMemory'
+  | 'databaseConnections';
+
+/** The alarms that roll an API deployment back (ECS deployment alarms). */
+export const API_DEPLOYMENT_ALARMS: readonly JobAlarmName[] = ['api5xx', 'apiUnhealthyTargets'];
+
+const GIB = 1024 ** 3;
 
 /**
  * Stuck jobs (runtime/ops/stuck.ts): every worker publishes the count once a minute, so Maximum
@@ -48,6 +70,8 @@ export function jobMetric(envName: EnvironmentName, name: (typeof METRIC)[keyof 
 
 export class JobAlarms extends Construct {
   readonly alarms: Readonly<Record<JobAlarmName, cloudwatch.Alarm>>;
+  /** Each alarm's name, as created (what `aws cloudwatch set-alarm-state --alarm-name` takes). */
+  readonly names: Partial<Record<JobAlarmName, string>> = {};
 
   constructor(scope: Construct, id: string, props: JobAlarmsProps) {
     super(scope, id);
@@ -56,11 +80,22 @@ export class JobAlarms extends Construct {
     const describe = (meaning: string, section: RunbookSection) => `${prefix}: ${meaning} Runbook: ${runbookRef(section)}`;
     const minutes = (s: number) => Math.round(s / 60);
 
-    const make = (name: JobAlarmName, p: cloudwatch.AlarmProps): cloudwatch.Alarm => {
+    const make = (name: JobAlarmName, p: cloudwatch.AlarmProps & { alarmName: string }): cloudwatch.Alarm => {
       const alarm = new cloudwatch.Alarm(this, name.charAt(0).toUpperCase() + name.slice(1), p);
-      props.onCall.notifyOn(alarm);
+      props.onCall.notifyOn(alarm, p.alarmName);
+      this.names[name] = p.alarmName;
       return alarm;
     };
+    const db = props.database.instance;
+    const dbc = props.databaseConfig;
+    const memoryGib = INSTANCE_MEMORY_GIB[dbc.instanceClass];
+    if (memoryGib === undefined) throw new Error(`JobAlarms: database.instanceClass = ${dbc.instanceClass} is not in INSTANCE_MEMORY_GIB (lib/config.ts): the freeable-memory alarm needs its memory`);
+    const budget = props.connectionBudget;
+    const { worker, api } = props;
+    const fmtGib = (bytes: number) => `${(bytes / GIB).toFixed(1)} GiB`;
+    const freeStorageBytes = Math.round(c.databaseFreeStorageFraction * dbc.allocatedStorageGiB * GIB);
+    const freeMemoryBytes = Math.round(c.databaseFreeableMemoryFraction * memoryGib * GIB);
+    const atMaxPeriods = Math.max(1, Math.round(c.workerAtMaximumMinutes / 5));
 
     this.alarms = {
       dlqNotEmpty: make('dlqNotEmpty', {
@@ -166,6 +201,110 @@ export class JobAlarms extends Construct {
         // "worker tasks below minimum" pages for.
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       }),
+      apiUnhealthyTargets: make('apiUnhealthyTargets', {
+        alarmName: `${prefix} API unhealthy targets`,
+        alarmDescription: describe(
+          'the load balancer has counted at least one API task unhealthy (GET /healthz failing) for 3 minutes: fewer tasks serve the ERP clients, or none. Rolls back an API deployment in progress.',
+          RUNBOOK_SECTION.apiUnhealthyTargets,
+        ),
+        metric: api.metricUnhealthyHosts(Duration.minutes(1)),
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        threshold: 1,
+        evaluationPeriods: 3,
+        datapointsToAlarm: 3,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
+      apiTasksBelowMinimum: make('apiTasksBelowMinimum', {
+        alarmName: `${prefix} API tasks below minimum`,
+        alarmDescription: describe(
+          `fewer than ${api.minTasks} API task(s) have been running for 5 minutes: tasks fail to start or crash, and the ERP clients are served by fewer tasks than planned or none. Missing data counts as breaching: no Container Insights data means no running API task can be seen.`,
+          RUNBOOK_SECTION.apiTasksBelowMinimum,
+        ),
+        metric: api.metricRunningTasks(Duration.minutes(1)),
+        comparisonOperator: cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+        threshold: api.minTasks,
+        evaluationPeriods: 5,
+        datapointsToAlarm: 5,
+        treatMissingData: cloudwatch.TreatMissingData.BREACHING,
+      }),
+      workerAtMaximum: make('workerAtMaximum', {
+        alarmName: `${prefix} worker at maximum with backlog`,
+        alarmDescription: describe(
+          `the worker has run at its maximum of ${worker.maxTasks} tasks with more than ${worker.backlogPerTaskTarget} waiting messages per task for ${atMaxPeriods * 5} minutes: scaling has nothing left, the backlog grows, and jobs wait. Raise worker.maxTasks within the connection budget, or find what slowed the jobs.`,
+          RUNBOOK_SECTION.workerAtMaximum,
+        ),
+        metric: new cloudwatch.MathExpression({
+          expression: `IF(running >= ${worker.maxTasks} AND visible / running > ${worker.backlogPerTaskTarget}, 1, 0)`,
+          usingMetrics: { visible: worker.metricVisibleMessages(Duration.minutes(5)), running: worker.metricRunningTasks(Duration.minutes(5)) },
+          label: 'Worker at maximum with backlog (1 = yes)',
+          period: Duration.minutes(5),
+        }),
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        threshold: 1,
+        evaluationPeriods: atMaxPeriods,
+        datapointsToAlarm: atMaxPeriods,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
+      databaseCpu: make('databaseCpu', {
+        alarmName: `${prefix} database CPU`,
+        alarmDescription: describe(
+          `the job store's CPU has been at or above ${c.databaseCpuPercent} % for 15 minutes: claims, heartbeats and completions slow down, leases may be lost. Find the statements (Performance Insights, the slow-statement log) before scaling the instance.`,
+          RUNBOOK_SECTION.databaseCpu,
+        ),
+        metric: db.metricCPUUtilization({ period: Duration.minutes(5), statistic: 'Average' }),
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        threshold: c.databaseCpuPercent,
+        evaluationPeriods: 3,
+        datapointsToAlarm: 3,
+        treatMissingData: cloudwatch.TreatMissingData.BREACHING,
+      }),
+      databaseFreeStorage: make('databaseFreeStorage', {
+        alarmName: `${prefix} database free storage`,
+        alarmDescription: describe(
+          `the job store has less than ${fmtGib(freeStorageBytes)} of free storage (${Math.round(c.databaseFreeStorageFraction * 100)} % of the ${dbc.allocatedStorageGiB} GiB allocated); storage autoscaling (up to ${dbc.maxAllocatedStorageGiB} GiB) did not keep up or hit its ceiling. A full disk stops every write: enqueues, claims, completions.`,
+          RUNBOOK_SECTION.databaseFreeStorage,
+        ),
+        metric: db.metricFreeStorageSpace({ period: Duration.minutes(5), statistic: 'Minimum' }),
+        comparisonOperator: cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+        threshold: freeStorageBytes,
+        evaluationPeriods: 1,
+        treatMissingData: cloudwatch.TreatMissingData.BREACHING,
+      }),
+      databaseFreeableMemory: make('databaseFreeableMemory', {
+        alarmName: `${prefix} database freeable memory`,
+        alarmDescription: describe(
+          `the job store has had less than ${fmtGib(freeMemoryBytes)} of freeable memory (${Math.round(c.databaseFreeableMemoryFraction * 100)} % of ${dbc.instanceClass}'s ${memoryGib} GiB) for 15 minutes: the instance swaps or kills backends, and every service's connections fail with it.`,
+          RUNBOOK_SECTION.databaseFreeableMemory,
+        ),
+        metric: db.metricFreeableMemory({ period: Duration.minutes(5), statistic: 'Minimum' }),
+        comparisonOperator: cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+        threshold: freeMemoryBytes,
+        evaluationPeriods: 3,
+        datapointsToAlarm: 3,
+        treatMissingData: cloudwatch.TreatMissingData.BREACHING,
+      }),
+      databaseConnections: make('databaseConnections', {
+        alarmName: `${prefix} database connections`,
+        alarmDescription: describe(
+          `the job store has more than ${budget.allowed} connections (the connection budget's ceiling: 80 % of max_connections ≈ ${budget.maxConnections}; the services plan at most ${budget.total}): something beyond the plan holds connections (a leak, an operator's sessions, a second deployment), and new connections will soon be refused.`,
+          RUNBOOK_SECTION.databaseConnections,
+        ),
+        metric: db.metricDatabaseConnections({ period: Duration.minutes(1), statistic: 'Maximum' }),
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        threshold: budget.allowed,
+        evaluationPeriods: 5,
+        datapointsToAlarm: 5,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
     };
+
+    // A deployment that makes the API answer 5xx or fail its health checks rolls back. Not the
+    // tasks-below-minimum alarm: its missing data breaches (right for paging), and an alarm
+    // already in ALARM when a deployment starts would roll back the very first one; the circuit
+    // breaker covers tasks that never start.
+    api.service.enableDeploymentAlarms(
+      API_DEPLOYMENT_ALARMS.map((n) => this.names[n]!),
+      { behavior: ecs.AlarmBehavior.ROLLBACK_ON_ALARM },
+    );
   }
 }

@@ -1,8 +1,10 @@
 // The SNS topic on-call subscribes to. Encrypted with a customer-managed key because CloudWatch
-// alarms cannot publish to a topic under the AWS-managed SNS key; the key policy lets CloudWatch
-// use it and nothing else beyond the account. TLS-only publishing.
+// alarms cannot publish to a topic under the AWS-managed SNS key. A topic policy replaces SNS's
+// default policy, so it must say who may publish: CloudWatch, for this account's alarms that
+// notify it (by ARN, aws:SourceArn) and nothing else; the key's policy lets CloudWatch use the key
+// under the same conditions. TLS-only publishing; key grants only for AWS services.
 
-import { Duration, RemovalPolicy } from 'aws-cdk-lib';
+import { ArnFormat, Duration, Lazy, RemovalPolicy, Stack } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cloudwatchActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -18,12 +20,24 @@ export interface OnCallTopicProps {
   emails: string[];
 }
 
+export const CLOUDWATCH_PRINCIPAL = 'cloudwatch.amazonaws.com';
+
 export class OnCallTopic extends Construct {
   readonly topic: sns.ITopic;
+  readonly key: kms.IKey;
   private readonly action: cloudwatch.IAlarmAction;
+  /** ARNs of the alarms that notify this topic, by name: CloudWatch publishes as them. */
+  private readonly alarmArns: string[] = [];
 
   constructor(scope: Construct, id: string, props: OnCallTopicProps) {
     super(scope, id);
+    const stack = Stack.of(this);
+    // Built from the alarms' names, not their GetAtt: the alarms reference the topic, which
+    // references the key, so the key's policy cannot reference the alarms.
+    const fromOurAlarms = {
+      StringEquals: { 'aws:SourceAccount': stack.account },
+      ArnLike: { 'aws:SourceArn': Lazy.list({ produce: () => this.alarmArns }) },
+    };
     const key = new kms.Key(this, 'Key', {
       description: `ERP jobs ${props.envName} on-call topic`,
       enableKeyRotation: true,
@@ -33,9 +47,20 @@ export class OnCallTopic extends Construct {
     key.addToResourcePolicy(
       new iam.PolicyStatement({
         sid: 'CloudWatchAlarmsPublish',
-        principals: [new iam.ServicePrincipal('cloudwatch.amazonaws.com')],
+        principals: [new iam.ServicePrincipal(CLOUDWATCH_PRINCIPAL)],
         actions: ['kms:Decrypt', 'kms:GenerateDataKey*'],
         resources: ['*'],
+        conditions: fromOurAlarms,
+      }),
+    );
+    key.addToResourcePolicy(
+      new iam.PolicyStatement({
+        sid: 'GrantsOnlyForAwsServices',
+        effect: iam.Effect.DENY,
+        principals: [new iam.AnyPrincipal()],
+        actions: ['kms:CreateGrant'],
+        resources: ['*'],
+        conditions: { BoolIfExists: { 'kms:GrantIsForAWSResource': 'false', 'aws:PrincipalIsAWSService': 'false' } },
       }),
     );
     const topic = new sns.Topic(this, 'Topic', {
@@ -43,14 +68,30 @@ export class OnCallTopic extends Construct {
       masterKey: key,
       enforceSSL: true,
     });
+    topic.addToResourcePolicy(
+      new iam.PolicyStatement({
+        sid: 'CloudWatchAlarmsPublish',
+        principals: [new iam.ServicePrincipal(CLOUDWATCH_PRINCIPAL)],
+        actions: ['sns:Publish'],
+        resources: [topic.topicArn],
+        conditions: fromOurAlarms,
+      }),
+    );
+    this.node.addValidation({ validate: () => (this.alarmArns.length === 0 ? ['no alarm notifies the on-call topic: CloudWatch would be allowed to publish for none'] : []) });
     for (const email of props.emails) topic.addSubscription(new subscriptions.EmailSubscription(email));
     this.topic = topic;
+    this.key = key;
     this.action = new cloudwatchActions.SnsAction(topic);
   }
 
-  /** Page on-call when the alarm fires, and tell them when it clears. */
-  notifyOn(alarm: cloudwatch.Alarm): void {
+  /**
+   * Page on-call when the alarm fires, and tell them when it clears. `alarmName` is the name the
+   * alarm was created with (a token would not do: its ARN goes into the topic's and the key's
+   * policies, which the alarm itself depends on).
+   */
+  notifyOn(alarm: cloudwatch.Alarm, alarmName: string): void {
     alarm.addAlarmAction(this.action);
     alarm.addOkAction(this.action);
+    this.alarmArns.push(Stack.of(this).formatArn({ service: 'cloudwatch', resource: 'alarm', resourceName: alarmName, arnFormat: ArnFormat.COLON_RESOURCE_NAME }));
   }
 }

@@ -13,6 +13,13 @@ export const RUNBOOK_SECTION = {
   api5xx: 'api-5xx',
   workerTasksBelowMinimum: 'worker-tasks-below-minimum',
   jobsStuck: 'jobs-stuck',
+  apiUnhealthyTargets: 'api-unhealthy-targets',
+  apiTasksBelowMinimum: 'api-tasks-below-minimum',
+  workerAtMaximum: 'worker-at-maximum-with-backlog',
+  databaseCpu: 'database-cpu',
+  databaseFreeStorage: 'database-free-storage',
+  databaseFreeableMemory: 'database-freeable-memory',
+  databaseConnections: 'database-connections',
 } as const;
 
 export type RunbookSection = (typeof RUNBOOK_SECTION)[keyof typeof RUNBOOK_SECTION];

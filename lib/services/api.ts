@@ -1,6 +1,8 @@
 // The HTTP API on Fargate behind an internet-facing Application Load Balancer. HTTPS with a
 // current TLS policy when the environment names a certificate (HTTP redirects to it); plain HTTP
-// otherwise, which only dev does. Access logs go to an encrypted, TLS-only bucket. The target
+// otherwise, which only dev may do (config.ts refuses it elsewhere). Deletion protection where
+// the environment asks. The task count belongs to the scaling target: the service has no
+// DesiredCount, so a deployment never resets it. Access logs go to an encrypted, TLS-only bucket. The target
 // group checks GET /healthz. On SQS the task may publish job messages, and work the DLQ for the
 // on-call routes (read, delete, resend to the job queue, SQS's move task back to it); the database
 // secret, the API token and the on-call operator token arrive as ECS secrets.
@@ -22,8 +24,10 @@ import type { StuckThresholds } from '../../runtime/config/stuck-thresholds.ts';
 import type { ApiConfig, EnvironmentName, LogRetentionDays } from '../config.ts';
 import type { JobDatabase } from '../database.ts';
 import { acknowledge } from '../nag.ts';
+import type { Network } from '../network.ts';
 import type { JobQueues } from '../queues.ts';
-import { CPU_ARCHITECTURE, databaseSecret, jobEnvironment, serviceImage } from './container-config.ts';
+import { CONTAINER_INSIGHTS_NAMESPACE } from './cluster.ts';
+import { CPU_ARCHITECTURE, databaseSecret, hardenContainer, hardenedContainerOptions, jobEnvironment, serviceImage } from './container-config.ts';
 
 /** Key prefix of the load balancer's access logs in their bucket. */
 export const ACCESS_LOG_PREFIX = 'alb';
@@ -59,16 +63,19 @@ export interface ApiServiceProps {
   jobTimings: JobTimings;
   /** When a job counts as stuck (alarms.stuckJobs). */
   stuckJobs: StuckThresholds;
-  vpc: ec2.IVpc;
-  taskSubnets: ec2.SubnetSelection;
-  loadBalancerSubnets: ec2.SubnetSelection;
+  network: Network;
   cluster: ecs.ICluster;
   queues: JobQueues;
   database: JobDatabase;
+  /** database.idleInTransactionTimeoutSeconds (PGOPTIONS). */
+  idleInTransactionTimeoutSeconds: number;
   apiToken: secretsmanager.ISecret;
   /** The on-call operator's token (API_OPERATOR_TOKEN): the on-call routes need it, not the API token. */
   operatorToken: secretsmanager.ISecret;
+  /** The execution role's fixed name: the secrets' resource policies admit it by name (secret-readers.ts). */
+  executionRoleName: string;
   logRetentionDays: LogRetentionDays;
+  logRemovalPolicy: RemovalPolicy;
   accessLogRetentionDays: number;
   /** What must exist before the first task starts (the schema bootstrap). */
   startAfter: IDependable[];
@@ -80,11 +87,16 @@ export class ApiService extends Construct {
   readonly targetGroup: elbv2.ApplicationTargetGroup;
   /** The URL clients use (scheme by the listener, host the load balancer's DNS name). */
   readonly url: string;
+  readonly minTasks: number;
+  private readonly clusterName: string;
 
   constructor(scope: Construct, id: string, props: ApiServiceProps) {
     super(scope, id);
     const c = props.config;
     const https = c.certificateArn !== undefined;
+    const vpc = props.network.vpc;
+    this.minTasks = c.minTasks;
+    this.clusterName = props.cluster.clusterName;
 
     // --- Load balancer --------------------------------------------------------------------
     const accessLogs = new s3.Bucket(this, 'AccessLogs', {
@@ -101,23 +113,24 @@ export class ApiService extends Construct {
       'This bucket is itself the access-log destination of the load balancer; logging requests to it would need yet another log bucket and records only the ELB delivery writes.');
 
     const albSecurityGroup = new ec2.SecurityGroup(this, 'LoadBalancerSecurityGroup', {
-      vpc: props.vpc,
+      vpc,
       description: `ERP jobs API load balancer (${https ? 'HTTPS, HTTP redirects' : 'HTTP'})`,
       allowAllOutbound: false,
     });
     const alb = new elbv2.ApplicationLoadBalancer(this, 'LoadBalancer', {
-      vpc: props.vpc,
-      vpcSubnets: props.loadBalancerSubnets,
+      vpc,
+      vpcSubnets: props.network.publicSubnets,
       internetFacing: true,
       securityGroup: albSecurityGroup,
       dropInvalidHeaderFields: true,
+      deletionProtection: c.deletionProtection,
     });
     enableAccessLogs(alb, accessLogs, ACCESS_LOG_PREFIX);
     acknowledge(albSecurityGroup, 'AwsSolutions-EC23',
       'The load balancer is the public entry point of the API for the ERP clients; the ingress is limited to the listener ports, and the API authenticates every request with its bearer token.');
 
     const targetGroup = new elbv2.ApplicationTargetGroup(this, 'Targets', {
-      vpc: props.vpc,
+      vpc,
       port: API_PORT,
       protocol: elbv2.ApplicationProtocol.HTTP,
       targetType: elbv2.TargetType.IP,
@@ -144,27 +157,34 @@ export class ApiService extends Construct {
     } else {
       alb.addListener('Http', { port: 80, protocol: elbv2.ApplicationProtocol.HTTP, defaultTargetGroups: [targetGroup] });
       Annotations.of(this).addWarningV2('erp-jobs:api-plain-http',
-        `the ${props.envName} API is served over plain HTTP: set api.certificateArn in lib/config.ts for an HTTPS listener`);
+        `the ${props.envName} API is served over plain HTTP: set api.certificateArn in lib/config.ts or pass -c apiCertificateArn=ARN for an HTTPS listener`);
     }
     this.url = `${https ? 'https' : 'http'}://${alb.loadBalancerDnsName}`;
 
     // --- Task -------------------------------------------------------------------------------
     const logGroup = new logs.LogGroup(this, 'Logs', {
       retention: props.logRetentionDays as logs.RetentionDays,
-      removalPolicy: RemovalPolicy.DESTROY,
+      removalPolicy: props.logRemovalPolicy,
+    });
+    const executionRole = new iam.Role(this, 'TaskExecutionRole', {
+      roleName: props.executionRoleName,
+      assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
+      description: 'ERP jobs API: pull the image, write logs, read the database secret and the two tokens at task start',
     });
     const taskDefinition = new ecs.FargateTaskDefinition(this, 'Task', {
       cpu: c.cpu,
       memoryLimitMiB: c.memoryMiB,
+      executionRole,
       runtimePlatform: { cpuArchitecture: CPU_ARCHITECTURE, operatingSystemFamily: ecs.OperatingSystemFamily.LINUX },
     });
-    taskDefinition.addContainer('api', {
+    const container = taskDefinition.addContainer('api', {
       image: serviceImage('api'),
       essential: true,
+      ...hardenedContainerOptions(c.memoryMiB),
       logging: ecs.LogDrivers.awsLogs({ logGroup, streamPrefix: 'api' }),
       portMappings: [{ containerPort: API_PORT, protocol: ecs.Protocol.TCP }],
       environment: {
-        ...jobEnvironment({ envName: props.envName, jobTimings: props.jobTimings, queues: props.queues, stuckJobs: props.stuckJobs }),
+        ...jobEnvironment({ envName: props.envName, jobTimings: props.jobTimings, queues: props.queues, stuckJobs: props.stuckJobs, idleInTransactionTimeoutSeconds: props.idleInTransactionTimeoutSeconds }),
         [ENV.port]: String(API_PORT),
         [ENV.apiPoolSize]: String(c.poolSize),
       },
@@ -175,6 +195,7 @@ export class ApiService extends Construct {
       },
       linuxParameters: new ecs.LinuxParameters(this, 'Linux', { initProcessEnabled: true }),
     });
+    hardenContainer(taskDefinition, container);
     acknowledge(taskDefinition.obtainExecutionRole(), 'AwsSolutions-IAM5[Resource::*]',
       'The execution role\'s ecr:GetAuthorizationToken takes no resource ARN; image pulls, log writes and secret reads are scoped to this task\'s repository, log group and secrets.');
     acknowledge(taskDefinition, 'AwsSolutions-ECS2',
@@ -182,16 +203,17 @@ export class ApiService extends Construct {
 
     // --- Service ----------------------------------------------------------------------------
     const serviceSecurityGroup = new ec2.SecurityGroup(this, 'ServiceSecurityGroup', {
-      vpc: props.vpc,
+      vpc,
       description: 'ERP jobs API tasks: HTTP from the load balancer; out to PostgreSQL and HTTPS (SQS, Secrets Manager, ECR, logs)',
       allowAllOutbound: false,
     });
-    serviceSecurityGroup.addEgressRule(ec2.Peer.anyIpv4(), ec2.Port.tcp(443), 'HTTPS to AWS APIs through NAT');
+    props.network.allowHttpsToAws(serviceSecurityGroup, 'the API tasks');
     const service = new ecs.FargateService(this, 'Service', {
       cluster: props.cluster,
       taskDefinition,
-      desiredCount: c.minTasks,
-      vpcSubnets: props.taskSubnets,
+      // No desiredCount: the scaling target owns the count (CloudFormation starts one task, the
+      // target raises it to minTasks, and a deployment leaves the running count alone).
+      vpcSubnets: props.network.appSubnets,
       securityGroups: [serviceSecurityGroup],
       assignPublicIp: false,
       minHealthyPercent: 100,
@@ -219,6 +241,22 @@ export class ApiService extends Construct {
     this.service = service;
     this.loadBalancer = alb;
     this.targetGroup = targetGroup;
+  }
+
+  /** Targets the load balancer counts unhealthy (Maximum per period). */
+  metricUnhealthyHosts(period: Duration = Duration.minutes(1)): cloudwatch.IMetric {
+    return this.targetGroup.metrics.unhealthyHostCount({ period, statistic: 'Maximum' });
+  }
+
+  /** Running tasks of this service (Container Insights). */
+  metricRunningTasks(period: Duration = Duration.minutes(1)): cloudwatch.Metric {
+    return new cloudwatch.Metric({
+      namespace: CONTAINER_INSIGHTS_NAMESPACE,
+      metricName: 'RunningTaskCount',
+      dimensionsMap: { ClusterName: this.clusterName, ServiceName: this.service.serviceName },
+      statistic: 'Average',
+      period,
+    });
   }
 
   /** Load balancer and target 5xx responses (Sum per period). */

@@ -1,7 +1,9 @@
 // What both services' containers are given, keyed by the runtime's own variable names
 // (runtime/config/env.ts): the checked job timings and queue URLs as plain environment, the
 // database secret (and the API's tokens) as ECS secrets that ECS resolves from Secrets Manager at
-// task start, never as environment values. And the two images, each built from its Dockerfile.
+// task start, never as environment values. And the two images, each built from its Dockerfile,
+// and how their containers run: read-only root file system with a writable /tmp, the images'
+// unprivileged user, a hard memory limit.
 
 import { Aws } from 'aws-cdk-lib';
 import { IgnoreMode } from 'aws-cdk-lib';
@@ -22,6 +24,19 @@ export interface JobEnvironmentProps {
   queues: JobQueues;
   /** When a job counts as stuck: both services judge it (the worker's JobsStuck metric, the API's on-call route). */
   stuckJobs: StuckThresholds;
+  /** database.idleInTransactionTimeoutSeconds: the services' sessions end a transaction left idle this long. */
+  idleInTransactionTimeoutSeconds: number;
+}
+
+/**
+ * PGOPTIONS: startup options node-postgres (like libpq) sends with every connection it opens when
+ * the connection string has none. Here: end a transaction left idle for
+ * database.idleInTransactionTimeoutSeconds. No statement_timeout: a job's statement may run long
+ * (the API sets its own, runtime/api/main.ts). docs/deploy.md#database-diagnostics.
+ */
+export const PG_OPTIONS_VARIABLE = 'PGOPTIONS';
+export function pgOptions(idleInTransactionTimeoutSeconds: number): string {
+  return `-c idle_in_transaction_session_timeout=${idleInTransactionTimeoutSeconds}s`;
 }
 
 /** Plain, non-secret configuration both services read. */
@@ -45,7 +60,27 @@ export function jobEnvironment(p: JobEnvironmentProps): Record<string, string> {
     [ENV.databaseCaFile]: RDS_CA_BUNDLE_PATH,
     [STUCK_ENV.runningSeconds]: String(p.stuckJobs.runningSeconds),
     [STUCK_ENV.pendingSeconds]: String(p.stuckJobs.pendingSeconds),
+    [PG_OPTIONS_VARIABLE]: pgOptions(p.idleInTransactionTimeoutSeconds),
   };
+}
+
+/** The images' unprivileged `node` user (uid and gid 1000 in the official node images), explicit so ECS runs nothing as root. */
+export const SERVICE_USER = '1000:1000';
+/** The one writable path of the containers: node and native tooling put temporary files here. */
+export const TMP_PATH = '/tmp';
+
+/**
+ * How both services' containers run: the root file system read-only, a task-local scratch volume
+ * at /tmp (Fargate copies the image's /tmp, mode 1777, into it), the images' `node` user, and the
+ * task's memory as the container's hard limit.
+ */
+export function hardenContainer(taskDefinition: ecs.FargateTaskDefinition, container: ecs.ContainerDefinition): void {
+  taskDefinition.addVolume({ name: 'tmp' });
+  container.addMountPoints({ sourceVolume: 'tmp', containerPath: TMP_PATH, readOnly: false });
+}
+
+export function hardenedContainerOptions(memoryMiB: number): Pick<ecs.ContainerDefinitionOptions, 'readonlyRootFilesystem' | 'user' | 'memoryLimitMiB'> {
+  return { readonlyRootFilesystem: true, user: SERVICE_USER, memoryLimitMiB: memoryMiB };
 }
 
 /** The whole RDS secret JSON as DATABASE_SECRET; the runtime builds its connection URL from it. */

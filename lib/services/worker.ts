@@ -3,9 +3,11 @@
 // timeout covers the drain plus the release, so a stopping task hands its unfinished jobs back
 // before ECS kills it; while it runs jobs it sets ECS task protection, so scale-in picks idle
 // tasks. On SQS it may consume and publish job messages and send dead letters, nothing wider;
-// it puts metrics into its environment's namespace only.
+// it puts metrics into its environment's namespace only. The task count belongs to the scaling
+// target (no DesiredCount: a deployment never resets a scaled-out fleet). The container's health
+// check replaces a task whose node process is gone, stopped (SIGSTOP) or a zombie.
 
-import { ArnFormat, Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
+import { ArnFormat, Duration, type RemovalPolicy, Stack } from 'aws-cdk-lib';
 import * as appscaling from 'aws-cdk-lib/aws-applicationautoscaling';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
@@ -20,9 +22,10 @@ import { metricNamespace } from '../../runtime/metrics/names.ts';
 import type { EnvironmentName, LogRetentionDays, WorkerConfig } from '../config.ts';
 import type { JobDatabase } from '../database.ts';
 import { acknowledge } from '../nag.ts';
+import type { Network } from '../network.ts';
 import type { JobQueues } from '../queues.ts';
 import { CONTAINER_INSIGHTS_NAMESPACE } from './cluster.ts';
-import { CPU_ARCHITECTURE, databaseSecret, jobEnvironment, serviceImage } from './container-config.ts';
+import { CPU_ARCHITECTURE, databaseSecret, hardenContainer, hardenedContainerOptions, jobEnvironment, serviceImage } from './container-config.ts';
 
 export interface WorkerServiceProps {
   envName: EnvironmentName;
@@ -30,12 +33,16 @@ export interface WorkerServiceProps {
   jobTimings: JobTimings;
   /** When a job counts as stuck (alarms.stuckJobs). */
   stuckJobs: StuckThresholds;
-  vpc: ec2.IVpc;
-  taskSubnets: ec2.SubnetSelection;
+  network: Network;
   cluster: ecs.ICluster;
   queues: JobQueues;
   database: JobDatabase;
+  /** database.idleInTransactionTimeoutSeconds (PGOPTIONS). */
+  idleInTransactionTimeoutSeconds: number;
+  /** The execution role's fixed name: the database secret's resource policy admits it by name (secret-readers.ts). */
+  executionRoleName: string;
   logRetentionDays: LogRetentionDays;
+  logRemovalPolicy: RemovalPolicy;
   /** What must exist before the first task starts (the schema bootstrap). */
   startAfter: IDependable[];
 }
@@ -49,9 +56,37 @@ export function workerStopTimeoutSeconds(t: JobTimings): number {
   return Math.ceil(s);
 }
 
+/**
+ * The worker container's health check, run by ECS inside the container without a shell: healthy
+ * while a node process other than the check itself runs (`node index.mjs`, or an operator's
+ * `node jobs.mjs …`) and is neither stopped (SIGSTOP, a debugger) nor a zombie. The worker has no
+ * port to probe; what it can be caught at is a frozen process, which would hold its leases'
+ * jobs until their leases expire and then never come back.
+ */
+export const WORKER_HEALTH_CHECK_SCRIPT = [
+  "const fs=require('fs');",
+  "const alive=fs.readdirSync('/proc').filter((p)=>/^[0-9]+$/.test(p)&&Number(p)!==process.pid).some((p)=>{try{",
+  "const argv=fs.readFileSync('/proc/'+p+'/cmdline','utf8').split('\\0');",
+  "if(!/(^|\\/)node$/.test(argv[0])||!/\\.mjs$/.test(argv[1]||''))return false;",
+  "const stat=fs.readFileSync('/proc/'+p+'/stat','utf8');",
+  "return !'TtZX'.includes(stat.charAt(stat.lastIndexOf(')')+2));",
+  "}catch{return false}});",
+  'process.exit(alive?0:1);',
+].join('');
+
+export const WORKER_HEALTH_CHECK = {
+  command: ['CMD', 'node', '-e', WORKER_HEALTH_CHECK_SCRIPT],
+  interval: Duration.seconds(30),
+  timeout: Duration.seconds(5),
+  retries: 3,
+  startPeriod: Duration.seconds(30),
+} as const;
+
 export class WorkerService extends Construct {
   readonly service: ecs.FargateService;
   readonly minTasks: number;
+  readonly maxTasks: number;
+  readonly backlogPerTaskTarget: number;
   private readonly clusterName: string;
   private readonly queueName: string;
 
@@ -59,24 +94,34 @@ export class WorkerService extends Construct {
     super(scope, id);
     const c = props.config;
     this.minTasks = c.minTasks;
+    this.maxTasks = c.maxTasks;
+    this.backlogPerTaskTarget = c.backlogPerTaskTarget;
     this.clusterName = props.cluster.clusterName;
     this.queueName = props.queues.queue.queueName;
 
     const logGroup = new logs.LogGroup(this, 'Logs', {
       retention: props.logRetentionDays as logs.RetentionDays,
-      removalPolicy: RemovalPolicy.DESTROY,
+      removalPolicy: props.logRemovalPolicy,
+    });
+    const executionRole = new iam.Role(this, 'TaskExecutionRole', {
+      roleName: props.executionRoleName,
+      assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
+      description: 'ERP jobs worker: pull the image, write logs, read the database secret at task start',
     });
     const taskDefinition = new ecs.FargateTaskDefinition(this, 'Task', {
       cpu: c.cpu,
       memoryLimitMiB: c.memoryMiB,
+      executionRole,
       runtimePlatform: { cpuArchitecture: CPU_ARCHITECTURE, operatingSystemFamily: ecs.OperatingSystemFamily.LINUX },
     });
-    taskDefinition.addContainer('worker', {
+    const container = taskDefinition.addContainer('worker', {
       image: serviceImage('worker'),
       essential: true,
+      ...hardenedContainerOptions(c.memoryMiB),
+      healthCheck: { ...WORKER_HEALTH_CHECK, command: [...WORKER_HEALTH_CHECK.command] },
       logging: ecs.LogDrivers.awsLogs({ logGroup, streamPrefix: 'worker' }),
       environment: {
-        ...jobEnvironment({ envName: props.envName, jobTimings: props.jobTimings, queues: props.queues, stuckJobs: props.stuckJobs }),
+        ...jobEnvironment({ envName: props.envName, jobTimings: props.jobTimings, queues: props.queues, stuckJobs: props.stuckJobs, idleInTransactionTimeoutSeconds: props.idleInTransactionTimeoutSeconds }),
         ...(c.prefetch !== undefined ? { [ENV.prefetch]: String(c.prefetch) } : {}),
       },
       secrets: databaseSecret(props.database.appSecret),
@@ -84,6 +129,7 @@ export class WorkerService extends Construct {
       // An init process forwards SIGTERM to node and reaps children.
       linuxParameters: new ecs.LinuxParameters(this, 'Linux', { initProcessEnabled: true }),
     });
+    hardenContainer(taskDefinition, container);
     acknowledge(taskDefinition.obtainExecutionRole(), 'AwsSolutions-IAM5[Resource::*]',
       'The execution role\'s ecr:GetAuthorizationToken takes no resource ARN; image pulls, log writes and secret reads are scoped to this task\'s repository, log group and secrets.');
     acknowledge(taskDefinition, 'AwsSolutions-ECS2',
@@ -116,16 +162,17 @@ export class WorkerService extends Construct {
       'Task IDs exist only once ECS starts a task, so task protection is granted on the tasks of this cluster; the worker sets protection on its own task only (ECS agent endpoint).');
 
     const securityGroup = new ec2.SecurityGroup(this, 'ServiceSecurityGroup', {
-      vpc: props.vpc,
+      vpc: props.network.vpc,
       description: 'ERP jobs worker tasks: no ingress; out to PostgreSQL and HTTPS (SQS, Secrets Manager, ECR, CloudWatch)',
       allowAllOutbound: false,
     });
-    securityGroup.addEgressRule(ec2.Peer.anyIpv4(), ec2.Port.tcp(443), 'HTTPS to AWS APIs through NAT');
+    props.network.allowHttpsToAws(securityGroup, 'the worker tasks');
     const service = new ecs.FargateService(this, 'Service', {
       cluster: props.cluster,
       taskDefinition,
-      desiredCount: c.minTasks,
-      vpcSubnets: props.taskSubnets,
+      // No desiredCount: the scaling target below owns the count; a deployment (every new image)
+      // leaves a scaled-out fleet as it is instead of resetting it to minTasks.
+      vpcSubnets: props.network.appSubnets,
       securityGroups: [securityGroup],
       assignPublicIp: false,
       minHealthyPercent: 100,
@@ -208,12 +255,17 @@ export class WorkerService extends Construct {
     });
   }
 
+  /** Visible (waiting) job messages: the backlog the scaling divides by running tasks. */
+  metricVisibleMessages(period: Duration = Duration.minutes(1)): cloudwatch.Metric {
+    return new cloudwatch.Metric({ namespace: 'AWS/SQS', metricName: 'ApproximateNumberOfMessagesVisible', dimensionsMap: { QueueName: this.queueName }, statistic: 'Sum', period });
+  }
+
   /** The scaling signal, for the dashboard. */
   metricBacklogPerTask(period: Duration = Duration.minutes(1)): cloudwatch.IMetric {
     return new cloudwatch.MathExpression({
       expression: 'visible / IF(running > 0, running, 1)',
       usingMetrics: {
-        visible: new cloudwatch.Metric({ namespace: 'AWS/SQS', metricName: 'ApproximateNumberOfMessagesVisible', dimensionsMap: { QueueName: this.queueName }, statistic: 'Sum', period }),
+        visible: this.metricVisibleMessages(period),
         running: this.metricRunningTasks(period),
       },
       label: 'Backlog per task',

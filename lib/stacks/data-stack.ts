@@ -10,6 +10,7 @@ import type { EnvironmentConfig } from '../config.ts';
 import { JobDatabase } from '../database.ts';
 import { Network } from '../network.ts';
 import { JobQueues } from '../queues.ts';
+import { restrictSecretReaders, serviceRoleNames } from '../secret-readers.ts';
 
 export interface JobsDataStackProps extends StackProps {
   config: EnvironmentConfig;
@@ -30,9 +31,22 @@ export class JobsDataStack extends Stack {
       ...props,
     });
     const retain = c.database.removal === 'snapshot' ? RemovalPolicy.RETAIN : RemovalPolicy.DESTROY;
-    this.network = new Network(this, 'Network', { ...c.network, logRetentionDays: c.logRetentionDays });
+    const roles = serviceRoleNames(c.stackPrefix);
+    this.network = new Network(this, 'Network', {
+      ...c.network,
+      logRetentionDays: c.logRetentionDays,
+      logRemovalPolicy: c.retainLogs ? RemovalPolicy.RETAIN : RemovalPolicy.DESTROY,
+    });
     this.queues = new JobQueues(this, 'Queues', { ...c.queues, jobTimings: c.jobTimings, removalPolicy: retain });
-    this.database = new JobDatabase(this, 'Database', { ...c.database, vpc: this.network.vpc, subnets: this.network.dataSubnets });
+    this.database = new JobDatabase(this, 'Database', {
+      ...c.database,
+      vpc: this.network.vpc,
+      subnets: this.network.dataSubnets,
+      logRetentionDays: c.logRetentionDays,
+      // The master secret: the bootstrap migrates with it. The services' secret: the bootstrap sets
+      // the role's password from it, ECS hands it to both services through their execution roles.
+      readers: { master: [roles.schemaBootstrap], app: [roles.schemaBootstrap, roles.apiExecution, roles.workerExecution] },
+    });
     this.apiToken = new BearerToken(this, 'ApiToken', {
       description: 'Bearer token of the ERP jobs API (API_TOKEN)',
       removalPolicy: retain,
@@ -45,6 +59,9 @@ export class JobsDataStack extends Stack {
       manualRotationReason:
         'ECS resolves the token only at task start, so a rotation Lambda would leave running API tasks on the old value; it is rotated by the manual procedure in docs/deploy.md (new value, then a forced API deployment).',
     });
+    // The API reads both tokens (ECS secrets); people only as config.secretReaders says.
+    restrictSecretReaders(this.apiToken.secret, [roles.apiExecution, ...c.secretReaders.apiTokenRoleNames]);
+    restrictSecretReaders(this.operatorToken.secret, [roles.apiExecution, ...c.secretReaders.operatorTokenRoleNames]);
 
     // What on-call and operators look up (docs/runbooks/README.md).
     new CfnOutput(this, 'JobQueueUrl', { value: this.queues.queue.queueUrl });

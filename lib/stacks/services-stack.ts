@@ -2,9 +2,9 @@
 // what on-call watches (topic, alarms, dashboard). Safe to destroy and redeploy; it only
 // references the stateful stack.
 
-import { CfnOutput, Stack, type StackProps } from 'aws-cdk-lib';
+import { CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
 import type { Construct } from 'constructs';
-import type { EnvironmentConfig } from '../config.ts';
+import { connectionBudget, type EnvironmentConfig } from '../config.ts';
 import { JobAlarms } from '../monitoring/alarms.ts';
 import { JobsDashboard } from '../monitoring/dashboard.ts';
 import { OnCallTopic } from '../monitoring/on-call-topic.ts';
@@ -12,6 +12,7 @@ import { SchemaBootstrap } from '../schema-bootstrap.ts';
 import { ApiService } from '../services/api.ts';
 import { JobsCluster } from '../services/cluster.ts';
 import { WorkerService } from '../services/worker.ts';
+import { serviceRoleNames } from '../secret-readers.ts';
 import type { JobsDataStack } from './data-stack.ts';
 
 export interface JobsServicesStackProps extends StackProps {
@@ -29,12 +30,15 @@ export class JobsServicesStack extends Stack {
     const c = props.config;
     super(scope, id, { description: `ERP jobs ${c.envName}: schema bootstrap, API and worker on ECS Fargate, alarms and dashboard`, ...props });
     const { network, queues, database, apiToken, operatorToken } = props.data;
+    const roles = serviceRoleNames(c.stackPrefix);
+    const logRemovalPolicy = c.retainLogs ? RemovalPolicy.RETAIN : RemovalPolicy.DESTROY;
 
     this.bootstrap = new SchemaBootstrap(this, 'SchemaBootstrap', {
-      vpc: network.vpc,
-      subnets: network.appSubnets,
+      network,
       database,
+      roleName: roles.schemaBootstrap,
       logRetentionDays: c.logRetentionDays,
+      logRemovalPolicy,
     });
     const { cluster } = new JobsCluster(this, 'Cluster', { vpc: network.vpc });
     this.api = new ApiService(this, 'Api', {
@@ -42,15 +46,16 @@ export class JobsServicesStack extends Stack {
       config: c.api,
       jobTimings: c.jobTimings,
       stuckJobs: c.alarms.stuckJobs,
-      vpc: network.vpc,
-      taskSubnets: network.appSubnets,
-      loadBalancerSubnets: network.publicSubnets,
+      network,
       cluster,
       queues,
       database,
+      idleInTransactionTimeoutSeconds: c.database.idleInTransactionTimeoutSeconds,
       apiToken: apiToken.secret,
       operatorToken: operatorToken.secret,
+      executionRoleName: roles.apiExecution,
       logRetentionDays: c.logRetentionDays,
+      logRemovalPolicy,
       accessLogRetentionDays: c.accessLogRetentionDays,
       startAfter: [this.bootstrap.resource],
     });
@@ -59,17 +64,29 @@ export class JobsServicesStack extends Stack {
       config: c.worker,
       jobTimings: c.jobTimings,
       stuckJobs: c.alarms.stuckJobs,
-      vpc: network.vpc,
-      taskSubnets: network.appSubnets,
+      network,
       cluster,
       queues,
       database,
+      idleInTransactionTimeoutSeconds: c.database.idleInTransactionTimeoutSeconds,
+      executionRoleName: roles.workerExecution,
       logRetentionDays: c.logRetentionDays,
+      logRemovalPolicy,
       startAfter: [this.bootstrap.resource],
     });
 
     const onCall = new OnCallTopic(this, 'OnCall', { envName: c.envName, emails: c.alarms.emails });
-    this.alarms = new JobAlarms(this, 'Alarms', { envName: c.envName, config: c.alarms, onCall, queues, api: this.api, worker: this.worker });
+    this.alarms = new JobAlarms(this, 'Alarms', {
+      envName: c.envName,
+      config: c.alarms,
+      onCall,
+      queues,
+      api: this.api,
+      worker: this.worker,
+      database,
+      databaseConfig: c.database,
+      connectionBudget: connectionBudget(c),
+    });
     new JobsDashboard(this, 'Dashboard', { envName: c.envName, queues, api: this.api, worker: this.worker, alarms: this.alarms });
 
     new CfnOutput(this, 'ApiUrl', { value: this.api.url, description: 'Base URL of the jobs API' });
@@ -78,5 +95,6 @@ export class JobsServicesStack extends Stack {
     new CfnOutput(this, 'WorkerServiceName', { value: this.worker.service.serviceName });
     new CfnOutput(this, 'ApiTargetGroupArn', { value: this.api.targetGroup.targetGroupArn });
     new CfnOutput(this, 'OnCallTopicArn', { value: onCall.topic.topicArn, description: 'SNS topic the alarms publish to' });
+    new CfnOutput(this, 'DlqAlarmName', { value: this.alarms.names.dlqNotEmpty!, description: 'The alarm of the post-deploy delivery drill (docs/deploy.md#alarm-delivery-drill)' });
   }
 }

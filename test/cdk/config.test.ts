@@ -17,16 +17,18 @@ import {
   ENVIRONMENT_NAMES,
   ENVIRONMENTS,
   estimatedMaxConnections,
+  IDLE_IN_TRANSACTION_TIMEOUT_SECONDS,
   resolveConfig,
 } from '../../lib/config.ts';
 import { REPO_ROOT } from '../../lib/paths.ts';
-import { withChanges } from './support.ts';
+import { TEST_CERTIFICATE_ARN, withChanges } from './support.ts';
 
 const run = promisify(execFile);
 
 describe('environment config', () => {
-  it.each(ENVIRONMENT_NAMES)('%s resolves and passes every rule', (name) => {
-    expect(resolveConfig(name)).toBe(ENVIRONMENTS[name]);
+  it.each(ENVIRONMENT_NAMES)('%s resolves and passes every rule (with a certificate on the command line where HTTPS is required)', (name) => {
+    const resolved = resolveConfig(name, undefined, { apiCertificateArn: ENVIRONMENTS[name].api.allowPlainHttp ? undefined : TEST_CERTIFICATE_ARN });
+    expect({ ...resolved, api: { ...resolved.api, certificateArn: undefined } }).toEqual({ ...ENVIRONMENTS[name], api: { ...ENVIRONMENTS[name].api, certificateArn: undefined } });
   });
 
   it('lists the valid environments for an unknown name', () => {
@@ -50,12 +52,21 @@ describe('environment config', () => {
 
   it('bin/app.ts synthesizes an environment the way `cdk synth` runs it (no credentials)', async () => {
     const outdir = await mkdtemp(join(tmpdir(), 'cdk-out-'));
-    const env: Record<string, string | undefined> = { ...process.env, CDK_CONTEXT_JSON: JSON.stringify({ env: 'staging' }), CDK_OUTDIR: outdir, CDK_VALIDATION: 'false' };
+    const env: Record<string, string | undefined> = { ...process.env, CDK_CONTEXT_JSON: JSON.stringify({ env: 'staging', apiCertificateArn: TEST_CERTIFICATE_ARN }), CDK_OUTDIR: outdir, CDK_VALIDATION: 'false' };
     for (const k of Object.keys(env)) if (/^AWS_(ACCESS|SECRET|SESSION|PROFILE)/.test(k)) delete env[k];
     await run('npx', ['tsx', 'bin/app.ts'], { cwd: REPO_ROOT, env });
     const files = await readdir(outdir);
     expect(files).toEqual(expect.arrayContaining(['ErpJobs-staging-Data.template.json', 'ErpJobs-staging-Services.template.json', 'manifest.json']));
   }, 60_000);
+
+  it('bin/app.ts refuses prod without a certificate, naming both ways to give one (what `npx cdk synth -c env=prod` prints)', async () => {
+    const err = await run('npx', ['tsx', 'bin/app.ts'], { cwd: REPO_ROOT, env: { ...process.env, CDK_CONTEXT_JSON: JSON.stringify({ env: 'prod' }) } }).catch((e: { code: number; stderr: string }) => e);
+    expect((err as { code: number }).code).toBe(1);
+    const stderr = (err as { stderr: string }).stderr;
+    expect(stderr).toContain('[api-certificate] the prod API must serve HTTPS');
+    expect(stderr).toContain('set api.certificateArn in lib/config.ts (prod)');
+    expect(stderr).toContain('-c apiCertificateArn=arn:aws:acm:<region>:<account>:certificate/<id>');
+  });
 
   it('prod keeps its data: Multi-AZ, deletion protection, backups, termination protection, snapshots', () => {
     const p = ENVIRONMENTS.prod;
@@ -161,5 +172,56 @@ describe('connection budget', () => {
       c.database.instanceClass = 'x9.huge';
     });
     expect(() => resolveConfig('dev', { dev: broken })).toThrow(/\[instance-class-known\] database\.instanceClass = x9\.huge is not in INSTANCE_MEMORY_GIB/);
+  });
+});
+
+describe('HTTPS (issue 12)', () => {
+  it.each(['staging', 'prod'] as const)('%s refuses to synthesize without a certificate, naming lib/config.ts and -c apiCertificateArn', (name) => {
+    expect(ENVIRONMENTS[name].api.allowPlainHttp).toBe(false);
+    expect(() => resolveConfig(name)).toThrow(/\[api-certificate\] .*set api\.certificateArn in lib\/config\.ts .* or pass -c apiCertificateArn=arn:aws:acm:/);
+    expect(() => buildJobPlatform(new App(), ENVIRONMENTS[name])).toThrow(/\[api-certificate\]/);
+  });
+
+  it('dev may stay on plain HTTP', () => {
+    expect(ENVIRONMENTS.dev.api).toMatchObject({ allowPlainHttp: true });
+    expect(ENVIRONMENTS.dev.api.certificateArn).toBeUndefined();
+  });
+
+  it('the command line\'s certificate wins over the config\'s, and must be an ACM certificate ARN', () => {
+    const inConfig = withChanges('prod', (c) => (c.api.certificateArn = 'arn:aws:acm:eu-west-1:222222222222:certificate/from-config'));
+    expect(resolveConfig('prod', { prod: inConfig }).api.certificateArn).toBe('arn:aws:acm:eu-west-1:222222222222:certificate/from-config');
+    expect(resolveConfig('prod', { prod: inConfig }, { apiCertificateArn: TEST_CERTIFICATE_ARN }).api.certificateArn).toBe(TEST_CERTIFICATE_ARN);
+    expect(() => resolveConfig('prod', undefined, { apiCertificateArn: 'not-an-arn' })).toThrow(/\[api-certificate-arn\] api\.certificateArn = not-an-arn is not an ACM certificate ARN/);
+  });
+});
+
+describe('database (issue 12)', () => {
+  it('pins a minor version and refuses a major-only one', () => {
+    for (const name of ENVIRONMENT_NAMES) expect(ENVIRONMENTS[name].database.engineVersion).toMatch(/^\d+\.\d+$/);
+    const broken = withChanges('dev', (c) => (c.database.engineVersion = '17'));
+    expect(() => resolveConfig('dev', { dev: broken })).toThrow(/\[database-engine-version\] database\.engineVersion = 17 must pin a minor version/);
+  });
+
+  it('refuses malformed or overlapping backup and maintenance windows', () => {
+    const bad = withChanges('dev', (c) => (c.database.backupWindow = '3am'));
+    expect(() => resolveConfig('dev', { dev: bad })).toThrow(/\[database-backup-window\] database\.backupWindow = 3am must be hh:mm-hh:mm/);
+    const overlap = withChanges('dev', (c) => {
+      c.database.backupWindow = '03:00-03:30';
+      c.database.maintenanceWindow = 'sun:03:15-sun:03:45';
+    });
+    expect(() => resolveConfig('dev', { dev: overlap })).toThrow(/\[database-windows-overlap\]/);
+    const acrossMidnight = withChanges('dev', (c) => {
+      c.database.backupWindow = '23:45-00:15';
+      c.database.maintenanceWindow = 'mon:00:00-mon:00:30';
+    });
+    expect(() => resolveConfig('dev', { dev: acrossMidnight })).toThrow(/\[database-windows-overlap\]/);
+    const short = withChanges('dev', (c) => (c.database.backupWindow = '02:00-02:10'));
+    expect(() => resolveConfig('dev', { dev: short })).toThrow(/must last at least 30 minutes/);
+  });
+
+  it('refuses an idle-in-transaction timeout that could cut a healthy job (below the stuck-job threshold or ten leases)', () => {
+    for (const name of ENVIRONMENT_NAMES) expect(ENVIRONMENTS[name].database.idleInTransactionTimeoutSeconds).toBe(IDLE_IN_TRANSACTION_TIMEOUT_SECONDS);
+    const broken = withChanges('prod', (c) => (c.database.idleInTransactionTimeoutSeconds = 300));
+    expect(() => resolveConfig('prod', { prod: broken })).toThrow(/\[database-idle-in-transaction\] database\.idleInTransactionTimeoutSeconds = 300 must be a whole number ≥ 3600/);
   });
 });

@@ -7,8 +7,8 @@ import { join } from 'node:path';
 import { Match } from 'aws-cdk-lib/assertions';
 import { describe, expect, it } from 'vitest';
 import { METRIC, metricNamespace } from '../../runtime/metrics/names.ts';
-import { ENVIRONMENTS } from '../../lib/config.ts';
-import { JOBS_STUCK_ALARM } from '../../lib/monitoring/alarms.ts';
+import { connectionBudget, ENVIRONMENTS, INSTANCE_MEMORY_GIB } from '../../lib/config.ts';
+import { API_DEPLOYMENT_ALARMS, JOBS_STUCK_ALARM } from '../../lib/monitoring/alarms.ts';
 import { RUNBOOK_PATH, RUNBOOK_SECTION } from '../../lib/monitoring/runbook.ts';
 import { REPO_ROOT } from '../../lib/paths.ts';
 import { idOf, only, resourcesOfType, synthEnv } from './support.ts';
@@ -58,8 +58,8 @@ describe('on-call topic', () => {
 });
 
 describe('alarms', () => {
-  it('are the eight on-call alarms, no more', () => {
-    expect(alarms).toHaveLength(8);
+  it('are the fifteen on-call alarms, no more', () => {
+    expect(alarms).toHaveLength(15);
   });
 
   it.each(alarms.map((a) => [a.AlarmName as string, a] as const))('%s notifies the on-call topic when it fires and clears', (_name, a) => {
@@ -82,7 +82,7 @@ describe('alarms', () => {
   it('each runbook section the alarms use exists, one per alarm', () => {
     for (const s of Object.values(RUNBOOK_SECTION)) expect(sections.has(s), s).toBe(true);
     const cited = alarms.map((a) => /#([a-z0-9-]+)$/.exec(a.AlarmDescription as string)![1]);
-    expect(new Set(cited).size).toBe(8);
+    expect(new Set(cited).size).toBe(15);
   });
 
   it('DLQ not empty: any visible message, missing data not breaching', () => {
@@ -166,5 +166,112 @@ describe('dashboard', () => {
     for (const needle of ['ApproximateNumberOfMessagesVisible', 'QueuesDeadLetterQueue', 'QueuesJobQueue', METRIC.jobsSucceeded, METRIC.leasesLost, METRIC.jobsDeadLettered, METRIC.jobDuration, 'RunningTaskCount', 'HTTPCode_Target_5XX_Count', 'AlarmsDlqNotEmpty']) {
       expect(body, needle).toContain(needle);
     }
+  });
+});
+
+describe('alarm delivery (issue 12)', () => {
+  const account = { Ref: 'AWS::AccountId' };
+  const alarmArns = alarms.map((a) => ({ 'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':cloudwatch:', { Ref: 'AWS::Region' }, ':', account, `:alarm:${a.AlarmName as string}`]] }));
+  const fromOurAlarms = { StringEquals: { 'aws:SourceAccount': account }, ArnLike: { 'aws:SourceArn': alarmArns } };
+
+  it('the topic policy lets CloudWatch publish, for this account\'s alarms that notify the topic only', () => {
+    const policy = only(t, 'AWS::SNS::TopicPolicy').props;
+    expect(policy.Topics).toEqual([{ Ref: topicId }]);
+    const statements = policy.PolicyDocument.Statement as Record<string, any>[];
+    const allow = statements.filter((st) => st.Effect === 'Allow');
+    expect(allow).toEqual([
+      { Sid: 'CloudWatchAlarmsPublish', Effect: 'Allow', Principal: { Service: 'cloudwatch.amazonaws.com' }, Action: 'sns:Publish', Resource: { Ref: topicId }, Condition: fromOurAlarms },
+    ]);
+    // Every alarm's ARN, in the order they were made, and nothing else.
+    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(15);
+  });
+
+  it('the key lets CloudWatch use it under the same conditions, and allows grants only for AWS services', () => {
+    const keyPolicy = only(t, 'AWS::KMS::Key').props.KeyPolicy.Statement as Record<string, any>[];
+    const cw = keyPolicy.filter((st) => JSON.stringify(st.Principal).includes('cloudwatch.amazonaws.com'));
+    expect(cw).toEqual([
+      { Sid: 'CloudWatchAlarmsPublish', Effect: 'Allow', Principal: { Service: 'cloudwatch.amazonaws.com' }, Action: ['kms:Decrypt', 'kms:GenerateDataKey*'], Resource: '*', Condition: fromOurAlarms },
+    ]);
+    expect(keyPolicy).toContainEqual({
+      Sid: 'GrantsOnlyForAwsServices',
+      Effect: 'Deny',
+      Principal: { AWS: '*' },
+      Action: 'kms:CreateGrant',
+      Resource: '*',
+      Condition: { BoolIfExists: { 'kms:GrantIsForAWSResource': 'false', 'aws:PrincipalIsAWSService': 'false' } },
+    });
+  });
+
+  it('docs/deploy.md has the post-deploy drill on the DLQ alarm, by its name', () => {
+    const deploy = readFileSync(join(REPO_ROOT, 'docs/deploy.md'), 'utf8');
+    const drill = deploy.slice(deploy.indexOf('## Alarm delivery drill'));
+    expect(drill.length).toBeGreaterThan(100);
+    expect(drill).toMatch(/aws cloudwatch set-alarm-state --alarm-name "ERP jobs \$ENV DLQ not empty" --state-value ALARM/);
+    expect(drill).toMatch(/--state-value OK/);
+    expect(t.toJSON().Outputs.DlqAlarmName.Value).toBe('ERP jobs prod DLQ not empty');
+  });
+});
+
+describe('alarms beyond the queue (issue 12)', () => {
+  const budget = connectionBudget(c);
+  const dbId = idOf(prod.data.database.instance);
+  const dbDims = (a: AlarmProps) => expect(JSON.stringify(a.Dimensions)).toContain(dbId);
+
+  it('database CPU: the config\'s percentage for 15 minutes', () => {
+    const a = alarmNamed('database CPU');
+    expect(a).toMatchObject({ Namespace: 'AWS/RDS', MetricName: 'CPUUtilization', Threshold: c.alarms.databaseCpuPercent, ComparisonOperator: 'GreaterThanOrEqualToThreshold', Period: 300, EvaluationPeriods: 3 });
+    dbDims(a);
+  });
+
+  it('database free storage: below the config\'s share of the allocated storage, in bytes', () => {
+    const a = alarmNamed('database free storage');
+    expect(a).toMatchObject({ MetricName: 'FreeStorageSpace', Statistic: 'Minimum', ComparisonOperator: 'LessThanThreshold', Threshold: Math.round(c.alarms.databaseFreeStorageFraction * c.database.allocatedStorageGiB * 1024 ** 3) });
+    dbDims(a);
+  });
+
+  it('database freeable memory: below the config\'s share of the class\'s memory, in bytes', () => {
+    const a = alarmNamed('database freeable memory');
+    expect(a).toMatchObject({ MetricName: 'FreeableMemory', ComparisonOperator: 'LessThanThreshold', Threshold: Math.round(c.alarms.databaseFreeableMemoryFraction * INSTANCE_MEMORY_GIB[c.database.instanceClass]! * 1024 ** 3) });
+    dbDims(a);
+  });
+
+  it('database connections: above the connection budget\'s ceiling config.ts computes', () => {
+    const a = alarmNamed('database connections');
+    expect(a).toMatchObject({ MetricName: 'DatabaseConnections', Statistic: 'Maximum', ComparisonOperator: 'GreaterThanThreshold', Threshold: budget.allowed });
+    expect(budget.allowed).toBeGreaterThan(budget.total);
+    expect(a.AlarmDescription).toContain(String(budget.total));
+    dbDims(a);
+  });
+
+  it('API unhealthy targets: any unhealthy target of the API\'s target group for 3 minutes', () => {
+    const a = alarmNamed('API unhealthy targets');
+    expect(a).toMatchObject({ Namespace: 'AWS/ApplicationELB', MetricName: 'UnHealthyHostCount', Statistic: 'Maximum', Threshold: 1, EvaluationPeriods: 3, TreatMissingData: 'notBreaching' });
+    expect(JSON.stringify(a.Dimensions)).toContain(idOf(prod.services.api.targetGroup));
+  });
+
+  it('API tasks below minimum: Container Insights running tasks under api.minTasks, missing data breaching', () => {
+    const a = alarmNamed('API tasks below minimum');
+    expect(a).toMatchObject({ Namespace: 'ECS/ContainerInsights', MetricName: 'RunningTaskCount', ComparisonOperator: 'LessThanThreshold', Threshold: c.api.minTasks, TreatMissingData: 'breaching' });
+    expect(JSON.stringify(a.Dimensions)).toContain(idOf(prod.services.api.service));
+  });
+
+  it('worker at maximum with backlog: running tasks at worker.maxTasks and backlog per task above its target', () => {
+    const a = alarmNamed('worker at maximum with backlog');
+    const expr = (a.Metrics as { Id: string; Expression?: string }[]).find((m) => m.Expression)!;
+    expect(expr.Expression).toBe(`IF(running >= ${c.worker.maxTasks} AND visible / running > ${c.worker.backlogPerTaskTarget}, 1, 0)`);
+    expect(a).toMatchObject({ Threshold: 1, ComparisonOperator: 'GreaterThanOrEqualToThreshold', EvaluationPeriods: c.alarms.workerAtMaximumMinutes / 5 });
+    const json = JSON.stringify(a.Metrics);
+    expect(json).toContain('QueuesJobQueue');
+    expect(json).toContain(idOf(prod.services.worker.service));
+  });
+
+  it('the API\'s 5xx and unhealthy-target alarms roll a bad API deployment back; the worker has none', () => {
+    const services = resourcesOfType(t, 'AWS::ECS::Service');
+    const api = services[idOf(prod.services.api.service)]!.Properties as Record<string, any>;
+    expect(api.DeploymentConfiguration.Alarms).toEqual({ AlarmNames: ['ERP jobs prod API 5xx', 'ERP jobs prod API unhealthy targets'], Enable: true, Rollback: true });
+    expect(API_DEPLOYMENT_ALARMS).toEqual(['api5xx', 'apiUnhealthyTargets']);
+    for (const n of api.DeploymentConfiguration.Alarms.AlarmNames as string[]) expect(alarms.map((x) => x.AlarmName)).toContain(n);
+    const worker = services[idOf(prod.services.worker.service)]!.Properties as Record<string, any>;
+    expect(worker.DeploymentConfiguration.Alarms?.Enable ?? false).toBe(false);
   });
 });

@@ -8,10 +8,12 @@ import { ENV, RDS_CA_BUNDLE_PATH } from '../../runtime/config/env.ts';
 import { RELEASE_MARGIN_SECONDS } from '../../runtime/config/rules.ts';
 import { STUCK_ENV } from '../../runtime/config/stuck-thresholds.ts';
 import { metricNamespace } from '../../runtime/metrics/names.ts';
-import { ENVIRONMENTS } from '../../lib/config.ts';
+import { ENVIRONMENTS, withOverrides } from '../../lib/config.ts';
 import { LAMBDA_AMAZON_CA_BUNDLE, migrationsHash } from '../../lib/schema-bootstrap.ts';
 import { API_HEALTH_CHECK_PATH, API_PORT } from '../../lib/services/api.ts';
-import { idOf, only, resourcesOfType, synthConfig, synthEnv, withChanges } from './support.ts';
+import { PG_OPTIONS_VARIABLE, pgOptions, SERVICE_USER, TMP_PATH } from '../../lib/services/container-config.ts';
+import { WORKER_HEALTH_CHECK_SCRIPT } from '../../lib/services/worker.ts';
+import { idOf, only, resourcesOfType, synthConfig, synthEnv, TEST_CERTIFICATE_ARN, withChanges } from './support.ts';
 
 const dev = synthEnv('dev');
 const CERT = 'arn:aws:acm:eu-central-1:111122223333:certificate/00000000-0000-0000-0000-000000000000';
@@ -409,5 +411,167 @@ describe('API', () => {
       .map((r) => r.Properties as Record<string, any>)
       .filter((p) => JSON.stringify(p.GroupId).includes(svcSg));
     expect(ingress).toEqual([expect.objectContaining({ FromPort: API_PORT, ToPort: API_PORT, SourceSecurityGroupId: { 'Fn::GetAtt': [albSg, 'GroupId'] } })]);
+  });
+});
+
+describe('scaling owns the task count (issue 12)', () => {
+  it.each(['dev', 'staging', 'prod'] as const)('%s: no autoscaled service has a DesiredCount', (name) => {
+    const s = synthEnv(name);
+    const services = resourcesOfType(s.servicesTemplate, 'AWS::ECS::Service');
+    const targets = Object.values(resourcesOfType(s.servicesTemplate, 'AWS::ApplicationAutoScaling::ScalableTarget')).map((r) => JSON.stringify(r.Properties!.ResourceId));
+    expect(Object.keys(services)).toHaveLength(2);
+    for (const [id, svc] of Object.entries(services)) {
+      // Every service is autoscaled…
+      expect(targets.some((t) => t.includes(`"${id}","Name"`)), `${id} has a scalable target`).toBe(true);
+      // …so CloudFormation must not carry a count a deployment would reset it to.
+      expect(svc.Properties, id).not.toHaveProperty('DesiredCount');
+    }
+  });
+});
+
+describe('container hardening (issue 12)', () => {
+  const taskDefs = Object.values(resourcesOfType(t, 'AWS::ECS::TaskDefinition')).map((r) => r.Properties as { Memory: string; Volumes?: { Name: string }[]; ContainerDefinitions: Record<string, any>[] });
+
+  it.each(['api', 'worker'])('%s: read-only root file system, a writable /tmp volume, the images\' non-root user, a hard memory limit', (name) => {
+    const td = taskDefs.find((x) => x.ContainerDefinitions.some((d) => d.Name === name))!;
+    const def = td.ContainerDefinitions.find((d) => d.Name === name)!;
+    expect(def.ReadonlyRootFilesystem).toBe(true);
+    expect(def.User).toBe(SERVICE_USER);
+    expect(def.User).not.toMatch(/^(0|root)(:|$)/);
+    expect(def.Memory).toBe(Number(td.Memory));
+    expect(def.MountPoints).toEqual([{ ContainerPath: TMP_PATH, ReadOnly: false, SourceVolume: 'tmp' }]);
+    expect(td.Volumes).toEqual([{ Name: 'tmp' }]);
+    // The user is the images' `node` user (uid 1000 in the official node images).
+    return import('node:fs').then(({ readFileSync }) => expect(readFileSync(`docker/${name}.Dockerfile`, 'utf8')).toMatch(/^USER node$/m));
+  });
+
+  it('both services end a transaction left idle past the configured timeout (PGOPTIONS), and set no statement_timeout for the worker', () => {
+    for (const name of ['api', 'worker']) {
+      expect(envOf(name)[PG_OPTIONS_VARIABLE]).toBe(`-c idle_in_transaction_session_timeout=${c.database.idleInTransactionTimeoutSeconds}s`);
+      expect(String(envOf(name)[PG_OPTIONS_VARIABLE])).not.toContain('statement_timeout=');
+    }
+  });
+
+  it('node-postgres sends PGOPTIONS with a connection string that has no options (how the services connect)', async () => {
+    const { default: ConnectionParameters } = (await import('pg/lib/connection-parameters.js' as string)) as { default: new (c: unknown) => { options?: string } };
+    const before = process.env.PGOPTIONS;
+    process.env.PGOPTIONS = pgOptions(3600);
+    try {
+      expect(new ConnectionParameters({ connectionString: 'postgres://u:p@db.example:5432/erp_jobs?sslmode=verify-full' }).options).toBe('-c idle_in_transaction_session_timeout=3600s');
+    } finally {
+      if (before === undefined) delete process.env.PGOPTIONS;
+      else process.env.PGOPTIONS = before;
+    }
+  });
+
+  it('the worker container has a health check (node -e, no shell), the API relies on the load balancer\'s', () => {
+    const worker = taskDefs.flatMap((x) => x.ContainerDefinitions).find((d) => d.Name === 'worker')!;
+    expect(worker.HealthCheck).toEqual({ Command: ['CMD', 'node', '-e', WORKER_HEALTH_CHECK_SCRIPT], Interval: 30, Timeout: 5, Retries: 3, StartPeriod: 30 });
+  });
+});
+
+describe('worker health check script', () => {
+  // Run it as ECS does, beside a `node index.mjs` process: healthy while it runs, unhealthy when
+  // it is stopped (SIGSTOP) or gone.
+  it('is healthy while a node process runs, unhealthy when it is stopped or gone', async () => {
+    const { spawn, spawnSync } = await import('node:child_process');
+    const { mkdtempSync, writeFileSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const dir = mkdtempSync(join(tmpdir(), 'worker-health-'));
+    writeFileSync(join(dir, 'index.mjs'), 'setInterval(() => {}, 1000);\n');
+    // Only this test's process is considered: the check looks at /proc, so give it a private view
+    // by matching our child's pid through the same rules (the container has no other node).
+    const check = () => spawnSync('node', ['-e', WORKER_HEALTH_CHECK_SCRIPT.replace("Number(p)!==process.pid", `Number(p)===${child.pid}`)], { encoding: 'utf8' }).status;
+    const child = spawn('node', ['index.mjs'], { cwd: dir, stdio: 'ignore' });
+    try {
+      await new Promise((r) => setTimeout(r, 300));
+      expect(check()).toBe(0);
+      child.kill('SIGSTOP');
+      await new Promise((r) => setTimeout(r, 100));
+      expect(check()).toBe(1);
+      child.kill('SIGCONT');
+      await new Promise((r) => setTimeout(r, 100));
+      expect(check()).toBe(0);
+    } finally {
+      child.kill('SIGKILL');
+    }
+    await new Promise((r) => child.once('exit', r));
+    expect(check()).toBe(1);
+    // As written (any node process but the check itself), it finds this test runner's node: it parses and runs.
+    expect(spawnSync('node', ['-e', WORKER_HEALTH_CHECK_SCRIPT]).status).not.toBeNull();
+  }, 20_000);
+});
+
+describe('HTTPS in staging and prod (issue 12)', () => {
+  it.each(['staging', 'prod'] as const)('%s: HTTPS on 443 with a TLS 1.2+ policy and the given certificate; port 80 only redirects', (name) => {
+    const ht = synthEnv(name).servicesTemplate;
+    const listeners = Object.values(resourcesOfType(ht, 'AWS::ElasticLoadBalancingV2::Listener')).map((l) => l.Properties as Record<string, any>);
+    expect(listeners).toHaveLength(2);
+    expect(listeners.find((l) => l.Port === 443)).toMatchObject({ Protocol: 'HTTPS', SslPolicy: 'ELBSecurityPolicy-TLS13-1-2-2021-06', Certificates: [{ CertificateArn: TEST_CERTIFICATE_ARN }] });
+    const http = listeners.find((l) => l.Port === 80)!;
+    expect(http.DefaultActions).toEqual([{ Type: 'redirect', RedirectConfig: expect.objectContaining({ Protocol: 'HTTPS', Port: '443', StatusCode: 'HTTP_301' }) }]);
+    const out = ht.toJSON().Outputs.ApiUrl.Value;
+    expect(JSON.stringify(out)).toContain('https://');
+  });
+
+  it('the command line\'s certificate wins over lib/config.ts', () => {
+    const fromConfig = withChanges('prod', (x) => (x.api.certificateArn = CERT));
+    expect(withOverrides(fromConfig, { apiCertificateArn: TEST_CERTIFICATE_ARN }).api.certificateArn).toBe(TEST_CERTIFICATE_ARN);
+    expect(withOverrides(fromConfig, {}).api.certificateArn).toBe(CERT);
+  });
+});
+
+describe('load balancer deletion protection (issue 12)', () => {
+  const attr = (name: 'dev' | 'staging' | 'prod') =>
+    (only(synthEnv(name).servicesTemplate, 'AWS::ElasticLoadBalancingV2::LoadBalancer').props.LoadBalancerAttributes as { Key: string; Value: string }[]).find((a) => a.Key === 'deletion_protection.enabled')?.Value;
+  it('is on in prod, as the config says elsewhere', () => {
+    expect(attr('prod')).toBe('true');
+    expect(ENVIRONMENTS.prod.api.deletionProtection).toBe(true);
+    expect(attr('dev') ?? 'false').toBe('false');
+  });
+});
+
+describe('egress narrowed to the endpoints in prod (issue 12)', () => {
+  const prod = synthEnv('prod');
+  const groups = () => ({
+    api: prod.services.api.service.connections.securityGroups[0]!,
+    worker: prod.services.worker.service.connections.securityGroups[0]!,
+    bootstrap: prod.services.bootstrap.function.connections.securityGroups[0]!,
+  });
+
+  it.each(['api', 'worker', 'bootstrap'] as const)('%s: HTTPS only to the interface endpoints\' security group and the S3 prefix list, nowhere else', (who) => {
+    const id = idOf(groups()[who]);
+    const sg = resourcesOfType(prod.servicesTemplate, 'AWS::EC2::SecurityGroup')[id]!.Properties as Record<string, any>;
+    // Inline rules, and the rule resources CDK makes for a peer in another stack.
+    const egress = [
+      ...((sg.SecurityGroupEgress ?? []) as Record<string, any>[]),
+      ...Object.values(resourcesOfType(prod.servicesTemplate, 'AWS::EC2::SecurityGroupEgress'))
+        .map((r) => r.Properties as Record<string, any>)
+        .filter((p) => JSON.stringify(p.GroupId).includes(id)),
+    ];
+    expect(egress.filter((e) => e.CidrIp !== undefined)).toEqual([]);
+    expect(egress.length).toBeGreaterThan(0);
+    const https = egress.filter((e) => e.FromPort === 443);
+    expect(https).toHaveLength(2);
+    expect(JSON.stringify(https.find((e) => e.DestinationSecurityGroupId))).toContain('NetworkEndpointSecurityGroup');
+    expect(JSON.stringify(https.find((e) => e.DestinationPrefixListId))).toContain('NetworkS3PrefixList');
+  });
+
+  it('dev keeps HTTPS to anywhere through NAT (no interface endpoints)', () => {
+    const sg = resourcesOfType(t, 'AWS::EC2::SecurityGroup')[idOf(dev.services.worker.service.connections.securityGroups[0]!)]!.Properties as Record<string, any>;
+    expect(sg.SecurityGroupEgress).toContainEqual(expect.objectContaining({ CidrIp: '0.0.0.0/0', FromPort: 443, ToPort: 443 }));
+  });
+});
+
+describe('log groups (issue 12)', () => {
+  it.each([
+    ['prod', 'Retain'],
+    ['dev', 'Delete'],
+  ] as const)('%s: every log group is %s on stack deletion', (name, policy) => {
+    const s = synthEnv(name);
+    const groups = [...Object.values(resourcesOfType(s.servicesTemplate, 'AWS::Logs::LogGroup')), ...Object.values(resourcesOfType(s.dataTemplate, 'AWS::Logs::LogGroup'))];
+    expect(groups.length).toBe(5);
+    for (const g of groups) expect((g as { DeletionPolicy?: string }).DeletionPolicy).toBe(policy);
   });
 });

@@ -5,6 +5,7 @@
 import { Match } from 'aws-cdk-lib/assertions';
 import { describe, expect, it } from 'vitest';
 import { ENVIRONMENTS } from '../../lib/config.ts';
+import { CLOUDFORMATION_EXECUTION_ROLE, ONLY_NAMED_READERS_SID, serviceRoleNames } from '../../lib/secret-readers.ts';
 import { idOf, only, resourcesOfType, synthEnv } from './support.ts';
 
 const dev = synthEnv('dev');
@@ -167,5 +168,134 @@ describe('stateful stack', () => {
 
   it('logs VPC traffic', () => {
     dev.dataTemplate.hasResourceProperties('AWS::EC2::FlowLog', { TrafficType: 'ALL', LogDestinationType: 'cloud-watch-logs' });
+  });
+});
+
+describe('network (issue 12)', () => {
+  it.each([
+    ['dev', dev],
+    ['prod', prod],
+  ] as const)('%s: public subnets do not hand out public IPs', (_name, s) => {
+    const publics = s.data.network.vpc.publicSubnets.map((sn) => idOf(sn.node.findChild('Subnet')));
+    expect(publics).toHaveLength(2);
+    const subnets = resourcesOfType(s.dataTemplate, 'AWS::EC2::Subnet');
+    for (const id of Object.keys(subnets)) expect(subnets[id]!.Properties!.MapPublicIpOnLaunch, id).toBe(false);
+  });
+
+  it.each([
+    ['dev', dev],
+    ['prod', prod],
+  ] as const)('%s: has the S3 gateway endpoint on the app subnets\' route tables', (_name, s) => {
+    const gateways = Object.values(resourcesOfType(s.dataTemplate, 'AWS::EC2::VPCEndpoint')).filter((e) => e.Properties!.VpcEndpointType === 'Gateway');
+    expect(gateways).toHaveLength(1);
+    expect(JSON.stringify(gateways[0]!.Properties!.ServiceName)).toContain('.s3');
+    const appTables = s.data.network.vpc.privateSubnets.map((sn) => ({ Ref: idOf(sn.node.findChild('RouteTable')) }));
+    expect(gateways[0]!.Properties!.RouteTableIds).toEqual(appTables);
+  });
+
+  it('prod has interface endpoints for SQS, ECR (api, dkr), Secrets Manager, CloudWatch metrics and Logs; dev none', () => {
+    const iface = (s: typeof prod) =>
+      Object.values(resourcesOfType(s.dataTemplate, 'AWS::EC2::VPCEndpoint'))
+        .filter((e) => e.Properties!.VpcEndpointType === 'Interface')
+        .map((e) => /\.amazonaws\.com|\{"Ref":"AWS::Region"\},"\.([a-z.]+)"/.exec(JSON.stringify(e.Properties!.ServiceName))?.[1]);
+    expect(iface(prod).sort()).toEqual(['ecr.api', 'ecr.dkr', 'logs', 'monitoring', 'secretsmanager', 'sqs']);
+    expect(iface(dev)).toEqual([]);
+    for (const e of Object.values(resourcesOfType(prod.dataTemplate, 'AWS::EC2::VPCEndpoint')).filter((x) => x.Properties!.VpcEndpointType === 'Interface')) {
+      expect(e.Properties).toMatchObject({ PrivateDnsEnabled: true, SecurityGroupIds: [{ 'Fn::GetAtt': [idOf(prod.data.network.endpointSecurityGroup!), 'GroupId'] }] });
+    }
+  });
+});
+
+describe('DLQ redrive-allow policy', () => {
+  it.each([
+    ['dev', dev],
+    ['prod', prod],
+  ] as const)('%s: only the job queue may dead-letter into the DLQ (set after both exist)', (_name, s) => {
+    const queueId = idOf(s.data.queues.queue.node.defaultChild!);
+    const dlqId = idOf(s.data.queues.deadLetterQueue.node.defaultChild!);
+    const [call] = Object.values(resourcesOfType(s.dataTemplate, 'Custom::AWS')).filter((r) => JSON.stringify(r.Properties).includes('setQueueAttributes'));
+    expect(call).toBeDefined();
+    const create = JSON.stringify(call!.Properties!.Create);
+    expect(create).toContain('"service\\":\\"SQS\\"');
+    expect(create).toContain('RedriveAllowPolicy');
+    expect(create).toContain('\\\\\\"redrivePermission\\\\\\":\\\\\\"byQueue\\\\\\"');
+    expect(create).toContain(`"Fn::GetAtt":["${queueId}","Arn"]`);
+    expect(create).toContain(`"Ref":"${dlqId}"`);
+    expect(JSON.stringify(call!.Properties!.Update)).toBe(create);
+    // The function may set attributes on the DLQ only.
+    const policy = Object.values(resourcesOfType(s.dataTemplate, 'AWS::IAM::Policy')).find((p) => JSON.stringify(p.Properties).includes('sqs:SetQueueAttributes'))!;
+    expect((policy.Properties as any).PolicyDocument.Statement).toEqual([{ Action: 'sqs:SetQueueAttributes', Effect: 'Allow', Resource: { 'Fn::GetAtt': [dlqId, 'Arn'] } }]);
+  });
+});
+
+describe('secrets (issue 12)', () => {
+  const secretsOf = (s: typeof prod) => resourcesOfType(s.dataTemplate, 'AWS::SecretsManager::Secret');
+  const all = (s: typeof prod) => ({
+    master: idOf(s.data.database.instance.node.findChild('Secret')),
+    app: idOf(s.data.database.node.findChild('AppSecret')),
+    apiToken: idOf(s.data.apiToken.secret),
+    operatorToken: idOf(s.data.operatorToken.secret),
+  });
+
+  it.each(['staging', 'prod'] as const)('%s retains the database secrets and the tokens on stack deletion; dev deletes them', (name) => {
+    const s = synthEnv(name);
+    const secrets = secretsOf(s);
+    for (const [what, id] of Object.entries(all(s))) expect(secrets[id], what).toMatchObject({ DeletionPolicy: 'Retain', UpdateReplacePolicy: 'Retain' });
+    for (const [what, id] of Object.entries(all(dev))) expect((secretsOf(dev)[id] as { DeletionPolicy?: string }).DeletionPolicy, what).toBe('Delete');
+  });
+
+  it('lets only the named roles (and CloudFormation\'s execution role) read each secret', () => {
+    const roles = serviceRoleNames(ENVIRONMENTS.prod.stackPrefix);
+    const policies = Object.values(resourcesOfType(prod.dataTemplate, 'AWS::SecretsManager::ResourcePolicy')).map((r) => r.Properties as Record<string, any>);
+    const ids = all(prod);
+    const readersOf = (id: string): string[] => {
+      const p = policies.find((x) => JSON.stringify(x.SecretId) === JSON.stringify({ Ref: id }));
+      expect(p, id).toBeDefined();
+      const st = (p!.ResourcePolicy.Statement as Record<string, any>[])[0]!;
+      expect(st).toMatchObject({ Sid: ONLY_NAMED_READERS_SID, Effect: 'Deny', Principal: { AWS: '*' }, Action: 'secretsmanager:GetSecretValue', Resource: '*' });
+      // Each allowed name appears as role/<name> and role/*/<name> (paths, e.g. SSO roles).
+      return (st.Condition.StringNotLike['aws:PrincipalArn'] as unknown[]).map((a) => JSON.stringify(a).replace(/^.*:role\/(\*\/)?/, '').replace(/"\]\]\}$/, '')).filter((_, i) => i % 2 === 0);
+    };
+    expect(readersOf(ids.master)).toEqual([roles.schemaBootstrap, CLOUDFORMATION_EXECUTION_ROLE]);
+    expect(readersOf(ids.app)).toEqual([roles.schemaBootstrap, roles.apiExecution, roles.workerExecution, CLOUDFORMATION_EXECUTION_ROLE]);
+    expect(readersOf(ids.apiToken)).toEqual([roles.apiExecution, ...ENVIRONMENTS.prod.secretReaders.apiTokenRoleNames, CLOUDFORMATION_EXECUTION_ROLE]);
+    expect(readersOf(ids.operatorToken)).toEqual([roles.apiExecution, ...ENVIRONMENTS.prod.secretReaders.operatorTokenRoleNames, CLOUDFORMATION_EXECUTION_ROLE]);
+    // The names the policies admit are the roles the services stack creates.
+    const named = Object.values(resourcesOfType(prod.servicesTemplate, 'AWS::IAM::Role')).map((r) => r.Properties!.RoleName).filter(Boolean);
+    expect(named.sort()).toEqual([roles.apiExecution, roles.schemaBootstrap, roles.workerExecution].sort());
+  });
+});
+
+describe('database diagnostics (issue 12)', () => {
+  it.each(['dev', 'staging', 'prod'] as const)('%s: postgresql and upgrade logs exported with retention, enhanced monitoring every 60 s, pinned minor, windows', (name) => {
+    const s = synthEnv(name);
+    const c = ENVIRONMENTS[name];
+    const db = only(s.dataTemplate, 'AWS::RDS::DBInstance').props;
+    expect(db).toMatchObject({
+      EnableCloudwatchLogsExports: ['postgresql', 'upgrade'],
+      MonitoringInterval: 60,
+      EngineVersion: c.database.engineVersion,
+      AutoMinorVersionUpgrade: false,
+      PreferredBackupWindow: c.database.backupWindow,
+      PreferredMaintenanceWindow: c.database.maintenanceWindow,
+    });
+    expect(db.MonitoringRoleArn).toBeDefined();
+    expect(c.database.engineVersion).toMatch(/^\d+\.\d+$/);
+    s.dataTemplate.hasResourceProperties('Custom::LogRetention', {
+      LogGroupName: { 'Fn::Join': ['', ['/aws/rds/instance/', { Ref: idOf(s.data.database.instance) }, '/postgresql']] },
+      RetentionInDays: c.logRetentionDays,
+    });
+    s.dataTemplate.hasResourceProperties('AWS::RDS::DBParameterGroup', {
+      Parameters: { 'rds.force_ssl': '1', log_min_duration_statement: String(c.database.slowStatementMilliseconds), log_lock_waits: '1' },
+    });
+  });
+
+  it.each(['staging', 'prod'] as const)('%s: Performance Insights with the 7-day retention', (name) => {
+    const db = only(synthEnv(name).dataTemplate, 'AWS::RDS::DBInstance').props;
+    expect(db).toMatchObject({ EnablePerformanceInsights: true, PerformanceInsightsRetentionPeriod: 7 });
+  });
+
+  it('staging and prod have different maintenance windows (staging first)', () => {
+    expect(ENVIRONMENTS.staging.database.maintenanceWindow).not.toBe(ENVIRONMENTS.prod.database.maintenanceWindow);
   });
 });

@@ -2,6 +2,8 @@
 // `cdk synth` does (cdk.json's feature flags, cdk-nag on), with CloudFormation's built-in
 // template validation off for speed and asset bundling off unless a test needs the bundle.
 // Each test file synthesizes each environment once (memoized) and asserts on the templates.
+// Staging and prod refuse to synthesize without a certificate: the tests give them
+// TEST_CERTIFICATE_ARN, as `-c apiCertificateArn=…` would.
 
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -10,7 +12,7 @@ import type { IConstruct } from 'constructs';
 import { Template } from 'aws-cdk-lib/assertions';
 import type { CloudAssembly } from 'aws-cdk-lib/cx-api';
 import { buildJobPlatform, type JobPlatform } from '../../lib/app.ts';
-import { ENVIRONMENTS, type EnvironmentConfig, type EnvironmentName } from '../../lib/config.ts';
+import { ENVIRONMENTS, withOverrides, type EnvironmentConfig, type EnvironmentName } from '../../lib/config.ts';
 import { REPO_ROOT } from '../../lib/paths.ts';
 
 const CDK_JSON_CONTEXT = (JSON.parse(readFileSync(join(REPO_ROOT, 'cdk.json'), 'utf8')) as { context: Record<string, unknown> }).context;
@@ -27,15 +29,32 @@ export interface Synthesized extends JobPlatform {
 export interface SynthOptions {
   /** Run esbuild for the bootstrap function (slow-ish); otherwise CDK stages a placeholder. */
   bundle?: boolean;
+  /** Run the Control Tower guard rules too (about 10 s per environment: test/cdk/guard.test.ts). */
+  guard?: boolean;
+  /** Where the assembly goes (default: a temporary directory). */
+  outdir?: string;
+  /** Change the platform before synth (e.g. add a resource that breaks a rule). */
+  before?: (p: JobPlatform) => void;
+}
+
+/** The certificate the tests synthesize staging and prod with (what `-c apiCertificateArn=…` gives). */
+export const TEST_CERTIFICATE_ARN = 'arn:aws:acm:eu-west-1:111111111111:certificate/00000000-0000-0000-0000-000000000000';
+
+/** A real environment's config as `cdk synth -c env=<name> -c apiCertificateArn=…` resolves it (dev without one). */
+export function environment(name: EnvironmentName): EnvironmentConfig {
+  const c = ENVIRONMENTS[name];
+  return c.api.allowPlainHttp ? c : withOverrides(c, { apiCertificateArn: TEST_CERTIFICATE_ARN });
 }
 
 export function synthConfig(config: EnvironmentConfig, opts: SynthOptions = {}): Synthesized {
   const app = new App({
+    ...(opts.outdir ? { outdir: opts.outdir } : {}),
     context: { ...CDK_JSON_CONTEXT, 'aws:cdk:bundling-stacks': opts.bundle ? ['**'] : [] },
     builtinCloudFormationValidation: false,
     analyticsReporting: false,
   });
-  const platform = buildJobPlatform(app, config);
+  const platform = buildJobPlatform(app, config, { guard: opts.guard ?? false });
+  opts.before?.(platform);
   const assembly = app.synth();
   return {
     app,
@@ -51,7 +70,7 @@ const cache = new Map<EnvironmentName, Synthesized>();
 export function synthEnv(name: EnvironmentName, opts: SynthOptions = {}): Synthesized {
   let s = cache.get(name);
   if (!s) {
-    s = synthConfig(ENVIRONMENTS[name], opts);
+    s = synthConfig(environment(name), opts);
     cache.set(name, s);
   }
   return s;
@@ -59,7 +78,7 @@ export function synthEnv(name: EnvironmentName, opts: SynthOptions = {}): Synthe
 
 /** A real environment's config with some knobs changed (deep enough for the tests). */
 export function withChanges(name: EnvironmentName, change: (c: EnvironmentConfig) => void): EnvironmentConfig {
-  const c = structuredClone(ENVIRONMENTS[name]) as EnvironmentConfig;
+  const c = structuredClone(environment(name)) as EnvironmentConfig;
   change(c);
   return c;
 }
@@ -83,5 +102,6 @@ export function only(t: Template, type: string): { id: string; props: Record<str
 export function idOf(construct: IConstruct): string {
   const cfn = (CfnElement.isCfnElement(construct) ? construct : construct.node.defaultChild) as CfnElement | undefined;
   if (!cfn) throw new Error(`${construct.node.path} has no CloudFormation resource`);
-  return Stack.of(cfn).getLogicalId(cfn);
+  // resolve(logicalId) honours an overridden logical id (e.g. the RDS-generated master secret's).
+  return Stack.of(cfn).resolve(cfn.logicalId) as string;
 }
