@@ -54,7 +54,7 @@ export class JobsDataStack extends Stack {
         'A static bearer token shared with the ERP clients: rotating it needs the clients reconfigured in step, so it is rotated by the manual procedure in docs/deploy.md, not by a Lambda.',
     });
     this.operatorToken = new BearerToken(this, 'OperatorToken', {
-      description: `On-call operator token of the ERP jobs API (${ENV.apiOperatorToken}): the on-call routes /v1/dead-jobs, /v1/dlq, /v1/poison-messages, /v1/stuck-jobs`,
+      description: `On-call operator token of the ERP jobs API (${ENV.apiOperatorToken}): the on-call routes /v1/dead-jobs, /v1/dlq, /v1/poison-messages, /v1/stuck-jobs, /v1/pending-jobs`,
       removalPolicy: retain,
       manualRotationReason:
         'ECS resolves the token only at task start, so a rotation Lambda would leave running API tasks on the old value; it is rotated by the manual procedure in docs/deploy.md (new value, then a forced API deployment).',

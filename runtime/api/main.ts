@@ -101,7 +101,7 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
 
 /** What the start log warns about the bearer tokens: routes open to anyone, or on-call routes open to every ERP client. */
 export function authWarnings(config: Pick<ApiConfig, 'apiToken' | 'operatorToken'>): string[] {
-  const onCall = '/v1/dead-jobs, /v1/dlq, /v1/poison-messages, /v1/stuck-jobs';
+  const onCall = '/v1/dead-jobs, /v1/dlq, /v1/poison-messages, /v1/stuck-jobs, /v1/pending-jobs';
   if (!config.apiToken && !config.operatorToken) {
     return [`${ENV.apiToken} and ${ENV.apiOperatorToken} are not set: every /v1 route, the on-call ones (${onCall}) included, accepts requests without a bearer token`];
   }

@@ -33,6 +33,7 @@ const ON_CALL: [method: string, path: string, json?: unknown][] = [
   ['POST', '/v1/dlq/move-tasks/cancel', { taskHandle: 'no-such-task', by: 'pat' }],
   ['GET', '/v1/poison-messages'],
   ['GET', '/v1/stuck-jobs'],
+  ['POST', '/v1/pending-jobs/republish', { ids: [NOBODY], by: 'pat' }],
 ];
 /** The job routes the ERP clients use. */
 const JOBS: [method: string, path: string, json?: unknown][] = [
@@ -231,7 +232,7 @@ describe('configuration and the start warning', () => {
     );
     try {
       const warnings = lines.filter((l) => l.level === 40).map((l) => l.msg as string);
-      expect(warnings).toContainEqual(expect.stringMatching(/^API_OPERATOR_TOKEN is not set: the on-call routes \(\/v1\/dead-jobs, \/v1\/dlq, \/v1\/poison-messages, \/v1\/stuck-jobs\) share the ERP clients' API_TOKEN/));
+      expect(warnings).toContainEqual(expect.stringMatching(/^API_OPERATOR_TOKEN is not set: the on-call routes \(\/v1\/dead-jobs, \/v1\/dlq, \/v1\/poison-messages, \/v1\/stuck-jobs, \/v1\/pending-jobs\) share the ERP clients' API_TOKEN/));
       expect(lines.find((l) => l.msg === 'api service started')).toMatchObject({ auth: true, operatorAuth: false });
       expect(JSON.stringify(lines)).not.toContain(CLIENT);
     } finally {
