@@ -1,5 +1,5 @@
 // The API's bearer tokens — the ERP clients' (API_TOKEN) and on-call's (API_OPERATOR_TOKEN; the
-// on-call routes /v1/dead-jobs, /v1/dlq, /v1/poison-messages, /v1/stuck-jobs need it and refuse
+// on-call routes /v1/dead-jobs, /v1/dlq, /v1/poison-messages, /v1/stuck-jobs, /v1/pending-jobs need it and refuse
 // the clients' token). Each is generated once into Secrets Manager and kept in the stateful stack,
 // so redeploying or replacing the services never changes it. The API gets them as ECS secrets;
 // on-call reads the operator token from the secret the `OperatorTokenSecretArn` output names.
