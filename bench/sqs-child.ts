@@ -1,6 +1,6 @@
 // Runs the local SQS endpoint in its own process for the benchmark, so the worker's CPU figure
 // does not include the emulator's. Prints one JSON line with the endpoint and queue URLs.
-import { startLocalSqs } from '../runtime/local/fauxqs.ts';
+import { startLocalSqs } from '../dev/fauxqs.ts';
 
 // BENCH_VISIBILITY: the queue's visibility timeout. A worker killed with SIGKILL may leave a long
 // poll that the endpoint still answers; the message it takes comes back after this long.

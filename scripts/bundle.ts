@@ -13,8 +13,8 @@ import { build } from 'esbuild';
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 export const ENTRIES = {
-  api: 'runtime/api/main.ts',
-  worker: 'runtime/worker/main.ts',
+  api: 'runtime/apps/api.ts',
+  worker: 'runtime/apps/worker.ts',
   bootstrap: 'runtime/bootstrap/handler.ts',
   cli: 'bin/jobs.ts',
 } as const;

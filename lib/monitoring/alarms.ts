@@ -1,7 +1,7 @@
 // The alarms that page on-call, all in this file, each to the on-call topic. Every description
 // says what the alarm means in this system and names the runbook section to open
 // (docs/runbooks/README.md#<anchor>). The platform's own failure metrics are watched by the names
-// the worker emits them under (runtime/metrics/names.ts), with no dimensions. Beyond the queue:
+// the worker emits them under (runtime/observability/metric-names.ts), with no dimensions. Beyond the queue:
 // the database (CPU, storage, memory, connections against the connection budget), the API
 // (5xx, unhealthy targets, tasks below the minimum) and a worker fleet at its maximum with a
 // backlog. The API's 5xx and unhealthy-target alarms are its ECS deployment alarms: a deployment
@@ -11,7 +11,7 @@ import { Duration } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
 import { Construct } from 'constructs';
-import { METRIC, metricNamespace } from '../../runtime/metrics/names.ts';
+import { METRIC, metricNamespace } from '../../runtime/observability/metric-names.ts';
 import { INSTANCE_MEMORY_GIB, type AlarmConfig, type ConnectionBudget, type DatabaseConfig, type EnvironmentName } from '../config.ts';
 import type { JobDatabase } from '../database.ts';
 import type { JobQueues } from '../queues.ts';
@@ -56,7 +56,7 @@ export const API_DEPLOYMENT_ALARMS: readonly JobAlarmName[] = ['api5xx', 'apiUnh
 const GIB = 1024 ** 3;
 
 /**
- * Stuck jobs (runtime/ops/stuck.ts): every worker publishes the count once a minute, so Maximum
+ * Stuck jobs (runtime/oncall/stuck.ts): every worker publishes the count once a minute, so Maximum
  * over 5 minutes is the count whatever the number of workers. The thresholds that make a job
  * stuck (its type's expected maximum, JOBS_STUCK_*) already wait; two periods more keep a job
  * that finishes just past its limit from paging.

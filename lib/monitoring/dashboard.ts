@@ -5,7 +5,7 @@
 import { Duration, Stack } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import { Construct } from 'constructs';
-import { METRIC } from '../../runtime/metrics/names.ts';
+import { METRIC } from '../../runtime/observability/metric-names.ts';
 import type { EnvironmentName } from '../config.ts';
 import type { JobQueues } from '../queues.ts';
 import type { ApiService } from '../services/api.ts';

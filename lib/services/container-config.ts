@@ -12,7 +12,7 @@ import * as ecs from 'aws-cdk-lib/aws-ecs';
 import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { ENV, RDS_CA_BUNDLE_PATH } from '../../runtime/config/env.ts';
 import type { JobTimings } from '../../runtime/config/rules.ts';
-import { metricNamespace } from '../../runtime/metrics/names.ts';
+import { metricNamespace } from '../../runtime/observability/metric-names.ts';
 import { STUCK_ENV, type StuckThresholds } from '../../runtime/config/stuck-thresholds.ts';
 import type { EnvironmentName } from '../config.ts';
 import type { JobQueues } from '../queues.ts';
@@ -32,7 +32,7 @@ export interface JobEnvironmentProps {
  * PGOPTIONS: startup options node-postgres (like libpq) sends with every connection it opens when
  * the connection string has none. Here: end a transaction left idle for
  * database.idleInTransactionTimeoutSeconds. No statement_timeout: a job's statement may run long
- * (the API sets its own, runtime/api/main.ts). docs/deploy.md#database-diagnostics.
+ * (the API sets its own, runtime/apps/api.ts). docs/deploy.md#database-diagnostics.
  */
 export const PG_OPTIONS_VARIABLE = 'PGOPTIONS';
 export function pgOptions(idleInTransactionTimeoutSeconds: number): string {

@@ -18,7 +18,7 @@ import { Construct, type IDependable } from 'constructs';
 import { ECS_MAX_STOP_TIMEOUT_SECONDS, RELEASE_MARGIN_SECONDS, type JobTimings } from '../../runtime/config/rules.ts';
 import { ENV } from '../../runtime/config/env.ts';
 import type { StuckThresholds } from '../../runtime/config/stuck-thresholds.ts';
-import { metricNamespace } from '../../runtime/metrics/names.ts';
+import { metricNamespace } from '../../runtime/observability/metric-names.ts';
 import type { EnvironmentName, LogRetentionDays, WorkerConfig } from '../config.ts';
 import type { JobDatabase } from '../database.ts';
 import { acknowledge } from '../nag.ts';

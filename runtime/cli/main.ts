@@ -3,19 +3,22 @@
 // .jobs-local/env fills it in, so `jobs list` just works next to a local stack.
 
 import { parseArgs } from 'node:util';
-import { JobClient } from '../client.ts';
+import { JobClient } from '../store/client.ts';
 import { databaseUrlFromEnv, ENV, jobTimingsFromEnv } from '../config/env.ts';
 import { ConfigError } from '../config/rules.ts';
 import { migrate } from '../db/migrate.ts';
 import { createPool } from '../db/pool.ts';
-import { ValidationError } from '../errors.ts';
+import { ValidationError } from '../domain/errors.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import { silentLogger } from '../observability/log.ts';
 import { SqsQueue } from '../queue/sqs.ts';
-import type { Job, JobState } from '../store/job.ts';
-import { JOB_STATES } from '../store/job.ts';
+import type { Job, JobState } from '../domain/job.ts';
+import { JOB_STATES } from '../domain/job.ts';
 import { JobStore } from '../store/job-store.ts';
 import { Publisher } from '../store/outbox.ts';
+import { formatJob, UsageError } from './format.ts';
+
+export { formatJob, UsageError } from './format.ts';
 
 const USAGE = `jobs — the ERP job platform
 
@@ -52,11 +55,10 @@ Settings come from the environment (DATABASE_URL, JOBS_QUEUE_URL, …); next to 
 
 type Env = Record<string, string | undefined>;
 
-export class UsageError extends Error {}
 
 async function resolveEnv(): Promise<Env> {
   if (process.env.JOBS_LOCAL_ENV === '0') return process.env;
-  const { readLocalEnv } = await import('../local/stack.ts');
+  const { readLocalEnv } = await import('./local-env.ts');
   const local = await readLocalEnv();
   // The real environment wins over the local stack's file.
   return { ...local, ...process.env };
@@ -95,27 +97,6 @@ async function withClient<T>(env: Env, fn: (c: { store: JobStore; client: JobCli
   }
 }
 
-export function formatJob(j: Job): string {
-  const lines = [
-    `job       ${j.id}`,
-    `type      ${j.type}`,
-    `state     ${j.state}`,
-    `attempt   ${j.attempt} (${j.attempt - j.releases} of ${j.maxAttempts} used${j.releases ? `, ${j.releases} released` : ''})`,
-    `created   ${j.createdAt.toISOString()}`,
-  ];
-  if (j.idempotencyKey) lines.push(`key       ${j.idempotencyKey}`);
-  if (j.startedAt) lines.push(`started   ${j.startedAt.toISOString()}`);
-  if (j.finishedAt) lines.push(`finished  ${j.finishedAt.toISOString()}`);
-  if (j.state === 'pending' && j.runAfter > new Date()) lines.push(`due       ${j.runAfter.toISOString()}`);
-  if (j.leaseOwner) lines.push(`lease     ${j.leaseOwner} until ${j.leaseExpiresAt?.toISOString()}`);
-  if (j.progress) lines.push(`progress  ${Math.round(j.progress.fraction * 100)}%${j.progress.message ? ` ${j.progress.message}` : ''}`);
-  if (j.cancelledBy) lines.push(`cancelled by ${j.cancelledBy}`);
-  if (j.lastError) lines.push(`error     ${j.lastError.name}: ${j.lastError.message}`);
-  for (const a of j.attemptLog) lines.push(`  attempt ${a.attempt} ${a.outcome} at ${a.at} by ${a.by ?? a.owner ?? '?'}${a.message ? `: ${a.message}` : ''}`);
-  lines.push(`payload   ${JSON.stringify(j.payload)}`);
-  if (j.result !== null) lines.push(`result    ${JSON.stringify(j.result)}`);
-  return lines.join('\n');
-}
 
 export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
@@ -134,7 +115,7 @@ export async function main(argv: string[]): Promise<number> {
       if (!Number.isInteger(workers) || workers < 0 || workers > 32) throw new UsageError(`--workers must be a whole number from 0 to 32 (got ${values.workers})`);
       if (process.env.JOBS_LOCAL_SUPERVISED !== '1') return superviseLocal(argv);
       watchParent();
-      const { startLocalStack } = await import('../local/stack.ts');
+      const { startLocalStack } = await import('../../dev/stack.ts');
       const stack = await startLocalStack({ workers, ...(values['api-port'] ? { apiPort: Number(values['api-port']) } : {}) });
       out('');
       out(`  API          ${stack.apiUrl}   (live view: ${stack.apiUrl}/)`);
@@ -180,14 +161,14 @@ export async function main(argv: string[]): Promise<number> {
 
     case 'api': {
       watchParent();
-      const { runApi } = await import('../api/main.ts');
+      const { runApi } = await import('../apps/api.ts');
       await runApi(await resolveEnv());
       return -1; // keeps running
     }
 
     case 'worker': {
       watchParent();
-      const { runWorker } = await import('../worker/main.ts');
+      const { runWorker } = await import('../apps/worker.ts');
       await runWorker(await resolveEnv());
       return -1;
     }
@@ -231,7 +212,7 @@ export async function main(argv: string[]): Promise<number> {
       const id = positionals[0];
       if (!id || !/^[0-9a-f-]{36}$/i.test(id)) throw new UsageError(`jobs show ID: ID must be a job id (a UUID), got ${id ?? 'nothing'}`);
       const env = await resolveEnv();
-      if (values.watch) return (await import('../ops/cli.ts')).watchCommand(id.toLowerCase(), values.interval, env);
+      if (values.watch) return (await import('./oncall.ts')).watchCommand(id.toLowerCase(), values.interval, env);
       const job = await withClient(env, ({ store }) => store.get(id));
       if (!job) {
         process.stderr.write(`no job ${id}\n`);
@@ -281,13 +262,13 @@ export async function main(argv: string[]): Promise<number> {
       return 0;
     }
 
-    // On-call (issue 7): dead jobs, the DLQ, poison messages, stuck jobs — runtime/ops/cli.ts.
+    // On-call (issue 7): dead jobs, the DLQ, poison messages, stuck jobs — runtime/cli/oncall.ts.
     case 'dead':
     case 'dlq':
     case 'poison':
     case 'stuck':
     case 'republish':
-      return (await import('../ops/cli.ts')).opsCommand(command, rest, await resolveEnv(), out);
+      return (await import('./oncall.ts')).opsCommand(command, rest, await resolveEnv(), out);
 
     default:
       throw new UsageError(`unknown command "${command}"\n\n${USAGE}`);

@@ -37,7 +37,7 @@ export const ENV = {
   prefetch: 'JOBS_PREFETCH',
   /** The ERP clients' bearer token: every /v1 route. */
   apiToken: 'API_TOKEN',
-  /** The on-call operator's bearer token: the on-call routes (runtime/ops/api.ts) need it when set; accepted on every /v1 route. */
+  /** The on-call operator's bearer token: the on-call routes (runtime/http/oncall-routes.ts) need it when set; accepted on every /v1 route. */
   apiOperatorToken: 'API_OPERATOR_TOKEN',
   port: 'PORT',
   apiPoolSize: 'API_POOL_SIZE',

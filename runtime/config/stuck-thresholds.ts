@@ -1,4 +1,4 @@
-// When a job counts as stuck (runtime/ops/stuck.ts): the thresholds' shape, defaults and the
+// When a job counts as stuck (runtime/oncall/stuck.ts): the thresholds' shape, defaults and the
 // variables that set them. A module of its own so the CDK app (lib/config.ts, the containers'
 // environment) shares them with the runtime without loading the runtime's clients.
 

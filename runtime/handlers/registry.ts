@@ -1,7 +1,7 @@
 // The registry of job types a process knows. Enqueue refuses a type it does not know (so a
 // typo is a 4xx, not a dead job), and the worker looks handlers up here.
 
-import { ValidationError } from '../errors.ts';
+import { ValidationError } from '../domain/errors.ts';
 import type { JobDefinition } from './types.ts';
 
 export class JobRegistry {

@@ -1,6 +1,6 @@
 // Small payload validators for handlers: each failure names the field and the rule, which the
 // API returns as a 400 and the worker records as a non-retryable error.
-import { ValidationError } from '../errors.ts';
+import { ValidationError } from '../domain/errors.ts';
 
 export function object(payload: unknown): Record<string, unknown> {
   if (!payload || typeof payload !== 'object' || Array.isArray(payload)) throw new ValidationError('payload', 'must be a JSON object');

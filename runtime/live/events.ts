@@ -14,7 +14,7 @@
 import type pg from 'pg';
 import { ConfigError } from '../config/rules.ts';
 import type { Logger } from '../observability/log.ts';
-import type { WorkerEvent, WorkerEventKind } from '../worker/worker.ts';
+import type { WorkerEvent, WorkerEventKind } from '../domain/events.ts';
 import { LIVE_SQL } from './sql.ts';
 
 /** The NOTIFY channel. */

@@ -3,7 +3,7 @@
 // handful of data points a minute, not one per job). A failed put is logged and its data
 // dropped: metrics must never block or crash job processing.
 import { CloudWatchClient, PutMetricDataCommand, type MetricDatum } from '@aws-sdk/client-cloudwatch';
-import type { MetricName } from '../metrics/names.ts';
+import type { MetricName } from './metric-names.ts';
 import type { Logger } from './log.ts';
 import type { Metrics } from './metrics.ts';
 

@@ -1,7 +1,7 @@
-// The worker's metrics sink. The names come from runtime/metrics/names.ts; the CloudWatch
+// The worker's metrics sink. The names come from runtime/observability/metric-names.ts; the CloudWatch
 // implementation (batched PutMetricData) lives in cloudwatch.ts. In tests and locally a
 // counting sink records what would have been sent.
-import type { MetricName } from '../metrics/names.ts';
+import type { MetricName } from './metric-names.ts';
 
 export interface Metrics {
   count(name: MetricName, n?: number): void;

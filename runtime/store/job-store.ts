@@ -4,8 +4,8 @@
 
 import type pg from 'pg';
 import { SQL, type SqlName } from './sql.ts';
-import { uuidv7 } from './uuid7.ts';
-import { rowToJob, type Job, type JobError, type JobState, type Progress, type WithDbNow } from './job.ts';
+import { uuidv7 } from '../domain/uuid7.ts';
+import { rowToJob, type Job, type JobError, type JobState, type Progress, type WithDbNow } from '../domain/job.ts';
 
 /** JSON text for a jsonb parameter; SQL NULL (not the JSON literal null) for nothing. */
 const jsonOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : JSON.stringify(v));

@@ -14,7 +14,7 @@ import type pg from 'pg';
 import type { Logger } from '../observability/log.ts';
 import { jobMessageBody } from '../queue/message.ts';
 import { chunk, SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type JobQueue } from '../queue/types.ts';
-import { MaintenanceLoop } from '../maintenance-loop.ts';
+import { MaintenanceLoop } from '../support/maintenance-loop.ts';
 import { run } from './job-store.ts';
 
 export interface PublishEntry {

@@ -291,6 +291,37 @@ export const SQL = {
     )
     SELECT m.id, m.type, m.run_after, o.outbox_id FROM marked m JOIN outboxed o ON o.job_id = m.id`,
 
+  /**
+   * An operator forces a fresh message for pending jobs (`jobs republish`): by id, by type, or
+   * due before a time, at most $4, through the outbox, each recorded as an operator action in
+   * the same statement. Only pending jobs: a running job's owner holds its message (and the
+   * rescuer re-publishes it if the owner dies), a terminal job needs none. Rows locked in
+   * (run_after, id) order; a concurrent claim waits or has won, and a claimed job is no longer
+   * pending when this re-checks it. Sets republished_at so the reconciler does not pick the same
+   * jobs again at once. A duplicate message is harmless by design.
+   */
+  jobRepublish: `
+    WITH picked AS (
+      SELECT id FROM jobs.job
+       WHERE finished_at IS NULL AND state = 'pending'
+         AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[]))
+         AND ($2::text IS NULL OR type = $2::text)
+         AND ($3::timestamptz IS NULL OR run_after < $3::timestamptz)
+       ORDER BY run_after, id
+       LIMIT $4
+       FOR UPDATE
+    ), marked AS (
+      UPDATE jobs.job j SET republished_at = statement_timestamp()
+        FROM picked p WHERE j.id = p.id AND j.state = 'pending'
+      RETURNING j.id, j.type, j.run_after
+    ), outboxed AS (
+      INSERT INTO jobs.outbox (job_id) SELECT id FROM marked RETURNING id AS outbox_id, job_id
+    ), recorded AS (
+      INSERT INTO jobs.operator_action (action, by, job_id, reason, detail)
+      SELECT 'job-republish', $5::text, id, $6::text, jsonb_build_object('runAfter', run_after) FROM marked
+    )
+    SELECT m.id, m.type, m.run_after, o.outbox_id FROM marked m JOIN outboxed o ON o.job_id = m.id`,
+
   /** Queue a publish for existing jobs (re-publish after a lost message, redrive), in the caller's transaction. */
   outboxInsert: `
     INSERT INTO jobs.outbox (job_id) SELECT unnest($1::uuid[]) RETURNING id AS outbox_id, job_id`,

@@ -19,7 +19,7 @@
 // have landed, and a retry would apply them again).
 
 import type pg from 'pg';
-import { JobTransactionEndedError, NonRetryableError, TransactionControlRefusedError } from '../errors.ts';
+import { JobTransactionEndedError, NonRetryableError, TransactionControlRefusedError } from '../domain/errors.ts';
 import type { JobDb } from '../handlers/types.ts';
 import { findTransactionControl } from './sql-statements.ts';
 

@@ -17,19 +17,20 @@ import { hostname } from 'node:os';
 import type pg from 'pg';
 import type { JobTimings } from '../config/rules.ts';
 import { SQS_MAX_VISIBILITY_SECONDS } from '../config/rules.ts';
-import { errorToJson, LeaseLostError, NonRetryableError } from '../errors.ts';
+import { errorToJson, LeaseLostError, NonRetryableError } from '../domain/errors.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import type { JobContext } from '../handlers/types.ts';
-import { METRIC } from '../metrics/names.ts';
+import { METRIC } from '../observability/metric-names.ts';
 import type { Logger } from '../observability/log.ts';
 import type { Metrics } from '../observability/metrics.ts';
 import { jobMessageBody, parseJobMessage } from '../queue/message.ts';
 import { chunk, SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type EntryFailure, type JobQueue, type ReceivedMessage } from '../queue/types.ts';
-import { backoffSeconds } from '../store/backoff.ts';
-import { attemptsUsed, isTerminal, type Job, type Progress } from '../store/job.ts';
+import { backoffSeconds } from '../domain/backoff.ts';
+import { attemptsUsed, isTerminal, type Job, type Progress } from '../domain/job.ts';
 import { JobStore, type ClaimedJob, type LeaseToken } from '../store/job-store.ts';
-import { recordPoisonMessage, type PoisonReason } from '../ops/poison.ts';
+import { recordPoisonMessage, type PoisonReason } from '../store/poison.ts';
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
+import type { DeadLetterReason, WorkerEvent, WorkerEventKind } from '../domain/events.ts';
 import type { Publisher } from '../store/outbox.ts';
 import { Batcher } from './batcher.ts';
 import { JobTransaction } from './job-transaction.ts';
@@ -92,38 +93,7 @@ interface Held {
   done?: Promise<void>;
 }
 
-/**
- * What a worker tells observers (the live view's event feed, tests): one event per thing that
- * happened to a job in this worker. Emitting must be cheap and must never throw.
- */
-export type WorkerEventKind =
-  | 'claimed'
-  | 'reclaimed'
-  | 'lease-renewed'
-  | 'lease-lost'
-  | 'duplicate-ignored'
-  | 'succeeded'
-  | 'retried'
-  | 'dead-lettered'
-  | 'released'
-  | 'poison-dead-lettered';
-
-export interface WorkerEvent {
-  kind: WorkerEventKind;
-  workerId: string;
-  jobId?: string;
-  type?: string;
-  attempt?: number;
-  at: string;
-  detail?: string;
-}
-
-export type DeadLetterReason =
-  | 'unparseable-body'
-  | 'unknown-job'
-  | 'attempts-exhausted'
-  | 'non-retryable'
-  | 'lease-expired-final-attempt';
+export type { DeadLetterReason, WorkerEvent, WorkerEventKind } from '../domain/events.ts';
 
 const noopMetrics: Metrics = { count: () => undefined, timing: () => undefined };
 
@@ -786,7 +756,7 @@ export class Worker {
     this.log.error({ messageId: m.messageId, reason, detail: info.detail, body: m.body.slice(0, 500) }, 'message dead-lettered');
     if (sent) {
       this.metrics.count(METRIC.messagesDeadLettered);
-      // Also kept in the database, raw body included, for on-call's poison list (runtime/ops/poison.ts).
+      // Also kept in the database, raw body included, for on-call's poison list (runtime/store/poison.ts).
       await recordPoisonMessage(this.opts.pool, { sourceMessageId: m.messageId, reason: reason as PoisonReason, detail: info.detail, body: m.body, attributes: m.attributes, jobId: info.jobId ?? null, workerId: this.workerId, receiveCount: m.receiveCount })
         .catch((err: unknown) => this.log.warn({ err, messageId: m.messageId }, 'could not record the poison message; its dead letter still has it'));
       this.emit('poison-dead-lettered', info.jobId ? { id: info.jobId, type: '?' } : null, `${reason}: ${info.detail}`);

@@ -1,6 +1,6 @@
 // The chaos run: a local stack of real processes (embedded PostgreSQL, the local SQS endpoint,
 // the API, `jobs worker` processes, one of them with SQS errors injected), a mixed load through
-// the API, and faults on a schedule through the stack's fault injector (runtime/local/faults.ts):
+// the API, and faults on a schedule through the stack's fault injector (dev/faults.ts):
 // duplicate deliveries, kill -9 and restarts, SIGSTOP past the lease, enqueue-and-rollback, a
 // publisher killed after COMMIT, dropped database connections. Then it lets the system drain,
 // collects the database and the queues, and hands them to verify.ts.
@@ -12,8 +12,8 @@ import type pg from 'pg';
 import type { JobTimings } from '../../runtime/config/rules.ts';
 import { createPool } from '../../runtime/db/pool.ts';
 import { LiveFeed } from '../../runtime/live/feed.ts';
-import { FaultError } from '../../runtime/local/faults.ts';
-import { startLocalStack } from '../../runtime/local/stack.ts';
+import { FaultError } from '../../dev/faults.ts';
+import { startLocalStack } from '../../dev/stack.ts';
 import { SQS_FAULTS_ENV } from '../../runtime/queue/fault-injection.ts';
 import { jobMessageBody } from '../../runtime/queue/message.ts';
 import { SqsQueue } from '../../runtime/queue/sqs.ts';

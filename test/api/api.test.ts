@@ -3,10 +3,10 @@
 // message, idempotency under concurrency, keyset paging, cancel, auth, readiness, and that an
 // enqueue publishes exactly one message after COMMIT.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MAX_PAYLOAD_BYTES } from '../../runtime/client.ts';
+import { MAX_PAYLOAD_BYTES } from '../../runtime/store/client.ts';
 import { createPool } from '../../runtime/db/pool.ts';
 import { migrate } from '../../runtime/db/migrate.ts';
-import { JobClient } from '../../runtime/client.ts';
+import { JobClient } from '../../runtime/store/client.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { parseJobMessage } from '../../runtime/queue/message.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';

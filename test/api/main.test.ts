@@ -4,7 +4,7 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { apiConfigFromEnv, startApiService, type RunningApi } from '../../runtime/api/main.ts';
+import { apiConfigFromEnv, startApiService, type RunningApi } from '../../runtime/apps/api.ts';
 import { ConfigError } from '../../runtime/config/rules.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { MemoryQueue } from '../../runtime/queue/memory.ts';
@@ -176,7 +176,7 @@ describe('the API service', () => {
 
   describe('as a process', () => {
     const runMain = (env: Record<string, string>) => {
-      const child = spawn(process.execPath, ['--import', 'tsx', 'runtime/api/main.ts'], {
+      const child = spawn(process.execPath, ['--import', 'tsx', 'runtime/apps/api.ts'], {
         cwd: REPO,
         env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'info', ...env },
         stdio: ['ignore', 'pipe', 'pipe'],

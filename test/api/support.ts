@@ -3,7 +3,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pino, type Logger } from 'pino';
-import { createApiServer, type ApiServerOptions } from '../../runtime/api/server.ts';
+import { createApiServer, type ApiServerOptions } from '../../runtime/http/server.ts';
 
 export interface TestServer {
   server: http.Server;

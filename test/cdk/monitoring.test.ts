@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Match } from 'aws-cdk-lib/assertions';
 import { describe, expect, it } from 'vitest';
-import { METRIC, metricNamespace } from '../../runtime/metrics/names.ts';
+import { METRIC, metricNamespace } from '../../runtime/observability/metric-names.ts';
 import { connectionBudget, ENVIRONMENTS, INSTANCE_MEMORY_GIB } from '../../lib/config.ts';
 import { API_DEPLOYMENT_ALARMS, JOBS_STUCK_ALARM } from '../../lib/monitoring/alarms.ts';
 import { RUNBOOK_PATH, RUNBOOK_SECTION } from '../../lib/monitoring/runbook.ts';

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { ENV, RDS_CA_BUNDLE_PATH } from '../../runtime/config/env.ts';
 import { RELEASE_MARGIN_SECONDS } from '../../runtime/config/rules.ts';
 import { STUCK_ENV } from '../../runtime/config/stuck-thresholds.ts';
-import { metricNamespace } from '../../runtime/metrics/names.ts';
+import { metricNamespace } from '../../runtime/observability/metric-names.ts';
 import { ENVIRONMENTS, withOverrides } from '../../lib/config.ts';
 import { LAMBDA_AMAZON_CA_BUNDLE, migrationsHash } from '../../lib/schema-bootstrap.ts';
 import { API_HEALTH_CHECK_PATH, API_PORT } from '../../lib/services/api.ts';

@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startLocalStack, type LocalStack } from '../../runtime/local/stack.ts';
+import { startLocalStack, type LocalStack } from '../../dev/stack.ts';
 import { waitFor } from '../support/platform.ts';
 
 const OUTAGE_SECONDS = Number(process.env.FAILOVER_TEST_SECONDS ?? 10);

@@ -9,7 +9,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SqsQueue } from '../../runtime/queue/sqs.ts';
 import { ENV } from '../../runtime/config/env.ts';
-import { LOCAL_APP_ROLE, startLocalStack, type LocalStack } from '../../runtime/local/stack.ts';
+import { LOCAL_APP_ROLE, startLocalStack, type LocalStack } from '../../dev/stack.ts';
 import { waitFor } from '../support/platform.ts';
 
 let stack: LocalStack;

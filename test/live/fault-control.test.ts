@@ -7,8 +7,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LOCAL_TIMINGS } from '../../runtime/local/stack.ts';
-import { startFaultControl, type FaultControl } from '../../runtime/local/fault-control.ts';
+import { LOCAL_TIMINGS } from '../../dev/stack.ts';
+import { startFaultControl, type FaultControl } from '../../dev/fault-control.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
 import { waitFor } from '../support/platform.ts';
 

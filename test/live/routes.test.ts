@@ -6,8 +6,8 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LiveFeed } from '../../runtime/live/feed.ts';
-import { createLiveRoutes } from '../../runtime/live/routes.ts';
-import { liveConfigFromEnv } from '../../runtime/live/service.ts';
+import { createLiveRoutes } from '../../runtime/http/live-routes.ts';
+import { liveConfigFromEnv } from '../../runtime/http/live.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { call, startServer, type TestServer } from '../api/support.ts';
 import { createPlatform, type Platform } from '../support/platform.ts';
@@ -151,7 +151,7 @@ describe('live view fault routes in the local stack', () => {
 
   beforeAll(async () => {
     p = await createPlatform();
-    // Stands in for the stack's fault control (runtime/local/fault-control.ts).
+    // Stands in for the stack's fault control (dev/fault-control.ts).
     control = http.createServer((req, res) => {
       let body = '';
       req.on('data', (c) => (body += c));

@@ -6,10 +6,10 @@
 import { CancelMessageMoveTaskCommand, ResourceNotFoundException, SQSClient } from '@aws-sdk/client-sqs';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startApiService } from '../../runtime/api/main.ts';
+import { startApiService } from '../../runtime/apps/api.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
-import { OpsRoutes } from '../../runtime/ops/api.ts';
-import { createOpsServices, opsConfigFromEnv } from '../../runtime/ops/services.ts';
+import { OpsRoutes } from '../../runtime/http/oncall-routes.ts';
+import { createOpsServices, opsConfigFromEnv } from '../../runtime/oncall/services.ts';
 import { MemoryQueue } from '../../runtime/queue/memory.ts';
 import { call, startServer, type TestServer } from '../api/support.ts';
 import { createPlatform, type Platform } from '../support/platform.ts';

@@ -5,11 +5,11 @@
 // everything is open, an empty `Authorization: Bearer ` included, as the runbook's curl sends it.
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { apiConfigFromEnv, authWarnings, startApiService } from '../../runtime/api/main.ts';
+import { apiConfigFromEnv, authWarnings, startApiService } from '../../runtime/apps/api.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
-import { startLocalSqs, type LocalSqs } from '../../runtime/local/fauxqs.ts';
-import { OpsRoutes } from '../../runtime/ops/api.ts';
-import { createOpsServices } from '../../runtime/ops/services.ts';
+import { startLocalSqs, type LocalSqs } from '../../dev/fauxqs.ts';
+import { OpsRoutes } from '../../runtime/http/oncall-routes.ts';
+import { createOpsServices } from '../../runtime/oncall/services.ts';
 import { MemoryQueue } from '../../runtime/queue/memory.ts';
 import { call, capturingLogger, startServer, type Res, type TestServer } from '../api/support.ts';
 import { createPlatform, type Platform } from '../support/platform.ts';

@@ -1,16 +1,16 @@
-// Dead jobs against a real PostgreSQL: what the dead-job statements do and refuse (runtime/ops/sql.ts),
+// Dead jobs against a real PostgreSQL: what the dead-job statements do and refuse (runtime/oncall/sql.ts),
 // and a redriven job running again through a worker. Redrive: dead → pending with a fresh attempt
 // budget, the fencing token still growing, re-published through the outbox, recorded with who
 // asked; never a succeeded, running, pending or cancelled job; one winner when two operators race.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { NonRetryableError } from '../../runtime/errors.ts';
+import { NonRetryableError } from '../../runtime/domain/errors.ts';
 import { ledgerPost } from '../../runtime/handlers/ledger-post.ts';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
 import { pause } from '../../runtime/handlers/validate.ts';
 import { parseJobMessage } from '../../runtime/queue/message.ts';
-import { DeadJobService } from '../../runtime/ops/dead-jobs.ts';
-import { listPoisonMessages } from '../../runtime/ops/poison.ts';
+import { DeadJobService } from '../../runtime/oncall/dead-jobs.ts';
+import { listPoisonMessages } from '../../runtime/store/poison.ts';
 import { jobMessageBody } from '../../runtime/queue/message.ts';
 import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
 

@@ -16,11 +16,11 @@ import {
 } from '@aws-sdk/client-sqs';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
-import { JobClient } from '../../runtime/client.ts';
+import { JobClient } from '../../runtime/store/client.ts';
 import { defaultRegistry } from '../../runtime/handlers/index.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
-import { opsCommand } from '../../runtime/ops/cli.ts';
-import { DeadLetterService, MoveCancelError, SqsDeadLetterQueue } from '../../runtime/ops/dlq.ts';
+import { opsCommand } from '../../runtime/cli/oncall.ts';
+import { DeadLetterService, MoveCancelError, SqsDeadLetterQueue } from '../../runtime/oncall/dlq.ts';
 import { MemoryQueue } from '../../runtime/queue/memory.ts';
 import { jobMessageBody } from '../../runtime/queue/message.ts';
 import { Publisher } from '../../runtime/store/outbox.ts';

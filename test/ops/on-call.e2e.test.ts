@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startLocalStack, type LocalStack } from '../../runtime/local/stack.ts';
+import { startLocalStack, type LocalStack } from '../../dev/stack.ts';
 import { SqsQueue } from '../../runtime/queue/sqs.ts';
 import { waitFor } from '../support/platform.ts';
 

@@ -3,8 +3,8 @@
 // published through the outbox; afterwards each job runs exactly once.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../runtime/observability/log.ts';
-import { OpsRoutes } from '../../runtime/ops/api.ts';
-import { createOpsServices, type OpsServices } from '../../runtime/ops/services.ts';
+import { OpsRoutes } from '../../runtime/http/oncall-routes.ts';
+import { createOpsServices, type OpsServices } from '../../runtime/oncall/services.ts';
 import { call, startServer, type TestServer } from '../api/support.ts';
 import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
 

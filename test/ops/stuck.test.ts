@@ -7,8 +7,8 @@ import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
-import { METRIC } from '../../runtime/metrics/names.ts';
-import { cloudWatchGauge, countStuckJobs, describeStuck, findStuckJobs, StuckJobReporter, stuckThresholdsFromEnv } from '../../runtime/ops/stuck.ts';
+import { METRIC } from '../../runtime/observability/metric-names.ts';
+import { cloudWatchGauge, countStuckJobs, describeStuck, findStuckJobs, StuckJobReporter, stuckThresholdsFromEnv } from '../../runtime/oncall/stuck.ts';
 import { capturingLogger } from '../api/support.ts';
 import { createPlatform, type Platform } from '../support/platform.ts';
 

@@ -1,8 +1,8 @@
 // `jobs show --watch` rendering: the bar, the lease countdown by the database's clock, one line per
 // change when piped, an in-place redraw on a terminal, and the exit code by how the job ended.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { rowToOpsJob, runOps } from '../../runtime/ops/db.ts';
-import { progressBar, renderEnd, renderFrame, renderLine, statusText, watchJob, type WatchFrame } from '../../runtime/ops/watch.ts';
+import { rowToOpsJob, runOps } from '../../runtime/oncall/db.ts';
+import { progressBar, renderEnd, renderFrame, renderLine, statusText, watchJob, type WatchFrame } from '../../runtime/oncall/watch.ts';
 import { createPlatform, type Platform } from '../support/platform.ts';
 
 let p: Platform;

@@ -1,7 +1,7 @@
 // SqsQueue against a local SQS endpoint (fauxqs): the SQS behaviour the worker relies on —
 // visibility, redelivery with a new receipt handle, stale handles, batches, redrive to the DLQ.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startLocalSqs, type LocalSqs } from '../../runtime/local/fauxqs.ts';
+import { startLocalSqs, type LocalSqs } from '../../dev/fauxqs.ts';
 import { SqsQueue } from '../../runtime/queue/sqs.ts';
 
 let sqs: LocalSqs;

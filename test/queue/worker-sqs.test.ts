@@ -3,11 +3,11 @@
 // reason, and a worker that keeps working through SQS and database faults.
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { JobClient } from '../../runtime/client.ts';
+import { JobClient } from '../../runtime/store/client.ts';
 import type { JobTimings } from '../../runtime/config/rules.ts';
 import { defaultRegistry } from '../../runtime/handlers/index.ts';
-import { startLocalSqs, type LocalSqs } from '../../runtime/local/fauxqs.ts';
-import { METRIC } from '../../runtime/metrics/names.ts';
+import { startLocalSqs, type LocalSqs } from '../../dev/fauxqs.ts';
+import { METRIC } from '../../runtime/observability/metric-names.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { CountingMetrics } from '../../runtime/observability/metrics.ts';
 import { jobMessageBody } from '../../runtime/queue/message.ts';

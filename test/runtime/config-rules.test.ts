@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { databaseUrlFromEnv, jobTimingsFromEnv } from '../../runtime/config/env.ts';
 import { assertJobTimings, checkJobTimings, ConfigError, DEFAULT_JOB_TIMINGS, type JobTimings } from '../../runtime/config/rules.ts';
-import { backoffSeconds } from '../../runtime/store/backoff.ts';
+import { backoffSeconds } from '../../runtime/domain/backoff.ts';
 
 const t = (over: Partial<JobTimings>): JobTimings => ({ ...DEFAULT_JOB_TIMINGS, ...over });
 const rules = (over: Partial<JobTimings>) => checkJobTimings(t(over)).map((v) => v.rule);

@@ -10,7 +10,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { databaseTlsUnverified, databaseUrlFromEnv, ENV } from '../../runtime/config/env.ts';
 import { ConfigError } from '../../runtime/config/rules.ts';
-import { startEmbeddedPg, type EmbeddedPg } from '../../runtime/local/embedded-pg.ts';
+import { startEmbeddedPg, type EmbeddedPg } from '../../dev/embedded-pg.ts';
 
 const openssl = (args: string[], cwd: string) => execFileSync('openssl', args, { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
 

@@ -1,12 +1,12 @@
 // The database failing over under a worker and the schema bootstrap, in-process and through a
-// TCP proxy that resets every connection and refuses new ones (runtime/local/db-proxy.ts). The
+// TCP proxy that resets every connection and refuses new ones (dev/db-proxy.ts). The
 // end-to-end version on real processes is test/e2e/db-failover.test.ts.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrateAt } from '../../runtime/bootstrap/handler.ts';
 import { createPool } from '../../runtime/db/pool.ts';
 import { isDatabaseUnavailable } from '../../runtime/db/unavailable.ts';
-import { startDbProxy, type DbProxy } from '../../runtime/local/db-proxy.ts';
-import { METRIC } from '../../runtime/metrics/names.ts';
+import { startDbProxy, type DbProxy } from '../../dev/db-proxy.ts';
+import { METRIC } from '../../runtime/observability/metric-names.ts';
 import { createTestDb } from '../support/db.ts';
 import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
 

@@ -1,6 +1,6 @@
 // Enqueue in the caller's transaction, idempotency keys, and publish-after-commit (DESIGN 6, 7).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ValidationError } from '../../runtime/errors.ts';
+import { ValidationError } from '../../runtime/domain/errors.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { parseJobMessage } from '../../runtime/queue/message.ts';
 import { OutboxRelay } from '../../runtime/store/outbox.ts';

@@ -6,7 +6,7 @@
 // transaction. Through the real worker too (MemoryQueue path).
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { JobTransactionEndedError, NonRetryableError, TransactionControlRefusedError } from '../../runtime/errors.ts';
+import { JobTransactionEndedError, NonRetryableError, TransactionControlRefusedError } from '../../runtime/domain/errors.ts';
 import { ledgerPost } from '../../runtime/handlers/ledger-post.ts';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob, type JobContext } from '../../runtime/handlers/types.ts';

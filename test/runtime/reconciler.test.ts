@@ -1,13 +1,13 @@
-// The reconciler (runtime/store/reconciler.ts): messages the queue lost are published again from
+// The reconciler (runtime/maintenance/reconciler.ts): messages the queue lost are published again from
 // the job table, and a healthy backlog, however large, causes no re-publish. Real PostgreSQL;
 // the queue is the in-process MemoryQueue with SQS's semantics (the local SQS endpoint version
 // is test/e2e/queue-purge.test.ts).
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { CountingMetrics } from '../../runtime/observability/metrics.ts';
-import { METRIC } from '../../runtime/metrics/names.ts';
+import { METRIC } from '../../runtime/observability/metric-names.ts';
 import { Publisher } from '../../runtime/store/outbox.ts';
-import { Reconciler, RECONCILER_LOCK_KEY, reconcilerTimings, type ReconcilerTimings } from '../../runtime/store/reconciler.ts';
+import { Reconciler, RECONCILER_LOCK_KEY, reconcilerTimings, type ReconcilerTimings } from '../../runtime/maintenance/reconciler.ts';
 import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
 
 const QUICK: ReconcilerTimings = { intervalMs: 200, minAgeSeconds: 0, republishWindowSeconds: 2 };

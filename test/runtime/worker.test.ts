@@ -2,16 +2,16 @@
 // lost leases, retries and dead letters, cancel, duplicate deliveries, crash and resume,
 // graceful stop, poison messages (DESIGN 3, 4, 8, 9, 10).
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { NonRetryableError } from '../../runtime/errors.ts';
+import { NonRetryableError } from '../../runtime/domain/errors.ts';
 import { costSku, inventoryCost } from '../../runtime/handlers/inventory-cost.ts';
 import { ledgerPost } from '../../runtime/handlers/ledger-post.ts';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
 import { pause } from '../../runtime/handlers/validate.ts';
-import { METRIC } from '../../runtime/metrics/names.ts';
+import { METRIC } from '../../runtime/observability/metric-names.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { jobMessageBody } from '../../runtime/queue/message.ts';
-import { Rescuer } from '../../runtime/store/rescuer.ts';
+import { Rescuer } from '../../runtime/maintenance/rescuer.ts';
 import type { WorkerEvent } from '../../runtime/worker/worker.ts';
 import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
 

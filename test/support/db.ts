@@ -4,7 +4,7 @@ import pg from 'pg';
 import { inject } from 'vitest';
 import { migrate } from '../../runtime/db/migrate.ts';
 import { createPool } from '../../runtime/db/pool.ts';
-import { withDatabase } from '../../runtime/local/embedded-pg.ts';
+import { withDatabase } from '../../dev/embedded-pg.ts';
 
 export interface TestDb {
   url: string;

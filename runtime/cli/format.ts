@@ -1,0 +1,29 @@
+// What the jobs commands share: the usage error (exit 2, the field and the rule) and how a job
+// reads in a terminal.
+
+import type { Job } from '../domain/job.ts';
+
+/** Bad usage of a jobs command: exit 2 with the message. */
+export class UsageError extends Error {}
+
+export function formatJob(j: Job): string {
+  const lines = [
+    `job       ${j.id}`,
+    `type      ${j.type}`,
+    `state     ${j.state}`,
+    `attempt   ${j.attempt} (${j.attempt - j.releases} of ${j.maxAttempts} used${j.releases ? `, ${j.releases} released` : ''})`,
+    `created   ${j.createdAt.toISOString()}`,
+  ];
+  if (j.idempotencyKey) lines.push(`key       ${j.idempotencyKey}`);
+  if (j.startedAt) lines.push(`started   ${j.startedAt.toISOString()}`);
+  if (j.finishedAt) lines.push(`finished  ${j.finishedAt.toISOString()}`);
+  if (j.state === 'pending' && j.runAfter > new Date()) lines.push(`due       ${j.runAfter.toISOString()}`);
+  if (j.leaseOwner) lines.push(`lease     ${j.leaseOwner} until ${j.leaseExpiresAt?.toISOString()}`);
+  if (j.progress) lines.push(`progress  ${Math.round(j.progress.fraction * 100)}%${j.progress.message ? ` ${j.progress.message}` : ''}`);
+  if (j.cancelledBy) lines.push(`cancelled by ${j.cancelledBy}`);
+  if (j.lastError) lines.push(`error     ${j.lastError.name}: ${j.lastError.message}`);
+  for (const a of j.attemptLog) lines.push(`  attempt ${a.attempt} ${a.outcome} at ${a.at} by ${a.by ?? a.owner ?? '?'}${a.message ? `: ${a.message}` : ''}`);
+  lines.push(`payload   ${JSON.stringify(j.payload)}`);
+  if (j.result !== null) lines.push(`result    ${JSON.stringify(j.result)}`);
+  return lines.join('\n');
+}

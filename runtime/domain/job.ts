@@ -1,0 +1,91 @@
+// The job as the runtime sees it, mapped once from its row.
+
+export type JobState = 'pending' | 'running' | 'succeeded' | 'dead' | 'cancelled';
+export const JOB_STATES: readonly JobState[] = ['pending', 'running', 'succeeded', 'dead', 'cancelled'];
+export const TERMINAL_STATES: readonly JobState[] = ['succeeded', 'dead', 'cancelled'];
+export const isTerminal = (s: JobState): boolean => TERMINAL_STATES.includes(s);
+
+export interface JobError {
+  name: string;
+  message: string;
+  retryable: boolean;
+  stack?: string;
+}
+
+export interface AttemptOutcome {
+  attempt: number;
+  owner: string | null;
+  at: string;
+  /** redriven, discarded: an operator's action on a dead job (runtime/oncall), recorded in the log with who asked. */
+  outcome: 'retry' | 'dead' | 'released' | 'rescued' | 'redriven' | 'discarded';
+  name?: string;
+  message?: string;
+  /** Who asked, for an operator's action. */
+  by?: string;
+}
+
+export interface Progress {
+  /** 0..1 */
+  fraction: number;
+  message?: string;
+}
+
+export interface Job<P = unknown> {
+  id: string;
+  type: string;
+  payload: P;
+  state: JobState;
+  idempotencyKey: string | null;
+  /** The fencing token's second half: incremented by every claim. */
+  attempt: number;
+  /** Claims handed back by a graceful stop; they do not count against maxAttempts. */
+  releases: number;
+  maxAttempts: number;
+  leaseOwner: string | null;
+  leaseExpiresAt: Date | null;
+  runAfter: Date;
+  progress: Progress | null;
+  checkpoint: unknown;
+  lastError: JobError | null;
+  attemptLog: AttemptOutcome[];
+  result: unknown;
+  cancelledBy: string | null;
+  createdAt: Date;
+  startedAt: Date | null;
+  finishedAt: Date | null;
+}
+
+/** The database's clock at the moment a statement ran, when the statement returns it. */
+export interface WithDbNow {
+  dbNow: Date;
+}
+
+export type JobRow = Record<string, unknown>;
+
+export function rowToJob<P = unknown>(r: JobRow): Job<P> {
+  return {
+    id: r.id as string,
+    type: r.type as string,
+    payload: r.payload as P,
+    state: r.state as JobState,
+    idempotencyKey: (r.idempotency_key as string | null) ?? null,
+    attempt: r.attempt as number,
+    releases: r.releases as number,
+    maxAttempts: r.max_attempts as number,
+    leaseOwner: (r.lease_owner as string | null) ?? null,
+    leaseExpiresAt: (r.lease_expires_at as Date | null) ?? null,
+    runAfter: r.run_after as Date,
+    progress: (r.progress as Progress | null) ?? null,
+    checkpoint: r.checkpoint ?? null,
+    lastError: (r.last_error as JobError | null) ?? null,
+    attemptLog: (r.attempt_log as AttemptOutcome[] | undefined) ?? [],
+    result: r.result ?? null,
+    cancelledBy: (r.cancelled_by as string | null) ?? null,
+    createdAt: r.created_at as Date,
+    startedAt: (r.started_at as Date | null) ?? null,
+    finishedAt: (r.finished_at as Date | null) ?? null,
+  };
+}
+
+/** Attempts that count against maxAttempts. */
+export const attemptsUsed = (j: Pick<Job, 'attempt' | 'releases'>): number => j.attempt - j.releases;

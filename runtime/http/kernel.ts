@@ -1,0 +1,207 @@
+// The HTTP layer's shared pieces, used by the job routes (server.ts), the on-call routes
+// (oncall-routes.ts) and the live view's routes: the error a client reads, the job as the API
+// shows it, the body reader with its limits, the caller's address, and the mapping of what a
+// handler threw to a status (a database outage is a 503 with Retry-After, bad input a 4xx
+// naming the field, anything else a 500 with only a request id).
+
+import type http from 'node:http';
+import { isDatabaseUnavailable } from '../db/unavailable.ts';
+import { ValidationError } from '../domain/errors.ts';
+import type { Job, JobState } from '../domain/job.ts';
+
+/** Deepest nesting accepted in a request body: PostgreSQL's jsonb refuses very deep documents with an error we would otherwise answer as a 500. */
+export const MAX_JSON_DEPTH = 64;
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** A 4xx (or 503) with the body a client reads. */
+export class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly field?: string,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+    this.name = 'HttpError';
+  }
+}
+
+/** The job as the API shows it. */
+export interface JobView {
+  id: string;
+  type: string;
+  state: JobState;
+  attempt: number;
+  maxAttempts: number;
+  payload: unknown;
+  progress: Job['progress'];
+  result: unknown;
+  /** The last failure, without its stack (that stays in the job row and the worker's logs). */
+  lastError: { name: string; message: string; retryable: boolean } | null;
+  idempotencyKey: string | null;
+  runAfter: string;
+  cancelledBy: string | null;
+  createdAt: string;
+  startedAt: string | null;
+  finishedAt: string | null;
+  duplicate?: boolean;
+}
+
+export function jobView(job: Job, extra: { duplicate?: boolean } = {}): JobView {
+  return {
+    id: job.id,
+    type: job.type,
+    state: job.state,
+    attempt: job.attempt,
+    maxAttempts: job.maxAttempts,
+    payload: job.payload,
+    progress: job.progress,
+    result: job.result,
+    lastError: job.lastError ? { name: job.lastError.name, message: job.lastError.message, retryable: job.lastError.retryable } : null,
+    idempotencyKey: job.idempotencyKey,
+    runAfter: job.runAfter.toISOString(),
+    cancelledBy: job.cancelledBy,
+    createdAt: job.createdAt.toISOString(),
+    startedAt: job.startedAt?.toISOString() ?? null,
+    finishedAt: job.finishedAt?.toISOString() ?? null,
+    ...extra,
+  };
+}
+
+// --- Paging cursor ----------------------------------------------------------------------------
+
+export function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** The client as the load balancer saw it (first X-Forwarded-For hop), else the socket's peer. */
+export function callerAddress(req: http.IncomingMessage): string {
+  const fwd = req.headers['x-forwarded-for'];
+  const first = (Array.isArray(fwd) ? fwd[0] : fwd)?.split(',')[0]?.trim();
+  const addr = first && /^[0-9a-fA-F.:]{2,45}$/.test(first) ? first : req.socket.remoteAddress ?? 'unknown';
+  return addr.replace(/^::ffff:/, '');
+}
+
+export function send(res: http.ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  if (res.headersSent || res.destroyed) return;
+  const text = JSON.stringify(body);
+  res.writeHead(status, {
+    ...headers,
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': String(Buffer.byteLength(text)),
+    'cache-control': 'no-store',
+    'x-content-type-options': 'nosniff',
+  });
+  res.end(text);
+}
+
+
+/** Map what a handler threw to a response. Only a database outage is a 503; anything unexpected is a 500 with no details. */
+export function toHttpError(err: unknown, requestId: string): HttpError {
+  if (err instanceof HttpError) return err;
+  if (err instanceof ValidationError) {
+    const code = err.status === 413 ? 'payload_too_large' : 'invalid_field';
+    return new HttpError(err.status, code, err.message, err.field);
+  }
+  if (isDatabaseUnavailable(err)) {
+    return new HttpError(503, 'unavailable', `the job database is unavailable; retry shortly (request id ${requestId})`, undefined, { 'retry-after': '2' });
+  }
+  return new HttpError(500, 'internal', `internal error; report request id ${requestId}`);
+}
+
+/**
+ * Read and parse a JSON body of at most `cap` bytes. Refuses a larger one as soon as it is known
+ * (declared length or bytes so far), without buffering the rest.
+ */
+export async function readJson(req: http.IncomingMessage, cap: number, opts: { required: boolean; limitHint?: string }): Promise<unknown> {
+  const declared = req.headers['content-length'] !== undefined ? Number(req.headers['content-length']) : undefined;
+  const hasBody = (declared !== undefined && declared > 0) || req.headers['transfer-encoding'] !== undefined;
+  if (!hasBody) {
+    if (opts.required) throw new HttpError(400, 'invalid_body', 'body: is required: a JSON object', 'body');
+    return undefined;
+  }
+  const ctype = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+  if (ctype !== 'application/json' && !/^application\/[a-z0-9.+-]+\+json$/.test(ctype)) {
+    throw new HttpError(415, 'unsupported_media_type', `Content-Type: must be application/json (got ${JSON.stringify(ctype.slice(0, 80) || 'none')})`, 'Content-Type');
+  }
+  const tooLarge = () => new HttpError(413, 'payload_too_large', `body: is larger than ${cap} bytes${opts.limitHint ? `; ${opts.limitHint}` : ''}`, 'body');
+  if (declared !== undefined && declared > cap) throw tooLarge();
+  const chunks: Buffer[] = [];
+  let size = 0;
+  await new Promise<void>((resolve, reject) => {
+    const onData = (c: Buffer) => {
+      size += c.length;
+      if (size > cap) {
+        cleanup();
+        req.pause();
+        reject(tooLarge());
+        return;
+      }
+      chunks.push(c);
+    };
+    const onEnd = () => {
+      cleanup();
+      resolve();
+    };
+    const onError = (err: Error) => {
+      cleanup();
+      reject(new HttpError(400, 'invalid_body', `body: could not be read (${err.message})`, 'body'));
+    };
+    const onClose = () => {
+      if (!req.complete) onError(new Error('the client closed the connection'));
+    };
+    const cleanup = () => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onError);
+      req.off('close', onClose);
+    };
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onError);
+    req.on('close', onClose);
+  });
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(Buffer.concat(chunks, size));
+  } catch {
+    throw new HttpError(400, 'invalid_body', 'body: is not valid UTF-8', 'body');
+  }
+  if (text.trim() === '') {
+    if (opts.required) throw new HttpError(400, 'invalid_body', 'body: is required: a JSON object', 'body');
+    return undefined;
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    throw new HttpError(400, 'malformed_json', `body: is not valid JSON (${(err as Error).message.slice(0, 200)})`, 'body');
+  }
+  checkStorable(value, 'body', 0);
+  return value;
+}
+
+/**
+ * Refuse what PostgreSQL would refuse with an error we could only answer as a 500: the NUL
+ * character (not allowed in text or jsonb), unpaired UTF-16 surrogates (invalid in jsonb), and
+ * nesting deeper than MAX_JSON_DEPTH.
+ */
+function checkStorable(v: unknown, path: string, depth: number): void {
+  if (typeof v === 'string') {
+    if (v.includes('\u0000')) throw new HttpError(400, 'invalid_field', `${path}: contains the NUL character (\\u0000), which cannot be stored`, path);
+    if (LONE_SURROGATE.test(v)) throw new HttpError(400, 'invalid_field', `${path}: contains an unpaired UTF-16 surrogate, which cannot be stored`, path);
+    return;
+  }
+  if (typeof v !== 'object' || v === null) return;
+  if (depth >= MAX_JSON_DEPTH) throw new HttpError(400, 'invalid_field', `${path}: nests deeper than ${MAX_JSON_DEPTH} levels`, path);
+  if (Array.isArray(v)) {
+    for (let i = 0; i < v.length; i++) checkStorable(v[i], `${path}[${i}]`, depth + 1);
+    return;
+  }
+  for (const [k, x] of Object.entries(v)) {
+    const child = path === 'body' ? k.slice(0, 60) : `${path}.${k.slice(0, 60)}`;
+    checkStorable(k, child, depth + 1);
+    checkStorable(x, child, depth + 1);
+  }
+}

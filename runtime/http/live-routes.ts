@@ -1,0 +1,290 @@
+// The live view's HTTP side, mounted by the API server (server.ts, "Live view" section):
+//
+//   GET  /                     the page (page.ts): static HTML, no data, no auth
+//   GET  /live/state           one snapshot as JSON: jobs by state, leases, progress, workers, queue depths
+//   GET  /live/events?after=N  recent events after sequence N
+//   GET  /live/stream          Server-Sent Events: `events` as they arrive, `state` every second
+//   GET  /live/faults          local stack only: the worker processes and the faults on offer
+//   POST /live/faults/{kind}   local stack only: inject a fault (forwarded to the stack's fault control)
+//
+// /live/* sits behind the same bearer token as /v1/* (the page sends it from a field). The fault
+// routes exist only when the local stack passed JOBS_LIVE_FAULTS_URL; otherwise they are 404,
+// as in production. Snapshots are computed once per second for all open streams together, and
+// only while one is open.
+
+import type http from 'node:http';
+import type pg from 'pg';
+import type { Logger } from '../observability/log.ts';
+import type { JobStore } from '../store/job-store.ts';
+import type { JobState } from '../domain/job.ts';
+import type { FeedEvent, LiveFeed } from '../live/feed.ts';
+import { LIVE_PAGE_HTML } from './live-page.ts';
+import type { QueueDepth } from '../live/queue-depth.ts';
+import { LIVE_SQL } from '../live/sql.ts';
+
+export interface LiveReply {
+  status: number;
+  body: unknown;
+  headers?: Record<string, string>;
+}
+
+export interface LiveOptions {
+  pool: pg.Pool;
+  store: JobStore;
+  /** The LISTEN feed; null when the event bus is off (JOBS_EVENTS unset). */
+  feed: LiveFeed | null;
+  queueDepth?: () => Promise<QueueDepth>;
+  dlqDepth?: () => Promise<QueueDepth>;
+  /** The local stack's fault control; absent in production. */
+  faults?: { url: string; token: string };
+  leaseSeconds: number;
+  heartbeatSeconds: number;
+  log: Logger;
+  /** Snapshot period for streams. Default 1000 ms. */
+  stateIntervalMs?: number;
+}
+
+export interface LeaseView {
+  id: string;
+  type: string;
+  owner: string;
+  attempt: number;
+  maxAttempts: number;
+  attemptsUsed: number;
+  /** Lease left at the snapshot, by the database's clock (negative: expired that long ago). */
+  leaseLeftMs: number;
+  progress: { fraction: number; message?: string } | null;
+  startedAt: string | null;
+}
+
+export interface WorkerView {
+  id: string;
+  /** ms since its last event or presence ping; null when known only from a lease. */
+  lastSeenMsAgo: number | null;
+  pid: number | null;
+  leases: number;
+  /** alive: pinged recently; silent: no word for a while (killed, paused, partitioned); down: stopped gracefully. */
+  status: 'alive' | 'silent' | 'down';
+}
+
+export interface LiveSnapshot {
+  at: string;
+  jobs: Record<JobState, number>;
+  leases: LeaseView[];
+  recent: { id: string; type: string; state: JobState; attempt: number; maxAttempts: number; error: string | null; createdAt: string; finishedAt: string | null }[];
+  workers: WorkerView[];
+  queue: QueueDepth | null;
+  dlq: QueueDepth | null;
+  events: { enabled: boolean; connected: boolean; lastSeq: number; epoch: string | null };
+  faults: { enabled: boolean };
+  timings: { leaseSeconds: number; heartbeatSeconds: number };
+}
+
+const SILENT_AFTER_MS = 5000;
+
+export interface LiveRoutes {
+  /** Answer a request for `/` or `/live/*`; a stream writes its own response and resolves when it closes. */
+  handle(req: http.IncomingMessage, res: http.ServerResponse, path: string, query: URLSearchParams): Promise<LiveReply>;
+  snapshot(): Promise<LiveSnapshot>;
+  /** End the open streams (the API is stopping). */
+  close(): void;
+}
+
+export function createLiveRoutes(o: LiveOptions): LiveRoutes {
+  const streams = new Set<http.ServerResponse>();
+  let ticker: NodeJS.Timeout | null = null;
+  let unsubscribeFeed: (() => void) | null = null;
+
+  async function snapshot(): Promise<LiveSnapshot> {
+    const [jobs, leaseRows, recent, queue, dlq] = await Promise.all([
+      o.store.countByState(),
+      o.pool.query(LIVE_SQL.leases, [200]),
+      o.store.list({ limit: 12 }),
+      o.queueDepth ? o.queueDepth() : Promise.resolve(null),
+      o.dlqDepth ? o.dlqDepth() : Promise.resolve(null),
+    ]);
+    const leases: LeaseView[] = leaseRows.rows.map((r) => ({
+      id: r.id,
+      type: r.type,
+      owner: r.lease_owner,
+      attempt: r.attempt,
+      maxAttempts: r.max_attempts,
+      attemptsUsed: r.attempt - r.releases,
+      leaseLeftMs: r.lease_left_ms,
+      progress: r.progress ?? null,
+      startedAt: r.started_at ? (r.started_at as Date).toISOString() : null,
+    }));
+    const now = Date.now();
+    const workers = new Map<string, WorkerView>();
+    for (const [id, w] of o.feed?.workers ?? []) {
+      const ago = now - w.lastSeen;
+      workers.set(id, { id, lastSeenMsAgo: ago, pid: w.pid ?? null, leases: 0, status: w.down ? 'down' : ago > SILENT_AFTER_MS ? 'silent' : 'alive' });
+    }
+    for (const l of leases) {
+      const w = workers.get(l.owner) ?? { id: l.owner, lastSeenMsAgo: null, pid: null, leases: 0, status: 'alive' as const };
+      w.leases++;
+      workers.set(l.owner, w);
+    }
+    // Gone for a minute with nothing held: drop it from the list.
+    const shown = [...workers.values()].filter((w) => w.leases > 0 || w.lastSeenMsAgo === null || w.lastSeenMsAgo < 60_000);
+    shown.sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }));
+    return {
+      at: new Date().toISOString(),
+      jobs,
+      leases,
+      recent: recent.map((j) => ({
+        id: j.id,
+        type: j.type,
+        state: j.state,
+        attempt: j.attempt,
+        maxAttempts: j.maxAttempts,
+        error: j.lastError?.message?.slice(0, 200) ?? null,
+        createdAt: j.createdAt.toISOString(),
+        finishedAt: j.finishedAt?.toISOString() ?? null,
+      })),
+      workers: shown,
+      queue,
+      dlq,
+      events: { enabled: o.feed !== null, connected: o.feed?.connected ?? false, lastSeq: o.feed?.lastSeq ?? 0, epoch: o.feed?.epoch ?? null },
+      faults: { enabled: Boolean(o.faults) },
+      timings: { leaseSeconds: o.leaseSeconds, heartbeatSeconds: o.heartbeatSeconds },
+    };
+  }
+
+  function write(res: http.ServerResponse, event: string, data: unknown, id?: number): void {
+    if (res.destroyed || res.writableEnded) return;
+    res.write(`${id !== undefined ? `id: ${id}\n` : ''}event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+  }
+
+  function startTicker(): void {
+    if (ticker) return;
+    let busy = false;
+    const tick = async () => {
+      if (busy || streams.size === 0) return;
+      busy = true;
+      try {
+        const s = await snapshot();
+        for (const res of streams) write(res, 'state', s);
+      } catch (err) {
+        o.log.warn({ err }, 'live view: snapshot failed');
+        for (const res of streams) write(res, 'state-error', { message: 'the job database is unavailable; retrying' });
+      } finally {
+        busy = false;
+      }
+    };
+    ticker = setInterval(() => void tick(), o.stateIntervalMs ?? 1000);
+    void tick();
+    unsubscribeFeed = o.feed?.subscribe((events) => {
+      for (const res of streams) write(res, 'events', events, events.at(-1)?.seq);
+    }) ?? null;
+  }
+
+  function stopTickerIfIdle(): void {
+    if (streams.size > 0) return;
+    if (ticker) clearInterval(ticker);
+    ticker = null;
+    unsubscribeFeed?.();
+    unsubscribeFeed = null;
+  }
+
+  async function stream(req: http.IncomingMessage, res: http.ServerResponse, after: number, epoch: string | null): Promise<LiveReply> {
+    res.writeHead(200, {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-store',
+      'x-accel-buffering': 'no',
+      'x-content-type-options': 'nosniff',
+    });
+    res.write('retry: 2000\n\n');
+    // A sequence number from another feed (the API restarted) means nothing here: send the backlog.
+    const from = epoch === (o.feed?.epoch ?? null) ? after : 0;
+    write(res, 'hello', { epoch: o.feed?.epoch ?? null });
+    const backlog: FeedEvent[] = o.feed?.since(from, 200) ?? [];
+    if (backlog.length > 0) write(res, 'events', backlog, backlog.at(-1)!.seq);
+    streams.add(res);
+    startTicker();
+    // A comment every 15 s keeps proxies and load balancers (60 s idle) from closing the stream.
+    const keepAlive = setInterval(() => !res.destroyed && res.write(': keep-alive\n\n'), 15_000);
+    await new Promise<void>((resolve) => {
+      const done = () => resolve();
+      req.once('close', done);
+      res.once('close', done);
+    });
+    clearInterval(keepAlive);
+    streams.delete(res);
+    stopTickerIfIdle();
+    return { status: 200, body: null };
+  }
+
+  async function forwardFault(method: 'GET' | 'POST', sub: string, req: http.IncomingMessage): Promise<LiveReply> {
+    if (!o.faults) {
+      return { status: 404, body: { error: { code: 'not_found', message: 'fault injection exists only in the local stack (`jobs local`); this API has none' } } };
+    }
+    let body: string | undefined;
+    if (method === 'POST') {
+      body = await new Promise<string>((resolve, reject) => {
+        let raw = '';
+        req.setEncoding('utf8');
+        req.on('data', (c: string) => {
+          raw += c;
+          if (raw.length > 10_000) reject(new Error('body too large'));
+        });
+        req.on('end', () => resolve(raw));
+        req.on('error', reject);
+      }).catch(() => '');
+    }
+    try {
+      const r = await fetch(`${o.faults.url}/faults${sub}`, {
+        method,
+        headers: { authorization: `Bearer ${o.faults.token}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+        ...(body ? { body } : {}),
+        signal: AbortSignal.timeout(40_000),
+      });
+      return { status: r.status, body: await r.json() };
+    } catch (err) {
+      o.log.warn({ err }, 'live view: the local stack fault control did not answer');
+      return { status: 502, body: { error: { code: 'fault_control_unreachable', message: `the local stack's fault control did not answer (${(err as Error).message})` } } };
+    }
+  }
+
+  return {
+    snapshot,
+    async handle(req, res, path, query) {
+      const method = req.method ?? 'GET';
+      const get = method === 'GET' || method === 'HEAD';
+      if (path === '/' && get) {
+        res.writeHead(200, {
+          'content-type': 'text/html; charset=utf-8',
+          'content-length': String(Buffer.byteLength(LIVE_PAGE_HTML)),
+          'cache-control': 'no-store',
+          'x-content-type-options': 'nosniff',
+          // Self-contained: inline script and style, data from this origin only.
+          'content-security-policy': "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+        });
+        res.end(method === 'HEAD' ? undefined : LIVE_PAGE_HTML);
+        return { status: 200, body: null };
+      }
+      if (path === '/live/state' && get) return { status: 200, body: await snapshot() };
+      if (path === '/live/events' && get) {
+        const after = Number(query.get('after') ?? 0);
+        return { status: 200, body: { enabled: o.feed !== null, connected: o.feed?.connected ?? false, events: o.feed?.since(Number.isFinite(after) ? after : 0) ?? [] } };
+      }
+      if (path === '/live/stream' && get) {
+        const last = Number(req.headers['last-event-id'] ?? query.get('after') ?? 0);
+        return stream(req, res, Number.isFinite(last) ? last : 0, query.get('epoch'));
+      }
+      if (path === '/live/faults' && get) return forwardFault('GET', '', req);
+      const m = /^\/live\/faults\/([a-z-]{1,40})$/.exec(path);
+      if (m && method === 'POST') return forwardFault('POST', `/${m[1]}`, req);
+      if (path === '/live/faults' || m) {
+        if (!o.faults) return forwardFault('GET', '', req);
+        return { status: 405, body: { error: { code: 'method_not_allowed', message: `${method} is not allowed on ${path}` } }, headers: { allow: m ? 'POST' : 'GET, HEAD' } };
+      }
+      return { status: 404, body: { error: { code: 'not_found', message: `no route ${method} ${path.slice(0, 200)}; the live view is GET /, with GET /live/state, /live/events, /live/stream` } } };
+    },
+    close() {
+      for (const res of streams) res.end();
+      streams.clear();
+      stopTickerIfIdle();
+    },
+  };
+}

@@ -1,0 +1,84 @@
+// The live view inside the API service: its configuration from the environment and the parts
+// it runs (the LISTEN feed, queue-depth reads, the routes). api/main.ts starts it beside the API
+// and stops it first on shutdown, so open streams do not hold the drain.
+//
+//   JOBS_EVENTS=notify          the event bus is on (the local stack sets it): the API LISTENs
+//   JOBS_DLQ_URL                the DLQ whose depth the page shows (n/a without it)
+//   JOBS_LIVE_FAULTS_URL/TOKEN  the local stack's fault control (never set in production)
+
+import type pg from 'pg';
+import { ENV, jobTimingsFromEnv } from '../config/env.ts';
+import { createSqsClient } from '../queue/sqs.ts';
+import type { Logger } from '../observability/log.ts';
+import type { JobStore } from '../store/job-store.ts';
+import { eventsEnabled } from '../live/events.ts';
+import { LiveFeed } from '../live/feed.ts';
+import { CachedQueueDepth, queueDepth } from '../live/queue-depth.ts';
+import { createLiveRoutes, type LiveRoutes } from './live-routes.ts';
+
+export const FAULTS_URL_ENV = 'JOBS_LIVE_FAULTS_URL';
+export const FAULTS_TOKEN_ENV = 'JOBS_LIVE_FAULTS_TOKEN';
+
+export interface LiveConfig {
+  events: boolean;
+  dlqUrl?: string;
+  faults?: { url: string; token: string };
+  leaseSeconds: number;
+  heartbeatSeconds: number;
+}
+
+export function liveConfigFromEnv(env: Record<string, string | undefined>): LiveConfig {
+  const timings = jobTimingsFromEnv(env);
+  const dlqUrl = env[ENV.dlqUrl]?.trim() || undefined;
+  const faultsUrl = env[FAULTS_URL_ENV]?.trim();
+  const faultsToken = env[FAULTS_TOKEN_ENV]?.trim();
+  return {
+    events: eventsEnabled(env),
+    ...(dlqUrl ? { dlqUrl } : {}),
+    ...(faultsUrl && faultsToken ? { faults: { url: faultsUrl, token: faultsToken } } : {}),
+    leaseSeconds: timings.leaseSeconds,
+    heartbeatSeconds: timings.heartbeatSeconds,
+  };
+}
+
+export interface RunningLive {
+  routes: LiveRoutes;
+  feed: LiveFeed | null;
+  stop(): Promise<void>;
+}
+
+export async function startLive(
+  config: LiveConfig,
+  deps: { databaseUrl: string; pool: pg.Pool; store: JobStore; log: Logger; sqs?: { queueUrl: string; region: string; endpoint?: string } },
+): Promise<RunningLive> {
+  const feed = config.events ? new LiveFeed({ url: deps.databaseUrl, log: deps.log }) : null;
+  await feed?.start();
+  const client = deps.sqs ? createSqsClient({ region: deps.sqs.region, maxAttempts: 1, ...(deps.sqs.endpoint ? { endpoint: deps.sqs.endpoint } : {}) }) : null;
+  const depth = (url: string | undefined) => {
+    if (!client || !url) return undefined;
+    const cached = new CachedQueueDepth(() => queueDepth(client, url), 1000);
+    return () => cached.get();
+  };
+  const queueDepthFn = depth(deps.sqs?.queueUrl);
+  const dlqDepthFn = depth(config.dlqUrl);
+  const routes = createLiveRoutes({
+    pool: deps.pool,
+    store: deps.store,
+    feed,
+    ...(queueDepthFn ? { queueDepth: queueDepthFn } : {}),
+    ...(dlqDepthFn ? { dlqDepth: dlqDepthFn } : {}),
+    ...(config.faults ? { faults: config.faults } : {}),
+    leaseSeconds: config.leaseSeconds,
+    heartbeatSeconds: config.heartbeatSeconds,
+    log: deps.log,
+  });
+  return {
+    routes,
+    feed,
+    async stop() {
+      routes.close();
+      await feed?.stop();
+      client?.destroy();
+    },
+  };
+}

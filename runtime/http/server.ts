@@ -1,0 +1,446 @@
+// The HTTP JSON API of the job platform (`jobs api`): enqueue, read, list and cancel jobs, for
+// the ERP and for people. Plain node:http, no framework: the routes are few, and the API image
+// stays a small bundle with nothing to patch but Node itself.
+//
+// Every request is checked before anything reaches the database: a malformed body, an unknown
+// field, a bad id or query parameter is a 4xx that names the field and the reason, in the shape
+// `{ error: { code, message, field? } }`. A 500 is only for our own faults: it carries the
+// request id and is logged, and its body says nothing about the internals. Every response has
+// an `x-request-id`, and every request is one structured log line (method, path, status, ms).
+//
+// Enqueue goes through JobClient.enqueueNow, the path a library caller uses: job row and outbox
+// row in one transaction, the SQS message after COMMIT (DESIGN 6, 7).
+
+import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
+import http from 'node:http';
+import type pg from 'pg';
+import { MAX_PAYLOAD_BYTES, type EnqueueSpec, type JobClient } from '../store/client.ts';
+import { ENV } from '../config/env.ts';
+import { pendingMigrations } from '../db/migrate.ts';
+import { isDatabaseUnavailable } from '../db/unavailable.ts';
+import { ValidationError } from '../domain/errors.ts';
+import type { JobRegistry } from '../handlers/registry.ts';
+import type { LiveRoutes } from './live-routes.ts';
+import type { OpsRoutes } from './oncall-routes.ts';
+import type { Logger } from '../observability/log.ts';
+import { callerAddress, HttpError, isPlainObject, jobView, readJson, send, toHttpError, type JobView } from './kernel.ts';
+
+export { callerAddress, HttpError, isPlainObject, jobView, MAX_JSON_DEPTH, readJson, type JobView } from './kernel.ts';
+import { JOB_STATES, type Job, type JobState } from '../domain/job.ts';
+
+export interface ApiServerOptions {
+  /** The pool /readyz checks (reachability and migrations). */
+  pool: pg.Pool;
+  client: JobClient;
+  registry: JobRegistry;
+  log: Logger;
+  /** When set (non-empty), every /v1 route (and /live/*) requires `Authorization: Bearer <apiToken>` (or the operator token). */
+  apiToken?: string;
+  /**
+   * When set (non-empty), the on-call routes (`ops`) require `Authorization: Bearer <operatorToken>`:
+   * the API token gets a 403 there. Accepted on every other route too, so on-call needs one token.
+   * Unset: the on-call routes take the API token, as the job routes do.
+   */
+  operatorToken?: string;
+  /** Largest request body read. Default: twice the payload limit (room for the envelope and whitespace). */
+  maxBodyBytes?: number;
+  /** /readyz answers 503 when its checks take longer than this. Default 3000. */
+  readyTimeoutMs?: number;
+  /** Where /readyz looks for the migrations the schema must have. Default: the runtime's own. */
+  migrationsDir?: string;
+  /** The live view (GET / and /live/*, runtime/http/live-routes.ts); absent: those paths are 404. */
+  live?: LiveRoutes;
+  /** The on-call routes under /v1 (dead jobs, DLQ, poison messages, stuck jobs; runtime/http/oncall-routes.ts); absent: those paths are 404. */
+  ops?: OpsRoutes;
+}
+
+/** Page size of GET /v1/jobs when the caller gives none, and the largest it may ask for. */
+export const DEFAULT_PAGE_SIZE = 50;
+export const MAX_PAGE_SIZE = 200;
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+/** The registry's rule for type names (a filter that cannot name a type is a typo, not an empty page). */
+const TYPE_NAME = /^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$/;
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+/** ISO 8601 date, or date-time with an explicit offset: a time without one would be read in the server's zone. */
+const ISO_TIMESTAMP = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2}))?$/i;
+const ENQUEUE_FIELDS = ['type', 'payload', 'idempotencyKey', 'maxAttempts', 'runAt'] as const;
+const LIST_PARAMS = ['state', 'type', 'limit', 'cursor'] as const;
+
+interface Cursor {
+  createdAt: Date;
+  id: string;
+}
+
+/** Opaque to clients: base64url of the last job's (createdAt, id), the store's keyset. */
+export function encodeCursor(job: Pick<Job, 'createdAt' | 'id'>): string {
+  return Buffer.from(JSON.stringify({ t: job.createdAt.toISOString(), i: job.id })).toString('base64url');
+}
+
+export function decodeCursor(raw: string): Cursor {
+  const bad = () => new HttpError(400, 'invalid_query', 'cursor: is not a cursor this API returned (pass nextCursor from the previous page unchanged)', 'cursor');
+  if (raw.length > 200 || !/^[A-Za-z0-9_-]+$/.test(raw)) throw bad();
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(Buffer.from(raw, 'base64url').toString('utf8'));
+  } catch {
+    throw bad();
+  }
+  const o = parsed as { t?: unknown; i?: unknown } | null;
+  if (!o || typeof o !== 'object' || typeof o.t !== 'string' || typeof o.i !== 'string' || !UUID.test(o.i)) throw bad();
+  const createdAt = new Date(o.t);
+  if (!ISO_TIMESTAMP.test(o.t) || Number.isNaN(createdAt.getTime())) throw bad();
+  return { createdAt, id: o.i.toLowerCase() };
+}
+
+// --- Server -----------------------------------------------------------------------------------
+
+interface Ctx {
+  req: http.IncomingMessage;
+  res: http.ServerResponse;
+  requestId: string;
+  path: string;
+  query: URLSearchParams;
+  params: string[];
+}
+
+type Handler = (ctx: Ctx) => Promise<Reply>;
+
+interface Reply {
+  status: number;
+  body: unknown;
+  headers?: Record<string, string>;
+}
+
+interface Route {
+  /** Segments; `:id` matches one segment, which must be a UUID. */
+  pattern: string[];
+  methods: Record<string, Handler>;
+}
+
+export function createApiServer(opts: ApiServerOptions): http.Server {
+  const { client, registry, log } = opts;
+  const maxBodyBytes = opts.maxBodyBytes ?? 2 * MAX_PAYLOAD_BYTES;
+  const readyTimeoutMs = opts.readyTimeoutMs ?? 3000;
+  const clientDigest = opts.apiToken ? sha256(opts.apiToken) : null;
+  const operatorDigest = opts.operatorToken ? sha256(opts.operatorToken) : null;
+
+  const routes: Route[] = [
+    { pattern: ['healthz'], methods: { GET: async () => ({ status: 200, body: { status: 'ok' } }) } },
+    { pattern: ['readyz'], methods: { GET: (ctx) => readyz(ctx) } },
+    { pattern: ['v1', 'jobs'], methods: { GET: (ctx) => listJobs(ctx), POST: (ctx) => enqueue(ctx) } },
+    { pattern: ['v1', 'jobs', ':id'], methods: { GET: (ctx) => getJob(ctx) } },
+    { pattern: ['v1', 'jobs', ':id', 'cancel'], methods: { POST: (ctx) => cancelJob(ctx) } },
+    { pattern: ['v1', 'job-types'], methods: { GET: async () => ({ status: 200, body: { jobTypes: jobTypes() } }) } },
+    { pattern: ['v1', 'stats'], methods: { GET: async () => ({ status: 200, body: { jobs: await client.store.countByState() } }) } },
+  ];
+
+  async function readyz(ctx: Ctx): Promise<Reply> {
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const pending = await Promise.race([
+        pendingMigrations(opts.pool, opts.migrationsDir),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error(`readiness checks took longer than ${readyTimeoutMs} ms`)), readyTimeoutMs);
+        }),
+      ]);
+      if (pending.length > 0) {
+        return { status: 503, body: { status: 'unavailable', reason: `migrations pending: ${pending.join(', ')} (run \`jobs migrate\`)` } };
+      }
+      return { status: 200, body: { status: 'ready' } };
+    } catch (err) {
+      // The details (host, port, driver message) go to the log; the open endpoint says only what failed.
+      log.warn({ err, requestId: ctx.requestId }, 'readiness check failed: database unreachable');
+      return { status: 503, body: { status: 'unavailable', reason: `database unreachable (request id ${ctx.requestId}; see the API's log)` } };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  function jobTypes() {
+    return registry.types().map((type) => {
+      const d = registry.get(type)!;
+      return {
+        type,
+        description: d.description,
+        ...(d.maxAttempts !== undefined ? { maxAttempts: d.maxAttempts } : {}),
+        ...(d.expectedMaxSeconds !== undefined ? { expectedMaxSeconds: d.expectedMaxSeconds } : {}),
+      };
+    });
+  }
+
+  async function enqueue(ctx: Ctx): Promise<Reply> {
+    const body = await readJson(ctx.req, maxBodyBytes, {
+      required: true,
+      limitHint: `a job payload may be at most ${MAX_PAYLOAD_BYTES} bytes (store large inputs in a table and pass their id)`,
+    });
+    if (!isPlainObject(body)) throw new HttpError(400, 'invalid_body', 'body: must be a JSON object { type, payload, idempotencyKey?, maxAttempts?, runAt? }', 'body');
+    for (const k of Object.keys(body)) {
+      // A misspelt optional field (idempotency_key) would otherwise be dropped silently: a second job instead of a duplicate.
+      if (!(ENQUEUE_FIELDS as readonly string[]).includes(k)) {
+        throw new HttpError(400, 'invalid_field', `${k}: is not a field of a job (allowed: ${ENQUEUE_FIELDS.join(', ')})`, k);
+      }
+    }
+    const spec: EnqueueSpec = {
+      type: body.type as string,
+      payload: body.payload,
+      idempotencyKey: body.idempotencyKey as string | null | undefined,
+      maxAttempts: body.maxAttempts as number | null | undefined,
+      runAt: body.runAt as string | null | undefined,
+    };
+    const [r] = await client.enqueueNow(spec);
+    const { job, duplicate } = r!;
+    return {
+      status: duplicate ? 200 : 201,
+      body: jobView(job, { duplicate }),
+      headers: { location: `/v1/jobs/${job.id}` },
+    };
+  }
+
+  async function getJob(ctx: Ctx): Promise<Reply> {
+    const id = ctx.params[0]!;
+    const job = await client.store.get(id);
+    if (!job) throw notFound(id);
+    return { status: 200, body: jobView(job) };
+  }
+
+  async function listJobs(ctx: Ctx): Promise<Reply> {
+    const q = ctx.query;
+    for (const k of new Set(q.keys())) {
+      if (!(LIST_PARAMS as readonly string[]).includes(k)) {
+        throw new HttpError(400, 'invalid_query', `${k}: is not a parameter of this list (allowed: ${LIST_PARAMS.join(', ')})`, k);
+      }
+      if (q.getAll(k).length > 1) throw new HttpError(400, 'invalid_query', `${k}: given more than once`, k);
+    }
+    const state = q.get('state');
+    if (state !== null && !(JOB_STATES as readonly string[]).includes(state)) {
+      throw new HttpError(400, 'invalid_query', `state: must be one of ${JOB_STATES.join(', ')} (got ${JSON.stringify(state.slice(0, 40))})`, 'state');
+    }
+    const type = q.get('type');
+    if (type !== null && (type.length > 100 || !TYPE_NAME.test(type))) {
+      throw new HttpError(400, 'invalid_query', `type: must be a job type name such as ledger.post (lower-case dotted words); known types: ${registry.types().join(', ')}`, 'type');
+    }
+    const rawLimit = q.get('limit');
+    let limit = DEFAULT_PAGE_SIZE;
+    if (rawLimit !== null) {
+      limit = /^\d{1,6}$/.test(rawLimit) ? Number(rawLimit) : NaN;
+      if (!(limit >= 1 && limit <= MAX_PAGE_SIZE)) {
+        throw new HttpError(400, 'invalid_query', `limit: must be a whole number from 1 to ${MAX_PAGE_SIZE} (got ${JSON.stringify(rawLimit.slice(0, 40))})`, 'limit');
+      }
+    }
+    const rawCursor = q.get('cursor');
+    const after = rawCursor !== null && rawCursor !== '' ? decodeCursor(rawCursor) : undefined;
+    // One row more than asked tells whether there is a next page, without an empty last page.
+    const rows = await client.store.list({
+      limit: limit + 1,
+      ...(state !== null ? { state: state as JobState } : {}),
+      ...(type !== null ? { type } : {}),
+      ...(after ? { after } : {}),
+    });
+    const page = rows.slice(0, limit);
+    const last = page[page.length - 1];
+    return { status: 200, body: { jobs: page.map((j) => jobView(j)), nextCursor: rows.length > limit && last ? encodeCursor(last) : null } };
+  }
+
+  async function cancelJob(ctx: Ctx): Promise<Reply> {
+    const id = ctx.params[0]!;
+    const body = await readJson(ctx.req, 4096, { required: false });
+    let by: string | undefined;
+    if (body !== undefined) {
+      if (!isPlainObject(body)) throw new HttpError(400, 'invalid_body', 'body: must be a JSON object { by? } or empty', 'body');
+      for (const k of Object.keys(body)) {
+        if (k !== 'by') throw new HttpError(400, 'invalid_field', `${k}: is not a field of a cancel request (allowed: by)`, k);
+      }
+      if (body.by !== undefined && body.by !== null) {
+        if (typeof body.by !== 'string' || body.by.trim().length < 1 || body.by.length > 100) {
+          throw new HttpError(400, 'invalid_field', 'by: must be a string of 1 to 100 characters naming who cancels (a person or a system)', 'by');
+        }
+        by = body.by.trim();
+      }
+    }
+    // Who asked, as far as the API can tell: a shared token names no person, so record the
+    // caller's address beside the name they give.
+    const cancelledBy = by ? `${by} (api, ${callerAddress(ctx.req)})` : `api, ${callerAddress(ctx.req)}`;
+    const r = await client.cancel(id, cancelledBy);
+    if (!r) throw notFound(id);
+    if (r.cancelled || r.job.state === 'cancelled') {
+      return { status: 200, body: { ...jobView(r.job), cancelled: r.cancelled } };
+    }
+    return {
+      status: 409,
+      body: {
+        error: { code: 'job_finished', message: `job ${id} already ${r.job.state} at ${r.job.finishedAt?.toISOString() ?? 'an unknown time'}; a finished job cannot be cancelled` },
+        job: jobView(r.job),
+      },
+    };
+  }
+
+  /**
+   * Check the bearer token for a route of `scope`. The operator token passes everywhere; the API
+   * (ERP client) token passes on client routes, and on operator routes only while no operator
+   * token is configured. With no token for the scope configured, the route is open, whatever the
+   * Authorization header says (an empty `Bearer ` included: the runbook's commands send one locally).
+   */
+  function authorize(req: http.IncomingMessage, scope: 'client' | 'operator'): void {
+    const operatorOnly = scope === 'operator' && operatorDigest !== null;
+    if (!operatorOnly && clientDigest === null) return;
+    const wanted = operatorOnly ? `Bearer <${ENV.apiOperatorToken}>, the on-call operator token` : `Bearer <${ENV.apiToken}>`;
+    const header = req.headers.authorization;
+    const m = header ? /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header) : null;
+    if (!m) {
+      throw new HttpError(401, 'unauthorized', `Authorization: a bearer token is required (Authorization: ${wanted})`, 'Authorization', {
+        'www-authenticate': 'Bearer realm="jobs"',
+      });
+    }
+    // Compare digests: equal length always, and constant time whatever the token's length. Both
+    // comparisons always run, so the time does not tell which token was presented.
+    const presented = sha256(m[1]!);
+    const isOperator = operatorDigest !== null && timingSafeEqual(presented, operatorDigest);
+    const isClient = clientDigest !== null && timingSafeEqual(presented, clientDigest);
+    if (isOperator || (isClient && !operatorOnly)) return;
+    if (isClient) {
+      throw new HttpError(
+        403,
+        'forbidden',
+        `Authorization: the on-call routes need the operator token (Authorization: Bearer <${ENV.apiOperatorToken}>); the ERP client token (${ENV.apiToken}) may only use the job routes`,
+        'Authorization',
+        { 'www-authenticate': 'Bearer realm="jobs", error="insufficient_scope"' },
+      );
+    }
+    throw new HttpError(401, 'unauthorized', 'Authorization: the bearer token is not valid', 'Authorization', {
+      'www-authenticate': 'Bearer realm="jobs", error="invalid_token"',
+    });
+  }
+
+  function resolve(method: string, path: string): { route: Route; handler?: Handler; params: string[] } | null {
+    const segments = path.split('/').slice(1);
+    for (const route of routes) {
+      if (route.pattern.length !== segments.length) continue;
+      const params: string[] = [];
+      let match = true;
+      for (let i = 0; i < segments.length; i++) {
+        const p = route.pattern[i]!;
+        const s = segments[i]!;
+        if (p === ':id' && s !== '') params.push(s);
+        else if (p !== s) {
+          match = false;
+          break;
+        }
+      }
+      if (!match) continue;
+      const handler = Object.hasOwn(route.methods, method) ? route.methods[method] : method === 'HEAD' ? route.methods.GET : undefined;
+      return { route, params, ...(handler ? { handler } : {}) };
+    }
+    return null;
+  }
+
+  async function handle(req: http.IncomingMessage, res: http.ServerResponse, requestId: string): Promise<Reply> {
+    const rawUrl = req.url ?? '/';
+    const q = rawUrl.indexOf('?');
+    // Parsed by hand: new URL() would read `//host/x` as a host, and paths here need no decoding.
+    const path = q === -1 ? rawUrl : rawUrl.slice(0, q);
+    const query = new URLSearchParams(q === -1 ? '' : rawUrl.slice(q + 1));
+    const method = req.method ?? 'GET';
+    // --- Live view (issue 5): the page at / (static, no data) and its data under /live/*, which
+    // needs the same token as /v1. Routes and reasoning: runtime/http/live-routes.ts.
+    if (opts.live && (path === '/' || path === '/live' || path.startsWith('/live/'))) {
+      if (path !== '/') authorize(req, 'client');
+      return opts.live.handle(req, res, path, query);
+    }
+    // --- On-call (issue 7): dead jobs, the DLQ, poison messages, stuck jobs, under /v1 behind the
+    // operator token when one is configured (they redrive, discard and reveal raw message bodies;
+    // an ERP client has no business there). Routes and reasoning: runtime/http/oncall-routes.ts.
+    if (opts.ops?.owns(path)) {
+      authorize(req, 'operator');
+      return opts.ops.handle({ req, method, path, query });
+    }
+    if (path === '/v1' || path.startsWith('/v1/')) authorize(req, 'client');
+    const found = resolve(method, path);
+    if (!found) throw new HttpError(404, 'not_found', `no route ${method} ${path.slice(0, 200)}; see GET /v1/job-types, /v1/jobs, /v1/jobs/{id}, POST /v1/jobs, /v1/jobs/{id}/cancel`);
+    if (!found.handler) {
+      const allow = Object.keys(found.route.methods).flatMap((m) => (m === 'GET' ? ['GET', 'HEAD'] : [m]));
+      throw new HttpError(405, 'method_not_allowed', `${method} is not allowed on ${path}; allowed: ${allow.join(', ')}`, undefined, { allow: allow.join(', ') });
+    }
+    for (const p of found.params) {
+      if (!UUID.test(p)) throw new HttpError(400, 'invalid_id', `id: must be a job id (a UUID), got ${JSON.stringify(p.slice(0, 60))}`, 'id');
+    }
+    return found.handler({ req, res, requestId, path, query, params: found.params.map((p) => p.toLowerCase()) });
+  }
+
+  function onRequest(req: http.IncomingMessage, res: http.ServerResponse): void {
+    const started = process.hrtime.bigint();
+    const incoming = req.headers['x-request-id'];
+    const requestId = typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();
+    res.setHeader('x-request-id', requestId);
+    const path = (req.url ?? '/').split('?')[0]!.slice(0, 300);
+    res.once('close', () => {
+      const ms = Number(process.hrtime.bigint() - started) / 1e6;
+      log.info(
+        { requestId, method: req.method, path, status: res.statusCode, ms: Math.round(ms * 10) / 10, ...(res.writableFinished ? {} : { aborted: true }) },
+        'request',
+      );
+    });
+    handle(req, res, requestId)
+      .then(
+        (reply) => {
+          markIfStopping(res);
+          send(res, reply.status, reply.body, reply.headers);
+        },
+        (err: unknown) => {
+          markIfStopping(res);
+          sendError(req, res, requestId, err);
+        },
+      )
+      .catch((err: unknown) => log.error({ err, requestId }, 'could not send a response'));
+  }
+
+  /** Stopping: tell a keep-alive client (the load balancer) to send its next request elsewhere, not race our close. */
+  function markIfStopping(res: http.ServerResponse): void {
+    if (!server.listening && !res.headersSent) res.setHeader('connection', 'close');
+  }
+
+  function sendError(req: http.IncomingMessage, res: http.ServerResponse, requestId: string, err: unknown): void {
+    const e = toHttpError(err, requestId);
+    if (e.status >= 500) {
+      const line = { err, requestId, method: req.method, path: (req.url ?? '/').split('?')[0] };
+      // A 503 is the database's outage (a failover), answered with Retry-After; a 500 is our fault.
+      if (e.status === 503) log.warn(line, 'database unavailable');
+      else log.error(line, 'unexpected error');
+    }
+    // The body was not read to its end: do not leave the rest in the connection for the next request.
+    if (!req.complete) res.setHeader('connection', 'close');
+    send(res, e.status, { error: { code: e.code, message: e.message, ...(e.field ? { field: e.field } : {}), ...(e.status >= 500 ? { requestId } : {}) } }, e.headers);
+  }
+
+  const server = http.createServer({ requestTimeout: 60_000, headersTimeout: 20_000 }, onRequest);
+  // Behind an ALB: keep idle connections open longer than the load balancer's 60 s idle timeout,
+  // so the load balancer, not the task, closes them (a task-side close races a new request: 502).
+  server.keepAliveTimeout = 65_000;
+  // Expect: 100-continue: refuse an oversized upload before the client sends it.
+  server.on('checkContinue', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    const declared = Number(req.headers['content-length']);
+    if (Number.isFinite(declared) && declared > maxBodyBytes) {
+      onRequest(req, res);
+      return;
+    }
+    res.writeContinue();
+    onRequest(req, res);
+  });
+  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+    if (err.code === 'ECONNRESET' || !socket.writable) return void socket.destroy();
+    const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request';
+    const body = JSON.stringify({ error: { code: 'bad_request', message: `the request is not valid HTTP (${err.code ?? 'parse error'})` } });
+    socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+  });
+  return server;
+}
+
+// --- Helpers ----------------------------------------------------------------------------------
+
+function sha256(s: string): Buffer {
+  return createHash('sha256').update(s).digest();
+}
+
+function notFound(id: string): HttpError {
+  return new HttpError(404, 'job_not_found', `job ${id} does not exist`, 'id');
+}

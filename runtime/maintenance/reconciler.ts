@@ -1,0 +1,166 @@
+// The reconciler: the job table heals the queue (DESIGN 11). SQS can lose a pending job's
+// message — a PurgeQueue, a stray consumer that deletes what it receives, retention running out,
+// a redrive to the wrong queue — and nothing else would ever run that job: the rescuer looks
+// only at running jobs and the relay only at outbox rows. Every worker task runs one; a pass at
+// a time runs across all of them (an advisory lock).
+//
+// Telling lost messages from a healthy backlog. 100,000 due jobs waiting behind busy workers
+// look exactly like 100,000 jobs whose messages are gone, job by job: neither has been claimed.
+// What tells them apart is the queue's own count. Every active job should have one message
+// (pending: waiting, delayed or hidden until due; running: in flight with its owner), and every
+// outbox row becomes one. So
+//
+//     deficit = pending + running − outbox rows − messages in the queue
+//
+// is how many jobs have lost their message. A healthy backlog of any size has a deficit of ~0,
+// so it causes no re-publishes at all. Only the count is known, not which jobs; the reconciler
+// re-publishes `deficit` pending jobs, those due the longest: SQS hands out messages roughly in
+// order, so as a backlog drains, the jobs left waiting longest are the ones whose message is gone
+// (after a purge, all of them, which is the usual case). A guess that hit a job that still had
+// its message makes a duplicate, which is harmless by design (the claim decides; a message for a
+// job that needs none is deleted), and is not repeated for a while (republished_at), so a wrong
+// guess turns into another pick on a later pass, never into a storm.
+//
+// Keeping false alarms out: the queue is counted before and after the job table and the larger
+// count is used (a job that completes or is enqueued between the readings then counts on the
+// message side, the safe one); jobs younger than the relay's reach are never picked; and a
+// deficit must be seen on two consecutive passes, only the smaller of the two is acted on.
+// Duplicates (a message published twice, a leftover of a finished job) inflate the message
+// count and can hide a loss for as long as they sit in the queue; they are received and deleted
+// in turn, and the loss shows then. Running jobs whose message a duplicate delivery deleted count
+// as a deficit while they run: at most that many extra publishes per window.
+//
+// The bound: a message lost at t is re-published by the second pass that sees it, within
+// 2 × interval + minimum age; interval is the lease (2 to 60 s). With the chaos run's lease of
+// 3 s that is ~9 s; in production (lease 60 s) about 3 minutes.
+
+import type pg from 'pg';
+import type { JobTimings } from '../config/rules.ts';
+import { MaintenanceLoop } from '../support/maintenance-loop.ts';
+import { METRIC } from '../observability/metric-names.ts';
+import type { Logger } from '../observability/log.ts';
+import type { Metrics } from '../observability/metrics.ts';
+import { chunk } from '../queue/types.ts';
+import { run } from '../store/job-store.ts';
+import { DEFAULT_RELAY, type Publisher, type PublishEntry } from '../store/outbox.ts';
+
+/** pg_try_advisory_xact_lock key of the reconciler: "jobsrec\0" as a bigint. */
+export const RECONCILER_LOCK_KEY = '7669456938415252224';
+
+export interface ReconcilerTimings {
+  /** Between passes. */
+  intervalMs: number;
+  /** A job younger than this is never picked (its own publish may still be under way). */
+  minAgeSeconds: number;
+  /** A job re-published in this window is not picked again. */
+  republishWindowSeconds: number;
+}
+
+/** The reconciler's timings from the job timings: a pass per lease (2 to 60 s). */
+export function reconcilerTimings(t: Pick<JobTimings, 'leaseSeconds' | 'visibilityTimeoutSeconds'>): ReconcilerTimings {
+  const interval = Math.min(60, Math.max(2, t.leaseSeconds));
+  return {
+    intervalMs: interval * 1000,
+    minAgeSeconds: Math.max(interval, DEFAULT_RELAY.minAgeSeconds + 1),
+    republishWindowSeconds: Math.max(4 * interval, t.visibilityTimeoutSeconds + interval),
+  };
+}
+
+/** Most jobs one pass re-publishes (a purge of more heals over several passes). */
+const MAX_PER_PASS = 20_000;
+const PICK_BATCH = 1_000;
+/** Messages published at a time (SendMessageBatch calls in flight: this / 10). */
+const PUBLISH_SLICE = 500;
+
+export interface ReconcilePass {
+  /** Another task held the reconciler's lock: nothing read, nothing done. */
+  skipped: boolean;
+  messages: number;
+  pending: number;
+  running: number;
+  outbox: number;
+  /** Jobs without a message on this pass's reading. */
+  deficit: number;
+  /** Jobs published again (at most the smaller deficit of this pass and the last). */
+  republished: number;
+}
+
+export interface ReconcilerOptions {
+  pool: pg.Pool;
+  publisher: Publisher;
+  /** Messages the job queue holds (SqsQueue.approximateCount). */
+  countMessages: () => Promise<number>;
+  log: Logger;
+  metrics?: Metrics;
+  timings: ReconcilerTimings;
+}
+
+export class Reconciler {
+  private readonly loop: MaintenanceLoop<ReconcilePass>;
+  /** The deficit the last pass saw: a loss must show on two passes in a row. */
+  private lastDeficit = 0;
+
+  constructor(private readonly o: ReconcilerOptions) {
+    this.loop = new MaintenanceLoop('reconciler', () => this.pass(), o.log, o.timings.intervalMs);
+  }
+
+  start(): void {
+    this.loop.start();
+  }
+
+  stop(): Promise<void> {
+    return this.loop.stop();
+  }
+
+  runOnce(): Promise<ReconcilePass> {
+    return this.loop.runOnce();
+  }
+
+  private async pass(): Promise<ReconcilePass> {
+    const t = this.o.timings;
+    const client = await this.o.pool.connect();
+    let entries: PublishEntry[] = [];
+    let reading: ReconcilePass;
+    try {
+      await client.query('BEGIN');
+      const before = await this.o.countMessages();
+      const { rows } = await run<{ locked: boolean; pending: number; running: number; outbox: number }>(client, 'reconcileCount', [RECONCILER_LOCK_KEY]);
+      const c = rows[0]!;
+      if (!c.locked) {
+        await client.query('ROLLBACK');
+        return { skipped: true, messages: before, pending: 0, running: 0, outbox: 0, deficit: 0, republished: 0 };
+      }
+      const messages = Math.max(before, await this.o.countMessages());
+      const deficit = Math.max(0, c.pending + c.running - c.outbox - messages);
+      const confirmed = Math.min(deficit, this.lastDeficit, MAX_PER_PASS);
+      this.lastDeficit = deficit;
+      for (let left = confirmed; left > 0; ) {
+        const want = Math.min(PICK_BATCH, left);
+        const { rows: picked } = await run<{ id: string; type: string; run_after: Date; outbox_id: string }>(client, 'jobRepublishLost', [t.minAgeSeconds, t.republishWindowSeconds, want]);
+        entries.push(...picked.map((r) => ({ outboxId: r.outbox_id, jobId: r.id, type: r.type, runAfter: r.run_after })));
+        left -= picked.length;
+        if (picked.length < want) break;
+      }
+      await client.query('COMMIT');
+      reading = { skipped: false, messages, pending: c.pending, running: c.running, outbox: c.outbox, deficit, republished: entries.length };
+    } catch (err) {
+      entries = [];
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    } finally {
+      client.release();
+    }
+    // Durable from the COMMIT: what this send does not publish, the outbox relay does.
+    for (const slice of chunk(entries, PUBLISH_SLICE)) await this.o.publisher.publish(slice);
+    if (entries.length > 0) {
+      this.o.metrics?.count(METRIC.jobsRepublished, entries.length);
+      this.o.log.warn(
+        { republished: entries.length, deficit: reading.deficit, messages: reading.messages, pending: reading.pending, running: reading.running, outbox: reading.outbox, jobIds: entries.slice(0, 20).map((e) => e.jobId) },
+        `reconciler: the queue holds fewer messages than the jobs need; re-published ${entries.length} pending job(s) (a job that still had its message gets a harmless duplicate)`,
+      );
+    } else if (reading.deficit > 0) {
+      this.o.log.info({ deficit: reading.deficit, messages: reading.messages, pending: reading.pending, running: reading.running, outbox: reading.outbox }, 'reconciler: fewer messages than jobs on this reading; re-publishing if the next pass sees it too');
+    }
+    return reading;
+  }
+}

@@ -1,0 +1,62 @@
+// The rescuer: finds running jobs whose lease expired a grace period ago — their worker died,
+// froze or lost the network, and their message may be gone — and puts them back to pending with
+// a fresh message (or to dead on their final attempt). The next claim increments the attempt,
+// so the old owner, should it wake up, is refused at every write. The direct path (the message
+// returns after the lease and the claim reclaims the job) is usually faster; the rescuer is the
+// net for messages a duplicate delivery deleted, a stale receipt handle could not extend, or a
+// dead worker's open long poll swallowed.
+
+import { MaintenanceLoop } from '../support/maintenance-loop.ts';
+import type { Logger } from '../observability/log.ts';
+import type { JobStore } from '../store/job-store.ts';
+import type { Job } from '../domain/job.ts';
+import type { Publisher } from '../store/outbox.ts';
+
+export interface RescuerOptions {
+  /** How long after lease expiry a job counts as abandoned. */
+  graceSeconds: number;
+  intervalMs: number;
+  batchSize: number;
+  /** Called for each job the rescuer sent to dead (the worker dead-letters its message). */
+  onDead?: (job: Job) => Promise<void>;
+}
+
+export class Rescuer {
+  private readonly loop: MaintenanceLoop<Job[]>;
+
+  constructor(
+    private readonly store: JobStore,
+    private readonly publisher: Publisher,
+    private readonly log: Logger,
+    private readonly opts: RescuerOptions,
+  ) {
+    this.loop = new MaintenanceLoop('rescuer', () => this.pass(), log, opts.intervalMs);
+  }
+
+  start(): void {
+    this.loop.start();
+  }
+
+  stop(): Promise<void> {
+    return this.loop.stop();
+  }
+
+  runOnce(): Promise<Job[]> {
+    return this.loop.runOnce();
+  }
+
+  private async pass(): Promise<Job[]> {
+    const moved = await this.store.rescueExpired(this.opts.graceSeconds, this.opts.batchSize);
+    for (const { job } of moved) {
+      this.log.warn(
+        { jobId: job.id, type: job.type, attempt: job.attempt, state: job.state, lastOwner: job.attemptLog.at(-1)?.owner },
+        job.state === 'dead' ? 'rescuer: lease expired on the final attempt; job is dead' : 'rescuer: lease expired; job re-queued',
+      );
+      if (job.state === 'dead') await this.opts.onDead?.(job);
+    }
+    await this.publisher.publish(
+      moved.filter((m) => m.outboxId).map((m) => ({ outboxId: m.outboxId!, jobId: m.job.id, type: m.job.type })),
+    );
+    return moved.map((m) => m.job);
+  }
+}

@@ -1,0 +1,543 @@
+// The SQS dead-letter queue for on-call: look at its messages, move them back to the job queue,
+// discard the ones nobody should run, each reconciled with the job table. The job row decides
+// (DESIGN: PostgreSQL decides, SQS delivers), so every dead letter is judged by its job:
+//
+//   job pending                         → resend: it still needs a message (e.g. SQS redrove it
+//                                         after a crash loop, or the job was redriven)
+//   job running, lease expired          → resend: a worker reclaims it
+//   job running, live lease             → drop: its owner holds its own message; never re-run
+//   job succeeded or cancelled          → drop: nothing to run; never re-run
+//   job dead, discarded                 → drop: on-call decided not to run it
+//   job dead                            → keep: redrive the job (jobs dead redrive) or discard it
+//   no such job / body names no job     → keep: poison, reported, never resent
+//
+// Two ways to move: receive-and-resend (everywhere; the only way on the local endpoint, which
+// lacks StartMessageMoveTask), message by message with the verdicts above; and on AWS
+// StartMessageMoveTask (--move), for a large DLQ, which SQS runs server-side and which cannot
+// skip messages — so it is started only after a scan found nothing that must stay (keep), and
+// whatever it moves is settled by the worker by the same job row (a terminal job's message is
+// deleted, a live lease's duplicate ignored). A move started by mistake can be cancelled while it
+// runs (CancelMessageMoveTask, by its task handle): what it moved stays moved, the rest stays in
+// the DLQ.
+//
+// Reading a queue means receiving: a scan holds each message invisible for a short while
+// (HOLD_SECONDS) so it sees each once, then hands back what it keeps (visibility 0). Receiving
+// raises a dead letter's receive count, which is harmless: the DLQ has no redrive policy.
+
+import {
+  CancelMessageMoveTaskCommand,
+  ChangeMessageVisibilityBatchCommand,
+  DeleteMessageBatchCommand,
+  GetQueueAttributesCommand,
+  ListMessageMoveTasksCommand,
+  ReceiveMessageCommand,
+  StartMessageMoveTaskCommand,
+  type SQSClient,
+} from '@aws-sdk/client-sqs';
+import type pg from 'pg';
+import { ValidationError } from '../domain/errors.ts';
+import type { Logger } from '../observability/log.ts';
+import { jobMessageBody, parseJobMessage } from '../queue/message.ts';
+import { chunk, SQS_BATCH_LIMIT, type JobQueue } from '../queue/types.ts';
+import type { JobState } from '../domain/job.ts';
+import { operatorName, recordActions, rowToOpsJob, runOps, type OpsJob } from './db.ts';
+import { resolvePoisonMessages } from '../store/poison.ts';
+
+/** How long a scan keeps a received dead letter invisible before it decides and acts. */
+export const HOLD_SECONDS = 60;
+/** Most dead letters one pass looks at unless told otherwise. */
+export const DEFAULT_SCAN_LIMIT = 1000;
+export const MAX_SCAN_LIMIT = 100_000;
+
+/** The reasons the worker writes on dead letters of dead jobs (runtime/worker/worker.ts). */
+const DEAD_JOB_REASONS = new Set(['attempts-exhausted', 'non-retryable', 'lease-expired-final-attempt']);
+const POISON_REASONS = new Set(['unparseable-body', 'unknown-job']);
+
+export interface DeadLetter {
+  messageId: string;
+  receipt: string;
+  body: string;
+  /** The message attributes (Reason, JobId, ErrorMessage, …). */
+  attributes: Record<string, string>;
+  sentAt: Date | null;
+  /** The principal that sent it (SQS's SenderId): the worker's role for its own dead letters, the original sender after an SQS redrive. */
+  senderId: string | null;
+  receiveCount: number;
+}
+
+/**
+ * A move task cancel that did not happen, in words on-call can act on: the task handle, why, and
+ * what to do. `local`: the local endpoint has no move tasks; `not-found`: SQS knows no running
+ * task by that handle (unknown, mistyped, or already finished, failed or cancelled); `denied`:
+ * the caller's credentials may not cancel it (the grant covers the DLQ's own move tasks only).
+ */
+export class MoveCancelError extends Error {
+  override name = 'MoveCancelError';
+  constructor(
+    readonly reason: 'local' | 'not-found' | 'denied',
+    readonly taskHandle: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** What a cancel did: SQS's count of the messages the task had moved before it stopped. */
+export interface MoveCancelled {
+  taskHandle: string;
+  moved: number | null;
+  by: string;
+}
+
+const MOVE_STATUS_HINT = 'list the DLQ\'s move tasks and their handles with `jobs dlq move-status` (GET /v1/dlq/move-tasks)';
+
+export interface MoveTask {
+  taskHandle: string | null;
+  status: string;
+  sourceArn: string;
+  destinationArn: string | null;
+  moved: number;
+  toMove: number | null;
+  startedAt: Date | null;
+  failureReason: string | null;
+}
+
+/** The DLQ as on-call reads it: receive with a hold, hand back, delete, and SQS's server-side move. */
+export class SqsDeadLetterQueue {
+  private arnCache: Promise<{ dlqArn: string; queueArn: string }> | null = null;
+
+  constructor(
+    readonly opts: {
+      dlqUrl: string;
+      /** The job queue the DLQ's messages came from (the move's destination). */
+      queueUrl: string;
+      client: SQSClient;
+      /** A local endpoint (fauxqs): it has no StartMessageMoveTask. */
+      local: boolean;
+    },
+  ) {}
+
+  async receive(max: number, waitSeconds: number, holdSeconds: number): Promise<DeadLetter[]> {
+    const out = await this.opts.client.send(
+      new ReceiveMessageCommand({
+        QueueUrl: this.opts.dlqUrl,
+        MaxNumberOfMessages: Math.max(1, Math.min(SQS_BATCH_LIMIT, max)),
+        WaitTimeSeconds: waitSeconds,
+        VisibilityTimeout: holdSeconds,
+        MessageSystemAttributeNames: ['All'],
+        MessageAttributeNames: ['All'],
+      }),
+    );
+    return (out.Messages ?? []).map((m) => ({
+      messageId: m.MessageId ?? '',
+      receipt: m.ReceiptHandle ?? '',
+      body: m.Body ?? '',
+      attributes: Object.fromEntries(Object.entries(m.MessageAttributes ?? {}).map(([k, v]) => [k, v.StringValue ?? ''])),
+      sentAt: m.Attributes?.SentTimestamp ? new Date(Number(m.Attributes.SentTimestamp)) : null,
+      senderId: m.Attributes?.SenderId ?? null,
+      receiveCount: Number(m.Attributes?.ApproximateReceiveCount ?? 1),
+    }));
+  }
+
+  /** Hand messages back (visibility 0). A stale handle means someone else has it now: nothing to do. */
+  async release(receipts: string[]): Promise<void> {
+    for (const batch of chunk(receipts, SQS_BATCH_LIMIT)) {
+      await this.opts.client.send(
+        new ChangeMessageVisibilityBatchCommand({
+          QueueUrl: this.opts.dlqUrl,
+          Entries: batch.map((r, i) => ({ Id: String(i), ReceiptHandle: r, VisibilityTimeout: 0 })),
+        }),
+      );
+    }
+  }
+
+  /** Delete messages; returns the receipts that failed. */
+  async delete(receipts: string[]): Promise<{ receipt: string; message: string }[]> {
+    const failed: { receipt: string; message: string }[] = [];
+    for (const batch of chunk(receipts, SQS_BATCH_LIMIT)) {
+      const out = await this.opts.client.send(
+        new DeleteMessageBatchCommand({ QueueUrl: this.opts.dlqUrl, Entries: batch.map((r, i) => ({ Id: String(i), ReceiptHandle: r })) }),
+      );
+      for (const f of out.Failed ?? []) failed.push({ receipt: batch[Number(f.Id)]!, message: `${f.Code ?? 'Unknown'}: ${f.Message ?? ''}` });
+    }
+    return failed;
+  }
+
+  arns(): Promise<{ dlqArn: string; queueArn: string }> {
+    this.arnCache ??= (async () => {
+      const arn = async (url: string) => {
+        const out = await this.opts.client.send(new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: ['QueueArn'] }));
+        const a = out.Attributes?.QueueArn;
+        if (!a) throw new Error(`SQS returned no QueueArn for ${url}`);
+        return a;
+      };
+      const [dlqArn, queueArn] = await Promise.all([arn(this.opts.dlqUrl), arn(this.opts.queueUrl)]);
+      return { dlqArn, queueArn };
+    })();
+    this.arnCache.catch(() => {
+      this.arnCache = null;
+    });
+    return this.arnCache;
+  }
+
+  /** StartMessageMoveTask: SQS moves every message of the DLQ to the job queue, server-side. */
+  async startMove(maxPerSecond?: number): Promise<{ taskHandle: string; dlqArn: string; queueArn: string }> {
+    const { dlqArn, queueArn } = await this.arns();
+    const out = await this.opts.client.send(
+      new StartMessageMoveTaskCommand({ SourceArn: dlqArn, DestinationArn: queueArn, ...(maxPerSecond ? { MaxNumberOfMessagesPerSecond: maxPerSecond } : {}) }),
+    );
+    if (!out.TaskHandle) throw new Error('StartMessageMoveTask returned no task handle');
+    return { taskHandle: out.TaskHandle, dlqArn, queueArn };
+  }
+
+  /**
+   * CancelMessageMoveTask: stops a RUNNING move; what it already moved stays moved. SQS's refusals
+   * become a MoveCancelError naming the handle; anything else (throttling, the network) is thrown
+   * as it came.
+   */
+  async cancelMove(taskHandle: string): Promise<{ moved: number | null }> {
+    try {
+      const out = await this.opts.client.send(new CancelMessageMoveTaskCommand({ TaskHandle: taskHandle }));
+      return { moved: out.ApproximateNumberOfMessagesMoved ?? null };
+    } catch (err) {
+      const name = (err as { name?: unknown }).name;
+      const said = `${String(name)}: ${(err as Error).message ?? ''}`.slice(0, 300);
+      if (name === 'ResourceNotFoundException' || name === 'InvalidAddress' || name === 'InvalidParameterValue') {
+        throw new MoveCancelError(
+          'not-found',
+          taskHandle,
+          `no running move task ${taskHandle}: SQS does not know it, or it has already finished, failed or been cancelled (only a RUNNING task can be cancelled; SQS said ${said}). Check the handle: ${MOVE_STATUS_HINT}`,
+        );
+      }
+      if (typeof name === 'string' && /^AccessDenied/.test(name)) {
+        throw new MoveCancelError(
+          'denied',
+          taskHandle,
+          `not allowed to cancel move task ${taskHandle} (SQS said ${said}): sqs:CancelMessageMoveTask is granted on this environment's DLQ only, so the handle may belong to another queue or environment; ${MOVE_STATUS_HINT}`,
+        );
+      }
+      throw err;
+    }
+  }
+
+  async listMoves(): Promise<MoveTask[]> {
+    const { dlqArn } = await this.arns();
+    const out = await this.opts.client.send(new ListMessageMoveTasksCommand({ SourceArn: dlqArn, MaxResults: 10 }));
+    return (out.Results ?? []).map((r) => ({
+      taskHandle: r.TaskHandle ?? null,
+      status: r.Status ?? 'UNKNOWN',
+      sourceArn: r.SourceArn ?? dlqArn,
+      destinationArn: r.DestinationArn ?? null,
+      moved: r.ApproximateNumberOfMessagesMoved ?? 0,
+      toMove: r.ApproximateNumberOfMessagesToMove ?? null,
+      startedAt: r.StartedTimestamp ? new Date(r.StartedTimestamp) : null,
+      failureReason: r.FailureReason ?? null,
+    }));
+  }
+}
+
+export type Verdict = 'resend' | 'drop' | 'keep';
+/** dead-job: the worker's report of a dead job; poison: a message the worker could not handle; sqs-redrive: moved by the queue's redrive policy after maxReceiveCount receives (a crash loop). */
+export type LetterKind = 'dead-job' | 'poison' | 'sqs-redrive';
+
+export interface ReconciledLetter {
+  messageId: string;
+  sentAt: Date | null;
+  senderId: string | null;
+  receiveCount: number;
+  kind: LetterKind;
+  /** The worker's Reason attribute, or `sqs-redrive`. */
+  reason: string;
+  /** The error or detail the dead letter carries. */
+  detail: string | null;
+  jobId: string | null;
+  jobType: string | null;
+  jobState: JobState | null;
+  verdict: Verdict;
+  why: string;
+  body: string;
+  attributes: Record<string, string>;
+  /** What this pass did with it (redrive, discard); absent on a look or a dry run. */
+  done?: 'resent' | 'dropped' | 'kept' | 'discarded' | 'moved';
+}
+
+export interface DlqPassReport {
+  letters: ReconciledLetter[];
+  /** True when the pass ended on an empty receive: it saw every visible dead letter (up to the limit). */
+  complete: boolean;
+  dryRun: boolean;
+  method: 'resend' | 'move' | 'look' | 'discard';
+  counts: Record<Verdict, number>;
+  notes: string[];
+  moveTask?: { taskHandle: string; dlqArn: string; queueArn: string };
+  /** Set when the pass refused to act (e.g. --move with messages that must stay). */
+  refused?: string;
+}
+
+/** Judge one dead letter by its job row (see the table at the top of this file). */
+export function reconcile(letter: DeadLetter, job: OpsJob | undefined, dbNow: Date): ReconciledLetter {
+  const reasonAttr = letter.attributes.Reason;
+  const kind: LetterKind = reasonAttr && DEAD_JOB_REASONS.has(reasonAttr) ? 'dead-job' : reasonAttr && POISON_REASONS.has(reasonAttr) ? 'poison' : 'sqs-redrive';
+  const parsed = parseJobMessage(letter.body);
+  const jobId = reconcileJobId(letter);
+  const base = {
+    messageId: letter.messageId,
+    sentAt: letter.sentAt,
+    senderId: letter.senderId,
+    receiveCount: letter.receiveCount,
+    kind,
+    reason: reasonAttr ?? 'sqs-redrive',
+    detail: letter.attributes.ErrorMessage ?? letter.attributes.Detail ?? null,
+    jobId,
+    jobType: job?.type ?? letter.attributes.JobType ?? (parsed.ok ? (parsed.message.type ?? null) : null),
+    jobState: job?.state ?? null,
+    body: letter.body,
+    attributes: letter.attributes,
+  };
+  const v = (verdict: Verdict, why: string): ReconciledLetter => ({ ...base, verdict, why });
+  if (!jobId) return v('keep', `poison: the body names no job (${parsed.ok ? 'no job id' : parsed.reason}); read it to find the sender, then discard it`);
+  if (!job) return v('keep', `poison: no job ${jobId} in the job table; never resent`);
+  switch (job.state) {
+    case 'succeeded':
+      return v('drop', `job succeeded at ${job.finishedAt?.toISOString()}: nothing to run, never re-run`);
+    case 'cancelled':
+      return v('drop', `job was cancelled${job.cancelledBy ? ` by ${job.cancelledBy}` : ''}: nothing to run`);
+    case 'running': {
+      const leaseLeft = (job.leaseExpiresAt?.getTime() ?? 0) - dbNow.getTime();
+      return leaseLeft > 0
+        ? v('drop', `job is running (attempt ${job.attempt}, ${job.leaseOwner} holds a live lease): never re-run`)
+        : v('resend', `job is running with a lease that expired ${Math.round(-leaseLeft / 1000)} s ago: resent so a worker reclaims it`);
+    }
+    case 'pending':
+      return v('resend', 'job is pending: resent so a worker claims it');
+    case 'dead':
+      if (job.dead?.discardedAt) return v('drop', `job was discarded by ${job.dead.discardedBy}: ${job.dead.discardReason}`);
+      return v('keep', `job is dead (${job.lastError?.message ?? 'no error recorded'}): redrive it (jobs dead redrive ${job.id}) to run it again, or discard it`);
+  }
+}
+
+export interface DeadLetterServiceOptions {
+  pool: pg.Pool;
+  dlq: SqsDeadLetterQueue;
+  /** The job queue, for resending. */
+  queue: JobQueue;
+  log: Logger;
+}
+
+export class DeadLetterService {
+  constructor(private readonly opts: DeadLetterServiceOptions) {}
+
+  get local(): boolean {
+    return this.opts.dlq.opts.local;
+  }
+
+  /** Look at the dead letters and what a redrive would do with each; changes nothing. */
+  async look(limit = DEFAULT_SCAN_LIMIT): Promise<DlqPassReport> {
+    return this.pass({ limit, mode: 'look' });
+  }
+
+  /**
+   * Move dead letters back to the job queue, reconciled with the job table (see the top of this
+   * file). `move` uses StartMessageMoveTask on AWS; on the local endpoint it falls back to
+   * receive-and-resend, and says so.
+   */
+  async redrive(req: { by: string; dryRun?: boolean; move?: boolean; limit?: number; maxPerSecond?: number }): Promise<DlqPassReport> {
+    const limit = req.limit ?? DEFAULT_SCAN_LIMIT;
+    if (req.move && !this.local) return this.move({ ...req, limit });
+    const report = await this.pass({ limit, mode: req.dryRun ? 'look' : 'resend', by: operatorName(req.by) });
+    report.dryRun = req.dryRun ?? false;
+    report.method = 'resend';
+    if (req.move) report.notes.unshift('the local SQS endpoint has no StartMessageMoveTask: moved by receive and resend instead');
+    return report;
+  }
+
+  /** Delete the named dead letters for good, with a reason; poison messages among them are marked resolved. */
+  async discard(req: { messageIds: string[]; by: string; reason: string; limit?: number }): Promise<DlqPassReport & { notFound: string[] }> {
+    const reason = req.reason?.trim();
+    if (!reason) throw new ValidationError('reason', 'is required: say why these dead letters are thrown away');
+    if (req.messageIds.length === 0) throw new ValidationError('messageIds', 'must name at least one message id (see jobs dlq list)');
+    const wanted = new Set(req.messageIds);
+    const report = await this.pass({ limit: req.limit ?? MAX_SCAN_LIMIT, mode: 'discard', by: operatorName(req.by), reason, wanted });
+    const found = new Set(report.letters.map((l) => l.messageId));
+    return { ...report, notFound: req.messageIds.filter((id) => !found.has(id)) };
+  }
+
+  async moveTasks(): Promise<MoveTask[]> {
+    if (this.local) return [];
+    return this.opts.dlq.listMoves();
+  }
+
+  /**
+   * Cancel a running SQS move task of the DLQ (one started by mistake with `--move`): SQS stops
+   * moving, what it already moved stays in the job queue (and the worker settles it by its job
+   * row), the rest stays in the DLQ. Recorded with who asked, beside the 'dlq-move' that started it.
+   */
+  async cancelMove(req: { taskHandle: string; by: string }): Promise<MoveCancelled> {
+    const taskHandle = req.taskHandle?.trim() ?? '';
+    if (!taskHandle) throw new ValidationError('taskHandle', `is required: the handle of the move task to cancel (${MOVE_STATUS_HINT})`);
+    if (this.local) {
+      throw new MoveCancelError(
+        'local',
+        taskHandle,
+        `cannot cancel move task ${taskHandle}: the local SQS endpoint has no message move tasks, so there is none to cancel (\`jobs dlq redrive --move\` moves by receive and resend there, within the command)`,
+      );
+    }
+    const by = operatorName(req.by);
+    const { moved } = await this.opts.dlq.cancelMove(taskHandle);
+    await recordActions(this.opts.pool, [{ action: 'dlq-move-cancel', by, detail: { taskHandle, moved } }]);
+    this.opts.log.info({ taskHandle, moved, by }, 'DLQ move task cancelled');
+    return { taskHandle, moved, by };
+  }
+
+  private async move(req: { by: string; dryRun?: boolean; limit: number; maxPerSecond?: number }): Promise<DlqPassReport> {
+    const by = operatorName(req.by);
+    // Look first: a server-side move cannot skip a message, so refuse when one must stay.
+    const held: ReconciledLetter[] = [];
+    const receipts = new Map<string, string>();
+    const { complete } = await this.walk(req.limit, async (batch, letters) => {
+      for (const l of letters) held.push(l);
+      for (const m of batch) receipts.set(m.messageId, m.receipt);
+    }, receipts);
+    const report = this.report(held, complete, 'move', req.dryRun ?? false);
+    const keep = held.filter((l) => l.verdict === 'keep');
+    if (keep.length > 0 || req.dryRun) {
+      await this.opts.dlq.release([...receipts.values()]);
+      if (keep.length > 0) {
+        report.refused = `${keep.length} dead letter(s) must stay (dead jobs not redriven, poison): a move would resend them. Redrive or discard those first (jobs dlq list), or move without --move (receive and resend skips them)`;
+      }
+      return report;
+    }
+    // Drop what needs no message, hand back the rest, and let SQS move it.
+    const drops = held.filter((l) => l.verdict === 'drop');
+    await this.act(drops, receipts, by, 'dlq-drop');
+    await this.opts.dlq.release(held.filter((l) => l.verdict === 'resend').map((l) => receipts.get(l.messageId)!));
+    const task = await this.opts.dlq.startMove(req.maxPerSecond);
+    await recordActions(this.opts.pool, [{ action: 'dlq-move', by, detail: { taskHandle: task.taskHandle, scanned: held.length, complete, dlqArn: task.dlqArn, queueArn: task.queueArn } }]);
+    for (const l of held) l.done = l.verdict === 'drop' ? 'dropped' : 'moved';
+    report.moveTask = task;
+    report.notes.push(
+      complete
+        ? 'SQS moves the dead letters server-side; `jobs dlq move-status` shows its progress'
+        : `the scan stopped at ${req.limit} dead letters; SQS moves the rest unseen, and the worker settles them by their job rows`,
+    );
+    return report;
+  }
+
+  /** One pass over the DLQ: receive (holding), judge each batch by its jobs, act, and hand back what stays. */
+  private async pass(p: { limit: number; mode: 'look' | 'resend' | 'discard'; by?: string; reason?: string; wanted?: Set<string> }): Promise<DlqPassReport> {
+    const letters: ReconciledLetter[] = [];
+    const receipts = new Map<string, string>();
+    const keepHeld: string[] = [];
+    const { complete } = await this.walk(
+      p.limit,
+      async (_batch, judged) => {
+        if (p.mode === 'look') {
+          letters.push(...judged);
+          keepHeld.push(...judged.map((l) => l.messageId));
+          return;
+        }
+        if (p.mode === 'discard') {
+          const mine = judged.filter((l) => p.wanted!.has(l.messageId));
+          keepHeld.push(...judged.filter((l) => !p.wanted!.has(l.messageId)).map((l) => l.messageId));
+          await this.act(mine, receipts, p.by!, 'dlq-discard', p.reason);
+          for (const l of mine) l.done = 'discarded';
+          letters.push(...mine);
+          const poison = mine.map((l) => l.attributes.SourceMessageId).filter((x): x is string => Boolean(x));
+          await resolvePoisonMessages(this.opts.pool, poison, p.by!, `dead letter discarded: ${p.reason}`);
+          return;
+        }
+        // resend
+        letters.push(...judged);
+        const resend = judged.filter((l) => l.verdict === 'resend');
+        for (const batch of chunk(resend, SQS_BATCH_LIMIT)) {
+          try {
+            await this.opts.queue.send(batch.map((l) => ({ body: jobMessageBody(l.jobId!, l.jobType ?? undefined) })));
+          } catch (err) {
+            for (const l of batch) {
+              l.verdict = 'keep';
+              l.why = `resend failed (${String(err).slice(0, 200)}); it stays in the DLQ`;
+            }
+          }
+        }
+        await this.act(judged.filter((l) => l.verdict === 'resend'), receipts, p.by!, 'dlq-resend');
+        await this.act(judged.filter((l) => l.verdict === 'drop'), receipts, p.by!, 'dlq-drop');
+        for (const l of judged) {
+          l.done = l.verdict === 'resend' ? 'resent' : l.verdict === 'drop' ? 'dropped' : 'kept';
+          if (l.verdict === 'keep') keepHeld.push(l.messageId);
+        }
+      },
+      receipts,
+      p.mode === 'discard' ? p.wanted : undefined,
+    );
+    // What stays goes back into view at once (with its newest receipt handle).
+    await this.opts.dlq.release(keepHeld.map((id) => receipts.get(id)!).filter(Boolean));
+    return this.report(letters, complete, p.mode, p.mode === 'look');
+  }
+
+  /** Delete dead letters and record why, one row per message. */
+  private async act(letters: ReconciledLetter[], receipts: Map<string, string>, by: string, action: 'dlq-resend' | 'dlq-drop' | 'dlq-discard', reason?: string): Promise<void> {
+    if (letters.length === 0) return;
+    const failed = await this.opts.dlq.delete(letters.map((l) => receipts.get(l.messageId)!));
+    if (failed.length > 0) {
+      // A stale handle: someone else received it meanwhile. It stays and is judged again next time (a resend twice is harmless).
+      this.opts.log.warn({ failed }, 'some dead letters could not be deleted; they stay in the DLQ');
+    }
+    await recordActions(
+      this.opts.pool,
+      letters.map((l) => ({
+        action,
+        by,
+        jobId: l.jobId && l.jobState ? l.jobId : null,
+        messageId: l.messageId,
+        reason: reason ?? l.why,
+        detail: { kind: l.kind, reason: l.reason, jobState: l.jobState, ...(action === 'dlq-discard' ? { body: l.body.slice(0, 2000) } : {}) },
+      })),
+    );
+  }
+
+  /**
+   * Receive until the DLQ has no visible message left (or `limit` distinct messages were seen),
+   * judging each new batch by its jobs. A message seen again (its hold ran out during a long
+   * pass) only refreshes its receipt handle. `stopWhenFound`: stop once all of these were seen.
+   */
+  private async walk(
+    limit: number,
+    onBatch: (batch: DeadLetter[], judged: ReconciledLetter[]) => Promise<void>,
+    receipts: Map<string, string>,
+    stopWhenFound?: Set<string>,
+  ): Promise<{ complete: boolean }> {
+    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_SCAN_LIMIT) throw new ValidationError('limit', `must be a whole number from 1 to ${MAX_SCAN_LIMIT}`);
+    const seen = new Set<string>();
+    for (;;) {
+      if (seen.size >= limit) return { complete: false };
+      if (stopWhenFound && [...stopWhenFound].every((id) => seen.has(id))) return { complete: false };
+      // On SQS an empty answer is only trustworthy from a long poll (a short one samples a subset
+      // of servers); the local endpoint is one process, so it need not wait.
+      const got = await this.opts.dlq.receive(Math.min(SQS_BATCH_LIMIT, limit - seen.size), this.local ? 0 : 1, HOLD_SECONDS);
+      if (got.length === 0) return { complete: true };
+      for (const m of got) receipts.set(m.messageId, m.receipt);
+      const fresh = got.filter((m) => !seen.has(m.messageId));
+      for (const m of fresh) seen.add(m.messageId);
+      if (fresh.length === 0) continue;
+      const ids = [...new Set(fresh.map((m) => reconcileJobId(m)).filter((x): x is string => Boolean(x)))];
+      const { rows } = ids.length > 0 ? await runOps(this.opts.pool, 'jobsForDeadLetters', [ids]) : { rows: [] as pg.QueryResultRow[] };
+      const jobs = new Map(rows.map((r) => [r.id as string, rowToOpsJob(r)]));
+      const dbNow = (rows[0]?.db_now as Date | undefined) ?? new Date();
+      await onBatch(fresh, fresh.map((m) => reconcile(m, jobs.get(reconcileJobId(m) ?? ''), dbNow)));
+    }
+  }
+
+  private report(letters: ReconciledLetter[], complete: boolean, method: DlqPassReport['method'], dryRun: boolean): DlqPassReport {
+    const counts: Record<Verdict, number> = { resend: 0, drop: 0, keep: 0 };
+    for (const l of letters) counts[l.verdict]++;
+    return { letters, complete, dryRun, method, counts, notes: [] };
+  }
+}
+
+/** The job a dead letter names, if any (its JobId attribute, else its body). */
+function reconcileJobId(m: DeadLetter): string | null {
+  const attr = m.attributes.JobId?.toLowerCase();
+  if (attr && /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(attr)) return attr;
+  const parsed = parseJobMessage(m.body);
+  return parsed.ok ? parsed.message.jobId : null;
+}
