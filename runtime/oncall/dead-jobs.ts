@@ -10,6 +10,8 @@ import type pg from 'pg';
 import { ValidationError } from '../domain/errors.ts';
 import type { Job, JobState } from '../domain/job.ts';
 import type { Publisher } from '../store/outbox.ts';
+import { withTransaction } from '../db/transaction.ts';
+import { run } from '../store/job-store.ts';
 import { operatorName, rowToAction, rowToOpsJob, runOps, type OperatorAction, type OpsJob } from './db.ts';
 
 export interface DeadJobFilter {
@@ -148,20 +150,14 @@ export class DeadJobService {
   private async redriveBatch(values: unknown[]): Promise<pg.QueryResultRow[]> {
     const dryRun = values[12] as boolean;
     for (let tries = 1; ; tries++) {
-      const client = await this.pool.connect();
       let rows: pg.QueryResultRow[];
       try {
-        await client.query('BEGIN');
-        rows = (await runOps(client, 'deadJobRedrive', values)).rows;
-        await client.query(dryRun ? 'ROLLBACK' : 'COMMIT');
+        rows = await withTransaction(this.pool, async (client) => (await run(client, 'deadJobRedrive', values)).rows, { rollback: dryRun });
       } catch (err) {
-        await client.query('ROLLBACK').catch(() => undefined);
         // An enqueue took the idempotency key of a job in this batch between our check and our
         // UPDATE: run the batch again, which now skips that job with the reason.
         if ((err as { code?: string }).code === UNIQUE_VIOLATION && tries < 3) continue;
         throw err;
-      } finally {
-        client.release();
       }
       if (!dryRun) {
         await this.publisher.publish(
@@ -181,7 +177,7 @@ export class DeadJobService {
     const explicit = req.ids !== undefined;
     const report: DiscardReport = { jobs: [], skipped: [] };
     for (;;) {
-      const { rows } = await runOps(this.pool, 'deadJobDiscard', [...filterValues(req), by, reason, explicit ? Math.max(1, req.ids!.length) : REDRIVE_BATCH]);
+      const { rows } = await run(this.pool, 'deadJobDiscard', [...filterValues(req), by, reason, explicit ? Math.max(1, req.ids!.length) : REDRIVE_BATCH]);
       report.jobs.push(...rows.map(rowToOpsJob));
       // Each batch leaves the discarded ones behind, so the next batch starts after them.
       if (explicit || rows.length < REDRIVE_BATCH) break;

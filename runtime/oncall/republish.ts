@@ -8,6 +8,7 @@ import type pg from 'pg';
 import { ValidationError } from '../domain/errors.ts';
 import type { JobState } from '../domain/job.ts';
 import type { Publisher } from '../store/outbox.ts';
+import { withTransaction } from '../db/transaction.ts';
 import { run } from '../store/job-store.ts';
 import { operatorName, runOps } from './db.ts';
 import type { Skipped } from './dead-jobs.ts';
@@ -41,25 +42,16 @@ export class RepublishService {
       throw new ValidationError('selection', 'name the jobs: ids, a type, or pending jobs due before a time (--older-than)');
     }
     const limit = r.limit ?? REPUBLISH_DEFAULT_LIMIT;
-    const client = await this.pool.connect();
-    let rows: { id: string; type: string; run_after: Date; outbox_id: string }[];
-    try {
-      await client.query('BEGIN');
-      ({ rows } = await run<{ id: string; type: string; run_after: Date; outbox_id: string }>(client, 'jobRepublish', [
+    const { rows } = await withTransaction(this.pool, (client) =>
+      run<{ id: string; type: string; run_after: Date; outbox_id: string }>(client, 'jobRepublish', [
         r.ids?.length ? r.ids : null,
         r.type ?? null,
         r.dueBefore ?? null,
         limit,
         operatorName(r.by),
         r.reason ?? null,
-      ]));
-      await client.query('COMMIT');
-    } catch (err) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      throw err;
-    } finally {
-      client.release();
-    }
+      ]),
+    );
     await this.publisher.publish(rows.map((x) => ({ outboxId: x.outbox_id, jobId: x.id, type: x.type, runAfter: x.run_after })));
     const skipped: Skipped[] = [];
     if (r.ids?.length) {

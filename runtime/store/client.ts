@@ -7,6 +7,7 @@
 //
 // or, when the enqueue is the whole transaction: `await jobs.enqueueNow(spec)`.
 
+import { withTransaction } from '../db/transaction.ts';
 import type pg from 'pg';
 import { ValidationError } from '../domain/errors.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
@@ -110,18 +111,7 @@ export class JobClient {
     const list = Array.isArray(specs) ? specs : [specs];
     // Validate before taking a connection: bad input never reaches the database.
     for (const s of list) this.validate(s);
-    const client = await this.opts.pool.connect();
-    let result: Awaited<ReturnType<JobClient['enqueue']>>;
-    try {
-      await client.query('BEGIN');
-      result = await this.enqueue(client, list);
-      await client.query('COMMIT');
-    } catch (err) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      throw err;
-    } finally {
-      client.release();
-    }
+    const result = await withTransaction(this.opts.pool, (client) => this.enqueue(client, list));
     await result.afterCommit();
     return result.jobs;
   }

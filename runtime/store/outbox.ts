@@ -15,6 +15,7 @@ import type { Logger } from '../observability/log.ts';
 import { jobMessageBody } from '../queue/message.ts';
 import { chunk, SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type JobQueue } from '../queue/types.ts';
 import { MaintenanceLoop } from '../support/maintenance-loop.ts';
+import { withTransaction } from '../db/transaction.ts';
 import { run } from './job-store.ts';
 
 export interface PublishEntry {
@@ -135,9 +136,7 @@ export class OutboxRelay {
   }
 
   private async batch(): Promise<{ locked: number; sent: number }> {
-    const client = await this.pool.connect();
-    try {
-      await client.query('BEGIN');
+    const { rows, live } = await withTransaction(this.pool, async (client) => {
       const { rows } = await run(client, 'outboxLockDue', [this.opts.minAgeSeconds, this.opts.batchSize]);
       // A job that is gone or already terminal needs no message.
       const live = rows.filter((r) => r.state === 'pending' || r.state === 'running');
@@ -147,14 +146,10 @@ export class OutboxRelay {
         );
       }
       await run(client, 'outboxDelete', [rows.map((r) => r.outbox_id as string)]);
-      await client.query('COMMIT');
-      if (live.length > 0) this.log.info({ count: live.length, jobIds: live.map((r) => r.job_id).slice(0, 20) }, 'relay published jobs whose publish had not happened');
-      return { locked: rows.length, sent: live.length };
-    } catch (err) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      throw err;
-    } finally {
-      client.release();
-    }
+      return { rows, live };
+    });
+    if (live.length > 0) this.log.info({ count: live.length, jobIds: live.map((r) => r.job_id).slice(0, 20) }, 'relay published jobs whose publish had not happened');
+    return { locked: rows.length, sent: live.length };
   }
+
 }
