@@ -10,6 +10,7 @@ import type { AddressInfo } from 'node:net';
 import type { ChildProcess } from 'node:child_process';
 import { JobClient } from '../runtime/store/client.ts';
 import type { JobTimings } from '../runtime/config/rules.ts';
+import { sqsFromEnv } from '../runtime/config/sqs.ts';
 import { createPool } from '../runtime/db/pool.ts';
 import { defaultRegistry } from '../runtime/handlers/index.ts';
 import { NotifyEventSink } from '../runtime/live/events.ts';
@@ -37,8 +38,8 @@ export async function startFaultControl(opts: {
   spawnWorker: (extraEnv: Record<string, string>) => { id: string; child: ChildProcess };
   dbProxy?: DbProxy;
 }): Promise<FaultControl> {
+  const queue = new SqsQueue(sqsFromEnv(opts.env));
   const pool = createPool({ url: opts.databaseUrl, max: 4, applicationName: 'jobs-local faults' });
-  const queue = new SqsQueue({ queueUrl: opts.env.JOBS_QUEUE_URL!, region: opts.env.AWS_REGION ?? 'us-east-1', endpoint: opts.env.JOBS_SQS_ENDPOINT! });
   const publisher = new Publisher(pool, queue, silentLogger);
   const client = new JobClient({ pool, registry: defaultRegistry(), publisher, defaultMaxAttempts: opts.timings.maxAttempts });
   const sink = new NotifyEventSink(pool, { flushMs: 50 });

@@ -23,6 +23,7 @@ import { join } from 'node:path';
 import { PurgeQueueCommand } from '@aws-sdk/client-sqs';
 import type pg from 'pg';
 import type { EnqueueSpec, JobClient } from '../runtime/store/client.ts';
+import { JOB_ID_SHAPE } from '../runtime/domain/ids.ts';
 import type { LiveEvent } from '../runtime/live/events.ts';
 import { jobMessageBody } from '../runtime/queue/message.ts';
 import type { SqsQueue } from '../runtime/queue/sqs.ts';
@@ -349,7 +350,7 @@ export class FaultInjector {
       }, 30_000);
       child.stdout!.on('data', (d: Buffer) => {
         out += d.toString();
-        const m = /committed ([0-9a-f-]{36})/.exec(out);
+        const m = new RegExp(`committed (${JOB_ID_SHAPE})`, 'i').exec(out);
         if (m) {
           // Between COMMIT and publish: now.
           child.kill('SIGKILL');

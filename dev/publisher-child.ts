@@ -8,7 +8,8 @@
 // with DATABASE_URL, JOBS_QUEUE_URL, JOBS_SQS_ENDPOINT, AWS_REGION from the local stack.
 
 import { JobClient, type EnqueueSpec } from '../runtime/store/client.ts';
-import { databaseUrlFromEnv, ENV, jobTimingsFromEnv } from '../runtime/config/env.ts';
+import { databaseUrlFromEnv, jobTimingsFromEnv } from '../runtime/config/env.ts';
+import { sqsFromEnv } from '../runtime/config/sqs.ts';
 import { createPool } from '../runtime/db/pool.ts';
 import { defaultRegistry } from '../runtime/handlers/index.ts';
 import { silentLogger } from '../runtime/observability/log.ts';
@@ -17,8 +18,7 @@ import { Publisher } from '../runtime/store/outbox.ts';
 
 const spec = JSON.parse(process.argv[2] ?? '{}') as EnqueueSpec;
 const pool = createPool({ url: databaseUrlFromEnv(process.env), max: 1, applicationName: 'jobs-local publisher-child' });
-const endpoint = process.env[ENV.sqsEndpoint] || undefined;
-const queue = new SqsQueue({ queueUrl: process.env[ENV.queueUrl]!, region: process.env[ENV.region] || 'us-east-1', ...(endpoint ? { endpoint } : {}) });
+const queue = new SqsQueue(sqsFromEnv(process.env));
 const client = new JobClient({ pool, registry: defaultRegistry(), publisher: new Publisher(pool, queue, silentLogger), defaultMaxAttempts: jobTimingsFromEnv(process.env).maxAttempts });
 
 const tx = await pool.connect();

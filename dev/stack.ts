@@ -12,6 +12,7 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ENV } from '../runtime/config/env.ts';
+import { LOCAL_SQS_REGION } from '../runtime/config/sqs.ts';
 import type { JobTimings } from '../runtime/config/rules.ts';
 import { assertJobTimings } from '../runtime/config/rules.ts';
 import { ensureAppRole } from '../runtime/db/app-role.ts';
@@ -144,7 +145,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       JOBS_QUEUE_URL: sqs.queueUrl,
       JOBS_DLQ_URL: sqs.dlqUrl,
       JOBS_SQS_ENDPOINT: sqs.endpoint,
-      AWS_REGION: 'us-east-1',
+      AWS_REGION: LOCAL_SQS_REGION,
       API_URL: apiUrl,
       // The live view's event bus (runtime/live/events.ts): workers NOTIFY, the API LISTENs.
       JOBS_EVENTS: 'notify',

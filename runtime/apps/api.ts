@@ -9,8 +9,9 @@ import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { JobClient } from '../store/client.ts';
-import { databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv, redact, requiredUrl } from '../config/env.ts';
+import { databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv, redact } from '../config/env.ts';
 import { ConfigError, type RuleViolation } from '../config/rules.ts';
+import { sqsFromEnv } from '../config/sqs.ts';
 import { createPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
@@ -62,11 +63,7 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
     }
   };
   const databaseUrl = check(() => databaseUrlFromEnv(env));
-  const queueUrl = check(() => requiredUrl(env, ENV.queueUrl));
-  const sqsEndpoint = env[ENV.sqsEndpoint]?.trim() || undefined;
-  if (sqsEndpoint) check(() => requiredUrl(env, ENV.sqsEndpoint));
-  const region = env[ENV.region]?.trim() || (sqsEndpoint ? 'us-east-1' : undefined);
-  if (!region) violations.push({ rule: 'aws-region-set', message: `${ENV.region} is required (the region of the job queue)` });
+  const sqs = check(() => sqsFromEnv(env));
   const port = check(() => intFromEnv(env, ENV.port, DEFAULT_API_PORT, 0, 65_535));
   const poolSize = check(() => intFromEnv(env, ENV.apiPoolSize, DEFAULT_API_POOL_SIZE, 1, 200));
   // The attempt cap for jobs that set none: the same JOBS_* timings the worker checks.
@@ -87,9 +84,9 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
   const tlsWarning = databaseTlsUnverified(env);
   return {
     databaseUrl: databaseUrl!,
-    queueUrl: queueUrl!,
-    region: region!,
-    ...(sqsEndpoint ? { sqsEndpoint } : {}),
+    queueUrl: sqs!.queueUrl,
+    region: sqs!.region,
+    ...(sqs!.endpoint ? { sqsEndpoint: sqs!.endpoint } : {}),
     ...(apiToken ? { apiToken } : {}),
     ...(operatorToken ? { operatorToken } : {}),
     port: port!,

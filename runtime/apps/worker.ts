@@ -5,8 +5,9 @@
 
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import { databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv, requiredUrl } from '../config/env.ts';
+import { databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv } from '../config/env.ts';
 import { ConfigError, MAX_PREFETCH, workerPoolSize } from '../config/rules.ts';
+import { sqsFromEnv } from '../config/sqs.ts';
 import { createPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
@@ -38,11 +39,7 @@ export async function startWorkerService(env: Record<string, string | undefined>
   const databaseUrl = databaseUrlFromEnv(env);
   const tlsWarning = databaseTlsUnverified(env);
   if (tlsWarning) log.warn(tlsWarning);
-  const queueUrl = requiredUrl(env, ENV.queueUrl);
-  const dlqUrl = requiredUrl(env, ENV.dlqUrl);
-  const endpoint = env[ENV.sqsEndpoint]?.trim() || undefined;
-  const region = env[ENV.region]?.trim() || (endpoint ? 'us-east-1' : undefined);
-  if (!region) throw new ConfigError('environment', [{ rule: 'aws-region-set', message: `${ENV.region} is required (the region of the queues)` }]);
+  const { queueUrl, dlqUrl, endpoint, region } = sqsFromEnv(env, { dlq: true });
   const workerId = env[ENV.workerId]?.trim() || `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
   // Short jobs go faster with a deeper prefetch; long ones want it small, so idle workers get them.
   const prefetch = intFromEnv(env, ENV.prefetch, timings.concurrency, 0, MAX_PREFETCH);

@@ -6,9 +6,11 @@ import { parseArgs } from 'node:util';
 import { JobClient } from '../store/client.ts';
 import { databaseUrlFromEnv, ENV, jobTimingsFromEnv } from '../config/env.ts';
 import { ConfigError } from '../config/rules.ts';
+import { sqsFromEnvIfSet } from '../config/sqs.ts';
 import { migrate } from '../db/migrate.ts';
 import { createPool } from '../db/pool.ts';
 import { ValidationError } from '../domain/errors.ts';
+import { isJobId } from '../domain/ids.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import { silentLogger } from '../observability/log.ts';
 import { SqsQueue } from '../queue/sqs.ts';
@@ -79,12 +81,11 @@ function watchParent(): void {
 }
 
 async function withClient<T>(env: Env, fn: (c: { store: JobStore; client: JobClient; publisher: Publisher }) => Promise<T>): Promise<T> {
+  const sqs = sqsFromEnvIfSet(env);
   const pool = createPool({ url: databaseUrlFromEnv(env), max: 2, applicationName: 'jobs-cli' });
   try {
-    const queueUrl = env[ENV.queueUrl];
-    const endpoint = env[ENV.sqsEndpoint] || undefined;
-    const queue = queueUrl
-      ? new SqsQueue({ queueUrl, region: env[ENV.region] || 'us-east-1', ...(endpoint ? { endpoint } : {}) })
+    const queue = sqs
+      ? new SqsQueue(sqs)
       : { send: async () => { throw new Error(`${ENV.queueUrl} is not set: the outbox relay will publish`); }, receive: async () => [], changeVisibility: async () => [], delete: async () => [] };
     const publisher = new Publisher(pool, queue, silentLogger);
     const timings = jobTimingsFromEnv(env);
@@ -210,7 +211,7 @@ export async function main(argv: string[]): Promise<number> {
     case 'show': {
       const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { json: { type: 'boolean' }, watch: { type: 'boolean' }, interval: { type: 'string' } } });
       const id = positionals[0];
-      if (!id || !/^[0-9a-f-]{36}$/i.test(id)) throw new UsageError(`jobs show ID: ID must be a job id (a UUID), got ${id ?? 'nothing'}`);
+      if (!id || !isJobId(id)) throw new UsageError(`jobs show ID: ID must be a job id (a UUID), got ${id ?? 'nothing'}`);
       const env = await resolveEnv();
       if (values.watch) return (await import('./oncall.ts')).watchCommand(id.toLowerCase(), values.interval, env);
       const job = await withClient(env, ({ store }) => store.get(id));
@@ -225,7 +226,7 @@ export async function main(argv: string[]): Promise<number> {
     case 'cancel': {
       const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { by: { type: 'string' } } });
       const id = positionals[0];
-      if (!id || !/^[0-9a-f-]{36}$/i.test(id)) throw new UsageError(`jobs cancel ID: ID must be a job id (a UUID), got ${id ?? 'nothing'}`);
+      if (!id || !isJobId(id)) throw new UsageError(`jobs cancel ID: ID must be a job id (a UUID), got ${id ?? 'nothing'}`);
       const by = `${values.by ?? process.env.USER ?? 'unknown'} (cli)`;
       const env = await resolveEnv();
       const r = await withClient(env, ({ client }) => client.cancel(id, by));

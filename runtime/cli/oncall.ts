@@ -9,6 +9,8 @@
 import { parseArgs } from 'node:util';
 import { databaseUrlFromEnv, ENV } from '../config/env.ts';
 import { ConfigError } from '../config/rules.ts';
+import { sqsFromEnvIfSet } from '../config/sqs.ts';
+import { isJobId, parseIsoTime } from '../domain/ids.ts';
 import { createPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import { silentLogger } from '../observability/log.ts';
@@ -27,16 +29,13 @@ import { watchJob } from '../oncall/watch.ts';
 type Env = Record<string, string | undefined>;
 type Out = (s: string) => void;
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-const ISO = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2}))?$/i;
-
 /** An ISO 8601 time with an offset, or an age ago (90s, 30m, 6h, 2d). */
 export function parseTime(flag: string, raw: string | undefined, now = Date.now()): Date | undefined {
   if (raw === undefined) return undefined;
   const age = /^(\d+)(s|m|h|d)$/.exec(raw.trim());
   if (age) return new Date(now - Number(age[1]) * { s: 1, m: 60, h: 3600, d: 86_400 }[age[2] as 's' | 'm' | 'h' | 'd'] * 1000);
-  const d = new Date(raw);
-  if (!ISO.test(raw.trim()) || Number.isNaN(d.getTime())) {
+  const d = parseIsoTime(raw.trim());
+  if (!d) {
     throw new UsageError(`${flag} must be an ISO 8601 time with an offset (2026-10-31T06:00:00Z) or an age such as 30m, 6h, 2d (got ${raw})`);
   }
   return d;
@@ -50,7 +49,7 @@ function intFlag(flag: string, raw: string | undefined, min: number, max: number
 }
 
 function ids(positionals: string[], what: string): string[] {
-  for (const id of positionals) if (!UUID.test(id)) throw new UsageError(`${what}: ${id} is not a job id (a UUID)`);
+  for (const id of positionals) if (!isJobId(id)) throw new UsageError(`${what}: ${id} is not a job id (a UUID)`);
   return positionals.map((id) => id.toLowerCase());
 }
 
@@ -58,13 +57,11 @@ const whoAsked = (by: string | undefined) => `${by ?? process.env.USER ?? 'unkno
 
 /** Pool, publisher and queues from the environment, for one command. */
 async function withOps<T>(env: Env, fn: (ops: OpsServices) => Promise<T>): Promise<T> {
+  const sqs = sqsFromEnvIfSet(env);
   const pool = createPool({ url: databaseUrlFromEnv(env), max: 3, applicationName: 'jobs-cli ops' });
   try {
-    const queueUrl = env[ENV.queueUrl]?.trim() || undefined;
-    const endpoint = env[ENV.sqsEndpoint]?.trim() || undefined;
-    const region = env[ENV.region]?.trim() || 'us-east-1';
-    const queue: JobQueue = queueUrl
-      ? new SqsQueue({ queueUrl, region, ...(endpoint ? { endpoint } : {}) })
+    const queue: JobQueue = sqs
+      ? new SqsQueue(sqs)
       : {
           send: async () => {
             throw new Error(`${ENV.queueUrl} is not set: the outbox relay will publish`);
@@ -80,10 +77,9 @@ async function withOps<T>(env: Env, fn: (ops: OpsServices) => Promise<T>): Promi
       publisher,
       queue,
       log: silentLogger,
-      ...(queueUrl ? { queueUrl } : {}),
-      ...(env[ENV.dlqUrl]?.trim() ? { dlqUrl: env[ENV.dlqUrl]!.trim() } : {}),
-      region,
-      ...(endpoint ? { endpoint } : {}),
+      ...(sqs ? { queueUrl: sqs.queueUrl, region: sqs.region } : {}),
+      ...(sqs?.dlqUrl ? { dlqUrl: sqs.dlqUrl } : {}),
+      ...(sqs?.endpoint ? { endpoint: sqs.endpoint } : {}),
       stuck: stuckThresholdsFromEnv(env),
     });
     const result = await fn(ops);

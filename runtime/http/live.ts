@@ -7,7 +7,8 @@
 //   JOBS_LIVE_FAULTS_URL/TOKEN  the local stack's fault control (never set in production)
 
 import type pg from 'pg';
-import { ENV, jobTimingsFromEnv } from '../config/env.ts';
+import { jobTimingsFromEnv } from '../config/env.ts';
+import { dlqUrlFromEnv } from '../config/sqs.ts';
 import { createSqsClient } from '../queue/sqs.ts';
 import type { Logger } from '../observability/log.ts';
 import type { JobStore } from '../store/job-store.ts';
@@ -29,7 +30,7 @@ export interface LiveConfig {
 
 export function liveConfigFromEnv(env: Record<string, string | undefined>): LiveConfig {
   const timings = jobTimingsFromEnv(env);
-  const dlqUrl = env[ENV.dlqUrl]?.trim() || undefined;
+  const dlqUrl = dlqUrlFromEnv(env);
   const faultsUrl = env[FAULTS_URL_ENV]?.trim();
   const faultsToken = env[FAULTS_TOKEN_ENV]?.trim();
   return {

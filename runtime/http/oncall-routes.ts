@@ -25,6 +25,7 @@
 
 import type http from 'node:http';
 import { callerAddress, HttpError, isPlainObject, jobView, readJson, type JobView } from './kernel.ts';
+import { isJobId, parseIsoTime } from '../domain/ids.ts';
 import type { AttemptOutcome } from '../domain/job.ts';
 import type { OpsJob, OperatorAction } from '../oncall/db.ts';
 import { deathSummary, type DeadJobFilter } from '../oncall/dead-jobs.ts';
@@ -33,8 +34,6 @@ import { listPoisonMessages, type PoisonReason } from '../store/poison.ts';
 import type { OpsServices } from '../oncall/services.ts';
 import { findStuckJobs } from '../oncall/stuck.ts';
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-const ISO = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2}))?$/i;
 const PREFIXES = ['/v1/dead-jobs', '/v1/dlq', '/v1/poison-messages', '/v1/stuck-jobs', '/v1/pending-jobs'];
 
 export interface OpsRequest {
@@ -96,8 +95,8 @@ function checkQuery(q: URLSearchParams, allowed: readonly string[]): void {
 
 function timeParam(name: string, raw: string | null | undefined): Date | undefined {
   if (raw === null || raw === undefined) return undefined;
-  const d = new Date(raw);
-  if (typeof raw !== 'string' || !ISO.test(raw) || Number.isNaN(d.getTime())) {
+  const d = parseIsoTime(raw);
+  if (!d) {
     throw new HttpError(400, 'invalid_field', `${name}: must be an ISO 8601 time with an offset, e.g. 2026-10-31T06:00:00Z`, name);
   }
   return d;
@@ -139,7 +138,7 @@ async function body(req: http.IncomingMessage, fields: readonly string[], requir
 function filterFrom(b: Record<string, unknown>): DeadJobFilter & { all?: boolean } {
   let ids: string[] | undefined;
   if (b.ids !== undefined) {
-    if (!Array.isArray(b.ids) || b.ids.some((x) => typeof x !== 'string' || !UUID.test(x))) throw new HttpError(400, 'invalid_field', 'ids: must be an array of job ids (UUIDs)', 'ids');
+    if (!Array.isArray(b.ids) || b.ids.some((x) => typeof x !== 'string' || !isJobId(x))) throw new HttpError(400, 'invalid_field', 'ids: must be an array of job ids (UUIDs)', 'ids');
     ids = (b.ids as string[]).map((x) => x.toLowerCase());
   }
   const type = strParam('type', b.type, 100);
@@ -169,7 +168,7 @@ export class OpsRoutes {
       return m();
     };
     const id = (s: string | undefined) => {
-      if (!s || !UUID.test(s)) throw new HttpError(400, 'invalid_id', `id: must be a job id (a UUID), got ${JSON.stringify((s ?? '').slice(0, 60))}`, 'id');
+      if (!s || !isJobId(s)) throw new HttpError(400, 'invalid_id', `id: must be a job id (a UUID), got ${JSON.stringify((s ?? '').slice(0, 60))}`, 'id');
       return s.toLowerCase();
     };
     const [a, b, c] = seg;

@@ -19,6 +19,7 @@ import { ENV } from '../config/env.ts';
 import { pendingMigrations } from '../db/migrate.ts';
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import { ValidationError } from '../domain/errors.ts';
+import { isJobId, parseIsoTime } from '../domain/ids.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import type { LiveRoutes } from './live-routes.ts';
 import type { OpsRoutes } from './oncall-routes.ts';
@@ -58,12 +59,9 @@ export interface ApiServerOptions {
 export const DEFAULT_PAGE_SIZE = 50;
 export const MAX_PAGE_SIZE = 200;
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** The registry's rule for type names (a filter that cannot name a type is a typo, not an empty page). */
 const TYPE_NAME = /^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$/;
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
-/** ISO 8601 date, or date-time with an explicit offset: a time without one would be read in the server's zone. */
-const ISO_TIMESTAMP = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2}))?$/i;
 const ENQUEUE_FIELDS = ['type', 'payload', 'idempotencyKey', 'maxAttempts', 'runAt'] as const;
 const LIST_PARAMS = ['state', 'type', 'limit', 'cursor'] as const;
 
@@ -87,9 +85,9 @@ export function decodeCursor(raw: string): Cursor {
     throw bad();
   }
   const o = parsed as { t?: unknown; i?: unknown } | null;
-  if (!o || typeof o !== 'object' || typeof o.t !== 'string' || typeof o.i !== 'string' || !UUID.test(o.i)) throw bad();
-  const createdAt = new Date(o.t);
-  if (!ISO_TIMESTAMP.test(o.t) || Number.isNaN(createdAt.getTime())) throw bad();
+  if (!o || typeof o !== 'object' || typeof o.t !== 'string' || typeof o.i !== 'string' || !isJobId(o.i)) throw bad();
+  const createdAt = parseIsoTime(o.t);
+  if (!createdAt) throw bad();
   return { createdAt, id: o.i.toLowerCase() };
 }
 
@@ -362,7 +360,7 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
       throw new HttpError(405, 'method_not_allowed', `${method} is not allowed on ${path}; allowed: ${allow.join(', ')}`, undefined, { allow: allow.join(', ') });
     }
     for (const p of found.params) {
-      if (!UUID.test(p)) throw new HttpError(400, 'invalid_id', `id: must be a job id (a UUID), got ${JSON.stringify(p.slice(0, 60))}`, 'id');
+      if (!isJobId(p)) throw new HttpError(400, 'invalid_id', `id: must be a job id (a UUID), got ${JSON.stringify(p.slice(0, 60))}`, 'id');
     }
     return found.handler({ req, res, requestId, path, query, params: found.params.map((p) => p.toLowerCase()) });
   }

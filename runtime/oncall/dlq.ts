@@ -36,6 +36,7 @@ import {
 } from '@aws-sdk/client-sqs';
 import type pg from 'pg';
 import { ValidationError } from '../domain/errors.ts';
+import { isJobId } from '../domain/ids.ts';
 import type { Logger } from '../observability/log.ts';
 import { jobMessageBody, parseJobMessage } from '../queue/message.ts';
 import { chunk, SQS_BATCH_LIMIT, type JobQueue } from '../queue/types.ts';
@@ -537,7 +538,7 @@ export class DeadLetterService {
 /** The job a dead letter names, if any (its JobId attribute, else its body). */
 function reconcileJobId(m: DeadLetter): string | null {
   const attr = m.attributes.JobId?.toLowerCase();
-  if (attr && /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(attr)) return attr;
+  if (attr && isJobId(attr)) return attr;
   const parsed = parseJobMessage(m.body);
   return parsed.ok ? parsed.message.jobId : null;
 }

@@ -3,7 +3,7 @@
 // routes and commands answer that it is not configured; everything else works from the database.
 
 import type pg from 'pg';
-import { ENV, requiredUrl } from '../config/env.ts';
+import { dlqUrlFromEnv } from '../config/sqs.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import type { Logger } from '../observability/log.ts';
 import { createSqsClient } from '../queue/sqs.ts';
@@ -69,7 +69,6 @@ export interface OpsConfig {
 }
 
 export function opsConfigFromEnv(env: Record<string, string | undefined>): OpsConfig {
-  const dlqUrl = env[ENV.dlqUrl]?.trim() || undefined;
-  if (dlqUrl) requiredUrl(env, ENV.dlqUrl);
+  const dlqUrl = dlqUrlFromEnv(env);
   return { ...(dlqUrl ? { dlqUrl } : {}), stuck: stuckThresholdsFromEnv(env) };
 }

@@ -1,7 +1,7 @@
 // The job message: only the job's id (and its type, for people reading a queue). Everything
 // else — state, attempts, payload — is read from the job row when the message arrives.
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+import { isJobId } from '../domain/ids.ts';
 
 export interface JobMessage {
   jobId: string;
@@ -22,7 +22,7 @@ export function parseJobMessage(body: string): { ok: true; message: JobMessage }
   }
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) return { ok: false, reason: 'body is not a JSON object' };
   const jobId = (parsed as Record<string, unknown>).jobId;
-  if (typeof jobId !== 'string' || !UUID.test(jobId)) return { ok: false, reason: 'body has no jobId (a UUID)' };
+  if (typeof jobId !== 'string' || !isJobId(jobId)) return { ok: false, reason: 'body has no jobId (a UUID)' };
   const type = (parsed as Record<string, unknown>).type;
   return { ok: true, message: { jobId: jobId.toLowerCase(), ...(typeof type === 'string' ? { type } : {}) } };
 }

@@ -64,6 +64,17 @@ describe('jobs command', () => {
     expect(r.stderr).toMatch(/refusing to start[\s\S]*\[heartbeat-within-lease\] JOBS_HEARTBEAT_SECONDS = 5 must be at most 1\/3 of JOBS_LEASE_SECONDS = 6/);
   });
 
+  it('refuses a queue without a region, like the services: no silent us-east-1', async () => {
+    const noRegion = { JOBS_QUEUE_URL: 'https://sqs.eu-west-1.amazonaws.com/123456789012/jobs', AWS_REGION: '', JOBS_SQS_ENDPOINT: '' };
+    for (const args of [['enqueue', 'ledger.post', '--payload', '{"batch":"CLI-R","entries":1}'], ['dead', 'list']]) {
+      const r = await jobs(args, noRegion);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr).toMatch(/\[aws-region-set\] AWS_REGION is required \(the region of the queues, e\.g\. AWS_REGION=eu-west-1\); it defaults to us-east-1 only next to a local JOBS_SQS_ENDPOINT/);
+    }
+    const list = await jobs(['list', '--type', 'ledger.post', '--json']);
+    expect(list.stdout).not.toContain('CLI-R');
+  });
+
   it('show of an unknown job exits 1', async () => {
     const r = await jobs(['show', '00000000-0000-4000-8000-000000000000']);
     expect(r.code).toBe(1);

@@ -1,0 +1,76 @@
+// The SQS settings from the environment, read in this one place so the worker, the API (its
+// relay, live view and on-call routes), the jobs command and the local stack's helpers agree on
+// them and on their defaults. The region is AWS_REGION. Only next to a local SQS endpoint
+// (JOBS_SQS_ENDPOINT, which ignores regions) may it default to us-east-1; anywhere else a missing
+// region is refused rather than guessed, because a guess signs every call for the wrong region
+// and fails far from the cause. Every URL given is checked to be a URL.
+
+import { ENV, requiredUrl } from './env.ts';
+import { ConfigError, type RuleViolation } from './rules.ts';
+
+type Env = Record<string, string | undefined>;
+
+/** The region assumed next to a local SQS endpoint; `jobs local` writes it to .jobs-local/env as AWS_REGION. */
+export const LOCAL_SQS_REGION = 'us-east-1';
+
+export interface SqsSettings {
+  /** JOBS_QUEUE_URL: the job queue. */
+  queueUrl: string;
+  /** JOBS_DLQ_URL: the dead-letter queue, when given. */
+  dlqUrl?: string;
+  /** JOBS_SQS_ENDPOINT: a local SQS endpoint (the emulator); absent in AWS. */
+  endpoint?: string;
+  /** AWS_REGION, or LOCAL_SQS_REGION next to a local endpoint. */
+  region: string;
+}
+
+export interface SqsNeeds {
+  /** JOBS_DLQ_URL must be set (the worker sends dead letters there); otherwise it is optional and checked when set. */
+  dlq?: boolean;
+}
+
+/**
+ * The SQS settings, checked: every problem is reported at once in one ConfigError, each naming
+ * its variable and rule (the API merges them into its own report).
+ */
+export function sqsFromEnv(env: Env, needs: { dlq: true }): SqsSettings & { dlqUrl: string };
+export function sqsFromEnv(env: Env, needs?: SqsNeeds): SqsSettings;
+export function sqsFromEnv(env: Env, needs: SqsNeeds = {}): SqsSettings {
+  const violations: RuleViolation[] = [];
+  const url = (name: string, required: boolean): string | undefined => {
+    if (!required && !env[name]?.trim()) return undefined;
+    try {
+      return requiredUrl(env, name);
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      violations.push(...err.violations);
+      return undefined;
+    }
+  };
+  const queueUrl = url(ENV.queueUrl, true);
+  const dlqUrl = url(ENV.dlqUrl, needs.dlq === true);
+  const endpoint = url(ENV.sqsEndpoint, false);
+  const region = env[ENV.region]?.trim() || (env[ENV.sqsEndpoint]?.trim() ? LOCAL_SQS_REGION : undefined);
+  if (!region) {
+    violations.push({
+      rule: 'aws-region-set',
+      message: `${ENV.region} is required (the region of the queues, e.g. ${ENV.region}=eu-west-1); it defaults to ${LOCAL_SQS_REGION} only next to a local ${ENV.sqsEndpoint}, as in .jobs-local/env`,
+    });
+  }
+  if (violations.length > 0) throw new ConfigError('environment', violations);
+  return { queueUrl: queueUrl!, ...(dlqUrl ? { dlqUrl } : {}), ...(endpoint ? { endpoint } : {}), region: region! };
+}
+
+/**
+ * For the jobs command, which also works on the database alone: null when JOBS_QUEUE_URL is not
+ * set (the outbox relay publishes what it enqueues), else the same settings and refusals as the
+ * services — a missing region included.
+ */
+export function sqsFromEnvIfSet(env: Env): SqsSettings | null {
+  return env[ENV.queueUrl]?.trim() ? sqsFromEnv(env) : null;
+}
+
+/** JOBS_DLQ_URL alone, when given (checked to be a URL): for what only shows or reads the DLQ beside a queue configured elsewhere. */
+export function dlqUrlFromEnv(env: Env): string | undefined {
+  return env[ENV.dlqUrl]?.trim() ? requiredUrl(env, ENV.dlqUrl) : undefined;
+}
