@@ -7,6 +7,7 @@
 //
 // or, when the enqueue is the whole transaction: `await jobs.enqueueNow(spec)`.
 
+import { ISO_TIME_PATTERN } from '../domain/ids.ts';
 import { withTransaction } from '../db/transaction.ts';
 import type pg from 'pg';
 import { ValidationError } from '../domain/errors.ts';
@@ -18,14 +19,13 @@ import type { Publisher } from './outbox.ts';
 /** Largest payload accepted, as JSON text. The API answers 413 above it. */
 export const MAX_PAYLOAD_BYTES = 256 * 1024;
 
-const ISO_TIMESTAMP = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2}))?$/i;
 
 /** A due time: a Date, or an ISO 8601 string with an offset (new Date('1') parses too, so check the shape). */
 export function parseRunAt(value: unknown): Date {
   const example = 'e.g. 2026-12-01T06:00:00Z';
   let at: Date;
   if (value instanceof Date) at = value;
-  else if (typeof value === 'string' && ISO_TIMESTAMP.test(value)) at = new Date(value);
+  else if (typeof value === 'string' && ISO_TIME_PATTERN.test(value)) at = new Date(value);
   else throw new ValidationError('runAt', `must be an ISO 8601 timestamp with an offset, ${example} (got ${JSON.stringify(value)?.slice(0, 80)})`);
   if (Number.isNaN(at.getTime()) || at.getUTCFullYear() < 1970 || at.getUTCFullYear() > 9999) {
     throw new ValidationError('runAt', `must be a real date between 1970 and 9999, ${example}`);
