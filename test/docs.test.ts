@@ -1,0 +1,26 @@
+// The documents a newcomer reads point at things that exist: every test file and runtime path
+// docs/design.md names is in the repository, and the README links nothing outside it.
+import { existsSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const read = (p: string) => readFileSync(`${ROOT}${p}`, 'utf8');
+
+describe('docs', () => {
+  it('docs/design.md names only files that exist, and each of the thirteen guarantees has a test', () => {
+    const design = read('docs/design.md');
+    const paths = [...design.matchAll(/`((?:test|runtime)\/[^`]+\.ts)`/g)].map((m) => m[1]!);
+    expect(paths.length).toBeGreaterThan(20);
+    expect(paths.filter((p) => !existsSync(`${ROOT}${p}`))).toEqual([]);
+    const rows = design.split('\n').filter((l) => /^\| \d+ \|/.test(l));
+    expect(rows).toHaveLength(13);
+    for (const r of rows) expect(r, r.slice(0, 60)).toMatch(/`test\/[^`]+\.test\.ts`/);
+  });
+
+  it('the README links nothing outside the repository', () => {
+    const links = [...read('README.md').matchAll(/\]\(([^)]+)\)/g)].map((m) => m[1]!);
+    expect(links.filter((l) => l.startsWith('../') || /^https?:/.test(l))).toEqual([]);
+    for (const l of links.filter((x) => !x.startsWith('#'))) expect(existsSync(`${ROOT}${l.split('#')[0]}`), l).toBe(true);
+  });
+});
