@@ -130,11 +130,17 @@ export async function watchJob(o: WatchOptions): Promise<number> {
     }
     const aborted = await new Promise<boolean>((resolve) => {
       if (o.signal?.aborted) return resolve(true);
-      const t = setTimeout(() => resolve(false), interval);
-      o.signal?.addEventListener('abort', () => {
+      // The listener goes with the timer: one left behind per poll piles up on the signal, and
+      // past ten Node prints a MaxListenersExceededWarning into the screen being redrawn.
+      const onAbort = () => {
         clearTimeout(t);
         resolve(true);
-      }, { once: true });
+      };
+      const t = setTimeout(() => {
+        o.signal?.removeEventListener('abort', onAbort);
+        resolve(false);
+      }, interval);
+      o.signal?.addEventListener('abort', onAbort, { once: true });
     });
     if (aborted) return 130;
   }

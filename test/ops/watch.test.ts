@@ -74,6 +74,24 @@ describe('watchJob', () => {
     expect(out.at(-1)).toMatch(/^dead after .*: Error: simulated failure of batch W4 on attempt 1/);
   });
 
+  it('a long watch with Ctrl-C armed leaves no listener behind: no MaxListenersExceededWarning in the screen', async () => {
+    const [r] = await p.client.enqueueNow({ type: 'ledger.post', payload: { batch: 'W6', entries: 1, workMs: 800 } });
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
+    process.on('warning', onWarning);
+    try {
+      const ac = new AbortController();
+      p.worker().start();
+      // Polled every 10 ms for about a second: a hundred polls, where ten listeners are enough to warn.
+      const code = await watchJob({ pool: p.db.pool, id: r!.job.id, write: () => undefined, tty: true, intervalMs: 10, columns: 60, signal: ac.signal });
+      expect(code).toBe(0);
+      await new Promise((res) => setImmediate(res));
+      expect(warnings.filter((w) => /MaxListeners/.test(w))).toEqual([]);
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+
   it('stops when aborted (Ctrl-C) with 130, and answers 1 for an unknown job', async () => {
     const [r] = await p.client.enqueueNow({ type: 'ledger.post', payload: { batch: 'W5', entries: 1 }, runAt: new Date(Date.now() + 60_000) });
     const ac = new AbortController();
