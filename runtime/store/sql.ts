@@ -368,13 +368,20 @@ export const SQL = {
    * can still win: the caller sees a unique violation and runs the batch again.)
    *
    * $1–$4 the dead filter | $5 include discarded | $6, $7 cursor (dead_at text, id; ascending) |
-   * $8 batch size | $9 by | $10 reason | $11 new max_attempts (null: keep) | $12 from scratch
+   * $8 batch size | $9 by | $10 reason | $11 new max_attempts (null: the budget the job had before
+   * any redrive overrode it, else its own: a probe's --max-attempts 1 does not stick) | $12 from scratch
    * (drop checkpoint and progress) | $13 dry run (judge, change nothing).
    */
   deadJobRedrive: `
     WITH locked AS (
       SELECT j.id, j.type, j.idempotency_key, d.dead_at, d.dead_at::text AS dead_at_key, d.discarded_at,
-             j.attempt - j.releases AS attempts_used
+             j.attempt - j.releases AS attempts_used,
+             -- The budget the job had before any redrive overrode it (a probe's --max-attempts 1):
+             -- what a plain redrive gives back. Null when no redrive ever overrode it.
+             (SELECT (x.e->>'maxAttemptsBefore')::int
+                FROM jsonb_array_elements(j.attempt_log) WITH ORDINALITY AS x(e, n)
+               WHERE x.e->>'outcome' = 'redriven' AND x.e->>'maxAttemptsBefore' IS NOT NULL
+               ORDER BY x.n LIMIT 1) AS budget_before_overrides
         FROM jobs.dead_job d JOIN jobs.job j ON j.id = d.job_id
        WHERE ${DEAD_FILTER}
          AND ($5::boolean OR d.discarded_at IS NULL)
@@ -397,14 +404,17 @@ export const SQL = {
       UPDATE jobs.job j
          SET state = 'pending', run_after = statement_timestamp(), finished_at = NULL,
              releases = j.attempt,
-             max_attempts = coalesce($11::int, j.max_attempts),
+             max_attempts = coalesce($11::int, judged.budget_before_overrides, j.max_attempts),
              checkpoint = CASE WHEN $12::boolean THEN NULL ELSE j.checkpoint END,
              progress = CASE WHEN $12::boolean THEN NULL ELSE j.progress END,
              attempt_log = j.attempt_log || jsonb_build_array(jsonb_build_object(
                'attempt', j.attempt, 'owner', NULL, 'at', statement_timestamp(), 'outcome', 'redriven', 'by', $9::text,
                'message', 'redriven by ' || $9::text || coalesce(': ' || $10::text, '') || ' (' || judged.attempts_used
-                 || ' attempt(s) used; fresh budget of ' || coalesce($11::int, j.max_attempts)
-                 || CASE WHEN $12::boolean THEN ', from scratch' ELSE '' END || ')'))
+                 || ' attempt(s) used; fresh budget of ' || coalesce($11::int, judged.budget_before_overrides, j.max_attempts)
+                 || CASE WHEN $11::int IS NULL AND judged.budget_before_overrides IS NOT NULL
+                         THEN ', the budget it had before a redrive overrode it' ELSE '' END
+                 || CASE WHEN $12::boolean THEN ', from scratch' ELSE '' END || ')')
+               || CASE WHEN $11::int IS NOT NULL THEN jsonb_build_object('maxAttemptsBefore', j.max_attempts) ELSE '{}'::jsonb END)
         FROM judged
        WHERE j.id = judged.id AND judged.skip_reason IS NULL AND j.state = 'dead' AND NOT $13::boolean
       RETURNING ${JOB('j')}

@@ -111,6 +111,26 @@ describe('dead jobs', () => {
     await p.store.cancel(kept.id, 'cleanup');
   });
 
+  it('a probe redrive (--max-attempts 1) does not stick: a plain redrive after it gives back the budget the job had', async () => {
+    const job = await deadJob('test.fatal', { maxAttempts: 4 });
+    const probe = await dead.redrive({ ids: [job.id], by: 'oncall', reason: 'probe', maxAttempts: 1 });
+    expect(probe.jobs[0]).toMatchObject({ maxAttempts: 1 });
+    // The probe's attempt fails too (a worker would): dead again on its single attempt.
+    const [claimed] = await p.store.claim([job.id], 'worker-b', 30);
+    expect((await p.store.fail({ id: job.id, attempt: claimed!.attempt }, { name: 'Error', message: 'still broken', retryable: true }, 0, false))!.state).toBe('dead');
+    const plain = await dead.redrive({ ids: [job.id], by: 'oncall', reason: 'fixed' });
+    expect(plain.jobs[0]).toMatchObject({ maxAttempts: 4, state: 'pending' });
+    expect(plain.jobs[0]!.attemptLog.at(-1)!.message).toMatch(/fresh budget of 4, the budget it had before a redrive overrode it\)$/);
+    // A second probe and another plain redrive: still the budget it was enqueued with.
+    const [again] = await p.store.claim([job.id], 'worker-c', 30);
+    await p.store.fail({ id: job.id, attempt: again!.attempt }, { name: 'Error', message: 'x', retryable: false }, 0, true);
+    await dead.redrive({ ids: [job.id], by: 'oncall', maxAttempts: 2 });
+    const [third] = await p.store.claim([job.id], 'worker-d', 30);
+    await p.store.fail({ id: job.id, attempt: third!.attempt }, { name: 'Error', message: 'x', retryable: false }, 0, true);
+    expect((await dead.redrive({ ids: [job.id], by: 'oncall' })).jobs[0]).toMatchObject({ maxAttempts: 4 });
+    await p.store.cancel(job.id, 'cleanup');
+  });
+
   it('refuses to redrive a succeeded, running, pending, cancelled or unknown job, and says why; nothing changes', async () => {
     const [s] = await p.client.enqueueNow({ type: 'ledger.post', payload: { batch: 'OK', entries: 1 } });
     const [c1] = await p.store.claim([s!.job.id], 'w', 30);
