@@ -35,6 +35,9 @@ import { profileCpu } from './cpu-profile.ts';
 import { CostMeter, type Cost } from './pg-cost.ts';
 import { runPeers, type PeerRow } from './peers.ts';
 
+// Known and only noise here (the images run Node 22): the AWS SDK's Node 22 notice, off for this process and its children.
+process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
+
 const { values: args } = parseArgs({
   options: {
     jobs: { type: 'string', default: '20000' },

@@ -17,6 +17,9 @@ import { parseArgs } from 'node:util';
 import { formatReport } from './chaos/report.ts';
 import { DEFAULT_CHAOS, runChaos } from './chaos/run.ts';
 
+// Known and only noise here (the images run Node 22): the AWS SDK's Node 22 notice, off for this process and its children.
+process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
+
 function num(name: string, raw: string | undefined, fallback: number, min: number, max: number): number {
   if (raw === undefined) return fallback;
   const n = Number(raw);
