@@ -167,7 +167,8 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
     const spawnService = (command: 'api' | 'worker', extra: Record<string, string>): ChildProcess => {
       const child = spawn(process.execPath, ['--import', 'tsx', join(repoRoot(), 'bin/jobs.ts'), command], {
         cwd: repoRoot(),
-        env: { ...process.env, ...env, DATABASE_URL: serviceDatabaseUrl, ...opts.env, ...extra, JOBS_PARENT_PID: String(process.pid), JOBS_LOCAL_ENV: '0' },
+        // Lines a person reads in the terminal that runs the stack (ECS keeps JSON); not in .jobs-local/env.
+        env: { ...process.env, JOBS_LOG_FORMAT: 'pretty', ...env, DATABASE_URL: serviceDatabaseUrl, ...opts.env, ...extra, JOBS_PARENT_PID: String(process.pid), JOBS_LOCAL_ENV: '0' },
         stdio: ['ignore', 'inherit', 'inherit'],
       });
       children.push(child);
