@@ -21,7 +21,10 @@ export function formatJob(j: Job): string {
   if (j.leaseOwner) lines.push(`lease     ${j.leaseOwner} until ${j.leaseExpiresAt?.toISOString()}`);
   if (j.progress) lines.push(`progress  ${Math.round(j.progress.fraction * 100)}%${j.progress.message ? ` ${j.progress.message}` : ''}`);
   if (j.cancelledBy) lines.push(`cancelled by ${j.cancelledBy}`);
-  if (j.lastError) lines.push(`error     ${j.lastError.name}: ${j.lastError.message}`);
+  // The error is the job's state only when it ended dead; otherwise it is history (a redriven job
+  // that then succeeded, a retry under way), said as such rather than as if the job had failed.
+  if (j.lastError && j.state === 'dead') lines.push(`error     ${j.lastError.name}: ${j.lastError.message}`);
+  else if (j.lastError) lines.push(`earlier   an earlier attempt failed: ${j.lastError.name}: ${j.lastError.message}`);
   for (const a of j.attemptLog) lines.push(`  attempt ${a.attempt} ${a.outcome} at ${a.at} by ${a.by ?? a.owner ?? '?'}${a.message ? `: ${a.message}` : ''}`);
   lines.push(`payload   ${JSON.stringify(j.payload)}`);
   if (j.result !== null) lines.push(`result    ${JSON.stringify(j.result)}`);

@@ -13,3 +13,19 @@ describe('log format', () => {
     expect(prettyLine('not json')).toBe('not json');
   });
 });
+
+describe('jobs show', () => {
+  it('shows an old error as history on a job that did not end dead, and as the job state on a dead one', async () => {
+    const { formatJob } = await import('../../runtime/cli/format.ts');
+    const base = {
+      id: '01900000-0000-7000-8000-000000000001', type: 'ledger.post', payload: {}, idempotencyKey: null, attempt: 6, releases: 5, maxAttempts: 3,
+      leaseOwner: null, leaseExpiresAt: null, runAfter: new Date(0), progress: null, checkpoint: null, attemptLog: [], result: { posted: 1 },
+      cancelledBy: null, createdAt: new Date(0), startedAt: new Date(0), finishedAt: new Date(0), lastError: { name: 'Error', message: 'boom', retryable: true },
+    };
+    const ok = formatJob({ ...base, state: 'succeeded' } as never);
+    expect(ok).toMatch(/^attempt   6 \(1 of 3 used, 5 released\)$/m);
+    expect(ok).toMatch(/^earlier   an earlier attempt failed: Error: boom$/m);
+    expect(ok).not.toMatch(/^error /m);
+    expect(formatJob({ ...base, state: 'dead', result: null } as never)).toMatch(/^error     Error: boom$/m);
+  });
+});
