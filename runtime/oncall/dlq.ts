@@ -1,6 +1,7 @@
 // The SQS dead-letter queue for on-call: look at its messages, move them back to the job queue,
 // discard the ones nobody should run, each reconciled with the job table. The job row decides
-// (DESIGN: PostgreSQL decides, SQS delivers), so every dead letter is judged by its job:
+// (DESIGN: PostgreSQL decides, SQS delivers), so every dead letter is judged by its job, by the
+// rules the worker settles its messages with (runtime/domain/settlement.ts):
 //
 //   job pending                         → resend: it still needs a message (e.g. SQS redrove it
 //                                         after a crash loop, or the job was redriven)
@@ -43,6 +44,7 @@ import { chunk, SQS_BATCH_LIMIT, type JobQueue } from '../queue/types.ts';
 import type { JobState } from '../domain/job.ts';
 import { operatorName, recordActions, rowToOpsJob, runOps, type OpsJob } from './db.ts';
 import { resolvePoisonMessages } from '../store/poison.ts';
+import { DEAD_JOB_REASONS, judgeDeadLetter, POISON_REASONS, type Verdict } from '../domain/settlement.ts';
 
 /** How long a scan keeps a received dead letter invisible before it decides and acts. */
 export const HOLD_SECONDS = 60;
@@ -50,9 +52,6 @@ export const HOLD_SECONDS = 60;
 export const DEFAULT_SCAN_LIMIT = 1000;
 export const MAX_SCAN_LIMIT = 100_000;
 
-/** The reasons the worker writes on dead letters of dead jobs (runtime/worker/worker.ts). */
-const DEAD_JOB_REASONS = new Set(['attempts-exhausted', 'non-retryable', 'lease-expired-final-attempt']);
-const POISON_REASONS = new Set(['unparseable-body', 'unknown-job']);
 
 export interface DeadLetter {
   messageId: string;
@@ -237,7 +236,7 @@ export class SqsDeadLetterQueue {
   }
 }
 
-export type Verdict = 'resend' | 'drop' | 'keep';
+export type { Verdict } from '../domain/settlement.ts';
 /** dead-job: the worker's report of a dead job; poison: a message the worker could not handle; sqs-redrive: moved by the queue's redrive policy after maxReceiveCount receives (a crash loop). */
 export type LetterKind = 'dead-job' | 'poison' | 'sqs-redrive';
 
@@ -295,26 +294,8 @@ export function reconcile(letter: DeadLetter, job: OpsJob | undefined, dbNow: Da
     body: letter.body,
     attributes: letter.attributes,
   };
-  const v = (verdict: Verdict, why: string): ReconciledLetter => ({ ...base, verdict, why });
-  if (!jobId) return v('keep', `poison: the body names no job (${parsed.ok ? 'no job id' : parsed.reason}); read it to find the sender, then discard it`);
-  if (!job) return v('keep', `poison: no job ${jobId} in the job table; never resent`);
-  switch (job.state) {
-    case 'succeeded':
-      return v('drop', `job succeeded at ${job.finishedAt?.toISOString()}: nothing to run, never re-run`);
-    case 'cancelled':
-      return v('drop', `job was cancelled${job.cancelledBy ? ` by ${job.cancelledBy}` : ''}: nothing to run`);
-    case 'running': {
-      const leaseLeft = (job.leaseExpiresAt?.getTime() ?? 0) - dbNow.getTime();
-      return leaseLeft > 0
-        ? v('drop', `job is running (attempt ${job.attempt}, ${job.leaseOwner} holds a live lease): never re-run`)
-        : v('resend', `job is running with a lease that expired ${Math.round(-leaseLeft / 1000)} s ago: resent so a worker reclaims it`);
-    }
-    case 'pending':
-      return v('resend', 'job is pending: resent so a worker claims it');
-    case 'dead':
-      if (job.dead?.discardedAt) return v('drop', `job was discarded by ${job.dead.discardedBy}: ${job.dead.discardReason}`);
-      return v('keep', `job is dead (${job.lastError?.message ?? 'no error recorded'}): redrive it (jobs dead redrive ${job.id}) to run it again, or discard it`);
-  }
+  // The rules and their reasons live once, beside the worker's (runtime/domain/settlement.ts).
+  return { ...base, ...judgeDeadLetter(jobId, job, dbNow, parsed.ok ? 'no job id' : parsed.reason) };
 }
 
 export interface DeadLetterServiceOptions {
