@@ -1,12 +1,18 @@
-// The HTTP layer's shared pieces, used by the job routes (server.ts), the on-call routes
-// (oncall-routes.ts) and the live view's routes: the error a client reads, the job as the API
-// shows it, the body reader with its limits, the caller's address, and the mapping of what a
-// handler threw to a status (a database outage is a 503 with Retry-After, bad input a 4xx
-// naming the field, anything else a 500 with only a request id).
+// The HTTP layer's kernel, used by the job routes (server.ts), the on-call routes
+// (oncall-routes.ts) and the live view's routes: the route table (path patterns with :params,
+// a method table, 405 with Allow, HEAD answered as GET), the parsing of path parameters, query
+// and body against each route's zod schemas (a 4xx naming the field), the OpenAPI document built
+// from the same tables, the error a client reads, the job as the API shows it, the body reader
+// with its limits, the caller's address, and the mapping of what a handler threw to a status (a
+// database outage is a 503 with Retry-After, bad input a 4xx naming the field, anything else a
+// 500 with only a request id). Plain node:http and zod, no framework: the API image stays a small
+// bundle.
 
 import type http from 'node:http';
+import { z } from 'zod';
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import { ValidationError } from '../domain/errors.ts';
+import { ISO_TIME_PATTERN, JOB_ID_PATTERN, parseIsoTime } from '../domain/ids.ts';
 import type { Job, JobState } from '../domain/job.ts';
 
 /** Deepest nesting accepted in a request body: PostgreSQL's jsonb refuses very deep documents with an error we would otherwise answer as a 500. */
@@ -205,3 +211,197 @@ function checkStorable(v: unknown, path: string, depth: number): void {
     checkStorable(x, child, depth + 1);
   }
 }
+
+// --- Routes -----------------------------------------------------------------------------------
+
+export interface Reply {
+  status: number;
+  body: unknown;
+  headers?: Record<string, string>;
+}
+
+export type Method = 'GET' | 'POST';
+type Output<S> = S extends z.ZodType ? z.output<S> : undefined;
+
+export interface RouteContext<Q = unknown, B = unknown> {
+  req: http.IncomingMessage;
+  res: http.ServerResponse;
+  requestId: string;
+  path: string;
+  /** The path's :params, each checked by its schema (a job id is lower-cased). */
+  params: Record<string, string>;
+  /** The query, checked by the route's schema: an unknown or repeated parameter is a 400 naming it. */
+  query: Q;
+  /** The body, checked by the route's schema; an absent optional body reads as `{}`. */
+  body: B;
+}
+
+export interface Route<Q extends z.ZodObject | undefined = z.ZodObject | undefined, B extends z.ZodObject | undefined = z.ZodObject | undefined> {
+  method: Method;
+  /** `/v1/jobs/:id`: a `:name` segment matches one non-empty segment, checked by `params[name]`. */
+  path: string;
+  summary: string;
+  params?: Record<string, z.ZodType<string, string>>;
+  query?: Q;
+  body?: B;
+  /** Refuse a request without a body (else an absent body reads as `{}`). */
+  bodyRequired?: boolean;
+  /** Largest body read (default 64 KiB), and what the 413 adds as advice. */
+  maxBodyBytes?: number;
+  limitHint?: string;
+  /** What "is not a field of …" names: default "this request". */
+  fieldsOf?: string;
+  handle(ctx: RouteContext<Output<Q>, Output<B>>): Promise<Reply>;
+}
+
+/** A route with its context typed from its schemas. */
+export function route<Q extends z.ZodObject | undefined = undefined, B extends z.ZodObject | undefined = undefined>(r: Route<Q, B>): Route {
+  return r as unknown as Route;
+}
+
+/** The routes under some paths, with the 404 a path under them that no route takes gets. */
+export interface RouteTable {
+  routes: Route[];
+  notFound(method: string, path: string): HttpError;
+}
+
+/** Answer a request from `table`: match, 405 with Allow, then parameters, query and body, then the handler. */
+export async function dispatch(
+  table: RouteTable,
+  c: { req: http.IncomingMessage; res: http.ServerResponse; requestId: string; method: string; path: string; query: URLSearchParams },
+): Promise<Reply> {
+  const segments = c.path.split('/');
+  let matched: { routes: Route[]; params: Record<string, string> } | null = null;
+  for (const r of table.routes) {
+    const params = matchPath(r.path, segments);
+    if (!params) continue;
+    // The first path that matches owns the request, with every method declared for it.
+    if (!matched) matched = { routes: [], params };
+    else if (r.path !== matched.routes[0]!.path) continue;
+    matched.routes.push(r);
+  }
+  if (!matched) throw table.notFound(c.method, c.path);
+  const r = matched.routes.find((x) => x.method === c.method) ?? (c.method === 'HEAD' ? matched.routes.find((x) => x.method === 'GET') : undefined);
+  if (!r) {
+    const allow = matched.routes.flatMap((x) => (x.method === 'GET' ? ['GET', 'HEAD'] : [x.method])).join(', ');
+    throw new HttpError(405, 'method_not_allowed', `${c.method} is not allowed on ${c.path}; allowed: ${allow}`, undefined, { allow });
+  }
+  const params: Record<string, string> = {};
+  for (const [name, raw] of Object.entries(matched.params)) {
+    const schema = r.params?.[name];
+    const parsed = schema ? schema.safeParse(raw) : { success: true as const, data: raw };
+    if (!parsed.success) throw new HttpError(400, `invalid_${name}`, `${name}: ${firstIssue(parsed.error).message}`, name);
+    params[name] = parsed.data;
+  }
+  const query = r.query ? parseQuery(r.query, c.query) : undefined;
+  const body = r.body ? await parseBody(r, c.req) : undefined;
+  return r.handle({ req: c.req, res: c.res, requestId: c.requestId, path: c.path, params, query: query as never, body: body as never });
+}
+
+function matchPath(pattern: string, segments: string[]): Record<string, string> | null {
+  const want = pattern.split('/');
+  if (want.length !== segments.length) return null;
+  const params: Record<string, string> = {};
+  for (let i = 0; i < want.length; i++) {
+    const p = want[i]!;
+    const s = segments[i]!;
+    if (p.startsWith(':') && s !== '') params[p.slice(1)] = s;
+    else if (p !== s) return null;
+  }
+  return params;
+}
+
+function parseQuery(schema: z.ZodObject, q: URLSearchParams): unknown {
+  const allowed = Object.keys(schema.shape);
+  const raw: Record<string, string> = {};
+  for (const k of new Set(q.keys())) {
+    if (!allowed.includes(k)) {
+      throw new HttpError(400, 'invalid_query', `${k}: is not a parameter of this list (allowed: ${allowed.join(', ') || 'none'})`, k);
+    }
+    if (q.getAll(k).length > 1) throw new HttpError(400, 'invalid_query', `${k}: given more than once`, k);
+    raw[k] = q.get(k)!;
+  }
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) throw issueError(parsed.error, 'invalid_query');
+  return parsed.data;
+}
+
+async function parseBody(r: Route, req: http.IncomingMessage): Promise<unknown> {
+  const schema = r.body!;
+  const fields = Object.keys(schema.shape);
+  const b = await readJson(req, r.maxBodyBytes ?? 64 * 1024, { required: r.bodyRequired ?? false, ...(r.limitHint ? { limitHint: r.limitHint } : {}) });
+  if (b !== undefined && !isPlainObject(b)) {
+    const shape = fields.map((k) => (schema.shape[k]!.safeParse(undefined).success ? `${k}?` : k)).join(', ');
+    throw new HttpError(400, 'invalid_body', `body: must be a JSON object { ${shape} }${r.bodyRequired ? '' : ' or empty'}`, 'body');
+  }
+  const o = b ?? {};
+  for (const k of Object.keys(o)) {
+    // A misspelt optional field (idempotency_key) would otherwise be dropped silently.
+    if (!fields.includes(k)) throw new HttpError(400, 'invalid_field', `${k}: is not a field of ${r.fieldsOf ?? 'this request'} (allowed: ${fields.join(', ')})`, k);
+  }
+  const parsed = schema.safeParse(o);
+  if (!parsed.success) throw issueError(parsed.error, 'invalid_field');
+  return parsed.data;
+}
+
+/** The issue a person should read first: an unknown key, else the first field in declaration order. */
+export function firstIssue(error: z.ZodError): z.core.$ZodIssue {
+  return error.issues.find((i) => i.code === 'unrecognized_keys') ?? error.issues[0]!;
+}
+
+/** A schema failure as a 400 naming the top-level field (the schemas' messages say the rule). */
+function issueError(error: z.ZodError, code: string): HttpError {
+  const issue = firstIssue(error);
+  const field = String(issue.path[0] ?? 'body');
+  return new HttpError(400, code, `${field}: ${issue.message}`, field);
+}
+
+// --- Field schemas with the messages the API has always given ---------------------------------
+
+const got = (v: unknown) => JSON.stringify(typeof v === 'string' ? v.slice(0, 40) : v);
+
+/** A trimmed string of 1 to `max` characters. */
+export const text = (max: number) => {
+  const error = `must be a string of 1 to ${max} characters`;
+  return z.string({ error: (iss) => (iss.input === undefined ? `is required: a string of 1 to ${max} characters` : error) }).trim().min(1, { error }).max(max, { error });
+};
+
+/** A whole number from `min` to `max` in a JSON body. */
+export const wholeNumber = (min: number, max: number) => {
+  const error = `must be a whole number from ${min} to ${max}`;
+  return z.int({ error }).min(min, { error }).max(max, { error });
+};
+
+/** A whole number from `min` to `max` in a query string. */
+export const wholeNumberParam = (min: number, max: number) => {
+  const error = (iss: { input?: unknown }) => `must be a whole number from ${min} to ${max} (got ${got(iss.input)})`;
+  return z
+    .string()
+    .regex(/^\d{1,15}$/, { error })
+    .refine((s) => Number(s) >= min && Number(s) <= max, { error })
+    .transform(Number);
+};
+
+/** true or false: a JSON boolean in a body, the words in a query string. */
+export const flag = () => z.boolean({ error: 'must be true or false' });
+export const flagParam = () => z.enum(['true', 'false'], { error: 'must be true or false' }).transform((v) => v === 'true');
+
+/** An ISO 8601 time with an offset, as a Date. */
+export const isoTime = () => {
+  const error = 'must be an ISO 8601 time with an offset, e.g. 2026-10-31T06:00:00Z';
+  return z
+    .string({ error })
+    .regex(ISO_TIME_PATTERN, { error })
+    .refine((s) => parseIsoTime(s) !== null, { error })
+    .transform((s) => parseIsoTime(s)!);
+};
+
+/** A job id in a path or a body, lower-cased; `error` replaces the message (an array's, for one bad element). */
+export const jobId = (error?: string) =>
+  z
+    .string(error ? { error } : {})
+    .regex(JOB_ID_PATTERN, { error: error ?? ((iss) => `must be a job id (a UUID), got ${JSON.stringify(String(iss.input).slice(0, 60))}`) })
+    .transform((s) => s.toLowerCase());
+
+/** Optional: an absent or null value reads as undefined (JSON clients send null for "none"). */
+export const optional = <S extends z.ZodType>(s: S) => s.nullish().transform((v) => v ?? undefined);

@@ -18,15 +18,13 @@ import type { Logger } from '../observability/log.ts';
 import type { JobStore } from '../store/job-store.ts';
 import type { JobState } from '../domain/job.ts';
 import type { FeedEvent, LiveFeed } from '../live/feed.ts';
+import { z } from 'zod';
+import { HttpError, route, type Reply, type Route, type RouteTable } from './kernel.ts';
 import { LIVE_PAGE_HTML } from './live-page.ts';
 import type { QueueDepth } from '../live/queue-depth.ts';
 import { LIVE_SQL } from '../live/sql.ts';
 
-export interface LiveReply {
-  status: number;
-  body: unknown;
-  headers?: Record<string, string>;
-}
+export type LiveReply = Reply;
 
 export interface LiveOptions {
   pool: pg.Pool;
@@ -83,8 +81,8 @@ export interface LiveSnapshot {
 const SILENT_AFTER_MS = 5000;
 
 export interface LiveRoutes {
-  /** Answer a request for `/` or `/live/*`; a stream writes its own response and resolves when it closes. */
-  handle(req: http.IncomingMessage, res: http.ServerResponse, path: string, query: URLSearchParams): Promise<LiveReply>;
+  /** The routes of `/` and `/live/*` (the kernel answers them); a stream writes its own response and resolves when it closes. */
+  table: RouteTable;
   snapshot(): Promise<LiveSnapshot>;
   /** End the open streams (the API is stopping). */
   close(): void;
@@ -246,12 +244,14 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
     }
   }
 
-  return {
-    snapshot,
-    async handle(req, res, path, query) {
-      const method = req.method ?? 'GET';
-      const get = method === 'GET' || method === 'HEAD';
-      if (path === '/' && get) {
+  // Numbers the client sends back (a sequence, an epoch) are only hints: a bad one reads as 0.
+  const seq = z.string().optional().meta({ description: 'the last event sequence number seen' });
+  const routes: Route[] = [
+    route({
+      method: 'GET',
+      path: '/',
+      summary: 'the live view page (static, no data)',
+      handle: async ({ req, res }) => {
         res.writeHead(200, {
           'content-type': 'text/html; charset=utf-8',
           'content-length': String(Buffer.byteLength(LIVE_PAGE_HTML)),
@@ -260,27 +260,56 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
           // Self-contained: inline script and style, data from this origin only.
           'content-security-policy': "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
         });
-        res.end(method === 'HEAD' ? undefined : LIVE_PAGE_HTML);
+        res.end(req.method === 'HEAD' ? undefined : LIVE_PAGE_HTML);
         return { status: 200, body: null };
-      }
-      if (path === '/live/state' && get) return { status: 200, body: await snapshot() };
-      if (path === '/live/events' && get) {
-        const after = Number(query.get('after') ?? 0);
+      },
+    }),
+    route({ method: 'GET', path: '/live/state', summary: 'a snapshot: jobs by state, leases, workers, queue depths', handle: async () => ({ status: 200, body: await snapshot() }) }),
+    route({
+      method: 'GET',
+      path: '/live/events',
+      summary: 'the event feed after a sequence number',
+      query: z.object({ after: seq }),
+      handle: async ({ query }) => {
+        const after = Number(query.after ?? 0);
         return { status: 200, body: { enabled: o.feed !== null, connected: o.feed?.connected ?? false, events: o.feed?.since(Number.isFinite(after) ? after : 0) ?? [] } };
-      }
-      if (path === '/live/stream' && get) {
-        const last = Number(req.headers['last-event-id'] ?? query.get('after') ?? 0);
-        return stream(req, res, Number.isFinite(last) ? last : 0, query.get('epoch'));
-      }
-      if (path === '/live/faults' && get) return forwardFault('GET', '', req);
-      const m = /^\/live\/faults\/([a-z-]{1,40})$/.exec(path);
-      if (m && method === 'POST') return forwardFault('POST', `/${m[1]}`, req);
-      if (path === '/live/faults' || m) {
-        if (!o.faults) return forwardFault('GET', '', req);
-        return { status: 405, body: { error: { code: 'method_not_allowed', message: `${method} is not allowed on ${path}` } }, headers: { allow: m ? 'POST' : 'GET, HEAD' } };
-      }
-      return { status: 404, body: { error: { code: 'not_found', message: `no route ${method} ${path.slice(0, 200)}; the live view is GET /, with GET /live/state, /live/events, /live/stream` } } };
-    },
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/live/stream',
+      summary: 'server-sent events: snapshots every second and the event feed',
+      query: z.object({ after: seq, epoch: z.string().optional() }),
+      handle: ({ req, res, query }) => {
+        const last = Number(req.headers['last-event-id'] ?? query.after ?? 0);
+        return stream(req, res, Number.isFinite(last) ? last : 0, query.epoch ?? null);
+      },
+    }),
+    // The local stack's faults: without its fault control they answer 404 (notFound below), as in production.
+    ...(o.faults
+      ? [
+          route({ method: 'GET', path: '/live/faults', summary: "the local stack's workers and faults", handle: ({ req }) => forwardFault('GET', '', req) }),
+          route({
+            method: 'POST',
+            path: '/live/faults/:fault',
+            summary: 'inject a fault in the local stack',
+            params: { fault: z.string().regex(/^[a-z-]{1,40}$/, { error: 'must be a fault name (lower-case words joined by -)' }) },
+            handle: ({ req, params }) => forwardFault('POST', `/${params.fault}`, req),
+          }),
+        ]
+      : []),
+  ];
+  const table: RouteTable = {
+    routes,
+    notFound: (method, path) =>
+      path === '/live/faults' || path.startsWith('/live/faults/')
+        ? new HttpError(404, 'not_found', 'fault injection exists only in the local stack (`jobs local`); this API has none')
+        : new HttpError(404, 'not_found', `no route ${method} ${path.slice(0, 200)}; the live view is GET /, with GET /live/state, /live/events, /live/stream`),
+  };
+
+  return {
+    snapshot,
+    table,
     close() {
       for (const res of streams) res.end();
       streams.clear();

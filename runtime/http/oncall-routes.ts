@@ -19,13 +19,14 @@
 //   GET  /v1/stuck-jobs?limit=
 //   POST /v1/pending-jobs/republish          { ids? | type? | olderThanSeconds?, by?, reason?, limit? }   fresh messages for pending jobs
 //
-// Errors keep the API's shape `{ error: { code, message, field? } }`; a service's ValidationError
+// The route table below declares each route's query and body schema; the kernel (kernel.ts)
+// matches, answers 405 and checks input before a service runs. Errors keep the API's shape `{ error: { code, message, field? } }`; a service's ValidationError
 // becomes a 400 naming the field. Who asked is recorded as the name given plus the caller's
 // address, as for cancel: a shared token names no person.
 
 import type http from 'node:http';
-import { callerAddress, HttpError, isPlainObject, jobView, readJson, type JobView } from './kernel.ts';
-import { isJobId, parseIsoTime } from '../domain/ids.ts';
+import { z } from 'zod';
+import { callerAddress, flag, flagParam, HttpError, isoTime, jobId, jobView, optional, route, text, wholeNumber, wholeNumberParam, type JobView, type Reply, type Route, type RouteContext, type RouteTable } from './kernel.ts';
 import type { AttemptOutcome } from '../domain/job.ts';
 import type { OpsJob, OperatorAction } from '../oncall/db.ts';
 import { deathSummary, type DeadJobFilter } from '../oncall/dead-jobs.ts';
@@ -36,18 +37,7 @@ import { findStuckJobs } from '../oncall/stuck.ts';
 
 const PREFIXES = ['/v1/dead-jobs', '/v1/dlq', '/v1/poison-messages', '/v1/stuck-jobs', '/v1/pending-jobs'];
 
-export interface OpsRequest {
-  req: http.IncomingMessage;
-  method: string;
-  path: string;
-  query: URLSearchParams;
-}
-
-export interface OpsReply {
-  status: number;
-  body: unknown;
-  headers?: Record<string, string>;
-}
+type OpsReply = Reply;
 
 /** A dead job as the API shows it: the job, why it died, every attempt, and its triage. */
 export interface DeadJobView extends JobView {
@@ -87,124 +77,97 @@ function dlqView(r: DlqPassReport) {
 
 // --- Input ------------------------------------------------------------------------------------
 
-function checkQuery(q: URLSearchParams, allowed: readonly string[]): void {
-  for (const k of q.keys()) {
-    if (!allowed.includes(k)) throw new HttpError(400, 'invalid_query', `${k}: is not a parameter of this route (allowed: ${allowed.join(', ') || 'none'})`, k);
-  }
-}
+const by = (max: number) => optional(text(max)).meta({ description: 'who asks (recorded with the caller address)' });
+const reason = optional(text(1000));
+const idsError = 'must be an array of job ids (UUIDs)';
+const jobIds = optional(z.array(jobId(idsError), { error: idsError }));
+const messageIdsError = 'must be an array of 1 to 1000 message ids (see GET /v1/dlq/messages)';
+const listLimit = (max: number, dflt: number) => optional(wholeNumberParam(1, max)).meta({ description: `1 to ${max}; default ${dflt}` });
+const filter = { ids: jobIds, type: optional(text(100)), since: optional(isoTime()), until: optional(isoTime()), all: optional(flag()) };
+const id = { id: jobId() };
 
-function timeParam(name: string, raw: string | null | undefined): Date | undefined {
-  if (raw === null || raw === undefined) return undefined;
-  const d = parseIsoTime(raw);
-  if (!d) {
-    throw new HttpError(400, 'invalid_field', `${name}: must be an ISO 8601 time with an offset, e.g. 2026-10-31T06:00:00Z`, name);
-  }
-  return d;
-}
+const DeadJobsQuery = z.object({ type: optional(text(100)), since: optional(isoTime()), until: optional(isoTime()), includeDiscarded: optional(flagParam()), limit: listLimit(200, 50), cursor: z.string().optional() });
+const RedriveMany = z.strictObject({ ...filter, by: by(100), reason, maxAttempts: optional(wholeNumber(1, 100)), fromScratch: optional(flag()), dryRun: optional(flag()) });
+const DiscardMany = z.strictObject({ ...filter, by: by(100), reason: text(1000) });
+const RedriveOne = z.strictObject({ by: by(100), reason, maxAttempts: optional(wholeNumber(1, 100)), fromScratch: optional(flag()) });
+const DiscardOne = z.strictObject({ by: by(100), reason: text(1000) });
+const DlqQuery = z.object({ limit: listLimit(10_000, 1000), poison: optional(flagParam()) });
+const DlqRedrive = z.strictObject({ dryRun: optional(flag()), move: optional(flag()), limit: optional(wholeNumber(1, 100_000)), rate: optional(wholeNumber(1, 500)), by: by(100) });
+const DlqDiscard = z.strictObject({
+  messageIds: z
+    .array(z.string({ error: messageIdsError }).min(1, { error: messageIdsError }).max(200, { error: messageIdsError }), { error: messageIdsError })
+    .min(1, { error: messageIdsError })
+    .max(1000, { error: messageIdsError }),
+  reason: text(1000),
+  by: by(100),
+});
+const MoveCancel = z.strictObject({ taskHandle: text(2048), by: by(100) });
+const PoisonQuery = z.object({
+  reason: z.enum(['unparseable-body', 'unknown-job'], { error: 'must be unparseable-body or unknown-job' }).optional(),
+  since: optional(isoTime()),
+  includeResolved: optional(flagParam()),
+  limit: listLimit(200, 50),
+  cursor: z.string().regex(/^\d{1,18}$/, { error: 'is not a cursor this listing returned' }).optional(),
+});
+const StuckQuery = z.object({ limit: listLimit(1000, 100) });
+const Republish = z.strictObject({ ids: jobIds, type: optional(text(100)), olderThanSeconds: optional(wholeNumber(0, 365 * 86_400)), by: by(200), reason, limit: optional(wholeNumber(1, 100_000)) });
 
-function intParam(name: string, raw: unknown, min: number, max: number, dflt?: number): number | undefined {
-  if (raw === null || raw === undefined) return dflt;
-  const n = typeof raw === 'string' ? Number(raw) : raw;
-  if (typeof n !== 'number' || !Number.isInteger(n) || n < min || n > max) throw new HttpError(400, 'invalid_field', `${name}: must be a whole number from ${min} to ${max}`, name);
-  return n;
-}
+type Ctx<Q = unknown, B = unknown> = RouteContext<Q, B>;
+type In<S extends z.ZodType> = z.output<S>;
 
-function boolParam(name: string, raw: unknown): boolean {
-  if (raw === null || raw === undefined) return false;
-  if (raw === true || raw === 'true') return true;
-  if (raw === false || raw === 'false') return false;
-  throw new HttpError(400, 'invalid_field', `${name}: must be true or false`, name);
-}
-
-function strParam(name: string, raw: unknown, max: number, required = false): string | undefined {
-  if (raw === null || raw === undefined) {
-    if (required) throw new HttpError(400, 'invalid_field', `${name}: is required`, name);
-    return undefined;
-  }
-  if (typeof raw !== 'string' || raw.trim().length < 1 || raw.length > max) throw new HttpError(400, 'invalid_field', `${name}: must be a string of 1 to ${max} characters`, name);
-  return raw.trim();
-}
-
-async function body(req: http.IncomingMessage, fields: readonly string[], required = false): Promise<Record<string, unknown>> {
-  const b = await readJson(req, 64 * 1024, { required });
-  if (b === undefined) return {};
-  if (!isPlainObject(b)) throw new HttpError(400, 'invalid_body', `body: must be a JSON object { ${fields.join(', ')} }`, 'body');
-  for (const k of Object.keys(b)) {
-    if (!fields.includes(k)) throw new HttpError(400, 'invalid_field', `${k}: is not a field of this request (allowed: ${fields.join(', ')})`, k);
-  }
-  return b;
-}
-
-function filterFrom(b: Record<string, unknown>): DeadJobFilter & { all?: boolean } {
-  let ids: string[] | undefined;
-  if (b.ids !== undefined) {
-    if (!Array.isArray(b.ids) || b.ids.some((x) => typeof x !== 'string' || !isJobId(x))) throw new HttpError(400, 'invalid_field', 'ids: must be an array of job ids (UUIDs)', 'ids');
-    ids = (b.ids as string[]).map((x) => x.toLowerCase());
-  }
-  const type = strParam('type', b.type, 100);
-  const since = timeParam('since', b.since as string | undefined);
-  const until = timeParam('until', b.until as string | undefined);
-  return { ...(ids ? { ids } : {}), ...(type ? { type } : {}), ...(since ? { since } : {}), ...(until ? { until } : {}), all: boolParam('all', b.all) };
+function filterFrom(b: { ids?: string[] | undefined; type?: string | undefined; since?: Date | undefined; until?: Date | undefined; all?: boolean | undefined }): DeadJobFilter & { all: boolean } {
+  return { ...(b.ids ? { ids: b.ids } : {}), ...(b.type ? { type: b.type } : {}), ...(b.since ? { since: b.since } : {}), ...(b.until ? { until: b.until } : {}), all: b.all ?? false };
 }
 
 // --- Routes -----------------------------------------------------------------------------------
 
 export class OpsRoutes {
-  constructor(private readonly ops: OpsServices) {}
+  /** The on-call routes; the server hands a path here after checking the operator token. */
+  readonly table: RouteTable;
+
+  constructor(private readonly ops: OpsServices) {
+    // A literal segment comes before :id, so /v1/dead-jobs/redrive is never read as an id.
+    const routes: Route[] = [
+      route({ method: 'GET', path: '/v1/dead-jobs', summary: 'dead jobs, newest death first', query: DeadJobsQuery, handle: (c) => this.listDead(c) }),
+      route({ method: 'POST', path: '/v1/dead-jobs/redrive', summary: 'redrive dead jobs: ids, or a filter (type, since, until), or all', bodyRequired: true, body: RedriveMany, handle: (c) => this.redriveMany(c) }),
+      route({ method: 'POST', path: '/v1/dead-jobs/discard', summary: 'discard dead jobs: ids, or a filter, or all', bodyRequired: true, body: DiscardMany, handle: (c) => this.discardMany(c) }),
+      route({ method: 'GET', path: '/v1/dead-jobs/:id', summary: "one job's dead-letter view: reason, every attempt, operator actions", params: id, handle: (c) => this.showDead(c.params.id!) }),
+      route({ method: 'POST', path: '/v1/dead-jobs/:id/redrive', summary: 'redrive one dead job (409 when not dead)', params: id, body: RedriveOne, handle: (c) => this.redriveOne(c) }),
+      route({ method: 'POST', path: '/v1/dead-jobs/:id/discard', summary: 'discard one dead job (409 when not dead)', params: id, bodyRequired: true, body: DiscardOne, handle: (c) => this.discardOne(c) }),
+      route({ method: 'GET', path: '/v1/dlq/messages', summary: "the DLQ's messages, each judged by its job (holds them a moment)", query: DlqQuery, handle: (c) => this.dlqLook(c) }),
+      route({ method: 'POST', path: '/v1/dlq/redrive', summary: 'resend the dead letters whose job still needs a message', body: DlqRedrive, handle: (c) => this.dlqRedrive(c) }),
+      route({ method: 'POST', path: '/v1/dlq/discard', summary: 'delete dead letters', bodyRequired: true, body: DlqDiscard, handle: (c) => this.dlqDiscard(c) }),
+      route({ method: 'GET', path: '/v1/dlq/move-tasks', summary: 'SQS message move tasks of the DLQ (AWS)', query: z.object({}), handle: () => this.dlqMoves() }),
+      route({ method: 'POST', path: '/v1/dlq/move-tasks/cancel', summary: 'stop a running move (AWS); 404 no such running task, 403 SQS refused, 409 local', bodyRequired: true, body: MoveCancel, handle: (c) => this.dlqMoveCancel(c) }),
+      route({ method: 'GET', path: '/v1/poison-messages', summary: 'messages the worker could not use, with their raw body', query: PoisonQuery, handle: (c) => this.poison(c) }),
+      route({ method: 'GET', path: '/v1/stuck-jobs', summary: 'jobs running too long, or due and not picked up', query: StuckQuery, handle: (c) => this.stuck(c) }),
+      route({ method: 'POST', path: '/v1/pending-jobs/republish', summary: 'fresh messages for pending jobs whose message the queue lost: ids, type or olderThanSeconds', bodyRequired: true, body: Republish, handle: (c) => this.republish(c) }),
+    ];
+    this.table = {
+      routes,
+      notFound: (method, path) =>
+        new HttpError(404, 'not_found', `no route ${method} ${path.slice(0, 200)}; see the on-call routes in runtime/http/oncall-routes.ts (/v1/dead-jobs, /v1/dlq/messages, /v1/poison-messages, /v1/stuck-jobs, /v1/pending-jobs/republish)`),
+    };
+  }
 
   /** True for the paths this module answers (the server hands them over after checking the operator token). */
   owns(path: string): boolean {
     return PREFIXES.some((p) => path === p || path.startsWith(`${p}/`));
   }
 
-  async handle(r: OpsRequest): Promise<OpsReply> {
-    const seg = r.path.split('/').slice(2); // after /v1
-    const route = (methods: Record<string, () => Promise<OpsReply>>): Promise<OpsReply> => {
-      const m = Object.hasOwn(methods, r.method) ? methods[r.method] : r.method === 'HEAD' ? methods.GET : undefined;
-      if (!m) {
-        const allow = Object.keys(methods).flatMap((x) => (x === 'GET' ? ['GET', 'HEAD'] : [x]));
-        throw new HttpError(405, 'method_not_allowed', `${r.method} is not allowed on ${r.path}; allowed: ${allow.join(', ')}`, undefined, { allow: allow.join(', ') });
-      }
-      return m();
-    };
-    const id = (s: string | undefined) => {
-      if (!s || !isJobId(s)) throw new HttpError(400, 'invalid_id', `id: must be a job id (a UUID), got ${JSON.stringify((s ?? '').slice(0, 60))}`, 'id');
-      return s.toLowerCase();
-    };
-    const [a, b, c] = seg;
-    // A service's ValidationError reaches the server's error mapping: 400 naming the field.
-    if (a === 'dead-jobs' && seg.length === 1) return await route({ GET: () => this.listDead(r) });
-    if (a === 'dead-jobs' && seg.length === 2 && b === 'redrive') return await route({ POST: () => this.redriveMany(r) });
-    if (a === 'dead-jobs' && seg.length === 2 && b === 'discard') return await route({ POST: () => this.discardMany(r) });
-    if (a === 'dead-jobs' && seg.length === 2) return await route({ GET: () => this.showDead(id(b)) });
-    if (a === 'dead-jobs' && seg.length === 3 && c === 'redrive') return await route({ POST: () => this.redriveOne(r, id(b)) });
-    if (a === 'dead-jobs' && seg.length === 3 && c === 'discard') return await route({ POST: () => this.discardOne(r, id(b)) });
-    if (a === 'dlq' && seg.length === 2 && b === 'messages') return await route({ GET: () => this.dlqLook(r) });
-    if (a === 'dlq' && seg.length === 2 && b === 'redrive') return await route({ POST: () => this.dlqRedrive(r) });
-    if (a === 'dlq' && seg.length === 2 && b === 'discard') return await route({ POST: () => this.dlqDiscard(r) });
-    if (a === 'dlq' && seg.length === 2 && b === 'move-tasks') return await route({ GET: () => this.dlqMoves(r) });
-    if (a === 'dlq' && seg.length === 3 && b === 'move-tasks' && c === 'cancel') return await route({ POST: () => this.dlqMoveCancel(r) });
-    if (a === 'poison-messages' && seg.length === 1) return await route({ GET: () => this.poison(r) });
-    if (a === 'stuck-jobs' && seg.length === 1) return await route({ GET: () => this.stuck(r) });
-    if (a === 'pending-jobs' && seg.length === 2 && b === 'republish') return await route({ POST: () => this.republish(r) });
-    throw new HttpError(404, 'not_found', `no route ${r.method} ${r.path.slice(0, 200)}; see the on-call routes in runtime/http/oncall-routes.ts (/v1/dead-jobs, /v1/dlq/messages, /v1/poison-messages, /v1/stuck-jobs, /v1/pending-jobs/republish)`);
-  }
-
-  private async republish(r: OpsRequest): Promise<OpsReply> {
-    const b = await body(r.req, ['ids', 'type', 'olderThanSeconds', 'by', 'reason', 'limit'], true);
-    const f = filterFrom({ ...(b.ids !== undefined ? { ids: b.ids } : {}), ...(b.type !== undefined ? { type: b.type } : {}) });
-    const olderThan = intParam('olderThanSeconds', b.olderThanSeconds, 0, 365 * 86_400);
-    if (!f.ids?.length && !f.type && olderThan === undefined) {
+  private async republish(c: Ctx<unknown, In<typeof Republish>>): Promise<OpsReply> {
+    const b = c.body;
+    const olderThan = b.olderThanSeconds;
+    if (!b.ids?.length && !b.type && olderThan === undefined) {
       throw new HttpError(400, 'invalid_field', 'selection: name the pending jobs to re-publish: ids, type, or olderThanSeconds (due for longer than that)', 'ids');
     }
-    const limit = intParam('limit', b.limit, 1, 100_000);
     const report = await this.ops.republish.republish({
-      ...(f.ids ? { ids: f.ids } : {}),
-      ...(f.type ? { type: f.type } : {}),
+      ...(b.ids ? { ids: b.ids } : {}),
+      ...(b.type ? { type: b.type } : {}),
       ...(olderThan !== undefined ? { dueBefore: new Date(Date.now() - olderThan * 1000) } : {}),
-      ...(limit !== undefined ? { limit } : {}),
-      by: this.who(r.req, strParam('by', b.by, 200)),
-      reason: strParam('reason', b.reason, 1000) ?? null,
+      ...(b.limit !== undefined ? { limit: b.limit } : {}),
+      by: this.who(c.req, b.by),
+      reason: b.reason ?? null,
     });
     return { status: 200, body: { republished: report.jobs.length, jobs: report.jobs, skipped: report.skipped } };
   }
@@ -220,18 +183,15 @@ export class OpsRoutes {
     return this.ops.deadLetters;
   }
 
-  private async listDead(r: OpsRequest): Promise<OpsReply> {
-    checkQuery(r.query, ['type', 'since', 'until', 'includeDiscarded', 'limit', 'cursor']);
-    const type = strParam('type', r.query.get('type'), 100);
-    const since = timeParam('since', r.query.get('since'));
-    const until = timeParam('until', r.query.get('until'));
+  private async listDead(c: Ctx<In<typeof DeadJobsQuery>>): Promise<OpsReply> {
+    const q = c.query;
     const page = await this.ops.deadJobs.list({
-      limit: intParam('limit', r.query.get('limit'), 1, 200, 50)!,
-      includeDiscarded: boolParam('includeDiscarded', r.query.get('includeDiscarded')),
-      ...(type ? { type } : {}),
-      ...(since ? { since } : {}),
-      ...(until ? { until } : {}),
-      ...(r.query.get('cursor') ? { cursor: r.query.get('cursor')! } : {}),
+      limit: q.limit ?? 50,
+      includeDiscarded: q.includeDiscarded ?? false,
+      ...(q.type ? { type: q.type } : {}),
+      ...(q.since ? { since: q.since } : {}),
+      ...(q.until ? { until: q.until } : {}),
+      ...(q.cursor ? { cursor: q.cursor } : {}),
     });
     return { status: 200, body: { deadJobs: page.jobs.map(deadJobView), nextCursor: page.nextCursor } };
   }
@@ -242,14 +202,15 @@ export class OpsRoutes {
     return { status: 200, body: { job: deadJobView(shown.job), actions: shown.actions.map(actionView) } };
   }
 
-  private async redriveOne(r: OpsRequest, jobId: string): Promise<OpsReply> {
-    const b = await body(r.req, ['by', 'reason', 'maxAttempts', 'fromScratch']);
+  private async redriveOne(c: Ctx<unknown, In<typeof RedriveOne>>): Promise<OpsReply> {
+    const jobId = c.params.id!;
+    const b = c.body;
     const report = await this.ops.deadJobs.redrive({
       ids: [jobId],
-      by: this.who(r.req, strParam('by', b.by, 100)),
-      reason: strParam('reason', b.reason, 1000) ?? null,
-      maxAttempts: intParam('maxAttempts', b.maxAttempts, 1, 100) ?? null,
-      fromScratch: boolParam('fromScratch', b.fromScratch),
+      by: this.who(c.req, b.by),
+      reason: b.reason ?? null,
+      maxAttempts: b.maxAttempts ?? null,
+      fromScratch: b.fromScratch ?? false,
     });
     const job = report.jobs[0];
     if (job) return { status: 200, body: { ...deadJobView(job), redriven: true } };
@@ -262,9 +223,9 @@ export class OpsRoutes {
     };
   }
 
-  private async discardOne(r: OpsRequest, jobId: string): Promise<OpsReply> {
-    const b = await body(r.req, ['by', 'reason'], true);
-    const report = await this.ops.deadJobs.discard({ ids: [jobId], by: this.who(r.req, strParam('by', b.by, 100)), reason: strParam('reason', b.reason, 1000, true)! });
+  private async discardOne(c: Ctx<unknown, In<typeof DiscardOne>>): Promise<OpsReply> {
+    const jobId = c.params.id!;
+    const report = await this.ops.deadJobs.discard({ ids: [jobId], by: this.who(c.req, c.body.by), reason: c.body.reason });
     const job = report.jobs[0];
     if (job) return { status: 200, body: deadJobView(job) };
     const why = report.skipped[0]!;
@@ -272,66 +233,57 @@ export class OpsRoutes {
     return { status: 409, body: { error: { code: why.state === 'dead' ? 'already_discarded' : 'job_not_dead', message: `job ${jobId} was not discarded: ${why.reason}` } } };
   }
 
-  private async redriveMany(r: OpsRequest): Promise<OpsReply> {
-    const b = await body(r.req, ['ids', 'type', 'since', 'until', 'all', 'by', 'reason', 'maxAttempts', 'fromScratch', 'dryRun'], true);
+  private async redriveMany(c: Ctx<unknown, In<typeof RedriveMany>>): Promise<OpsReply> {
+    const b = c.body;
     const report = await this.ops.deadJobs.redrive({
       ...filterFrom(b),
-      by: this.who(r.req, strParam('by', b.by, 100)),
-      reason: strParam('reason', b.reason, 1000) ?? null,
-      maxAttempts: intParam('maxAttempts', b.maxAttempts, 1, 100) ?? null,
-      fromScratch: boolParam('fromScratch', b.fromScratch),
-      dryRun: boolParam('dryRun', b.dryRun),
+      by: this.who(c.req, b.by),
+      reason: b.reason ?? null,
+      maxAttempts: b.maxAttempts ?? null,
+      fromScratch: b.fromScratch ?? false,
+      dryRun: b.dryRun ?? false,
     });
     return { status: 200, body: { dryRun: report.dryRun, redriven: report.jobs.map(deadJobView), wouldRedrive: report.wouldRedrive, skipped: report.skipped } };
   }
 
-  private async discardMany(r: OpsRequest): Promise<OpsReply> {
-    const b = await body(r.req, ['ids', 'type', 'since', 'until', 'all', 'by', 'reason'], true);
-    const report = await this.ops.deadJobs.discard({ ...filterFrom(b), by: this.who(r.req, strParam('by', b.by, 100)), reason: strParam('reason', b.reason, 1000, true)! });
+  private async discardMany(c: Ctx<unknown, In<typeof DiscardMany>>): Promise<OpsReply> {
+    const report = await this.ops.deadJobs.discard({ ...filterFrom(c.body), by: this.who(c.req, c.body.by), reason: c.body.reason });
     return { status: 200, body: { discarded: report.jobs.map(deadJobView), skipped: report.skipped } };
   }
 
-  private async dlqLook(r: OpsRequest): Promise<OpsReply> {
-    checkQuery(r.query, ['limit', 'poison']);
-    const report = await this.dlq().look(intParam('limit', r.query.get('limit'), 1, 10_000, 1000)!);
-    const letters = boolParam('poison', r.query.get('poison')) ? report.letters.filter((l) => l.verdict === 'keep' && l.jobState === null) : report.letters;
+  private async dlqLook(c: Ctx<In<typeof DlqQuery>>): Promise<OpsReply> {
+    const report = await this.dlq().look(c.query.limit ?? 1000);
+    const letters = c.query.poison ? report.letters.filter((l) => l.verdict === 'keep' && l.jobState === null) : report.letters;
     return { status: 200, body: dlqView({ ...report, letters }) };
   }
 
-  private async dlqRedrive(r: OpsRequest): Promise<OpsReply> {
-    const b = await body(r.req, ['dryRun', 'move', 'limit', 'rate', 'by']);
-    const rate = intParam('rate', b.rate, 1, 500);
+  private async dlqRedrive(c: Ctx<unknown, In<typeof DlqRedrive>>): Promise<OpsReply> {
+    const b = c.body;
     const report = await this.dlq().redrive({
-      by: this.who(r.req, strParam('by', b.by, 100)),
-      dryRun: boolParam('dryRun', b.dryRun),
-      move: boolParam('move', b.move),
-      limit: intParam('limit', b.limit, 1, 100_000, 1000)!,
-      ...(rate ? { maxPerSecond: rate } : {}),
+      by: this.who(c.req, b.by),
+      dryRun: b.dryRun ?? false,
+      move: b.move ?? false,
+      limit: b.limit ?? 1000,
+      ...(b.rate ? { maxPerSecond: b.rate } : {}),
     });
     return { status: report.refused ? 409 : 200, body: report.refused ? { error: { code: 'move_refused', message: report.refused }, ...dlqView(report) } : dlqView(report) };
   }
 
-  private async dlqDiscard(r: OpsRequest): Promise<OpsReply> {
-    const b = await body(r.req, ['messageIds', 'reason', 'by'], true);
-    if (!Array.isArray(b.messageIds) || b.messageIds.length === 0 || b.messageIds.length > 1000 || b.messageIds.some((x) => typeof x !== 'string' || x.length < 1 || x.length > 200)) {
-      throw new HttpError(400, 'invalid_field', 'messageIds: must be an array of 1 to 1000 message ids (see GET /v1/dlq/messages)', 'messageIds');
-    }
-    const report = await this.dlq().discard({ messageIds: b.messageIds as string[], by: this.who(r.req, strParam('by', b.by, 100)), reason: strParam('reason', b.reason, 1000, true)! });
+  private async dlqDiscard(c: Ctx<unknown, In<typeof DlqDiscard>>): Promise<OpsReply> {
+    const report = await this.dlq().discard({ messageIds: c.body.messageIds, by: this.who(c.req, c.body.by), reason: c.body.reason });
     return { status: 200, body: { ...dlqView(report), notFound: report.notFound } };
   }
 
-  private async dlqMoves(r: OpsRequest): Promise<OpsReply> {
-    checkQuery(r.query, []);
+  private async dlqMoves(): Promise<OpsReply> {
     const dlq = this.dlq();
     return { status: 200, body: { local: dlq.local, moveTasks: await dlq.moveTasks() } };
   }
 
-  private async dlqMoveCancel(r: OpsRequest): Promise<OpsReply> {
-    const b = await body(r.req, ['taskHandle', 'by'], true);
-    const taskHandle = strParam('taskHandle', b.taskHandle, 2048, true)!;
+  private async dlqMoveCancel(c: Ctx<unknown, In<typeof MoveCancel>>): Promise<OpsReply> {
+    const taskHandle = c.body.taskHandle;
     const dlq = this.dlq();
     try {
-      const done = await dlq.cancelMove({ taskHandle, by: this.who(r.req, strParam('by', b.by, 100)) });
+      const done = await dlq.cancelMove({ taskHandle, by: this.who(c.req, c.body.by) });
       return { status: 200, body: { cancelled: true, ...done } };
     } catch (err) {
       if (!(err instanceof MoveCancelError)) throw err;
@@ -343,28 +295,20 @@ export class OpsRoutes {
     }
   }
 
-  private async poison(r: OpsRequest): Promise<OpsReply> {
-    checkQuery(r.query, ['reason', 'since', 'includeResolved', 'limit', 'cursor']);
-    const reason = r.query.get('reason');
-    if (reason !== null && reason !== 'unparseable-body' && reason !== 'unknown-job') {
-      throw new HttpError(400, 'invalid_field', 'reason: must be unparseable-body or unknown-job', 'reason');
-    }
-    const cursor = r.query.get('cursor');
-    if (cursor !== null && !/^\d{1,18}$/.test(cursor)) throw new HttpError(400, 'invalid_query', 'cursor: is not a cursor this listing returned', 'cursor');
-    const since = timeParam('since', r.query.get('since'));
+  private async poison(c: Ctx<In<typeof PoisonQuery>>): Promise<OpsReply> {
+    const q = c.query;
     const page = await listPoisonMessages(this.ops.pool, {
-      limit: intParam('limit', r.query.get('limit'), 1, 200, 50)!,
-      includeResolved: boolParam('includeResolved', r.query.get('includeResolved')),
-      ...(reason ? { reason: reason as PoisonReason } : {}),
-      ...(since ? { since } : {}),
-      ...(cursor ? { before: cursor } : {}),
+      limit: q.limit ?? 50,
+      includeResolved: q.includeResolved ?? false,
+      ...(q.reason ? { reason: q.reason as PoisonReason } : {}),
+      ...(q.since ? { since: q.since } : {}),
+      ...(q.cursor ? { before: q.cursor } : {}),
     });
     return { status: 200, body: page };
   }
 
-  private async stuck(r: OpsRequest): Promise<OpsReply> {
-    checkQuery(r.query, ['limit']);
-    const stuck = await findStuckJobs(this.ops.pool, this.ops.registry, this.ops.stuck, intParam('limit', r.query.get('limit'), 1, 1000, 100)!);
+  private async stuck(c: Ctx<In<typeof StuckQuery>>): Promise<OpsReply> {
+    const stuck = await findStuckJobs(this.ops.pool, this.ops.registry, this.ops.stuck, c.query.limit ?? 100);
     return {
       status: 200,
       body: {

@@ -1,6 +1,7 @@
 // The HTTP JSON API of the job platform (`jobs api`): enqueue, read, list and cancel jobs, for
-// the ERP and for people. Plain node:http, no framework: the routes are few, and the API image
-// stays a small bundle with nothing to patch but Node itself.
+// the ERP and for people. Plain node:http and the HTTP kernel (kernel.ts: routing, parameter,
+// query and body schemas, errors), no framework: the API image stays a small bundle. The job
+// routes, the on-call routes and the live view's are three route tables the kernel answers.
 //
 // Every request is checked before anything reaches the database: a malformed body, an unknown
 // field, a bad id or query parameter is a 4xx that names the field and the reason, in the shape
@@ -17,14 +18,13 @@ import type pg from 'pg';
 import { MAX_PAYLOAD_BYTES, type EnqueueSpec, type JobClient } from '../store/client.ts';
 import { ENV } from '../config/env.ts';
 import { pendingMigrations } from '../db/migrate.ts';
-import { isDatabaseUnavailable } from '../db/unavailable.ts';
-import { ValidationError } from '../domain/errors.ts';
-import { isJobId, parseIsoTime } from '../domain/ids.ts';
+import { ISO_TIME_PATTERN, isJobId, parseIsoTime } from '../domain/ids.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import type { LiveRoutes } from './live-routes.ts';
 import type { OpsRoutes } from './oncall-routes.ts';
 import type { Logger } from '../observability/log.ts';
-import { callerAddress, HttpError, isPlainObject, jobView, readJson, send, toHttpError, type JobView } from './kernel.ts';
+import { z } from 'zod';
+import { callerAddress, dispatch, HttpError, jobId, jobView, optional, route, send, toHttpError, type Reply, type Route, type RouteContext, type RouteTable } from './kernel.ts';
 
 export { callerAddress, HttpError, isPlainObject, jobView, MAX_JSON_DEPTH, readJson, type JobView } from './kernel.ts';
 import { JOB_STATES, type Job, type JobState } from '../domain/job.ts';
@@ -62,8 +62,31 @@ export const MAX_PAGE_SIZE = 200;
 /** The registry's rule for type names (a filter that cannot name a type is a typo, not an empty page). */
 const TYPE_NAME = /^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$/;
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
-const ENQUEUE_FIELDS = ['type', 'payload', 'idempotencyKey', 'maxAttempts', 'runAt'] as const;
-const LIST_PARAMS = ['state', 'type', 'limit', 'cursor'] as const;
+
+/**
+ * The body of POST /v1/jobs. The HTTP layer checks the envelope; JobClient.validate, the path a
+ * library caller takes too, checks the type against the registry, the payload with the type's
+ * schema, its size, and the due time's range, with the same messages.
+ */
+export function enqueueBody(registry: JobRegistry) {
+  const maxAttemptsError = (iss: { input?: unknown }) => `must be a whole number from 1 to 100 (got ${String(iss.input)})`;
+  const runAtError = (iss: { input?: unknown }) => `must be an ISO 8601 timestamp with an offset, e.g. 2026-12-01T06:00:00Z (got ${JSON.stringify(iss.input)?.slice(0, 80)})`;
+  return z.strictObject({
+    type: z.string({ error: 'is required and must be a string' }).meta({ description: 'the job type', enum: registry.types() }),
+    payload: z
+      .unknown()
+      .optional()
+      .meta({ description: "the job type's payload (components.schemas[type]); default {}", anyOf: registry.types().map((t) => ({ $ref: `#/components/schemas/${t}` })) }),
+    idempotencyKey: z
+      .string({ error: 'must be a string of 1 to 200 characters' })
+      .min(1, { error: 'must be a string of 1 to 200 characters' })
+      .max(200, { error: 'must be a string of 1 to 200 characters' })
+      .nullish()
+      .meta({ description: 'a second enqueue with the same (type, key) while the first job is active returns that job with duplicate: true' }),
+    maxAttempts: z.int({ error: maxAttemptsError }).min(1, { error: maxAttemptsError }).max(100, { error: maxAttemptsError }).nullish(),
+    runAt: z.string({ error: runAtError }).regex(ISO_TIME_PATTERN, { error: runAtError }).nullish().meta({ description: 'do not start before this time (ISO 8601 with an offset)' }),
+  });
+}
 
 interface Cursor {
   createdAt: Date;
@@ -93,29 +116,6 @@ export function decodeCursor(raw: string): Cursor {
 
 // --- Server -----------------------------------------------------------------------------------
 
-interface Ctx {
-  req: http.IncomingMessage;
-  res: http.ServerResponse;
-  requestId: string;
-  path: string;
-  query: URLSearchParams;
-  params: string[];
-}
-
-type Handler = (ctx: Ctx) => Promise<Reply>;
-
-interface Reply {
-  status: number;
-  body: unknown;
-  headers?: Record<string, string>;
-}
-
-interface Route {
-  /** Segments; `:id` matches one segment, which must be a UUID. */
-  pattern: string[];
-  methods: Record<string, Handler>;
-}
-
 export function createApiServer(opts: ApiServerOptions): http.Server {
   const { client, registry, log } = opts;
   const maxBodyBytes = opts.maxBodyBytes ?? 2 * MAX_PAYLOAD_BYTES;
@@ -123,17 +123,59 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
   const clientDigest = opts.apiToken ? sha256(opts.apiToken) : null;
   const operatorDigest = opts.operatorToken ? sha256(opts.operatorToken) : null;
 
-  const routes: Route[] = [
-    { pattern: ['healthz'], methods: { GET: async () => ({ status: 200, body: { status: 'ok' } }) } },
-    { pattern: ['readyz'], methods: { GET: (ctx) => readyz(ctx) } },
-    { pattern: ['v1', 'jobs'], methods: { GET: (ctx) => listJobs(ctx), POST: (ctx) => enqueue(ctx) } },
-    { pattern: ['v1', 'jobs', ':id'], methods: { GET: (ctx) => getJob(ctx) } },
-    { pattern: ['v1', 'jobs', ':id', 'cancel'], methods: { POST: (ctx) => cancelJob(ctx) } },
-    { pattern: ['v1', 'job-types'], methods: { GET: async () => ({ status: 200, body: { jobTypes: jobTypes() } }) } },
-    { pattern: ['v1', 'stats'], methods: { GET: async () => ({ status: 200, body: { jobs: await client.store.countByState() } }) } },
-  ];
+  const typeError = () => `must be a job type name such as ledger.post (lower-case dotted words); known types: ${registry.types().join(', ')}`;
+  const listQuery = z.object({
+    state: z.enum(JOB_STATES, { error: (iss) => `must be one of ${JOB_STATES.join(', ')} (got ${JSON.stringify(String(iss.input).slice(0, 40))})` }).optional(),
+    type: z.string().max(100, { error: typeError }).regex(TYPE_NAME, { error: typeError }).optional(),
+    limit: z
+      .string()
+      .regex(/^\d{1,6}$/, { error: (iss) => `must be a whole number from 1 to ${MAX_PAGE_SIZE} (got ${JSON.stringify(String(iss.input).slice(0, 40))})` })
+      .refine((v) => Number(v) >= 1 && Number(v) <= MAX_PAGE_SIZE, { error: (iss) => `must be a whole number from 1 to ${MAX_PAGE_SIZE} (got ${JSON.stringify(String(iss.input).slice(0, 40))})` })
+      .transform(Number)
+      .optional()
+      .meta({ description: `page size, 1 to ${MAX_PAGE_SIZE}; default ${DEFAULT_PAGE_SIZE}` }),
+    cursor: z.string().optional().meta({ description: 'nextCursor of the previous page, unchanged' }),
+  });
+  const id = { id: jobId() };
+  const byError = 'must be a string of 1 to 100 characters naming who cancels (a person or a system)';
 
-  async function readyz(ctx: Ctx): Promise<Reply> {
+  const jobRoutes: Route[] = [
+    route({ method: 'GET', path: '/healthz', summary: 'liveness: the process answers', handle: async () => ({ status: 200, body: { status: 'ok' } }) }),
+    route({ method: 'GET', path: '/readyz', summary: 'readiness: the database answers and has every migration', handle: (ctx) => readyz(ctx) }),
+    route({ method: 'GET', path: '/v1/jobs', summary: 'list jobs, newest first, a page at a time', query: listQuery, handle: (ctx) => listJobs(ctx) }),
+    route({
+      method: 'POST',
+      path: '/v1/jobs',
+      summary: 'enqueue a job (201; 200 with duplicate: true for an active job with the same type and idempotency key)',
+      body: enqueueBody(registry),
+      bodyRequired: true,
+      maxBodyBytes,
+      limitHint: `a job payload may be at most ${MAX_PAYLOAD_BYTES} bytes (store large inputs in a table and pass their id)`,
+      fieldsOf: 'a job',
+      handle: (ctx) => enqueue(ctx),
+    }),
+    route({ method: 'GET', path: '/v1/jobs/:id', summary: 'one job', params: id, handle: (ctx) => getJob(ctx) }),
+    route({
+      method: 'POST',
+      path: '/v1/jobs/:id/cancel',
+      summary: 'cancel a pending or running job (409 when it already finished)',
+      params: id,
+      body: z.strictObject({
+        by: optional(z.string({ error: byError }).trim().min(1, { error: byError }).max(100, { error: byError })).meta({ description: 'who cancels: a person or a system' }),
+      }),
+      maxBodyBytes: 4096,
+      fieldsOf: 'a cancel request',
+      handle: (ctx) => cancelJob(ctx),
+    }),
+    route({ method: 'GET', path: '/v1/job-types', summary: 'the job types this build knows, with their payload fields', handle: async () => ({ status: 200, body: { jobTypes: jobTypes() } }) }),
+    route({ method: 'GET', path: '/v1/stats', summary: 'jobs by state', handle: async () => ({ status: 200, body: { jobs: await client.store.countByState() } }) }),
+  ];
+  const jobTable: RouteTable = {
+    routes: jobRoutes,
+    notFound: (method, path) => new HttpError(404, 'not_found', `no route ${method} ${path.slice(0, 200)}; see GET /v1/job-types, /v1/jobs, /v1/jobs/{id}, POST /v1/jobs, /v1/jobs/{id}/cancel`),
+  };
+
+  async function readyz(ctx: RouteContext): Promise<Reply> {
     let timer: NodeJS.Timeout | undefined;
     try {
       const pending = await Promise.race([
@@ -167,24 +209,14 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
     });
   }
 
-  async function enqueue(ctx: Ctx): Promise<Reply> {
-    const body = await readJson(ctx.req, maxBodyBytes, {
-      required: true,
-      limitHint: `a job payload may be at most ${MAX_PAYLOAD_BYTES} bytes (store large inputs in a table and pass their id)`,
-    });
-    if (!isPlainObject(body)) throw new HttpError(400, 'invalid_body', 'body: must be a JSON object { type, payload, idempotencyKey?, maxAttempts?, runAt? }', 'body');
-    for (const k of Object.keys(body)) {
-      // A misspelt optional field (idempotency_key) would otherwise be dropped silently: a second job instead of a duplicate.
-      if (!(ENQUEUE_FIELDS as readonly string[]).includes(k)) {
-        throw new HttpError(400, 'invalid_field', `${k}: is not a field of a job (allowed: ${ENQUEUE_FIELDS.join(', ')})`, k);
-      }
-    }
+  async function enqueue(ctx: RouteContext<unknown, z.output<ReturnType<typeof enqueueBody>>>): Promise<Reply> {
+    const body = ctx.body;
     const spec: EnqueueSpec = {
-      type: body.type as string,
+      type: body.type,
       payload: body.payload,
-      idempotencyKey: body.idempotencyKey as string | null | undefined,
-      maxAttempts: body.maxAttempts as number | null | undefined,
-      runAt: body.runAt as string | null | undefined,
+      idempotencyKey: body.idempotencyKey,
+      maxAttempts: body.maxAttempts,
+      runAt: body.runAt,
     };
     const [r] = await client.enqueueNow(spec);
     const { job, duplicate } = r!;
@@ -195,44 +227,22 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
     };
   }
 
-  async function getJob(ctx: Ctx): Promise<Reply> {
-    const id = ctx.params[0]!;
+  async function getJob(ctx: RouteContext): Promise<Reply> {
+    const id = ctx.params.id!;
     const job = await client.store.get(id);
     if (!job) throw notFound(id);
     return { status: 200, body: jobView(job) };
   }
 
-  async function listJobs(ctx: Ctx): Promise<Reply> {
-    const q = ctx.query;
-    for (const k of new Set(q.keys())) {
-      if (!(LIST_PARAMS as readonly string[]).includes(k)) {
-        throw new HttpError(400, 'invalid_query', `${k}: is not a parameter of this list (allowed: ${LIST_PARAMS.join(', ')})`, k);
-      }
-      if (q.getAll(k).length > 1) throw new HttpError(400, 'invalid_query', `${k}: given more than once`, k);
-    }
-    const state = q.get('state');
-    if (state !== null && !(JOB_STATES as readonly string[]).includes(state)) {
-      throw new HttpError(400, 'invalid_query', `state: must be one of ${JOB_STATES.join(', ')} (got ${JSON.stringify(state.slice(0, 40))})`, 'state');
-    }
-    const type = q.get('type');
-    if (type !== null && (type.length > 100 || !TYPE_NAME.test(type))) {
-      throw new HttpError(400, 'invalid_query', `type: must be a job type name such as ledger.post (lower-case dotted words); known types: ${registry.types().join(', ')}`, 'type');
-    }
-    const rawLimit = q.get('limit');
-    let limit = DEFAULT_PAGE_SIZE;
-    if (rawLimit !== null) {
-      limit = /^\d{1,6}$/.test(rawLimit) ? Number(rawLimit) : NaN;
-      if (!(limit >= 1 && limit <= MAX_PAGE_SIZE)) {
-        throw new HttpError(400, 'invalid_query', `limit: must be a whole number from 1 to ${MAX_PAGE_SIZE} (got ${JSON.stringify(rawLimit.slice(0, 40))})`, 'limit');
-      }
-    }
-    const rawCursor = q.get('cursor');
-    const after = rawCursor !== null && rawCursor !== '' ? decodeCursor(rawCursor) : undefined;
+  async function listJobs(ctx: RouteContext<z.output<typeof listQuery>>): Promise<Reply> {
+    const { state, type, cursor } = ctx.query;
+    const limit = ctx.query.limit ?? DEFAULT_PAGE_SIZE;
+    const after = cursor !== undefined && cursor !== '' ? decodeCursor(cursor) : undefined;
     // One row more than asked tells whether there is a next page, without an empty last page.
     const rows = await client.store.list({
       limit: limit + 1,
-      ...(state !== null ? { state: state as JobState } : {}),
-      ...(type !== null ? { type } : {}),
+      ...(state !== undefined ? { state: state as JobState } : {}),
+      ...(type !== undefined ? { type } : {}),
       ...(after ? { after } : {}),
     });
     const page = rows.slice(0, limit);
@@ -240,22 +250,9 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
     return { status: 200, body: { jobs: page.map((j) => jobView(j)), nextCursor: rows.length > limit && last ? encodeCursor(last) : null } };
   }
 
-  async function cancelJob(ctx: Ctx): Promise<Reply> {
-    const id = ctx.params[0]!;
-    const body = await readJson(ctx.req, 4096, { required: false });
-    let by: string | undefined;
-    if (body !== undefined) {
-      if (!isPlainObject(body)) throw new HttpError(400, 'invalid_body', 'body: must be a JSON object { by? } or empty', 'body');
-      for (const k of Object.keys(body)) {
-        if (k !== 'by') throw new HttpError(400, 'invalid_field', `${k}: is not a field of a cancel request (allowed: by)`, k);
-      }
-      if (body.by !== undefined && body.by !== null) {
-        if (typeof body.by !== 'string' || body.by.trim().length < 1 || body.by.length > 100) {
-          throw new HttpError(400, 'invalid_field', 'by: must be a string of 1 to 100 characters naming who cancels (a person or a system)', 'by');
-        }
-        by = body.by.trim();
-      }
-    }
+  async function cancelJob(ctx: RouteContext<unknown, { by?: string | undefined }>): Promise<Reply> {
+    const id = ctx.params.id!;
+    const by = ctx.body.by;
     // Who asked, as far as the API can tell: a shared token names no person, so record the
     // caller's address beside the name they give.
     const cancelledBy = by ? `${by} (api, ${callerAddress(ctx.req)})` : `api, ${callerAddress(ctx.req)}`;
@@ -310,28 +307,6 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
     });
   }
 
-  function resolve(method: string, path: string): { route: Route; handler?: Handler; params: string[] } | null {
-    const segments = path.split('/').slice(1);
-    for (const route of routes) {
-      if (route.pattern.length !== segments.length) continue;
-      const params: string[] = [];
-      let match = true;
-      for (let i = 0; i < segments.length; i++) {
-        const p = route.pattern[i]!;
-        const s = segments[i]!;
-        if (p === ':id' && s !== '') params.push(s);
-        else if (p !== s) {
-          match = false;
-          break;
-        }
-      }
-      if (!match) continue;
-      const handler = Object.hasOwn(route.methods, method) ? route.methods[method] : method === 'HEAD' ? route.methods.GET : undefined;
-      return { route, params, ...(handler ? { handler } : {}) };
-    }
-    return null;
-  }
-
   async function handle(req: http.IncomingMessage, res: http.ServerResponse, requestId: string): Promise<Reply> {
     const rawUrl = req.url ?? '/';
     const q = rawUrl.indexOf('?');
@@ -343,26 +318,17 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
     // needs the same token as /v1. Routes and reasoning: runtime/http/live-routes.ts.
     if (opts.live && (path === '/' || path === '/live' || path.startsWith('/live/'))) {
       if (path !== '/') authorize(req, 'client');
-      return opts.live.handle(req, res, path, query);
+      return dispatch(opts.live.table, { req, res, requestId, method, path, query });
     }
     // --- On-call (issue 7): dead jobs, the DLQ, poison messages, stuck jobs, under /v1 behind the
     // operator token when one is configured (they redrive, discard and reveal raw message bodies;
     // an ERP client has no business there). Routes and reasoning: runtime/http/oncall-routes.ts.
     if (opts.ops?.owns(path)) {
       authorize(req, 'operator');
-      return opts.ops.handle({ req, method, path, query });
+      return dispatch(opts.ops.table, { req, res, requestId, method, path, query });
     }
     if (path === '/v1' || path.startsWith('/v1/')) authorize(req, 'client');
-    const found = resolve(method, path);
-    if (!found) throw new HttpError(404, 'not_found', `no route ${method} ${path.slice(0, 200)}; see GET /v1/job-types, /v1/jobs, /v1/jobs/{id}, POST /v1/jobs, /v1/jobs/{id}/cancel`);
-    if (!found.handler) {
-      const allow = Object.keys(found.route.methods).flatMap((m) => (m === 'GET' ? ['GET', 'HEAD'] : [m]));
-      throw new HttpError(405, 'method_not_allowed', `${method} is not allowed on ${path}; allowed: ${allow.join(', ')}`, undefined, { allow: allow.join(', ') });
-    }
-    for (const p of found.params) {
-      if (!isJobId(p)) throw new HttpError(400, 'invalid_id', `id: must be a job id (a UUID), got ${JSON.stringify(p.slice(0, 60))}`, 'id');
-    }
-    return found.handler({ req, res, requestId, path, query, params: found.params.map((p) => p.toLowerCase()) });
+    return dispatch(jobTable, { req, res, requestId, method, path, query });
   }
 
   function onRequest(req: http.IncomingMessage, res: http.ServerResponse): void {
