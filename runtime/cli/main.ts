@@ -183,10 +183,11 @@ export async function main(argv: string[]): Promise<number> {
       const { values, positionals } = parseArgs({
         args: rest,
         allowPositionals: true,
-        options: { payload: { type: 'string', default: '{}' }, key: { type: 'string' }, 'max-attempts': { type: 'string' }, 'run-at': { type: 'string' }, json: { type: 'boolean' } },
+        options: { payload: { type: 'string' }, key: { type: 'string' }, 'max-attempts': { type: 'string' }, 'run-at': { type: 'string' }, json: { type: 'boolean' } },
       });
       const type = positionals[0];
       if (!type) throw new UsageError('jobs enqueue TYPE --payload JSON: the job type is missing');
+      if (values.payload === undefined) throw new UsageError(`jobs enqueue ${type}: --payload is required (a JSON object, e.g. --payload '{"batch":"B-1","entries":10}' for ledger.post; \`jobs types\` lists the types)`);
       let payload: unknown;
       try {
         payload = JSON.parse(values.payload!);
@@ -312,8 +313,36 @@ function quietSdkNodeVersionNotice(): void {
   process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 }
 
+/**
+ * The usage lines of one command (and subcommand), from USAGE: what `jobs dead redrive --help`
+ * prints, and what follows a usage error so the person sees the valid options.
+ */
+export function usageFor(argv: string[]): string | null {
+  const [command, sub] = argv.filter((a) => !a.startsWith('-'));
+  if (!command) return null;
+  const lines = USAGE.split('\n');
+  const picked: string[] = [];
+  let taking = false;
+  for (const line of lines) {
+    const m = /^ {2}jobs (\S+)(?: (\S+))?/.exec(line);
+    if (m) taking = m[1] === command && (!sub || !m[2] || m[2] === sub || !/^[a-z-]+(\|[a-z-]+)*$/.test(m[2]));
+    else if (!/^ {10,}\S/.test(line)) taking = false;
+    if (taking) picked.push(line);
+  }
+  // A subcommand this command does not have: show every form of the command.
+  if (picked.length === 0 && sub) return usageFor([command]);
+  return picked.length > 0 ? picked.join('\n') : null;
+}
+
 export async function cli(argv = process.argv.slice(2)): Promise<void> {
   quietSdkNodeVersionNotice();
+  if (argv.length > 1 && (argv.includes('--help') || argv.includes('-h'))) {
+    const usage = usageFor(argv);
+    if (usage) {
+      process.stdout.write(`usage:\n${usage}\n`);
+      process.exit(0);
+    }
+  }
   try {
     const code = await main(argv);
     if (code >= 0) process.exit(code);
@@ -322,6 +351,8 @@ export async function cli(argv = process.argv.slice(2)): Promise<void> {
     const parseArgsError = typeof (err as { code?: unknown }).code === 'string' && (err as { code: string }).code.startsWith('ERR_PARSE_ARGS');
     if (err instanceof UsageError || err instanceof ValidationError || err instanceof ConfigError || parseArgsError) {
       process.stderr.write(`jobs: ${(err as Error).message}\n`);
+      const usage = err instanceof ConfigError ? null : usageFor(argv);
+      if (usage) process.stderr.write(`usage:\n${usage}\n`);
       process.exit(2);
     }
     process.stderr.write(`jobs: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);

@@ -81,3 +81,24 @@ describe('jobs command', () => {
     expect(r.stderr).toMatch(/no job/);
   });
 });
+
+describe('help and usage errors', () => {
+  it('every command answers --help with its own usage (exit 0), not a parse error', async () => {
+    const r = await jobs(['dead', 'redrive', '--help']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^usage:\n  jobs dead redrive \(ID… \| --type T/);
+    expect(r.stdout).not.toMatch(/jobs dead list/);
+    const show = await jobs(['show', '01900000-0000-7000-8000-000000000000', '--help']);
+    expect(show.code).toBe(0);
+    expect(show.stdout).toMatch(/jobs show ID \[--json\] \[--watch/);
+  });
+
+  it('an unknown option says which, then the valid ones (exit 2); enqueue without --payload says it is required', async () => {
+    const r = await jobs(['dead', 'redrive', '--frob']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/Unknown option '--frob'[\s\S]*usage:\n  jobs dead redrive .*--max-attempts N/);
+    const e = await jobs(['enqueue', 'ledger.post']);
+    expect(e.code).toBe(2);
+    expect(e.stderr).toMatch(/^jobs: jobs enqueue ledger\.post: --payload is required/);
+  });
+});
