@@ -1,7 +1,8 @@
 // The HTTP JSON API of the job platform (`jobs api`): enqueue, read, list and cancel jobs, for
 // the ERP and for people. Plain node:http and the HTTP kernel (kernel.ts: routing, parameter,
 // query and body schemas, errors), no framework: the API image stays a small bundle. The job
-// routes, the on-call routes and the live view's are three route tables the kernel answers.
+// routes, the on-call routes and the live view's are three route tables the kernel answers;
+// GET /v1/openapi.json is the OpenAPI document built from those same tables and schemas.
 //
 // Every request is checked before anything reaches the database: a malformed body, an unknown
 // field, a bad id or query parameter is a 4xx that names the field and the reason, in the shape
@@ -24,7 +25,7 @@ import type { LiveRoutes } from './live-routes.ts';
 import type { OpsRoutes } from './oncall-routes.ts';
 import type { Logger } from '../observability/log.ts';
 import { z } from 'zod';
-import { callerAddress, dispatch, HttpError, jobId, jobView, optional, route, send, toHttpError, type Reply, type Route, type RouteContext, type RouteTable } from './kernel.ts';
+import { callerAddress, dispatch, HttpError, jobId, jobView, openApiDocument, optional, route, send, toHttpError, type Reply, type Route, type RouteContext, type RouteTable } from './kernel.ts';
 
 export { callerAddress, HttpError, isPlainObject, jobView, MAX_JSON_DEPTH, readJson, type JobView } from './kernel.ts';
 import { JOB_STATES, type Job, type JobState } from '../domain/job.ts';
@@ -76,7 +77,7 @@ export function enqueueBody(registry: JobRegistry) {
     payload: z
       .unknown()
       .optional()
-      .meta({ description: "the job type's payload (components.schemas[type]); default {}", anyOf: registry.types().map((t) => ({ $ref: `#/components/schemas/${t}` })) }),
+      .meta({ description: "the job type's payload; default {}" }),
     idempotencyKey: z
       .string({ error: 'must be a string of 1 to 200 characters' })
       .min(1, { error: 'must be a string of 1 to 200 characters' })
@@ -115,6 +116,13 @@ export function decodeCursor(raw: string): Cursor {
 }
 
 // --- Server -----------------------------------------------------------------------------------
+
+const servedRoutes = new WeakMap<http.Server, Route[]>();
+
+/** Every route `server` answers under /v1 and the health checks (the job and on-call tables): what its OpenAPI document must list. */
+export function routesOf(server: http.Server): Route[] {
+  return servedRoutes.get(server) ?? [];
+}
 
 export function createApiServer(opts: ApiServerOptions): http.Server {
   const { client, registry, log } = opts;
@@ -169,11 +177,26 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
     }),
     route({ method: 'GET', path: '/v1/job-types', summary: 'the job types this build knows, with their payload fields', handle: async () => ({ status: 200, body: { jobTypes: jobTypes() } }) }),
     route({ method: 'GET', path: '/v1/stats', summary: 'jobs by state', handle: async () => ({ status: 200, body: { jobs: await client.store.countByState() } }) }),
+    route({ method: 'GET', path: '/v1/openapi.json', summary: 'this API as an OpenAPI 3.1 document, built from the route tables and their schemas', handle: async () => ({ status: 200, body: openApi() }) }),
   ];
   const jobTable: RouteTable = {
     routes: jobRoutes,
-    notFound: (method, path) => new HttpError(404, 'not_found', `no route ${method} ${path.slice(0, 200)}; see GET /v1/job-types, /v1/jobs, /v1/jobs/{id}, POST /v1/jobs, /v1/jobs/{id}/cancel`),
+    notFound: (method, path) => new HttpError(404, 'not_found', `no route ${method} ${path.slice(0, 200)}; see GET /v1/openapi.json, /v1/job-types, /v1/jobs, /v1/jobs/{id}, POST /v1/jobs, /v1/jobs/{id}/cancel`),
   };
+
+  let document: Record<string, unknown> | undefined;
+  /** Built once, on first request: the tables do not change while the server runs. */
+  function openApi(): Record<string, unknown> {
+    document ??= openApiDocument(
+      { title: 'ERP job platform API', version: '1', description: 'Enqueue, read, list and cancel jobs; the on-call routes need the operator token when one is set.' },
+      [
+        { routes: jobRoutes.filter((r) => !r.path.startsWith('/v1/')), security: 'none' },
+        { routes: jobRoutes.filter((r) => r.path.startsWith('/v1/')), security: 'client' },
+        ...(opts.ops ? [{ routes: opts.ops.table.routes, security: 'operator' as const }] : []),
+      ],
+    );
+    return document;
+  }
 
   async function readyz(ctx: RouteContext): Promise<Reply> {
     let timer: NodeJS.Timeout | undefined;
@@ -377,6 +400,7 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
   }
 
   const server = http.createServer({ requestTimeout: 60_000, headersTimeout: 20_000 }, onRequest);
+  servedRoutes.set(server, [...jobRoutes, ...(opts.ops?.table.routes ?? [])]);
   // Behind an ALB: keep idle connections open longer than the load balancer's 60 s idle timeout,
   // so the load balancer, not the task, closes them (a task-side close races a new request: 502).
   server.keepAliveTimeout = 65_000;
