@@ -1,0 +1,140 @@
+// Completing a job's attempt: every state write after the handler, each fenced by the lease
+// token (DESIGN 2, 3). Success commits with the handler's own transaction when it opened one, or
+// in a batch with other jobs (one UPDATE for many) when it wrote nothing; a failure goes back to
+// pending with backoff or, at the cap, to dead and the DLQ; a graceful stop releases what is left.
+// The message follows the row: deleted when the job is done, hidden until a retry is due.
+
+import { backoffSeconds } from '../domain/backoff.ts';
+import { errorToJson } from '../domain/errors.ts';
+import { attemptsUsed, type Job, type Progress } from '../domain/job.ts';
+import { isDatabaseUnavailable } from '../db/unavailable.ts';
+import { METRIC } from '../observability/metric-names.ts';
+import type { LeaseToken } from '../store/job-store.ts';
+import { Batcher } from './batcher.ts';
+import type { DeadLetters } from './dead-letter.ts';
+import type { Heartbeat } from './heartbeat.ts';
+import type { Held, WorkerContext } from './held.ts';
+import type { JobTransaction } from './job-transaction.ts';
+import type { QueueMessages } from './messages.ts';
+
+/** The executor's per-job log (runtime/worker/executor.ts), as the completer uses it. */
+export interface AttemptLog {
+  info(a: string | Record<string, unknown>, b?: string): void;
+  warn(a: string | Record<string, unknown>, b?: string): void;
+  error(a: string | Record<string, unknown>, b?: string): void;
+}
+
+export class Completer {
+  private readonly completions: Batcher<LeaseToken & { result: unknown; progress: Progress | null }, boolean>;
+
+  constructor(
+    private readonly ctx: WorkerContext,
+    private readonly messages: QueueMessages,
+    private readonly deadLetters: DeadLetters,
+    private readonly heartbeat: Heartbeat,
+    /** The coordinator's: the job's handler slot goes to the next job. */
+    private readonly freeSlot: (h: Held) => void,
+  ) {
+    // Jobs whose handlers wrote nothing complete together: one fenced UPDATE for many.
+    this.completions = new Batcher(
+      async (items) => {
+        const lost = await ctx.store.completeMany(items);
+        return items.map((i) => !lost.has(i.id));
+      },
+      { maxItems: 500, delayMs: 0 },
+    );
+  }
+
+  /**
+   * Mark the job succeeded, fenced: with the handler's transaction when it opened one, else in the
+   * next batch. False: the lease was lost. Rejects when the commit's outcome is unknown.
+   */
+  commit(h: Held, tx: JobTransaction, result: unknown): Promise<boolean> {
+    if (tx.opened) return tx.commitWith((client) => this.ctx.store.complete(client, h.token, result, h.lastProgress));
+    // The handler is done and holds no connection: its slot goes to the next job while the
+    // completion commits in a batch with others (the job stays held, and heartbeated, until then).
+    this.freeSlot(h);
+    return this.completions.add({ ...h.token, result, progress: h.lastProgress });
+  }
+
+  /** The success committed: count it, tell observers, delete the message. */
+  succeeded(h: Held, log: AttemptLog): void {
+    const { ctx } = this;
+    ctx.metrics.count(METRIC.jobsSucceeded);
+    ctx.emit('succeeded', h.job);
+    ctx.metrics.timing(METRIC.jobDuration, Date.now() - h.claimedAt);
+    log.info({ durationMs: Date.now() - h.claimedAt }, 'job succeeded');
+    this.messages.delete(h.message, 'job succeeded', h);
+  }
+
+  /** The attempt failed: back to pending after a backoff, or dead (and dead-lettered) at the cap or when non-retryable. */
+  async fail(h: Held, err: unknown, nonRetryable: boolean, log: AttemptLog): Promise<void> {
+    const { ctx } = this;
+    const { job } = h;
+    const t = ctx.opts.timings;
+    const delay = backoffSeconds({ baseSeconds: t.backoffBaseSeconds, maxSeconds: t.backoffMaxSeconds }, attemptsUsed(job), ctx.opts.random);
+    let after: Job | null;
+    try {
+      after = await ctx.store.fail(h.token, errorToJson(err, !nonRetryable), delay, nonRetryable);
+    } catch (dbErr) {
+      if (isDatabaseUnavailable(dbErr)) log.warn({ err: dbErr, cause: err }, 'database unreachable: the failed attempt is not recorded; the job is reclaimed once its lease runs out');
+      else log.error({ err: dbErr, cause: err }, 'could not record the failed attempt; the lease will expire and the job will be reclaimed');
+      return;
+    }
+    if (!after) {
+      this.heartbeat.loseLease(h, 'failure');
+      return;
+    }
+    if (after.state === 'dead') {
+      ctx.metrics.count(METRIC.jobsDeadLettered);
+      ctx.emit('dead-lettered', after, after.lastError?.message);
+      log.error({ err, attemptsUsed: attemptsUsed(after), maxAttempts: after.maxAttempts }, 'job dead');
+      await this.deadLetters.deadLetterJob(after, h.message, nonRetryable ? 'non-retryable' : 'attempts-exhausted', h);
+      return;
+    }
+    ctx.metrics.count(METRIC.jobsFailed);
+    ctx.emit('retried', job, `${after.lastError?.message ?? 'failed'}; retry in ${Math.round(delay * 10) / 10} s`);
+    log.warn({ err, retryInSeconds: Math.round(delay * 10) / 10 }, 'attempt failed; will retry');
+    // The retry rides on this message, hidden until the backoff ends — unless SQS would
+    // dead-letter it at its next receive (a job may allow more attempts than the queue's
+    // maxReceiveCount, and duplicates spend receives too): then a fresh message (receive count 0)
+    // is queued through the outbox and this one deleted.
+    const nearRedrive = h.message.receiveCount >= t.maxReceiveCount - 1;
+    if (nearRedrive && !h.receiptStale) {
+      if (await this.messages.republish([job.id], after.runAfter)) this.messages.delete(h.message, 'replaced by a fresh message before SQS would redrive it');
+      return;
+    }
+    const failures = h.receiptStale ? [{ stale: true }] : await this.messages.changeVisibility([{ receipt: h.message.receipt, seconds: Math.ceil(delay) }]);
+    if (failures.length > 0) await this.messages.republish([job.id], after.runAfter);
+  }
+
+  /** Graceful stop (DESIGN 10): abort these jobs' handlers and hand the jobs back, fenced, visible at once. */
+  async release(left: Held[]): Promise<void> {
+    const { ctx } = this;
+    for (const h of left) {
+      h.released = true;
+      ctx.abortHandler(h, new Error('worker stopping: job released to another worker'));
+    }
+    let released = new Set<string>();
+    try {
+      released = await ctx.store.release(left.map((h) => h.token), `worker ${ctx.workerId} stopped before the job finished`);
+    } catch (err) {
+      ctx.log.error({ err }, 'release failed; the jobs will be reclaimed when their leases expire');
+      return;
+    }
+    const mine = left.filter((h) => released.has(h.job.id));
+    const visible = mine.filter((h) => !h.receiptStale);
+    const failures = await this.messages.changeVisibility(visible.map((h) => ({ receipt: h.message.receipt, seconds: 0 })));
+    const republish = mine.filter((h) => h.receiptStale || failures.some((f) => f.receipt === h.message.receipt));
+    await this.messages.republish(republish.map((h) => h.job.id));
+    for (const h of mine) {
+      ctx.log.info({ jobId: h.job.id, type: h.job.type, attempt: h.token.attempt }, 'job released');
+      ctx.emit('released', h.job, 'worker stopping');
+    }
+  }
+
+  /** Commit the completions still batched. */
+  drain(): Promise<void> {
+    return this.completions.drain();
+  }
+}

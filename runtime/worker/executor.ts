@@ -1,0 +1,156 @@
+// Executing one attempt of a held job: find its handler, parse its payload, run the handler with
+// its AttemptContext (signal, progress, fenced checkpoint, the fenced transaction) and decide the
+// outcome: completed, failed (retryable or not), or nothing at all once the lease is lost or the
+// job released. The completer writes the outcome.
+
+import { LeaseLostError, NonRetryableError } from '../domain/errors.ts';
+import type { JobContext } from '../handlers/types.ts';
+import type { Logger } from '../observability/log.ts';
+import type { Completer } from './completer.ts';
+import type { Heartbeat } from './heartbeat.ts';
+import { recordProgress, type Held, type WorkerContext } from './held.ts';
+import { JobTransaction } from './job-transaction.ts';
+
+export class JobExecutor {
+  constructor(
+    private readonly ctx: WorkerContext,
+    private readonly completer: Completer,
+    private readonly heartbeat: Heartbeat,
+  ) {}
+
+  async execute(h: Held): Promise<void> {
+    const { job } = h;
+    if (h.lost || h.released) return;
+    const { ctx, completer } = this;
+    // Log bindings per call rather than a child logger per job: pino serializes a child's
+    // bindings when it is made, a cost every job would pay even with logging turned down.
+    const log = new JobLog(ctx.log, job);
+    const def = ctx.opts.registry.get(job.type);
+    if (!def) {
+      return completer.fail(h, new NonRetryableError(`no handler for job type "${job.type}" in this worker (known: ${ctx.opts.registry.types().join(', ')})`), true, log);
+    }
+    let payload: unknown;
+    try {
+      payload = def.parse(job.payload);
+    } catch (err) {
+      return completer.fail(h, err, true, log);
+    }
+    const tx = new JobTransaction(ctx.opts.pool);
+    const attempt = new AttemptContext(h, this, log, tx);
+    log.info('job started');
+    let result: unknown;
+    try {
+      result = await def.run(payload, attempt);
+    } catch (err) {
+      // A handler that caught the fence's refusal and threw its own error still ends dead with
+      // the fence's reason: a retry could apply effects that already landed outside the fence.
+      const cause = tx.violation ?? err;
+      await tx.rollback();
+      if (h.lost || h.released) return;
+      return completer.fail(h, cause, cause instanceof NonRetryableError, log);
+    }
+    if (h.lost || h.released) {
+      await tx.rollback();
+      return;
+    }
+    let completed: boolean;
+    try {
+      completed = await completer.commit(h, tx, result ?? null);
+    } catch (err) {
+      // The COMMIT may or may not have happened. The fenced failure below matches no row if it did.
+      // A NonRetryableError here is the transaction's own verdict (the handler left the fence).
+      await tx.rollback();
+      log.warn({ err }, 'completion did not commit');
+      return completer.fail(h, err, err instanceof NonRetryableError, log);
+    }
+    if (!completed) {
+      this.heartbeat.loseLease(h, 'completion');
+      return;
+    }
+    completer.succeeded(h, log);
+  }
+
+  /** ctx.saveCheckpoint: fenced; a refusal is a lost lease. */
+  async saveCheckpoint(h: Held, checkpoint: unknown, progress?: { fraction: number; message?: string }): Promise<void> {
+    if (h.lost || h.released) throw new LeaseLostError(h.job.id, h.token.attempt, 'checkpoint');
+    if (progress) recordProgress(h, progress.fraction, progress.message);
+    const ok = await this.ctx.store.checkpoint(h.token, checkpoint, progress ? h.lastProgress : null);
+    if (!ok) {
+      this.heartbeat.loseLease(h, 'checkpoint');
+      throw new LeaseLostError(h.job.id, h.token.attempt, 'checkpoint');
+    }
+  }
+}
+
+/**
+ * A logger for one job's lines that makes a pino child (for the handler) only when asked for
+ * one. A class, like AttemptContext below: a worker making thousands of these a second should not
+ * also make a handful of closures for each.
+ */
+export class JobLog {
+  private made: Logger | null = null;
+  private bound: Record<string, unknown> | null = null;
+  constructor(
+    private readonly base: Logger,
+    private readonly job: { id: string; type: string; attempt: number },
+  ) {}
+  private get bindings(): Record<string, unknown> {
+    return (this.bound ??= { jobId: this.job.id, type: this.job.type, attempt: this.job.attempt });
+  }
+  info(a: string | Record<string, unknown>, b?: string): void {
+    if (!this.base.isLevelEnabled('info')) return;
+    if (typeof a === 'string') this.base.info(this.bindings, a);
+    else this.base.info({ ...this.bindings, ...a }, b);
+  }
+  warn(a: string | Record<string, unknown>, b?: string): void {
+    if (!this.base.isLevelEnabled('warn')) return;
+    if (typeof a === 'string') this.base.warn(this.bindings, a);
+    else this.base.warn({ ...this.bindings, ...a }, b);
+  }
+  error(a: string | Record<string, unknown>, b?: string): void {
+    if (!this.base.isLevelEnabled('error')) return;
+    if (typeof a === 'string') this.base.error(this.bindings, a);
+    else this.base.error({ ...this.bindings, ...a }, b);
+  }
+  child(): Logger {
+    return (this.made ??= this.base.child(this.bindings));
+  }
+}
+
+/** The handler's view of one attempt (the JobContext contract). Call its functions as methods. */
+class AttemptContext implements JobContext {
+  readonly job: JobContext['job'];
+  readonly checkpoint: unknown;
+
+  constructor(
+    private readonly h: Held,
+    private readonly executor: JobExecutor,
+    private readonly jobLog: JobLog,
+    readonly db: JobTransaction,
+  ) {
+    const j = h.job;
+    this.job = { id: j.id, type: j.type, attempt: j.attempt, maxAttempts: j.maxAttempts, createdAt: j.createdAt };
+    this.checkpoint = j.checkpoint ?? null;
+  }
+
+  get signal(): AbortSignal {
+    const h = this.h;
+    if (!h.ac) {
+      h.ac = new AbortController();
+      if (h.abortReason !== undefined) h.ac.abort(h.abortReason);
+    }
+    return h.ac.signal;
+  }
+
+  get log(): Logger {
+    return this.jobLog.child();
+  }
+
+  progress(fraction: number, message?: string): void {
+    recordProgress(this.h, fraction, message);
+  }
+
+  saveCheckpoint(checkpoint: unknown, progress?: { fraction: number; message?: string }): Promise<void> {
+    return this.executor.saveCheckpoint(this.h, checkpoint, progress);
+  }
+}

@@ -1,0 +1,253 @@
+// Fetching: the receive loop. It receives as many messages as there is claim room for (counted
+// after a burst of finished handlers, so one claim takes the room), claims their jobs in one
+// statement and hands what it claimed to the coordinator. A message it could not claim is settled
+// by what its job row says (runtime/domain/settlement.ts): deleted, hidden until due,
+// re-published, retried shortly, reclaimed after the lease, or dead-lettered. While the database
+// is unreachable it receives nothing and hands back what it held but did not start.
+
+import { SQS_MAX_VISIBILITY_SECONDS } from '../config/rules.ts';
+import type { Job } from '../domain/job.ts';
+import { settleMessage } from '../domain/settlement.ts';
+import { isDatabaseUnavailable } from '../db/unavailable.ts';
+import { METRIC } from '../observability/metric-names.ts';
+import { jobMessageBody, parseJobMessage } from '../queue/message.ts';
+import { SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type ReceivedMessage } from '../queue/types.ts';
+import type { ClaimedJob } from '../store/job-store.ts';
+import type { DeadLetters } from './dead-letter.ts';
+import { sleep, type WorkerContext } from './held.ts';
+import type { QueueMessages } from './messages.ts';
+
+/** What the fetcher asks of the coordinator, which owns the handler slots. */
+export interface Slots {
+  /** Jobs waiting for a slot plus handlers running. */
+  inHand(): number;
+  /** Resolves when a slot frees (or the worker stops). */
+  waitForSlot(): Promise<void>;
+  /** A claimed job: hold it and run it when a slot is free. */
+  start(job: ClaimedJob, message: ReceivedMessage, claimSentAt: number): void;
+}
+
+export class Fetcher {
+  /** Since when the database has been unreachable (a failover): no receiving until it answers. */
+  private databaseDownSince: number | null = null;
+
+  constructor(
+    private readonly ctx: WorkerContext,
+    private readonly messages: QueueMessages,
+    private readonly deadLetters: DeadLetters,
+    private readonly slots: Slots,
+  ) {}
+
+  async receiveLoop(): Promise<void> {
+    const { ctx, slots } = this;
+    let failures = 0;
+    const t = ctx.opts.timings;
+    const capacity = t.concurrency + (ctx.opts.prefetch ?? t.concurrency);
+    const maxBatch = ctx.opts.maxClaimBatch ?? Math.min(500, capacity);
+    // Jobs whose handler finished stay held (and heartbeated) until their batched completion
+    // commits; they do not take claim room, so the next claim overlaps that commit. The bound on
+    // held jobs keeps a slow database from piling up completions.
+    const maxHeld = capacity + maxBatch;
+    while (!ctx.stopping) {
+      if (this.databaseDownSince !== null && !(await this.databaseAnswers())) continue;
+      const inHand = slots.inHand();
+      const room = Math.min(capacity - inHand, maxHeld - ctx.held.size, maxBatch);
+      // While jobs are in hand, wait until half the capacity is free: a few large claims cost
+      // the database less than many small ones.
+      const busy = inHand > 0;
+      if (room <= 0 || (busy && room < Math.min(maxBatch, Math.ceil(capacity / 2)))) {
+        await slots.waitForSlot();
+        // Slots free one by one as a burst of short handlers finishes within this turn of the
+        // event loop; count the room after the burst, so one claim takes it all rather than
+        // the first half of it.
+        await new Promise<void>((r) => setImmediate(r));
+        continue;
+      }
+      let messages: ReceivedMessage[];
+      try {
+        messages = await this.receiveMany(room, ctx.opts.receiveWaitSeconds ?? 20);
+        failures = 0;
+      } catch (err) {
+        failures++;
+        const wait = Math.min(30_000, 200 * 2 ** Math.min(failures, 8)) * (0.5 + Math.random() / 2);
+        ctx.log.warn({ err, retryInMs: Math.round(wait) }, 'receive failed; retrying');
+        await sleep(wait, ctx.stopAc.signal);
+        continue;
+      }
+      if (messages.length === 0) continue;
+      if (ctx.stopping) {
+        // Received while stopping: hand them straight back.
+        await this.messages.changeVisibility(messages.map((m) => ({ receipt: m.receipt, seconds: 0 })));
+        break;
+      }
+      try {
+        await this.handleBatch(messages);
+        failures = 0;
+      } catch (err) {
+        if (isDatabaseUnavailable(err)) {
+          // A failover: nothing can be claimed. Hand back what we did not start, so another
+          // worker (or this one, once the database answers) takes it at once instead of after
+          // the visibility timeout, and stop receiving until the database answers: a gated
+          // receive loop spends no SQS receives toward maxReceiveCount meanwhile.
+          this.databaseUnavailable(err);
+          await this.handBack(messages);
+          continue;
+        }
+        failures++;
+        // The messages reappear after their visibility timeout; nothing is lost.
+        ctx.log.error({ err, messages: messages.length }, 'could not handle received messages; they will be redelivered');
+        await sleep(Math.min(30_000, 200 * 2 ** Math.min(failures, 8)), ctx.stopAc.signal);
+      }
+    }
+  }
+
+  /** Close the database gate: no receiving until the database answers (also called by the heartbeat). */
+  databaseUnavailable(err: unknown): void {
+    if (this.databaseDownSince !== null) return;
+    this.databaseDownSince = Date.now();
+    this.ctx.metrics.count(METRIC.databaseUnavailable);
+    this.ctx.log.warn({ err }, 'database unreachable: receiving stops until it answers; running jobs keep their leases until they run out');
+  }
+
+  /**
+   * While the database is down: one probe per pass, with backoff (capped at a heartbeat, so a
+   * returning database is noticed within one). True once it answers.
+   */
+  private async databaseAnswers(): Promise<boolean> {
+    const { ctx } = this;
+    try {
+      await ctx.opts.pool.query('SELECT 1');
+    } catch {
+      const downMs = Date.now() - (this.databaseDownSince ?? Date.now());
+      const wait = Math.min(ctx.opts.timings.heartbeatSeconds * 1000, 250 + downMs / 4) * (0.75 + Math.random() / 4);
+      await sleep(wait, ctx.stopAc.signal);
+      return false;
+    }
+    const downMs = Date.now() - this.databaseDownSince!;
+    this.databaseDownSince = null;
+    ctx.log.info({ downMs }, 'database answers again: receiving resumes');
+    return true;
+  }
+
+  /** Received messages whose jobs this worker did not start go back to the queue now. */
+  private async handBack(messages: ReceivedMessage[]): Promise<void> {
+    const started = new Set([...this.ctx.held.values()].map((h) => h.message));
+    const back = messages.filter((m) => !started.has(m));
+    if (back.length > 0) await this.messages.changeVisibility(back.map((m) => ({ receipt: m.receipt, seconds: 0 })));
+  }
+
+  /**
+   * Up to `want` messages: one long-polling receive of 10 and, when more are wanted, parallel
+   * receives that do not wait, so a busy queue fills a large claim and an idle one costs one
+   * long poll.
+   */
+  private async receiveMany(want: number, waitSeconds: number): Promise<ReceivedMessage[]> {
+    const { queue } = this.ctx.opts;
+    const signal = this.ctx.stopAc.signal;
+    const sizes: number[] = [];
+    for (let left = want; left > 0; left -= SQS_BATCH_LIMIT) sizes.push(Math.min(SQS_BATCH_LIMIT, left));
+    const first = await queue.receive(sizes[0]!, waitSeconds, signal);
+    if (sizes.length === 1 || first.length < sizes[0]!) return first;
+    const more = await Promise.allSettled(sizes.slice(1).map((n) => queue.receive(n, 0, signal)));
+    return [...first, ...more.flatMap((r) => (r.status === 'fulfilled' ? r.value : []))];
+  }
+
+  /** Claim the jobs of messages received together in one statement, then settle the rest. */
+  async handleBatch(messages: ReceivedMessage[]): Promise<void> {
+    const { ctx } = this;
+    const byJob = new Map<string, ReceivedMessage[]>();
+    const poison: { message: ReceivedMessage; reason: string }[] = [];
+    for (const m of messages) {
+      const parsed = parseJobMessage(m.body);
+      if (!parsed.ok) poison.push({ message: m, reason: parsed.reason });
+      else byJob.set(parsed.message.jobId, [...(byJob.get(parsed.message.jobId) ?? []), m]);
+    }
+    for (const p of poison) {
+      await this.deadLetters.deadLetterMessage(p.message, 'unparseable-body', { detail: p.reason });
+    }
+    const ids = [...byJob.keys()];
+    if (ids.length === 0) return;
+    // The lease runs from the claim statement, which is after this moment: counting from here
+    // errs on the safe side when the worker decides alone that a lease ran out.
+    const sentAt = Date.now();
+    const claimed = await ctx.store.claim(ids, ctx.workerId, ctx.opts.timings.leaseSeconds);
+    const misses = new Set(ids);
+    for (const job of claimed) {
+      misses.delete(job.id);
+      const [first, ...copies] = byJob.get(job.id)!;
+      ctx.metrics.timing(METRIC.queueLag, job.queueLagMs);
+      ctx.emit(job.reclaimed ? 'reclaimed' : 'claimed', job);
+      this.slots.start(job, first!, sentAt);
+      // Two copies of one job's message in one receive: we hold the job, the copy is surplus.
+      for (const c of copies) this.messages.delete(c, 'duplicate copy in the same receive');
+    }
+    if (misses.size > 0) await this.settleMisses([...misses], byJob);
+  }
+
+  /** Messages whose jobs the claim did not take: settled by what each job row says. */
+  private async settleMisses(ids: string[], byJob: Map<string, ReceivedMessage[]>): Promise<void> {
+    const { ctx } = this;
+    const jobs = await ctx.store.getMany(ids);
+    const heartbeatSeconds = ctx.opts.timings.heartbeatSeconds;
+    for (const id of ids) {
+      const job = jobs.get(id);
+      for (const m of byJob.get(id)!) {
+        const s = settleMessage(id, job, job ? job.dbNow.getTime() : 0, heartbeatSeconds);
+        switch (s.action) {
+          case 'dead-letter-message':
+            await this.deadLetters.deadLetterMessage(m, s.reason, { jobId: id, detail: s.detail });
+            break;
+          case 'delete':
+            if (s.duplicate) {
+              ctx.metrics.count(METRIC.duplicateDeliveries);
+              ctx.emit('duplicate-ignored', job, `held by ${job!.leaseOwner}`);
+              ctx.log.info({ jobId: id, type: job!.type, attempt: job!.attempt, receiveCount: m.receiveCount, owner: job!.leaseOwner }, 'duplicate delivery ignored: another worker holds a live lease');
+            }
+            this.messages.delete(m, s.why);
+            break;
+          case 'hide-until-due':
+            await this.hideUntil(m, job!, s.seconds);
+            break;
+          case 'retry-shortly':
+          case 'reclaim-after-lease':
+            this.ctx.metrics.count(METRIC.claimMisses);
+            await this.messages.changeVisibility([{ receipt: m.receipt, seconds: s.seconds }]);
+            break;
+          case 'dead-letter-job': {
+            const [dead] = await ctx.store.deadLetterExpired([id]);
+            if (dead) {
+              ctx.metrics.count(METRIC.jobsDeadLettered);
+              ctx.emit('dead-lettered', dead, s.why);
+              ctx.log.error({ jobId: id, type: job!.type, attempt: job!.attempt, receiveCount: m.receiveCount, lastOwner: job!.leaseOwner }, 'job dead: lease expired on its final attempt');
+              await this.deadLetters.deadLetterJob(dead, m, s.reason);
+            } else {
+              await this.messages.changeVisibility([{ receipt: m.receipt, seconds: 1 }]);
+            }
+            break;
+          }
+        }
+      }
+    }
+  }
+
+  /**
+   * Hide a message until its job is due. SQS limits: a visibility change of at most 12 h, and
+   * each early arrival costs a receive against maxReceiveCount. When the wait does not fit, or
+   * the message is near its receive limit, send a fresh message (receive count 0) and delete
+   * this one — in that order, so a failure leaves the old message in place.
+   */
+  private async hideUntil(m: ReceivedMessage, job: Job, seconds: number): Promise<void> {
+    const limit = SQS_MAX_VISIBILITY_SECONDS - 60;
+    const nearRedrive = m.receiveCount >= this.ctx.opts.timings.maxReceiveCount - 1;
+    if (seconds <= limit && !nearRedrive) {
+      const [failure] = await this.messages.changeVisibility([{ receipt: m.receipt, seconds }]);
+      if (!failure) return;
+    }
+    try {
+      await this.ctx.opts.queue.send([{ body: jobMessageBody(job.id, job.type), delaySeconds: Math.min(SQS_MAX_DELAY_SECONDS, seconds) }]);
+      this.messages.delete(m, 're-published for a later due time');
+    } catch (err) {
+      this.ctx.log.warn({ err, jobId: job.id }, 're-publish for a later due time failed; the message will return');
+    }
+  }
+}

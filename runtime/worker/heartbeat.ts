@@ -1,0 +1,121 @@
+// The heartbeat (DESIGN 4, 12): one tick renews every lease this worker holds in one fenced
+// statement and extends their messages' visibility; a lease the database refused, or one that
+// ran out before the database could renew it, is lost: its handler is aborted and this worker
+// never completes or fails that job.
+
+import { SQS_MAX_VISIBILITY_SECONDS } from '../config/rules.ts';
+import { LeaseLostError } from '../domain/errors.ts';
+import { isTerminal } from '../domain/job.ts';
+import { isDatabaseUnavailable } from '../db/unavailable.ts';
+import { METRIC } from '../observability/metric-names.ts';
+import type { Held, WorkerContext } from './held.ts';
+import type { QueueMessages } from './messages.ts';
+
+export class Heartbeat {
+  private timer: NodeJS.Timeout | null = null;
+  private beating: Promise<void> | null = null;
+
+  constructor(
+    private readonly ctx: WorkerContext,
+    private readonly messages: QueueMessages,
+    /** The fetcher's database gate: a renewal that could not reach the database closes it. */
+    private readonly onDatabaseUnavailable: (err: unknown) => void,
+  ) {}
+
+  start(): void {
+    this.timer = setInterval(() => void this.tick(), this.ctx.opts.timings.heartbeatSeconds * 1000);
+  }
+
+  /** No further ticks (a crash: the renewal in flight is left alone). */
+  halt(): void {
+    if (this.timer) clearInterval(this.timer);
+  }
+
+  /** No further ticks, and the renewal in flight has ended. */
+  async stop(): Promise<void> {
+    this.halt();
+    await this.beating;
+  }
+
+  /** One tick: renew every lease in one statement, extend the messages, abort what is lost. */
+  tick(): Promise<void> {
+    // Every tick, even while the previous renewal still hangs on an unreachable database: a
+    // lease this worker could not renew before it ran out is lost, whatever happens next.
+    this.fenceUnrenewed();
+    this.beating ??= this.beat().finally(() => {
+      this.beating = null;
+    });
+    return this.beating;
+  }
+
+  private async beat(): Promise<void> {
+    const { ctx } = this;
+    const t = ctx.opts.timings;
+    const entries = [...ctx.held.values()].filter((h) => !h.lost && !h.released);
+    if (entries.length === 0) return;
+    const sentProgress = entries.map((h) => h.unsentProgress);
+    // The renewed lease runs from the statement, which is after this moment (see fenceUnrenewed).
+    const now = Date.now();
+    let held: Set<string>;
+    try {
+      held = await ctx.store.renewLeases(entries.map((h, i) => ({ ...h.token, progress: sentProgress[i] })), t.leaseSeconds);
+    } catch (err) {
+      if (isDatabaseUnavailable(err)) this.onDatabaseUnavailable(err);
+      ctx.log.warn({ err, jobs: entries.length }, 'heartbeat could not reach the database');
+      this.fenceUnrenewed();
+      return;
+    }
+    const renewed: Held[] = [];
+    entries.forEach((h, i) => {
+      if (!held.has(h.job.id)) return this.loseLease(h, 'heartbeat');
+      h.lastRenewedAt = now;
+      if (h.unsentProgress === sentProgress[i]) h.unsentProgress = null;
+      renewed.push(h);
+    });
+    for (const h of renewed) ctx.emit('lease-renewed', { id: h.job.id, type: h.job.type, attempt: h.token.attempt });
+    // The message returns when the lease would expire: if this worker dies now, the next receiver
+    // finds the lease expired and reclaims the job at once, within one lease of the death. (The
+    // extension is sent after the renewal committed, so it ends a few milliseconds after the lease;
+    // a message that still arrives early is hidden again until the lease has run out.)
+    const seconds = Math.min(SQS_MAX_VISIBILITY_SECONDS, Math.ceil(t.leaseSeconds));
+    const live = renewed.filter((h) => !h.receiptStale);
+    const failures = await this.messages.changeVisibility(live.map((h) => ({ receipt: h.message.receipt, seconds })));
+    for (const f of failures) {
+      const h = live.find((x) => x.message.receipt === f.receipt);
+      if (h && f.stale) {
+        h.receiptStale = true;
+        ctx.log.info({ jobId: h.job.id, attempt: h.token.attempt }, 'message handle is stale (the message was delivered again); the lease still protects the job');
+      }
+    }
+  }
+
+  /**
+   * Self-fence (DESIGN 4, 12): a job whose lease this worker could not renew before it ran out
+   * may already belong to another worker, so its handler is aborted as a lost lease. Its
+   * transaction, if the database dropped it, was lost anyway; its message is left to return.
+   */
+  fenceUnrenewed(): void {
+    const deadline = Date.now() - this.ctx.opts.timings.leaseSeconds * 1000;
+    for (const h of this.ctx.held.values()) {
+      if (!h.lost && !h.released && h.lastRenewedAt < deadline) this.loseLease(h, 'heartbeat (the lease ran out before the database could renew it)');
+    }
+  }
+
+  /** The database refused a fenced write of this job (`during` says which): the job is no longer ours. */
+  loseLease(h: Held, during: string): void {
+    if (h.lost) return;
+    const { ctx } = this;
+    h.lost = true;
+    ctx.metrics.count(METRIC.leasesLost);
+    ctx.emit('lease-lost', { id: h.job.id, type: h.job.type, attempt: h.token.attempt }, during);
+    ctx.log.warn({ jobId: h.job.id, type: h.job.type, attempt: h.token.attempt, during }, 'lease lost; handler aborted, this worker will not complete or fail the job');
+    ctx.abortHandler(h, new LeaseLostError(h.job.id, h.token.attempt, during));
+    // If the job ended (cancelled), our message is a leftover: delete it.
+    void ctx.store
+      .get(h.job.id)
+      .then((j) => {
+        if (j && isTerminal(j.state) && !h.receiptStale) this.messages.delete(h.message, `job is ${j.state}`);
+      })
+      .catch(() => undefined);
+  }
+}

@@ -1,0 +1,125 @@
+// What the worker's units share: its options, the jobs it holds, and the few things every unit
+// does to a held job (emit an event, abort its handler). The coordinator (worker.ts) makes one
+// WorkerContext per worker and hands it to the fetcher, executor, completer and heartbeat.
+
+import type pg from 'pg';
+import type { JobTimings } from '../config/rules.ts';
+import type { WorkerEvent, WorkerEventKind } from '../domain/events.ts';
+import type { Progress } from '../domain/job.ts';
+import type { JobRegistry } from '../handlers/registry.ts';
+import type { Logger } from '../observability/log.ts';
+import type { Metrics } from '../observability/metrics.ts';
+import type { JobQueue, ReceivedMessage } from '../queue/types.ts';
+import { JobStore, type ClaimedJob, type LeaseToken } from '../store/job-store.ts';
+import type { Publisher } from '../store/outbox.ts';
+
+export interface WorkerOptions {
+  pool: pg.Pool;
+  queue: JobQueue;
+  /** Where the worker sends what it cannot handle and dead jobs, with the reason. */
+  dlq: JobQueue;
+  registry: JobRegistry;
+  publisher: Publisher;
+  timings: JobTimings;
+  workerId?: string;
+  log: Logger;
+  metrics?: Metrics;
+  /** Long-poll wait per receive (SQS allows up to 20 s). */
+  receiveWaitSeconds?: number;
+  /**
+   * Jobs claimed ahead of a free handler slot (default: concurrency). The worker holds at most
+   * concurrency + prefetch jobs; prefetched jobs are leased and heartbeated like running ones,
+   * and released at once on a graceful stop.
+   */
+  prefetch?: number;
+  /** Most jobs claimed in one statement (received in parallel batches of 10); default: the whole capacity, at most 500. */
+  maxClaimBatch?: number;
+  random?: () => number;
+  /** Called when the worker starts and stops holding jobs (ECS task scale-in protection). */
+  onBusyChange?: (busy: boolean) => void;
+  /** Observer of job events (live view); must not throw. */
+  onEvent?: (e: WorkerEvent) => void;
+}
+
+/** One job this worker holds. */
+export interface Held {
+  job: ClaimedJob;
+  token: LeaseToken;
+  message: ReceivedMessage;
+  /** Set when SQS refused our handle: someone received the message after us. */
+  receiptStale: boolean;
+  /** Created when the handler first reads ctx.signal (most short handlers never do). */
+  ac: AbortController | null;
+  /** Why the handler must stop, once it must (the signal carries it when created later). */
+  abortReason: unknown;
+  /** Progress reported since the last heartbeat (written with the next one). */
+  unsentProgress: Progress | null;
+  lastProgress: Progress | null;
+  lost: boolean;
+  released: boolean;
+  lastRenewedAt: number;
+  claimedAt: number;
+  /** Its handler slot went to the next job (when the handler ended, before the batched completion). */
+  slotFreed: boolean;
+  done?: Promise<void>;
+}
+
+const noopMetrics: Metrics = { count: () => undefined, timing: () => undefined };
+
+export class WorkerContext {
+  readonly store: JobStore;
+  readonly log: Logger;
+  readonly metrics: Metrics;
+  /** The jobs this worker holds, running, waiting for a slot or waiting for their batched completion. */
+  readonly held = new Map<string, Held>();
+  readonly stopAc = new AbortController();
+  stopping = false;
+
+  constructor(
+    readonly opts: WorkerOptions,
+    readonly workerId: string,
+  ) {
+    this.store = new JobStore(opts.pool);
+    this.log = opts.log.child({ workerId });
+    this.metrics = opts.metrics ?? noopMetrics;
+  }
+
+  abortHandler(h: Held, reason: unknown): void {
+    if (h.abortReason === undefined) h.abortReason = reason;
+    h.ac?.abort(reason);
+  }
+
+  emit(kind: WorkerEventKind, job?: { id: string; type: string; attempt?: number } | null, detail?: string): void {
+    if (!this.opts.onEvent) return;
+    try {
+      this.opts.onEvent({
+        kind,
+        workerId: this.workerId,
+        at: new Date().toISOString(),
+        ...(job ? { jobId: job.id, type: job.type, ...(job.attempt !== undefined ? { attempt: job.attempt } : {}) } : {}),
+        ...(detail ? { detail } : {}),
+      });
+    } catch {
+      /* observers never break job processing */
+    }
+  }
+}
+
+export function recordProgress(h: Held, fraction: number, message?: string): void {
+  const p: Progress = { fraction: Math.min(1, Math.max(0, Number(fraction) || 0)), ...(message ? { message: String(message).slice(0, 500) } : {}) };
+  h.unsentProgress = p;
+  h.lastProgress = p;
+}
+
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}

@@ -1,0 +1,74 @@
+// The worker's writes to the job queue, shared by its units: batched deletes, visibility changes
+// in batches of ten, and the durable re-publish through the outbox for a job whose message could
+// not be repositioned.
+
+import { chunk, SQS_BATCH_LIMIT, type EntryFailure, type ReceivedMessage } from '../queue/types.ts';
+import { Batcher } from './batcher.ts';
+import type { Held, WorkerContext } from './held.ts';
+
+/** A message to delete, and why (for the log line if the delete fails). */
+interface PendingDelete {
+  message: ReceivedMessage;
+  why: string;
+  jobId: string | undefined;
+}
+
+export class QueueMessages {
+  private readonly deletes: Batcher<PendingDelete, void>;
+
+  constructor(private readonly ctx: WorkerContext) {
+    const { opts } = ctx;
+    this.deletes = new Batcher<PendingDelete, void>(
+      async (items) => {
+        const failures = await opts.queue.delete(items.map((d) => d.message.receipt));
+        for (const f of failures) {
+          const d = items.find((i) => i.message.receipt === f.receipt);
+          this.ctx.log.warn({ messageId: d?.message.messageId, why: d?.why, jobId: d?.jobId, code: f.code }, 'message delete failed; it will return and be settled again');
+        }
+        return [];
+      },
+      // SqsQueue.delete sends these in batches of 10 itself.
+      {
+        maxItems: 100,
+        delayMs: 5,
+        onError: (err, items) => this.ctx.log.warn({ err, messages: items.length, why: [...new Set(items.map((d) => d.why))] }, 'message delete failed; the messages will return and be settled again'),
+      },
+    );
+  }
+
+  delete(m: ReceivedMessage, why: string, h?: Held): void {
+    this.deletes.push({ message: m, why, jobId: h?.job.id });
+  }
+
+  async changeVisibility(changes: { receipt: string; seconds: number }[]): Promise<EntryFailure[]> {
+    const out: EntryFailure[] = [];
+    for (const batch of chunk(changes, SQS_BATCH_LIMIT)) {
+      try {
+        out.push(...(await this.ctx.opts.queue.changeVisibility(batch)));
+      } catch (err) {
+        this.ctx.log.warn({ err, count: batch.length }, 'visibility change failed');
+        out.push(...batch.map((c) => ({ receipt: c.receipt, code: 'RequestFailed', message: String(err), stale: false })));
+      }
+    }
+    return out;
+  }
+
+  /** Durable re-publish for jobs whose message we could not reposition: via the outbox. */
+  async republish(jobIds: string[], runAfter?: Date): Promise<boolean> {
+    if (jobIds.length === 0) return true;
+    try {
+      const rows = await this.ctx.store.outboxInsert(this.ctx.opts.pool, jobIds);
+      // Durable from here: the relay publishes what this send does not.
+      await this.ctx.opts.publisher.publish(rows.map((r) => ({ ...r, ...(runAfter ? { runAfter } : {}) })));
+      return true;
+    } catch (err) {
+      this.ctx.log.error({ err, jobIds }, 're-publish failed; the rescuer or the returning message will pick the jobs up');
+      return false;
+    }
+  }
+
+  /** Send the deletes still queued. */
+  drain(): Promise<void> {
+    return this.deletes.drain();
+  }
+}
