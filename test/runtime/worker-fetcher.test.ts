@@ -1,0 +1,153 @@
+// Fetching (runtime/worker/fetcher.ts): one claim for a received batch, duplicates in one receive,
+// and every way a message it could not claim is settled by its job row; the receive loop's
+// database gate. Real PostgreSQL, MemoryQueue.
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { METRIC } from '../../runtime/observability/metric-names.ts';
+import { jobMessageBody } from '../../runtime/queue/message.ts';
+import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
+import { deliver, receiveFor, setLease, workerUnits, type Units } from '../support/worker-units.ts';
+
+let p: Platform;
+let u: Units;
+beforeEach(async () => {
+  p = await createPlatform();
+  u = workerUnits(p);
+});
+afterEach(async () => {
+  u.ctx.stopping = true;
+  u.ctx.stopAc.abort();
+  await u.messages.drain();
+  await p.close();
+});
+
+async function enqueue(batch: string, extra: { maxAttempts?: number; runAt?: Date } = {}) {
+  const [r] = await p.client.enqueueNow({ type: 'ledger.post', payload: { batch, entries: 1 }, ...extra });
+  return r!.job;
+}
+const state = async (id: string) => (await p.store.get(id))!;
+const visibility = () => vi.spyOn(p.queue, 'changeVisibility');
+const dlq = () => p.dlq.peek();
+
+describe('fetcher: claiming a received batch', () => {
+  it('claims every job of a batch in one statement and hands each to the coordinator once; a second copy in the same receive is deleted', async () => {
+    const a = await enqueue('F-A');
+    const b = await enqueue('F-B');
+    await p.queue.send([{ body: jobMessageBody(a.id, 'ledger.post') }]);
+    const claim = vi.spyOn(u.ctx.store, 'claim');
+    const got = await p.queue.receive(10, 0.5);
+    expect(got).toHaveLength(3);
+    await u.fetcher.handleBatch(got);
+    expect(claim).toHaveBeenCalledTimes(1);
+    expect(u.started.map((h) => h.job.id).sort()).toEqual([a.id, b.id].sort());
+    expect(u.started.every((h) => h.job.attempt === 1)).toBe(true);
+    expect((await state(a.id)).leaseOwner).toBe('unit-worker');
+    await u.messages.drain();
+    expect(p.queue.depth().total).toBe(2);
+  });
+
+  it('an unparseable body is dead-lettered as unparseable-body and deleted', async () => {
+    await p.queue.send([{ body: 'not json' }]);
+    await u.fetcher.handleBatch(await p.queue.receive(10, 0.5));
+    expect(dlq()).toMatchObject([{ body: 'not json', attributes: { Reason: 'unparseable-body', WorkerId: 'unit-worker' } }]);
+    await u.messages.drain();
+    expect(p.queue.depth().total).toBe(0);
+  });
+});
+
+describe('fetcher: settling a message whose job it could not claim, by the job row', () => {
+  it('no such job: dead-lettered as unknown-job with the job id', async () => {
+    const id = '01900000-0000-7000-8000-000000000001';
+    await u.fetcher.handleBatch([await deliver(p, id)]);
+    expect(dlq()).toMatchObject([{ attributes: { Reason: 'unknown-job', JobId: id, Detail: `no job ${id} in the job table` } }]);
+    await u.messages.drain();
+    expect(p.queue.depth().total).toBe(0);
+  });
+
+  it('a terminal job: its message is a leftover, deleted', async () => {
+    const job = await enqueue('F-DONE');
+    await p.db.pool.query("UPDATE jobs.job SET state = 'cancelled', finished_at = now(), cancelled_by = 'test' WHERE id = $1", [job.id]);
+    await u.fetcher.handleBatch([await receiveFor(p, job.id)]);
+    await u.messages.drain();
+    expect(p.queue.depth().total).toBe(0);
+    expect(u.started).toEqual([]);
+  });
+
+  it('a pending job not yet due: hidden until due', async () => {
+    const job = await enqueue('F-LATER', { runAt: new Date(Date.now() + 120_000) });
+    await p.queue.send([{ body: jobMessageBody(job.id, 'ledger.post') }]);
+    const spy = visibility();
+    await u.fetcher.handleBatch([await receiveFor(p, job.id)]);
+    const seconds = spy.mock.calls.at(-1)![0][0]!.seconds;
+    expect(seconds).toBeGreaterThan(110);
+    expect(seconds).toBeLessThanOrEqual(121);
+  });
+
+  it('a pending job near its receive limit: re-published as a fresh message, the old one deleted', async () => {
+    const job = await enqueue('F-NEAR', { runAt: new Date(Date.now() + 60_000) });
+    await p.queue.send([{ body: jobMessageBody(job.id, 'ledger.post') }]);
+    const m = await receiveFor(p, job.id);
+    const send = vi.spyOn(p.queue, 'send');
+    await u.fetcher.handleBatch([{ ...m, receiveCount: FAST_RECEIVE_LIMIT }]);
+    expect(send).toHaveBeenCalledWith([{ body: jobMessageBody(job.id, 'ledger.post'), delaySeconds: expect.any(Number) }]);
+    await u.messages.drain();
+    expect(p.queue.peek().every((x) => x.receiveCount === 0)).toBe(true);
+  });
+
+  it('a running job with a live lease: a duplicate, deleted and counted', async () => {
+    const job = await enqueue('F-LIVE');
+    await p.store.claim([job.id], 'other-worker', 30);
+    const events: string[] = [];
+    u.ctx.opts.onEvent = (e) => events.push(`${e.kind}:${e.detail}`);
+    await u.fetcher.handleBatch([await receiveFor(p, job.id)]);
+    expect(events).toEqual(['duplicate-ignored:held by other-worker']);
+    expect(p.metrics.get(METRIC.duplicateDeliveries)).toBe(1);
+    await u.messages.drain();
+    expect(p.queue.depth().total).toBe(0);
+  });
+
+  it('a running job whose lease runs out within a heartbeat: hidden until just after it, to reclaim then', async () => {
+    const job = await enqueue('F-EXPIRING');
+    await p.store.claim([job.id], 'slow-worker', 30);
+    await setLease(p, job.id, 0.4);
+    const spy = visibility();
+    await u.fetcher.handleBatch([await receiveFor(p, job.id)]);
+    expect(spy.mock.calls.at(-1)![0]).toEqual([expect.objectContaining({ seconds: 1 })]);
+    expect(p.metrics.get(METRIC.claimMisses)).toBe(1);
+    expect(p.queue.depth().total).toBe(1);
+  });
+
+  it('a running job whose lease expired on its final attempt: dead, its reason in the DLQ, its message deleted', async () => {
+    const job = await enqueue('F-LAST', { maxAttempts: 1 });
+    await p.store.claim([job.id], 'doomed-worker', 30);
+    await setLease(p, job.id, -1);
+    await u.fetcher.handleBatch([await receiveFor(p, job.id)]);
+    expect((await state(job.id)).state).toBe('dead');
+    expect(dlq()).toMatchObject([{ attributes: { Reason: 'lease-expired-final-attempt', JobId: job.id, LastOwner: 'doomed-worker' } }]);
+    await u.messages.drain();
+    expect(p.queue.depth().total).toBe(0);
+  });
+});
+
+const FAST_RECEIVE_LIMIT = 9; // FAST_TIMINGS.maxReceiveCount - 1
+
+describe('fetcher: the database gate', () => {
+  it('receives nothing while the database is down, then claims what waited once it answers', async () => {
+    const job = await enqueue('F-GATE');
+    const pool = u.ctx.opts.pool;
+    const query = pool.query.bind(pool);
+    let down = true;
+    vi.spyOn(pool, 'query').mockImplementation(((...a: Parameters<typeof query>) =>
+      down ? Promise.reject(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' })) : query(...a)) as typeof pool.query);
+    const receive = vi.spyOn(p.queue, 'receive');
+    u.fetcher.databaseUnavailable(new Error('failover'));
+    expect(p.metrics.get(METRIC.databaseUnavailable)).toBe(1);
+    const loop = u.fetcher.receiveLoop();
+    await new Promise((r) => setTimeout(r, 400));
+    expect(receive).not.toHaveBeenCalled();
+    down = false;
+    await waitFor(() => u.started.some((h) => h.job.id === job.id), 5000, 'claimed after the database answered');
+    u.ctx.stopping = true;
+    u.ctx.stopAc.abort();
+    await loop;
+  });
+});
