@@ -12,6 +12,7 @@ import { createPool } from '../db/pool.ts';
 import { ValidationError } from '../domain/errors.ts';
 import { isJobId } from '../domain/ids.ts';
 import { defaultRegistry } from '../handlers/index.ts';
+import { payloadFields } from '../handlers/types.ts';
 import { silentLogger } from '../observability/log.ts';
 import { SqsQueue } from '../queue/sqs.ts';
 import type { Job, JobState } from '../domain/job.ts';
@@ -33,7 +34,7 @@ Usage:
   jobs show ID [--json] [--watch [--interval S]]   --watch: live progress bar, attempt, lease owner and time left, until the job ends
   jobs cancel ID [--by WHO]                   cancel a pending or running job (a running handler is aborted at its next heartbeat)
   jobs list [--state S] [--type T] [--limit N] [--json]
-  jobs types                                  list the job types this build knows
+  jobs types [--describe] [--json]            list the job types this build knows; --describe: each payload field
 
 On-call (docs/runbooks/README.md):
   jobs dead list [--type T] [--since T] [--until T] [--discarded] [--limit N] [--json]
@@ -175,7 +176,21 @@ export async function main(argv: string[]): Promise<number> {
     }
 
     case 'types': {
-      for (const t of defaultRegistry().types()) out(`${t.padEnd(20)} ${defaultRegistry().get(t)!.description}`);
+      const { values } = parseArgs({ args: rest, options: { describe: { type: 'boolean' }, json: { type: 'boolean' } } });
+      const registry = defaultRegistry();
+      if (values.json) {
+        out(JSON.stringify(registry.types().map((t) => ({ type: t, description: registry.get(t)!.description, payload: payloadFields(registry.get(t)!) })), null, 2));
+        return 0;
+      }
+      for (const t of registry.types()) {
+        out(`${t.padEnd(20)} ${registry.get(t)!.description}`);
+        if (!values.describe) continue;
+        // One line per payload field, from the type's schema: name, type, required or its default, the rule.
+        for (const f of payloadFields(registry.get(t)!)) {
+          const need = f.required ? 'required' : f.default !== undefined ? `default ${JSON.stringify(f.default)}` : 'optional';
+          out(`  ${f.name.padEnd(18)} ${f.type.padEnd(8)} ${need}${f.rule ? `; ${f.rule}` : ''}${f.description ? ` — ${f.description}` : ''}`);
+        }
+      }
       return 0;
     }
 

@@ -4,18 +4,20 @@
 // so an attempt that reclaims the job after a crash resumes where the last one stopped, and it
 // writes its cost rows with the completion, so a run that lost its lease writes nothing.
 import { createHash } from 'node:crypto';
-import { defineJob } from './types.ts';
-import { int, noExtraKeys, object, pause, str } from './validate.ts';
+import { z } from 'zod';
+import { defineJob, type JobContext } from './types.ts';
+import { pause, text, wholeNumber } from './validate.ts';
 
-export interface InventoryCostPayload {
-  store: string;
-  period: string;
-  skus: number;
-  movementsPerSku: number;
-  chunkSize: number;
-  /** Simulated work per chunk, in ms. */
-  workMsPerChunk: number;
-}
+const payload = z.strictObject({
+  store: text({ max: 50 }).describe('the store to cost'),
+  period: text({ pattern: /^\d{4}-(0[1-9]|1[0-2])$/, hint: 'YYYY-MM' }).describe('the month to cost'),
+  skus: wholeNumber(1, 100_000, 200).describe('how many SKUs the store has'),
+  movementsPerSku: wholeNumber(1, 10_000, 200).describe('stock movements per SKU in the period'),
+  chunkSize: wholeNumber(1, 10_000, 25).describe('SKUs costed between checkpoints'),
+  workMsPerChunk: wholeNumber(0, 600_000, 0).describe('simulated work per chunk, in ms'),
+});
+
+export type InventoryCostPayload = z.output<typeof payload>;
 
 export interface SkuCost {
   sku: string;
@@ -69,23 +71,12 @@ export function costSku(store: string, period: string, skuIndex: number, movemen
   return { sku, quantity: qty, unitCost, totalCost: Math.round(qty * unitCost * 100) / 100 };
 }
 
-export const inventoryCost = defineJob<InventoryCostPayload, InventoryCostResult, Checkpoint>({
+export const inventoryCost = defineJob({
   type: 'inventory.cost',
   description: 'Weighted-average inventory costing for a store and period',
   expectedMaxSeconds: 3600,
-  parse(payload) {
-    const o = object(payload);
-    noExtraKeys(o, ['store', 'period', 'skus', 'movementsPerSku', 'chunkSize', 'workMsPerChunk']);
-    return {
-      store: str(o, 'store', { max: 50 }),
-      period: str(o, 'period', { pattern: /^\d{4}-(0[1-9]|1[0-2])$/, hint: 'YYYY-MM' }),
-      skus: int(o, 'skus', { min: 1, max: 100_000, default: 200 }),
-      movementsPerSku: int(o, 'movementsPerSku', { min: 1, max: 10_000, default: 200 }),
-      chunkSize: int(o, 'chunkSize', { min: 1, max: 10_000, default: 25 }),
-      workMsPerChunk: int(o, 'workMsPerChunk', { min: 0, max: 600_000, default: 0 }),
-    };
-  },
-  async run(p, ctx) {
+  schema: payload,
+  async run(p, ctx: JobContext<Checkpoint>): Promise<InventoryCostResult> {
     const resumedFrom = ctx.checkpoint?.nextSku ?? 0;
     const costs = [...(ctx.checkpoint?.costs ?? [])];
     if (resumedFrom > 0) ctx.log.info({ resumedFrom }, 'resuming from checkpoint');

@@ -2,38 +2,26 @@
 // exactly once although SQS delivers at least once: the rows go into ledger_entries through
 // ctx.db, which commits only with the fenced completion. ledger_entries has no unique
 // constraint, so a double post would show as duplicate rows; the tests count them.
+import { z } from 'zod';
 import { defineJob } from './types.ts';
-import { int, noExtraKeys, object, pause, str } from './validate.ts';
+import { pause, text, wholeNumber } from './validate.ts';
 
-export interface LedgerPostPayload {
-  batch: string;
-  entries: number;
-  /** Simulated work before posting, in ms (honours the abort signal). */
-  workMs: number;
-  /** Fail the first N attempts (to exercise retries and dead-lettering). */
-  failAttempts: number;
-  /**
-   * Simulated work after the rows are written, with the job's transaction open (ms): the shape
-   * of a handler that writes as it goes, and what a database failover cuts in the middle.
-   */
-  workAfterWriteMs: number;
-}
+const payload = z.strictObject({
+  batch: text({ max: 100 }).describe('the batch of journal entries'),
+  entries: wholeNumber(1, 100_000).describe('how many lines to post'),
+  workMs: wholeNumber(0, 3_600_000, 0).describe('simulated work before posting, in ms (honours the abort signal)'),
+  failAttempts: wholeNumber(0, 100, 0).describe('fail the first N attempts (to exercise retries and dead-lettering)'),
+  // The shape of a handler that writes as it goes, and what a database failover cuts in the middle.
+  workAfterWriteMs: wholeNumber(0, 3_600_000, 0).describe("simulated work after the rows are written, with the job's transaction open, in ms"),
+});
 
-export const ledgerPost = defineJob<LedgerPostPayload, { batch: string; posted: number }>({
+export type LedgerPostPayload = z.output<typeof payload>;
+
+export const ledgerPost = defineJob({
   type: 'ledger.post',
   description: 'Post a batch of journal entries to the general ledger',
-  parse(payload) {
-    const o = object(payload);
-    noExtraKeys(o, ['batch', 'entries', 'workMs', 'failAttempts', 'workAfterWriteMs']);
-    return {
-      batch: str(o, 'batch', { max: 100 }),
-      entries: int(o, 'entries', { min: 1, max: 100_000 }),
-      workMs: int(o, 'workMs', { min: 0, max: 3_600_000, default: 0 }),
-      failAttempts: int(o, 'failAttempts', { min: 0, max: 100, default: 0 }),
-      workAfterWriteMs: int(o, 'workAfterWriteMs', { min: 0, max: 3_600_000, default: 0 }),
-    };
-  },
-  async run(p, ctx) {
+  schema: payload,
+  async run(p, ctx): Promise<{ batch: string; posted: number }> {
     const step = 50;
     for (let done = 0; done < p.workMs; done += step) {
       await pause(Math.min(step, p.workMs - done), ctx.signal);

@@ -1,7 +1,12 @@
 // The handler contract: what an ERP developer writes to define a job type (DESIGN "Handler
 // contract"). A handler gets its parsed payload and a context; it returns a result (stored on
 // the job) or throws (the attempt fails; NonRetryableError sends the job straight to dead).
+// A handler declares its payload as a zod schema (`defineJob({ schema, … })`): its TypeScript
+// type, the parse that refuses bad input naming `payload.<field>`, `jobs types --describe`,
+// GET /v1/job-types and the OpenAPI payload shapes all come from it.
 
+import { z } from 'zod';
+import { ValidationError } from '../domain/errors.ts';
 import type { Logger } from '../observability/log.ts';
 
 /** The job's fenced transaction: opened at the first query, committed with the job's completion. */
@@ -44,6 +49,8 @@ export interface JobDefinition<P = unknown, R = unknown, C = unknown> {
   description: string;
   /** Validate and normalize a payload; throw ValidationError naming the field and the rule. */
   parse(payload: unknown): P;
+  /** The payload's schema, when the type declares one (defineJob({ schema })): parse comes from it. */
+  schema?: z.ZodObject;
   run(payload: P, ctx: JobContext<C>): Promise<R>;
   /** Attempt cap for this type when the enqueuer does not set one. */
   maxAttempts?: number;
@@ -51,6 +58,67 @@ export interface JobDefinition<P = unknown, R = unknown, C = unknown> {
   expectedMaxSeconds?: number;
 }
 
-export function defineJob<P, R, C = unknown>(def: JobDefinition<P, R, C>): JobDefinition<P, R, C> {
-  return def;
+/** A job type whose payload is a schema: `parse` and the payload's type come from it. */
+export interface SchemaJobDefinition<S extends z.ZodObject, R, C> extends Omit<JobDefinition<z.output<S>, R, C>, 'parse' | 'schema'> {
+  /** The payload: a z.strictObject of the fields (an unknown field is refused). */
+  schema: S;
+}
+
+export function defineJob<S extends z.ZodObject, R, C = unknown>(def: SchemaJobDefinition<S, R, C>): JobDefinition<z.output<S>, R, C>;
+export function defineJob<P, R, C = unknown>(def: JobDefinition<P, R, C>): JobDefinition<P, R, C>;
+export function defineJob(def: JobDefinition | SchemaJobDefinition<z.ZodObject, unknown, unknown>): JobDefinition {
+  if (!('schema' in def) || !def.schema) return def as JobDefinition;
+  const schema = def.schema;
+  return { ...def, schema, parse: (payload: unknown) => parsePayload(schema, payload) };
+}
+
+/**
+ * Parse a payload with its schema. Failures name the field as the API and the dead job show it,
+ * `payload.<field>: <rule>`: not an object first, then an unknown field (a misspelt optional one
+ * would otherwise be dropped silently), then the first field in declaration order.
+ */
+export function parsePayload<S extends z.ZodObject>(schema: S, payload: unknown): z.output<S> {
+  if (!payload || typeof payload !== 'object' || Array.isArray(payload)) throw new ValidationError('payload', 'must be a JSON object');
+  const allowed = Object.keys(schema.shape);
+  const extra = Object.keys(payload).find((k) => !allowed.includes(k));
+  if (extra !== undefined) throw new ValidationError(`payload.${extra}`, `is not a field of this job type (allowed: ${allowed.join(', ')})`);
+  const r = schema.safeParse(payload);
+  if (r.success) return r.data;
+  const issue = r.error.issues[0]!;
+  throw new ValidationError(['payload', ...issue.path.map(String)].join('.'), issue.message);
+}
+
+/** One payload field as people read it: `jobs types --describe` and GET /v1/job-types. */
+export interface PayloadField {
+  name: string;
+  type: string;
+  required: boolean;
+  default?: unknown;
+  /** The rule: bounds, pattern. */
+  rule?: string;
+  description?: string;
+}
+
+/** The payload's fields, from its schema (empty for a type without one). */
+export function payloadFields(def: JobDefinition<any, any, any>): PayloadField[] {
+  if (!def.schema) return [];
+  const json = z.toJSONSchema(def.schema, { io: 'input', unrepresentable: 'any' }) as { properties?: Record<string, Record<string, any>>; required?: string[] };
+  return Object.entries(json.properties ?? {}).map(([name, p]) => {
+    // An optional field with a default reads as `T | null`: describe T.
+    const s = (p.anyOf as Record<string, any>[] | undefined)?.find((x) => x.type !== 'null') ?? p;
+    const rule = [
+      s.minimum !== undefined && s.maximum !== undefined ? `${s.minimum} to ${s.maximum}` : '',
+      s.minLength !== undefined || s.maxLength !== undefined ? `${s.minLength ?? 0} to ${s.maxLength ?? '∞'} characters` : '',
+      s.pattern ? `matches ${s.format ?? s.pattern}` : '',
+    ].filter(Boolean).join(', ');
+    const dflt = p.default ?? s.default;
+    return {
+      name,
+      type: s.type ?? 'any',
+      required: json.required?.includes(name) ?? false,
+      ...(dflt !== undefined ? { default: dflt } : {}),
+      ...(rule ? { rule } : {}),
+      ...(p.description ?? s.description ? { description: p.description ?? s.description } : {}),
+    };
+  });
 }

@@ -1,37 +1,26 @@
-// Small payload validators for handlers: each failure names the field and the rule, which the
-// API returns as a 400 and the worker records as a non-retryable error.
-import { ValidationError } from '../domain/errors.ts';
+// Payload field schemas for handlers (zod), with the messages the API has always given: each
+// failure names the rule, which defineJob's parse reports as `payload.<field>: <rule>`, the API
+// returns as a 400 and the worker records as a non-retryable error.
+import { z } from 'zod';
 
-export function object(payload: unknown): Record<string, unknown> {
-  if (!payload || typeof payload !== 'object' || Array.isArray(payload)) throw new ValidationError('payload', 'must be a JSON object');
-  return payload as Record<string, unknown>;
+/** A string of `min` (default 1) to `max` (default 200) characters, matching `pattern` when given (`hint` names it). */
+export function text(opts: { min?: number; max?: number; pattern?: RegExp; hint?: string } = {}) {
+  const min = opts.min ?? 1;
+  const max = opts.max ?? 200;
+  const length = (iss: { input?: unknown }) => `must be ${min} to ${max} characters (got ${String(iss.input).length})`;
+  const s = z.string({ error: 'is required and must be a string' }).min(min, { error: length }).max(max, { error: length });
+  return opts.pattern ? s.regex(opts.pattern, { error: (iss) => `must match ${opts.hint ?? opts.pattern!.source} (got "${String(iss.input)}")` }).meta({ format: opts.hint }) : s;
 }
 
-export function str(o: Record<string, unknown>, key: string, opts: { min?: number; max?: number; pattern?: RegExp; hint?: string } = {}): string {
-  const v = o[key];
-  if (typeof v !== 'string') throw new ValidationError(`payload.${key}`, 'is required and must be a string');
-  if (v.length < (opts.min ?? 1) || v.length > (opts.max ?? 200)) {
-    throw new ValidationError(`payload.${key}`, `must be ${opts.min ?? 1} to ${opts.max ?? 200} characters (got ${v.length})`);
-  }
-  if (opts.pattern && !opts.pattern.test(v)) throw new ValidationError(`payload.${key}`, `must match ${opts.hint ?? opts.pattern.source} (got "${v}")`);
-  return v;
-}
-
-export function int(o: Record<string, unknown>, key: string, opts: { min: number; max: number; default?: number }): number {
-  const v = o[key];
-  if (v === undefined || v === null) {
-    if (opts.default !== undefined) return opts.default;
-    throw new ValidationError(`payload.${key}`, `is required: a whole number from ${opts.min} to ${opts.max}`);
-  }
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < opts.min || v > opts.max) {
-    throw new ValidationError(`payload.${key}`, `must be a whole number from ${opts.min} to ${opts.max} (got ${JSON.stringify(v)})`);
-  }
-  return v;
-}
-
-export function noExtraKeys(o: Record<string, unknown>, allowed: string[]): void {
-  const extra = Object.keys(o).filter((k) => !allowed.includes(k));
-  if (extra.length > 0) throw new ValidationError(`payload.${extra[0]}`, `is not a field of this job type (allowed: ${allowed.join(', ')})`);
+/** A whole number from `min` to `max`: required, or `dflt` when absent or null. */
+export function wholeNumber(min: number, max: number): z.ZodInt;
+export function wholeNumber(min: number, max: number, dflt: number): z.ZodPipe<z.ZodOptional<z.ZodNullable<z.ZodInt>>, z.ZodTransform<number, number | null | undefined>>;
+export function wholeNumber(min: number, max: number, dflt?: number) {
+  const error = (iss: { input?: unknown }) =>
+    iss.input === undefined || iss.input === null ? `is required: a whole number from ${min} to ${max}` : `must be a whole number from ${min} to ${max} (got ${JSON.stringify(iss.input)})`;
+  const n = z.int({ error }).min(min, { error }).max(max, { error });
+  if (dflt === undefined) return n;
+  return n.meta({ default: dflt }).nullish().transform((v) => v ?? dflt);
 }
 
 /** Wait `ms`, rejecting with the signal's reason as soon as it aborts. */

@@ -21,6 +21,7 @@ import { ENV } from '../config/env.ts';
 import { pendingMigrations } from '../db/migrate.ts';
 import { ISO_TIME_PATTERN, isJobId, parseIsoTime } from '../domain/ids.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
+import { payloadFields } from '../handlers/types.ts';
 import type { LiveRoutes } from './live-routes.ts';
 import type { OpsRoutes } from './oncall-routes.ts';
 import type { Logger } from '../observability/log.ts';
@@ -77,7 +78,7 @@ export function enqueueBody(registry: JobRegistry) {
     payload: z
       .unknown()
       .optional()
-      .meta({ description: "the job type's payload; default {}" }),
+      .meta({ description: "the job type's payload (components.schemas[type]); default {}", anyOf: registry.types().filter((t) => registry.get(t)!.schema).map((t) => ({ $ref: `#/components/schemas/${t}` })) }),
     idempotencyKey: z
       .string({ error: 'must be a string of 1 to 200 characters' })
       .min(1, { error: 'must be a string of 1 to 200 characters' })
@@ -194,6 +195,8 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
         { routes: jobRoutes.filter((r) => r.path.startsWith('/v1/')), security: 'client' },
         ...(opts.ops ? [{ routes: opts.ops.table.routes, security: 'operator' as const }] : []),
       ],
+      // Each job type's payload, from its schema: what `payload` must be for that `type`.
+      Object.fromEntries(registry.types().flatMap((t) => (registry.get(t)!.schema ? [[t, registry.get(t)!.schema!]] : []))),
     );
     return document;
   }
@@ -228,6 +231,7 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
         description: d.description,
         ...(d.maxAttempts !== undefined ? { maxAttempts: d.maxAttempts } : {}),
         ...(d.expectedMaxSeconds !== undefined ? { expectedMaxSeconds: d.expectedMaxSeconds } : {}),
+        payload: { fields: payloadFields(d) },
       };
     });
   }

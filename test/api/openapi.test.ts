@@ -72,6 +72,20 @@ describe('GET /v1/openapi.json', () => {
     expect(operation('GET', '/v1/jobs').security).toEqual([{ apiToken: [] }]);
   });
 
+  it("carries each job type's payload shape, from the handler's schema", async () => {
+    const ledger = doc.components.schemas['ledger.post'];
+    expect(Object.keys(ledger.properties)).toEqual(['batch', 'entries', 'workMs', 'failAttempts', 'workAfterWriteMs']);
+    expect(ledger.required).toEqual(['batch', 'entries']);
+    expect(ledger.additionalProperties).toBe(false);
+    expect(ledger.properties.entries).toMatchObject({ type: 'integer', minimum: 1, maximum: 100000 });
+    expect(doc.components.schemas['inventory.cost'].required).toEqual(['store', 'period']);
+    const payload = operation('POST', '/v1/jobs').requestBody.content['application/json'].schema.properties.payload;
+    expect(payload.anyOf).toEqual([{ $ref: '#/components/schemas/inventory.cost' }, { $ref: '#/components/schemas/ledger.post' }]);
+    // GET /v1/job-types shows the same fields.
+    const types = (await call(api.url, 'GET', '/v1/job-types', { headers: auth })).body.jobTypes;
+    expect(types.find((t: any) => t.type === 'ledger.post').payload.fields.map((f: any) => f.name)).toEqual(Object.keys(ledger.properties));
+  });
+
   it('documents the enqueue body as POST /v1/jobs accepts it: its fields, the required one, the bounds', async () => {
     const body = operation('POST', '/v1/jobs').requestBody;
     const schema = body.content['application/json'].schema;

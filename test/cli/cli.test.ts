@@ -44,6 +44,16 @@ describe('jobs command', () => {
     expect(again.stdout).toMatch(/already ended \(cancelled\)/);
   });
 
+  it('types --describe lists each payload field from the handler schema', async () => {
+    const r = await jobs(['types', '--describe']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^ledger\.post +Post a batch of journal entries/m);
+    expect(r.stdout).toMatch(/^ {2}entries +integer +required; 1 to 100000/m);
+    expect(r.stdout).toMatch(/^ {2}workMs +integer +default 0; 0 to 3600000/m);
+    expect(r.stdout).toMatch(/^ {2}period +string +required; .*matches YYYY-MM/m);
+    expect((await jobs(['types'])).stdout).not.toMatch(/^ {2}entries/m);
+  });
+
   it.each([
     [['enqueue', 'ledger.post', '--payload', '{"batch":'], /--payload is not valid JSON/],
     [['enqueue', 'ledger.pots', '--payload', '{}'], /type: unknown job type "ledger.pots"; known types: inventory.cost, ledger.post/],
