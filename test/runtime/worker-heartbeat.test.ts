@@ -1,0 +1,95 @@
+// The heartbeat (runtime/worker/heartbeat.ts): one statement renews every lease this worker holds
+// and carries their progress; the messages' visibility follows the lease; a lease the database
+// refused, or one that ran out unrenewed, is lost and its handler aborted. Real PostgreSQL, MemoryQueue.
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { LeaseLostError } from '../../runtime/domain/errors.ts';
+import { METRIC } from '../../runtime/observability/metric-names.ts';
+import { createPlatform, FAST_TIMINGS, waitFor, type Platform } from '../support/platform.ts';
+import { claimOne, setLease, workerUnits, type Units } from '../support/worker-units.ts';
+
+let p: Platform;
+let u: Units;
+const events: string[] = [];
+beforeEach(async () => {
+  events.length = 0;
+  p = await createPlatform();
+  u = workerUnits(p, { onEvent: (e) => events.push(`${e.kind}:${e.jobId}`) });
+});
+afterEach(async () => {
+  await u.heartbeat.stop();
+  await u.messages.drain();
+  await p.close();
+});
+const state = async (id: string) => (await p.store.get(id))!;
+const ledger = (batch: string) => claimOne(p, u, 'ledger.post', { batch, entries: 1 });
+
+describe('heartbeat', () => {
+  it('renews every held lease in one statement, writes the progress reported since, and extends each message to the lease', async () => {
+    const a = await ledger('H-A');
+    const b = await ledger('H-B');
+    await setLease(p, a.job.id, 0.5);
+    a.unsentProgress = a.lastProgress = { fraction: 0.25, message: 'a quarter' };
+    const renew = vi.spyOn(u.ctx.store, 'renewLeases');
+    const vis = vi.spyOn(p.queue, 'changeVisibility');
+    await u.heartbeat.tick();
+    expect(renew).toHaveBeenCalledTimes(1);
+    const after = await state(a.job.id);
+    expect(after.leaseExpiresAt!.getTime()).toBeGreaterThan(Date.now() + 1000);
+    expect(after.progress).toEqual({ fraction: 0.25, message: 'a quarter' });
+    expect(a.unsentProgress).toBeNull();
+    expect(vis).toHaveBeenCalledWith([
+      { receipt: a.message.receipt, seconds: FAST_TIMINGS.leaseSeconds },
+      { receipt: b.message.receipt, seconds: FAST_TIMINGS.leaseSeconds },
+    ]);
+    expect(events.sort()).toEqual([`lease-renewed:${a.job.id}`, `lease-renewed:${b.job.id}`].sort());
+  });
+
+  it('a lease another worker took: lost at the tick, the handler aborted with LeaseLostError, counted', async () => {
+    const h = await ledger('H-LOST');
+    const signal = (h.ac = new AbortController()).signal;
+    await setLease(p, h.job.id, -1);
+    await p.store.claim([h.job.id], 'thief', 30);
+    await u.heartbeat.tick();
+    expect(h.lost).toBe(true);
+    expect(signal.reason).toBeInstanceOf(LeaseLostError);
+    expect(events).toEqual([`lease-lost:${h.job.id}`]);
+    expect(p.metrics.get(METRIC.leasesLost)).toBe(1);
+  });
+
+  it('a lease not renewed for a whole lease (the database hung) is lost without asking the database', async () => {
+    const h = await ledger('H-FENCE');
+    h.lastRenewedAt = Date.now() - FAST_TIMINGS.leaseSeconds * 1000 - 100;
+    u.heartbeat.fenceUnrenewed();
+    expect(h.lost).toBe(true);
+    expect(h.abortReason).toBeInstanceOf(LeaseLostError);
+    expect((h.abortReason as Error).message).toMatch(/the lease ran out before the database could renew it/);
+  });
+
+  it('a renewal that cannot reach the database closes the fetcher\'s gate and loses nothing yet', async () => {
+    const h = await ledger('H-DOWN');
+    vi.spyOn(u.ctx.store, 'renewLeases').mockRejectedValueOnce(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }));
+    await u.heartbeat.tick();
+    expect(u.databaseDown).toHaveLength(1);
+    expect(h.lost).toBe(false);
+  });
+
+  it('a stale message handle (delivered again since) is noted: the lease still protects the job', async () => {
+    const h = await ledger('H-STALE');
+    await p.queue.changeVisibility([{ receipt: h.message.receipt, seconds: 0 }]);
+    await p.queue.receive(10, 0.5);
+    await u.heartbeat.tick();
+    expect(h.receiptStale).toBe(true);
+    expect(h.lost).toBe(false);
+  });
+
+  it('losing the lease of a job that ended (cancelled) deletes its leftover message', async () => {
+    const h = await ledger('H-CANCEL');
+    await p.client.cancel(h.job.id, 'test');
+    await u.heartbeat.tick();
+    expect(h.lost).toBe(true);
+    await waitFor(async () => {
+      await u.messages.drain();
+      return p.queue.depth().total === 0;
+    }, 3000, 'leftover message deleted');
+  });
+});
