@@ -4,7 +4,7 @@
 // so an attempt that reclaims the job after a crash resumes where the last one stopped, and it
 // writes its cost rows with the completion, so a run that lost its lease writes nothing.
 import { createHash } from 'node:crypto';
-import { z } from 'zod';
+import * as z from 'zod';
 import { defineJob, type JobContext } from './types.ts';
 import { pause, text, wholeNumber } from './validate.ts';
 

@@ -2,7 +2,7 @@
 // exactly once although SQS delivers at least once: the rows go into ledger_entries through
 // ctx.db, which commits only with the fenced completion. ledger_entries has no unique
 // constraint, so a double post would show as duplicate rows; the tests count them.
-import { z } from 'zod';
+import * as z from 'zod';
 import { defineJob } from './types.ts';
 import { pause, text, wholeNumber } from './validate.ts';
 

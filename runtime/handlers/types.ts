@@ -5,7 +5,7 @@
 // type, the parse that refuses bad input naming `payload.<field>`, `jobs types --describe`,
 // GET /v1/job-types and the OpenAPI payload shapes all come from it.
 
-import { z } from 'zod';
+import * as z from 'zod';
 import { ValidationError } from '../domain/errors.ts';
 import type { Logger } from '../observability/log.ts';
 

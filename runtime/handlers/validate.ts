@@ -1,7 +1,7 @@
 // Payload field schemas for handlers (zod), with the messages the API has always given: each
 // failure names the rule, which defineJob's parse reports as `payload.<field>: <rule>`, the API
 // returns as a 400 and the worker records as a non-retryable error.
-import { z } from 'zod';
+import * as z from 'zod';
 
 /** A string of `min` (default 1) to `max` (default 200) characters, matching `pattern` when given (`hint` names it). */
 export function text(opts: { min?: number; max?: number; pattern?: RegExp; hint?: string } = {}) {

@@ -9,7 +9,7 @@
 // bundle.
 
 import type http from 'node:http';
-import { z } from 'zod';
+import * as z from 'zod';
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import { ValidationError } from '../domain/errors.ts';
 import { ISO_TIME_PATTERN, JOB_ID_PATTERN, parseIsoTime } from '../domain/ids.ts';

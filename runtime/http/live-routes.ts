@@ -18,7 +18,7 @@ import type { Logger } from '../observability/log.ts';
 import type { JobStore } from '../store/job-store.ts';
 import type { JobState } from '../domain/job.ts';
 import type { FeedEvent, LiveFeed } from '../live/feed.ts';
-import { z } from 'zod';
+import * as z from 'zod';
 import { HttpError, route, type Reply, type Route, type RouteTable } from './kernel.ts';
 import { LIVE_PAGE_HTML } from './live-page.ts';
 import type { QueueDepth } from '../live/queue-depth.ts';

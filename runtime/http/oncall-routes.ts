@@ -25,7 +25,7 @@
 // address, as for cancel: a shared token names no person.
 
 import type http from 'node:http';
-import { z } from 'zod';
+import * as z from 'zod';
 import { callerAddress, flag, flagParam, HttpError, isoTime, jobId, jobView, optional, route, text, wholeNumber, wholeNumberParam, type JobView, type Reply, type Route, type RouteContext, type RouteTable } from './kernel.ts';
 import type { AttemptOutcome } from '../domain/job.ts';
 import type { OpsJob, OperatorAction } from '../oncall/db.ts';

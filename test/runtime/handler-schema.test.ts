@@ -2,7 +2,7 @@
 // names the field as `payload.<field>: <rule>`, unknown fields are refused, defaults and limits
 // hold, and the fields `jobs types --describe` and GET /v1/job-types show come from it too.
 import { describe, expect, it } from 'vitest';
-import { z } from 'zod';
+import * as z from 'zod';
 import { ValidationError } from '../../runtime/domain/errors.ts';
 import { inventoryCost } from '../../runtime/handlers/inventory-cost.ts';
 import { ledgerPost } from '../../runtime/handlers/ledger-post.ts';
