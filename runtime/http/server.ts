@@ -25,8 +25,9 @@ import { payloadFields } from '../handlers/types.ts';
 import type { LiveRoutes } from './live-routes.ts';
 import type { OpsRoutes } from './oncall-routes.ts';
 import type { Logger } from '../observability/log.ts';
+import { openApiDocument } from './openapi.ts';
 import * as z from 'zod';
-import { callerAddress, dispatch, HttpError, jobId, jobView, openApiDocument, optional, route, send, toHttpError, type Reply, type Route, type RouteContext, type RouteTable } from './kernel.ts';
+import { callerAddress, dispatch, HttpError, jobId, jobView, optional, route, send, toHttpError, type Reply, type Route, type RouteContext, type RouteTable } from './kernel.ts';
 
 export { callerAddress, HttpError, isPlainObject, jobView, MAX_JSON_DEPTH, readJson, type JobView } from './kernel.ts';
 import { JOB_STATES, type Job, type JobState } from '../domain/job.ts';
