@@ -5,6 +5,7 @@
 // the requests in flight, stops the relay, flushes the publisher and closes the pool, then exits 0.
 // A bad configuration exits 1 before touching anything.
 
+import { runService } from './entry.ts';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
@@ -240,29 +241,8 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
 }
 
 /** Entry point (`jobs api`, the API image): start, and shut down gracefully on SIGTERM / SIGINT. Resolves once listening. */
-export async function runApi(env: Env = process.env): Promise<RunningApi> {
-  let api: RunningApi;
-  try {
-    api = await startApiService(apiConfigFromEnv(env), { live: liveConfigFromEnv(env), ops: opsConfigFromEnv(env) });
-  } catch (err) {
-    if (err instanceof ConfigError) {
-      process.stderr.write(`jobs api: refusing to start.\n${err.message}\n`);
-      process.exit(1);
-    }
-    throw err;
-  }
-  for (const sig of ['SIGTERM', 'SIGINT'] as const) {
-    process.once(sig, () => {
-      api.shutdown(sig).then(
-        () => process.exit(0),
-        (err: unknown) => {
-          process.stderr.write(`jobs api: shutdown failed: ${String(err)}\n`);
-          process.exit(1);
-        },
-      );
-    });
-  }
-  return api;
+export function runApi(env: Env = process.env): Promise<RunningApi> {
+  return runService('jobs api', () => startApiService(apiConfigFromEnv(env), { live: liveConfigFromEnv(env), ops: opsConfigFromEnv(env) }));
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {

@@ -3,10 +3,11 @@
 // relay, rescuer, reconciler), CloudWatch metrics and ECS task protection, until SIGTERM: then it drains
 // (DESIGN 10) and exits 0. A bad configuration exits 1 before touching anything.
 
+import { runService } from './entry.ts';
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv } from '../config/env.ts';
-import { ConfigError, MAX_PREFETCH, workerPoolSize } from '../config/rules.ts';
+import { MAX_PREFETCH, workerPoolSize } from '../config/rules.ts';
 import { sqsFromEnv } from '../config/sqs.ts';
 import { createPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
@@ -134,27 +135,7 @@ export async function startWorkerService(env: Record<string, string | undefined>
 
 /** Entry point: start, and shut down gracefully on SIGTERM / SIGINT. */
 export async function runWorker(env: Record<string, string | undefined> = process.env): Promise<void> {
-  let svc: RunningWorker;
-  try {
-    svc = await startWorkerService(env);
-  } catch (err) {
-    if (err instanceof ConfigError) {
-      process.stderr.write(`jobs worker: refusing to start.\n${err.message}\n`);
-      process.exit(1);
-    }
-    throw err;
-  }
-  for (const sig of ['SIGTERM', 'SIGINT'] as const) {
-    process.once(sig, () => {
-      svc.shutdown(sig).then(
-        () => process.exit(0),
-        (err: unknown) => {
-          process.stderr.write(`jobs worker: shutdown failed: ${String(err)}\n`);
-          process.exit(1);
-        },
-      );
-    });
-  }
+  await runService('jobs worker', () => startWorkerService(env));
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
