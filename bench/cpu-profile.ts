@@ -48,7 +48,12 @@ export function summarize(p: Profile, top = 25): string {
     total += dt;
     const cf = byId.get(id)!.callFrame;
     const url = cf.url.replace(/^.*node_modules\//, '').replace(/^file:\/\/.*?\/(runtime|bench)\//, '$1/');
-    const file = url ? url.split('/').slice(0, url.startsWith('runtime/') ? 3 : 1).join('/') : cf.functionName;
+    const file = url
+      ? url
+          .split('/')
+          .slice(0, url.startsWith('runtime/') ? 3 : 1)
+          .join('/')
+      : cf.functionName;
     byFile.set(file, (byFile.get(file) ?? 0) + dt);
     const fn = `${cf.functionName || '(anonymous)'} ${url}${url ? `:${cf.lineNumber + 1}` : ''}`;
     byFn.set(fn, (byFn.get(fn) ?? 0) + dt);
@@ -58,5 +63,11 @@ export function summarize(p: Profile, top = 25): string {
       .sort((a, b) => b[1] - a[1])
       .slice(0, top)
       .map(([k, us]) => `    ${(us / 1000).toFixed(1).padStart(8)} ms ${((100 * us) / total).toFixed(1).padStart(5)} %  ${k}`);
-  return [`  CPU profile of the process phase: ${(total / 1000).toFixed(0)} ms sampled`, '  by file (self time):', ...rows(byFile), '  by function (self time):', ...rows(byFn)].join('\n');
+  return [
+    `  CPU profile of the process phase: ${(total / 1000).toFixed(0)} ms sampled`,
+    '  by file (self time):',
+    ...rows(byFile),
+    '  by function (self time):',
+    ...rows(byFn),
+  ].join('\n');
 }

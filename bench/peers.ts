@@ -26,7 +26,11 @@ function sh(cmd: string, args: string[], cwd: string, log: (s: string) => void):
   });
 }
 
-export async function runPeers(opts: { runs: number; jobs: number; log: (s: string) => void }): Promise<{ rows: PeerRow[]; pgUrl: string; stopPg: () => Promise<void> }> {
+export async function runPeers(opts: {
+  runs: number;
+  jobs: number;
+  log: (s: string) => void;
+}): Promise<{ rows: PeerRow[]; pgUrl: string; stopPg: () => Promise<void> }> {
   const src = resolve(import.meta.dirname, '../../shared/bench/peers');
   if (!existsSync(src)) throw new Error(`no reference harness at ${src} (../shared/bench/peers beside the repository)`);
   const dir = resolve(import.meta.dirname, '../.tmp/peers');
@@ -39,14 +43,37 @@ export async function runPeers(opts: { runs: number; jobs: number; log: (s: stri
   opts.log('peers: running the reference harness (graphile-worker, pg-boss) at concurrency 10…');
   const out = await sh(
     'node',
-    ['run.mjs', '--runs', String(opts.runs), '--jobs', String(opts.jobs), '--only', 'graphile-tuned,pgboss-batch500,graphile-default,pgboss-single', '--concurrency', '10', '--keep-pg', '--no-node-baseline'],
+    [
+      'run.mjs',
+      '--runs',
+      String(opts.runs),
+      '--jobs',
+      String(opts.jobs),
+      '--only',
+      'graphile-tuned,pgboss-batch500,graphile-default,pgboss-single',
+      '--concurrency',
+      '10',
+      '--keep-pg',
+      '--no-node-baseline',
+    ],
     dir,
     opts.log,
   );
   const measurements = out
     .split('\n')
     .filter((l) => l.startsWith('{'))
-    .map((l) => JSON.parse(l) as { type: string; id: string; label: string; phase: string; rate: number; run: number; pg_cost?: { commits_per_job: number; wal_bytes_per_job: number } })
+    .map(
+      (l) =>
+        JSON.parse(l) as {
+          type: string;
+          id: string;
+          label: string;
+          phase: string;
+          rate: number;
+          run: number;
+          pg_cost?: { commits_per_job: number; wal_bytes_per_job: number };
+        },
+    )
     .filter((m) => m.type === 'measurement');
   const ids = [...new Set(measurements.map((m) => m.id))];
   const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!;
@@ -62,7 +89,13 @@ export async function runPeers(opts: { runs: number; jobs: number; log: (s: stri
         wal: (e?.pg_cost?.wal_bytes_per_job ?? 0) + (p?.pg_cost?.wal_bytes_per_job ?? 0),
       };
     });
-    return { id, label: ms.find((m) => m.phase === 'process')?.label ?? id, jobsPerSec: med(per.map((x) => x.rate)), commitsPerJob: med(per.map((x) => x.commits)), walBytesPerJob: med(per.map((x) => x.wal)) };
+    return {
+      id,
+      label: ms.find((m) => m.phase === 'process')?.label ?? id,
+      jobsPerSec: med(per.map((x) => x.rate)),
+      commitsPerJob: med(per.map((x) => x.commits)),
+      walBytesPerJob: med(per.map((x) => x.wal)),
+    };
   });
   return {
     rows,

@@ -26,7 +26,10 @@ export class CostMeter {
   private readonly admin: pg.Client;
   private postmasterPid: number | null = null;
 
-  constructor(adminUrl: string, private readonly database: string) {
+  constructor(
+    adminUrl: string,
+    private readonly database: string,
+  ) {
     this.admin = new pg.Client({ connectionString: adminUrl });
   }
 
@@ -108,7 +111,11 @@ export class CostMeter {
     const ticks1 = await this.pgTicks();
     const after = await this.read();
     const wal = await this.admin.query('SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint AS b', [after.lsn, before.lsn]);
-    const cost: Cost = { commits: after.commits - before.commits, rollbacks: after.rollbacks - before.rollbacks, walBytes: Number(wal.rows[0].b) };
+    const cost: Cost = {
+      commits: after.commits - before.commits,
+      rollbacks: after.rollbacks - before.rollbacks,
+      walBytes: Number(wal.rows[0].b),
+    };
     if (ticks0 !== null && ticks1 !== null) cost.pgCpuSeconds = (ticks1 - ticks0) / 100;
     if (opts.statements) cost.statements = await this.statements();
     return { result, cost };
@@ -127,7 +134,14 @@ export class CostMeter {
           WHERE d.datname = $1 ORDER BY s.wal_bytes DESC LIMIT 12`,
         [this.database],
       );
-      return rows.map((r) => ({ query: r.query, calls: Number(r.calls), walBytes: Number(r.wal_bytes), walRecords: Number(r.wal_records), walFpi: Number(r.wal_fpi), totalMs: Math.round(r.ms) }));
+      return rows.map((r) => ({
+        query: r.query,
+        calls: Number(r.calls),
+        walBytes: Number(r.wal_bytes),
+        walRecords: Number(r.wal_records),
+        walFpi: Number(r.wal_fpi),
+        totalMs: Math.round(r.ms),
+      }));
     } catch {
       return undefined;
     }

@@ -66,7 +66,14 @@ const PREFETCHES: (number | null)[] = args.prefetch ? args.prefetch.split(',').m
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
 // Timings for the benchmark: production-like lease and heartbeat.
-const TIMINGS: JobTimings = { ...DEFAULT_JOB_TIMINGS, leaseSeconds: 30, heartbeatSeconds: 5, visibilityTimeoutSeconds: 60, maxAttempts: 3, maxReceiveCount: 10 };
+const TIMINGS: JobTimings = {
+  ...DEFAULT_JOB_TIMINGS,
+  leaseSeconds: 30,
+  heartbeatSeconds: 5,
+  visibilityTimeoutSeconds: 60,
+  maxAttempts: 3,
+  maxReceiveCount: 10,
+};
 
 const noop = defineJob<unknown, null>({ type: 'bench.noop', description: 'does nothing', parse: (p) => p, run: async () => null });
 let onStart: ((seq: number) => void) | null = null;
@@ -155,7 +162,10 @@ async function enqueueAll(url: string, queue: JobQueue, kind: 'noop' | 'ledger',
     let after: () => Promise<void>;
     try {
       await c.query('BEGIN');
-      const r = await client.enqueue(c, Array.from({ length: Math.min(batch, n - i) }, (_, k) => spec(kind, i + k)));
+      const r = await client.enqueue(
+        c,
+        Array.from({ length: Math.min(batch, n - i) }, (_, k) => spec(kind, i + k)),
+      );
       await c.query('COMMIT');
       after = r.afterCommit;
     } finally {
@@ -169,7 +179,14 @@ async function enqueueAll(url: string, queue: JobQueue, kind: 'noop' | 'ledger',
   return n / seconds;
 }
 
-async function processAll(url: string, queue: JobQueue, dlq: JobQueue, n: number, concurrency: number, prefetch: number | null): Promise<{ perSec: number; cpuSeconds: number }> {
+async function processAll(
+  url: string,
+  queue: JobQueue,
+  dlq: JobQueue,
+  n: number,
+  concurrency: number,
+  prefetch: number | null,
+): Promise<{ perSec: number; cpuSeconds: number }> {
   const pool = createPool({ url, max: workerPoolSize(concurrency), applicationName: 'bench worker' });
   let done = 0;
   let resolveDone!: () => void;
@@ -206,23 +223,42 @@ async function processAll(url: string, queue: JobQueue, dlq: JobQueue, n: number
 async function verify(url: string, kind: 'noop' | 'ledger', n: number): Promise<void> {
   const c = new pg.Client({ connectionString: url });
   await c.connect();
-  const { rows } = await c.query("SELECT count(*) FILTER (WHERE state = 'succeeded')::int AS ok, count(*) FILTER (WHERE attempt <> 1)::int AS retried, count(*)::int AS total FROM jobs.job");
-  const ledger = kind === 'ledger' ? (await c.query('SELECT count(*)::int AS n, count(DISTINCT (job_id, line_no))::int AS d FROM ledger_entries')).rows[0] : null;
+  const { rows } = await c.query(
+    "SELECT count(*) FILTER (WHERE state = 'succeeded')::int AS ok, count(*) FILTER (WHERE attempt <> 1)::int AS retried, count(*)::int AS total FROM jobs.job",
+  );
+  const ledger =
+    kind === 'ledger'
+      ? (await c.query('SELECT count(*)::int AS n, count(DISTINCT (job_id, line_no))::int AS d FROM ledger_entries')).rows[0]
+      : null;
   await c.end();
   const r = rows[0];
   if (r.ok !== n || r.total !== n) throw new Error(`benchmark run wrong: ${r.ok}/${n} succeeded of ${r.total}`);
-  if (ledger && (ledger.n !== n * 5 || ledger.d !== n * 5)) throw new Error(`ledger wrong: ${ledger.n} rows, ${ledger.d} distinct, expected ${n * 5}`);
+  if (ledger && (ledger.n !== n * 5 || ledger.d !== n * 5))
+    throw new Error(`ledger wrong: ${ledger.n} rows, ${ledger.d} distinct, expected ${n * 5}`);
   if (r.retried > 0) log(`  note: ${r.retried} jobs needed more than one attempt`);
 }
 
-async function throughput(adminUrl: string, dbName: string, meter: CostMeter, kind: 'noop' | 'ledger', transport: 'memory' | 'sqs', concurrency: number, prefetch: number | null, profileTo: string | null): Promise<Sample> {
+async function throughput(
+  adminUrl: string,
+  dbName: string,
+  meter: CostMeter,
+  kind: 'noop' | 'ledger',
+  transport: 'memory' | 'sqs',
+  concurrency: number,
+  prefetch: number | null,
+  profileTo: string | null,
+): Promise<Sample> {
   const url = await freshDb(adminUrl, dbName);
   let queue: JobQueue;
   let dlq: JobQueue;
   let child: ChildProcess | null = null;
   if (transport === 'memory') {
     const d = new MemoryQueue({ visibilityTimeoutSeconds: 60 });
-    queue = new MemoryQueue({ visibilityTimeoutSeconds: TIMINGS.visibilityTimeoutSeconds, maxReceiveCount: TIMINGS.maxReceiveCount, deadLetterQueue: d });
+    queue = new MemoryQueue({
+      visibilityTimeoutSeconds: TIMINGS.visibilityTimeoutSeconds,
+      maxReceiveCount: TIMINGS.maxReceiveCount,
+      deadLetterQueue: d,
+    });
     dlq = d;
   } else {
     const s = await startSqsChild();
@@ -274,7 +310,16 @@ async function latency(adminUrl: string): Promise<{ rate: number; seconds: numbe
   const pool = createPool({ url, max: workerPoolSize(10) + 4, applicationName: 'bench latency' });
   const publisher = new Publisher(pool, queue, silentLogger);
   const client = new JobClient({ pool, registry, publisher, defaultMaxAttempts: 3 });
-  const worker = new Worker({ pool, queue, dlq: d, registry, publisher, timings: { ...TIMINGS, concurrency: 10 }, log: silentLogger, receiveWaitSeconds: 1 });
+  const worker = new Worker({
+    pool,
+    queue,
+    dlq: d,
+    registry,
+    publisher,
+    timings: { ...TIMINGS, concurrency: 10 },
+    log: silentLogger,
+    receiveWaitSeconds: 1,
+  });
   const t0s = new Map<number, number>();
   const lat: number[] = [];
   onStart = (seq) => lat.push(performance.now() - t0s.get(seq)!);
@@ -301,7 +346,10 @@ async function latency(adminUrl: string): Promise<{ rate: number; seconds: numbe
 }
 
 /** kill -9 of a worker process mid-job → another worker process resumes it. */
-async function killToResume(adminUrl: string, kills: number): Promise<{ leaseSeconds: number; heartbeatSeconds: number; samplesMs: number[] }> {
+async function killToResume(
+  adminUrl: string,
+  kills: number,
+): Promise<{ leaseSeconds: number; heartbeatSeconds: number; samplesMs: number[] }> {
   const leaseSeconds = 5;
   const heartbeatSeconds = 1;
   const url = await freshDb(adminUrl, 'bench_kill');
@@ -319,15 +367,25 @@ async function killToResume(adminUrl: string, kills: number): Promise<{ leaseSec
     LOG_LEVEL: 'error',
     JOBS_LOCAL_ENV: '0',
   };
-  const spawnWorker = (id: string) => spawn(process.execPath, ['--import', 'tsx', 'bin/jobs.ts', 'worker'], { env: { ...env, JOBS_WORKER_ID: id }, stdio: 'ignore' });
+  const spawnWorker = (id: string) =>
+    spawn(process.execPath, ['--import', 'tsx', 'bin/jobs.ts', 'worker'], { env: { ...env, JOBS_WORKER_ID: id }, stdio: 'ignore' });
   const pool = createPool({ url, max: 2, applicationName: 'bench kill' });
-  const client = new JobClient({ pool, registry, publisher: new Publisher(pool, new SqsQueue({ queueUrl: sqs.queueUrl, endpoint: sqs.endpoint }), silentLogger), defaultMaxAttempts: 5 });
+  const client = new JobClient({
+    pool,
+    registry,
+    publisher: new Publisher(pool, new SqsQueue({ queueUrl: sqs.queueUrl, endpoint: sqs.endpoint }), silentLogger),
+    defaultMaxAttempts: 5,
+  });
   const workers = new Map<string, ChildProcess>();
   const samples: number[] = [];
   try {
     for (let k = 0; k < kills; k++) {
       for (const id of [`kill-a-${k}`, `kill-b-${k}`]) workers.set(id, spawnWorker(id));
-      const [r] = await client.enqueueNow({ type: 'ledger.post', payload: { batch: `kill-${k}`, entries: 1, workMs: 60_000 }, maxAttempts: 5 });
+      const [r] = await client.enqueueNow({
+        type: 'ledger.post',
+        payload: { batch: `kill-${k}`, entries: 1, workMs: 60_000 },
+        maxAttempts: 5,
+      });
       let owner: string | null = null;
       while (!owner) {
         const { rows } = await pool.query("SELECT lease_owner FROM jobs.job WHERE id = $1 AND state = 'running'", [r!.job.id]);
@@ -339,7 +397,7 @@ async function killToResume(adminUrl: string, kills: number): Promise<{ leaseSec
       const t0 = performance.now();
       workers.get(owner)!.kill('SIGKILL');
       for (;;) {
-        const { rows } = await pool.query("SELECT attempt, state FROM jobs.job WHERE id = $1", [r!.job.id]);
+        const { rows } = await pool.query('SELECT attempt, state FROM jobs.job WHERE id = $1', [r!.job.id]);
         if (rows[0].attempt >= 2 && rows[0].state === 'running') break;
         await new Promise((res) => setTimeout(res, 20));
       }
@@ -375,15 +433,25 @@ async function main(): Promise<void> {
   }
   if (!adminUrl) {
     log('starting embedded PostgreSQL (durable: fsync=on, synchronous_commit=on, full_page_writes=on)…');
-    const embedded = await startEmbeddedPg({ durable: true, settings: { shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'all' } });
+    const embedded = await startEmbeddedPg({
+      durable: true,
+      settings: { shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'all' },
+    });
     adminUrl = embedded.url;
     stopPg = () => embedded.stop();
   }
   const admin = new pg.Client({ connectionString: adminUrl });
   await admin.connect();
   const server = (await admin.query('SHOW server_version')).rows[0].server_version as string;
-  const settings = (await admin.query("SELECT name, setting FROM pg_settings WHERE name IN ('fsync','synchronous_commit','full_page_writes','shared_buffers')")).rows;
-  if (args.profile) await admin.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements').catch(() => log('pg_stat_statements is not loaded: no per-statement WAL profile'));
+  const settings = (
+    await admin.query(
+      "SELECT name, setting FROM pg_settings WHERE name IN ('fsync','synchronous_commit','full_page_writes','shared_buffers')",
+    )
+  ).rows;
+  if (args.profile)
+    await admin
+      .query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements')
+      .catch(() => log('pg_stat_statements is not loaded: no per-statement WAL profile'));
   await admin.end();
   const meter = new CostMeter(adminUrl, 'bench_tp');
   await meter.connect();
@@ -396,19 +464,29 @@ async function main(): Promise<void> {
     for (let run = 0; run < RUNS; run++) {
       for (const kind of KINDS) {
         for (const transport of TRANSPORTS) {
-          for (const c of CONCURRENCIES) for (const pf of PREFETCHES) {
-            log(`run ${run + 1}/${RUNS}: ${kind} via ${transport}, concurrency ${c}, prefetch ${pf ?? c}, ${N} jobs…`);
-            const profileTo = args.profile && run === 0 ? join(resultsDir, `${stamp}-${kind}-${transport}-c${c}-p${pf ?? c}.cpuprofile`) : null;
-            const s = await throughput(adminUrl, 'bench_tp', meter, kind, transport, c, pf, profileTo);
-            const pgCpu = s.pgCpuSecondsPer1000 === null ? '' : `, PostgreSQL ${s.pgCpuSecondsPer1000.toFixed(3)} CPU s/1000`;
-            log(`  ${fmt(s.processPerSec)} jobs/s, ${s.commitsPerJob.toFixed(3)} commits/job, ${fmt(s.walBytesPerJob)} WAL B/job, worker ${s.cpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}`);
-            if (args.profile && run === 0) {
-              for (const [phase, cost] of [['enqueue', s.enqueueCost], ['process', s.processCost]] as const) {
-                for (const st of cost.statements ?? []) log(`    [${phase}] ${fmt(st.walBytes / N)} WAL B/job  ${st.walRecords} rec  ${st.walFpi} fpi  ${st.calls} calls  ${fmt(st.totalMs)} ms  ${st.query}`);
+          for (const c of CONCURRENCIES)
+            for (const pf of PREFETCHES) {
+              log(`run ${run + 1}/${RUNS}: ${kind} via ${transport}, concurrency ${c}, prefetch ${pf ?? c}, ${N} jobs…`);
+              const profileTo =
+                args.profile && run === 0 ? join(resultsDir, `${stamp}-${kind}-${transport}-c${c}-p${pf ?? c}.cpuprofile`) : null;
+              const s = await throughput(adminUrl, 'bench_tp', meter, kind, transport, c, pf, profileTo);
+              const pgCpu = s.pgCpuSecondsPer1000 === null ? '' : `, PostgreSQL ${s.pgCpuSecondsPer1000.toFixed(3)} CPU s/1000`;
+              log(
+                `  ${fmt(s.processPerSec)} jobs/s, ${s.commitsPerJob.toFixed(3)} commits/job, ${fmt(s.walBytesPerJob)} WAL B/job, worker ${s.cpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}`,
+              );
+              if (args.profile && run === 0) {
+                for (const [phase, cost] of [
+                  ['enqueue', s.enqueueCost],
+                  ['process', s.processCost],
+                ] as const) {
+                  for (const st of cost.statements ?? [])
+                    log(
+                      `    [${phase}] ${fmt(st.walBytes / N)} WAL B/job  ${st.walRecords} rec  ${st.walFpi} fpi  ${st.calls} calls  ${fmt(st.totalMs)} ms  ${st.query}`,
+                    );
+                }
               }
+              samples.push(s);
             }
-            samples.push(s);
-          }
         }
       }
     }
@@ -424,31 +502,61 @@ async function main(): Promise<void> {
       groups.set(key, [...(groups.get(key) ?? []), s]);
     }
     const out: string[] = [];
-    out.push(`PostgreSQL ${server} (${settings.map((r) => `${r.name}=${r.setting}`).join(', ')}), Node ${process.version}, ${N} jobs per run, ${RUNS} run(s); median (min–max)`);
+    out.push(
+      `PostgreSQL ${server} (${settings.map((r) => `${r.name}=${r.setting}`).join(', ')}), Node ${process.version}, ${N} jobs per run, ${RUNS} run(s); median (min–max)`,
+    );
     out.push('');
-    out.push('| job | transport | concurrency | prefetch | jobs/s | enqueue jobs/s | commits/job | WAL bytes/job | worker CPU s/1000 jobs | PostgreSQL CPU s/1000 jobs |');
+    out.push(
+      '| job | transport | concurrency | prefetch | jobs/s | enqueue jobs/s | commits/job | WAL bytes/job | worker CPU s/1000 jobs | PostgreSQL CPU s/1000 jobs |',
+    );
     out.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|');
     for (const [key, ss] of groups) {
       const [kind, transport, c, pf] = key.split('|');
       out.push(
-        `| ${kind} | ${transport === 'memory' ? 'in-process' : 'local SQS'} | ${c} | ${pf} | ${range(ss.map((s) => s.processPerSec))} | ${range(ss.map((s) => s.enqueuePerSec))} | ${range(ss.map((s) => s.commitsPerJob), 3)} | ${range(ss.map((s) => s.walBytesPerJob))} | ${range(ss.map((s) => s.cpuSecondsPer1000), 3)} | ${ss.every((s) => s.pgCpuSecondsPer1000 !== null) ? range(ss.map((s) => s.pgCpuSecondsPer1000!), 3) : 'n/a (remote)'} |`,
+        `| ${kind} | ${transport === 'memory' ? 'in-process' : 'local SQS'} | ${c} | ${pf} | ${range(ss.map((s) => s.processPerSec))} | ${range(ss.map((s) => s.enqueuePerSec))} | ${range(
+          ss.map((s) => s.commitsPerJob),
+          3,
+        )} | ${range(ss.map((s) => s.walBytesPerJob))} | ${range(
+          ss.map((s) => s.cpuSecondsPer1000),
+          3,
+        )} | ${
+          ss.every((s) => s.pgCpuSecondsPer1000 !== null)
+            ? range(
+                ss.map((s) => s.pgCpuSecondsPer1000!),
+                3,
+              )
+            : 'n/a (remote)'
+        } |`,
       );
     }
     out.push('');
-    out.push(`Enqueue → start at a steady ${lat.rate} jobs/s for ${lat.seconds} s (in-process, concurrency 10, one transaction per enqueue): p50 ${lat.p50.toFixed(1)} ms, p99 ${lat.p99.toFixed(1)} ms, max ${lat.max.toFixed(1)} ms (${lat.n} jobs).`);
-    if (kill) out.push(`kill -9 of a worker process → its job running again on another (lease ${kill.leaseSeconds} s, heartbeat ${kill.heartbeatSeconds} s, local SQS): median ${(median(kill.samplesMs) / 1000).toFixed(1)} s, max ${(Math.max(...kill.samplesMs) / 1000).toFixed(1)} s over ${kill.samplesMs.length} kills.`);
+    out.push(
+      `Enqueue → start at a steady ${lat.rate} jobs/s for ${lat.seconds} s (in-process, concurrency 10, one transaction per enqueue): p50 ${lat.p50.toFixed(1)} ms, p99 ${lat.p99.toFixed(1)} ms, max ${lat.max.toFixed(1)} ms (${lat.n} jobs).`,
+    );
+    if (kill)
+      out.push(
+        `kill -9 of a worker process → its job running again on another (lease ${kill.leaseSeconds} s, heartbeat ${kill.heartbeatSeconds} s, local SQS): median ${(median(kill.samplesMs) / 1000).toFixed(1)} s, max ${(Math.max(...kill.samplesMs) / 1000).toFixed(1)} s over ${kill.samplesMs.length} kills.`,
+      );
     if (peerRows.length > 0) {
       out.push('');
       out.push('Peers, same machine and PostgreSQL, same run (../shared/bench/peers, concurrency 10):');
       out.push('');
       out.push('| peer | jobs/s | commits/job | WAL bytes/job |');
       out.push('|---|---:|---:|---:|');
-      for (const r of peerRows) out.push(`| ${r.label} | ${fmt(r.jobsPerSec)} | ${r.commitsPerJob.toFixed(3)} | ${fmt(r.walBytesPerJob)} |`);
+      for (const r of peerRows)
+        out.push(`| ${r.label} | ${fmt(r.jobsPerSec)} | ${r.commitsPerJob.toFixed(3)} | ${fmt(r.walBytesPerJob)} |`);
     }
     process.stdout.write(`${out.join('\n')}\n`);
     const file = args.out ?? join(resultsDir, `${stamp}.json`);
     await mkdir(join(file, '..'), { recursive: true });
-    await writeFile(file, JSON.stringify({ server, settings, node: process.version, jobs: N, runs: RUNS, samples, latency: lat, kill, peers: peerRows }, null, 2));
+    await writeFile(
+      file,
+      JSON.stringify(
+        { server, settings, node: process.version, jobs: N, runs: RUNS, samples, latency: lat, kill, peers: peerRows },
+        null,
+        2,
+      ),
+    );
     log(`wrote ${file}`);
   } finally {
     await meter.close();

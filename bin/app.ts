@@ -8,7 +8,7 @@ import { buildJobPlatform } from '../lib/app.ts';
 import { CERTIFICATE_CONTEXT_KEY, resolveConfig } from '../lib/config.ts';
 
 const app = new App();
-let config;
+let config: ReturnType<typeof resolveConfig>;
 try {
   config = resolveConfig(app.node.tryGetContext('env'), undefined, { apiCertificateArn: app.node.tryGetContext(CERTIFICATE_CONTEXT_KEY) });
 } catch (err) {

@@ -88,12 +88,15 @@ export async function startDbProxy(target: { host: string; port: number }): Prom
           previous?.();
           resolve();
         };
-        overTimer = setTimeout(() => {
-          overTimer = null;
-          const r = overResolve;
-          overResolve = null;
-          r?.();
-        }, Math.max(0, downUntil - Date.now()));
+        overTimer = setTimeout(
+          () => {
+            overTimer = null;
+            const r = overResolve;
+            overResolve = null;
+            r?.();
+          },
+          Math.max(0, downUntil - Date.now()),
+        );
       });
       return { endsAt: downUntil, reset: n, over };
     },

@@ -8,7 +8,10 @@ export async function importDevDependency<T>(name: string, load: () => Promise<T
     return await load();
   } catch (err) {
     if ((err as { code?: string }).code === 'ERR_MODULE_NOT_FOUND') {
-      throw new Error(`the local stack needs the development dependency ${name}, which this build of the jobs command does not carry: run \`jobs local\` (npm start) from a checkout after npm ci`, { cause: err });
+      throw new Error(
+        `the local stack needs the development dependency ${name}, which this build of the jobs command does not carry: run \`jobs local\` (npm start) from a checkout after npm ci`,
+        { cause: err },
+      );
     }
     throw err;
   }

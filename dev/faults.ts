@@ -86,7 +86,16 @@ export class LocalWorkers {
       if (w.child.exitCode !== null || w.child.signalCode !== null) resolve();
       else w.child.once('exit', () => resolve());
     });
-    this.byId.set(w.id, { id: w.id, child: w.child, env: extraEnv, paused: false, resumeTimer: null, resumeAt: null, onResumed: null, exited });
+    this.byId.set(w.id, {
+      id: w.id,
+      child: w.child,
+      env: extraEnv,
+      paused: false,
+      resumeTimer: null,
+      resumeAt: null,
+      onResumed: null,
+      exited,
+    });
     return w;
   }
 
@@ -102,7 +111,9 @@ export class LocalWorkers {
 
   /** Workers that are running and not paused. */
   live(): string[] {
-    return this.list().filter((w) => w.state === 'running').map((w) => w.id);
+    return this.list()
+      .filter((w) => w.state === 'running')
+      .map((w) => w.id);
   }
 
   child(id: string): ChildProcess | undefined {
@@ -140,7 +151,7 @@ export class LocalWorkers {
 
   resume(id: string): void {
     const t = this.byId.get(id);
-    if (!t || !t.paused) return;
+    if (!t?.paused) return;
     if (t.resumeTimer) clearTimeout(t.resumeTimer);
     t.resumeTimer = null;
     t.paused = false;
@@ -201,7 +212,17 @@ export interface HeldJob {
   attempt: number;
 }
 
-export const FAULT_KINDS = ['duplicate', 'kill', 'pause', 'rollback', 'publisher-killed', 'db-connections-dropped', 'db-failover', 'queue-purged', 'enqueue'] as const;
+export const FAULT_KINDS = [
+  'duplicate',
+  'kill',
+  'pause',
+  'rollback',
+  'publisher-killed',
+  'db-connections-dropped',
+  'db-failover',
+  'queue-purged',
+  'enqueue',
+] as const;
 export type FaultRequest = (typeof FAULT_KINDS)[number];
 
 export class FaultInjector {
@@ -264,19 +285,32 @@ export class FaultInjector {
     const n = Math.max(1, Math.min(10, Math.round(copies)));
     const body = jobMessageBody(job.id, job.type);
     await Promise.all(Array.from({ length: n }, () => this.o.queue.send([{ body }])));
-    this.emit({ fault: 'duplicate', jobId: job.id, type: job.type, detail: `${n} extra copies of the message sent while ${job.lease_owner ?? 'nobody'} holds the job` });
+    this.emit({
+      fault: 'duplicate',
+      jobId: job.id,
+      type: job.type,
+      detail: `${n} extra copies of the message sent while ${job.lease_owner ?? 'nobody'} holds the job`,
+    });
     return { jobId: job.id, type: job.type, owner: job.lease_owner, copies: n };
   }
 
   /** SIGKILL a worker (default: the busiest), noting the jobs it held; restart a worker in its place later. */
-  async kill(workerId?: string, opts: { restartAfterMs?: number } = {}): Promise<{ workerId: string; pid: number | null; jobs: HeldJob[]; killedAt: number; restarted: Promise<string | null> }> {
+  async kill(
+    workerId?: string,
+    opts: { restartAfterMs?: number } = {},
+  ): Promise<{ workerId: string; pid: number | null; jobs: HeldJob[]; killedAt: number; restarted: Promise<string | null> }> {
     const id = workerId ?? (await this.busiestWorker()) ?? this.o.workers.live()[0];
     if (!id) throw new FaultError(409, 'no running worker to kill');
     const jobs = await this.heldBy(id);
     const info = this.o.workers.list().find((w) => w.id === id);
     await this.o.workers.kill(id);
     const killedAt = Date.now();
-    this.emit({ fault: 'kill', detail: `kill -9 ${id} (pid ${info?.pid ?? '?'}) holding ${jobs.length} job${jobs.length === 1 ? '' : 's'}`, workerId: id, ...(jobs[0] ? { jobId: jobs[0].id, type: jobs[0].type, attempt: jobs[0].attempt } : {}) });
+    this.emit({
+      fault: 'kill',
+      detail: `kill -9 ${id} (pid ${info?.pid ?? '?'}) holding ${jobs.length} job${jobs.length === 1 ? '' : 's'}`,
+      workerId: id,
+      ...(jobs[0] ? { jobId: jobs[0].id, type: jobs[0].type, attempt: jobs[0].attempt } : {}),
+    });
     const restartAfterMs = opts.restartAfterMs ?? 2000;
     const restarted =
       restartAfterMs < 0
@@ -296,16 +330,28 @@ export class FaultInjector {
   }
 
   /** SIGSTOP a worker (default: the busiest) for longer than the lease, then SIGCONT. */
-  async pause(workerId?: string, seconds?: number): Promise<{ workerId: string; jobs: HeldJob[]; seconds: number; resumed: Promise<void> }> {
+  async pause(
+    workerId?: string,
+    seconds?: number,
+  ): Promise<{ workerId: string; jobs: HeldJob[]; seconds: number; resumed: Promise<void> }> {
     const id = workerId ?? (await this.busiestWorker()) ?? this.o.workers.live()[0];
     if (!id) throw new FaultError(409, 'no running worker to pause');
     const s = seconds ?? this.o.leaseSeconds + 3;
     if (!(s > 0 && s <= 600)) throw new FaultError(400, `seconds: must be from 0 to 600 (got ${s})`);
     const jobs = await this.heldBy(id);
     const { resumed } = this.o.workers.pause(id, s, () =>
-      this.emit({ fault: 'resume', workerId: id, detail: `SIGCONT ${id} after ${s} s: it wakes up believing it holds ${jobs.length} job${jobs.length === 1 ? '' : 's'}` }),
+      this.emit({
+        fault: 'resume',
+        workerId: id,
+        detail: `SIGCONT ${id} after ${s} s: it wakes up believing it holds ${jobs.length} job${jobs.length === 1 ? '' : 's'}`,
+      }),
     );
-    this.emit({ fault: 'pause', workerId: id, detail: `SIGSTOP ${id} for ${s} s (lease ${this.o.leaseSeconds} s) holding ${jobs.length} job${jobs.length === 1 ? '' : 's'}`, ...(jobs[0] ? { jobId: jobs[0].id, type: jobs[0].type, attempt: jobs[0].attempt } : {}) });
+    this.emit({
+      fault: 'pause',
+      workerId: id,
+      detail: `SIGSTOP ${id} for ${s} s (lease ${this.o.leaseSeconds} s) holding ${jobs.length} job${jobs.length === 1 ? '' : 's'}`,
+      ...(jobs[0] ? { jobId: jobs[0].id, type: jobs[0].type, attempt: jobs[0].attempt } : {}),
+    });
     return { workerId: id, jobs, seconds: s, resumed };
   }
 
@@ -326,7 +372,12 @@ export class FaultInjector {
     } finally {
       tx.release();
     }
-    this.emit({ fault: 'rollback', jobId: jobIds[0]!, type: s.type, detail: `enqueued ${jobIds.length} job${jobIds.length === 1 ? '' : 's'} and rolled back: nothing may be published or run` });
+    this.emit({
+      fault: 'rollback',
+      jobId: jobIds[0]!,
+      type: s.type,
+      detail: `enqueued ${jobIds.length} job${jobIds.length === 1 ? '' : 's'} and rolled back: nothing may be published or run`,
+    });
     return { jobIds, batch: (s.payload as { batch?: string }).batch ?? batch };
   }
 
@@ -365,7 +416,12 @@ export class FaultInjector {
     });
     const committedAt = Date.now();
     await new Promise<void>((r) => (child.exitCode !== null || child.signalCode !== null ? r() : child.once('exit', () => r())));
-    this.emit({ fault: 'publisher-killed', jobId, type: s.type, detail: `publisher pid ${child.pid} killed -9 after COMMIT, before publishing: the outbox relay must publish it` });
+    this.emit({
+      fault: 'publisher-killed',
+      jobId,
+      type: s.type,
+      detail: `publisher pid ${child.pid} killed -9 after COMMIT, before publishing: the outbox relay must publish it`,
+    });
     return { jobId, committedAt, spec: s };
   }
 
@@ -375,7 +431,11 @@ export class FaultInjector {
     if (!id) throw new FaultError(409, 'no running worker whose connections to drop');
     const { rows } = await this.o.pool.query<{ n: number }>(FAULT_SQL.terminateWorkerConnections, [`jobs-worker ${id}`.slice(0, 63)]);
     const n = rows[0]?.n ?? 0;
-    this.emit({ fault: 'db-connections-dropped', workerId: id, detail: `pg_terminate_backend: ${n} connection${n === 1 ? '' : 's'} of ${id} dropped` });
+    this.emit({
+      fault: 'db-connections-dropped',
+      workerId: id,
+      detail: `pg_terminate_backend: ${n} connection${n === 1 ? '' : 's'} of ${id} dropped`,
+    });
     return { workerId: id, terminated: n };
   }
 
@@ -389,7 +449,10 @@ export class FaultInjector {
     if (proxy.down) throw new FaultError(409, 'a database failover is already under way');
     if (!(seconds > 0 && seconds <= 120)) throw new FaultError(400, `seconds: must be from 0 to 120 (got ${seconds})`);
     const { reset, endsAt, over } = proxy.failover(seconds);
-    this.emit({ fault: 'db-failover', detail: `database failover: ${reset} connection${reset === 1 ? '' : 's'} reset, new ones refused for ${seconds} s` });
+    this.emit({
+      fault: 'db-failover',
+      detail: `database failover: ${reset} connection${reset === 1 ? '' : 's'} reset, new ones refused for ${seconds} s`,
+    });
     void over.then(() => this.emit({ fault: 'db-failover-over', detail: `database reachable again after ${seconds} s` }));
     return { seconds, reset, endsAt, over };
   }
@@ -399,7 +462,10 @@ export class FaultInjector {
     const { rows } = await this.o.pool.query<{ n: number }>(FAULT_SQL.pendingJobs);
     await this.o.queue.client.send(new PurgeQueueCommand({ QueueUrl: this.o.queue.queueUrl }));
     const n = rows[0]?.n ?? 0;
-    this.emit({ fault: 'queue-purged', detail: `PurgeQueue on the job queue with ${n} pending job${n === 1 ? '' : 's'}: the reconciler must publish them again` });
+    this.emit({
+      fault: 'queue-purged',
+      detail: `PurgeQueue on the job queue with ${n} pending job${n === 1 ? '' : 's'}: the reconciler must publish them again`,
+    });
     return { pendingJobs: n, purgedAt: Date.now() };
   }
 
@@ -409,8 +475,19 @@ export class FaultInjector {
     const tag = randomUUID().slice(0, 6);
     const specs: EnqueueSpec[] = Array.from({ length: n }, (_, i) =>
       i % 4 === 3
-        ? { type: 'inventory.cost', payload: { store: `S${tag}-${i}`, period: '2026-10', skus: 120, movementsPerSku: 50, chunkSize: 10, workMsPerChunk: 600 } }
-        : { type: 'ledger.post', payload: { batch: `LV-${tag}-${i}`, entries: 10 + i, workMs: 4000 + 1500 * (i % 4), ...(i % 5 === 4 ? { failAttempts: 1 } : {}) } },
+        ? {
+            type: 'inventory.cost',
+            payload: { store: `S${tag}-${i}`, period: '2026-10', skus: 120, movementsPerSku: 50, chunkSize: 10, workMsPerChunk: 600 },
+          }
+        : {
+            type: 'ledger.post',
+            payload: {
+              batch: `LV-${tag}-${i}`,
+              entries: 10 + i,
+              workMs: 4000 + 1500 * (i % 4),
+              ...(i % 5 === 4 ? { failAttempts: 1 } : {}),
+            },
+          },
     );
     const res = await this.o.client.enqueueNow(specs);
     this.emit({ fault: 'enqueue', detail: `enqueued ${n} jobs` });

@@ -15,9 +15,11 @@ export interface LocalSqs {
   inspect(name: string): { ready: number; delayed: number; inflight: number; bodies: string[] };
 }
 
-export async function startLocalSqs(
-  opts: { port?: number; timings: Pick<JobTimings, 'visibilityTimeoutSeconds' | 'maxReceiveCount'>; prefix?: string },
-): Promise<LocalSqs> {
+export async function startLocalSqs(opts: {
+  port?: number;
+  timings: Pick<JobTimings, 'visibilityTimeoutSeconds' | 'maxReceiveCount'>;
+  prefix?: string;
+}): Promise<LocalSqs> {
   const { startFauxqs } = await importDevDependency('fauxqs', () => import('fauxqs'));
   const server = await startFauxqs({ port: opts.port ?? 0, logger: false });
   const prefix = opts.prefix ?? 'erp-jobs';

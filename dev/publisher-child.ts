@@ -19,7 +19,12 @@ import { Publisher } from '../runtime/store/outbox.ts';
 const spec = JSON.parse(process.argv[2] ?? '{}') as EnqueueSpec;
 const pool = createPool({ url: databaseUrlFromEnv(process.env), max: 1, applicationName: 'jobs-local publisher-child' });
 const queue = new SqsQueue(sqsFromEnv(process.env));
-const client = new JobClient({ pool, registry: defaultRegistry(), publisher: new Publisher(pool, queue, silentLogger), defaultMaxAttempts: jobTimingsFromEnv(process.env).maxAttempts });
+const client = new JobClient({
+  pool,
+  registry: defaultRegistry(),
+  publisher: new Publisher(pool, queue, silentLogger),
+  defaultMaxAttempts: jobTimingsFromEnv(process.env).maxAttempts,
+});
 
 const tx = await pool.connect();
 await tx.query('BEGIN');

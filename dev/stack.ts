@@ -154,7 +154,9 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
     await writeFile(
       join(dir, 'env'),
       `# Written by \`jobs local\` (pid ${process.pid}); other jobs commands read it to attach to this stack.\n` +
-        Object.entries(env).map(([k, v]) => `${k}=${v}`).join('\n') +
+        Object.entries(env)
+          .map(([k, v]) => `${k}=${v}`)
+          .join('\n') +
         '\n',
     );
 
@@ -168,7 +170,16 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       const child = spawn(process.execPath, ['--import', 'tsx', join(repoRoot(), 'bin/jobs.ts'), command], {
         cwd: repoRoot(),
         // Lines a person reads in the terminal that runs the stack (ECS keeps JSON); not in .jobs-local/env.
-        env: { ...process.env, JOBS_LOG_FORMAT: 'pretty', ...env, DATABASE_URL: serviceDatabaseUrl, ...opts.env, ...extra, JOBS_PARENT_PID: String(process.pid), JOBS_LOCAL_ENV: '0' },
+        env: {
+          ...process.env,
+          JOBS_LOG_FORMAT: 'pretty',
+          ...env,
+          DATABASE_URL: serviceDatabaseUrl,
+          ...opts.env,
+          ...extra,
+          JOBS_PARENT_PID: String(process.pid),
+          JOBS_LOCAL_ENV: '0',
+        },
         stdio: ['ignore', 'inherit', 'inherit'],
       });
       children.push(child);

@@ -4,7 +4,7 @@
 // so redeploying or replacing the services never changes it. The API gets them as ECS secrets;
 // on-call reads the operator token from the secret the `OperatorTokenSecretArn` output names.
 
-import { RemovalPolicy } from 'aws-cdk-lib';
+import type { RemovalPolicy } from 'aws-cdk-lib';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { Construct } from 'constructs';
 import { acknowledge } from './nag.ts';

@@ -6,7 +6,15 @@
 // the rule and the knob to turn.
 
 import { DEFAULT_STUCK_THRESHOLDS, MAX_STUCK_SECONDS, type StuckThresholds } from '../runtime/config/stuck-thresholds.ts';
-import { assertJobTimings, ConfigError, DEFAULT_JOB_TIMINGS, MAX_PREFETCH, workerPoolSize, type JobTimings, type RuleViolation } from '../runtime/config/rules.ts';
+import {
+  assertJobTimings,
+  ConfigError,
+  DEFAULT_JOB_TIMINGS,
+  MAX_PREFETCH,
+  workerPoolSize,
+  type JobTimings,
+  type RuleViolation,
+} from '../runtime/config/rules.ts';
 
 export const ENVIRONMENT_NAMES = ['dev', 'staging', 'prod'] as const;
 export type EnvironmentName = (typeof ENVIRONMENT_NAMES)[number];
@@ -226,8 +234,26 @@ const dev: EnvironmentConfig = {
   },
   jobTimings: { ...DEFAULT_JOB_TIMINGS, concurrency: 4, maxAttempts: 3, maxReceiveCount: 8, drainSeconds: 30 },
   // No certificate in dev: plain HTTP, allowed here only.
-  api: { cpu: 256, memoryMiB: 512, minTasks: 1, maxTasks: 2, deploymentMaxPercent: 200, poolSize: 5, allowPlainHttp: true, deletionProtection: false },
-  worker: { cpu: 256, memoryMiB: 512, minTasks: 1, maxTasks: 2, deploymentMaxPercent: 200, backlogPerTaskTarget: 8, scaleOutCooldownSeconds: 60, scaleInCooldownSeconds: 300 },
+  api: {
+    cpu: 256,
+    memoryMiB: 512,
+    minTasks: 1,
+    maxTasks: 2,
+    deploymentMaxPercent: 200,
+    poolSize: 5,
+    allowPlainHttp: true,
+    deletionProtection: false,
+  },
+  worker: {
+    cpu: 256,
+    memoryMiB: 512,
+    minTasks: 1,
+    maxTasks: 2,
+    deploymentMaxPercent: 200,
+    backlogPerTaskTarget: 8,
+    scaleOutCooldownSeconds: 60,
+    scaleInCooldownSeconds: 300,
+  },
   alarms: {
     emails: [],
     queueOldestMessageAgeSeconds: 3_600,
@@ -268,8 +294,26 @@ const staging: EnvironmentConfig = {
   },
   jobTimings: { ...DEFAULT_JOB_TIMINGS },
   // certificateArn: set here or pass -c apiCertificateArn=ARN; synth refuses without one.
-  api: { cpu: 512, memoryMiB: 1024, minTasks: 2, maxTasks: 4, deploymentMaxPercent: 200, poolSize: 10, allowPlainHttp: false, deletionProtection: false },
-  worker: { cpu: 1024, memoryMiB: 2048, minTasks: 1, maxTasks: 6, deploymentMaxPercent: 200, backlogPerTaskTarget: 20, scaleOutCooldownSeconds: 60, scaleInCooldownSeconds: 300 },
+  api: {
+    cpu: 512,
+    memoryMiB: 1024,
+    minTasks: 2,
+    maxTasks: 4,
+    deploymentMaxPercent: 200,
+    poolSize: 10,
+    allowPlainHttp: false,
+    deletionProtection: false,
+  },
+  worker: {
+    cpu: 1024,
+    memoryMiB: 2048,
+    minTasks: 1,
+    maxTasks: 6,
+    deploymentMaxPercent: 200,
+    backlogPerTaskTarget: 20,
+    scaleOutCooldownSeconds: 60,
+    scaleInCooldownSeconds: 300,
+  },
   alarms: {
     emails: ['erp-jobs-staging@example.com'],
     queueOldestMessageAgeSeconds: 2 * 3_600,
@@ -312,8 +356,26 @@ const prod: EnvironmentConfig = {
   },
   jobTimings: { ...DEFAULT_JOB_TIMINGS },
   // certificateArn: set here or pass -c apiCertificateArn=ARN; synth refuses without one.
-  api: { cpu: 1024, memoryMiB: 2048, minTasks: 2, maxTasks: 6, deploymentMaxPercent: 200, poolSize: 10, allowPlainHttp: false, deletionProtection: true },
-  worker: { cpu: 2048, memoryMiB: 4096, minTasks: 2, maxTasks: 20, deploymentMaxPercent: 200, backlogPerTaskTarget: 20, scaleOutCooldownSeconds: 60, scaleInCooldownSeconds: 600 },
+  api: {
+    cpu: 1024,
+    memoryMiB: 2048,
+    minTasks: 2,
+    maxTasks: 6,
+    deploymentMaxPercent: 200,
+    poolSize: 10,
+    allowPlainHttp: false,
+    deletionProtection: true,
+  },
+  worker: {
+    cpu: 2048,
+    memoryMiB: 4096,
+    minTasks: 2,
+    maxTasks: 20,
+    deploymentMaxPercent: 200,
+    backlogPerTaskTarget: 20,
+    scaleOutCooldownSeconds: 60,
+    scaleInCooldownSeconds: 600,
+  },
   alarms: {
     emails: ['erp-jobs-oncall@example.com'],
     queueOldestMessageAgeSeconds: 2 * 3_600,
@@ -422,13 +484,22 @@ export function connectionBudget(c: EnvironmentConfig): ConnectionBudget {
 function checkSizing(name: 'api' | 'worker', s: ServiceSizing): RuleViolation[] {
   const out: RuleViolation[] = [];
   if (!Number.isInteger(s.minTasks) || s.minTasks < 1) {
-    out.push({ rule: `${name}-min-tasks`, message: `${name}.minTasks = ${s.minTasks} must be a whole number ≥ 1 (the ${name === 'worker' ? 'backlog-per-task scaling divides by running tasks and the relay runs in the worker' : 'load balancer needs a target'})` });
+    out.push({
+      rule: `${name}-min-tasks`,
+      message: `${name}.minTasks = ${s.minTasks} must be a whole number ≥ 1 (the ${name === 'worker' ? 'backlog-per-task scaling divides by running tasks and the relay runs in the worker' : 'load balancer needs a target'})`,
+    });
   }
   if (!Number.isInteger(s.maxTasks) || s.maxTasks < s.minTasks) {
-    out.push({ rule: `${name}-max-tasks`, message: `${name}.maxTasks = ${s.maxTasks} must be a whole number ≥ ${name}.minTasks = ${s.minTasks}` });
+    out.push({
+      rule: `${name}-max-tasks`,
+      message: `${name}.maxTasks = ${s.maxTasks} must be a whole number ≥ ${name}.minTasks = ${s.minTasks}`,
+    });
   }
   if (s.deploymentMaxPercent < 100 || s.deploymentMaxPercent > 200) {
-    out.push({ rule: `${name}-deployment-max-percent`, message: `${name}.deploymentMaxPercent = ${s.deploymentMaxPercent} must be between 100 and 200` });
+    out.push({
+      rule: `${name}-deployment-max-percent`,
+      message: `${name}.deploymentMaxPercent = ${s.deploymentMaxPercent} must be between 100 and 200`,
+    });
   }
   return out;
 }
@@ -438,7 +509,10 @@ export function checkEnvironment(c: EnvironmentConfig): RuleViolation[] {
   const out: RuleViolation[] = [...checkSizing('api', c.api), ...checkSizing('worker', c.worker)];
   const q = c.queues;
   if (q.retentionDays < 1 || q.retentionDays > 14 || q.deadLetterRetentionDays < 1 || q.deadLetterRetentionDays > 14) {
-    out.push({ rule: 'queue-retention-range', message: `queues.retentionDays = ${q.retentionDays} and queues.deadLetterRetentionDays = ${q.deadLetterRetentionDays} must be between 1 and 14 (SQS limits)` });
+    out.push({
+      rule: 'queue-retention-range',
+      message: `queues.retentionDays = ${q.retentionDays} and queues.deadLetterRetentionDays = ${q.deadLetterRetentionDays} must be between 1 and 14 (SQS limits)`,
+    });
   } else if (q.deadLetterRetentionDays <= q.retentionDays) {
     out.push({
       rule: 'dlq-retention-above-queue',
@@ -451,15 +525,27 @@ export function checkEnvironment(c: EnvironmentConfig): RuleViolation[] {
     out.push({ rule: 'api-pool-size', message: `api.poolSize = ${c.api.poolSize} must be a whole number ≥ 1` });
   }
   if (c.database.multiAz && c.database.backupRetentionDays < 1) {
-    out.push({ rule: 'backups-with-multi-az', message: `database.backupRetentionDays = 0 with multiAz: a production-grade database keeps automated backups; set at least 1` });
+    out.push({
+      rule: 'backups-with-multi-az',
+      message: `database.backupRetentionDays = 0 with multiAz: a production-grade database keeps automated backups; set at least 1`,
+    });
   }
-  if (c.worker.prefetch !== undefined && (!Number.isInteger(c.worker.prefetch) || c.worker.prefetch < 0 || c.worker.prefetch > MAX_PREFETCH)) {
-    out.push({ rule: 'worker-prefetch', message: `worker.prefetch = ${c.worker.prefetch} must be a whole number from 0 to ${MAX_PREFETCH} (jobs claimed ahead of a free handler slot)` });
+  if (
+    c.worker.prefetch !== undefined &&
+    (!Number.isInteger(c.worker.prefetch) || c.worker.prefetch < 0 || c.worker.prefetch > MAX_PREFETCH)
+  ) {
+    out.push({
+      rule: 'worker-prefetch',
+      message: `worker.prefetch = ${c.worker.prefetch} must be a whole number from 0 to ${MAX_PREFETCH} (jobs claimed ahead of a free handler slot)`,
+    });
   }
   for (const key of ['runningSeconds', 'pendingSeconds'] as const) {
     const v = c.alarms.stuckJobs[key];
     if (!Number.isInteger(v) || v < 1 || v > MAX_STUCK_SECONDS) {
-      out.push({ rule: 'stuck-jobs-threshold', message: `alarms.stuckJobs.${key} = ${v} must be a whole number of seconds from 1 to ${MAX_STUCK_SECONDS} (a week)` });
+      out.push({
+        rule: 'stuck-jobs-threshold',
+        message: `alarms.stuckJobs.${key} = ${v} must be a whole number of seconds from 1 to ${MAX_STUCK_SECONDS} (a week)`,
+      });
     }
   }
   if (c.worker.backlogPerTaskTarget <= 0) {
@@ -491,22 +577,30 @@ function checkHttps(c: EnvironmentConfig): RuleViolation[] {
   const arn = c.api.certificateArn;
   if (arn === undefined) {
     if (c.api.allowPlainHttp) return [];
-    return [{
-      rule: 'api-certificate',
-      message:
-        `the ${c.envName} API must serve HTTPS (its bearer tokens would cross the internet in clear text), and no certificate is given: ` +
-        `set api.certificateArn in lib/config.ts (${c.envName}) or pass -c ${CERTIFICATE_CONTEXT_KEY}=arn:aws:acm:<region>:<account>:certificate/<id> ` +
-        `(an ACM certificate for the API's host name, in the region of the deployment)`,
-    }];
+    return [
+      {
+        rule: 'api-certificate',
+        message:
+          `the ${c.envName} API must serve HTTPS (its bearer tokens would cross the internet in clear text), and no certificate is given: ` +
+          `set api.certificateArn in lib/config.ts (${c.envName}) or pass -c ${CERTIFICATE_CONTEXT_KEY}=arn:aws:acm:<region>:<account>:certificate/<id> ` +
+          `(an ACM certificate for the API's host name, in the region of the deployment)`,
+      },
+    ];
   }
   if (!ACM_CERTIFICATE_ARN.test(arn)) {
-    return [{ rule: 'api-certificate-arn', message: `api.certificateArn = ${arn} is not an ACM certificate ARN (arn:aws:acm:<region>:<account>:certificate/<id>); set it in lib/config.ts or with -c ${CERTIFICATE_CONTEXT_KEY}=ARN` }];
+    return [
+      {
+        rule: 'api-certificate-arn',
+        message: `api.certificateArn = ${arn} is not an ACM certificate ARN (arn:aws:acm:<region>:<account>:certificate/<id>); set it in lib/config.ts or with -c ${CERTIFICATE_CONTEXT_KEY}=ARN`,
+      },
+    ];
   }
   return [];
 }
 
 const BACKUP_WINDOW = /^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$/;
-const MAINTENANCE_WINDOW = /^(mon|tue|wed|thu|fri|sat|sun):([01]\d|2[0-3]):([0-5]\d)-(mon|tue|wed|thu|fri|sat|sun):([01]\d|2[0-3]):([0-5]\d)$/;
+const MAINTENANCE_WINDOW =
+  /^(mon|tue|wed|thu|fri|sat|sun):([01]\d|2[0-3]):([0-5]\d)-(mon|tue|wed|thu|fri|sat|sun):([01]\d|2[0-3]):([0-5]\d)$/;
 const DAYS = ['mon', 'tue', 'wed', 'thu', 'fri', 'sat', 'sun'];
 
 /** Minutes of the week [start, end) a window covers; daily windows repeat every day. */
@@ -532,22 +626,50 @@ function checkDatabase(c: EnvironmentConfig): RuleViolation[] {
   const d = c.database;
   const out: RuleViolation[] = [];
   if (!/^\d+\.\d+$/.test(d.engineVersion)) {
-    out.push({ rule: 'database-engine-version', message: `database.engineVersion = ${d.engineVersion} must pin a minor version, major.minor (e.g. 17.9): minor upgrades happen by changing it, never automatically` });
+    out.push({
+      rule: 'database-engine-version',
+      message: `database.engineVersion = ${d.engineVersion} must pin a minor version, major.minor (e.g. 17.9): minor upgrades happen by changing it, never automatically`,
+    });
   }
   const backupOk = BACKUP_WINDOW.test(d.backupWindow);
   const maintenanceOk = MAINTENANCE_WINDOW.test(d.maintenanceWindow);
-  if (!backupOk) out.push({ rule: 'database-backup-window', message: `database.backupWindow = ${d.backupWindow} must be hh:mm-hh:mm in UTC (e.g. 00:30-01:00)` });
-  if (!maintenanceOk) out.push({ rule: 'database-maintenance-window', message: `database.maintenanceWindow = ${d.maintenanceWindow} must be ddd:hh:mm-ddd:hh:mm in UTC (e.g. sun:02:00-sun:02:30)` });
+  if (!backupOk)
+    out.push({
+      rule: 'database-backup-window',
+      message: `database.backupWindow = ${d.backupWindow} must be hh:mm-hh:mm in UTC (e.g. 00:30-01:00)`,
+    });
+  if (!maintenanceOk)
+    out.push({
+      rule: 'database-maintenance-window',
+      message: `database.maintenanceWindow = ${d.maintenanceWindow} must be ddd:hh:mm-ddd:hh:mm in UTC (e.g. sun:02:00-sun:02:30)`,
+    });
   if (backupOk && maintenanceOk) {
     const [b] = windowRanges(d.backupWindow);
-    if (b![1] - b![0] < 30) out.push({ rule: 'database-backup-window', message: `database.backupWindow = ${d.backupWindow} must last at least 30 minutes (RDS)` });
+    if (b![1] - b![0] < 30)
+      out.push({
+        rule: 'database-backup-window',
+        message: `database.backupWindow = ${d.backupWindow} must last at least 30 minutes (RDS)`,
+      });
     const [mw] = windowRanges(d.maintenanceWindow);
-    if (mw![1] - mw![0] < 30) out.push({ rule: 'database-maintenance-window', message: `database.maintenanceWindow = ${d.maintenanceWindow} must last at least 30 minutes (RDS)` });
-    const overlaps = windowRanges(d.backupWindow).some(([bs, be]) => [mw!, [mw![0] + 7 * 1440, mw![1] + 7 * 1440]].some(([ms, me]) => bs < me! && ms! < be));
-    if (overlaps) out.push({ rule: 'database-windows-overlap', message: `database.backupWindow = ${d.backupWindow} overlaps database.maintenanceWindow = ${d.maintenanceWindow}; RDS refuses overlapping windows: move one` });
+    if (mw![1] - mw![0] < 30)
+      out.push({
+        rule: 'database-maintenance-window',
+        message: `database.maintenanceWindow = ${d.maintenanceWindow} must last at least 30 minutes (RDS)`,
+      });
+    const overlaps = windowRanges(d.backupWindow).some(([bs, be]) =>
+      [mw!, [mw![0] + 7 * 1440, mw![1] + 7 * 1440]].some(([ms, me]) => bs < me! && ms! < be),
+    );
+    if (overlaps)
+      out.push({
+        rule: 'database-windows-overlap',
+        message: `database.backupWindow = ${d.backupWindow} overlaps database.maintenanceWindow = ${d.maintenanceWindow}; RDS refuses overlapping windows: move one`,
+      });
   }
   if (!Number.isInteger(d.slowStatementMilliseconds) || d.slowStatementMilliseconds < 100) {
-    out.push({ rule: 'database-slow-statement', message: `database.slowStatementMilliseconds = ${d.slowStatementMilliseconds} must be a whole number ≥ 100 (lower logs nearly every heartbeat and claim)` });
+    out.push({
+      rule: 'database-slow-statement',
+      message: `database.slowStatementMilliseconds = ${d.slowStatementMilliseconds} must be a whole number ≥ 100 (lower logs nearly every heartbeat and claim)`,
+    });
   }
   // A job's transaction may sit idle while its handler computes between writes; the timeout is
   // only for what a frozen process leaves behind. Never below the stuck-job threshold, and far
@@ -605,6 +727,9 @@ export interface CommandLineOverrides {
 export function withOverrides(c: EnvironmentConfig, o: CommandLineOverrides): EnvironmentConfig {
   const arn = o.apiCertificateArn;
   if (arn === undefined || arn === null || arn === '') return c;
-  if (typeof arn !== 'string') throw new ConfigError(`-c ${CERTIFICATE_CONTEXT_KEY}`, [{ rule: 'api-certificate-arn', message: `-c ${CERTIFICATE_CONTEXT_KEY} must be an ACM certificate ARN string` }]);
+  if (typeof arn !== 'string')
+    throw new ConfigError(`-c ${CERTIFICATE_CONTEXT_KEY}`, [
+      { rule: 'api-certificate-arn', message: `-c ${CERTIFICATE_CONTEXT_KEY} must be an ACM certificate ARN string` },
+    ]);
   return { ...c, api: { ...c.api, certificateArn: arn.trim() } };
 }

@@ -15,7 +15,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type * as iam from 'aws-cdk-lib/aws-iam';
 import type * as logs from 'aws-cdk-lib/aws-logs';
 import * as rds from 'aws-cdk-lib/aws-rds';
-import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { Construct } from 'constructs';
 import type { DatabaseConfig, LogRetentionDays } from './config.ts';
 import { acknowledge, acknowledgeLogRetentionFunction } from './nag.ts';
@@ -114,24 +114,47 @@ export class JobDatabase extends Construct {
     restrictSecretReaders(appSecret, props.readers.app);
     // Attached: Secrets Manager adds host, port, dbname and engine, so the services read it like the RDS secret.
     this.appSecret = appSecret.attach(instance);
-    acknowledge(appSecret, 'AwsSolutions-SMG4',
-      'No automatic rotation yet, for the same reason as the master secret: ECS resolves it only when a task starts. Rotate by a coordinated redeploy (docs/deploy.md).');
+    acknowledge(
+      appSecret,
+      'AwsSolutions-SMG4',
+      'No automatic rotation yet, for the same reason as the master secret: ECS resolves it only when a task starts. Rotate by a coordinated redeploy (docs/deploy.md).',
+    );
 
-    acknowledge(instance, 'AwsSolutions-SMG4',
-      'No automatic rotation yet: ECS resolves the secret only when a task starts, so a single-user rotation would break every new connection of running tasks until they restart. Rotate by a coordinated redeploy (docs/deploy.md); automatic rotation comes with a runtime that re-reads the secret.');
-    acknowledge(instance, 'AwsSolutions-RDS11',
-      'The default port is kept on purpose: the instance sits in isolated subnets and its security group admits only the API, worker and bootstrap security groups, so a non-default port would add no protection.');
-    acknowledge(instance, 'AwsSolutions-RDS6',
-      'The services authenticate with the Secrets Manager credentials ECS injects; IAM database authentication would need per-connection token refresh in the pool and caps new connections per second, which the worker fleet would hit at scale-out.');
+    acknowledge(
+      instance,
+      'AwsSolutions-SMG4',
+      'No automatic rotation yet: ECS resolves the secret only when a task starts, so a single-user rotation would break every new connection of running tasks until they restart. Rotate by a coordinated redeploy (docs/deploy.md); automatic rotation comes with a runtime that re-reads the secret.',
+    );
+    acknowledge(
+      instance,
+      'AwsSolutions-RDS11',
+      'The default port is kept on purpose: the instance sits in isolated subnets and its security group admits only the API, worker and bootstrap security groups, so a non-default port would add no protection.',
+    );
+    acknowledge(
+      instance,
+      'AwsSolutions-RDS6',
+      'The services authenticate with the Secrets Manager credentials ECS injects; IAM database authentication would need per-connection token refresh in the pool and caps new connections per second, which the worker fleet would hit at scale-out.',
+    );
     if (!props.multiAz) {
-      acknowledge(instance, 'AwsSolutions-RDS3', 'Single-AZ by this environment\'s config (database.multiAz = false): a non-production environment trades failover for cost; prod runs Multi-AZ.');
+      acknowledge(
+        instance,
+        'AwsSolutions-RDS3',
+        "Single-AZ by this environment's config (database.multiAz = false): a non-production environment trades failover for cost; prod runs Multi-AZ.",
+      );
     }
     // The exported logs' retention is set by aws-cdk-lib's log-retention function (RDS creates the groups).
     acknowledgeLogRetentionFunction(this);
-    acknowledge(instance, 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonRDSEnhancedMonitoringRole]',
-      'Enhanced monitoring\'s role: the AWS-managed policy RDS documents for it, which only lets RDS write OS metrics to the RDSOSMetrics log group.');
+    acknowledge(
+      instance,
+      'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonRDSEnhancedMonitoringRole]',
+      "Enhanced monitoring's role: the AWS-managed policy RDS documents for it, which only lets RDS write OS metrics to the RDSOSMetrics log group.",
+    );
     if (!props.deletionProtection) {
-      acknowledge(instance, 'AwsSolutions-RDS10', 'Deletion protection off by this environment\'s config (database.deletionProtection = false): a disposable development database; staging and prod enable it.');
+      acknowledge(
+        instance,
+        'AwsSolutions-RDS10',
+        "Deletion protection off by this environment's config (database.deletionProtection = false): a disposable development database; staging and prod enable it.",
+      );
     }
   }
 

@@ -27,15 +27,24 @@ export const FRAMEWORK_FUNCTION_IDS = {
 /** aws-cdk-lib's AwsCustomResource function of `scope`'s stack (created with the first AwsCustomResource). */
 export function acknowledgeAwsCustomResourceFunction(scope: IConstruct): void {
   const fn = Stack.of(scope).node.findChild(FRAMEWORK_FUNCTION_IDS.awsCustomResource);
-  acknowledge(fn, 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]',
-    'aws-cdk-lib\'s AwsCustomResource function: the AWS-managed basic execution policy only lets it write its own logs; each call\'s permissions are a separate, scoped policy.');
+  acknowledge(
+    fn,
+    'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]',
+    "aws-cdk-lib's AwsCustomResource function: the AWS-managed basic execution policy only lets it write its own logs; each call's permissions are a separate, scoped policy.",
+  );
 }
 
 /** aws-cdk-lib's log-retention function of `scope`'s stack (sets the retention of log groups a service creates). */
 export function acknowledgeLogRetentionFunction(scope: IConstruct): void {
   const fn = Stack.of(scope).node.findChild(FRAMEWORK_FUNCTION_IDS.logRetention);
-  acknowledge(fn, 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]',
-    'aws-cdk-lib\'s log-retention function: the AWS-managed basic execution policy only lets it write its own logs.');
-  acknowledge(fn, 'AwsSolutions-IAM5[Resource::*]',
-    'aws-cdk-lib\'s log-retention function sets the retention of log groups RDS creates with generated names (the exported postgresql and upgrade logs), which are not known when the policy is written.');
+  acknowledge(
+    fn,
+    'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]',
+    "aws-cdk-lib's log-retention function: the AWS-managed basic execution policy only lets it write its own logs.",
+  );
+  acknowledge(
+    fn,
+    'AwsSolutions-IAM5[Resource::*]',
+    "aws-cdk-lib's log-retention function sets the retention of log groups RDS creates with generated names (the exported postgresql and upgrade logs), which are not known when the policy is written.",
+  );
 }

@@ -6,7 +6,7 @@
 // Logs — so their HTTPS egress can be narrowed to the endpoints (`allowHttpsToAws`). Flow logs
 // record rejected and accepted traffic for incident review.
 
-import { RemovalPolicy, Stack } from 'aws-cdk-lib';
+import { type RemovalPolicy, Stack } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as cr from 'aws-cdk-lib/custom-resources';
@@ -73,8 +73,11 @@ export class Network extends Construct {
       });
       // The services stack narrows its egress to this group; the endpoints answer the VPC only.
       sg.addIngressRule(ec2.Peer.ipv4(vpc.vpcCidrBlock), ec2.Port.tcp(443), 'HTTPS from the VPC');
-      acknowledge(sg, 'AwsSolutions-EC23',
-        'The only ingress is HTTPS from the VPC\'s own CIDR block (a CloudFormation attribute, which the rule cannot evaluate); no address outside the VPC is admitted.');
+      acknowledge(
+        sg,
+        'AwsSolutions-EC23',
+        "The only ingress is HTTPS from the VPC's own CIDR block (a CloudFormation attribute, which the rule cannot evaluate); no address outside the VPC is admitted.",
+      );
       for (const [name, service] of Object.entries(INTERFACE_ENDPOINT_SERVICES)) {
         vpc.addInterfaceEndpoint(name, { service, subnets: this.appSubnets, securityGroups: [sg], privateDnsEnabled: true });
       }
@@ -92,7 +95,11 @@ export class Network extends Construct {
   allowHttpsToAws(sg: ec2.SecurityGroup, who: string): void {
     if (this.endpointSecurityGroup && this.s3PrefixListId) {
       sg.addEgressRule(this.endpointSecurityGroup, ec2.Port.tcp(443), `HTTPS from ${who} to the interface endpoints`);
-      sg.addEgressRule(ec2.Peer.prefixList(this.s3PrefixListId), ec2.Port.tcp(443), `HTTPS from ${who} to S3 (gateway endpoint: ECR layers)`);
+      sg.addEgressRule(
+        ec2.Peer.prefixList(this.s3PrefixListId),
+        ec2.Port.tcp(443),
+        `HTTPS from ${who} to S3 (gateway endpoint: ECR layers)`,
+      );
     } else {
       sg.addEgressRule(ec2.Peer.anyIpv4(), ec2.Port.tcp(443), `HTTPS from ${who} to AWS APIs through NAT`);
     }
@@ -119,8 +126,11 @@ function s3PrefixList(scope: Construct): string {
     policy: cr.AwsCustomResourcePolicy.fromSdkCalls({ resources: cr.AwsCustomResourcePolicy.ANY_RESOURCE }),
     installLatestAwsSdk: false,
   });
-  acknowledge(lookup, 'AwsSolutions-IAM5[Resource::*]',
-    'ec2:DescribePrefixLists supports no resource-level permissions; the call is read-only and runs on create and update of the network.');
+  acknowledge(
+    lookup,
+    'AwsSolutions-IAM5[Resource::*]',
+    'ec2:DescribePrefixLists supports no resource-level permissions; the call is read-only and runs on create and update of the network.',
+  );
   acknowledgeAwsCustomResourceFunction(lookup);
   return lookup.getResponseField('PrefixLists.0.PrefixListId');
 }

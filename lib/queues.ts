@@ -6,7 +6,7 @@
 // redrive-allow policy admits the job queue alone as a source, so no other queue can dead-letter
 // into it (and page on-call) by pointing its redrive policy here.
 
-import { Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
+import { Duration, type RemovalPolicy, Stack } from 'aws-cdk-lib';
 import type * as iam from 'aws-cdk-lib/aws-iam';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import * as cr from 'aws-cdk-lib/custom-resources';

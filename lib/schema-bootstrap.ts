@@ -30,8 +30,13 @@ export const LAMBDA_AMAZON_CA_BUNDLE = '/var/runtime/ca-cert.pem';
 /** sha256 over the migration files' names and contents, in order: changes exactly when the folder does. */
 export function migrationsHash(dir: string = MIGRATIONS_DIR): string {
   const h = createHash('sha256');
-  for (const file of readdirSync(dir).filter((f) => f.endsWith('.sql')).sort()) {
-    h.update(file).update('\0').update(readFileSync(join(dir, file))).update('\0');
+  for (const file of readdirSync(dir)
+    .filter((f) => f.endsWith('.sql'))
+    .sort()) {
+    h.update(file)
+      .update('\0')
+      .update(readFileSync(join(dir, file)))
+      .update('\0');
   }
   return h.digest('hex');
 }
@@ -91,8 +96,11 @@ export class SchemaBootstrap extends Construct {
       managedPolicies: [iam.ManagedPolicy.fromAwsManagedPolicyName('service-role/AWSLambdaVPCAccessExecutionRole')],
     });
     props.database.grantSecretRead(role);
-    acknowledge(role, 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole]',
-      'The AWS-managed policy Lambda documents for functions in a VPC: CloudWatch Logs plus the EC2 network-interface actions, which take no resource ARNs; AWS maintains it as Lambda\'s needs change.');
+    acknowledge(
+      role,
+      'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole]',
+      "The AWS-managed policy Lambda documents for functions in a VPC: CloudWatch Logs plus the EC2 network-interface actions, which take no resource ARNs; AWS maintains it as Lambda's needs change.",
+    );
 
     const logGroup = new logs.LogGroup(this, 'Logs', {
       retention: props.logRetentionDays as logs.RetentionDays,
@@ -126,8 +134,11 @@ export class SchemaBootstrap extends Construct {
       }),
       bundling: BUNDLING,
     });
-    acknowledge(fn, 'AwsSolutions-L1',
-      'Pinned to Node.js 22, the runtime of the service images (node:22), so the migrations run on the Node version the runtime is tested on; moves with the images.');
+    acknowledge(
+      fn,
+      'AwsSolutions-L1',
+      'Pinned to Node.js 22, the runtime of the service images (node:22), so the migrations run on the Node version the runtime is tested on; moves with the images.',
+    );
     this.function = fn;
 
     const providerLogs = new logs.LogGroup(this, 'ProviderLogs', {
@@ -135,12 +146,21 @@ export class SchemaBootstrap extends Construct {
       removalPolicy: props.logRemovalPolicy,
     });
     const provider = new cr.Provider(this, 'Provider', { onEventHandler: fn, logGroup: providerLogs });
-    acknowledge(provider, 'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]',
-      'CDK custom-resource framework function: the AWS-managed basic execution policy only lets it write its own logs.');
-    acknowledge(provider, `AwsSolutions-IAM5[Resource::<${Stack.of(this).getLogicalId(fn.node.defaultChild as lambda.CfnFunction)}.Arn>:*]`,
-      'CDK custom-resource framework function: it may invoke every version of the bootstrap function (ARN:*) and nothing else.');
-    acknowledge(provider, 'AwsSolutions-L1',
-      'CDK custom-resource framework function: aws-cdk-lib chooses and bundles its runtime; it moves with aws-cdk-lib upgrades.');
+    acknowledge(
+      provider,
+      'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]',
+      'CDK custom-resource framework function: the AWS-managed basic execution policy only lets it write its own logs.',
+    );
+    acknowledge(
+      provider,
+      `AwsSolutions-IAM5[Resource::<${Stack.of(this).getLogicalId(fn.node.defaultChild as lambda.CfnFunction)}.Arn>:*]`,
+      'CDK custom-resource framework function: it may invoke every version of the bootstrap function (ARN:*) and nothing else.',
+    );
+    acknowledge(
+      provider,
+      'AwsSolutions-L1',
+      'CDK custom-resource framework function: aws-cdk-lib chooses and bundles its runtime; it moves with aws-cdk-lib upgrades.',
+    );
 
     const properties: BootstrapProperties & { DatabaseEndpoint: string } = {
       DatabaseSecretArn: props.database.secret.secretArn,

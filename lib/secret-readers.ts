@@ -29,7 +29,10 @@ export const CLOUDFORMATION_EXECUTION_ROLE = 'cdk-*-cfn-exec-role-*';
 
 /** Role ARNs (patterns) for role names in this account, with or without a path (SSO roles have one). */
 export function roleArnPatterns(names: string[]): string[] {
-  return names.flatMap((n) => [`arn:${Aws.PARTITION}:iam::${Aws.ACCOUNT_ID}:role/${n}`, `arn:${Aws.PARTITION}:iam::${Aws.ACCOUNT_ID}:role/*/${n}`]);
+  return names.flatMap((n) => [
+    `arn:${Aws.PARTITION}:iam::${Aws.ACCOUNT_ID}:role/${n}`,
+    `arn:${Aws.PARTITION}:iam::${Aws.ACCOUNT_ID}:role/*/${n}`,
+  ]);
 }
 
 export const ONLY_NAMED_READERS_SID = 'OnlyNamedRolesReadTheSecret';

@@ -13,7 +13,7 @@ import { describe, expect, it } from 'vitest';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
-export const LAYERS: string[][] = [
+const LAYERS: string[][] = [
   ['cli', 'bootstrap'],
   ['apps'],
   ['http'],
@@ -47,7 +47,10 @@ describe('architecture', () => {
 
   it('every runtime folder has a layer', () => {
     const folders = new Set(runtime.map(folderOf));
-    expect([...folders].filter((f) => !rank.has(f)), 'folders without a layer: add them to LAYERS').toEqual([]);
+    expect(
+      [...folders].filter((f) => !rank.has(f)),
+      'folders without a layer: add them to LAYERS',
+    ).toEqual([]);
   });
 
   it('imports go downward only: a folder imports itself or a lower layer', () => {
@@ -84,12 +87,20 @@ describe('architecture', () => {
   });
 
   it('runtime/ reaches dev/ (the local stack) only from the jobs local command', () => {
-    const reaches = [...graph].flatMap(([file, targets]) => targets.filter((t) => rel(t).startsWith('dev/')).map((t) => `${rel(file)} → ${rel(t)}`));
+    const reaches = [...graph].flatMap(([file, targets]) =>
+      targets.filter((t) => rel(t).startsWith('dev/')).map((t) => `${rel(file)} → ${rel(t)}`),
+    );
     expect(reaches).toEqual(['runtime/cli/main.ts → dev/stack.ts']);
   });
 
   it('lib/ (the CDK app) imports only the runtime’s pure rules and names', () => {
-    const allowed = ['runtime/config/env.ts', 'runtime/config/rules.ts', 'runtime/config/stuck-thresholds.ts', 'runtime/observability/metric-names.ts', 'runtime/bootstrap/handler.ts'];
+    const allowed = [
+      'runtime/config/env.ts',
+      'runtime/config/rules.ts',
+      'runtime/config/stuck-thresholds.ts',
+      'runtime/observability/metric-names.ts',
+      'runtime/bootstrap/handler.ts',
+    ];
     const bad = files(join(ROOT, 'lib')).flatMap((file) =>
       importsOf(file)
         .map(rel)

@@ -64,7 +64,12 @@ const GIB = 1024 ** 3;
 export const JOBS_STUCK_ALARM = { threshold: 1, periodMinutes: 5, evaluationPeriods: 2 } as const;
 
 /** A platform metric as the worker emits it: its environment's namespace, no dimensions. */
-export function jobMetric(envName: EnvironmentName, name: (typeof METRIC)[keyof typeof METRIC], statistic: string, period: Duration): cloudwatch.Metric {
+export function jobMetric(
+  envName: EnvironmentName,
+  name: (typeof METRIC)[keyof typeof METRIC],
+  statistic: string,
+  period: Duration,
+): cloudwatch.Metric {
   return new cloudwatch.Metric({ namespace: metricNamespace(envName), metricName: name, statistic, period });
 }
 
@@ -89,7 +94,10 @@ export class JobAlarms extends Construct {
     const db = props.database.instance;
     const dbc = props.databaseConfig;
     const memoryGib = INSTANCE_MEMORY_GIB[dbc.instanceClass];
-    if (memoryGib === undefined) throw new Error(`JobAlarms: database.instanceClass = ${dbc.instanceClass} is not in INSTANCE_MEMORY_GIB (lib/config.ts): the freeable-memory alarm needs its memory`);
+    if (memoryGib === undefined)
+      throw new Error(
+        `JobAlarms: database.instanceClass = ${dbc.instanceClass} is not in INSTANCE_MEMORY_GIB (lib/config.ts): the freeable-memory alarm needs its memory`,
+      );
     const budget = props.connectionBudget;
     const { worker, api } = props;
     const fmtGib = (bytes: number) => `${(bytes / GIB).toFixed(1)} GiB`;
@@ -235,7 +243,10 @@ export class JobAlarms extends Construct {
         ),
         metric: new cloudwatch.MathExpression({
           expression: `IF(running >= ${worker.maxTasks} AND visible / running > ${worker.backlogPerTaskTarget}, 1, 0)`,
-          usingMetrics: { visible: worker.metricVisibleMessages(Duration.minutes(5)), running: worker.metricRunningTasks(Duration.minutes(5)) },
+          usingMetrics: {
+            visible: worker.metricVisibleMessages(Duration.minutes(5)),
+            running: worker.metricRunningTasks(Duration.minutes(5)),
+          },
           label: 'Worker at maximum with backlog (1 = yes)',
           period: Duration.minutes(5),
         }),

@@ -34,9 +34,7 @@ export class JobsDashboard extends Construct {
       dashboardName: `${Stack.of(this).stackName}-jobs`,
       defaultInterval: Duration.hours(6),
     });
-    d.addWidgets(
-      new cloudwatch.AlarmStatusWidget({ title: 'Alarms', alarms: Object.values(props.alarms.alarms), width: 24, height: 3 }),
-    );
+    d.addWidgets(new cloudwatch.AlarmStatusWidget({ title: 'Alarms', alarms: Object.values(props.alarms.alarms), width: 24, height: 3 }));
     d.addWidgets(
       new cloudwatch.GraphWidget({
         title: 'API requests and 5xx',
@@ -54,7 +52,10 @@ export class JobsDashboard extends Construct {
       }),
       new cloudwatch.GraphWidget({
         title: 'API tasks CPU / memory %',
-        left: [api.service.metricCpuUtilization({ period: five, label: 'CPU' }), api.service.metricMemoryUtilization({ period: five, label: 'Memory' })],
+        left: [
+          api.service.metricCpuUtilization({ period: five, label: 'CPU' }),
+          api.service.metricMemoryUtilization({ period: five, label: 'Memory' }),
+        ],
         width: 8,
       }),
     );
@@ -63,7 +64,11 @@ export class JobsDashboard extends Construct {
         title: 'Job queue',
         left: [
           queues.queue.metricApproximateNumberOfMessagesVisible({ period: p, statistic: 'Maximum', label: 'Visible (waiting)' }),
-          queues.queue.metricApproximateNumberOfMessagesNotVisible({ period: p, statistic: 'Maximum', label: 'In flight (running or backing off)' }),
+          queues.queue.metricApproximateNumberOfMessagesNotVisible({
+            period: p,
+            statistic: 'Maximum',
+            label: 'In flight (running or backing off)',
+          }),
         ],
         right: [queues.queue.metricApproximateAgeOfOldestMessage({ period: p, statistic: 'Maximum', label: 'Oldest message age (s)' })],
         width: 8,
@@ -71,7 +76,13 @@ export class JobsDashboard extends Construct {
       new cloudwatch.GraphWidget({
         title: 'Dead-letter queue',
         left: [queues.deadLetterQueue.metricApproximateNumberOfMessagesVisible({ period: p, statistic: 'Maximum', label: 'Dead letters' })],
-        right: [queues.deadLetterQueue.metricApproximateAgeOfOldestMessage({ period: p, statistic: 'Maximum', label: 'Oldest dead letter age (s)' })],
+        right: [
+          queues.deadLetterQueue.metricApproximateAgeOfOldestMessage({
+            period: p,
+            statistic: 'Maximum',
+            label: 'Oldest dead letter age (s)',
+          }),
+        ],
         width: 8,
       }),
       new cloudwatch.GraphWidget({
@@ -84,7 +95,11 @@ export class JobsDashboard extends Construct {
     d.addWidgets(
       new cloudwatch.GraphWidget({
         title: 'Job outcomes (per 5 min)',
-        left: [sum(METRIC.jobsSucceeded, 'Succeeded'), sum(METRIC.jobsFailed, 'Failed (will retry)'), sum(METRIC.jobsDeadLettered, 'Dead-lettered')],
+        left: [
+          sum(METRIC.jobsSucceeded, 'Succeeded'),
+          sum(METRIC.jobsFailed, 'Failed (will retry)'),
+          sum(METRIC.jobsDeadLettered, 'Dead-lettered'),
+        ],
         width: 8,
       }),
       new cloudwatch.GraphWidget({
@@ -111,7 +126,10 @@ export class JobsDashboard extends Construct {
     d.addWidgets(
       new cloudwatch.GraphWidget({
         title: 'Worker tasks CPU / memory %',
-        left: [worker.service.metricCpuUtilization({ period: five, label: 'CPU' }), worker.service.metricMemoryUtilization({ period: five, label: 'Memory' })],
+        left: [
+          worker.service.metricCpuUtilization({ period: five, label: 'CPU' }),
+          worker.service.metricMemoryUtilization({ period: five, label: 'Memory' }),
+        ],
         width: 12,
       }),
     );

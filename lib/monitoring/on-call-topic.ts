@@ -5,7 +5,7 @@
 // under the same conditions. TLS-only publishing; key grants only for AWS services.
 
 import { ArnFormat, Duration, Lazy, RemovalPolicy, Stack } from 'aws-cdk-lib';
-import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import type * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cloudwatchActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
@@ -77,7 +77,10 @@ export class OnCallTopic extends Construct {
         conditions: fromOurAlarms,
       }),
     );
-    this.node.addValidation({ validate: () => (this.alarmArns.length === 0 ? ['no alarm notifies the on-call topic: CloudWatch would be allowed to publish for none'] : []) });
+    this.node.addValidation({
+      validate: () =>
+        this.alarmArns.length === 0 ? ['no alarm notifies the on-call topic: CloudWatch would be allowed to publish for none'] : [],
+    });
     for (const email of props.emails) topic.addSubscription(new subscriptions.EmailSubscription(email));
     this.topic = topic;
     this.key = key;
@@ -92,6 +95,13 @@ export class OnCallTopic extends Construct {
   notifyOn(alarm: cloudwatch.Alarm, alarmName: string): void {
     alarm.addAlarmAction(this.action);
     alarm.addOkAction(this.action);
-    this.alarmArns.push(Stack.of(this).formatArn({ service: 'cloudwatch', resource: 'alarm', resourceName: alarmName, arnFormat: ArnFormat.COLON_RESOURCE_NAME }));
+    this.alarmArns.push(
+      Stack.of(this).formatArn({
+        service: 'cloudwatch',
+        resource: 'alarm',
+        resourceName: alarmName,
+        arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+      }),
+    );
   }
 }

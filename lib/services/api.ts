@@ -27,7 +27,14 @@ import { acknowledge } from '../nag.ts';
 import type { Network } from '../network.ts';
 import type { JobQueues } from '../queues.ts';
 import { CONTAINER_INSIGHTS_NAMESPACE } from './cluster.ts';
-import { CPU_ARCHITECTURE, databaseSecret, hardenContainer, hardenedContainerOptions, jobEnvironment, serviceImage } from './container-config.ts';
+import {
+  CPU_ARCHITECTURE,
+  databaseSecret,
+  hardenContainer,
+  hardenedContainerOptions,
+  jobEnvironment,
+  serviceImage,
+} from './container-config.ts';
 
 /** Key prefix of the load balancer's access logs in their bucket. */
 export const ACCESS_LOG_PREFIX = 'alb';
@@ -43,8 +50,22 @@ function enableAccessLogs(alb: elbv2.ApplicationLoadBalancer, bucket: s3.IBucket
   const stack = Stack.of(alb);
   const objects = bucket.arnForObjects(`${prefix}/AWSLogs/${stack.account}/*`);
   const elbAccount = stack.regionalFact(FactName.ELBV2_ACCOUNT, stack.account);
-  bucket.addToResourcePolicy(new iam.PolicyStatement({ sid: 'ElbAccountWritesAccessLogs', actions: ['s3:PutObject'], principals: [new iam.AccountPrincipal(elbAccount)], resources: [objects] }));
-  bucket.addToResourcePolicy(new iam.PolicyStatement({ sid: 'ElbLogDeliveryWritesAccessLogs', actions: ['s3:PutObject'], principals: [new iam.ServicePrincipal('logdelivery.elasticloadbalancing.amazonaws.com')], resources: [objects] }));
+  bucket.addToResourcePolicy(
+    new iam.PolicyStatement({
+      sid: 'ElbAccountWritesAccessLogs',
+      actions: ['s3:PutObject'],
+      principals: [new iam.AccountPrincipal(elbAccount)],
+      resources: [objects],
+    }),
+  );
+  bucket.addToResourcePolicy(
+    new iam.PolicyStatement({
+      sid: 'ElbLogDeliveryWritesAccessLogs',
+      actions: ['s3:PutObject'],
+      principals: [new iam.ServicePrincipal('logdelivery.elasticloadbalancing.amazonaws.com')],
+      resources: [objects],
+    }),
+  );
   alb.setAttribute('access_logs.s3.enabled', 'true');
   alb.setAttribute('access_logs.s3.bucket', bucket.bucketName);
   alb.setAttribute('access_logs.s3.prefix', prefix);
@@ -109,8 +130,11 @@ export class ApiService extends Construct {
       // Access logs are evidence: they outlive the stack and expire by the lifecycle rule.
       removalPolicy: RemovalPolicy.RETAIN,
     });
-    acknowledge(accessLogs, 'AwsSolutions-S1',
-      'This bucket is itself the access-log destination of the load balancer; logging requests to it would need yet another log bucket and records only the ELB delivery writes.');
+    acknowledge(
+      accessLogs,
+      'AwsSolutions-S1',
+      'This bucket is itself the access-log destination of the load balancer; logging requests to it would need yet another log bucket and records only the ELB delivery writes.',
+    );
 
     const albSecurityGroup = new ec2.SecurityGroup(this, 'LoadBalancerSecurityGroup', {
       vpc,
@@ -126,8 +150,11 @@ export class ApiService extends Construct {
       deletionProtection: c.deletionProtection,
     });
     enableAccessLogs(alb, accessLogs, ACCESS_LOG_PREFIX);
-    acknowledge(albSecurityGroup, 'AwsSolutions-EC23',
-      'The load balancer is the public entry point of the API for the ERP clients; the ingress is limited to the listener ports, and the API authenticates every request with its bearer token.');
+    acknowledge(
+      albSecurityGroup,
+      'AwsSolutions-EC23',
+      'The load balancer is the public entry point of the API for the ERP clients; the ingress is limited to the listener ports, and the API authenticates every request with its bearer token.',
+    );
 
     const targetGroup = new elbv2.ApplicationTargetGroup(this, 'Targets', {
       vpc,
@@ -153,11 +180,18 @@ export class ApiService extends Construct {
         certificates: [elbv2.ListenerCertificate.fromArn(c.certificateArn!)],
         defaultTargetGroups: [targetGroup],
       });
-      alb.addRedirect({ sourcePort: 80, sourceProtocol: elbv2.ApplicationProtocol.HTTP, targetPort: 443, targetProtocol: elbv2.ApplicationProtocol.HTTPS });
+      alb.addRedirect({
+        sourcePort: 80,
+        sourceProtocol: elbv2.ApplicationProtocol.HTTP,
+        targetPort: 443,
+        targetProtocol: elbv2.ApplicationProtocol.HTTPS,
+      });
     } else {
       alb.addListener('Http', { port: 80, protocol: elbv2.ApplicationProtocol.HTTP, defaultTargetGroups: [targetGroup] });
-      Annotations.of(this).addWarningV2('erp-jobs:api-plain-http',
-        `the ${props.envName} API is served over plain HTTP: set api.certificateArn in lib/config.ts or pass -c apiCertificateArn=ARN for an HTTPS listener`);
+      Annotations.of(this).addWarningV2(
+        'erp-jobs:api-plain-http',
+        `the ${props.envName} API is served over plain HTTP: set api.certificateArn in lib/config.ts or pass -c apiCertificateArn=ARN for an HTTPS listener`,
+      );
     }
     this.url = `${https ? 'https' : 'http'}://${alb.loadBalancerDnsName}`;
 
@@ -184,7 +218,13 @@ export class ApiService extends Construct {
       logging: ecs.LogDrivers.awsLogs({ logGroup, streamPrefix: 'api' }),
       portMappings: [{ containerPort: API_PORT, protocol: ecs.Protocol.TCP }],
       environment: {
-        ...jobEnvironment({ envName: props.envName, jobTimings: props.jobTimings, queues: props.queues, stuckJobs: props.stuckJobs, idleInTransactionTimeoutSeconds: props.idleInTransactionTimeoutSeconds }),
+        ...jobEnvironment({
+          envName: props.envName,
+          jobTimings: props.jobTimings,
+          queues: props.queues,
+          stuckJobs: props.stuckJobs,
+          idleInTransactionTimeoutSeconds: props.idleInTransactionTimeoutSeconds,
+        }),
         [ENV.port]: String(API_PORT),
         [ENV.apiPoolSize]: String(c.poolSize),
       },
@@ -196,10 +236,16 @@ export class ApiService extends Construct {
       linuxParameters: new ecs.LinuxParameters(this, 'Linux', { initProcessEnabled: true }),
     });
     hardenContainer(taskDefinition, container);
-    acknowledge(taskDefinition.obtainExecutionRole(), 'AwsSolutions-IAM5[Resource::*]',
-      'The execution role\'s ecr:GetAuthorizationToken takes no resource ARN; image pulls, log writes and secret reads are scoped to this task\'s repository, log group and secrets.');
-    acknowledge(taskDefinition, 'AwsSolutions-ECS2',
-      'The environment holds only non-secret configuration (queue URLs, job timings, port, pool size); the database secret, the API token and the operator token are ECS secrets resolved from Secrets Manager.');
+    acknowledge(
+      taskDefinition.obtainExecutionRole(),
+      'AwsSolutions-IAM5[Resource::*]',
+      "The execution role's ecr:GetAuthorizationToken takes no resource ARN; image pulls, log writes and secret reads are scoped to this task's repository, log group and secrets.",
+    );
+    acknowledge(
+      taskDefinition,
+      'AwsSolutions-ECS2',
+      'The environment holds only non-secret configuration (queue URLs, job timings, port, pool size); the database secret, the API token and the operator token are ECS secrets resolved from Secrets Manager.',
+    );
 
     // --- Service ----------------------------------------------------------------------------
     const serviceSecurityGroup = new ec2.SecurityGroup(this, 'ServiceSecurityGroup', {
@@ -228,7 +274,11 @@ export class ApiService extends Construct {
     for (const d of props.startAfter) service.node.addDependency(d);
 
     const scaling = service.autoScaleTaskCount({ minCapacity: c.minTasks, maxCapacity: c.maxTasks });
-    scaling.scaleOnCpuUtilization('Cpu', { targetUtilizationPercent: 60, scaleOutCooldown: Duration.seconds(60), scaleInCooldown: Duration.seconds(300) });
+    scaling.scaleOnCpuUtilization('Cpu', {
+      targetUtilizationPercent: 60,
+      scaleOutCooldown: Duration.seconds(60),
+      scaleInCooldown: Duration.seconds(300),
+    });
 
     props.database.allowConnectionsFrom(service, 'the API service');
     // The ingress rule for this service lives under its security group; tasks wait for it.

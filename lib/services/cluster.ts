@@ -1,7 +1,7 @@
 // The ECS cluster both services run in, with Container Insights: the worker's scaling and its
 // running-tasks alarm read RunningTaskCount from ECS/ContainerInsights.
 
-import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import type * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
 import { Construct } from 'constructs';
 

@@ -79,7 +79,9 @@ export function hardenContainer(taskDefinition: ecs.FargateTaskDefinition, conta
   container.addMountPoints({ sourceVolume: 'tmp', containerPath: TMP_PATH, readOnly: false });
 }
 
-export function hardenedContainerOptions(memoryMiB: number): Pick<ecs.ContainerDefinitionOptions, 'readonlyRootFilesystem' | 'user' | 'memoryLimitMiB'> {
+export function hardenedContainerOptions(
+  memoryMiB: number,
+): Pick<ecs.ContainerDefinitionOptions, 'readonlyRootFilesystem' | 'user' | 'memoryLimitMiB'> {
   return { readonlyRootFilesystem: true, user: SERVICE_USER, memoryLimitMiB: memoryMiB };
 }
 

@@ -25,7 +25,14 @@ import { acknowledge } from '../nag.ts';
 import type { Network } from '../network.ts';
 import type { JobQueues } from '../queues.ts';
 import { CONTAINER_INSIGHTS_NAMESPACE } from './cluster.ts';
-import { CPU_ARCHITECTURE, databaseSecret, hardenContainer, hardenedContainerOptions, jobEnvironment, serviceImage } from './container-config.ts';
+import {
+  CPU_ARCHITECTURE,
+  databaseSecret,
+  hardenContainer,
+  hardenedContainerOptions,
+  jobEnvironment,
+  serviceImage,
+} from './container-config.ts';
 
 export interface WorkerServiceProps {
   envName: EnvironmentName;
@@ -51,7 +58,9 @@ export interface WorkerServiceProps {
 export function workerStopTimeoutSeconds(t: JobTimings): number {
   const s = t.drainSeconds + RELEASE_MARGIN_SECONDS;
   if (s > ECS_MAX_STOP_TIMEOUT_SECONDS) {
-    throw new Error(`worker stop timeout ${s} s (drainSeconds ${t.drainSeconds} + release ${RELEASE_MARGIN_SECONDS}) exceeds Fargate's ${ECS_MAX_STOP_TIMEOUT_SECONDS} s`);
+    throw new Error(
+      `worker stop timeout ${s} s (drainSeconds ${t.drainSeconds} + release ${RELEASE_MARGIN_SECONDS}) exceeds Fargate's ${ECS_MAX_STOP_TIMEOUT_SECONDS} s`,
+    );
   }
   return Math.ceil(s);
 }
@@ -70,7 +79,7 @@ export const WORKER_HEALTH_CHECK_SCRIPT = [
   "if(!/(^|\\/)node$/.test(argv[0])||!/\\.mjs$/.test(argv[1]||''))return false;",
   "const stat=fs.readFileSync('/proc/'+p+'/stat','utf8');",
   "return !'TtZX'.includes(stat.charAt(stat.lastIndexOf(')')+2));",
-  "}catch{return false}});",
+  '}catch{return false}});',
   'process.exit(alive?0:1);',
 ].join('');
 
@@ -121,7 +130,13 @@ export class WorkerService extends Construct {
       healthCheck: { ...WORKER_HEALTH_CHECK, command: [...WORKER_HEALTH_CHECK.command] },
       logging: ecs.LogDrivers.awsLogs({ logGroup, streamPrefix: 'worker' }),
       environment: {
-        ...jobEnvironment({ envName: props.envName, jobTimings: props.jobTimings, queues: props.queues, stuckJobs: props.stuckJobs, idleInTransactionTimeoutSeconds: props.idleInTransactionTimeoutSeconds }),
+        ...jobEnvironment({
+          envName: props.envName,
+          jobTimings: props.jobTimings,
+          queues: props.queues,
+          stuckJobs: props.stuckJobs,
+          idleInTransactionTimeoutSeconds: props.idleInTransactionTimeoutSeconds,
+        }),
         ...(c.prefetch !== undefined ? { [ENV.prefetch]: String(c.prefetch) } : {}),
       },
       secrets: databaseSecret(props.database.appSecret),
@@ -130,10 +145,16 @@ export class WorkerService extends Construct {
       linuxParameters: new ecs.LinuxParameters(this, 'Linux', { initProcessEnabled: true }),
     });
     hardenContainer(taskDefinition, container);
-    acknowledge(taskDefinition.obtainExecutionRole(), 'AwsSolutions-IAM5[Resource::*]',
-      'The execution role\'s ecr:GetAuthorizationToken takes no resource ARN; image pulls, log writes and secret reads are scoped to this task\'s repository, log group and secrets.');
-    acknowledge(taskDefinition, 'AwsSolutions-ECS2',
-      'The environment holds only non-secret configuration (queue URLs, job timings, metrics namespace); the database secret is an ECS secret resolved from Secrets Manager.');
+    acknowledge(
+      taskDefinition.obtainExecutionRole(),
+      'AwsSolutions-IAM5[Resource::*]',
+      "The execution role's ecr:GetAuthorizationToken takes no resource ARN; image pulls, log writes and secret reads are scoped to this task's repository, log group and secrets.",
+    );
+    acknowledge(
+      taskDefinition,
+      'AwsSolutions-ECS2',
+      'The environment holds only non-secret configuration (queue URLs, job timings, metrics namespace); the database secret is an ECS secret resolved from Secrets Manager.',
+    );
 
     const taskRole = taskDefinition.taskRole;
     props.queues.grantConsume(taskRole);
@@ -151,15 +172,28 @@ export class WorkerService extends Construct {
         new iam.PolicyStatement({
           sid: 'OwnTaskProtection',
           actions: ['ecs:UpdateTaskProtection', 'ecs:GetTaskProtection'],
-          resources: [stack.formatArn({ service: 'ecs', resource: 'task', resourceName: `${props.cluster.clusterName}/*`, arnFormat: ArnFormat.SLASH_RESOURCE_NAME })],
+          resources: [
+            stack.formatArn({
+              service: 'ecs',
+              resource: 'task',
+              resourceName: `${props.cluster.clusterName}/*`,
+              arnFormat: ArnFormat.SLASH_RESOURCE_NAME,
+            }),
+          ],
         }),
       ],
     });
     taskRole.attachInlinePolicy(policy);
-    acknowledge(policy, 'AwsSolutions-IAM5[Resource::*]',
-      'cloudwatch:PutMetricData supports no resource ARNs; the statement is limited by the cloudwatch:namespace condition to this environment\'s job metrics namespace.');
-    acknowledge(policy, `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task/<${stack.getLogicalId(props.cluster.node.defaultChild as ecs.CfnCluster)}>/*]`,
-      'Task IDs exist only once ECS starts a task, so task protection is granted on the tasks of this cluster; the worker sets protection on its own task only (ECS agent endpoint).');
+    acknowledge(
+      policy,
+      'AwsSolutions-IAM5[Resource::*]',
+      "cloudwatch:PutMetricData supports no resource ARNs; the statement is limited by the cloudwatch:namespace condition to this environment's job metrics namespace.",
+    );
+    acknowledge(
+      policy,
+      `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task/<${stack.getLogicalId(props.cluster.node.defaultChild as ecs.CfnCluster)}>/*]`,
+      'Task IDs exist only once ECS starts a task, so task protection is granted on the tasks of this cluster; the worker sets protection on its own task only (ECS agent endpoint).',
+    );
 
     const securityGroup = new ec2.SecurityGroup(this, 'ServiceSecurityGroup', {
       vpc: props.network.vpc,
@@ -193,12 +227,16 @@ export class WorkerService extends Construct {
       minCapacity: c.minTasks,
       maxCapacity: c.maxTasks,
       // The service-linked role Application Auto Scaling uses for ECS (as autoScaleTaskCount does), not a new role.
-      role: iam.Role.fromRoleArn(this, 'AutoScalingRole', stack.formatArn({
-        service: 'iam',
-        region: '',
-        resource: 'role',
-        resourceName: 'aws-service-role/ecs.application-autoscaling.amazonaws.com/AWSServiceRoleForApplicationAutoScaling_ECSService',
-      })),
+      role: iam.Role.fromRoleArn(
+        this,
+        'AutoScalingRole',
+        stack.formatArn({
+          service: 'iam',
+          region: '',
+          resource: 'role',
+          resourceName: 'aws-service-role/ecs.application-autoscaling.amazonaws.com/AWSServiceRoleForApplicationAutoScaling_ECSService',
+        }),
+      ),
     });
     // The L2 target-tracking policy takes only a single metric; backlog per task is metric math.
     new appscaling.CfnScalingPolicy(this, 'BacklogPerTask', {
@@ -216,7 +254,11 @@ export class WorkerService extends Construct {
               label: 'Visible job messages',
               returnData: false,
               metricStat: {
-                metric: { namespace: 'AWS/SQS', metricName: 'ApproximateNumberOfMessagesVisible', dimensions: [{ name: 'QueueName', value: this.queueName }] },
+                metric: {
+                  namespace: 'AWS/SQS',
+                  metricName: 'ApproximateNumberOfMessagesVisible',
+                  dimensions: [{ name: 'QueueName', value: this.queueName }],
+                },
                 stat: 'Sum',
               },
             },
@@ -257,7 +299,13 @@ export class WorkerService extends Construct {
 
   /** Visible (waiting) job messages: the backlog the scaling divides by running tasks. */
   metricVisibleMessages(period: Duration = Duration.minutes(1)): cloudwatch.Metric {
-    return new cloudwatch.Metric({ namespace: 'AWS/SQS', metricName: 'ApproximateNumberOfMessagesVisible', dimensionsMap: { QueueName: this.queueName }, statistic: 'Sum', period });
+    return new cloudwatch.Metric({
+      namespace: 'AWS/SQS',
+      metricName: 'ApproximateNumberOfMessagesVisible',
+      dimensionsMap: { QueueName: this.queueName },
+      statistic: 'Sum',
+      period,
+    });
   }
 
   /** The scaling signal, for the dashboard. */

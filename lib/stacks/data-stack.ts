@@ -67,12 +67,19 @@ export class JobsDataStack extends Stack {
     new CfnOutput(this, 'JobQueueUrl', { value: this.queues.queue.queueUrl });
     new CfnOutput(this, 'DeadLetterQueueUrl', { value: this.queues.deadLetterQueue.queueUrl });
     new CfnOutput(this, 'DeadLetterQueueArn', { value: this.queues.deadLetterQueue.queueArn });
-    new CfnOutput(this, 'DatabaseSecretArn', { value: this.database.secret.secretArn, description: 'Master user: migrations only (the schema bootstrap, `jobs migrate`)' });
-    new CfnOutput(this, 'DatabaseAppSecretArn', { value: this.database.appSecret.secretArn, description: 'The services\' role (row access, no DDL): what the services and the on-call `jobs` commands use' });
+    new CfnOutput(this, 'DatabaseSecretArn', {
+      value: this.database.secret.secretArn,
+      description: 'Master user: migrations only (the schema bootstrap, `jobs migrate`)',
+    });
+    new CfnOutput(this, 'DatabaseAppSecretArn', {
+      value: this.database.appSecret.secretArn,
+      description: "The services' role (row access, no DDL): what the services and the on-call `jobs` commands use",
+    });
     new CfnOutput(this, 'DatabaseEndpoint', { value: this.database.instance.dbInstanceEndpointAddress });
     new CfnOutput(this, 'OperatorTokenSecretArn', {
       value: this.operatorToken.secret.secretArn,
-      description: 'On-call operator token for the API\'s on-call routes: aws secretsmanager get-secret-value --secret-id <this ARN> --query SecretString --output text (docs/deploy.md#secrets)',
+      description:
+        "On-call operator token for the API's on-call routes: aws secretsmanager get-secret-value --secret-id <this ARN> --query SecretString --output text (docs/deploy.md#secrets)",
     });
   }
 }

@@ -28,7 +28,10 @@ export class JobsServicesStack extends Stack {
 
   constructor(scope: Construct, id: string, props: JobsServicesStackProps) {
     const c = props.config;
-    super(scope, id, { description: `ERP jobs ${c.envName}: schema bootstrap, API and worker on ECS Fargate, alarms and dashboard`, ...props });
+    super(scope, id, {
+      description: `ERP jobs ${c.envName}: schema bootstrap, API and worker on ECS Fargate, alarms and dashboard`,
+      ...props,
+    });
     const { network, queues, database, apiToken, operatorToken } = props.data;
     const roles = serviceRoleNames(c.stackPrefix);
     const logRemovalPolicy = c.retainLogs ? RemovalPolicy.RETAIN : RemovalPolicy.DESTROY;
@@ -95,6 +98,9 @@ export class JobsServicesStack extends Stack {
     new CfnOutput(this, 'WorkerServiceName', { value: this.worker.service.serviceName });
     new CfnOutput(this, 'ApiTargetGroupArn', { value: this.api.targetGroup.targetGroupArn });
     new CfnOutput(this, 'OnCallTopicArn', { value: onCall.topic.topicArn, description: 'SNS topic the alarms publish to' });
-    new CfnOutput(this, 'DlqAlarmName', { value: this.alarms.names.dlqNotEmpty!, description: 'The alarm of the post-deploy delivery drill (docs/deploy.md#alarm-delivery-drill)' });
+    new CfnOutput(this, 'DlqAlarmName', {
+      value: this.alarms.names.dlqNotEmpty!,
+      description: 'The alarm of the post-deploy delivery drill (docs/deploy.md#alarm-delivery-drill)',
+    });
   }
 }

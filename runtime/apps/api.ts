@@ -72,14 +72,23 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
   const apiToken = env[ENV.apiToken] || undefined;
   if (apiToken !== undefined && !/^[\x21-\x7e]+$/.test(apiToken)) {
     // Never echo a secret: name the rule only.
-    violations.push({ rule: 'api-token-printable', message: `${ENV.apiToken} must be printable ASCII without spaces (it travels in an Authorization header)` });
+    violations.push({
+      rule: 'api-token-printable',
+      message: `${ENV.apiToken} must be printable ASCII without spaces (it travels in an Authorization header)`,
+    });
   }
   const operatorToken = env[ENV.apiOperatorToken] || undefined;
   if (operatorToken !== undefined && !/^[\x21-\x7e]+$/.test(operatorToken)) {
-    violations.push({ rule: 'api-operator-token-printable', message: `${ENV.apiOperatorToken} must be printable ASCII without spaces (it travels in an Authorization header)` });
+    violations.push({
+      rule: 'api-operator-token-printable',
+      message: `${ENV.apiOperatorToken} must be printable ASCII without spaces (it travels in an Authorization header)`,
+    });
   } else if (operatorToken !== undefined && operatorToken === apiToken) {
     // The same value would let every ERP client use the on-call routes: refuse rather than pretend.
-    violations.push({ rule: 'api-operator-token-distinct', message: `${ENV.apiOperatorToken} must differ from ${ENV.apiToken}: the on-call routes are closed to the ERP clients' token` });
+    violations.push({
+      rule: 'api-operator-token-distinct',
+      message: `${ENV.apiOperatorToken} must differ from ${ENV.apiToken}: the on-call routes are closed to the ERP clients' token`,
+    });
   }
   if (violations.length > 0) throw new ConfigError('environment', violations);
   const tlsWarning = databaseTlsUnverified(env);
@@ -101,12 +110,19 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
 export function authWarnings(config: Pick<ApiConfig, 'apiToken' | 'operatorToken'>): string[] {
   const onCall = '/v1/dead-jobs, /v1/dlq, /v1/poison-messages, /v1/stuck-jobs, /v1/pending-jobs';
   if (!config.apiToken && !config.operatorToken) {
-    return [`${ENV.apiToken} and ${ENV.apiOperatorToken} are not set: every /v1 route, the on-call ones (${onCall}) included, accepts requests without a bearer token`];
+    return [
+      `${ENV.apiToken} and ${ENV.apiOperatorToken} are not set: every /v1 route, the on-call ones (${onCall}) included, accepts requests without a bearer token`,
+    ];
   }
   if (!config.operatorToken) {
-    return [`${ENV.apiOperatorToken} is not set: the on-call routes (${onCall}) share the ERP clients' ${ENV.apiToken}, so any ERP client may redrive and discard dead jobs, drain the DLQ and read raw dead letters`];
+    return [
+      `${ENV.apiOperatorToken} is not set: the on-call routes (${onCall}) share the ERP clients' ${ENV.apiToken}, so any ERP client may redrive and discard dead jobs, drain the DLQ and read raw dead letters`,
+    ];
   }
-  if (!config.apiToken) return [`${ENV.apiToken} is not set: the /v1 job routes accept requests without a bearer token (the on-call routes need ${ENV.apiOperatorToken})`];
+  if (!config.apiToken)
+    return [
+      `${ENV.apiToken} is not set: the /v1 job routes accept requests without a bearer token (the on-call routes need ${ENV.apiOperatorToken})`,
+    ];
   return [];
 }
 
@@ -141,7 +157,9 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
     statementTimeoutMs: STATEMENT_TIMEOUT_MS,
     onError: (err) => log.warn({ err }, 'database connection dropped; it will be replaced'),
   });
-  const queue = deps.queue ?? new SqsQueue({ queueUrl: config.queueUrl, region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}) });
+  const queue =
+    deps.queue ??
+    new SqsQueue({ queueUrl: config.queueUrl, region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}) });
   const registry = deps.registry ?? defaultRegistry();
   const publisher = new Publisher(pool, queue, log);
   const relay = new OutboxRelay(pool, queue, log, DEFAULT_RELAY);
@@ -153,12 +171,25 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
         store: client.store,
         log,
         // Queue depths only against real SQS (tests that pass a queue have none to ask).
-        ...(deps.queue ? {} : { sqs: { queueUrl: config.queueUrl, region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}) } }),
+        ...(deps.queue
+          ? {}
+          : { sqs: { queueUrl: config.queueUrl, region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}) } }),
       })
     : null;
   // On-call routes (issue 7): dead jobs, poison messages, stuck jobs from the database; the DLQ when its URL is given.
   const ops = new OpsRoutes(
-    createOpsServices({ pool, registry, publisher, queue, log, queueUrl: config.queueUrl, region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}), ...(deps.ops?.dlqUrl ? { dlqUrl: deps.ops.dlqUrl } : {}), ...(deps.ops ? { stuck: deps.ops.stuck } : {}) }),
+    createOpsServices({
+      pool,
+      registry,
+      publisher,
+      queue,
+      log,
+      queueUrl: config.queueUrl,
+      region: config.region,
+      ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}),
+      ...(deps.ops?.dlqUrl ? { dlqUrl: deps.ops.dlqUrl } : {}),
+      ...(deps.ops ? { stuck: deps.ops.stuck } : {}),
+    }),
   );
   const server = createApiServer({
     pool,

@@ -33,7 +33,10 @@ export interface RunningWorker {
   shutdown(reason: string): Promise<void>;
 }
 
-export async function startWorkerService(env: Record<string, string | undefined> = process.env, registry: JobRegistry = defaultRegistry()): Promise<RunningWorker> {
+export async function startWorkerService(
+  env: Record<string, string | undefined> = process.env,
+  registry: JobRegistry = defaultRegistry(),
+): Promise<RunningWorker> {
   const log = createLogger('jobs-worker');
   // Everything from the environment first: a bad value stops the start before any connection.
   const timings = jobTimingsFromEnv(env);
@@ -59,7 +62,13 @@ export async function startWorkerService(env: Record<string, string | undefined>
   // Chaos runs only (JOBS_FAULT_SQS_ERROR_RATE, refused without a local endpoint): fail some SQS calls.
   const sqsQueue = new SqsQueue({ queueUrl, client });
   const queue = withSqsFaults(sqsQueue, env, (op, when) =>
-    events?.push({ kind: 'fault', fault: 'sqs-error', workerId, at: new Date().toISOString(), detail: `${op}: ${when === 'before' ? 'request failed' : 'response lost'}` }),
+    events?.push({
+      kind: 'fault',
+      fault: 'sqs-error',
+      workerId,
+      at: new Date().toISOString(),
+      detail: `${op}: ${when === 'before' ? 'request failed' : 'response lost'}`,
+    }),
   );
   const dlq = new SqsQueue({ queueUrl: dlqUrl, client });
   const publisher = new Publisher(pool, queue, log);
@@ -100,10 +109,24 @@ export async function startWorkerService(env: Record<string, string | undefined>
   });
 
   // Messages the queue lost (a purge, expiry, a stray consumer): published again from the job table.
-  const reconciler = new Reconciler({ pool, publisher, countMessages: () => sqsQueue.approximateCount(), log, metrics, timings: reconcilerTimings(timings) });
+  const reconciler = new Reconciler({
+    pool,
+    publisher,
+    countMessages: () => sqsQueue.approximateCount(),
+    log,
+    metrics,
+    timings: reconcilerTimings(timings),
+  });
 
   // Stuck jobs (runtime/oncall/stuck.ts): counted once per interval, published as the JobsStuck gauge the stack alarms on.
-  const stuck = new StuckJobReporter({ pool, registry, log, thresholds: stuckThresholds, intervalMs: stuckCheckSeconds * 1000, ...(namespace ? { publish: cloudWatchGauge(namespace, log) } : {}) });
+  const stuck = new StuckJobReporter({
+    pool,
+    registry,
+    log,
+    thresholds: stuckThresholds,
+    intervalMs: stuckCheckSeconds * 1000,
+    ...(namespace ? { publish: cloudWatchGauge(namespace, log) } : {}),
+  });
 
   cloudwatch?.start();
   worker.start();
@@ -111,7 +134,10 @@ export async function startWorkerService(env: Record<string, string | undefined>
   rescuer.start();
   reconciler.start();
   stuck.start();
-  log.info({ workerId, queueUrl, region, endpoint, timings, metricsNamespace: namespace ?? null, taskProtection: protection.enabled }, 'worker service started');
+  log.info(
+    { workerId, queueUrl, region, endpoint, timings, metricsNamespace: namespace ?? null, taskProtection: protection.enabled },
+    'worker service started',
+  );
 
   let shuttingDown: Promise<void> | null = null;
   return {

@@ -69,7 +69,12 @@ export function createBootstrapHandler(deps: BootstrapDeps) {
     if (appRole) deps.log(`services' role ${appRole.username}: row access to ${APP_SCHEMAS.join(', ')}, password from its secret`);
     return {
       PhysicalResourceId: SCHEMA_PHYSICAL_ID,
-      Data: { Applied: result.applied.join(','), AppliedCount: result.applied.length, AlreadyApplied: result.alreadyApplied, ...(appRole ? { AppRole: appRole.username } : {}) },
+      Data: {
+        Applied: result.applied.join(','),
+        AppliedCount: result.applied.length,
+        AlreadyApplied: result.alreadyApplied,
+        ...(appRole ? { AppRole: appRole.username } : {}),
+      },
     };
   };
 }
@@ -107,7 +112,9 @@ export async function readSecretFromExtension(arn: string, env: Record<string, s
       await sleep(500 * attempt);
     }
   }
-  throw new Error(`schema bootstrap: reading the database secret ${arn} through the Parameters and Secrets extension failed: ${String((lastError as Error)?.message ?? lastError)}`);
+  throw new Error(
+    `schema bootstrap: reading the database secret ${arn} through the Parameters and Secrets extension failed: ${String((lastError as Error)?.message ?? lastError)}`,
+  );
 }
 
 /**
@@ -117,11 +124,19 @@ export async function readSecretFromExtension(arn: string, env: Record<string, s
  * under the advisory lock, so a retry starts where the cut left off; any other error fails the
  * deploy at once with its message.
  */
-export async function migrateAt(url: string, opts: { log?: (msg: string) => void; dir?: string; connectAttempts?: number; retryDelayMs?: number; appRole?: AppRole } = {}): Promise<MigrateResult> {
+export async function migrateAt(
+  url: string,
+  opts: { log?: (msg: string) => void; dir?: string; connectAttempts?: number; retryDelayMs?: number; appRole?: AppRole } = {},
+): Promise<MigrateResult> {
   const log = opts.log ?? console.log;
   const attempts = opts.connectAttempts ?? 6;
   for (let attempt = 1; ; attempt++) {
-    const pool = createPool({ url, max: 1, applicationName: 'erp-jobs-bootstrap', onError: (err) => log(`database connection dropped: ${err.message}`) });
+    const pool = createPool({
+      url,
+      max: 1,
+      applicationName: 'erp-jobs-bootstrap',
+      onError: (err) => log(`database connection dropped: ${err.message}`),
+    });
     try {
       await pool.query('SELECT 1');
       const result = await migrate(pool, { log, ...(opts.dir ? { dir: opts.dir } : {}) });
@@ -130,7 +145,10 @@ export async function migrateAt(url: string, opts: { log?: (msg: string) => void
       return result;
     } catch (err) {
       if (!isDatabaseUnavailable(err)) throw err;
-      if (attempt >= attempts) throw new Error(`schema bootstrap: the database was unreachable for ${attempt} attempts: ${(err as Error).message}`, { cause: err });
+      if (attempt >= attempts)
+        throw new Error(`schema bootstrap: the database was unreachable for ${attempt} attempts: ${(err as Error).message}`, {
+          cause: err,
+        });
       log(`attempt ${attempt}: database unreachable (${(err as Error).message}); retrying`);
       await sleep(opts.retryDelayMs ?? 10_000);
     } finally {
@@ -147,7 +165,8 @@ function bootstrapLog(msg: string): void {
 export const handler = createBootstrapHandler({
   readSecret: (arn) => readSecretFromExtension(arn),
   // Verified TLS: the stack points DATABASE_CA_FILE at the Lambda runtime's Amazon CA bundle.
-  databaseUrl: (secretJson) => databaseUrlFromEnv({ [ENV.databaseSecret]: secretJson, [ENV.databaseCaFile]: process.env[ENV.databaseCaFile] }),
+  databaseUrl: (secretJson) =>
+    databaseUrlFromEnv({ [ENV.databaseSecret]: secretJson, [ENV.databaseCaFile]: process.env[ENV.databaseCaFile] }),
   runMigrations: (url, appRole) => migrateAt(url, { log: bootstrapLog, ...(appRole ? { appRole } : {}) }),
   log: bootstrapLog,
 });

@@ -25,7 +25,8 @@ export function formatJob(j: Job): string {
   // that then succeeded, a retry under way), said as such rather than as if the job had failed.
   if (j.lastError && j.state === 'dead') lines.push(`error     ${j.lastError.name}: ${j.lastError.message}`);
   else if (j.lastError) lines.push(`earlier   an earlier attempt failed: ${j.lastError.name}: ${j.lastError.message}`);
-  for (const a of j.attemptLog) lines.push(`  attempt ${a.attempt} ${a.outcome} at ${a.at} by ${a.by ?? a.owner ?? '?'}${a.message ? `: ${a.message}` : ''}`);
+  for (const a of j.attemptLog)
+    lines.push(`  attempt ${a.attempt} ${a.outcome} at ${a.at} by ${a.by ?? a.owner ?? '?'}${a.message ? `: ${a.message}` : ''}`);
   lines.push(`payload   ${JSON.stringify(j.payload)}`);
   if (j.result !== null) lines.push(`result    ${JSON.stringify(j.result)}`);
   return lines.join('\n');

@@ -15,9 +15,9 @@ import { defaultRegistry } from '../handlers/index.ts';
 import { payloadFields } from '../handlers/types.ts';
 import { silentLogger } from '../observability/log.ts';
 import { SqsQueue } from '../queue/sqs.ts';
-import type { Job, JobState } from '../domain/job.ts';
+import type { JobState } from '../domain/job.ts';
 import { JOB_STATES } from '../domain/job.ts';
-import { JobStore } from '../store/job-store.ts';
+import type { JobStore } from '../store/job-store.ts';
 import { Publisher } from '../store/outbox.ts';
 import { formatJob, UsageError } from './format.ts';
 
@@ -58,7 +58,6 @@ Settings come from the environment (DATABASE_URL, JOBS_QUEUE_URL, …); next to 
 
 type Env = Record<string, string | undefined>;
 
-
 async function resolveEnv(): Promise<Env> {
   if (process.env.JOBS_LOCAL_ENV === '0') return process.env;
   const { readLocalEnv } = await import('./local-env.ts');
@@ -87,7 +86,14 @@ async function withClient<T>(env: Env, fn: (c: { store: JobStore; client: JobCli
   try {
     const queue = sqs
       ? new SqsQueue(sqs)
-      : { send: async () => { throw new Error(`${ENV.queueUrl} is not set: the outbox relay will publish`); }, receive: async () => [], changeVisibility: async () => [], delete: async () => [] };
+      : {
+          send: async () => {
+            throw new Error(`${ENV.queueUrl} is not set: the outbox relay will publish`);
+          },
+          receive: async () => [],
+          changeVisibility: async () => [],
+          delete: async () => [],
+        };
     const publisher = new Publisher(pool, queue, silentLogger);
     const timings = jobTimingsFromEnv(env);
     const client = new JobClient({ pool, registry: defaultRegistry(), publisher, defaultMaxAttempts: timings.maxAttempts });
@@ -98,7 +104,6 @@ async function withClient<T>(env: Env, fn: (c: { store: JobStore; client: JobCli
     await pool.end();
   }
 }
-
 
 export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
@@ -114,7 +119,8 @@ export async function main(argv: string[]): Promise<number> {
     case 'local': {
       const { values } = parseArgs({ args: rest, options: { workers: { type: 'string', default: '2' }, 'api-port': { type: 'string' } } });
       const workers = Number(values.workers);
-      if (!Number.isInteger(workers) || workers < 0 || workers > 32) throw new UsageError(`--workers must be a whole number from 0 to 32 (got ${values.workers})`);
+      if (!Number.isInteger(workers) || workers < 0 || workers > 32)
+        throw new UsageError(`--workers must be a whole number from 0 to 32 (got ${values.workers})`);
       if (process.env.JOBS_LOCAL_SUPERVISED !== '1') return superviseLocal(argv);
       watchParent();
       const { startLocalStack } = await import('../../dev/stack.ts');
@@ -179,7 +185,13 @@ export async function main(argv: string[]): Promise<number> {
       const { values } = parseArgs({ args: rest, options: { describe: { type: 'boolean' }, json: { type: 'boolean' } } });
       const registry = defaultRegistry();
       if (values.json) {
-        out(JSON.stringify(registry.types().map((t) => ({ type: t, description: registry.get(t)!.description, payload: payloadFields(registry.get(t)!) })), null, 2));
+        out(
+          JSON.stringify(
+            registry.types().map((t) => ({ type: t, description: registry.get(t)!.description, payload: payloadFields(registry.get(t)!) })),
+            null,
+            2,
+          ),
+        );
         return 0;
       }
       for (const t of registry.types()) {
@@ -188,7 +200,9 @@ export async function main(argv: string[]): Promise<number> {
         // One line per payload field, from the type's schema: name, type, required or its default, the rule.
         for (const f of payloadFields(registry.get(t)!)) {
           const need = f.required ? 'required' : f.default !== undefined ? `default ${JSON.stringify(f.default)}` : 'optional';
-          out(`  ${f.name.padEnd(18)} ${f.type.padEnd(8)} ${need}${f.rule ? `; ${f.rule}` : ''}${f.description ? ` — ${f.description}` : ''}`);
+          out(
+            `  ${f.name.padEnd(18)} ${f.type.padEnd(8)} ${need}${f.rule ? `; ${f.rule}` : ''}${f.description ? ` — ${f.description}` : ''}`,
+          );
         }
       }
       return 0;
@@ -198,11 +212,20 @@ export async function main(argv: string[]): Promise<number> {
       const { values, positionals } = parseArgs({
         args: rest,
         allowPositionals: true,
-        options: { payload: { type: 'string' }, key: { type: 'string' }, 'max-attempts': { type: 'string' }, 'run-at': { type: 'string' }, json: { type: 'boolean' } },
+        options: {
+          payload: { type: 'string' },
+          key: { type: 'string' },
+          'max-attempts': { type: 'string' },
+          'run-at': { type: 'string' },
+          json: { type: 'boolean' },
+        },
       });
       const type = positionals[0];
       if (!type) throw new UsageError('jobs enqueue TYPE --payload JSON: the job type is missing');
-      if (values.payload === undefined) throw new UsageError(`jobs enqueue ${type}: --payload is required (a JSON object, e.g. --payload '{"batch":"B-1","entries":10}' for ledger.post; \`jobs types\` lists the types)`);
+      if (values.payload === undefined)
+        throw new UsageError(
+          `jobs enqueue ${type}: --payload is required (a JSON object, e.g. --payload '{"batch":"B-1","entries":10}' for ledger.post; \`jobs types\` lists the types)`,
+        );
       let payload: unknown;
       try {
         payload = JSON.parse(values.payload!);
@@ -225,7 +248,11 @@ export async function main(argv: string[]): Promise<number> {
     }
 
     case 'show': {
-      const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { json: { type: 'boolean' }, watch: { type: 'boolean' }, interval: { type: 'string' } } });
+      const { values, positionals } = parseArgs({
+        args: rest,
+        allowPositionals: true,
+        options: { json: { type: 'boolean' }, watch: { type: 'boolean' }, interval: { type: 'string' } },
+      });
       const id = positionals[0];
       if (!id || !isJobId(id)) throw new UsageError(`jobs show ID: ID must be a job id (a UUID), got ${id ?? 'nothing'}`);
       const env = await resolveEnv();
@@ -258,11 +285,18 @@ export async function main(argv: string[]): Promise<number> {
     case 'list': {
       const { values } = parseArgs({
         args: rest,
-        options: { state: { type: 'string' }, type: { type: 'string' }, limit: { type: 'string', default: '20' }, json: { type: 'boolean' } },
+        options: {
+          state: { type: 'string' },
+          type: { type: 'string' },
+          limit: { type: 'string', default: '20' },
+          json: { type: 'boolean' },
+        },
       });
-      if (values.state && !JOB_STATES.includes(values.state as JobState)) throw new UsageError(`--state must be one of ${JOB_STATES.join(', ')} (got ${values.state})`);
+      if (values.state && !JOB_STATES.includes(values.state as JobState))
+        throw new UsageError(`--state must be one of ${JOB_STATES.join(', ')} (got ${values.state})`);
       const limit = Number(values.limit);
-      if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new UsageError(`--limit must be a whole number from 1 to 1000 (got ${values.limit})`);
+      if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
+        throw new UsageError(`--limit must be a whole number from 1 to 1000 (got ${values.limit})`);
       const env = await resolveEnv();
       const jobs = await withClient(env, ({ store }) =>
         store.list({ limit, ...(values.state ? { state: values.state as JobState } : {}), ...(values.type ? { type: values.type } : {}) }),
@@ -273,7 +307,9 @@ export async function main(argv: string[]): Promise<number> {
       }
       out(`${'id'.padEnd(36)}  ${'type'.padEnd(16)}  ${'state'.padEnd(9)}  att  ${'created'.padEnd(24)}  error`);
       for (const j of jobs) {
-        out(`${j.id}  ${j.type.padEnd(16)}  ${j.state.padEnd(9)}  ${String(j.attempt).padStart(3)}  ${j.createdAt.toISOString().padEnd(24)}  ${j.lastError?.message.slice(0, 60) ?? ''}`);
+        out(
+          `${j.id}  ${j.type.padEnd(16)}  ${j.state.padEnd(9)}  ${String(j.attempt).padStart(3)}  ${j.createdAt.toISOString().padEnd(24)}  ${j.lastError?.message.slice(0, 60) ?? ''}`,
+        );
       }
       if (jobs.length === 0) out('(no jobs)');
       return 0;
@@ -363,7 +399,8 @@ export async function cli(argv = process.argv.slice(2)): Promise<void> {
     if (code >= 0) process.exit(code);
   } catch (err) {
     // node:util parseArgs reports an unknown or malformed option as ERR_PARSE_ARGS_*: a usage error.
-    const parseArgsError = typeof (err as { code?: unknown }).code === 'string' && (err as { code: string }).code.startsWith('ERR_PARSE_ARGS');
+    const parseArgsError =
+      typeof (err as { code?: unknown }).code === 'string' && (err as { code: string }).code.startsWith('ERR_PARSE_ARGS');
     if (err instanceof UsageError || err instanceof ValidationError || err instanceof ConfigError || parseArgsError) {
       process.stderr.write(`jobs: ${(err as Error).message}\n`);
       const usage = err instanceof ConfigError ? null : usageFor(argv);

@@ -36,7 +36,9 @@ export function parseTime(flag: string, raw: string | undefined, now = Date.now(
   if (age) return new Date(now - Number(age[1]) * { s: 1, m: 60, h: 3600, d: 86_400 }[age[2] as 's' | 'm' | 'h' | 'd'] * 1000);
   const d = parseIsoTime(raw.trim());
   if (!d) {
-    throw new UsageError(`${flag} must be an ISO 8601 time with an offset (2026-10-31T06:00:00Z) or an age such as 30m, 6h, 2d (got ${raw})`);
+    throw new UsageError(
+      `${flag} must be an ISO 8601 time with an offset (2026-10-31T06:00:00Z) or an age such as 30m, 6h, 2d (got ${raw})`,
+    );
   }
   return d;
 }
@@ -93,7 +95,10 @@ async function withOps<T>(env: Env, fn: (ops: OpsServices) => Promise<T>): Promi
 function needDlq(ops: OpsServices) {
   if (!ops.deadLetters) {
     throw new ConfigError('environment', [
-      { rule: 'dlq-configured', message: `${ENV.dlqUrl} and ${ENV.queueUrl} are required for the DLQ commands (the queue URLs are stack outputs; next to \`jobs local\` they come from .jobs-local/env)` },
+      {
+        rule: 'dlq-configured',
+        message: `${ENV.dlqUrl} and ${ENV.queueUrl} are required for the DLQ commands (the queue URLs are stack outputs; next to \`jobs local\` they come from .jobs-local/env)`,
+      },
     ]);
   }
   return ops.deadLetters;
@@ -145,7 +150,8 @@ export async function opsCommand(command: string, argv: string[], env: Env, out:
 /** `jobs show ID --watch`: draws on stdout itself (a terminal redraw needs raw writes). */
 export async function watchCommand(id: string, intervalRaw: string | undefined, env: Env): Promise<number> {
   const seconds = intervalRaw === undefined ? 1 : Number(intervalRaw);
-  if (!Number.isFinite(seconds) || seconds < 0.1 || seconds > 60) throw new UsageError(`--interval must be a number of seconds from 0.1 to 60 (got ${intervalRaw})`);
+  if (!Number.isFinite(seconds) || seconds < 0.1 || seconds > 60)
+    throw new UsageError(`--interval must be a number of seconds from 0.1 to 60 (got ${intervalRaw})`);
   const pool = createPool({ url: databaseUrlFromEnv(env), max: 1, applicationName: 'jobs-cli watch' });
   const ac = new AbortController();
   const stop = () => ac.abort();
@@ -178,12 +184,28 @@ async function deadCommand(argv: string[], env: Env, out: Out): Promise<number> 
   } as const;
   switch (sub) {
     case 'list': {
-      const { values } = parseArgs({ args: rest, options: { type: { type: 'string' }, since: { type: 'string' }, until: { type: 'string' }, discarded: { type: 'boolean' }, limit: { type: 'string', default: '50' }, json: { type: 'boolean' } } });
+      const { values } = parseArgs({
+        args: rest,
+        options: {
+          type: { type: 'string' },
+          since: { type: 'string' },
+          until: { type: 'string' },
+          discarded: { type: 'boolean' },
+          limit: { type: 'string', default: '50' },
+          json: { type: 'boolean' },
+        },
+      });
       const limit = intFlag('--limit', values.limit, 1, 1000)!;
       const since = parseTime('--since', values.since);
       const until = parseTime('--until', values.until);
       const page = await withOps(env, (ops) =>
-        ops.deadJobs.list({ limit, includeDiscarded: values.discarded ?? false, ...(values.type ? { type: values.type } : {}), ...(since ? { since } : {}), ...(until ? { until } : {}) }),
+        ops.deadJobs.list({
+          limit,
+          includeDiscarded: values.discarded ?? false,
+          ...(values.type ? { type: values.type } : {}),
+          ...(since ? { since } : {}),
+          ...(until ? { until } : {}),
+        }),
       );
       if (values.json) {
         out(JSON.stringify(page));
@@ -215,7 +237,8 @@ async function deadCommand(argv: string[], env: Env, out: Out): Promise<number> 
       if (j.state === 'dead') {
         out(`dead since ${j.dead?.deadAt.toISOString() ?? j.finishedAt?.toISOString()}: ${d.error}`);
         out(`  ${d.attemptsUsed} of ${j.maxAttempts} attempts used; last owner ${d.lastOwner ?? 'unknown'}`);
-        if (j.dead?.discardedAt) out(`  discarded by ${j.dead.discardedBy} at ${j.dead.discardedAt.toISOString()}: ${j.dead.discardReason}`);
+        if (j.dead?.discardedAt)
+          out(`  discarded by ${j.dead.discardedBy} at ${j.dead.discardedAt.toISOString()}: ${j.dead.discardReason}`);
         else out(`  to run it again: npx tsx bin/jobs.ts dead redrive ${j.id} --reason "<what was fixed>"`);
       } else {
         out(`not dead: the job is ${j.state}`);
@@ -228,7 +251,13 @@ async function deadCommand(argv: string[], env: Env, out: Out): Promise<number> 
       const { values, positionals } = parseArgs({
         args: rest,
         allowPositionals: true,
-        options: { ...filterOptions, reason: { type: 'string' }, 'max-attempts': { type: 'string' }, 'from-scratch': { type: 'boolean' }, 'dry-run': { type: 'boolean' } },
+        options: {
+          ...filterOptions,
+          reason: { type: 'string' },
+          'max-attempts': { type: 'string' },
+          'from-scratch': { type: 'boolean' },
+          'dry-run': { type: 'boolean' },
+        },
       });
       const idList = positionals.length > 0 ? ids(positionals, 'jobs dead redrive') : undefined;
       const since = parseTime('--since', values.since);
@@ -258,14 +287,19 @@ async function deadCommand(argv: string[], env: Env, out: Out): Promise<number> 
         for (const id of r.wouldRedrive) out(`  ${id}`);
       } else {
         out(`redriven by ${by}: ${r.jobs.length} job(s) back to pending with a fresh attempt budget, re-published`);
-        for (const j of r.jobs) out(`  ${j.id}  ${j.type}  attempt budget ${j.maxAttempts}${j.checkpoint ? ' (resumes from its checkpoint)' : ''}`);
+        for (const j of r.jobs)
+          out(`  ${j.id}  ${j.type}  attempt budget ${j.maxAttempts}${j.checkpoint ? ' (resumes from its checkpoint)' : ''}`);
       }
       for (const l of skippedLines(r.skipped)) out(l);
       return r.skipped.length > 0 ? 1 : 0;
     }
 
     case 'discard': {
-      const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { ...filterOptions, reason: { type: 'string' } } });
+      const { values, positionals } = parseArgs({
+        args: rest,
+        allowPositionals: true,
+        options: { ...filterOptions, reason: { type: 'string' } },
+      });
       const idList = positionals.length > 0 ? ids(positionals, 'jobs dead discard') : undefined;
       if (!values.reason?.trim()) throw new UsageError('jobs dead discard: --reason is required (why will these dead jobs not be re-run?)');
       const since = parseTime('--since', values.since);
@@ -301,7 +335,10 @@ async function dlqCommand(argv: string[], env: Env, out: Out): Promise<number> {
   const [sub, ...rest] = argv;
   switch (sub) {
     case 'list': {
-      const { values } = parseArgs({ args: rest, options: { limit: { type: 'string', default: '1000' }, poison: { type: 'boolean' }, json: { type: 'boolean' } } });
+      const { values } = parseArgs({
+        args: rest,
+        options: { limit: { type: 'string', default: '1000' }, poison: { type: 'boolean' }, json: { type: 'boolean' } },
+      });
       const limit = intFlag('--limit', values.limit, 1, 100_000)!;
       const r = await withOps(env, (ops) => needDlq(ops).look(limit));
       const letters = values.poison ? r.letters.filter((l) => l.verdict === 'keep' && l.jobState === null) : r.letters;
@@ -318,12 +355,27 @@ async function dlqCommand(argv: string[], env: Env, out: Out): Promise<number> {
     case 'redrive': {
       const { values } = parseArgs({
         args: rest,
-        options: { 'dry-run': { type: 'boolean' }, move: { type: 'boolean' }, rate: { type: 'string' }, limit: { type: 'string', default: '1000' }, by: { type: 'string' }, json: { type: 'boolean' } },
+        options: {
+          'dry-run': { type: 'boolean' },
+          move: { type: 'boolean' },
+          rate: { type: 'string' },
+          limit: { type: 'string', default: '1000' },
+          by: { type: 'string' },
+          json: { type: 'boolean' },
+        },
       });
       const limit = intFlag('--limit', values.limit, 1, 100_000)!;
       const rate = intFlag('--rate', values.rate, 1, 500);
       const by = whoAsked(values.by);
-      const r = await withOps(env, (ops) => needDlq(ops).redrive({ by, dryRun: values['dry-run'] ?? false, move: values.move ?? false, limit, ...(rate ? { maxPerSecond: rate } : {}) }));
+      const r = await withOps(env, (ops) =>
+        needDlq(ops).redrive({
+          by,
+          dryRun: values['dry-run'] ?? false,
+          move: values.move ?? false,
+          limit,
+          ...(rate ? { maxPerSecond: rate } : {}),
+        }),
+      );
       if (values.json) {
         out(JSON.stringify(r));
         return r.refused ? 1 : 0;
@@ -341,7 +393,11 @@ async function dlqCommand(argv: string[], env: Env, out: Out): Promise<number> {
     }
 
     case 'discard': {
-      const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { reason: { type: 'string' }, by: { type: 'string' }, json: { type: 'boolean' } } });
+      const { values, positionals } = parseArgs({
+        args: rest,
+        allowPositionals: true,
+        options: { reason: { type: 'string' }, by: { type: 'string' }, json: { type: 'boolean' } },
+      });
       if (positionals.length === 0) throw new UsageError('jobs dlq discard MESSAGE_ID…: name the message ids (see jobs dlq list)');
       if (!values.reason?.trim()) throw new UsageError('jobs dlq discard: --reason is required (why are these dead letters thrown away?)');
       const by = whoAsked(values.by);
@@ -365,16 +421,24 @@ async function dlqCommand(argv: string[], env: Env, out: Out): Promise<number> {
       }
       if (local) out('the local SQS endpoint has no message move tasks: `jobs dlq redrive` moves by receive and resend');
       for (const t of tasks) {
-        out(`${t.taskHandle ?? '?'}  ${t.status}  ${t.moved}${t.toMove !== null ? ` of ${t.toMove}` : ''} moved  started ${t.startedAt?.toISOString() ?? '?'}${t.failureReason ? `  failed: ${t.failureReason}` : ''}`);
+        out(
+          `${t.taskHandle ?? '?'}  ${t.status}  ${t.moved}${t.toMove !== null ? ` of ${t.toMove}` : ''} moved  started ${t.startedAt?.toISOString() ?? '?'}${t.failureReason ? `  failed: ${t.failureReason}` : ''}`,
+        );
       }
       if (!local && tasks.length === 0) out('(no move tasks)');
       return 0;
     }
 
     case 'move-cancel': {
-      const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { by: { type: 'string' }, json: { type: 'boolean' } } });
+      const { values, positionals } = parseArgs({
+        args: rest,
+        allowPositionals: true,
+        options: { by: { type: 'string' }, json: { type: 'boolean' } },
+      });
       if (positionals.length !== 1 || !positionals[0]!.trim()) {
-        throw new UsageError(`jobs dlq move-cancel TASK_HANDLE: name one move task handle (see jobs dlq move-status)${positionals.length > 1 ? `, got ${positionals.length} arguments` : ''}`);
+        throw new UsageError(
+          `jobs dlq move-cancel TASK_HANDLE: name one move task handle (see jobs dlq move-status)${positionals.length > 1 ? `, got ${positionals.length} arguments` : ''}`,
+        );
       }
       const by = whoAsked(values.by);
       try {
@@ -382,7 +446,9 @@ async function dlqCommand(argv: string[], env: Env, out: Out): Promise<number> {
         if (values.json) out(JSON.stringify({ cancelled: true, ...r }));
         else {
           out(`cancelled by ${by}: move task ${r.taskHandle}${r.moved !== null ? `, after ${r.moved} dead letter(s) had been moved` : ''}`);
-          out('note: what it moved stays in the job queue (the worker settles each by its job row); the rest stays in the DLQ. `jobs dlq move-status` shows the task as cancelling, then cancelled');
+          out(
+            'note: what it moved stays in the job queue (the worker settles each by its job row); the rest stays in the DLQ. `jobs dlq move-status` shows the task as cancelling, then cancelled',
+          );
         }
         return 0;
       } catch (err) {
@@ -394,28 +460,46 @@ async function dlqCommand(argv: string[], env: Env, out: Out): Promise<number> {
     }
 
     default:
-      throw new UsageError(`jobs dlq: unknown subcommand ${sub ?? '(none)'}; use list, redrive, discard, move-status or move-cancel (see jobs help)`);
+      throw new UsageError(
+        `jobs dlq: unknown subcommand ${sub ?? '(none)'}; use list, redrive, discard, move-status or move-cancel (see jobs help)`,
+      );
   }
 }
 
 async function poisonCommand(argv: string[], env: Env, out: Out): Promise<number> {
   const [sub, ...rest] = argv;
   if (sub !== 'list') throw new UsageError(`jobs poison: unknown subcommand ${sub ?? '(none)'}; use list (see jobs help)`);
-  const { values } = parseArgs({ args: rest, options: { reason: { type: 'string' }, since: { type: 'string' }, resolved: { type: 'boolean' }, limit: { type: 'string', default: '50' }, json: { type: 'boolean' } } });
+  const { values } = parseArgs({
+    args: rest,
+    options: {
+      reason: { type: 'string' },
+      since: { type: 'string' },
+      resolved: { type: 'boolean' },
+      limit: { type: 'string', default: '50' },
+      json: { type: 'boolean' },
+    },
+  });
   if (values.reason && values.reason !== 'unparseable-body' && values.reason !== 'unknown-job') {
     throw new UsageError(`--reason must be unparseable-body or unknown-job (got ${values.reason})`);
   }
   const limit = intFlag('--limit', values.limit, 1, 1000)!;
   const since = parseTime('--since', values.since);
   const r = await withOps(env, (ops) =>
-    listPoisonMessages(ops.pool, { limit, includeResolved: values.resolved ?? false, ...(values.reason ? { reason: values.reason as PoisonReason } : {}), ...(since ? { since } : {}) }),
+    listPoisonMessages(ops.pool, {
+      limit,
+      includeResolved: values.resolved ?? false,
+      ...(values.reason ? { reason: values.reason as PoisonReason } : {}),
+      ...(since ? { since } : {}),
+    }),
   );
   if (values.json) {
     out(JSON.stringify(r));
     return 0;
   }
   for (const m of r.messages) {
-    out(`${m.recordedAt.toISOString()}  ${m.reason.padEnd(16)}  message ${m.sourceMessageId}  worker ${m.workerId ?? '?'}  received ${m.receiveCount ?? '?'}x`);
+    out(
+      `${m.recordedAt.toISOString()}  ${m.reason.padEnd(16)}  message ${m.sourceMessageId}  worker ${m.workerId ?? '?'}  received ${m.receiveCount ?? '?'}x`,
+    );
     out(`    ${m.detail}`);
     out(`    body (${m.body.length} bytes): ${JSON.stringify(m.body.slice(0, 500))}`);
     const attrs = Object.entries(m.attributes);
@@ -427,22 +511,40 @@ async function poisonCommand(argv: string[], env: Env, out: Out): Promise<number
 }
 
 async function stuckCommand(argv: string[], env: Env, out: Out): Promise<number> {
-  const { values } = parseArgs({ args: argv, options: { 'running-seconds': { type: 'string' }, 'pending-seconds': { type: 'string' }, limit: { type: 'string', default: '100' }, json: { type: 'boolean' } } });
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      'running-seconds': { type: 'string' },
+      'pending-seconds': { type: 'string' },
+      limit: { type: 'string', default: '100' },
+      json: { type: 'boolean' },
+    },
+  });
   const limit = intFlag('--limit', values.limit, 1, 1000)!;
   const runningSeconds = intFlag('--running-seconds', values['running-seconds'], 1, 7 * 86_400);
   const pendingSeconds = intFlag('--pending-seconds', values['pending-seconds'], 1, 7 * 86_400);
   const { stuck, thresholds } = await withOps(env, async (ops) => {
-    const thresholds = { runningSeconds: runningSeconds ?? ops.stuck.runningSeconds, pendingSeconds: pendingSeconds ?? ops.stuck.pendingSeconds };
+    const thresholds = {
+      runningSeconds: runningSeconds ?? ops.stuck.runningSeconds,
+      pendingSeconds: pendingSeconds ?? ops.stuck.pendingSeconds,
+    };
     return { stuck: await findStuckJobs(ops.pool, ops.registry, thresholds, limit), thresholds };
   });
   if (values.json) {
     out(JSON.stringify({ thresholds, stuck }));
     return 0;
   }
-  out(`stuck: running past the type's expected maximum (default ${formatDuration(thresholds.runningSeconds)}), or due but not picked up for ${formatDuration(thresholds.pendingSeconds)}`);
+  out(
+    `stuck: running past the type's expected maximum (default ${formatDuration(thresholds.runningSeconds)}), or due but not picked up for ${formatDuration(thresholds.pendingSeconds)}`,
+  );
   for (const s of stuck) {
     out(`${s.job.id}  ${s.job.type.padEnd(16)}  ${s.reason.padEnd(16)}  ${describeStuck(s)}`);
-    const extra = [s.job.leaseOwner ? `lease ${s.job.leaseOwner}` : null, s.job.progress ? `progress ${Math.round(s.job.progress.fraction * 100)}%${s.job.progress.message ? ` ${s.job.progress.message}` : ''}` : null].filter(Boolean);
+    const extra = [
+      s.job.leaseOwner ? `lease ${s.job.leaseOwner}` : null,
+      s.job.progress
+        ? `progress ${Math.round(s.job.progress.fraction * 100)}%${s.job.progress.message ? ` ${s.job.progress.message}` : ''}`
+        : null,
+    ].filter(Boolean);
     if (extra.length > 0) out(`    ${extra.join(' · ')}`);
   }
   if (stuck.length === 0) out('(no stuck jobs)');
@@ -461,10 +563,20 @@ async function republishCommand(argv: string[], env: Env, out: Out): Promise<num
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
-    options: { type: { type: 'string' }, state: { type: 'string' }, 'older-than': { type: 'string' }, by: { type: 'string' }, reason: { type: 'string' }, limit: { type: 'string' }, json: { type: 'boolean' } },
+    options: {
+      type: { type: 'string' },
+      state: { type: 'string' },
+      'older-than': { type: 'string' },
+      by: { type: 'string' },
+      reason: { type: 'string' },
+      limit: { type: 'string' },
+      json: { type: 'boolean' },
+    },
   });
   if (values.state !== undefined && values.state !== 'pending') {
-    throw new UsageError(`--state must be pending (got ${values.state}): a running job's owner holds its message and the rescuer re-publishes it if the owner dies; a finished job needs none`);
+    throw new UsageError(
+      `--state must be pending (got ${values.state}): a running job's owner holds its message and the rescuer re-publishes it if the owner dies; a finished job needs none`,
+    );
   }
   const idList = positionals.length > 0 ? ids(positionals, 'jobs republish') : undefined;
   const olderThan = values['older-than'] !== undefined ? ageSeconds('--older-than', values['older-than']) : undefined;
@@ -485,7 +597,9 @@ async function republishCommand(argv: string[], env: Env, out: Out): Promise<num
   if (values.json) {
     out(JSON.stringify({ republished: r.jobs.length, ...r }));
   } else {
-    out(`re-published ${r.jobs.length} pending job(s) through the outbox (recorded as job-republish by ${whoAsked(values.by)}); a job that still had its message gets a harmless duplicate`);
+    out(
+      `re-published ${r.jobs.length} pending job(s) through the outbox (recorded as job-republish by ${whoAsked(values.by)}); a job that still had its message gets a harmless duplicate`,
+    );
     for (const j of r.jobs.slice(0, 50)) out(`  ${j.id}  ${j.type.padEnd(16)}  due ${j.runAfter}`);
     if (r.jobs.length > 50) out(`  … and ${r.jobs.length - 50} more`);
     for (const line of skippedLines(r.skipped)) out(line);

@@ -81,11 +81,21 @@ export function databaseUrlFromEnv(env: Env): string {
     try {
       s = JSON.parse(secret) as Record<string, unknown>;
     } catch {
-      throw new ConfigError('environment', [{ rule: 'database-secret-json', message: `${ENV.databaseSecret} is not valid JSON (expected the RDS secret: host, port, username, password, dbname)` }]);
+      throw new ConfigError('environment', [
+        {
+          rule: 'database-secret-json',
+          message: `${ENV.databaseSecret} is not valid JSON (expected the RDS secret: host, port, username, password, dbname)`,
+        },
+      ]);
     }
     const missing = ['host', 'username', 'password'].filter((k) => typeof s[k] !== 'string' || s[k] === '');
     if (missing.length > 0) {
-      throw new ConfigError('environment', [{ rule: 'database-secret-fields', message: `${ENV.databaseSecret} lacks ${missing.join(', ')} (expected the RDS secret: host, port, username, password, dbname)` }]);
+      throw new ConfigError('environment', [
+        {
+          rule: 'database-secret-fields',
+          message: `${ENV.databaseSecret} lacks ${missing.join(', ')} (expected the RDS secret: host, port, username, password, dbname)`,
+        },
+      ]);
     }
     const u = new URL('postgres://placeholder');
     u.hostname = String(s.host);
@@ -97,7 +107,10 @@ export function databaseUrlFromEnv(env: Env): string {
     if (ca) {
       if (!isReadableFile(ca)) {
         throw new ConfigError('environment', [
-          { rule: 'database-ca-file-readable', message: `${ENV.databaseCaFile} = ${ca} is not a readable file (the PEM bundle to verify the database's certificate; the images carry the RDS bundle at ${RDS_CA_BUNDLE_PATH})` },
+          {
+            rule: 'database-ca-file-readable',
+            message: `${ENV.databaseCaFile} = ${ca} is not a readable file (the PEM bundle to verify the database's certificate; the images carry the RDS bundle at ${RDS_CA_BUNDLE_PATH})`,
+          },
         ]);
       }
       u.searchParams.set('sslmode', 'verify-full');
@@ -187,7 +200,9 @@ export function intFromEnv(env: Env, name: string, dflt: number, min: number, ma
   if (raw === undefined || raw.trim() === '') return dflt;
   const n = Number(raw);
   if (!Number.isInteger(n) || n < min || n > max) {
-    throw new ConfigError('environment', [{ rule: `${name.toLowerCase()}-range`, message: `${name} = "${raw}" must be a whole number between ${min} and ${max}` }]);
+    throw new ConfigError('environment', [
+      { rule: `${name.toLowerCase()}-range`, message: `${name} = "${raw}" must be a whole number between ${min} and ${max}` },
+    ]);
   }
   return n;
 }

@@ -51,10 +51,7 @@ export interface RuleViolation {
 export class ConfigError extends Error {
   readonly violations: RuleViolation[];
   constructor(source: string, violations: RuleViolation[]) {
-    super(
-      `${source}: invalid job platform configuration:\n` +
-        violations.map((v) => `  - [${v.rule}] ${v.message}`).join('\n'),
-    );
+    super(`${source}: invalid job platform configuration:\n${violations.map((v) => `  - [${v.rule}] ${v.message}`).join('\n')}`);
     this.name = 'ConfigError';
     this.violations = violations;
   }
@@ -69,15 +66,51 @@ interface Bound {
 }
 
 const BOUNDS: Bound[] = [
-  { key: 'leaseSeconds', min: 2, max: SQS_MAX_VISIBILITY_SECONDS, integer: false, why: 'a lease shorter than 2 s cannot survive one database round trip under load; longer than 12 h outlives the message that carries it' },
-  { key: 'heartbeatSeconds', min: 0.2, max: SQS_MAX_VISIBILITY_SECONDS, integer: false, why: 'a heartbeat more often than every 200 ms costs more than the jobs it guards' },
-  { key: 'visibilityTimeoutSeconds', min: 1, max: SQS_MAX_VISIBILITY_SECONDS, integer: true, why: 'SQS accepts whole seconds up to 12 h (43200)' },
+  {
+    key: 'leaseSeconds',
+    min: 2,
+    max: SQS_MAX_VISIBILITY_SECONDS,
+    integer: false,
+    why: 'a lease shorter than 2 s cannot survive one database round trip under load; longer than 12 h outlives the message that carries it',
+  },
+  {
+    key: 'heartbeatSeconds',
+    min: 0.2,
+    max: SQS_MAX_VISIBILITY_SECONDS,
+    integer: false,
+    why: 'a heartbeat more often than every 200 ms costs more than the jobs it guards',
+  },
+  {
+    key: 'visibilityTimeoutSeconds',
+    min: 1,
+    max: SQS_MAX_VISIBILITY_SECONDS,
+    integer: true,
+    why: 'SQS accepts whole seconds up to 12 h (43200)',
+  },
   { key: 'maxAttempts', min: 1, max: 100, integer: true, why: 'a job gets at least one attempt; past 100 a failure is not transient' },
   { key: 'maxReceiveCount', min: 1, max: SQS_MAX_RECEIVE_COUNT, integer: true, why: 'SQS accepts 1 to 1000' },
-  { key: 'backoffBaseSeconds', min: 0.1, max: SQS_MAX_VISIBILITY_SECONDS, integer: false, why: 'the first retry delay must be positive and fit a message visibility' },
-  { key: 'backoffMaxSeconds', min: 0.1, max: SQS_MAX_VISIBILITY_SECONDS, integer: false, why: 'a retry delay must fit one SQS visibility timeout (12 h)' },
+  {
+    key: 'backoffBaseSeconds',
+    min: 0.1,
+    max: SQS_MAX_VISIBILITY_SECONDS,
+    integer: false,
+    why: 'the first retry delay must be positive and fit a message visibility',
+  },
+  {
+    key: 'backoffMaxSeconds',
+    min: 0.1,
+    max: SQS_MAX_VISIBILITY_SECONDS,
+    integer: false,
+    why: 'a retry delay must fit one SQS visibility timeout (12 h)',
+  },
   { key: 'concurrency', min: 1, max: 500, integer: true, why: 'one process runs at least one job and at most 500' },
-  { key: 'drainSeconds', min: 0, max: ECS_MAX_STOP_TIMEOUT_SECONDS - RELEASE_MARGIN_SECONDS, integer: false, why: `ECS kills a task ${ECS_MAX_STOP_TIMEOUT_SECONDS} s after SIGTERM and the release needs ${RELEASE_MARGIN_SECONDS} s after the drain` },
+  {
+    key: 'drainSeconds',
+    min: 0,
+    max: ECS_MAX_STOP_TIMEOUT_SECONDS - RELEASE_MARGIN_SECONDS,
+    integer: false,
+    why: `ECS kills a task ${ECS_MAX_STOP_TIMEOUT_SECONDS} s after SIGTERM and the release needs ${RELEASE_MARGIN_SECONDS} s after the drain`,
+  },
 ];
 
 /**

@@ -22,12 +22,16 @@ const ROLE_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
 /** Create the role if missing, (re)set its password, and grant it exactly the row access the services need. Idempotent. */
 export async function ensureAppRole(pool: pg.Pool, role: AppRole): Promise<{ created: boolean }> {
-  if (!ROLE_NAME.test(role.username)) throw new Error(`app role name "${role.username}" must be a lower-case SQL identifier (letters, digits, _; at most 63)`);
+  if (!ROLE_NAME.test(role.username))
+    throw new Error(`app role name "${role.username}" must be a lower-case SQL identifier (letters, digits, _; at most 63)`);
   if (role.password.length < 16) throw new Error(`app role ${role.username}: the password from its secret is shorter than 16 characters`);
   const client = await pool.connect();
   const exec = async (template: string, ...args: string[]) => {
     const params = [template, ...args];
-    const { rows } = await client.query<{ sql: string }>(`SELECT format(${params.map((_, i) => `$${i + 1}::text`).join(', ')}) AS sql`, params);
+    const { rows } = await client.query<{ sql: string }>(
+      `SELECT format(${params.map((_, i) => `$${i + 1}::text`).join(', ')}) AS sql`,
+      params,
+    );
     await client.query(rows[0]!.sql);
   };
   try {
@@ -35,7 +39,13 @@ export async function ensureAppRole(pool: pg.Pool, role: AppRole): Promise<{ cre
     // One bootstrap at a time (two stacks' deployments, a retry): CREATE ROLE is not idempotent.
     await client.query("SELECT pg_advisory_xact_lock(hashtext('erp-jobs app role'))");
     const exists = (await client.query('SELECT 1 FROM pg_roles WHERE rolname = $1', [role.username])).rowCount === 1;
-    await exec(exists ? 'ALTER ROLE %I WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD %L' : 'CREATE ROLE %I WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD %L', role.username, role.password);
+    await exec(
+      exists
+        ? 'ALTER ROLE %I WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD %L'
+        : 'CREATE ROLE %I WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD %L',
+      role.username,
+      role.password,
+    );
     const db = (await client.query<{ db: string }>('SELECT current_database() AS db')).rows[0]!.db;
     await exec('GRANT CONNECT ON DATABASE %I TO %I', db, role.username);
     for (const schema of APP_SCHEMAS) {

@@ -111,9 +111,7 @@ export async function migrate(pool: pg.Pool, opts: { dir?: string; log?: (msg: s
 /** Names of migrations not yet applied (empty when the schema is current). Used by /readyz. */
 export async function pendingMigrations(pool: pg.Pool, dir?: string): Promise<string[]> {
   const migrations = await loadMigrations(dir);
-  const { rows } = await pool.query<{ exists: boolean }>(
-    "SELECT to_regclass('jobs.schema_migrations') IS NOT NULL AS exists",
-  );
+  const { rows } = await pool.query<{ exists: boolean }>("SELECT to_regclass('jobs.schema_migrations') IS NOT NULL AS exists");
   if (!rows[0]?.exists) return migrations.map((m) => m.name);
   const applied = await pool.query<{ version: number }>('SELECT version FROM jobs.schema_migrations');
   const have = new Set(applied.rows.map((r) => r.version));

@@ -4,7 +4,11 @@
 
 import type pg from 'pg';
 
-export async function withTransaction<T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>, opts: { rollback?: boolean } = {}): Promise<T> {
+export async function withTransaction<T>(
+  pool: pg.Pool,
+  work: (client: pg.PoolClient) => Promise<T>,
+  opts: { rollback?: boolean } = {},
+): Promise<T> {
   const client = await pool.connect();
   try {
     await client.query('BEGIN');

@@ -27,9 +27,4 @@ export interface WorkerEvent {
   detail?: string;
 }
 
-export type DeadLetterReason =
-  | 'unparseable-body'
-  | 'unknown-job'
-  | 'attempts-exhausted'
-  | 'non-retryable'
-  | 'lease-expired-final-attempt';
+export type DeadLetterReason = 'unparseable-body' | 'unknown-job' | 'attempts-exhausted' | 'non-retryable' | 'lease-expired-final-attempt';

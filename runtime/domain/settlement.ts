@@ -29,12 +29,29 @@ import type { DeadLetterReason } from './events.ts';
 import { attemptsUsed, isTerminal, type Job } from './job.ts';
 
 /** The reasons the worker writes on dead letters of dead jobs. */
-export const DEAD_JOB_REASONS: ReadonlySet<string> = new Set<DeadLetterReason>(['attempts-exhausted', 'non-retryable', 'lease-expired-final-attempt']);
+export const DEAD_JOB_REASONS: ReadonlySet<string> = new Set<DeadLetterReason>([
+  'attempts-exhausted',
+  'non-retryable',
+  'lease-expired-final-attempt',
+]);
 /** The reasons the worker writes on messages it could not handle at all. */
 export const POISON_REASONS: ReadonlySet<string> = new Set<DeadLetterReason>(['unparseable-body', 'unknown-job']);
 
 /** The part of a job row these rules read (a Job, or on-call's OpsJob with its dead-job triage). */
-export type JobRowView = Pick<Job, 'id' | 'state' | 'attempt' | 'releases' | 'maxAttempts' | 'runAfter' | 'leaseExpiresAt' | 'leaseOwner' | 'finishedAt' | 'cancelledBy' | 'lastError'> & {
+export type JobRowView = Pick<
+  Job,
+  | 'id'
+  | 'state'
+  | 'attempt'
+  | 'releases'
+  | 'maxAttempts'
+  | 'runAfter'
+  | 'leaseExpiresAt'
+  | 'leaseOwner'
+  | 'finishedAt'
+  | 'cancelledBy'
+  | 'lastError'
+> & {
   dead?: { discardedAt: Date | null; discardedBy: string | null; discardReason: string | null } | null;
 };
 
@@ -69,7 +86,8 @@ export function settleMessage(jobId: string, job: JobRowView | undefined, nowMs:
   if (left > heartbeatSeconds * 1000) return { action: 'delete', why: 'duplicate delivery of a job with a live lease', duplicate: true };
   // The owner has missed heartbeats: come back just after its lease ends and reclaim.
   if (left > 0) return { action: 'reclaim-after-lease', seconds: Math.max(1, Math.ceil(left / 1000)) };
-  if (attemptsUsed(job) >= job.maxAttempts) return { action: 'dead-letter-job', reason: 'lease-expired-final-attempt', why: 'lease expired on the final attempt' };
+  if (attemptsUsed(job) >= job.maxAttempts)
+    return { action: 'dead-letter-job', reason: 'lease-expired-final-attempt', why: 'lease expired on the final attempt' };
   return RETRY_SHORTLY;
 }
 
@@ -79,7 +97,12 @@ export type Verdict = 'resend' | 'drop' | 'keep';
  * The DLQ reconciliation's rule for a dead letter (see the table at the top). `jobId`: the job the
  * letter names, null when it names none (`bodyProblem` says why).
  */
-export function judgeDeadLetter(jobId: string | null, job: JobRowView | undefined, dbNow: Date, bodyProblem: string): { verdict: Verdict; why: string } {
+export function judgeDeadLetter(
+  jobId: string | null,
+  job: JobRowView | undefined,
+  dbNow: Date,
+  bodyProblem: string,
+): { verdict: Verdict; why: string } {
   const v = (verdict: Verdict, why: string) => ({ verdict, why });
   if (!jobId) return v('keep', `poison: the body names no job (${bodyProblem}); read it to find the sender, then discard it`);
   if (!job) return v('keep', `poison: ${noJobDetail(jobId)}; never resent`);
@@ -98,6 +121,9 @@ export function judgeDeadLetter(jobId: string | null, job: JobRowView | undefine
       return v('resend', 'job is pending: resent so a worker claims it');
     case 'dead':
       if (job.dead?.discardedAt) return v('drop', `job was discarded by ${job.dead.discardedBy}: ${job.dead.discardReason}`);
-      return v('keep', `job is dead (${job.lastError?.message ?? 'no error recorded'}): redrive it (jobs dead redrive ${job.id}) to run it again, or discard it`);
+      return v(
+        'keep',
+        `job is dead (${job.lastError?.message ?? 'no error recorded'}): redrive it (jobs dead redrive ${job.id}) to run it again, or discard it`,
+      );
   }
 }

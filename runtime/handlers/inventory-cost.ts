@@ -92,7 +92,12 @@ export const inventoryCost = defineJob({
       `INSERT INTO inventory_costs (job_id, store, period, sku, quantity, unit_cost, total_cost)
        SELECT $1, $2, $3, c.sku, c.quantity, c.unit_cost, c.total_cost
          FROM jsonb_to_recordset($4::jsonb) AS c(sku text, quantity numeric, unit_cost numeric, total_cost numeric)`,
-      [ctx.job.id, p.store, p.period, JSON.stringify(costs.map((c) => ({ sku: c.sku, quantity: c.quantity, unit_cost: c.unitCost, total_cost: c.totalCost })))],
+      [
+        ctx.job.id,
+        p.store,
+        p.period,
+        JSON.stringify(costs.map((c) => ({ sku: c.sku, quantity: c.quantity, unit_cost: c.unitCost, total_cost: c.totalCost }))),
+      ],
     );
     const totalValue = Math.round(costs.reduce((s, c) => s + c.totalCost, 0) * 100) / 100;
     return { store: p.store, period: p.period, skus: costs.length, totalValue, resumedFrom };

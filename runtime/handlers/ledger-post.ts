@@ -12,7 +12,9 @@ const payload = z.strictObject({
   workMs: wholeNumber(0, 3_600_000, 0).describe('simulated work before posting, in ms (honours the abort signal)'),
   failAttempts: wholeNumber(0, 100, 0).describe('fail the first N attempts (to exercise retries and dead-lettering)'),
   // The shape of a handler that writes as it goes, and what a database failover cuts in the middle.
-  workAfterWriteMs: wholeNumber(0, 3_600_000, 0).describe("simulated work after the rows are written, with the job's transaction open, in ms"),
+  workAfterWriteMs: wholeNumber(0, 3_600_000, 0).describe(
+    "simulated work after the rows are written, with the job's transaction open, in ms",
+  ),
 });
 
 export type LedgerPostPayload = z.output<typeof payload>;
@@ -25,15 +27,16 @@ export const ledgerPost = defineJob({
     const step = 50;
     for (let done = 0; done < p.workMs; done += step) {
       await pause(Math.min(step, p.workMs - done), ctx.signal);
-      ctx.progress(Math.min(done + step, p.workMs) / p.workMs * 0.9, `working (${Math.min(done + step, p.workMs)}/${p.workMs} ms)`);
+      ctx.progress((Math.min(done + step, p.workMs) / p.workMs) * 0.9, `working (${Math.min(done + step, p.workMs)}/${p.workMs} ms)`);
     }
     if (ctx.job.attempt <= p.failAttempts) {
       throw new Error(`simulated failure of batch ${p.batch} on attempt ${ctx.job.attempt} (fails the first ${p.failAttempts})`);
     }
-    await ctx.db.query(
-      'INSERT INTO ledger_entries (job_id, batch, line_no) SELECT $1, $2, g FROM generate_series(1, $3::int) AS g',
-      [ctx.job.id, p.batch, p.entries],
-    );
+    await ctx.db.query('INSERT INTO ledger_entries (job_id, batch, line_no) SELECT $1, $2, g FROM generate_series(1, $3::int) AS g', [
+      ctx.job.id,
+      p.batch,
+      p.entries,
+    ]);
     if (p.workAfterWriteMs > 0) await pause(p.workAfterWriteMs, ctx.signal);
     ctx.progress(1, `posted ${p.entries} entries`);
     return { batch: p.batch, posted: p.entries };

@@ -11,7 +11,10 @@ import type { Logger } from '../observability/log.ts';
 
 /** The job's fenced transaction: opened at the first query, committed with the job's completion. */
 export interface JobDb {
-  query<R extends Record<string, unknown> = Record<string, unknown>>(text: string, values?: unknown[]): Promise<{ rows: R[]; rowCount: number | null }>;
+  query<R extends Record<string, unknown> = Record<string, unknown>>(
+    text: string,
+    values?: unknown[],
+  ): Promise<{ rows: R[]; rowCount: number | null }>;
 }
 
 export interface JobContext<C = unknown> {
@@ -81,7 +84,8 @@ export function parsePayload<S extends z.ZodObject>(schema: S, payload: unknown)
   if (!payload || typeof payload !== 'object' || Array.isArray(payload)) throw new ValidationError('payload', 'must be a JSON object');
   const allowed = Object.keys(schema.shape);
   const extra = Object.keys(payload).find((k) => !allowed.includes(k));
-  if (extra !== undefined) throw new ValidationError(`payload.${extra}`, `is not a field of this job type (allowed: ${allowed.join(', ')})`);
+  if (extra !== undefined)
+    throw new ValidationError(`payload.${extra}`, `is not a field of this job type (allowed: ${allowed.join(', ')})`);
   const r = schema.safeParse(payload);
   if (r.success) return r.data;
   const issue = r.error.issues[0]!;
@@ -102,7 +106,10 @@ export interface PayloadField {
 /** The payload's fields, from its schema (empty for a type without one). */
 export function payloadFields(def: JobDefinition<any, any, any>): PayloadField[] {
   if (!def.schema) return [];
-  const json = z.toJSONSchema(def.schema, { io: 'input', unrepresentable: 'any' }) as { properties?: Record<string, Record<string, any>>; required?: string[] };
+  const json = z.toJSONSchema(def.schema, { io: 'input', unrepresentable: 'any' }) as {
+    properties?: Record<string, Record<string, any>>;
+    required?: string[];
+  };
   return Object.entries(json.properties ?? {}).map(([name, p]) => {
     // An optional field with a default reads as `T | null`: describe T.
     const s = (p.anyOf as Record<string, any>[] | undefined)?.find((x) => x.type !== 'null') ?? p;
@@ -110,7 +117,9 @@ export function payloadFields(def: JobDefinition<any, any, any>): PayloadField[]
       s.minimum !== undefined && s.maximum !== undefined ? `${s.minimum} to ${s.maximum}` : '',
       s.minLength !== undefined || s.maxLength !== undefined ? `${s.minLength ?? 0} to ${s.maxLength ?? '∞'} characters` : '',
       s.pattern ? `matches ${s.format ?? s.pattern}` : '',
-    ].filter(Boolean).join(', ');
+    ]
+      .filter(Boolean)
+      .join(', ');
     const dflt = p.default ?? s.default;
     return {
       name,
@@ -118,7 +127,7 @@ export function payloadFields(def: JobDefinition<any, any, any>): PayloadField[]
       required: json.required?.includes(name) ?? false,
       ...(dflt !== undefined ? { default: dflt } : {}),
       ...(rule ? { rule } : {}),
-      ...(p.description ?? s.description ? { description: p.description ?? s.description } : {}),
+      ...((p.description ?? s.description) ? { description: p.description ?? s.description } : {}),
     };
   });
 }

@@ -9,18 +9,31 @@ export function text(opts: { min?: number; max?: number; pattern?: RegExp; hint?
   const max = opts.max ?? 200;
   const length = (iss: { input?: unknown }) => `must be ${min} to ${max} characters (got ${String(iss.input).length})`;
   const s = z.string({ error: 'is required and must be a string' }).min(min, { error: length }).max(max, { error: length });
-  return opts.pattern ? s.regex(opts.pattern, { error: (iss) => `must match ${opts.hint ?? opts.pattern!.source} (got "${String(iss.input)}")` }).meta({ format: opts.hint }) : s;
+  return opts.pattern
+    ? s
+        .regex(opts.pattern, { error: (iss) => `must match ${opts.hint ?? opts.pattern!.source} (got "${String(iss.input)}")` })
+        .meta({ format: opts.hint })
+    : s;
 }
 
 /** A whole number from `min` to `max`: required, or `dflt` when absent or null. */
 export function wholeNumber(min: number, max: number): z.ZodInt;
-export function wholeNumber(min: number, max: number, dflt: number): z.ZodPipe<z.ZodOptional<z.ZodNullable<z.ZodInt>>, z.ZodTransform<number, number | null | undefined>>;
+export function wholeNumber(
+  min: number,
+  max: number,
+  dflt: number,
+): z.ZodPipe<z.ZodOptional<z.ZodNullable<z.ZodInt>>, z.ZodTransform<number, number | null | undefined>>;
 export function wholeNumber(min: number, max: number, dflt?: number) {
   const error = (iss: { input?: unknown }) =>
-    iss.input === undefined || iss.input === null ? `is required: a whole number from ${min} to ${max}` : `must be a whole number from ${min} to ${max} (got ${JSON.stringify(iss.input)})`;
+    iss.input === undefined || iss.input === null
+      ? `is required: a whole number from ${min} to ${max}`
+      : `must be a whole number from ${min} to ${max} (got ${JSON.stringify(iss.input)})`;
   const n = z.int({ error }).min(min, { error }).max(max, { error });
   if (dflt === undefined) return n;
-  return n.meta({ default: dflt }).nullish().transform((v) => v ?? dflt);
+  return n
+    .meta({ default: dflt })
+    .nullish()
+    .transform((v) => v ?? dflt);
 }
 
 /** Wait `ms`, rejecting with the signal's reason as soon as it aborts. */

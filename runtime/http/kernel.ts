@@ -85,7 +85,7 @@ export function isPlainObject(v: unknown): v is Record<string, unknown> {
 export function callerAddress(req: http.IncomingMessage): string {
   const fwd = req.headers['x-forwarded-for'];
   const first = (Array.isArray(fwd) ? fwd[0] : fwd)?.split(',')[0]?.trim();
-  const addr = first && /^[0-9a-fA-F.:]{2,45}$/.test(first) ? first : req.socket.remoteAddress ?? 'unknown';
+  const addr = first && /^[0-9a-fA-F.:]{2,45}$/.test(first) ? first : (req.socket.remoteAddress ?? 'unknown');
   return addr.replace(/^::ffff:/, '');
 }
 
@@ -102,7 +102,6 @@ export function send(res: http.ServerResponse, status: number, body: unknown, he
   res.end(text);
 }
 
-
 /** Map what a handler threw to a response. Only a database outage is a 503; anything unexpected is a 500 with no details. */
 export function toHttpError(err: unknown, requestId: string): HttpError {
   if (err instanceof HttpError) return err;
@@ -111,7 +110,9 @@ export function toHttpError(err: unknown, requestId: string): HttpError {
     return new HttpError(err.status, code, err.message, err.field);
   }
   if (isDatabaseUnavailable(err)) {
-    return new HttpError(503, 'unavailable', `the job database is unavailable; retry shortly (request id ${requestId})`, undefined, { 'retry-after': '2' });
+    return new HttpError(503, 'unavailable', `the job database is unavailable; retry shortly (request id ${requestId})`, undefined, {
+      'retry-after': '2',
+    });
   }
   return new HttpError(500, 'internal', `internal error; report request id ${requestId}`);
 }
@@ -129,9 +130,15 @@ export async function readJson(req: http.IncomingMessage, cap: number, opts: { r
   }
   const ctype = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
   if (ctype !== 'application/json' && !/^application\/[a-z0-9.+-]+\+json$/.test(ctype)) {
-    throw new HttpError(415, 'unsupported_media_type', `Content-Type: must be application/json (got ${JSON.stringify(ctype.slice(0, 80) || 'none')})`, 'Content-Type');
+    throw new HttpError(
+      415,
+      'unsupported_media_type',
+      `Content-Type: must be application/json (got ${JSON.stringify(ctype.slice(0, 80) || 'none')})`,
+      'Content-Type',
+    );
   }
-  const tooLarge = () => new HttpError(413, 'payload_too_large', `body: is larger than ${cap} bytes${opts.limitHint ? `; ${opts.limitHint}` : ''}`, 'body');
+  const tooLarge = () =>
+    new HttpError(413, 'payload_too_large', `body: is larger than ${cap} bytes${opts.limitHint ? `; ${opts.limitHint}` : ''}`, 'body');
   if (declared !== undefined && declared > cap) throw tooLarge();
   const chunks: Buffer[] = [];
   let size = 0;
@@ -195,8 +202,10 @@ export async function readJson(req: http.IncomingMessage, cap: number, opts: { r
  */
 function checkStorable(v: unknown, path: string, depth: number): void {
   if (typeof v === 'string') {
-    if (v.includes('\u0000')) throw new HttpError(400, 'invalid_field', `${path}: contains the NUL character (\\u0000), which cannot be stored`, path);
-    if (LONE_SURROGATE.test(v)) throw new HttpError(400, 'invalid_field', `${path}: contains an unpaired UTF-16 surrogate, which cannot be stored`, path);
+    if (v.includes('\u0000'))
+      throw new HttpError(400, 'invalid_field', `${path}: contains the NUL character (\\u0000), which cannot be stored`, path);
+    if (LONE_SURROGATE.test(v))
+      throw new HttpError(400, 'invalid_field', `${path}: contains an unpaired UTF-16 surrogate, which cannot be stored`, path);
     return;
   }
   if (typeof v !== 'object' || v === null) return;
@@ -236,7 +245,10 @@ export interface RouteContext<Q = unknown, B = unknown> {
   body: B;
 }
 
-export interface Route<Q extends z.ZodObject | undefined = z.ZodObject | undefined, B extends z.ZodObject | undefined = z.ZodObject | undefined> {
+export interface Route<
+  Q extends z.ZodObject | undefined = z.ZodObject | undefined,
+  B extends z.ZodObject | undefined = z.ZodObject | undefined,
+> {
   method: Method;
   /** `/v1/jobs/:id`: a `:name` segment matches one non-empty segment, checked by `params[name]`. */
   path: string;
@@ -281,7 +293,8 @@ export async function dispatch(
     matched.routes.push(r);
   }
   if (!matched) throw table.notFound(c.method, c.path);
-  const r = matched.routes.find((x) => x.method === c.method) ?? (c.method === 'HEAD' ? matched.routes.find((x) => x.method === 'GET') : undefined);
+  const r =
+    matched.routes.find((x) => x.method === c.method) ?? (c.method === 'HEAD' ? matched.routes.find((x) => x.method === 'GET') : undefined);
   if (!r) {
     const allow = matched.routes.flatMap((x) => (x.method === 'GET' ? ['GET', 'HEAD'] : [x.method])).join(', ');
     throw new HttpError(405, 'method_not_allowed', `${c.method} is not allowed on ${c.path}; allowed: ${allow}`, undefined, { allow });
@@ -329,7 +342,10 @@ function parseQuery(schema: z.ZodObject, q: URLSearchParams): unknown {
 async function parseBody(r: Route, req: http.IncomingMessage): Promise<unknown> {
   const schema = r.body!;
   const fields = Object.keys(schema.shape);
-  const b = await readJson(req, r.maxBodyBytes ?? 64 * 1024, { required: r.bodyRequired ?? false, ...(r.limitHint ? { limitHint: r.limitHint } : {}) });
+  const b = await readJson(req, r.maxBodyBytes ?? 64 * 1024, {
+    required: r.bodyRequired ?? false,
+    ...(r.limitHint ? { limitHint: r.limitHint } : {}),
+  });
   if (b !== undefined && !isPlainObject(b)) {
     const shape = fields.map((k) => (schema.shape[k]!.safeParse(undefined).success ? `${k}?` : k)).join(', ');
     throw new HttpError(400, 'invalid_body', `body: must be a JSON object { ${shape} }${r.bodyRequired ? '' : ' or empty'}`, 'body');
@@ -337,7 +353,13 @@ async function parseBody(r: Route, req: http.IncomingMessage): Promise<unknown> 
   const o = b ?? {};
   for (const k of Object.keys(o)) {
     // A misspelt optional field (idempotency_key) would otherwise be dropped silently.
-    if (!fields.includes(k)) throw new HttpError(400, 'invalid_field', `${k}: is not a field of ${r.fieldsOf ?? 'this request'} (allowed: ${fields.join(', ')})`, k);
+    if (!fields.includes(k))
+      throw new HttpError(
+        400,
+        'invalid_field',
+        `${k}: is not a field of ${r.fieldsOf ?? 'this request'} (allowed: ${fields.join(', ')})`,
+        k,
+      );
   }
   const parsed = schema.safeParse(o);
   if (!parsed.success) throw issueError(parsed.error, 'invalid_field');
@@ -363,7 +385,11 @@ const got = (v: unknown) => JSON.stringify(typeof v === 'string' ? v.slice(0, 40
 /** A trimmed string of 1 to `max` characters. */
 export const text = (max: number) => {
   const error = `must be a string of 1 to ${max} characters`;
-  return z.string({ error: (iss) => (iss.input === undefined ? `is required: a string of 1 to ${max} characters` : error) }).trim().min(1, { error }).max(max, { error });
+  return z
+    .string({ error: (iss) => (iss.input === undefined ? `is required: a string of 1 to ${max} characters` : error) })
+    .trim()
+    .min(1, { error })
+    .max(max, { error });
 };
 
 /** A whole number from `min` to `max` in a JSON body. */
@@ -400,7 +426,9 @@ export const isoTime = () => {
 export const jobId = (error?: string) =>
   z
     .string(error ? { error } : {})
-    .regex(JOB_ID_PATTERN, { error: error ?? ((iss) => `must be a job id (a UUID), got ${JSON.stringify(String(iss.input).slice(0, 60))}`) })
+    .regex(JOB_ID_PATTERN, {
+      error: error ?? ((iss) => `must be a job id (a UUID), got ${JSON.stringify(String(iss.input).slice(0, 60))}`),
+    })
     .transform((s) => s.toLowerCase());
 
 /** Optional: an absent or null value reads as undefined (JSON clients send null for "none"). */

@@ -69,7 +69,16 @@ export interface LiveSnapshot {
   at: string;
   jobs: Record<JobState, number>;
   leases: LeaseView[];
-  recent: { id: string; type: string; state: JobState; attempt: number; maxAttempts: number; error: string | null; createdAt: string; finishedAt: string | null }[];
+  recent: {
+    id: string;
+    type: string;
+    state: JobState;
+    attempt: number;
+    maxAttempts: number;
+    error: string | null;
+    createdAt: string;
+    finishedAt: string | null;
+  }[];
   workers: WorkerView[];
   queue: QueueDepth | null;
   dlq: QueueDepth | null;
@@ -116,7 +125,13 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
     const workers = new Map<string, WorkerView>();
     for (const [id, w] of o.feed?.workers ?? []) {
       const ago = now - w.lastSeen;
-      workers.set(id, { id, lastSeenMsAgo: ago, pid: w.pid ?? null, leases: 0, status: w.down ? 'down' : ago > SILENT_AFTER_MS ? 'silent' : 'alive' });
+      workers.set(id, {
+        id,
+        lastSeenMsAgo: ago,
+        pid: w.pid ?? null,
+        leases: 0,
+        status: w.down ? 'down' : ago > SILENT_AFTER_MS ? 'silent' : 'alive',
+      });
     }
     for (const l of leases) {
       const w = workers.get(l.owner) ?? { id: l.owner, lastSeenMsAgo: null, pid: null, leases: 0, status: 'alive' as const };
@@ -143,7 +158,12 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
       workers: shown,
       queue,
       dlq,
-      events: { enabled: o.feed !== null, connected: o.feed?.connected ?? false, lastSeq: o.feed?.lastSeq ?? 0, epoch: o.feed?.epoch ?? null },
+      events: {
+        enabled: o.feed !== null,
+        connected: o.feed?.connected ?? false,
+        lastSeq: o.feed?.lastSeq ?? 0,
+        epoch: o.feed?.epoch ?? null,
+      },
       faults: { enabled: Boolean(o.faults) },
       timings: { leaseSeconds: o.leaseSeconds, heartbeatSeconds: o.heartbeatSeconds },
     };
@@ -172,9 +192,10 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
     };
     ticker = setInterval(() => void tick(), o.stateIntervalMs ?? 1000);
     void tick();
-    unsubscribeFeed = o.feed?.subscribe((events) => {
-      for (const res of streams) write(res, 'events', events, events.at(-1)?.seq);
-    }) ?? null;
+    unsubscribeFeed =
+      o.feed?.subscribe((events) => {
+        for (const res of streams) write(res, 'events', events, events.at(-1)?.seq);
+      }) ?? null;
   }
 
   function stopTickerIfIdle(): void {
@@ -215,7 +236,10 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
 
   async function forwardFault(method: 'GET' | 'POST', sub: string, req: http.IncomingMessage): Promise<LiveReply> {
     if (!o.faults) {
-      return { status: 404, body: { error: { code: 'not_found', message: 'fault injection exists only in the local stack (`jobs local`); this API has none' } } };
+      return {
+        status: 404,
+        body: { error: { code: 'not_found', message: 'fault injection exists only in the local stack (`jobs local`); this API has none' } },
+      };
     }
     let body: string | undefined;
     if (method === 'POST') {
@@ -240,7 +264,15 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
       return { status: r.status, body: await r.json() };
     } catch (err) {
       o.log.warn({ err }, 'live view: the local stack fault control did not answer');
-      return { status: 502, body: { error: { code: 'fault_control_unreachable', message: `the local stack's fault control did not answer (${(err as Error).message})` } } };
+      return {
+        status: 502,
+        body: {
+          error: {
+            code: 'fault_control_unreachable',
+            message: `the local stack's fault control did not answer (${(err as Error).message})`,
+          },
+        },
+      };
     }
   }
 
@@ -258,13 +290,19 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
           'cache-control': 'no-store',
           'x-content-type-options': 'nosniff',
           // Self-contained: inline script and style, data from this origin only.
-          'content-security-policy': "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+          'content-security-policy':
+            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
         });
         res.end(req.method === 'HEAD' ? undefined : LIVE_PAGE_HTML);
         return { status: 200, body: null };
       },
     }),
-    route({ method: 'GET', path: '/live/state', summary: 'a snapshot: jobs by state, leases, workers, queue depths', handle: async () => ({ status: 200, body: await snapshot() }) }),
+    route({
+      method: 'GET',
+      path: '/live/state',
+      summary: 'a snapshot: jobs by state, leases, workers, queue depths',
+      handle: async () => ({ status: 200, body: await snapshot() }),
+    }),
     route({
       method: 'GET',
       path: '/live/events',
@@ -272,7 +310,14 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
       query: z.object({ after: seq }),
       handle: async ({ query }) => {
         const after = Number(query.after ?? 0);
-        return { status: 200, body: { enabled: o.feed !== null, connected: o.feed?.connected ?? false, events: o.feed?.since(Number.isFinite(after) ? after : 0) ?? [] } };
+        return {
+          status: 200,
+          body: {
+            enabled: o.feed !== null,
+            connected: o.feed?.connected ?? false,
+            events: o.feed?.since(Number.isFinite(after) ? after : 0) ?? [],
+          },
+        };
       },
     }),
     route({
@@ -288,7 +333,12 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
     // The local stack's faults: without its fault control they answer 404 (notFound below), as in production.
     ...(o.faults
       ? [
-          route({ method: 'GET', path: '/live/faults', summary: "the local stack's workers and faults", handle: ({ req }) => forwardFault('GET', '', req) }),
+          route({
+            method: 'GET',
+            path: '/live/faults',
+            summary: "the local stack's workers and faults",
+            handle: ({ req }) => forwardFault('GET', '', req),
+          }),
           route({
             method: 'POST',
             path: '/live/faults/:fault',
@@ -304,7 +354,11 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
     notFound: (method, path) =>
       path === '/live/faults' || path.startsWith('/live/faults/')
         ? new HttpError(404, 'not_found', 'fault injection exists only in the local stack (`jobs local`); this API has none')
-        : new HttpError(404, 'not_found', `no route ${method} ${path.slice(0, 200)}; the live view is GET /, with GET /live/state, /live/events, /live/stream`),
+        : new HttpError(
+            404,
+            'not_found',
+            `no route ${method} ${path.slice(0, 200)}; the live view is GET /, with GET /live/state, /live/events, /live/stream`,
+          ),
   };
 
   return {

@@ -54,7 +54,9 @@ export async function startLive(
 ): Promise<RunningLive> {
   const feed = config.events ? new LiveFeed({ url: deps.databaseUrl, log: deps.log }) : null;
   await feed?.start();
-  const client = deps.sqs ? createSqsClient({ region: deps.sqs.region, maxAttempts: 1, ...(deps.sqs.endpoint ? { endpoint: deps.sqs.endpoint } : {}) }) : null;
+  const client = deps.sqs
+    ? createSqsClient({ region: deps.sqs.region, maxAttempts: 1, ...(deps.sqs.endpoint ? { endpoint: deps.sqs.endpoint } : {}) })
+    : null;
   const depth = (url: string | undefined) => {
     if (!client || !url) return undefined;
     const cached = new CachedQueueDepth(() => queueDepth(client, url), 1000);

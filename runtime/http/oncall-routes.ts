@@ -26,7 +26,25 @@
 
 import type http from 'node:http';
 import * as z from 'zod';
-import { callerAddress, flag, flagParam, HttpError, isoTime, jobId, jobView, optional, route, text, wholeNumber, wholeNumberParam, type JobView, type Reply, type Route, type RouteContext, type RouteTable } from './kernel.ts';
+import {
+  callerAddress,
+  flag,
+  flagParam,
+  HttpError,
+  isoTime,
+  jobId,
+  jobView,
+  optional,
+  route,
+  text,
+  wholeNumber,
+  wholeNumberParam,
+  type JobView,
+  type Reply,
+  type Route,
+  type RouteContext,
+  type RouteTable,
+} from './kernel.ts';
 import type { AttemptOutcome } from '../domain/job.ts';
 import type { OpsJob, OperatorAction } from '../oncall/db.ts';
 import { deathSummary, type DeadJobFilter } from '../oncall/dead-jobs.ts';
@@ -60,7 +78,9 @@ export function deadJobView(j: OpsJob): DeadJobView {
       return rest;
     }),
     deadAt: j.dead?.deadAt.toISOString() ?? null,
-    discarded: j.dead?.discardedAt ? { at: j.dead.discardedAt.toISOString(), by: j.dead.discardedBy!, reason: j.dead.discardReason! } : null,
+    discarded: j.dead?.discardedAt
+      ? { at: j.dead.discardedAt.toISOString(), by: j.dead.discardedBy!, reason: j.dead.discardReason! }
+      : null,
   };
 }
 
@@ -86,16 +106,38 @@ const listLimit = (max: number, dflt: number) => optional(wholeNumberParam(1, ma
 const filter = { ids: jobIds, type: optional(text(100)), since: optional(isoTime()), until: optional(isoTime()), all: optional(flag()) };
 const id = { id: jobId() };
 
-const DeadJobsQuery = z.object({ type: optional(text(100)), since: optional(isoTime()), until: optional(isoTime()), includeDiscarded: optional(flagParam()), limit: listLimit(200, 50), cursor: z.string().optional() });
-const RedriveMany = z.strictObject({ ...filter, by: by(100), reason, maxAttempts: optional(wholeNumber(1, 100)), fromScratch: optional(flag()), dryRun: optional(flag()) });
+const DeadJobsQuery = z.object({
+  type: optional(text(100)),
+  since: optional(isoTime()),
+  until: optional(isoTime()),
+  includeDiscarded: optional(flagParam()),
+  limit: listLimit(200, 50),
+  cursor: z.string().optional(),
+});
+const RedriveMany = z.strictObject({
+  ...filter,
+  by: by(100),
+  reason,
+  maxAttempts: optional(wholeNumber(1, 100)),
+  fromScratch: optional(flag()),
+  dryRun: optional(flag()),
+});
 const DiscardMany = z.strictObject({ ...filter, by: by(100), reason: text(1000) });
 const RedriveOne = z.strictObject({ by: by(100), reason, maxAttempts: optional(wholeNumber(1, 100)), fromScratch: optional(flag()) });
 const DiscardOne = z.strictObject({ by: by(100), reason: text(1000) });
 const DlqQuery = z.object({ limit: listLimit(10_000, 1000), poison: optional(flagParam()) });
-const DlqRedrive = z.strictObject({ dryRun: optional(flag()), move: optional(flag()), limit: optional(wholeNumber(1, 100_000)), rate: optional(wholeNumber(1, 500)), by: by(100) });
+const DlqRedrive = z.strictObject({
+  dryRun: optional(flag()),
+  move: optional(flag()),
+  limit: optional(wholeNumber(1, 100_000)),
+  rate: optional(wholeNumber(1, 500)),
+  by: by(100),
+});
 const DlqDiscard = z.strictObject({
   messageIds: z
-    .array(z.string({ error: messageIdsError }).min(1, { error: messageIdsError }).max(200, { error: messageIdsError }), { error: messageIdsError })
+    .array(z.string({ error: messageIdsError }).min(1, { error: messageIdsError }).max(200, { error: messageIdsError }), {
+      error: messageIdsError,
+    })
     .min(1, { error: messageIdsError })
     .max(1000, { error: messageIdsError }),
   reason: text(1000),
@@ -107,16 +149,38 @@ const PoisonQuery = z.object({
   since: optional(isoTime()),
   includeResolved: optional(flagParam()),
   limit: listLimit(200, 50),
-  cursor: z.string().regex(/^\d{1,18}$/, { error: 'is not a cursor this listing returned' }).optional(),
+  cursor: z
+    .string()
+    .regex(/^\d{1,18}$/, { error: 'is not a cursor this listing returned' })
+    .optional(),
 });
 const StuckQuery = z.object({ limit: listLimit(1000, 100) });
-const Republish = z.strictObject({ ids: jobIds, type: optional(text(100)), olderThanSeconds: optional(wholeNumber(0, 365 * 86_400)), by: by(200), reason, limit: optional(wholeNumber(1, 100_000)) });
+const Republish = z.strictObject({
+  ids: jobIds,
+  type: optional(text(100)),
+  olderThanSeconds: optional(wholeNumber(0, 365 * 86_400)),
+  by: by(200),
+  reason,
+  limit: optional(wholeNumber(1, 100_000)),
+});
 
 type Ctx<Q = unknown, B = unknown> = RouteContext<Q, B>;
 type In<S extends z.ZodType> = z.output<S>;
 
-function filterFrom(b: { ids?: string[] | undefined; type?: string | undefined; since?: Date | undefined; until?: Date | undefined; all?: boolean | undefined }): DeadJobFilter & { all: boolean } {
-  return { ...(b.ids ? { ids: b.ids } : {}), ...(b.type ? { type: b.type } : {}), ...(b.since ? { since: b.since } : {}), ...(b.until ? { until: b.until } : {}), all: b.all ?? false };
+function filterFrom(b: {
+  ids?: string[] | undefined;
+  type?: string | undefined;
+  since?: Date | undefined;
+  until?: Date | undefined;
+  all?: boolean | undefined;
+}): DeadJobFilter & { all: boolean } {
+  return {
+    ...(b.ids ? { ids: b.ids } : {}),
+    ...(b.type ? { type: b.type } : {}),
+    ...(b.since ? { since: b.since } : {}),
+    ...(b.until ? { until: b.until } : {}),
+    all: b.all ?? false,
+  };
 }
 
 // --- Routes -----------------------------------------------------------------------------------
@@ -128,25 +192,121 @@ export class OpsRoutes {
   constructor(private readonly ops: OpsServices) {
     // A literal segment comes before :id, so /v1/dead-jobs/redrive is never read as an id.
     const routes: Route[] = [
-      route({ method: 'GET', path: '/v1/dead-jobs', summary: 'dead jobs, newest death first', query: DeadJobsQuery, handle: (c) => this.listDead(c) }),
-      route({ method: 'POST', path: '/v1/dead-jobs/redrive', summary: 'redrive dead jobs: ids, or a filter (type, since, until), or all', bodyRequired: true, body: RedriveMany, handle: (c) => this.redriveMany(c) }),
-      route({ method: 'POST', path: '/v1/dead-jobs/discard', summary: 'discard dead jobs: ids, or a filter, or all', bodyRequired: true, body: DiscardMany, handle: (c) => this.discardMany(c) }),
-      route({ method: 'GET', path: '/v1/dead-jobs/:id', summary: "one job's dead-letter view: reason, every attempt, operator actions", params: id, handle: (c) => this.showDead(c.params.id!) }),
-      route({ method: 'POST', path: '/v1/dead-jobs/:id/redrive', summary: 'redrive one dead job (409 when not dead)', params: id, body: RedriveOne, handle: (c) => this.redriveOne(c) }),
-      route({ method: 'POST', path: '/v1/dead-jobs/:id/discard', summary: 'discard one dead job (409 when not dead)', params: id, bodyRequired: true, body: DiscardOne, handle: (c) => this.discardOne(c) }),
-      route({ method: 'GET', path: '/v1/dlq/messages', summary: "the DLQ's messages, each judged by its job (holds them a moment)", query: DlqQuery, handle: (c) => this.dlqLook(c) }),
-      route({ method: 'POST', path: '/v1/dlq/redrive', summary: 'resend the dead letters whose job still needs a message', body: DlqRedrive, handle: (c) => this.dlqRedrive(c) }),
-      route({ method: 'POST', path: '/v1/dlq/discard', summary: 'delete dead letters', bodyRequired: true, body: DlqDiscard, handle: (c) => this.dlqDiscard(c) }),
-      route({ method: 'GET', path: '/v1/dlq/move-tasks', summary: 'SQS message move tasks of the DLQ (AWS)', query: z.object({}), handle: () => this.dlqMoves() }),
-      route({ method: 'POST', path: '/v1/dlq/move-tasks/cancel', summary: 'stop a running move (AWS); 404 no such running task, 403 SQS refused, 409 local', bodyRequired: true, body: MoveCancel, handle: (c) => this.dlqMoveCancel(c) }),
-      route({ method: 'GET', path: '/v1/poison-messages', summary: 'messages the worker could not use, with their raw body', query: PoisonQuery, handle: (c) => this.poison(c) }),
-      route({ method: 'GET', path: '/v1/stuck-jobs', summary: 'jobs running too long, or due and not picked up', query: StuckQuery, handle: (c) => this.stuck(c) }),
-      route({ method: 'POST', path: '/v1/pending-jobs/republish', summary: 'fresh messages for pending jobs whose message the queue lost: ids, type or olderThanSeconds', bodyRequired: true, body: Republish, handle: (c) => this.republish(c) }),
+      route({
+        method: 'GET',
+        path: '/v1/dead-jobs',
+        summary: 'dead jobs, newest death first',
+        query: DeadJobsQuery,
+        handle: (c) => this.listDead(c),
+      }),
+      route({
+        method: 'POST',
+        path: '/v1/dead-jobs/redrive',
+        summary: 'redrive dead jobs: ids, or a filter (type, since, until), or all',
+        bodyRequired: true,
+        body: RedriveMany,
+        handle: (c) => this.redriveMany(c),
+      }),
+      route({
+        method: 'POST',
+        path: '/v1/dead-jobs/discard',
+        summary: 'discard dead jobs: ids, or a filter, or all',
+        bodyRequired: true,
+        body: DiscardMany,
+        handle: (c) => this.discardMany(c),
+      }),
+      route({
+        method: 'GET',
+        path: '/v1/dead-jobs/:id',
+        summary: "one job's dead-letter view: reason, every attempt, operator actions",
+        params: id,
+        handle: (c) => this.showDead(c.params.id!),
+      }),
+      route({
+        method: 'POST',
+        path: '/v1/dead-jobs/:id/redrive',
+        summary: 'redrive one dead job (409 when not dead)',
+        params: id,
+        body: RedriveOne,
+        handle: (c) => this.redriveOne(c),
+      }),
+      route({
+        method: 'POST',
+        path: '/v1/dead-jobs/:id/discard',
+        summary: 'discard one dead job (409 when not dead)',
+        params: id,
+        bodyRequired: true,
+        body: DiscardOne,
+        handle: (c) => this.discardOne(c),
+      }),
+      route({
+        method: 'GET',
+        path: '/v1/dlq/messages',
+        summary: "the DLQ's messages, each judged by its job (holds them a moment)",
+        query: DlqQuery,
+        handle: (c) => this.dlqLook(c),
+      }),
+      route({
+        method: 'POST',
+        path: '/v1/dlq/redrive',
+        summary: 'resend the dead letters whose job still needs a message',
+        body: DlqRedrive,
+        handle: (c) => this.dlqRedrive(c),
+      }),
+      route({
+        method: 'POST',
+        path: '/v1/dlq/discard',
+        summary: 'delete dead letters',
+        bodyRequired: true,
+        body: DlqDiscard,
+        handle: (c) => this.dlqDiscard(c),
+      }),
+      route({
+        method: 'GET',
+        path: '/v1/dlq/move-tasks',
+        summary: 'SQS message move tasks of the DLQ (AWS)',
+        query: z.object({}),
+        handle: () => this.dlqMoves(),
+      }),
+      route({
+        method: 'POST',
+        path: '/v1/dlq/move-tasks/cancel',
+        summary: 'stop a running move (AWS); 404 no such running task, 403 SQS refused, 409 local',
+        bodyRequired: true,
+        body: MoveCancel,
+        handle: (c) => this.dlqMoveCancel(c),
+      }),
+      route({
+        method: 'GET',
+        path: '/v1/poison-messages',
+        summary: 'messages the worker could not use, with their raw body',
+        query: PoisonQuery,
+        handle: (c) => this.poison(c),
+      }),
+      route({
+        method: 'GET',
+        path: '/v1/stuck-jobs',
+        summary: 'jobs running too long, or due and not picked up',
+        query: StuckQuery,
+        handle: (c) => this.stuck(c),
+      }),
+      route({
+        method: 'POST',
+        path: '/v1/pending-jobs/republish',
+        summary: 'fresh messages for pending jobs whose message the queue lost: ids, type or olderThanSeconds',
+        bodyRequired: true,
+        body: Republish,
+        handle: (c) => this.republish(c),
+      }),
     ];
     this.table = {
       routes,
       notFound: (method, path) =>
-        new HttpError(404, 'not_found', `no route ${method} ${path.slice(0, 200)}; see the on-call routes in runtime/http/oncall-routes.ts (/v1/dead-jobs, /v1/dlq/messages, /v1/poison-messages, /v1/stuck-jobs, /v1/pending-jobs/republish)`),
+        new HttpError(
+          404,
+          'not_found',
+          `no route ${method} ${path.slice(0, 200)}; see the on-call routes in runtime/http/oncall-routes.ts (/v1/dead-jobs, /v1/dlq/messages, /v1/poison-messages, /v1/stuck-jobs, /v1/pending-jobs/republish)`,
+        ),
     };
   }
 
@@ -159,7 +319,12 @@ export class OpsRoutes {
     const b = c.body;
     const olderThan = b.olderThanSeconds;
     if (!b.ids?.length && !b.type && olderThan === undefined) {
-      throw new HttpError(400, 'invalid_field', 'selection: name the pending jobs to re-publish: ids, type, or olderThanSeconds (due for longer than that)', 'ids');
+      throw new HttpError(
+        400,
+        'invalid_field',
+        'selection: name the pending jobs to re-publish: ids, type, or olderThanSeconds (due for longer than that)',
+        'ids',
+      );
     }
     const report = await this.ops.republish.republish({
       ...(b.ids ? { ids: b.ids } : {}),
@@ -178,7 +343,11 @@ export class OpsRoutes {
 
   private dlq() {
     if (!this.ops.deadLetters) {
-      throw new HttpError(501, 'dlq_not_configured', 'this API was started without JOBS_DLQ_URL, so it cannot read the dead-letter queue; use `jobs dlq …` with operator credentials, or give the API the DLQ URL and receive/delete rights on it');
+      throw new HttpError(
+        501,
+        'dlq_not_configured',
+        'this API was started without JOBS_DLQ_URL, so it cannot read the dead-letter queue; use `jobs dlq …` with operator credentials, or give the API the DLQ URL and receive/delete rights on it',
+      );
     }
     return this.ops.deadLetters;
   }
@@ -219,7 +388,10 @@ export class OpsRoutes {
     const current = await this.ops.deadJobs.get(jobId);
     return {
       status: 409,
-      body: { error: { code: why.state === 'dead' ? 'redrive_skipped' : 'job_not_dead', message: `job ${jobId} was not redriven: ${why.reason}` }, job: current ? deadJobView(current.job) : null },
+      body: {
+        error: { code: why.state === 'dead' ? 'redrive_skipped' : 'job_not_dead', message: `job ${jobId} was not redriven: ${why.reason}` },
+        job: current ? deadJobView(current.job) : null,
+      },
     };
   }
 
@@ -230,7 +402,15 @@ export class OpsRoutes {
     if (job) return { status: 200, body: deadJobView(job) };
     const why = report.skipped[0]!;
     if (why.state === null) throw new HttpError(404, 'job_not_found', `job ${jobId} does not exist`, 'id');
-    return { status: 409, body: { error: { code: why.state === 'dead' ? 'already_discarded' : 'job_not_dead', message: `job ${jobId} was not discarded: ${why.reason}` } } };
+    return {
+      status: 409,
+      body: {
+        error: {
+          code: why.state === 'dead' ? 'already_discarded' : 'job_not_dead',
+          message: `job ${jobId} was not discarded: ${why.reason}`,
+        },
+      },
+    };
   }
 
   private async redriveMany(c: Ctx<unknown, In<typeof RedriveMany>>): Promise<OpsReply> {
@@ -243,7 +423,10 @@ export class OpsRoutes {
       fromScratch: b.fromScratch ?? false,
       dryRun: b.dryRun ?? false,
     });
-    return { status: 200, body: { dryRun: report.dryRun, redriven: report.jobs.map(deadJobView), wouldRedrive: report.wouldRedrive, skipped: report.skipped } };
+    return {
+      status: 200,
+      body: { dryRun: report.dryRun, redriven: report.jobs.map(deadJobView), wouldRedrive: report.wouldRedrive, skipped: report.skipped },
+    };
   }
 
   private async discardMany(c: Ctx<unknown, In<typeof DiscardMany>>): Promise<OpsReply> {
@@ -266,7 +449,10 @@ export class OpsRoutes {
       limit: b.limit ?? 1000,
       ...(b.rate ? { maxPerSecond: b.rate } : {}),
     });
-    return { status: report.refused ? 409 : 200, body: report.refused ? { error: { code: 'move_refused', message: report.refused }, ...dlqView(report) } : dlqView(report) };
+    return {
+      status: report.refused ? 409 : 200,
+      body: report.refused ? { error: { code: 'move_refused', message: report.refused }, ...dlqView(report) } : dlqView(report),
+    };
   }
 
   private async dlqDiscard(c: Ctx<unknown, In<typeof DlqDiscard>>): Promise<OpsReply> {

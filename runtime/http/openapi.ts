@@ -44,13 +44,20 @@ export function openApiDocument(
       const path = r.path.replace(/:([A-Za-z]+)/g, '{$1}');
       const parameters = [
         ...Object.entries(r.params ?? {}).map(([name, s]) => ({ name, in: 'path', required: true, schema: jsonSchema(s) })),
-        ...Object.entries(r.query?.shape ?? {}).map(([name, s]) => ({ name, in: 'query', required: !(s as z.ZodType).safeParse(undefined).success, schema: jsonSchema(s as z.ZodType) })),
+        ...Object.entries(r.query?.shape ?? {}).map(([name, s]) => ({
+          name,
+          in: 'query',
+          required: !(s as z.ZodType).safeParse(undefined).success,
+          schema: jsonSchema(s as z.ZodType),
+        })),
       ];
       (paths[path] ??= {})[r.method.toLowerCase()] = {
         summary: r.summary,
         ...(t.security !== 'none' ? { security: [{ [t.security === 'operator' ? 'operatorToken' : 'apiToken']: [] }] } : {}),
         ...(parameters.length ? { parameters } : {}),
-        ...(r.body ? { requestBody: { required: r.bodyRequired ?? false, content: { 'application/json': { schema: jsonSchema(r.body) } } } } : {}),
+        ...(r.body
+          ? { requestBody: { required: r.bodyRequired ?? false, content: { 'application/json': { schema: jsonSchema(r.body) } } } }
+          : {}),
         responses: { '200': { description: 'the answer, as JSON' }, '4XX': errorRef, '5XX': errorRef },
       };
     }
@@ -61,7 +68,12 @@ export function openApiDocument(
     paths,
     components: {
       schemas: { Error: ERROR_SCHEMA, ...Object.fromEntries(Object.entries(schemas).map(([k, s]) => [k, jsonSchema(s)])) },
-      responses: { Error: { description: 'an error: `{ error: { code, message, field? } }`', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } } },
+      responses: {
+        Error: {
+          description: 'an error: `{ error: { code, message, field? } }`',
+          content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+        },
+      },
       securitySchemes: {
         apiToken: { type: 'http', scheme: 'bearer', description: 'API_TOKEN (the ERP clients) or API_OPERATOR_TOKEN' },
         operatorToken: { type: 'http', scheme: 'bearer', description: 'API_OPERATOR_TOKEN, the on-call operator token' },

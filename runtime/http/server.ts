@@ -27,7 +27,21 @@ import type { OpsRoutes } from './oncall-routes.ts';
 import type { Logger } from '../observability/log.ts';
 import { openApiDocument } from './openapi.ts';
 import * as z from 'zod';
-import { callerAddress, dispatch, HttpError, jobId, jobView, optional, route, send, toHttpError, type Reply, type Route, type RouteContext, type RouteTable } from './kernel.ts';
+import {
+  callerAddress,
+  dispatch,
+  HttpError,
+  jobId,
+  jobView,
+  optional,
+  route,
+  send,
+  toHttpError,
+  type Reply,
+  type Route,
+  type RouteContext,
+  type RouteTable,
+} from './kernel.ts';
 
 export { callerAddress, HttpError, isPlainObject, jobView, MAX_JSON_DEPTH, readJson, type JobView } from './kernel.ts';
 import { JOB_STATES, type Job, type JobState } from '../domain/job.ts';
@@ -73,21 +87,34 @@ const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
  */
 export function enqueueBody(registry: JobRegistry) {
   const maxAttemptsError = (iss: { input?: unknown }) => `must be a whole number from 1 to 100 (got ${String(iss.input)})`;
-  const runAtError = (iss: { input?: unknown }) => `must be an ISO 8601 timestamp with an offset, e.g. 2026-12-01T06:00:00Z (got ${JSON.stringify(iss.input)?.slice(0, 80)})`;
+  const runAtError = (iss: { input?: unknown }) =>
+    `must be an ISO 8601 timestamp with an offset, e.g. 2026-12-01T06:00:00Z (got ${JSON.stringify(iss.input)?.slice(0, 80)})`;
   return z.strictObject({
     type: z.string({ error: 'is required and must be a string' }).meta({ description: 'the job type', enum: registry.types() }),
     payload: z
       .unknown()
       .optional()
-      .meta({ description: "the job type's payload (components.schemas[type]); default {}", anyOf: registry.types().filter((t) => registry.get(t)!.schema).map((t) => ({ $ref: `#/components/schemas/${t}` })) }),
+      .meta({
+        description: "the job type's payload (components.schemas[type]); default {}",
+        anyOf: registry
+          .types()
+          .filter((t) => registry.get(t)!.schema)
+          .map((t) => ({ $ref: `#/components/schemas/${t}` })),
+      }),
     idempotencyKey: z
       .string({ error: 'must be a string of 1 to 200 characters' })
       .min(1, { error: 'must be a string of 1 to 200 characters' })
       .max(200, { error: 'must be a string of 1 to 200 characters' })
       .nullish()
-      .meta({ description: 'a second enqueue with the same (type, key) while the first job is active returns that job with duplicate: true' }),
+      .meta({
+        description: 'a second enqueue with the same (type, key) while the first job is active returns that job with duplicate: true',
+      }),
     maxAttempts: z.int({ error: maxAttemptsError }).min(1, { error: maxAttemptsError }).max(100, { error: maxAttemptsError }).nullish(),
-    runAt: z.string({ error: runAtError }).regex(ISO_TIME_PATTERN, { error: runAtError }).nullish().meta({ description: 'do not start before this time (ISO 8601 with an offset)' }),
+    runAt: z
+      .string({ error: runAtError })
+      .regex(ISO_TIME_PATTERN, { error: runAtError })
+      .nullish()
+      .meta({ description: 'do not start before this time (ISO 8601 with an offset)' }),
   });
 }
 
@@ -102,7 +129,13 @@ export function encodeCursor(job: Pick<Job, 'createdAt' | 'id'>): string {
 }
 
 export function decodeCursor(raw: string): Cursor {
-  const bad = () => new HttpError(400, 'invalid_query', 'cursor: is not a cursor this API returned (pass nextCursor from the previous page unchanged)', 'cursor');
+  const bad = () =>
+    new HttpError(
+      400,
+      'invalid_query',
+      'cursor: is not a cursor this API returned (pass nextCursor from the previous page unchanged)',
+      'cursor',
+    );
   if (raw.length > 200 || !/^[A-Za-z0-9_-]+$/.test(raw)) throw bad();
   let parsed: unknown;
   try {
@@ -133,14 +166,23 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
   const clientDigest = opts.apiToken ? sha256(opts.apiToken) : null;
   const operatorDigest = opts.operatorToken ? sha256(opts.operatorToken) : null;
 
-  const typeError = () => `must be a job type name such as ledger.post (lower-case dotted words); known types: ${registry.types().join(', ')}`;
+  const typeError = () =>
+    `must be a job type name such as ledger.post (lower-case dotted words); known types: ${registry.types().join(', ')}`;
   const listQuery = z.object({
-    state: z.enum(JOB_STATES, { error: (iss) => `must be one of ${JOB_STATES.join(', ')} (got ${JSON.stringify(String(iss.input).slice(0, 40))})` }).optional(),
+    state: z
+      .enum(JOB_STATES, {
+        error: (iss) => `must be one of ${JOB_STATES.join(', ')} (got ${JSON.stringify(String(iss.input).slice(0, 40))})`,
+      })
+      .optional(),
     type: z.string().max(100, { error: typeError }).regex(TYPE_NAME, { error: typeError }).optional(),
     limit: z
       .string()
-      .regex(/^\d{1,6}$/, { error: (iss) => `must be a whole number from 1 to ${MAX_PAGE_SIZE} (got ${JSON.stringify(String(iss.input).slice(0, 40))})` })
-      .refine((v) => Number(v) >= 1 && Number(v) <= MAX_PAGE_SIZE, { error: (iss) => `must be a whole number from 1 to ${MAX_PAGE_SIZE} (got ${JSON.stringify(String(iss.input).slice(0, 40))})` })
+      .regex(/^\d{1,6}$/, {
+        error: (iss) => `must be a whole number from 1 to ${MAX_PAGE_SIZE} (got ${JSON.stringify(String(iss.input).slice(0, 40))})`,
+      })
+      .refine((v) => Number(v) >= 1 && Number(v) <= MAX_PAGE_SIZE, {
+        error: (iss) => `must be a whole number from 1 to ${MAX_PAGE_SIZE} (got ${JSON.stringify(String(iss.input).slice(0, 40))})`,
+      })
       .transform(Number)
       .optional()
       .meta({ description: `page size, 1 to ${MAX_PAGE_SIZE}; default ${DEFAULT_PAGE_SIZE}` }),
@@ -150,9 +192,25 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
   const byError = 'must be a string of 1 to 100 characters naming who cancels (a person or a system)';
 
   const jobRoutes: Route[] = [
-    route({ method: 'GET', path: '/healthz', summary: 'liveness: the process answers', handle: async () => ({ status: 200, body: { status: 'ok' } }) }),
-    route({ method: 'GET', path: '/readyz', summary: 'readiness: the database answers and has every migration', handle: (ctx) => readyz(ctx) }),
-    route({ method: 'GET', path: '/v1/jobs', summary: 'list jobs, newest first, a page at a time', query: listQuery, handle: (ctx) => listJobs(ctx) }),
+    route({
+      method: 'GET',
+      path: '/healthz',
+      summary: 'liveness: the process answers',
+      handle: async () => ({ status: 200, body: { status: 'ok' } }),
+    }),
+    route({
+      method: 'GET',
+      path: '/readyz',
+      summary: 'readiness: the database answers and has every migration',
+      handle: (ctx) => readyz(ctx),
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/jobs',
+      summary: 'list jobs, newest first, a page at a time',
+      query: listQuery,
+      handle: (ctx) => listJobs(ctx),
+    }),
     route({
       method: 'POST',
       path: '/v1/jobs',
@@ -171,26 +229,52 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
       summary: 'cancel a pending or running job (409 when it already finished)',
       params: id,
       body: z.strictObject({
-        by: optional(z.string({ error: byError }).trim().min(1, { error: byError }).max(100, { error: byError })).meta({ description: 'who cancels: a person or a system' }),
+        by: optional(z.string({ error: byError }).trim().min(1, { error: byError }).max(100, { error: byError })).meta({
+          description: 'who cancels: a person or a system',
+        }),
       }),
       maxBodyBytes: 4096,
       fieldsOf: 'a cancel request',
       handle: (ctx) => cancelJob(ctx),
     }),
-    route({ method: 'GET', path: '/v1/job-types', summary: 'the job types this build knows, with their payload fields', handle: async () => ({ status: 200, body: { jobTypes: jobTypes() } }) }),
-    route({ method: 'GET', path: '/v1/stats', summary: 'jobs by state', handle: async () => ({ status: 200, body: { jobs: await client.store.countByState() } }) }),
-    route({ method: 'GET', path: '/v1/openapi.json', summary: 'this API as an OpenAPI 3.1 document, built from the route tables and their schemas', handle: async () => ({ status: 200, body: openApi() }) }),
+    route({
+      method: 'GET',
+      path: '/v1/job-types',
+      summary: 'the job types this build knows, with their payload fields',
+      handle: async () => ({ status: 200, body: { jobTypes: jobTypes() } }),
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/stats',
+      summary: 'jobs by state',
+      handle: async () => ({ status: 200, body: { jobs: await client.store.countByState() } }),
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/openapi.json',
+      summary: 'this API as an OpenAPI 3.1 document, built from the route tables and their schemas',
+      handle: async () => ({ status: 200, body: openApi() }),
+    }),
   ];
   const jobTable: RouteTable = {
     routes: jobRoutes,
-    notFound: (method, path) => new HttpError(404, 'not_found', `no route ${method} ${path.slice(0, 200)}; see GET /v1/openapi.json, /v1/job-types, /v1/jobs, /v1/jobs/{id}, POST /v1/jobs, /v1/jobs/{id}/cancel`),
+    notFound: (method, path) =>
+      new HttpError(
+        404,
+        'not_found',
+        `no route ${method} ${path.slice(0, 200)}; see GET /v1/openapi.json, /v1/job-types, /v1/jobs, /v1/jobs/{id}, POST /v1/jobs, /v1/jobs/{id}/cancel`,
+      ),
   };
 
   let document: Record<string, unknown> | undefined;
   /** Built once, on first request: the tables do not change while the server runs. */
   function openApi(): Record<string, unknown> {
     document ??= openApiDocument(
-      { title: 'ERP job platform API', version: '1', description: 'Enqueue, read, list and cancel jobs; the on-call routes need the operator token when one is set.' },
+      {
+        title: 'ERP job platform API',
+        version: '1',
+        description: 'Enqueue, read, list and cancel jobs; the on-call routes need the operator token when one is set.',
+      },
       [
         { routes: jobRoutes.filter((r) => !r.path.startsWith('/v1/')), security: 'none' },
         { routes: jobRoutes.filter((r) => r.path.startsWith('/v1/')), security: 'client' },
@@ -218,7 +302,10 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
     } catch (err) {
       // The details (host, port, driver message) go to the log; the open endpoint says only what failed.
       log.warn({ err, requestId: ctx.requestId }, 'readiness check failed: database unreachable');
-      return { status: 503, body: { status: 'unavailable', reason: `database unreachable (request id ${ctx.requestId}; see the API's log)` } };
+      return {
+        status: 503,
+        body: { status: 'unavailable', reason: `database unreachable (request id ${ctx.requestId}; see the API's log)` },
+      };
     } finally {
       clearTimeout(timer);
     }
@@ -275,7 +362,10 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
     });
     const page = rows.slice(0, limit);
     const last = page[page.length - 1];
-    return { status: 200, body: { jobs: page.map((j) => jobView(j)), nextCursor: rows.length > limit && last ? encodeCursor(last) : null } };
+    return {
+      status: 200,
+      body: { jobs: page.map((j) => jobView(j)), nextCursor: rows.length > limit && last ? encodeCursor(last) : null },
+    };
   }
 
   async function cancelJob(ctx: RouteContext<unknown, { by?: string | undefined }>): Promise<Reply> {
@@ -292,7 +382,10 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
     return {
       status: 409,
       body: {
-        error: { code: 'job_finished', message: `job ${id} already ${r.job.state} at ${r.job.finishedAt?.toISOString() ?? 'an unknown time'}; a finished job cannot be cancelled` },
+        error: {
+          code: 'job_finished',
+          message: `job ${id} already ${r.job.state} at ${r.job.finishedAt?.toISOString() ?? 'an unknown time'}; a finished job cannot be cancelled`,
+        },
         job: jobView(r.job),
       },
     };
@@ -368,7 +461,14 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
     res.once('close', () => {
       const ms = Number(process.hrtime.bigint() - started) / 1e6;
       log.info(
-        { requestId, method: req.method, path, status: res.statusCode, ms: Math.round(ms * 10) / 10, ...(res.writableFinished ? {} : { aborted: true }) },
+        {
+          requestId,
+          method: req.method,
+          path,
+          status: res.statusCode,
+          ms: Math.round(ms * 10) / 10,
+          ...(res.writableFinished ? {} : { aborted: true }),
+        },
         'request',
       );
     });
@@ -401,7 +501,12 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
     }
     // The body was not read to its end: do not leave the rest in the connection for the next request.
     if (!req.complete) res.setHeader('connection', 'close');
-    send(res, e.status, { error: { code: e.code, message: e.message, ...(e.field ? { field: e.field } : {}), ...(e.status >= 500 ? { requestId } : {}) } }, e.headers);
+    send(
+      res,
+      e.status,
+      { error: { code: e.code, message: e.message, ...(e.field ? { field: e.field } : {}), ...(e.status >= 500 ? { requestId } : {}) } },
+      e.headers,
+    );
   }
 
   const server = http.createServer({ requestTimeout: 60_000, headersTimeout: 20_000 }, onRequest);
@@ -422,8 +527,12 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
     if (err.code === 'ECONNRESET' || !socket.writable) return void socket.destroy();
     const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request';
-    const body = JSON.stringify({ error: { code: 'bad_request', message: `the request is not valid HTTP (${err.code ?? 'parse error'})` } });
-    socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+    const body = JSON.stringify({
+      error: { code: 'bad_request', message: `the request is not valid HTTP (${err.code ?? 'parse error'})` },
+    });
+    socket.end(
+      `HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    );
   });
   return server;
 }

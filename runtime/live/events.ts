@@ -149,10 +149,11 @@ export class NotifyEventSink implements EventSink {
         // Keep them for the next flush (bounded by push); the page shows them late, not never.
         this.buffer = [...events, ...this.buffer].slice(-this.maxBuffered);
         this.opts.log?.debug({ err, events: events.length }, 'live events not sent; retrying with the next flush');
-        if (!this.stopped) this.timer ??= setTimeout(() => {
-          this.timer = null;
-          void this.flush();
-        }, 1000);
+        if (!this.stopped)
+          this.timer ??= setTimeout(() => {
+            this.timer = null;
+            void this.flush();
+          }, 1000);
       }
     })().finally(() => {
       this.flushing = null;
@@ -175,7 +176,10 @@ export function eventsEnabled(env: Record<string, string | undefined>): boolean 
   if (!v || v === 'off') return false;
   if (v === 'notify') return true;
   throw new ConfigError('environment', [
-    { rule: 'events-mode', message: `${EVENTS_ENV} = "${env[EVENTS_ENV]}" must be "notify" (publish live events on PostgreSQL NOTIFY) or "off" (the default)` },
+    {
+      rule: 'events-mode',
+      message: `${EVENTS_ENV} = "${env[EVENTS_ENV]}" must be "notify" (publish live events on PostgreSQL NOTIFY) or "off" (the default)`,
+    },
   ]);
 }
 
@@ -194,7 +198,10 @@ export function workerEventSink(
   const sink = new NotifyEventSink(pool, opts.log ? { log: opts.log } : {});
   const at = () => new Date().toISOString();
   sink.push({ kind: 'worker-up', workerId, at: at(), pid: process.pid });
-  const alive = setInterval(() => sink.push({ kind: 'worker-alive', workerId, at: at(), pid: process.pid, running: opts.running?.() ?? 0 }), opts.aliveMs ?? 2000);
+  const alive = setInterval(
+    () => sink.push({ kind: 'worker-alive', workerId, at: at(), pid: process.pid, running: opts.running?.() ?? 0 }),
+    opts.aliveMs ?? 2000,
+  );
   alive.unref();
   return {
     push: (e) => sink.push(e),

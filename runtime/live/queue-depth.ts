@@ -24,12 +24,21 @@ export async function queueDepth(client: SQSClient, queueUrl: string): Promise<Q
     );
     const a = out.Attributes ?? {};
     const n = (v: string | undefined) => (v === undefined ? null : Number(v));
-    return { visible: n(a.ApproximateNumberOfMessages), inFlight: n(a.ApproximateNumberOfMessagesNotVisible), delayed: n(a.ApproximateNumberOfMessagesDelayed) };
+    return {
+      visible: n(a.ApproximateNumberOfMessages),
+      inFlight: n(a.ApproximateNumberOfMessagesNotVisible),
+      delayed: n(a.ApproximateNumberOfMessagesDelayed),
+    };
   } catch (err) {
     const e = err as { name?: string; Code?: string; message?: string };
     const code = e.name ?? e.Code ?? 'Error';
     const denied = /AccessDenied|NotAuthorized|UnauthorizedOperation/i.test(`${code} ${e.message ?? ''}`);
-    return { visible: null, inFlight: null, delayed: null, unavailable: denied ? 'not permitted (the API role may not read queue attributes)' : `unreachable (${code})` };
+    return {
+      visible: null,
+      inFlight: null,
+      delayed: null,
+      unavailable: denied ? 'not permitted (the API role may not read queue attributes)' : `unreachable (${code})`,
+    };
   }
 }
 

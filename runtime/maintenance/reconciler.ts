@@ -124,7 +124,9 @@ export class Reconciler {
     try {
       await client.query('BEGIN');
       const before = await this.o.countMessages();
-      const { rows } = await run<{ locked: boolean; pending: number; running: number; outbox: number }>(client, 'reconcileCount', [RECONCILER_LOCK_KEY]);
+      const { rows } = await run<{ locked: boolean; pending: number; running: number; outbox: number }>(client, 'reconcileCount', [
+        RECONCILER_LOCK_KEY,
+      ]);
       const c = rows[0]!;
       if (!c.locked) {
         await client.query('ROLLBACK');
@@ -136,13 +138,25 @@ export class Reconciler {
       this.lastDeficit = deficit;
       for (let left = confirmed; left > 0; ) {
         const want = Math.min(PICK_BATCH, left);
-        const { rows: picked } = await run<{ id: string; type: string; run_after: Date; outbox_id: string }>(client, 'jobRepublishLost', [t.minAgeSeconds, t.republishWindowSeconds, want]);
+        const { rows: picked } = await run<{ id: string; type: string; run_after: Date; outbox_id: string }>(client, 'jobRepublishLost', [
+          t.minAgeSeconds,
+          t.republishWindowSeconds,
+          want,
+        ]);
         entries.push(...picked.map((r) => ({ outboxId: r.outbox_id, jobId: r.id, type: r.type, runAfter: r.run_after })));
         left -= picked.length;
         if (picked.length < want) break;
       }
       await client.query('COMMIT');
-      reading = { skipped: false, messages, pending: c.pending, running: c.running, outbox: c.outbox, deficit, republished: entries.length };
+      reading = {
+        skipped: false,
+        messages,
+        pending: c.pending,
+        running: c.running,
+        outbox: c.outbox,
+        deficit,
+        republished: entries.length,
+      };
     } catch (err) {
       entries = [];
       await client.query('ROLLBACK').catch(() => undefined);
@@ -155,11 +169,28 @@ export class Reconciler {
     if (entries.length > 0) {
       this.o.metrics?.count(METRIC.jobsRepublished, entries.length);
       this.o.log.warn(
-        { republished: entries.length, deficit: reading.deficit, messages: reading.messages, pending: reading.pending, running: reading.running, outbox: reading.outbox, jobIds: entries.slice(0, 20).map((e) => e.jobId) },
+        {
+          republished: entries.length,
+          deficit: reading.deficit,
+          messages: reading.messages,
+          pending: reading.pending,
+          running: reading.running,
+          outbox: reading.outbox,
+          jobIds: entries.slice(0, 20).map((e) => e.jobId),
+        },
         `reconciler: the queue holds fewer messages than the jobs need; re-published ${entries.length} pending job(s) (a job that still had its message gets a harmless duplicate)`,
       );
     } else if (reading.deficit > 0) {
-      this.o.log.info({ deficit: reading.deficit, messages: reading.messages, pending: reading.pending, running: reading.running, outbox: reading.outbox }, 'reconciler: fewer messages than jobs on this reading; re-publishing if the next pass sees it too');
+      this.o.log.info(
+        {
+          deficit: reading.deficit,
+          messages: reading.messages,
+          pending: reading.pending,
+          running: reading.running,
+          outbox: reading.outbox,
+        },
+        'reconciler: fewer messages than jobs on this reading; re-publishing if the next pass sees it too',
+      );
     }
     return reading;
   }

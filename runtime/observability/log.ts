@@ -32,7 +32,10 @@ export function prettyLine(json: string): string {
     .filter(([k]) => !OMIT.has(k))
     .map(([k, v]) => `${k}=${typeof v === 'string' ? (/\s/.test(v) ? JSON.stringify(v) : v) : JSON.stringify(v)}`);
   const err = o.err as { message?: string; stack?: string } | undefined;
-  const where = err?.stack?.split('\n').find((l) => l.trim().startsWith('at '))?.trim();
+  const where = err?.stack
+    ?.split('\n')
+    .find((l) => l.trim().startsWith('at '))
+    ?.trim();
   const errText = err ? `  ${err.message ?? 'error'}${where ? ` (${where})` : ''}` : '';
   return `${time} ${LEVELS[o.level as number] ?? String(o.level)} ${String(o.service ?? o.name ?? '')}: ${String(o.msg ?? '')}${fields.length ? `  ${fields.join(' ')}` : ''}${errText}`;
 }

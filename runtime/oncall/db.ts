@@ -7,7 +7,11 @@ import type { Queryable } from '../store/job-store.ts';
 import { rowToJob, type Job, type JobRow } from '../domain/job.ts';
 import { OPS_SQL, type OpsSqlName } from './sql.ts';
 
-export async function runOps<R extends pg.QueryResultRow = pg.QueryResultRow>(db: Queryable, name: OpsSqlName, values: unknown[]): Promise<pg.QueryResult<R>> {
+export async function runOps<R extends pg.QueryResultRow = pg.QueryResultRow>(
+  db: Queryable,
+  name: OpsSqlName,
+  values: unknown[],
+): Promise<pg.QueryResult<R>> {
   return (await db.query({ name: `ops.${name}`, text: OPS_SQL[name], values })) as pg.QueryResult<R>;
 }
 
@@ -66,7 +70,14 @@ export function rowToAction(r: JobRow): OperatorAction {
 
 export async function recordActions(
   db: Queryable,
-  actions: { action: OperatorAction['action']; by: string; jobId?: string | null; messageId?: string | null; reason?: string | null; detail?: Record<string, unknown> }[],
+  actions: {
+    action: OperatorAction['action'];
+    by: string;
+    jobId?: string | null;
+    messageId?: string | null;
+    reason?: string | null;
+    detail?: Record<string, unknown>;
+  }[],
 ): Promise<void> {
   if (actions.length === 0) return;
   await runOps(db, 'operatorActionRecord', [

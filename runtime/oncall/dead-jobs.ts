@@ -131,7 +131,8 @@ export class DeadJobService {
         dryRun,
       ]);
       for (const r of rows) {
-        if (r.skip_reason) report.skipped.push({ id: r.target_id as string, type: r.target_type as string, state: 'dead', reason: r.skip_reason as string });
+        if (r.skip_reason)
+          report.skipped.push({ id: r.target_id as string, type: r.target_type as string, state: 'dead', reason: r.skip_reason as string });
         else if (dryRun) report.wouldRedrive.push(r.target_id as string);
         else report.jobs.push(rowToOpsJob(r));
       }
@@ -141,7 +142,12 @@ export class DeadJobService {
     }
     if (explicit) {
       const seen = new Set([...report.jobs.map((j) => j.id), ...report.wouldRedrive, ...report.skipped.map((s) => s.id)]);
-      report.skipped.push(...(await this.whyNot(req.ids!.filter((id) => !seen.has(id)), 'redrive')));
+      report.skipped.push(
+        ...(await this.whyNot(
+          req.ids!.filter((id) => !seen.has(id)),
+          'redrive',
+        )),
+      );
     }
     return report;
   }
@@ -161,7 +167,9 @@ export class DeadJobService {
       }
       if (!dryRun) {
         await this.publisher.publish(
-          rows.filter((r) => r.outbox_id != null).map((r) => ({ outboxId: String(r.outbox_id), jobId: r.id as string, type: r.type as string })),
+          rows
+            .filter((r) => r.outbox_id != null)
+            .map((r) => ({ outboxId: String(r.outbox_id), jobId: r.id as string, type: r.type as string })),
         );
       }
       return rows;
@@ -177,14 +185,24 @@ export class DeadJobService {
     const explicit = req.ids !== undefined;
     const report: DiscardReport = { jobs: [], skipped: [] };
     for (;;) {
-      const { rows } = await run(this.pool, 'deadJobDiscard', [...filterValues(req), by, reason, explicit ? Math.max(1, req.ids!.length) : REDRIVE_BATCH]);
+      const { rows } = await run(this.pool, 'deadJobDiscard', [
+        ...filterValues(req),
+        by,
+        reason,
+        explicit ? Math.max(1, req.ids!.length) : REDRIVE_BATCH,
+      ]);
       report.jobs.push(...rows.map(rowToOpsJob));
       // Each batch leaves the discarded ones behind, so the next batch starts after them.
       if (explicit || rows.length < REDRIVE_BATCH) break;
     }
     if (explicit) {
       const done = new Set(report.jobs.map((j) => j.id));
-      report.skipped.push(...(await this.whyNot(req.ids!.filter((id) => !done.has(id)), 'discard')));
+      report.skipped.push(
+        ...(await this.whyNot(
+          req.ids!.filter((id) => !done.has(id)),
+          'discard',
+        )),
+      );
     }
     return report;
   }
@@ -204,7 +222,9 @@ export class DeadJobService {
         running: `job is running: ${action} never touches a running job (cancel it first if it must stop)`,
         pending: `job is pending: it will run; ${action} applies to dead jobs only`,
         cancelled: `job was cancelled${r.cancelled_by ? ` by ${r.cancelled_by as string}` : ''} at ${at}: enqueue a new job to run it again`,
-        dead: r.discarded_at ? `job was already discarded by ${r.discarded_by as string}: ${r.discard_reason as string}` : 'job is dead but was locked by another operator action; try again',
+        dead: r.discarded_at
+          ? `job was already discarded by ${r.discarded_by as string}: ${r.discard_reason as string}`
+          : 'job is dead but was locked by another operator action; try again',
       };
       return { id, type: r.type as string, state, reason: reasons[state] };
     });
@@ -219,7 +239,8 @@ function filterValues(f: DeadJobFilter): unknown[] {
 function checkScope(req: DeadJobFilter & { all?: boolean }, action: string): void {
   if (req.ids !== undefined) {
     if (req.ids.length === 0) throw new ValidationError('ids', 'must name at least one job id');
-    if (req.all || req.type || req.since || req.until) throw new ValidationError('ids', `name job ids or a filter (type, since, until, all), not both`);
+    if (req.all || req.type || req.since || req.until)
+      throw new ValidationError('ids', `name job ids or a filter (type, since, until, all), not both`);
     if (req.ids.length > 1000) throw new ValidationError('ids', `at most 1000 ids per ${action}; use a filter for more`);
     return;
   }
@@ -238,7 +259,13 @@ export function decodeDeadCursor(raw: string): { t: string; i: string } {
   if (raw.length > 300 || !/^[A-Za-z0-9_-]+$/.test(raw)) throw bad();
   try {
     const o = JSON.parse(Buffer.from(raw, 'base64url').toString('utf8')) as { t?: unknown; i?: unknown };
-    if (typeof o.t !== 'string' || typeof o.i !== 'string' || !/^[0-9a-f-]{36}$/i.test(o.i) || !/^\d{4}-\d{2}-\d{2} [\d:.]+[+-]\d{2}(:\d{2})?$/.test(o.t)) throw bad();
+    if (
+      typeof o.t !== 'string' ||
+      typeof o.i !== 'string' ||
+      !/^[0-9a-f-]{36}$/i.test(o.i) ||
+      !/^\d{4}-\d{2}-\d{2} [\d:.]+[+-]\d{2}(:\d{2})?$/.test(o.t)
+    )
+      throw bad();
     return { t: o.t, i: o.i };
   } catch {
     throw bad();

@@ -52,7 +52,6 @@ export const HOLD_SECONDS = 60;
 export const DEFAULT_SCAN_LIMIT = 1000;
 export const MAX_SCAN_LIMIT = 100_000;
 
-
 export interface DeadLetter {
   messageId: string;
   receipt: string;
@@ -89,7 +88,7 @@ export interface MoveCancelled {
   by: string;
 }
 
-const MOVE_STATUS_HINT = 'list the DLQ\'s move tasks and their handles with `jobs dlq move-status` (GET /v1/dlq/move-tasks)';
+const MOVE_STATUS_HINT = "list the DLQ's move tasks and their handles with `jobs dlq move-status` (GET /v1/dlq/move-tasks)";
 
 export interface MoveTask {
   taskHandle: string | null;
@@ -158,7 +157,8 @@ export class SqsDeadLetterQueue {
       const out = await this.opts.client.send(
         new DeleteMessageBatchCommand({ QueueUrl: this.opts.dlqUrl, Entries: batch.map((r, i) => ({ Id: String(i), ReceiptHandle: r })) }),
       );
-      for (const f of out.Failed ?? []) failed.push({ receipt: batch[Number(f.Id)]!, message: `${f.Code ?? 'Unknown'}: ${f.Message ?? ''}` });
+      for (const f of out.Failed ?? [])
+        failed.push({ receipt: batch[Number(f.Id)]!, message: `${f.Code ?? 'Unknown'}: ${f.Message ?? ''}` });
     }
     return failed;
   }
@@ -184,7 +184,11 @@ export class SqsDeadLetterQueue {
   async startMove(maxPerSecond?: number): Promise<{ taskHandle: string; dlqArn: string; queueArn: string }> {
     const { dlqArn, queueArn } = await this.arns();
     const out = await this.opts.client.send(
-      new StartMessageMoveTaskCommand({ SourceArn: dlqArn, DestinationArn: queueArn, ...(maxPerSecond ? { MaxNumberOfMessagesPerSecond: maxPerSecond } : {}) }),
+      new StartMessageMoveTaskCommand({
+        SourceArn: dlqArn,
+        DestinationArn: queueArn,
+        ...(maxPerSecond ? { MaxNumberOfMessagesPerSecond: maxPerSecond } : {}),
+      }),
     );
     if (!out.TaskHandle) throw new Error('StartMessageMoveTask returned no task handle');
     return { taskHandle: out.TaskHandle, dlqArn, queueArn };
@@ -277,7 +281,8 @@ export interface DlqPassReport {
 /** Judge one dead letter by its job row (see the table at the top of this file). */
 export function reconcile(letter: DeadLetter, job: OpsJob | undefined, dbNow: Date): ReconciledLetter {
   const reasonAttr = letter.attributes.Reason;
-  const kind: LetterKind = reasonAttr && DEAD_JOB_REASONS.has(reasonAttr) ? 'dead-job' : reasonAttr && POISON_REASONS.has(reasonAttr) ? 'poison' : 'sqs-redrive';
+  const kind: LetterKind =
+    reasonAttr && DEAD_JOB_REASONS.has(reasonAttr) ? 'dead-job' : reasonAttr && POISON_REASONS.has(reasonAttr) ? 'poison' : 'sqs-redrive';
   const parsed = parseJobMessage(letter.body);
   const jobId = reconcileJobId(letter);
   const base = {
@@ -334,7 +339,12 @@ export class DeadLetterService {
   }
 
   /** Delete the named dead letters for good, with a reason; poison messages among them are marked resolved. */
-  async discard(req: { messageIds: string[]; by: string; reason: string; limit?: number }): Promise<DlqPassReport & { notFound: string[] }> {
+  async discard(req: {
+    messageIds: string[];
+    by: string;
+    reason: string;
+    limit?: number;
+  }): Promise<DlqPassReport & { notFound: string[] }> {
     const reason = req.reason?.trim();
     if (!reason) throw new ValidationError('reason', 'is required: say why these dead letters are thrown away');
     if (req.messageIds.length === 0) throw new ValidationError('messageIds', 'must name at least one message id (see jobs dlq list)');
@@ -376,10 +386,14 @@ export class DeadLetterService {
     // Look first: a server-side move cannot skip a message, so refuse when one must stay.
     const held: ReconciledLetter[] = [];
     const receipts = new Map<string, string>();
-    const { complete } = await this.walk(req.limit, async (batch, letters) => {
-      for (const l of letters) held.push(l);
-      for (const m of batch) receipts.set(m.messageId, m.receipt);
-    }, receipts);
+    const { complete } = await this.walk(
+      req.limit,
+      async (batch, letters) => {
+        for (const l of letters) held.push(l);
+        for (const m of batch) receipts.set(m.messageId, m.receipt);
+      },
+      receipts,
+    );
     const report = this.report(held, complete, 'move', req.dryRun ?? false);
     const keep = held.filter((l) => l.verdict === 'keep');
     if (keep.length > 0 || req.dryRun) {
@@ -394,7 +408,13 @@ export class DeadLetterService {
     await this.act(drops, receipts, by, 'dlq-drop');
     await this.opts.dlq.release(held.filter((l) => l.verdict === 'resend').map((l) => receipts.get(l.messageId)!));
     const task = await this.opts.dlq.startMove(req.maxPerSecond);
-    await recordActions(this.opts.pool, [{ action: 'dlq-move', by, detail: { taskHandle: task.taskHandle, scanned: held.length, complete, dlqArn: task.dlqArn, queueArn: task.queueArn } }]);
+    await recordActions(this.opts.pool, [
+      {
+        action: 'dlq-move',
+        by,
+        detail: { taskHandle: task.taskHandle, scanned: held.length, complete, dlqArn: task.dlqArn, queueArn: task.queueArn },
+      },
+    ]);
     for (const l of held) l.done = l.verdict === 'drop' ? 'dropped' : 'moved';
     report.moveTask = task;
     report.notes.push(
@@ -406,7 +426,13 @@ export class DeadLetterService {
   }
 
   /** One pass over the DLQ: receive (holding), judge each batch by its jobs, act, and hand back what stays. */
-  private async pass(p: { limit: number; mode: 'look' | 'resend' | 'discard'; by?: string; reason?: string; wanted?: Set<string> }): Promise<DlqPassReport> {
+  private async pass(p: {
+    limit: number;
+    mode: 'look' | 'resend' | 'discard';
+    by?: string;
+    reason?: string;
+    wanted?: Set<string>;
+  }): Promise<DlqPassReport> {
     const letters: ReconciledLetter[] = [];
     const receipts = new Map<string, string>();
     const keepHeld: string[] = [];
@@ -441,8 +467,18 @@ export class DeadLetterService {
             }
           }
         }
-        await this.act(judged.filter((l) => l.verdict === 'resend'), receipts, p.by!, 'dlq-resend');
-        await this.act(judged.filter((l) => l.verdict === 'drop'), receipts, p.by!, 'dlq-drop');
+        await this.act(
+          judged.filter((l) => l.verdict === 'resend'),
+          receipts,
+          p.by!,
+          'dlq-resend',
+        );
+        await this.act(
+          judged.filter((l) => l.verdict === 'drop'),
+          receipts,
+          p.by!,
+          'dlq-drop',
+        );
         for (const l of judged) {
           l.done = l.verdict === 'resend' ? 'resent' : l.verdict === 'drop' ? 'dropped' : 'kept';
           if (l.verdict === 'keep') keepHeld.push(l.messageId);
@@ -457,7 +493,13 @@ export class DeadLetterService {
   }
 
   /** Delete dead letters and record why, one row per message. */
-  private async act(letters: ReconciledLetter[], receipts: Map<string, string>, by: string, action: 'dlq-resend' | 'dlq-drop' | 'dlq-discard', reason?: string): Promise<void> {
+  private async act(
+    letters: ReconciledLetter[],
+    receipts: Map<string, string>,
+    by: string,
+    action: 'dlq-resend' | 'dlq-drop' | 'dlq-discard',
+    reason?: string,
+  ): Promise<void> {
     if (letters.length === 0) return;
     const failed = await this.opts.dlq.delete(letters.map((l) => receipts.get(l.messageId)!));
     if (failed.length > 0) {
@@ -472,7 +514,12 @@ export class DeadLetterService {
         jobId: l.jobId && l.jobState ? l.jobId : null,
         messageId: l.messageId,
         reason: reason ?? l.why,
-        detail: { kind: l.kind, reason: l.reason, jobState: l.jobState, ...(action === 'dlq-discard' ? { body: l.body.slice(0, 2000) } : {}) },
+        detail: {
+          kind: l.kind,
+          reason: l.reason,
+          jobState: l.jobState,
+          ...(action === 'dlq-discard' ? { body: l.body.slice(0, 2000) } : {}),
+        },
       })),
     );
   }
@@ -488,7 +535,8 @@ export class DeadLetterService {
     receipts: Map<string, string>,
     stopWhenFound?: Set<string>,
   ): Promise<{ complete: boolean }> {
-    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_SCAN_LIMIT) throw new ValidationError('limit', `must be a whole number from 1 to ${MAX_SCAN_LIMIT}`);
+    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_SCAN_LIMIT)
+      throw new ValidationError('limit', `must be a whole number from 1 to ${MAX_SCAN_LIMIT}`);
     const seen = new Set<string>();
     for (;;) {
       if (seen.size >= limit) return { complete: false };
@@ -505,7 +553,10 @@ export class DeadLetterService {
       const { rows } = ids.length > 0 ? await runOps(this.opts.pool, 'jobsForDeadLetters', [ids]) : { rows: [] as pg.QueryResultRow[] };
       const jobs = new Map(rows.map((r) => [r.id as string, rowToOpsJob(r)]));
       const dbNow = (rows[0]?.db_now as Date | undefined) ?? new Date();
-      await onBatch(fresh, fresh.map((m) => reconcile(m, jobs.get(reconcileJobId(m) ?? ''), dbNow)));
+      await onBatch(
+        fresh,
+        fresh.map((m) => reconcile(m, jobs.get(reconcileJobId(m) ?? ''), dbNow)),
+      );
     }
   }
 

@@ -12,7 +12,13 @@ import { MaintenanceLoop } from '../support/maintenance-loop.ts';
 import { CloudWatchClient, PutMetricDataCommand } from '@aws-sdk/client-cloudwatch';
 import type pg from 'pg';
 import { intFromEnv } from '../config/env.ts';
-import { DEFAULT_STUCK_CHECK_SECONDS, DEFAULT_STUCK_THRESHOLDS, MAX_STUCK_SECONDS, STUCK_ENV, type StuckThresholds } from '../config/stuck-thresholds.ts';
+import {
+  DEFAULT_STUCK_CHECK_SECONDS,
+  DEFAULT_STUCK_THRESHOLDS,
+  MAX_STUCK_SECONDS,
+  STUCK_ENV,
+  type StuckThresholds,
+} from '../config/stuck-thresholds.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import { METRIC } from '../observability/metric-names.ts';
 import type { Logger } from '../observability/log.ts';
@@ -21,7 +27,13 @@ import { rowToOpsJob, runOps, type OpsJob } from './db.ts';
 
 // The thresholds' shape, defaults and variable names live in config/stuck-thresholds.ts, which the
 // CDK app reads too (without loading this module's AWS SDK client).
-export { DEFAULT_STUCK_CHECK_SECONDS, DEFAULT_STUCK_THRESHOLDS, MAX_STUCK_SECONDS, STUCK_ENV, type StuckThresholds } from '../config/stuck-thresholds.ts';
+export {
+  DEFAULT_STUCK_CHECK_SECONDS,
+  DEFAULT_STUCK_THRESHOLDS,
+  MAX_STUCK_SECONDS,
+  STUCK_ENV,
+  type StuckThresholds,
+} from '../config/stuck-thresholds.ts';
 
 type Env = Record<string, string | undefined>;
 
@@ -80,7 +92,11 @@ export async function findStuckJobs(db: Queryable, registry: JobRegistry, t: Stu
   }));
 }
 
-export async function countStuckJobs(db: Queryable, registry: JobRegistry, t: StuckThresholds): Promise<{ total: number; byReason: Record<StuckReason, number> }> {
+export async function countStuckJobs(
+  db: Queryable,
+  registry: JobRegistry,
+  t: StuckThresholds,
+): Promise<{ total: number; byReason: Record<StuckReason, number> }> {
   const e = expectedByType(registry);
   const { rows } = await runOps(db, 'stuckJobCount', [e.types, e.seconds, t.runningSeconds, t.pendingSeconds]);
   const byReason: Record<StuckReason, number> = { 'running-too-long': 0, 'pending-too-long': 0, 'lease-expired': 0 };
@@ -89,10 +105,19 @@ export async function countStuckJobs(db: Queryable, registry: JobRegistry, t: St
 }
 
 /** Publish one gauge value to CloudWatch (no dimensions, the environment's namespace). Never throws. */
-export function cloudWatchGauge(namespace: string, log: Logger, client: CloudWatchClient = new CloudWatchClient({})): (value: number) => Promise<void> {
+export function cloudWatchGauge(
+  namespace: string,
+  log: Logger,
+  client: CloudWatchClient = new CloudWatchClient({}),
+): (value: number) => Promise<void> {
   return async (value) => {
     try {
-      await client.send(new PutMetricDataCommand({ Namespace: namespace, MetricData: [{ MetricName: METRIC.jobsStuck, Unit: 'Count', Value: value, Timestamp: new Date() }] }));
+      await client.send(
+        new PutMetricDataCommand({
+          Namespace: namespace,
+          MetricData: [{ MetricName: METRIC.jobsStuck, Unit: 'Count', Value: value, Timestamp: new Date() }],
+        }),
+      );
     } catch (err) {
       log.warn({ err }, `PutMetricData ${METRIC.jobsStuck} failed; the next check publishes again`);
     }

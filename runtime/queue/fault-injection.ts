@@ -21,7 +21,12 @@ export type SqsOperation = 'SendMessageBatch' | 'ReceiveMessage' | 'ChangeMessag
 
 export class FaultyQueue implements JobQueue {
   /** Failures injected so far, by operation. */
-  readonly injected: Record<SqsOperation, number> = { SendMessageBatch: 0, ReceiveMessage: 0, ChangeMessageVisibilityBatch: 0, DeleteMessageBatch: 0 };
+  readonly injected: Record<SqsOperation, number> = {
+    SendMessageBatch: 0,
+    ReceiveMessage: 0,
+    ChangeMessageVisibilityBatch: 0,
+    DeleteMessageBatch: 0,
+  };
 
   constructor(
     private readonly inner: JobQueue,
@@ -52,7 +57,9 @@ export class FaultyQueue implements JobQueue {
     if (when === 'after') await fn();
     this.injected[op]++;
     this.onFault(op, when);
-    throw new InjectedSqsError(`${op}: injected SQS failure (${when === 'before' ? 'request not sent' : 'request done, response lost'}; ${SQS_FAULTS_ENV}=${this.rate})`);
+    throw new InjectedSqsError(
+      `${op}: injected SQS failure (${when === 'before' ? 'request not sent' : 'request done, response lost'}; ${SQS_FAULTS_ENV}=${this.rate})`,
+    );
   }
 }
 
@@ -62,18 +69,30 @@ export function sqsFaultRateFromEnv(env: Record<string, string | undefined>): nu
   if (!raw || raw === '0') return null;
   const rate = Number(raw);
   if (!(rate > 0 && rate <= 0.9)) {
-    throw new ConfigError('environment', [{ rule: 'sqs-fault-rate', message: `${SQS_FAULTS_ENV} = "${raw}" must be a number above 0 and at most 0.9 (the share of SQS calls to fail), or unset` }]);
+    throw new ConfigError('environment', [
+      {
+        rule: 'sqs-fault-rate',
+        message: `${SQS_FAULTS_ENV} = "${raw}" must be a number above 0 and at most 0.9 (the share of SQS calls to fail), or unset`,
+      },
+    ]);
   }
   if (!env.JOBS_SQS_ENDPOINT?.trim()) {
     throw new ConfigError('environment', [
-      { rule: 'sqs-faults-local-only', message: `${SQS_FAULTS_ENV} injects SQS failures and is allowed only with a local endpoint (JOBS_SQS_ENDPOINT); unset it` },
+      {
+        rule: 'sqs-faults-local-only',
+        message: `${SQS_FAULTS_ENV} injects SQS failures and is allowed only with a local endpoint (JOBS_SQS_ENDPOINT); unset it`,
+      },
     ]);
   }
   return rate;
 }
 
 /** `queue`, failing a share of its calls when JOBS_FAULT_SQS_ERROR_RATE asks for it. */
-export function withSqsFaults(queue: JobQueue, env: Record<string, string | undefined>, onFault?: (operation: SqsOperation, when: 'before' | 'after') => void): JobQueue {
+export function withSqsFaults(
+  queue: JobQueue,
+  env: Record<string, string | undefined>,
+  onFault?: (operation: SqsOperation, when: 'before' | 'after') => void,
+): JobQueue {
   const rate = sqsFaultRateFromEnv(env);
   return rate === null ? queue : new FaultyQueue(queue, rate, onFault);
 }

@@ -72,7 +72,12 @@ export class MemoryQueue implements JobQueue {
     for (const c of changes) {
       const m = this.current(c.receipt);
       if (!m) {
-        failures.push({ receipt: c.receipt, code: 'ReceiptHandleIsInvalid', message: 'receipt handle is not the newest for its message, or the message is gone', stale: true });
+        failures.push({
+          receipt: c.receipt,
+          code: 'ReceiptHandleIsInvalid',
+          message: 'receipt handle is not the newest for its message, or the message is gone',
+          stale: true,
+        });
         continue;
       }
       m.visibleAt = now + c.seconds * 1000;
@@ -137,7 +142,9 @@ export class MemoryQueue implements JobQueue {
       if (this.opts.maxReceiveCount !== undefined && m.receiveCount >= this.opts.maxReceiveCount && this.opts.deadLetterQueue) {
         // Redrive: the (maxReceiveCount + 1)th receive moves the message instead.
         this.messages.delete(m.messageId);
-        void this.opts.deadLetterQueue.send([{ body: m.body, attributes: { ...m.attributes, RedrivenAfterReceives: String(m.receiveCount) } }]);
+        void this.opts.deadLetterQueue.send([
+          { body: m.body, attributes: { ...m.attributes, RedrivenAfterReceives: String(m.receiveCount) } },
+        ]);
         continue;
       }
       m.receiveCount++;

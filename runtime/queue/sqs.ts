@@ -16,7 +16,15 @@ import {
   SQSClient,
   type MessageAttributeValue,
 } from '@aws-sdk/client-sqs';
-import { chunk, SQS_BATCH_LIMIT, type EntryFailure, type JobQueue, type OutgoingMessage, type ReceivedMessage, type VisibilityChange } from './types.ts';
+import {
+  chunk,
+  SQS_BATCH_LIMIT,
+  type EntryFailure,
+  type JobQueue,
+  type OutgoingMessage,
+  type ReceivedMessage,
+  type VisibilityChange,
+} from './types.ts';
 
 export interface SqsQueueOptions {
   queueUrl: string;
@@ -42,7 +50,9 @@ export class SqsBatchError extends Error {
     readonly operation: string,
     readonly failures: { code: string; message: string }[],
   ) {
-    super(`${operation}: ${failures.length} entr${failures.length === 1 ? 'y' : 'ies'} failed: ${failures.map((f) => `${f.code} (${f.message})`).join('; ')}`);
+    super(
+      `${operation}: ${failures.length} entr${failures.length === 1 ? 'y' : 'ies'} failed: ${failures.map((f) => `${f.code} (${f.message})`).join('; ')}`,
+    );
   }
 }
 
@@ -82,7 +92,11 @@ export class SqsQueue implements JobQueue {
       }),
     );
     const a = out.Attributes ?? {};
-    return Number(a.ApproximateNumberOfMessages ?? 0) + Number(a.ApproximateNumberOfMessagesNotVisible ?? 0) + Number(a.ApproximateNumberOfMessagesDelayed ?? 0);
+    return (
+      Number(a.ApproximateNumberOfMessages ?? 0) +
+      Number(a.ApproximateNumberOfMessagesNotVisible ?? 0) +
+      Number(a.ApproximateNumberOfMessagesDelayed ?? 0)
+    );
   }
 
   async send(messages: OutgoingMessage[]): Promise<void> {
@@ -99,7 +113,10 @@ export class SqsQueue implements JobQueue {
         }),
       );
       if (out.Failed && out.Failed.length > 0) {
-        throw new SqsBatchError('SendMessageBatch', out.Failed.map((f) => ({ code: f.Code ?? 'Unknown', message: f.Message ?? '' })));
+        throw new SqsBatchError(
+          'SendMessageBatch',
+          out.Failed.map((f) => ({ code: f.Code ?? 'Unknown', message: f.Message ?? '' })),
+        );
       }
     }
   }
@@ -136,7 +153,11 @@ export class SqsQueue implements JobQueue {
       const out = await this.client.send(
         new ChangeMessageVisibilityBatchCommand({
           QueueUrl: this.queueUrl,
-          Entries: batch.map((c, i) => ({ Id: String(i), ReceiptHandle: c.receipt, VisibilityTimeout: Math.max(0, Math.min(43_200, Math.round(c.seconds))) })),
+          Entries: batch.map((c, i) => ({
+            Id: String(i),
+            ReceiptHandle: c.receipt,
+            VisibilityTimeout: Math.max(0, Math.min(43_200, Math.round(c.seconds))),
+          })),
         }),
       );
       for (const f of out.Failed ?? []) failures.push(toFailure(batch[Number(f.Id)]!.receipt, f.Code, f.Message));

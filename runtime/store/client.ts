@@ -19,14 +19,17 @@ import type { Publisher } from './outbox.ts';
 /** Largest payload accepted, as JSON text. The API answers 413 above it. */
 export const MAX_PAYLOAD_BYTES = 256 * 1024;
 
-
 /** A due time: a Date, or an ISO 8601 string with an offset (new Date('1') parses too, so check the shape). */
 export function parseRunAt(value: unknown): Date {
   const example = 'e.g. 2026-12-01T06:00:00Z';
   let at: Date;
   if (value instanceof Date) at = value;
   else if (typeof value === 'string' && ISO_TIME_PATTERN.test(value)) at = new Date(value);
-  else throw new ValidationError('runAt', `must be an ISO 8601 timestamp with an offset, ${example} (got ${JSON.stringify(value)?.slice(0, 80)})`);
+  else
+    throw new ValidationError(
+      'runAt',
+      `must be an ISO 8601 timestamp with an offset, ${example} (got ${JSON.stringify(value)?.slice(0, 80)})`,
+    );
   if (Number.isNaN(at.getTime()) || at.getUTCFullYear() < 1970 || at.getUTCFullYear() > 9999) {
     throw new ValidationError('runAt', `must be a real date between 1970 and 9999, ${example}`);
   }
@@ -73,7 +76,11 @@ export class JobClient {
       throw new ValidationError('payload', 'must be JSON-serializable');
     }
     if (size > MAX_PAYLOAD_BYTES) {
-      throw new ValidationError('payload', `is ${size} bytes; the limit is ${MAX_PAYLOAD_BYTES} bytes (store large inputs in a table and pass their id)`, 413);
+      throw new ValidationError(
+        'payload',
+        `is ${size} bytes; the limit is ${MAX_PAYLOAD_BYTES} bytes (store large inputs in a table and pass their id)`,
+        413,
+      );
     }
     const payload = def.parse(spec.payload ?? {});
     const key = spec.idempotencyKey;

@@ -45,7 +45,8 @@ export interface Inserted {
 }
 
 /** What a claim returns: what the worker needs to run the attempt, nothing more. */
-export interface ClaimedJob extends Pick<Job, 'id' | 'type' | 'payload' | 'attempt' | 'releases' | 'maxAttempts' | 'checkpoint' | 'progress' | 'createdAt'> {
+export interface ClaimedJob
+  extends Pick<Job, 'id' | 'type' | 'payload' | 'attempt' | 'releases' | 'maxAttempts' | 'checkpoint' | 'progress' | 'createdAt'> {
   /** Due (created or run_after) to claimed, by the database clock. */
   queueLagMs: number;
   /** Taken over from an owner whose lease expired (directly or via the rescuer). */
@@ -154,7 +155,12 @@ export class JobStore {
 
   /** Save a checkpoint; false when the lease is lost. */
   async checkpoint(token: LeaseToken, checkpoint: unknown, progress?: Progress | null): Promise<boolean> {
-    const r = await run(this.pool, 'jobCheckpoint', [token.id, token.attempt, JSON.stringify(checkpoint ?? null), progress ? JSON.stringify(progress) : null]);
+    const r = await run(this.pool, 'jobCheckpoint', [
+      token.id,
+      token.attempt,
+      JSON.stringify(checkpoint ?? null),
+      progress ? JSON.stringify(progress) : null,
+    ]);
     return r.rowCount === 1;
   }
 

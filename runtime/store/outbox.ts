@@ -73,7 +73,9 @@ export class Publisher {
     this.pendingDeletes = [];
     this.flushing = run(this.pool, 'outboxDelete', [ids])
       .then(() => undefined)
-      .catch((err: unknown) => this.log.warn({ err, count: ids.length }, 'outbox cleanup failed; the relay will re-publish those jobs (harmless)'))
+      .catch((err: unknown) =>
+        this.log.warn({ err, count: ids.length }, 'outbox cleanup failed; the relay will re-publish those jobs (harmless)'),
+      )
       .finally(() => {
         this.flushing = null;
       });
@@ -148,8 +150,11 @@ export class OutboxRelay {
       await run(client, 'outboxDelete', [rows.map((r) => r.outbox_id as string)]);
       return { rows, live };
     });
-    if (live.length > 0) this.log.info({ count: live.length, jobIds: live.map((r) => r.job_id).slice(0, 20) }, 'relay published jobs whose publish had not happened');
+    if (live.length > 0)
+      this.log.info(
+        { count: live.length, jobIds: live.map((r) => r.job_id).slice(0, 20) },
+        'relay published jobs whose publish had not happened',
+      );
     return { locked: rows.length, sent: live.length };
   }
-
 }

@@ -33,7 +33,11 @@ const POISON_SQL = {
     RETURNING source_message_id`,
 } as const;
 
-async function runPoison<R extends pg.QueryResultRow = pg.QueryResultRow>(db: Queryable, name: keyof typeof POISON_SQL, values: unknown[]): Promise<pg.QueryResult<R>> {
+async function runPoison<R extends pg.QueryResultRow = pg.QueryResultRow>(
+  db: Queryable,
+  name: keyof typeof POISON_SQL,
+  values: unknown[],
+): Promise<pg.QueryResult<R>> {
   return (await db.query({ name: `poison.${name}`, text: POISON_SQL[name], values })) as pg.QueryResult<R>;
 }
 
@@ -91,8 +95,17 @@ export interface PoisonListRequest {
   before?: string;
 }
 
-export async function listPoisonMessages(db: Queryable, req: PoisonListRequest): Promise<{ messages: PoisonMessage[]; nextCursor: string | null }> {
-  const { rows } = await runPoison(db, 'poisonMessageList', [req.reason ?? null, req.since ?? null, req.includeResolved ?? false, req.before ?? null, req.limit + 1]);
+export async function listPoisonMessages(
+  db: Queryable,
+  req: PoisonListRequest,
+): Promise<{ messages: PoisonMessage[]; nextCursor: string | null }> {
+  const { rows } = await runPoison(db, 'poisonMessageList', [
+    req.reason ?? null,
+    req.since ?? null,
+    req.includeResolved ?? false,
+    req.before ?? null,
+    req.limit + 1,
+  ]);
   const page = rows.slice(0, req.limit).map(
     (r): PoisonMessage => ({
       id: String(r.id),

@@ -26,9 +26,29 @@ const JOB_COLUMNS = `id, type, payload, state, idempotency_key, attempt, release
 
 /** The job columns, plus claimed_at (migration 0003). */
 export const JOB = (a: string) =>
-  ['id', 'type', 'payload', 'state', 'idempotency_key', 'attempt', 'releases', 'max_attempts', 'lease_owner', 'lease_expires_at', 'run_after',
-    'progress', 'checkpoint', 'last_error', 'attempt_log', 'result', 'cancelled_by', 'created_at', 'started_at', 'finished_at',
-    'claimed_at']
+  [
+    'id',
+    'type',
+    'payload',
+    'state',
+    'idempotency_key',
+    'attempt',
+    'releases',
+    'max_attempts',
+    'lease_owner',
+    'lease_expires_at',
+    'run_after',
+    'progress',
+    'checkpoint',
+    'last_error',
+    'attempt_log',
+    'result',
+    'cancelled_by',
+    'created_at',
+    'started_at',
+    'finished_at',
+    'claimed_at',
+  ]
     .map((c) => `${a}.${c}`)
     .join(', ');
 
@@ -272,7 +292,9 @@ export const SQL = {
              lease_owner = NULL, lease_expires_at = NULL
         FROM expired e
        WHERE j.id = e.id
-      RETURNING ${JOB_COLUMNS.split(',').map((c) => `j.${c.trim()}`).join(', ')}
+      RETURNING ${JOB_COLUMNS.split(',')
+        .map((c) => `j.${c.trim()}`)
+        .join(', ')}
     ), outboxed AS (
       INSERT INTO jobs.outbox (job_id) SELECT id FROM rescued WHERE state = 'pending' RETURNING id AS outbox_id, job_id
     )

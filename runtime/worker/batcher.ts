@@ -39,7 +39,8 @@ export class Batcher<T, R> {
     if (this.items.length >= this.opts.maxItems) this.flushNow();
     // delayMs 0: flush once the current turn of the event loop is over, so everything that
     // finished together goes in one batch without adding a timer's millisecond.
-    else if (!this.timer) this.timer = this.opts.delayMs === 0 ? setImmediate(() => this.flushNow()) : setTimeout(() => this.flushNow(), this.opts.delayMs);
+    else if (!this.timer)
+      this.timer = this.opts.delayMs === 0 ? setImmediate(() => this.flushNow()) : setTimeout(() => this.flushNow(), this.opts.delayMs);
   }
 
   private flushNow(): void {

@@ -72,13 +72,22 @@ export class Completer {
     const { ctx } = this;
     const { job } = h;
     const t = ctx.opts.timings;
-    const delay = backoffSeconds({ baseSeconds: t.backoffBaseSeconds, maxSeconds: t.backoffMaxSeconds }, attemptsUsed(job), ctx.opts.random);
+    const delay = backoffSeconds(
+      { baseSeconds: t.backoffBaseSeconds, maxSeconds: t.backoffMaxSeconds },
+      attemptsUsed(job),
+      ctx.opts.random,
+    );
     let after: Job | null;
     try {
       after = await ctx.store.fail(h.token, errorToJson(err, !nonRetryable), delay, nonRetryable);
     } catch (dbErr) {
-      if (isDatabaseUnavailable(dbErr)) log.warn({ err: dbErr, cause: err }, 'database unreachable: the failed attempt is not recorded; the job is reclaimed once its lease runs out');
-      else log.error({ err: dbErr, cause: err }, 'could not record the failed attempt; the lease will expire and the job will be reclaimed');
+      if (isDatabaseUnavailable(dbErr))
+        log.warn(
+          { err: dbErr, cause: err },
+          'database unreachable: the failed attempt is not recorded; the job is reclaimed once its lease runs out',
+        );
+      else
+        log.error({ err: dbErr, cause: err }, 'could not record the failed attempt; the lease will expire and the job will be reclaimed');
       return;
     }
     if (!after) {
@@ -101,10 +110,13 @@ export class Completer {
     // is queued through the outbox and this one deleted.
     const nearRedrive = h.message.receiveCount >= t.maxReceiveCount - 1;
     if (nearRedrive && !h.receiptStale) {
-      if (await this.messages.republish([job.id], after.runAfter)) this.messages.delete(h.message, 'replaced by a fresh message before SQS would redrive it');
+      if (await this.messages.republish([job.id], after.runAfter))
+        this.messages.delete(h.message, 'replaced by a fresh message before SQS would redrive it');
       return;
     }
-    const failures = h.receiptStale ? [{ stale: true }] : await this.messages.changeVisibility([{ receipt: h.message.receipt, seconds: Math.ceil(delay) }]);
+    const failures = h.receiptStale
+      ? [{ stale: true }]
+      : await this.messages.changeVisibility([{ receipt: h.message.receipt, seconds: Math.ceil(delay) }]);
     if (failures.length > 0) await this.messages.republish([job.id], after.runAfter);
   }
 
@@ -117,7 +129,10 @@ export class Completer {
     }
     let released = new Set<string>();
     try {
-      released = await ctx.store.release(left.map((h) => h.token), `worker ${ctx.workerId} stopped before the job finished`);
+      released = await ctx.store.release(
+        left.map((h) => h.token),
+        `worker ${ctx.workerId} stopped before the job finished`,
+      );
     } catch (err) {
       ctx.log.error({ err }, 'release failed; the jobs will be reclaimed when their leases expire');
       return;

@@ -34,8 +34,18 @@ export class DeadLetters {
     if (sent) {
       ctx.metrics.count(METRIC.messagesDeadLettered);
       // Also kept in the database, raw body included, for on-call's poison list (runtime/store/poison.ts).
-      await recordPoisonMessage(ctx.opts.pool, { sourceMessageId: m.messageId, reason: reason as PoisonReason, detail: info.detail, body: m.body, attributes: m.attributes, jobId: info.jobId ?? null, workerId: ctx.workerId, receiveCount: m.receiveCount })
-        .catch((err: unknown) => ctx.log.warn({ err, messageId: m.messageId }, 'could not record the poison message; its dead letter still has it'));
+      await recordPoisonMessage(ctx.opts.pool, {
+        sourceMessageId: m.messageId,
+        reason: reason as PoisonReason,
+        detail: info.detail,
+        body: m.body,
+        attributes: m.attributes,
+        jobId: info.jobId ?? null,
+        workerId: ctx.workerId,
+        receiveCount: m.receiveCount,
+      }).catch((err: unknown) =>
+        ctx.log.warn({ err, messageId: m.messageId }, 'could not record the poison message; its dead letter still has it'),
+      );
       ctx.emit('poison-dead-lettered', info.jobId ? { id: info.jobId, type: '?' } : null, `${reason}: ${info.detail}`);
       this.messages.delete(m, `dead-lettered: ${reason}`);
     }

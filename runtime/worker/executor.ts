@@ -27,7 +27,12 @@ export class JobExecutor {
     const log = new JobLog(ctx.log, job);
     const def = ctx.opts.registry.get(job.type);
     if (!def) {
-      return completer.fail(h, new NonRetryableError(`no handler for job type "${job.type}" in this worker (known: ${ctx.opts.registry.types().join(', ')})`), true, log);
+      return completer.fail(
+        h,
+        new NonRetryableError(`no handler for job type "${job.type}" in this worker (known: ${ctx.opts.registry.types().join(', ')})`),
+        true,
+        log,
+      );
     }
     let payload: unknown;
     try {

@@ -201,7 +201,10 @@ export class Fetcher {
             if (s.duplicate) {
               ctx.metrics.count(METRIC.duplicateDeliveries);
               ctx.emit('duplicate-ignored', job, `held by ${job!.leaseOwner}`);
-              ctx.log.info({ jobId: id, type: job!.type, attempt: job!.attempt, receiveCount: m.receiveCount, owner: job!.leaseOwner }, 'duplicate delivery ignored: another worker holds a live lease');
+              ctx.log.info(
+                { jobId: id, type: job!.type, attempt: job!.attempt, receiveCount: m.receiveCount, owner: job!.leaseOwner },
+                'duplicate delivery ignored: another worker holds a live lease',
+              );
             }
             this.messages.delete(m, s.why);
             break;
@@ -218,7 +221,10 @@ export class Fetcher {
             if (dead) {
               ctx.metrics.count(METRIC.jobsDeadLettered);
               ctx.emit('dead-lettered', dead, s.why);
-              ctx.log.error({ jobId: id, type: job!.type, attempt: job!.attempt, receiveCount: m.receiveCount, lastOwner: job!.leaseOwner }, 'job dead: lease expired on its final attempt');
+              ctx.log.error(
+                { jobId: id, type: job!.type, attempt: job!.attempt, receiveCount: m.receiveCount, lastOwner: job!.leaseOwner },
+                'job dead: lease expired on its final attempt',
+              );
               await this.deadLetters.deadLetterJob(dead, m, s.reason);
             } else {
               await this.messages.changeVisibility([{ receipt: m.receipt, seconds: 1 }]);

@@ -58,7 +58,10 @@ export class Heartbeat {
     const now = Date.now();
     let held: Set<string>;
     try {
-      held = await ctx.store.renewLeases(entries.map((h, i) => ({ ...h.token, progress: sentProgress[i] })), t.leaseSeconds);
+      held = await ctx.store.renewLeases(
+        entries.map((h, i) => ({ ...h.token, progress: sentProgress[i] })),
+        t.leaseSeconds,
+      );
     } catch (err) {
       if (isDatabaseUnavailable(err)) this.onDatabaseUnavailable(err);
       ctx.log.warn({ err, jobs: entries.length }, 'heartbeat could not reach the database');
@@ -67,7 +70,10 @@ export class Heartbeat {
     }
     const renewed: Held[] = [];
     entries.forEach((h, i) => {
-      if (!held.has(h.job.id)) return this.loseLease(h, 'heartbeat');
+      if (!held.has(h.job.id)) {
+        this.loseLease(h, 'heartbeat');
+        return;
+      }
       h.lastRenewedAt = now;
       if (h.unsentProgress === sentProgress[i]) h.unsentProgress = null;
       renewed.push(h);
@@ -84,7 +90,10 @@ export class Heartbeat {
       const h = live.find((x) => x.message.receipt === f.receipt);
       if (h && f.stale) {
         h.receiptStale = true;
-        ctx.log.info({ jobId: h.job.id, attempt: h.token.attempt }, 'message handle is stale (the message was delivered again); the lease still protects the job');
+        ctx.log.info(
+          { jobId: h.job.id, attempt: h.token.attempt },
+          'message handle is stale (the message was delivered again); the lease still protects the job',
+        );
       }
     }
   }
@@ -97,7 +106,8 @@ export class Heartbeat {
   fenceUnrenewed(): void {
     const deadline = Date.now() - this.ctx.opts.timings.leaseSeconds * 1000;
     for (const h of this.ctx.held.values()) {
-      if (!h.lost && !h.released && h.lastRenewedAt < deadline) this.loseLease(h, 'heartbeat (the lease ran out before the database could renew it)');
+      if (!h.lost && !h.released && h.lastRenewedAt < deadline)
+        this.loseLease(h, 'heartbeat (the lease ran out before the database could renew it)');
     }
   }
 
@@ -108,7 +118,10 @@ export class Heartbeat {
     h.lost = true;
     ctx.metrics.count(METRIC.leasesLost);
     ctx.emit('lease-lost', { id: h.job.id, type: h.job.type, attempt: h.token.attempt }, during);
-    ctx.log.warn({ jobId: h.job.id, type: h.job.type, attempt: h.token.attempt, during }, 'lease lost; handler aborted, this worker will not complete or fail the job');
+    ctx.log.warn(
+      { jobId: h.job.id, type: h.job.type, attempt: h.token.attempt, during },
+      'lease lost; handler aborted, this worker will not complete or fail the job',
+    );
     ctx.abortHandler(h, new LeaseLostError(h.job.id, h.token.attempt, during));
     // If the job ended (cancelled), our message is a leftover: delete it.
     void ctx.store

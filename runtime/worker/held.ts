@@ -106,7 +106,10 @@ export class WorkerContext {
 }
 
 export function recordProgress(h: Held, fraction: number, message?: string): void {
-  const p: Progress = { fraction: Math.min(1, Math.max(0, Number(fraction) || 0)), ...(message ? { message: String(message).slice(0, 500) } : {}) };
+  const p: Progress = {
+    fraction: Math.min(1, Math.max(0, Number(fraction) || 0)),
+    ...(message ? { message: String(message).slice(0, 500) } : {}),
+  };
   h.unsentProgress = p;
   h.lastProgress = p;
 }

@@ -19,7 +19,7 @@
 // have landed, and a retry would apply them again).
 
 import type pg from 'pg';
-import { JobTransactionEndedError, NonRetryableError, TransactionControlRefusedError } from '../domain/errors.ts';
+import { JobTransactionEndedError, type NonRetryableError, TransactionControlRefusedError } from '../domain/errors.ts';
 import type { JobDb } from '../handlers/types.ts';
 import { findTransactionControl } from './sql-statements.ts';
 
@@ -83,10 +83,14 @@ export class JobTransaction implements JobDb {
         return false;
       }
       try {
-        await c.query(`SELECT CASE WHEN extract(epoch FROM now()) = ${this.startedAt} THEN 1 ELSE ('${CHANGED_MARK}: now() is ' || now())::int END; COMMIT`);
+        await c.query(
+          `SELECT CASE WHEN extract(epoch FROM now()) = ${this.startedAt} THEN 1 ELSE ('${CHANGED_MARK}: now() is ' || now())::int END; COMMIT`,
+        );
       } catch (err) {
         if (err instanceof Error && err.message.includes(CHANGED_MARK)) {
-          throw (this.leftFence = new JobTransactionEndedError(`the transaction at completion began at ${String(err.message.split('now() is ')[1] ?? '?').replace(/"$/, '')}, not the one opened at BEGIN: it was committed or rolled back and a new one begun`));
+          throw (this.leftFence = new JobTransactionEndedError(
+            `the transaction at completion began at ${String(err.message.split('now() is ')[1] ?? '?').replace(/"$/, '')}, not the one opened at BEGIN: it was committed or rolled back and a new one begun`,
+          ));
         }
         throw err;
       }
@@ -120,7 +124,9 @@ export class JobTransaction implements JobDb {
   private checkStillOpen(c: pg.PoolClient, text: string | null): void {
     if (this.leftFence || c.getTransactionStatus() !== 'I') return;
     this.leftFence = new JobTransactionEndedError(
-      text === null ? 'no transaction was open at completion' : `no transaction was open after the statement ${JSON.stringify(text.length > 200 ? `${text.slice(0, 200)}…` : text)}`,
+      text === null
+        ? 'no transaction was open at completion'
+        : `no transaction was open after the statement ${JSON.stringify(text.length > 200 ? `${text.slice(0, 200)}…` : text)}`,
     );
     throw this.leftFence;
   }
@@ -129,11 +135,14 @@ export class JobTransaction implements JobDb {
     this.opening ??= (async () => {
       const c = await this.pool.connect();
       try {
-        const results = (await c.query('BEGIN; SELECT extract(epoch FROM now())::text AS started')) as unknown as pg.QueryResult<{ started: string }>[];
+        const results = (await c.query('BEGIN; SELECT extract(epoch FROM now())::text AS started')) as unknown as pg.QueryResult<{
+          started: string;
+        }>[];
         const started = results[1]?.rows[0]?.started;
         // Interpolated into the check at COMMIT (a parameter would need the extended protocol,
         // which allows no second statement): only a number goes in.
-        if (!started || !/^\d+(\.\d+)?(e[+-]?\d+)?$/i.test(started)) throw new Error(`unexpected transaction start time from PostgreSQL: ${JSON.stringify(started)}`);
+        if (!started || !/^\d+(\.\d+)?(e[+-]?\d+)?$/i.test(started))
+          throw new Error(`unexpected transaction start time from PostgreSQL: ${JSON.stringify(started)}`);
         this.startedAt = started;
       } catch (err) {
         c.release(err as Error);

@@ -23,7 +23,10 @@ export class QueueMessages {
         const failures = await opts.queue.delete(items.map((d) => d.message.receipt));
         for (const f of failures) {
           const d = items.find((i) => i.message.receipt === f.receipt);
-          this.ctx.log.warn({ messageId: d?.message.messageId, why: d?.why, jobId: d?.jobId, code: f.code }, 'message delete failed; it will return and be settled again');
+          this.ctx.log.warn(
+            { messageId: d?.message.messageId, why: d?.why, jobId: d?.jobId, code: f.code },
+            'message delete failed; it will return and be settled again',
+          );
         }
         return [];
       },
@@ -31,7 +34,11 @@ export class QueueMessages {
       {
         maxItems: 100,
         delayMs: 5,
-        onError: (err, items) => this.ctx.log.warn({ err, messages: items.length, why: [...new Set(items.map((d) => d.why))] }, 'message delete failed; the messages will return and be settled again'),
+        onError: (err, items) =>
+          this.ctx.log.warn(
+            { err, messages: items.length, why: [...new Set(items.map((d) => d.why))] },
+            'message delete failed; the messages will return and be settled again',
+          ),
       },
     );
   }

@@ -101,10 +101,13 @@ export class TaskProtection {
       const ok = await this.put(true);
       // Went idle (or released) while the PUT was out: the disable queued behind it wins.
       if (!this.wanted) return;
-      this.renewTimer = setTimeout(() => {
-        this.renewTimer = null;
-        if (this.wanted) this.renew();
-      }, ok ? this.renewEveryMs : this.retryMs);
+      this.renewTimer = setTimeout(
+        () => {
+          this.renewTimer = null;
+          if (this.wanted) this.renew();
+        },
+        ok ? this.renewEveryMs : this.retryMs,
+      );
       this.renewTimer.unref();
     });
   }
@@ -126,12 +129,17 @@ export class TaskProtection {
       const res = await this.fetchFn(`${this.agentUri}/task-protection/v1/state`, {
         method: 'PUT',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(enabled ? { ProtectionEnabled: true, ExpiresInMinutes: this.opts.expiresInMinutes } : { ProtectionEnabled: false }),
+        body: JSON.stringify(
+          enabled ? { ProtectionEnabled: true, ExpiresInMinutes: this.opts.expiresInMinutes } : { ProtectionEnabled: false },
+        ),
         signal: AbortSignal.timeout(this.requestTimeoutMs),
       });
       if (!res.ok) throw new Error(`task protection endpoint answered ${res.status}: ${(await res.text()).slice(0, 300)}`);
       this.protectedUntil = enabled ? sentAt + this.opts.expiresInMinutes * 60_000 : 0;
-      this.log.debug({ enabled, protectedUntil: enabled ? new Date(this.protectedUntil).toISOString() : null }, 'task scale-in protection updated');
+      this.log.debug(
+        { enabled, protectedUntil: enabled ? new Date(this.protectedUntil).toISOString() : null },
+        'task scale-in protection updated',
+      );
       return true;
     } catch (err) {
       const still = this.protectedUntil > Date.now() ? new Date(this.protectedUntil).toISOString() : null;

@@ -110,10 +110,7 @@ export class Worker {
     if (ctx.held.size > 0) {
       ctx.log.info({ jobs: ctx.held.size, drainSeconds }, 'draining running jobs');
       let timer: NodeJS.Timeout | undefined;
-      await Promise.race([
-        Promise.allSettled(running()),
-        new Promise((r) => (timer = setTimeout(r, drainSeconds * 1000))),
-      ]);
+      await Promise.race([Promise.allSettled(running()), new Promise((r) => (timer = setTimeout(r, drainSeconds * 1000)))]);
       clearTimeout(timer);
     }
     const left = [...ctx.held.values()].filter((h) => !h.lost && !h.released);

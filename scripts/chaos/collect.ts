@@ -27,7 +27,11 @@ export async function collectJobs(db: Pick<pg.Pool, 'query'>): Promise<FinalJob[
     createdAt: r.created_at,
     finishedAt: r.finished_at,
     lastError: r.last_error?.message ?? null,
-    attemptLog: (r.attempt_log ?? []).map((a: { outcome: string; name?: string; message?: string }) => ({ outcome: a.outcome, name: a.name, message: a.message })),
+    attemptLog: (r.attempt_log ?? []).map((a: { outcome: string; name?: string; message?: string }) => ({
+      outcome: a.outcome,
+      name: a.name,
+      message: a.message,
+    })),
   }));
 }
 

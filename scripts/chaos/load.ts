@@ -44,7 +44,12 @@ export function pickKind(r: Random): LoadKind {
 export function specFor(kind: LoadKind, n: number, r: Random, attemptCap: number): JobSpec {
   switch (kind) {
     case 'ledger-ok':
-      return { type: 'ledger.post', payload: { batch: `CH-${n}`, entries: between(r, 5, 40), workMs: between(r, 300, 2500) }, maxAttempts: attemptCap, expect: 'succeeded' };
+      return {
+        type: 'ledger.post',
+        payload: { batch: `CH-${n}`, entries: between(r, 5, 40), workMs: between(r, 300, 2500) },
+        maxAttempts: attemptCap,
+        expect: 'succeeded',
+      };
     case 'ledger-flaky':
       return {
         type: 'ledger.post',
@@ -53,11 +58,23 @@ export function specFor(kind: LoadKind, n: number, r: Random, attemptCap: number
         expect: 'succeeded',
       };
     case 'ledger-dead':
-      return { type: 'ledger.post', payload: { batch: `CH-${n}`, entries: between(r, 3, 10), workMs: between(r, 100, 500), failAttempts: 99 }, maxAttempts: 2, expect: 'dead' };
+      return {
+        type: 'ledger.post',
+        payload: { batch: `CH-${n}`, entries: between(r, 3, 10), workMs: between(r, 100, 500), failAttempts: 99 },
+        maxAttempts: 2,
+        expect: 'dead',
+      };
     case 'inventory':
       return {
         type: 'inventory.cost',
-        payload: { store: `S-${n}`, period: '2026-10', skus: between(r, 20, 80), movementsPerSku: 40, chunkSize: 10, workMsPerChunk: between(r, 200, 500) },
+        payload: {
+          store: `S-${n}`,
+          period: '2026-10',
+          skus: between(r, 20, 80),
+          movementsPerSku: 40,
+          chunkSize: 10,
+          workMsPerChunk: between(r, 200, 500),
+        },
         maxAttempts: attemptCap,
         expect: 'succeeded',
       };
@@ -80,11 +97,21 @@ export interface Enqueued {
 
 /** POST /v1/jobs once, or `copies` times at once for a keyed job. */
 export async function enqueueViaApi(apiUrl: string, spec: JobSpec, copies = 1): Promise<Enqueued> {
-  const body = JSON.stringify({ type: spec.type, payload: spec.payload, maxAttempts: spec.maxAttempts, ...(spec.idempotencyKey ? { idempotencyKey: spec.idempotencyKey } : {}) });
+  const body = JSON.stringify({
+    type: spec.type,
+    payload: spec.payload,
+    maxAttempts: spec.maxAttempts,
+    ...(spec.idempotencyKey ? { idempotencyKey: spec.idempotencyKey } : {}),
+  });
   const results = await Promise.all(
     Array.from({ length: copies }, async () => {
       try {
-        const res = await fetch(`${apiUrl}/v1/jobs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: AbortSignal.timeout(15_000) });
+        const res = await fetch(`${apiUrl}/v1/jobs`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body,
+          signal: AbortSignal.timeout(15_000),
+        });
         if (res.status !== 201 && res.status !== 200) return null;
         return ((await res.json()) as { id: string }).id;
       } catch {
@@ -101,5 +128,9 @@ export async function enqueueViaApi(apiUrl: string, spec: JobSpec, copies = 1): 
     via: 'api' as const,
     ...(spec.idempotencyKey ? { idempotencyKey: spec.idempotencyKey } : {}),
   }));
-  return { planned, errors, ...(spec.idempotencyKey && copies > 1 ? { burst: { key: spec.idempotencyKey, type: spec.type, returnedIds: ids } } : {}) };
+  return {
+    planned,
+    errors,
+    ...(spec.idempotencyKey && copies > 1 ? { burst: { key: spec.idempotencyKey, type: spec.type, returnedIds: ids } } : {}),
+  };
 }

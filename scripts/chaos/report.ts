@@ -31,31 +31,53 @@ export function formatReport(r: ChaosResult, wallSeconds: number): string {
   out.push(
     ...table(
       [
-        ['duplicate deliveries, concurrent with the first', fault('duplicate'), `${o.events['duplicate-ignored'] ?? 0} ignored by a worker (live lease)`],
+        [
+          'duplicate deliveries, concurrent with the first',
+          fault('duplicate'),
+          `${o.events['duplicate-ignored'] ?? 0} ignored by a worker (live lease)`,
+        ],
         ['kill -9 of a worker mid-job', fault('kill'), `holding ${notes.heldAtKill} jobs`],
         ['worker restarts', fault('restart')],
-        [`SIGSTOP for ${t.leaseSeconds + 4} s (lease ${t.leaseSeconds} s), then SIGCONT`, fault('pause'), `holding ${notes.heldAtPause} jobs; ${notes.zombieRefusals} zombie writes refused (lease lost)`],
+        [
+          `SIGSTOP for ${t.leaseSeconds + 4} s (lease ${t.leaseSeconds} s), then SIGCONT`,
+          fault('pause'),
+          `holding ${notes.heldAtPause} jobs; ${notes.zombieRefusals} zombie writes refused (lease lost)`,
+        ],
         ['enqueue, then ROLLBACK', fault('rollback'), `${f.rolledBack} jobs`],
         ['publisher killed -9 between COMMIT and publish', fault('publisher-killed')],
         ['SQS errors (request failed or response lost)', fault('sqs-error')],
         ['database connections dropped (pg_terminate_backend)', fault('db-connections-dropped'), `${notes.connectionsDropped} connections`],
-        [`database failover: connections reset, refused for ${notes.failoverSeconds} s`, fault('db-failover'), `${o.enqueueErrors} enqueue requests answered 503 meanwhile`],
+        [
+          `database failover: connections reset, refused for ${notes.failoverSeconds} s`,
+          fault('db-failover'),
+          `${o.enqueueErrors} enqueue requests answered 503 meanwhile`,
+        ],
         ['job queue purged (PurgeQueue)', fault('queue-purged'), `${notes.purgedPending} pending jobs lost their message`],
       ],
       ['faults injected', 'count'],
     ),
   );
   out.push('');
-  const types = Object.entries(f.byType).map(([k, n]) => `${k} ${n}`).join(', ');
+  const types = Object.entries(f.byType)
+    .map(([k, n]) => `${k} ${n}`)
+    .join(', ');
   out.push(
     ...table(
       [
         ['committed', f.committed, types + (o.enqueueErrors ? `; ${o.enqueueErrors} enqueue requests failed` : '')],
         ['succeeded', f.succeeded],
-        ['dead, reason on the DLQ', f.dead, f.deadByFaults ? `${f.deadByFaults} planned to succeed, attempts used up by faults` : 'all planned to fail past their cap'],
+        [
+          'dead, reason on the DLQ',
+          f.dead,
+          f.deadByFaults ? `${f.deadByFaults} planned to succeed, attempts used up by faults` : 'all planned to fail past their cap',
+        ],
         ['idempotency keys (concurrent bursts of 4)', f.keys, `${f.duplicatesReturned} enqueues answered with the existing job`],
         ['inventory runs resumed from a checkpoint', f.resumedFromCheckpoint],
-        ['events seen on the bus', Object.values(o.events).reduce((a, b) => a + b, 0), `claimed ${o.events.claimed ?? 0}, reclaimed ${o.events.reclaimed ?? 0}, lease lost ${o.events['lease-lost'] ?? 0}, retried ${o.events.retried ?? 0}`],
+        [
+          'events seen on the bus',
+          Object.values(o.events).reduce((a, b) => a + b, 0),
+          `claimed ${o.events.claimed ?? 0}, reclaimed ${o.events.reclaimed ?? 0}, lease lost ${o.events['lease-lost'] ?? 0}, retried ${o.events.retried ?? 0}`,
+        ],
       ],
       ['jobs', 'count'],
     ),

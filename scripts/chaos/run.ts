@@ -19,7 +19,17 @@ import { jobMessageBody } from '../../runtime/queue/message.ts';
 import { SqsQueue } from '../../runtime/queue/sqs.ts';
 import { collectEffects, collectJobs } from './collect.ts';
 import { enqueueViaApi, pickKind, seeded, specFor } from './load.ts';
-import { TERMINAL, verify, type KeyBurst, type KillRecord, type Observations, type PlannedJob, type RolledBack, type TrackedJob, type Verdict } from './verify.ts';
+import {
+  TERMINAL,
+  verify,
+  type KeyBurst,
+  type KillRecord,
+  type Observations,
+  type PlannedJob,
+  type RolledBack,
+  type TrackedJob,
+  type Verdict,
+} from './verify.ts';
 
 /** Short enough to see many leases expire in a short run; sound by the same rules as production. */
 export const CHAOS_TIMINGS: JobTimings = {
@@ -70,15 +80,30 @@ export interface ChaosResult {
   options: Omit<ChaosOptions, 'log'>;
   timings: JobTimings;
   /** Extra figures the checks do not need. */
-  notes: { zombieRefusals: number; heldAtKill: number; heldAtPause: number; connectionsDropped: number; faultsSkipped: number; drainSeconds: number; failoverSeconds: number; purgedPending: number };
+  notes: {
+    zombieRefusals: number;
+    heldAtKill: number;
+    heldAtPause: number;
+    connectionsDropped: number;
+    faultsSkipped: number;
+    drainSeconds: number;
+    failoverSeconds: number;
+    purgedPending: number;
+  };
 }
 
 const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((r) => {
     if (signal?.aborted) return r();
     // The listener goes with the timer: one per sleep left behind would pile up on the run's signal.
-    const onAbort = () => (clearTimeout(t), r());
-    const t = setTimeout(() => (signal?.removeEventListener('abort', onAbort), r()), ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      r();
+    };
+    const t = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      r();
+    }, ms);
     signal?.addEventListener('abort', onAbort, { once: true });
   });
 
@@ -141,7 +166,9 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
   const aborted = () => signal?.aborted === true;
   const started = Date.now();
   const dir = await mkdtemp(join(tmpdir(), 'jobs-chaos-'));
-  log(`starting the local stack: embedded PostgreSQL, local SQS, the API, ${o.workers} workers and 1 worker with ${Math.round(o.sqsErrorRate * 100)} % SQS errors…`);
+  log(
+    `starting the local stack: embedded PostgreSQL, local SQS, the API, ${o.workers} workers and 1 worker with ${Math.round(o.sqsErrorRate * 100)} % SQS errors…`,
+  );
   const stack = await startLocalStack({
     workers: o.workers,
     dir,
@@ -215,8 +242,32 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       }
     })();
 
-    type Fault = 'kill' | 'duplicate' | 'duplicate-at-enqueue' | 'rollback' | 'pause' | 'publisher-killed' | 'db-connections-dropped' | 'db-failover' | 'queue-purged';
-    const cycle: Fault[] = ['duplicate', 'kill', 'queue-purged', 'rollback', 'pause', 'publisher-killed', 'db-failover', 'db-connections-dropped', 'duplicate-at-enqueue', 'kill', 'duplicate', 'rollback', 'pause', 'duplicate-at-enqueue'];
+    type Fault =
+      | 'kill'
+      | 'duplicate'
+      | 'duplicate-at-enqueue'
+      | 'rollback'
+      | 'pause'
+      | 'publisher-killed'
+      | 'db-connections-dropped'
+      | 'db-failover'
+      | 'queue-purged';
+    const cycle: Fault[] = [
+      'duplicate',
+      'kill',
+      'queue-purged',
+      'rollback',
+      'pause',
+      'publisher-killed',
+      'db-failover',
+      'db-connections-dropped',
+      'duplicate-at-enqueue',
+      'kill',
+      'duplicate',
+      'rollback',
+      'pause',
+      'duplicate-at-enqueue',
+    ];
     // Seconds from a failover's end to the first claim after it, and from a purge to every job
     // that was pending then having been claimed again (or ended).
     const failovers: number[] = [];
@@ -287,7 +338,10 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
           background.push(
             r.over.then(async () => {
               const back = new Date();
-              const resumed = await untilTrue(async () => (await db!.query('SELECT 1 FROM jobs.job WHERE claimed_at > $1 LIMIT 1', [back])).rowCount === 1, 60_000);
+              const resumed = await untilTrue(
+                async () => (await db!.query('SELECT 1 FROM jobs.job WHERE claimed_at > $1 LIMIT 1', [back])).rowCount === 1,
+                60_000,
+              );
               if (resumed) failovers.push(Date.now() - back.getTime());
             }),
           );
@@ -303,7 +357,13 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
           const ids = rows.map((r) => r.id);
           background.push(
             untilTrue(
-              async () => (await db!.query("SELECT 1 FROM jobs.job WHERE id = ANY($1::uuid[]) AND state = 'pending' AND (claimed_at IS NULL OR claimed_at < $2) LIMIT 1", [ids, at])).rowCount === 0,
+              async () =>
+                (
+                  await db!.query(
+                    "SELECT 1 FROM jobs.job WHERE id = ANY($1::uuid[]) AND state = 'pending' AND (claimed_at IS NULL OR claimed_at < $2) LIMIT 1",
+                    [ids, at],
+                  )
+                ).rowCount === 0,
               o.drainTimeoutSeconds * 1000,
             ).then((healed) => {
               if (healed) purges.push(Date.now() - at.getTime());
@@ -374,8 +434,13 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       purgeToHealed: purges,
       // Every worker that exited was one the kill fault SIGKILLed; the API never exits.
       unexpectedExits: [
-        ...workers.list().filter((w) => w.state === 'exited' && !kills.some((k) => k.workerId === w.id)).map((w) => `worker ${w.id} exited without being killed`),
-        ...(stack.api.exitCode !== null || stack.api.signalCode !== null ? [`the API process exited (${stack.api.exitCode ?? stack.api.signalCode})`] : []),
+        ...workers
+          .list()
+          .filter((w) => w.state === 'exited' && !kills.some((k) => k.workerId === w.id))
+          .map((w) => `worker ${w.id} exited without being killed`),
+        ...(stack.api.exitCode !== null || stack.api.signalCode !== null
+          ? [`the API process exited (${stack.api.exitCode ?? stack.api.signalCode})`]
+          : []),
       ],
     };
     const { log: _log, signal: _signal, ...options } = o;

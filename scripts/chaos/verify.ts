@@ -144,7 +144,18 @@ export interface Verdict {
 }
 
 /** The fault kinds a run must have injected at least once. */
-export const REQUIRED_FAULTS = ['duplicate', 'kill', 'restart', 'pause', 'rollback', 'publisher-killed', 'sqs-error', 'db-connections-dropped', 'db-failover', 'queue-purged'];
+export const REQUIRED_FAULTS = [
+  'duplicate',
+  'kill',
+  'restart',
+  'pause',
+  'rollback',
+  'publisher-killed',
+  'sqs-error',
+  'db-connections-dropped',
+  'db-failover',
+  'queue-purged',
+];
 
 const short = (id: string) => id.slice(-8);
 
@@ -191,12 +202,17 @@ function parseDlq(body: string): DlqEntry {
 export function verify(o: Observations): Verdict {
   const checks: Check[] = [];
   const byId = new Map(o.jobs.map((j) => [j.id, j]));
-  const check = (name: string, summary: string, violations: string[]) => checks.push({ name, ok: violations.length === 0, summary, violations });
+  const check = (name: string, summary: string, violations: string[]) =>
+    checks.push({ name, ok: violations.length === 0, summary, violations });
 
   // lost, stuck
   const lost = o.planned.filter((p) => !byId.has(p.id));
   const stuck = o.planned.filter((p) => byId.has(p.id) && !TERMINAL.includes(byId.get(p.id)!.state));
-  check('lost', `every one of ${o.planned.length} committed jobs exists in the job table`, lost.map((p) => `job ${p.id} (${p.type}, via ${p.via}) was committed and is not in the job table`));
+  check(
+    'lost',
+    `every one of ${o.planned.length} committed jobs exists in the job table`,
+    lost.map((p) => `job ${p.id} (${p.type}, via ${p.via}) was committed and is not in the job table`),
+  );
   check(
     'stuck',
     'every committed job is terminal at the end',
@@ -217,7 +233,9 @@ export function verify(o: Observations): Verdict {
       deadByFaults++;
       continue;
     }
-    finalViolations.push(`job ${p.id} (${p.type}) ended ${j.state}, planned ${p.expect}${j.lastError ? ` (last error: ${j.lastError.slice(0, 120)})` : ''}`);
+    finalViolations.push(
+      `job ${p.id} (${p.type}) ended ${j.state}, planned ${p.expect}${j.lastError ? ` (last error: ${j.lastError.slice(0, 120)})` : ''}`,
+    );
   }
   check('final-state', 'each committed job ended as planned (succeeded, or dead when planned to fail past its cap)', finalViolations);
 
@@ -229,7 +247,9 @@ export function verify(o: Observations): Verdict {
   check(
     'dead-lettered',
     `each of ${dead.length} dead jobs has its reason on the DLQ`,
-    dead.filter((j) => !reported.has(j.id)).map((j) => `dead job ${j.id} (${j.type}, ${j.lastError?.slice(0, 80) ?? 'no error'}) has no report on the DLQ`),
+    dead
+      .filter((j) => !reported.has(j.id))
+      .map((j) => `dead job ${j.id} (${j.type}, ${j.lastError?.slice(0, 80) ?? 'no error'}) has no report on the DLQ`),
   );
 
   // exact effects
@@ -244,13 +264,18 @@ export function verify(o: Observations): Verdict {
     const got = j.type === 'ledger.post' ? (ledgerByJob.get(j.id) ?? 0) : j.type === 'inventory.cost' ? (invByJob.get(j.id)?.rows ?? 0) : 0;
     if (got > want.rows) {
       doubleEffects++;
-      effectViolations.push(`job ${j.id} (${j.type}, ${j.state}, attempt ${j.attempt}) has ${got} rows, expected ${want.rows}: effects applied more than once or by a job that did not succeed`);
+      effectViolations.push(
+        `job ${j.id} (${j.type}, ${j.state}, attempt ${j.attempt}) has ${got} rows, expected ${want.rows}: effects applied more than once or by a job that did not succeed`,
+      );
     } else if (got < want.rows) {
       missingEffects++;
       effectViolations.push(`job ${j.id} (${j.type}, ${j.state}) has ${got} rows, expected ${want.rows}: effects missing`);
     } else if (want.total !== undefined) {
       const total = invByJob.get(j.id)?.total ?? 0;
-      if (Math.abs(total - want.total) > 0.005) effectViolations.push(`job ${j.id} (inventory.cost) costed ${total}, expected ${want.total}: the figures differ from an uninterrupted run`);
+      if (Math.abs(total - want.total) > 0.005)
+        effectViolations.push(
+          `job ${j.id} (inventory.cost) costed ${total}, expected ${want.total}: the figures differ from an uninterrupted run`,
+        );
     }
   }
   const orphanJobs = new Set([...ledgerByJob.keys(), ...invByJob.keys()].filter((id) => !byId.has(id)));
@@ -268,24 +293,32 @@ export function verify(o: Observations): Verdict {
     for (const id of rb.jobIds) {
       if (byId.has(id)) rbViolations.push(`job ${id} of a rolled-back transaction exists (${byId.get(id)!.state})`);
       if (claimed.has(id)) rbViolations.push(`job ${id} of a rolled-back transaction was claimed by a worker`);
-      if (mentioned(id, o.dlq) || mentioned(id, o.queue)) rbViolations.push(`a message for job ${id} of a rolled-back transaction was published`);
+      if (mentioned(id, o.dlq) || mentioned(id, o.queue))
+        rbViolations.push(`a message for job ${id} of a rolled-back transaction was published`);
     }
     const rows = o.ledger.filter((r) => r.batch === rb.batch).reduce((s, r) => s + r.rows, 0);
     if (rows > 0) rbViolations.push(`batch ${rb.batch} of a rolled-back transaction has ${rows} ledger rows`);
   }
   const rolledBackJobs = o.rolledBack.reduce((s, r) => s + r.jobIds.length, 0);
-  check('rolled-back', `none of ${rolledBackJobs} jobs enqueued in rolled-back transactions exists, ran, wrote or was published`, rbViolations);
+  check(
+    'rolled-back',
+    `none of ${rolledBackJobs} jobs enqueued in rolled-back transactions exists, ran, wrote or was published`,
+    rbViolations,
+  );
 
   // idempotency
   const idemViolations: string[] = [];
   const byKey = new Map<string, FinalJob[]>();
-  for (const j of o.jobs) if (j.idempotencyKey) byKey.set(`${j.type}\u0000${j.idempotencyKey}`, [...(byKey.get(`${j.type}\u0000${j.idempotencyKey}`) ?? []), j]);
+  for (const j of o.jobs)
+    if (j.idempotencyKey) byKey.set(`${j.type}\u0000${j.idempotencyKey}`, [...(byKey.get(`${j.type}\u0000${j.idempotencyKey}`) ?? []), j]);
   for (const [k, jobs] of byKey) {
     const sorted = [...jobs].sort((a, b) => a.createdAt.localeCompare(b.createdAt));
     for (let i = 1; i < sorted.length; i++) {
       const prev = sorted[i - 1]!;
       if (!prev.finishedAt || prev.finishedAt > sorted[i]!.createdAt) {
-        idemViolations.push(`key ${k.split('\u0000')[1]}: job ${sorted[i]!.id} was created while job ${prev.id} with the same key was still active`);
+        idemViolations.push(
+          `key ${k.split('\u0000')[1]}: job ${sorted[i]!.id} was created while job ${prev.id} with the same key was still active`,
+        );
       }
     }
   }
@@ -293,7 +326,10 @@ export function verify(o: Observations): Verdict {
   for (const b of o.bursts) {
     const ids = new Set(b.returnedIds);
     duplicatesReturned += b.returnedIds.length - ids.size;
-    if (ids.size > 1) idemViolations.push(`key ${b.key}: ${b.returnedIds.length} concurrent enqueues got ${ids.size} different jobs (${[...ids].map(short).join(', ')})`);
+    if (ids.size > 1)
+      idemViolations.push(
+        `key ${b.key}: ${b.returnedIds.length} concurrent enqueues got ${ids.size} different jobs (${[...ids].map(short).join(', ')})`,
+      );
   }
   check('idempotency', `one active job per idempotency key (${byKey.size} keys, ${o.bursts.length} concurrent bursts)`, idemViolations);
 
@@ -308,7 +344,10 @@ export function verify(o: Observations): Verdict {
     const j = d.jobId ? byId.get(d.jobId) : undefined;
     if (!d.jobId) dlqViolations.push('a message the worker could not parse reached the DLQ (the chaos run sends none)');
     else if (!j) dlqViolations.push(`a message for job ${d.jobId}, which does not exist, reached the DLQ`);
-    else if (j.state !== 'dead') dlqViolations.push(`job ${d.jobId} (${j.state}) had its message redriven to the DLQ: a live job drifted there through repeated receives`);
+    else if (j.state !== 'dead')
+      dlqViolations.push(
+        `job ${d.jobId} (${j.state}) had its message redriven to the DLQ: a live job drifted there through repeated receives`,
+      );
   }
   check('dlq-only-dead', `the DLQ holds dead jobs' reports only (${o.dlq.length} messages)`, dlqViolations);
 
@@ -319,18 +358,16 @@ export function verify(o: Observations): Verdict {
     REQUIRED_FAULTS.filter((f) => !(o.faults[f]! > 0)).map((f) => `no ${f} fault was injected: the run proves nothing about it`),
   );
 
-  check(
-    'no-exits',
-    'no process ended but those the kill fault killed (a database failover ends none)',
-    o.unexpectedExits ?? [],
-  );
+  check('no-exits', 'no process ended but those the kill fault killed (a database failover ends none)', o.unexpectedExits ?? []);
 
   // kill → resumption: every job a killed worker held was taken up again (or had ended)
   const killed = o.kills.flatMap((k) => k.jobs.map((j) => ({ ...j, at: k.at })));
   check(
     'resumed-after-kill',
     `each of ${killed.length} jobs held by a killed worker was resumed by another attempt`,
-    killed.filter((j) => j.outcome === 'not-resumed').map((j) => `job ${j.id} held at attempt ${j.attempt} by a killed worker was never resumed`),
+    killed
+      .filter((j) => j.outcome === 'not-resumed')
+      .map((j) => `job ${j.id} held at attempt ${j.attempt} by a killed worker was never resumed`),
   );
 
   const succeeded = o.jobs.filter((j) => j.state === 'succeeded');
@@ -350,7 +387,9 @@ export function verify(o: Observations): Verdict {
     rolledBack: rolledBackJobs,
     keys: byKey.size,
     duplicatesReturned,
-    resumedFromCheckpoint: succeeded.filter((j) => j.type === 'inventory.cost' && Number((j.result as { resumedFrom?: unknown } | null)?.resumedFrom) > 0).length,
+    resumedFromCheckpoint: succeeded.filter(
+      (j) => j.type === 'inventory.cost' && Number((j.result as { resumedFrom?: unknown } | null)?.resumedFrom) > 0,
+    ).length,
     killToResumption: stats(resumed(o.kills)),
     pauseToReclaim: stats(resumed(o.pauses)),
     commitToClaimAfterPublisherKilled: stats(resumed(o.unpublished)),

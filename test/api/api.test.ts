@@ -14,8 +14,21 @@ import { createPlatform, type Platform } from '../support/platform.ts';
 import { call, capturingLogger, rawRequest, startServer, type TestServer } from './support.ts';
 
 const JOB_KEYS = [
-  'attempt', 'cancelledBy', 'createdAt', 'finishedAt', 'id', 'idempotencyKey', 'lastError', 'maxAttempts',
-  'payload', 'progress', 'result', 'runAfter', 'startedAt', 'state', 'type',
+  'attempt',
+  'cancelledBy',
+  'createdAt',
+  'finishedAt',
+  'id',
+  'idempotencyKey',
+  'lastError',
+  'maxAttempts',
+  'payload',
+  'progress',
+  'result',
+  'runAfter',
+  'startedAt',
+  'state',
+  'type',
 ].sort();
 const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -159,34 +172,193 @@ describe('jobs API', () => {
   describe('bad input: a 4xx naming the field and the reason, and no job', () => {
     const big = 'x'.repeat(MAX_PAYLOAD_BYTES + 10);
     const nested = (depth: number): unknown => (depth === 0 ? 1 : { a: nested(depth - 1) });
-    const cases: { name: string; body?: string | Uint8Array; json?: unknown; headers?: Record<string, string>; status: number; code: string; field?: string; message: RegExp }[] = [
-      { name: 'malformed JSON', body: '{"type": "ledger.post",', headers: { 'content-type': 'application/json' }, status: 400, code: 'malformed_json', field: 'body', message: /^body: is not valid JSON/ },
-      { name: 'wrong content type', body: JSON.stringify(ledger('B')), headers: { 'content-type': 'text/plain' }, status: 415, code: 'unsupported_media_type', field: 'Content-Type', message: /must be application\/json \(got "text\/plain"\)/ },
-      { name: 'form content type', body: 'type=ledger.post', headers: { 'content-type': 'application/x-www-form-urlencoded' }, status: 415, code: 'unsupported_media_type', field: 'Content-Type', message: /application\/json/ },
-      { name: 'no body', body: '', headers: { 'content-type': 'application/json' }, status: 400, code: 'invalid_body', field: 'body', message: /^body: is required/ },
+    const cases: {
+      name: string;
+      body?: string | Uint8Array;
+      json?: unknown;
+      headers?: Record<string, string>;
+      status: number;
+      code: string;
+      field?: string;
+      message: RegExp;
+    }[] = [
+      {
+        name: 'malformed JSON',
+        body: '{"type": "ledger.post",',
+        headers: { 'content-type': 'application/json' },
+        status: 400,
+        code: 'malformed_json',
+        field: 'body',
+        message: /^body: is not valid JSON/,
+      },
+      {
+        name: 'wrong content type',
+        body: JSON.stringify(ledger('B')),
+        headers: { 'content-type': 'text/plain' },
+        status: 415,
+        code: 'unsupported_media_type',
+        field: 'Content-Type',
+        message: /must be application\/json \(got "text\/plain"\)/,
+      },
+      {
+        name: 'form content type',
+        body: 'type=ledger.post',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        status: 415,
+        code: 'unsupported_media_type',
+        field: 'Content-Type',
+        message: /application\/json/,
+      },
+      {
+        name: 'no body',
+        body: '',
+        headers: { 'content-type': 'application/json' },
+        status: 400,
+        code: 'invalid_body',
+        field: 'body',
+        message: /^body: is required/,
+      },
       { name: 'a JSON array', json: [ledger('B')], status: 400, code: 'invalid_body', field: 'body', message: /must be a JSON object/ },
-      { name: 'a misspelt field', json: { ...ledger('B'), idempotency_key: 'k' }, status: 400, code: 'invalid_field', field: 'idempotency_key', message: /^idempotency_key: is not a field of a job \(allowed: type, payload, idempotencyKey, maxAttempts, runAt\)/ },
+      {
+        name: 'a misspelt field',
+        json: { ...ledger('B'), idempotency_key: 'k' },
+        status: 400,
+        code: 'invalid_field',
+        field: 'idempotency_key',
+        message: /^idempotency_key: is not a field of a job \(allowed: type, payload, idempotencyKey, maxAttempts, runAt\)/,
+      },
       { name: 'no type', json: { payload: {} }, status: 400, code: 'invalid_field', field: 'type', message: /^type: is required/ },
-      { name: 'an unknown type', json: { type: 'ledger.psot', payload: {} }, status: 400, code: 'invalid_field', field: 'type', message: /^type: unknown job type "ledger.psot"; known types: inventory.cost, ledger.post/ },
-      { name: 'a payload of the wrong shape', json: { type: 'ledger.post', payload: { batch: 'B', entries: 'three' } }, status: 400, code: 'invalid_field', field: 'payload.entries', message: /^payload.entries: must be a whole number from 1 to 100000 \(got "three"\)/ },
-      { name: 'a payload with an extra field', json: { type: 'ledger.post', payload: { batch: 'B', entries: 1, amount: 5 } }, status: 400, code: 'invalid_field', field: 'payload.amount', message: /is not a field of this job type/ },
-      { name: 'maxAttempts out of range', json: ledger('B', { maxAttempts: 0 }), status: 400, code: 'invalid_field', field: 'maxAttempts', message: /^maxAttempts: must be a whole number from 1 to 100/ },
-      { name: 'maxAttempts as a string', json: ledger('B', { maxAttempts: '3' }), status: 400, code: 'invalid_field', field: 'maxAttempts', message: /^maxAttempts: must be a whole number/ },
-      { name: 'runAt not a timestamp', json: ledger('B', { runAt: 'tomorrow' }), status: 400, code: 'invalid_field', field: 'runAt', message: /^runAt: must be an ISO 8601 timestamp/ },
-      { name: 'runAt without an offset', json: ledger('B', { runAt: '2026-12-01T06:00:00' }), status: 400, code: 'invalid_field', field: 'runAt', message: /with an offset/ },
-      { name: 'runAt as a number', json: ledger('B', { runAt: 1767225600000 }), status: 400, code: 'invalid_field', field: 'runAt', message: /^runAt: must be an ISO 8601 timestamp with an offset.*\(got 1767225600000\)/ },
-      { name: 'an empty idempotency key', json: ledger('B', { idempotencyKey: '' }), status: 400, code: 'invalid_field', field: 'idempotencyKey', message: /^idempotencyKey: must be a string of 1 to 200 characters/ },
-      { name: 'a NUL character', json: ledger('B\u0000C'), status: 400, code: 'invalid_field', field: 'payload.batch', message: /NUL character/ },
-      { name: 'an unpaired surrogate', body: '{"type":"ledger.post","payload":{"batch":"\\ud800","entries":1}}', headers: { 'content-type': 'application/json' }, status: 400, code: 'invalid_field', field: 'payload.batch', message: /unpaired UTF-16 surrogate/ },
-      { name: 'invalid UTF-8', body: new Uint8Array([0x7b, 0x22, 0xff, 0xfe, 0x22, 0x7d]), headers: { 'content-type': 'application/json' }, status: 400, code: 'invalid_body', field: 'body', message: /not valid UTF-8/ },
-      { name: 'nesting deeper than 64', json: { type: 'ledger.post', payload: nested(100) }, status: 400, code: 'invalid_field', message: /nests deeper than 64 levels/ },
-      { name: 'a payload over the limit', json: ledger(big), status: 413, code: 'payload_too_large', field: 'payload', message: new RegExp(`^payload: is \\d+ bytes; the limit is ${MAX_PAYLOAD_BYTES} bytes`) },
-      { name: 'a body over the read cap', json: { type: 'ledger.post', payload: { batch: 'B', entries: 1, pad: 'x'.repeat(3 * MAX_PAYLOAD_BYTES) } }, status: 413, code: 'payload_too_large', field: 'body', message: new RegExp(`^body: is larger than ${2 * MAX_PAYLOAD_BYTES} bytes; a job payload may be at most ${MAX_PAYLOAD_BYTES} bytes`) },
+      {
+        name: 'an unknown type',
+        json: { type: 'ledger.psot', payload: {} },
+        status: 400,
+        code: 'invalid_field',
+        field: 'type',
+        message: /^type: unknown job type "ledger.psot"; known types: inventory.cost, ledger.post/,
+      },
+      {
+        name: 'a payload of the wrong shape',
+        json: { type: 'ledger.post', payload: { batch: 'B', entries: 'three' } },
+        status: 400,
+        code: 'invalid_field',
+        field: 'payload.entries',
+        message: /^payload.entries: must be a whole number from 1 to 100000 \(got "three"\)/,
+      },
+      {
+        name: 'a payload with an extra field',
+        json: { type: 'ledger.post', payload: { batch: 'B', entries: 1, amount: 5 } },
+        status: 400,
+        code: 'invalid_field',
+        field: 'payload.amount',
+        message: /is not a field of this job type/,
+      },
+      {
+        name: 'maxAttempts out of range',
+        json: ledger('B', { maxAttempts: 0 }),
+        status: 400,
+        code: 'invalid_field',
+        field: 'maxAttempts',
+        message: /^maxAttempts: must be a whole number from 1 to 100/,
+      },
+      {
+        name: 'maxAttempts as a string',
+        json: ledger('B', { maxAttempts: '3' }),
+        status: 400,
+        code: 'invalid_field',
+        field: 'maxAttempts',
+        message: /^maxAttempts: must be a whole number/,
+      },
+      {
+        name: 'runAt not a timestamp',
+        json: ledger('B', { runAt: 'tomorrow' }),
+        status: 400,
+        code: 'invalid_field',
+        field: 'runAt',
+        message: /^runAt: must be an ISO 8601 timestamp/,
+      },
+      {
+        name: 'runAt without an offset',
+        json: ledger('B', { runAt: '2026-12-01T06:00:00' }),
+        status: 400,
+        code: 'invalid_field',
+        field: 'runAt',
+        message: /with an offset/,
+      },
+      {
+        name: 'runAt as a number',
+        json: ledger('B', { runAt: 1767225600000 }),
+        status: 400,
+        code: 'invalid_field',
+        field: 'runAt',
+        message: /^runAt: must be an ISO 8601 timestamp with an offset.*\(got 1767225600000\)/,
+      },
+      {
+        name: 'an empty idempotency key',
+        json: ledger('B', { idempotencyKey: '' }),
+        status: 400,
+        code: 'invalid_field',
+        field: 'idempotencyKey',
+        message: /^idempotencyKey: must be a string of 1 to 200 characters/,
+      },
+      {
+        name: 'a NUL character',
+        json: ledger('B\u0000C'),
+        status: 400,
+        code: 'invalid_field',
+        field: 'payload.batch',
+        message: /NUL character/,
+      },
+      {
+        name: 'an unpaired surrogate',
+        body: '{"type":"ledger.post","payload":{"batch":"\\ud800","entries":1}}',
+        headers: { 'content-type': 'application/json' },
+        status: 400,
+        code: 'invalid_field',
+        field: 'payload.batch',
+        message: /unpaired UTF-16 surrogate/,
+      },
+      {
+        name: 'invalid UTF-8',
+        body: new Uint8Array([0x7b, 0x22, 0xff, 0xfe, 0x22, 0x7d]),
+        headers: { 'content-type': 'application/json' },
+        status: 400,
+        code: 'invalid_body',
+        field: 'body',
+        message: /not valid UTF-8/,
+      },
+      {
+        name: 'nesting deeper than 64',
+        json: { type: 'ledger.post', payload: nested(100) },
+        status: 400,
+        code: 'invalid_field',
+        message: /nests deeper than 64 levels/,
+      },
+      {
+        name: 'a payload over the limit',
+        json: ledger(big),
+        status: 413,
+        code: 'payload_too_large',
+        field: 'payload',
+        message: new RegExp(`^payload: is \\d+ bytes; the limit is ${MAX_PAYLOAD_BYTES} bytes`),
+      },
+      {
+        name: 'a body over the read cap',
+        json: { type: 'ledger.post', payload: { batch: 'B', entries: 1, pad: 'x'.repeat(3 * MAX_PAYLOAD_BYTES) } },
+        status: 413,
+        code: 'payload_too_large',
+        field: 'body',
+        message: new RegExp(
+          `^body: is larger than ${2 * MAX_PAYLOAD_BYTES} bytes; a job payload may be at most ${MAX_PAYLOAD_BYTES} bytes`,
+        ),
+      },
     ];
 
     it.each(cases)('$name → $status', async (c) => {
       const before = await jobCount(p);
-      const r = await call(api.url, 'POST', '/v1/jobs', { ...(c.json !== undefined ? { json: c.json } : { body: c.body! }), headers: c.headers ?? {} });
+      const r = await call(api.url, 'POST', '/v1/jobs', {
+        ...(c.json !== undefined ? { json: c.json } : { body: c.body! }),
+        headers: c.headers ?? {},
+      });
       expect(r.status).toBe(c.status);
       expect(r.body.error.code).toBe(c.code);
       expect(r.body.error.message).toMatch(c.message);
@@ -197,7 +369,13 @@ describe('jobs API', () => {
     it('refuses a streamed body without a length as soon as it passes the cap, without reading the rest', async () => {
       const piece = Buffer.alloc(64 * 1024, 'x');
       const chunks = [Buffer.from('{"type":"ledger.post","payload":{"pad":"'), ...Array.from({ length: 64 }, () => piece)]; // 4 MiB offered
-      const r = await rawRequest(api.url, { method: 'POST', path: '/v1/jobs', headers: { 'content-type': 'application/json', 'transfer-encoding': 'chunked' }, chunks, gapMs: 2 });
+      const r = await rawRequest(api.url, {
+        method: 'POST',
+        path: '/v1/jobs',
+        headers: { 'content-type': 'application/json', 'transfer-encoding': 'chunked' },
+        chunks,
+        gapMs: 2,
+      });
       expect(r.status).toBe(413);
       expect(r.body.error).toMatchObject({ code: 'payload_too_large', field: 'body' });
       expect(r.headers.connection).toBe('close');
@@ -234,7 +412,10 @@ describe('jobs API', () => {
 
     it('shows the last error without its stack', async () => {
       const created = await call(api.url, 'POST', '/v1/jobs', { json: ledger('B-ERR') });
-      await p.db.pool.query(`UPDATE jobs.job SET last_error = '{"name":"Error","message":"boom","retryable":true,"stack":"Error: boom\\n at /app/x.js:1"}' WHERE id = $1`, [created.body.id]);
+      await p.db.pool.query(
+        `UPDATE jobs.job SET last_error = '{"name":"Error","message":"boom","retryable":true,"stack":"Error: boom\\n at /app/x.js:1"}' WHERE id = $1`,
+        [created.body.id],
+      );
       const r = await call(api.url, 'GET', `/v1/jobs/${created.body.id}`);
       expect(r.body.lastError).toEqual({ name: 'Error', message: 'boom', retryable: true });
     });
@@ -242,7 +423,11 @@ describe('jobs API', () => {
     it('404 for an id that does not exist', async () => {
       const r = await call(api.url, 'GET', '/v1/jobs/00000000-0000-4000-8000-000000000000');
       expect(r.status).toBe(404);
-      expect(r.body.error).toEqual({ code: 'job_not_found', field: 'id', message: 'job 00000000-0000-4000-8000-000000000000 does not exist' });
+      expect(r.body.error).toEqual({
+        code: 'job_not_found',
+        field: 'id',
+        message: 'job 00000000-0000-4000-8000-000000000000 does not exist',
+      });
     });
 
     it('400 for an id that is not a UUID, before any query', async () => {
@@ -268,7 +453,11 @@ describe('jobs API', () => {
       let cursor: string | null = null;
       const pages: number[] = [];
       do {
-        const r: { status: number; body: { jobs: { id: string }[]; nextCursor: string | null } } = await call(api.url, 'GET', `/v1/jobs?type=${type}&limit=3${cursor ? `&cursor=${cursor}` : ''}`);
+        const r: { status: number; body: { jobs: { id: string }[]; nextCursor: string | null } } = await call(
+          api.url,
+          'GET',
+          `/v1/jobs?type=${type}&limit=3${cursor ? `&cursor=${cursor}` : ''}`,
+        );
         expect(r.status).toBe(200);
         pages.push(r.body.jobs.length);
         seen.push(...r.body.jobs.map((j) => j.id));
@@ -281,12 +470,18 @@ describe('jobs API', () => {
     // Jobs enqueued in one transaction share created_at to the microsecond, which a JS Date
     // cannot hold: the store reads the cursor job's exact created_at back from its row.
     it('pages through jobs enqueued in one transaction (same created_at) without skipping or repeating any', async () => {
-      const batch = await p.client.enqueueNow(Array.from({ length: 5 }, (_, i) => ({ type, payload: { store: `T${i}`, period: '2026-11' } })));
+      const batch = await p.client.enqueueNow(
+        Array.from({ length: 5 }, (_, i) => ({ type, payload: { store: `T${i}`, period: '2026-11' } })),
+      );
       const want = new Set(batch.map((b) => b.job.id));
       const seen: string[] = [];
       let cursor: string | null = null;
       do {
-        const r: { body: { jobs: { id: string }[]; nextCursor: string | null } } = await call(api.url, 'GET', `/v1/jobs?type=${type}&limit=2${cursor ? `&cursor=${cursor}` : ''}`);
+        const r: { body: { jobs: { id: string }[]; nextCursor: string | null } } = await call(
+          api.url,
+          'GET',
+          `/v1/jobs?type=${type}&limit=2${cursor ? `&cursor=${cursor}` : ''}`,
+        );
         seen.push(...r.body.jobs.map((j) => j.id));
         cursor = r.body.nextCursor;
       } while (cursor);
@@ -369,9 +564,15 @@ describe('jobs API', () => {
       expect(badBy.body.error).toMatchObject({ code: 'invalid_field', field: 'by' });
       const extra = await call(api.url, 'POST', `/v1/jobs/${a.body.id}/cancel`, { json: { reason: 'x' } });
       expect(extra.body.error).toMatchObject({ code: 'invalid_field', field: 'reason' });
-      const text = await call(api.url, 'POST', `/v1/jobs/${a.body.id}/cancel`, { body: 'by=me', headers: { 'content-type': 'text/plain' } });
+      const text = await call(api.url, 'POST', `/v1/jobs/${a.body.id}/cancel`, {
+        body: 'by=me',
+        headers: { 'content-type': 'text/plain' },
+      });
       expect(text.status).toBe(415);
-      const malformed = await call(api.url, 'POST', `/v1/jobs/${a.body.id}/cancel`, { body: '{', headers: { 'content-type': 'application/json' } });
+      const malformed = await call(api.url, 'POST', `/v1/jobs/${a.body.id}/cancel`, {
+        body: '{',
+        headers: { 'content-type': 'application/json' },
+      });
       expect(malformed.status).toBe(400);
       expect((await p.store.get(a.body.id))?.state).toBe('pending');
     });
@@ -473,7 +674,12 @@ describe('jobs API with API_TOKEN set', () => {
   });
 
   it('401 with error="invalid_token" for a wrong token, a token of another length, or another scheme', async () => {
-    for (const authorization of [`Bearer ${token.slice(0, -1)}x`, 'Bearer short', `Basic ${Buffer.from(`u:${token}`).toString('base64')}`, `Bearer ${token} extra`]) {
+    for (const authorization of [
+      `Bearer ${token.slice(0, -1)}x`,
+      'Bearer short',
+      `Basic ${Buffer.from(`u:${token}`).toString('base64')}`,
+      `Bearer ${token} extra`,
+    ]) {
       const r = await call(api.url, 'GET', '/v1/jobs', { headers: { authorization } });
       expect(r.status, authorization).toBe(401);
     }

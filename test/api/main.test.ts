@@ -41,12 +41,14 @@ describe('apiConfigFromEnv', () => {
       poolSize: 10,
       defaultMaxAttempts: 5,
     });
-    expect(apiConfigFromEnv({ ...GOOD_ENV, PORT: '9000', API_POOL_SIZE: '4', API_TOKEN: 'tok-123', JOBS_MAX_ATTEMPTS: '7' })).toMatchObject({
-      port: 9000,
-      poolSize: 4,
-      apiToken: 'tok-123',
-      defaultMaxAttempts: 7,
-    });
+    expect(apiConfigFromEnv({ ...GOOD_ENV, PORT: '9000', API_POOL_SIZE: '4', API_TOKEN: 'tok-123', JOBS_MAX_ATTEMPTS: '7' })).toMatchObject(
+      {
+        port: 9000,
+        poolSize: 4,
+        apiToken: 'tok-123',
+        defaultMaxAttempts: 7,
+      },
+    );
   });
 
   it('builds the database URL from DATABASE_SECRET, and defaults the region for a local SQS endpoint', () => {
@@ -72,7 +74,9 @@ describe('apiConfigFromEnv', () => {
     expect(text).toContain('PORT = "eighty" must be a whole number between 0 and 65535');
     expect(text).toContain('API_POOL_SIZE = "0" must be a whole number between 1 and 200');
     expect(text).toMatch(/JOBS_HEARTBEAT_SECONDS/);
-    expect(configError({ DATABASE_URL: GOOD_ENV.DATABASE_URL, JOBS_QUEUE_URL: GOOD_ENV.JOBS_QUEUE_URL }).violations.map((v) => v.rule)).toEqual(['aws-region-set']);
+    expect(
+      configError({ DATABASE_URL: GOOD_ENV.DATABASE_URL, JOBS_QUEUE_URL: GOOD_ENV.JOBS_QUEUE_URL }).violations.map((v) => v.rule),
+    ).toEqual(['aws-region-set']);
   });
 
   it('refuses an API_TOKEN that cannot travel in a header, without echoing it', () => {
@@ -95,7 +99,11 @@ describe('the API service', () => {
       { queue, log: silentLogger, host: '127.0.0.1', ...(shutdownGraceMs ? { shutdownGraceMs } : {}) },
     );
   const apiConnections = async () =>
-    (await db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'jobs-api' AND datname = current_database()")).rows[0]!.n;
+    (
+      await db.pool.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'jobs-api' AND datname = current_database()",
+      )
+    ).rows[0]!.n;
 
   it('serves the API, publishes an enqueue, and its outbox relay publishes a job nobody published', async () => {
     const queue = new MemoryQueue({ visibilityTimeoutSeconds: 30 });
@@ -104,14 +112,19 @@ describe('the API service', () => {
       const base = `http://127.0.0.1:${api.port}`;
       const r = await call(base, 'POST', '/v1/jobs', { json: { type: 'ledger.post', payload: { batch: 'B-SVC', entries: 1 } } });
       expect(r.status).toBe(201);
-      expect(queue.sentLog.map((m) => parseJobMessage(m.body))).toContainEqual({ ok: true, message: { jobId: r.body.id, type: 'ledger.post' } });
+      expect(queue.sentLog.map((m) => parseJobMessage(m.body))).toContainEqual({
+        ok: true,
+        message: { jobId: r.body.id, type: 'ledger.post' },
+      });
 
       // A process that died between COMMIT and publish leaves only the outbox row.
       const c = await db.pool.connect();
       let orphan: string;
       try {
         await c.query('BEGIN');
-        const [ins] = await new JobStore(db.pool).insertMany(c, [{ type: 'ledger.post', payload: { batch: 'B-ORPHAN', entries: 1 }, maxAttempts: 3 }]);
+        const [ins] = await new JobStore(db.pool).insertMany(c, [
+          { type: 'ledger.post', payload: { batch: 'B-ORPHAN', entries: 1 }, maxAttempts: 3 },
+        ]);
         orphan = ins!.job.id;
         await c.query('COMMIT');
       } finally {
@@ -203,7 +216,15 @@ describe('the API service', () => {
         JOBS_SQS_ENDPOINT: 'http://127.0.0.1:1',
         PORT: '0',
       });
-      const started = await waitFor(() => p.out().split('\n').find((l) => l.includes('"api service started"')), 20_000, `the API to start (stderr: ${p.err()})`);
+      const started = await waitFor(
+        () =>
+          p
+            .out()
+            .split('\n')
+            .find((l) => l.includes('"api service started"')),
+        20_000,
+        `the API to start (stderr: ${p.err()})`,
+      );
       const { port } = JSON.parse(started) as { port: number };
       expect((await call(`http://127.0.0.1:${port}`, 'GET', '/readyz')).status).toBe(200);
       p.child.kill('SIGTERM');

@@ -18,7 +18,9 @@ let doc: any;
 
 beforeAll(async () => {
   p = await createPlatform();
-  const ops = new OpsRoutes(createOpsServices({ pool: p.db.pool, registry: p.registry, publisher: p.publisher, queue: p.queue, log: silentLogger }));
+  const ops = new OpsRoutes(
+    createOpsServices({ pool: p.db.pool, registry: p.registry, publisher: p.publisher, queue: p.queue, log: silentLogger }),
+  );
   api = await startServer({ pool: p.db.pool, client: p.client, registry: p.registry, log: silentLogger, apiToken: TOKEN, ops });
   const r = await call(api.url, 'GET', '/v1/openapi.json', { headers: auth });
   expect(r.status).toBe(200);
@@ -48,10 +50,22 @@ describe('GET /v1/openapi.json', () => {
     const routes = routesOf(api.server);
     // The tables themselves: a route dropped from one would vanish from the document unseen.
     const served = routes.map((r) => `${r.method} ${r.path}`);
-    for (const known of ['GET /v1/jobs', 'POST /v1/jobs', 'GET /v1/jobs/:id', 'POST /v1/jobs/:id/cancel', 'GET /v1/job-types', 'GET /v1/openapi.json', 'GET /v1/dead-jobs', 'POST /v1/dlq/redrive', 'POST /v1/pending-jobs/republish']) {
+    for (const known of [
+      'GET /v1/jobs',
+      'POST /v1/jobs',
+      'GET /v1/jobs/:id',
+      'POST /v1/jobs/:id/cancel',
+      'GET /v1/job-types',
+      'GET /v1/openapi.json',
+      'GET /v1/dead-jobs',
+      'POST /v1/dlq/redrive',
+      'POST /v1/pending-jobs/republish',
+    ]) {
       expect(served).toContain(known);
     }
-    const documented = Object.entries(doc.paths).flatMap(([path, ops]) => Object.keys(ops as object).map((m) => `${m.toUpperCase()} ${path}`));
+    const documented = Object.entries(doc.paths).flatMap(([path, ops]) =>
+      Object.keys(ops as object).map((m) => `${m.toUpperCase()} ${path}`),
+    );
     expect(documented.sort()).toEqual(routes.map((r) => `${r.method} ${r.path.replace(/:([A-Za-z]+)/g, '{$1}')}`).sort());
     for (const r of routes) {
       const op = operation(r.method, r.path);
@@ -59,10 +73,16 @@ describe('GET /v1/openapi.json', () => {
       expect(op.summary, what).toBeTruthy();
       expect(op.responses['4XX'], what).toBeDefined();
       for (const name of r.path.matchAll(/:([A-Za-z]+)/g)) {
-        expect(op.parameters?.find((x: any) => x.in === 'path' && x.name === name[1]), `${what}: path parameter ${name[1]}`).toBeDefined();
+        expect(
+          op.parameters?.find((x: any) => x.in === 'path' && x.name === name[1]),
+          `${what}: path parameter ${name[1]}`,
+        ).toBeDefined();
       }
       for (const name of Object.keys(r.query?.shape ?? {})) {
-        expect(op.parameters?.find((x: any) => x.in === 'query' && x.name === name), `${what}: query parameter ${name}`).toBeDefined();
+        expect(
+          op.parameters?.find((x: any) => x.in === 'query' && x.name === name),
+          `${what}: query parameter ${name}`,
+        ).toBeDefined();
       }
       // Every POST declares its body: a route reading an undeclared body would refuse every field.
       if (r.method === 'POST') expect(op.requestBody?.content['application/json'].schema.type, what).toBe('object');
@@ -98,7 +118,9 @@ describe('GET /v1/openapi.json', () => {
     // The documented bounds are accepted…
     const max = schema.properties.maxAttempts.anyOf.find((s: any) => s.type === 'integer');
     const key = schema.properties.idempotencyKey.anyOf.find((s: any) => s.type === 'string');
-    expect((await post({ ...base, maxAttempts: max.maximum, idempotencyKey: 'k'.repeat(key.maxLength), runAt: '2026-12-01T06:00:00Z' })).status).toBe(201);
+    expect(
+      (await post({ ...base, maxAttempts: max.maximum, idempotencyKey: 'k'.repeat(key.maxLength), runAt: '2026-12-01T06:00:00Z' })).status,
+    ).toBe(201);
     expect((await post({ ...base, maxAttempts: max.minimum, idempotencyKey: 'k'.repeat(key.minLength) })).status).toBe(201);
     // …just past them, a 400 naming the field.
     for (const [field, value] of [

@@ -58,15 +58,18 @@ export function rawRequest(
 ): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: any }> {
   const u = new URL(base);
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: u.hostname, port: u.port, method: opts.method, path: opts.path, headers: opts.headers, agent: false }, (res) => {
-      const parts: Buffer[] = [];
-      res.on('data', (c: Buffer) => parts.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(parts).toString('utf8');
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text ? JSON.parse(text) : undefined });
-      });
-      res.on('error', reject);
-    });
+    const req = http.request(
+      { host: u.hostname, port: u.port, method: opts.method, path: opts.path, headers: opts.headers, agent: false },
+      (res) => {
+        const parts: Buffer[] = [];
+        res.on('data', (c: Buffer) => parts.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(parts).toString('utf8');
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text ? JSON.parse(text) : undefined });
+        });
+        res.on('error', reject);
+      },
+    );
     let answered = false;
     req.on('response', () => {
       answered = true;

@@ -101,13 +101,18 @@ describe('schema bootstrap handler', () => {
     const dir = await mkdtemp(join(tmpdir(), 'bootstrap-mig-'));
     await cp(defaultMigrationsDir(), dir, { recursive: true });
     await writeFile(join(dir, '9999_broken.sql'), 'CREATE TABLE jobs.broken (id int REFERENCES jobs.no_such_table(id));\n');
-    const onEvent = createBootstrapHandler({ ...deps, runMigrations: (url) => migrateAt(url, { dir, log: () => undefined, connectAttempts: 1 }) });
+    const onEvent = createBootstrapHandler({
+      ...deps,
+      runMigrations: (url) => migrateAt(url, { dir, log: () => undefined, connectAttempts: 1 }),
+    });
     await expect(onEvent(event('Update', 'h3'))).rejects.toThrow(/migration 9999_broken\.sql failed/);
   });
 
   it('fails without a secret ARN rather than guessing', async () => {
     const onEvent = createBootstrapHandler(deps);
-    await expect(onEvent({ RequestType: 'Create', ResourceProperties: { MigrationsHash: 'x' } as never })).rejects.toThrow(/no DatabaseSecretArn/);
+    await expect(onEvent({ RequestType: 'Create', ResourceProperties: { MigrationsHash: 'x' } as never })).rejects.toThrow(
+      /no DatabaseSecretArn/,
+    );
   });
 });
 
@@ -158,9 +163,12 @@ describe("the services' own database role (least privilege)", () => {
     await admin.end();
   });
 
-  it('is created after the migrations with the password from its secret, and does the platform\'s work', async () => {
+  it("is created after the migrations with the password from its secret, and does the platform's work", async () => {
     const onEvent = createBootstrapHandler(deps);
-    const res = await onEvent({ ...event('Create'), ResourceProperties: { DatabaseSecretArn: SECRET_ARN, AppSecretArn: APP_ARN, MigrationsHash: 'h1' } });
+    const res = await onEvent({
+      ...event('Create'),
+      ResourceProperties: { DatabaseSecretArn: SECRET_ARN, AppSecretArn: APP_ARN, MigrationsHash: 'h1' },
+    });
     expect(res.Data).toMatchObject({ AppRole: role });
     await asApp(async (c) => {
       const store = new JobStore(c as unknown as pg.Pool);
@@ -194,8 +202,14 @@ describe("the services' own database role (least privilege)", () => {
     await writeFile(join(dir, '9999_erp_extra.sql'), 'CREATE TABLE public.erp_extra (id bigserial PRIMARY KEY, note text);\n');
     const old = password;
     password = randomBytes(18).toString('base64url');
-    const onEvent = createBootstrapHandler({ ...deps, runMigrations: (url, appRole) => migrateAt(url, { dir, log: () => undefined, connectAttempts: 1, ...(appRole ? { appRole } : {}) }) });
-    await onEvent({ ...event('Update', 'h2'), ResourceProperties: { DatabaseSecretArn: SECRET_ARN, AppSecretArn: APP_ARN, MigrationsHash: 'h2' } });
+    const onEvent = createBootstrapHandler({
+      ...deps,
+      runMigrations: (url, appRole) => migrateAt(url, { dir, log: () => undefined, connectAttempts: 1, ...(appRole ? { appRole } : {}) }),
+    });
+    await onEvent({
+      ...event('Update', 'h2'),
+      ResourceProperties: { DatabaseSecretArn: SECRET_ARN, AppSecretArn: APP_ARN, MigrationsHash: 'h2' },
+    });
     await asApp(async (c) => {
       await c.query("INSERT INTO public.erp_extra (note) VALUES ('posted by a handler')");
       expect((await c.query('SELECT count(*)::int AS n FROM public.erp_extra')).rows[0].n).toBe(1);
@@ -207,10 +221,16 @@ describe("the services' own database role (least privilege)", () => {
   });
 
   it('refuses an app secret without a username or password, naming the secret and not its contents', async () => {
-    const onEvent = createBootstrapHandler({ ...deps, readSecret: async (arn) => (arn === APP_ARN ? JSON.stringify({ password: 'p'.repeat(20) }) : rdsSecretFor(db.url)) });
-    await expect(onEvent({ ...event('Update', 'h3'), ResourceProperties: { DatabaseSecretArn: SECRET_ARN, AppSecretArn: APP_ARN, MigrationsHash: 'h3' } })).rejects.toThrow(
-      new RegExp(`the app secret ${APP_ARN.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} lacks a username or password`),
-    );
+    const onEvent = createBootstrapHandler({
+      ...deps,
+      readSecret: async (arn) => (arn === APP_ARN ? JSON.stringify({ password: 'p'.repeat(20) }) : rdsSecretFor(db.url)),
+    });
+    await expect(
+      onEvent({
+        ...event('Update', 'h3'),
+        ResourceProperties: { DatabaseSecretArn: SECRET_ARN, AppSecretArn: APP_ARN, MigrationsHash: 'h3' },
+      }),
+    ).rejects.toThrow(new RegExp(`the app secret ${APP_ARN.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} lacks a username or password`));
   });
 });
 
@@ -226,7 +246,10 @@ describe('reading the secret through the Parameters and Secrets extension', () =
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     const port = (server.address() as { port: number }).port;
     try {
-      const value = await readSecretFromExtension(SECRET_ARN, { PARAMETERS_SECRETS_EXTENSION_HTTP_PORT: String(port), AWS_SESSION_TOKEN: 'session-token' });
+      const value = await readSecretFromExtension(SECRET_ARN, {
+        PARAMETERS_SECRETS_EXTENSION_HTTP_PORT: String(port),
+        AWS_SESSION_TOKEN: 'session-token',
+      });
       expect(value).toBe('{"host":"db"}');
       expect(seen.url).toBe(`/secretsmanager/get?secretId=${encodeURIComponent(SECRET_ARN)}`);
       expect(seen.token).toBe('session-token');

@@ -26,10 +26,18 @@ import { TEST_CERTIFICATE_ARN, withChanges } from './support.ts';
 const run = promisify(execFile);
 
 describe('environment config', () => {
-  it.each(ENVIRONMENT_NAMES)('%s resolves and passes every rule (with a certificate on the command line where HTTPS is required)', (name) => {
-    const resolved = resolveConfig(name, undefined, { apiCertificateArn: ENVIRONMENTS[name].api.allowPlainHttp ? undefined : TEST_CERTIFICATE_ARN });
-    expect({ ...resolved, api: { ...resolved.api, certificateArn: undefined } }).toEqual({ ...ENVIRONMENTS[name], api: { ...ENVIRONMENTS[name].api, certificateArn: undefined } });
-  });
+  it.each(ENVIRONMENT_NAMES)(
+    '%s resolves and passes every rule (with a certificate on the command line where HTTPS is required)',
+    (name) => {
+      const resolved = resolveConfig(name, undefined, {
+        apiCertificateArn: ENVIRONMENTS[name].api.allowPlainHttp ? undefined : TEST_CERTIFICATE_ARN,
+      });
+      expect({ ...resolved, api: { ...resolved.api, certificateArn: undefined } }).toEqual({
+        ...ENVIRONMENTS[name],
+        api: { ...ENVIRONMENTS[name].api, certificateArn: undefined },
+      });
+    },
+  );
 
   it('lists the valid environments for an unknown name', () => {
     expect(() => resolveConfig('qa')).toThrow('Unknown environment "qa": -c env=<name> must be one of: dev, staging, prod');
@@ -38,7 +46,9 @@ describe('environment config', () => {
   });
 
   it('lists the valid environments when none is given', () => {
-    expect(() => resolveConfig(undefined)).toThrow('No environment given: run with -c env=<name>, where <name> is one of: dev, staging, prod');
+    expect(() => resolveConfig(undefined)).toThrow(
+      'No environment given: run with -c env=<name>, where <name> is one of: dev, staging, prod',
+    );
   });
 
   it('bin/app.ts exits non-zero with the list for an unknown env', async () => {
@@ -52,15 +62,25 @@ describe('environment config', () => {
 
   it('bin/app.ts synthesizes an environment the way `cdk synth` runs it (no credentials)', async () => {
     const outdir = await mkdtemp(join(tmpdir(), 'cdk-out-'));
-    const env: Record<string, string | undefined> = { ...process.env, CDK_CONTEXT_JSON: JSON.stringify({ env: 'staging', apiCertificateArn: TEST_CERTIFICATE_ARN }), CDK_OUTDIR: outdir, CDK_VALIDATION: 'false' };
+    const env: Record<string, string | undefined> = {
+      ...process.env,
+      CDK_CONTEXT_JSON: JSON.stringify({ env: 'staging', apiCertificateArn: TEST_CERTIFICATE_ARN }),
+      CDK_OUTDIR: outdir,
+      CDK_VALIDATION: 'false',
+    };
     for (const k of Object.keys(env)) if (/^AWS_(ACCESS|SECRET|SESSION|PROFILE)/.test(k)) delete env[k];
     await run('npx', ['tsx', 'bin/app.ts'], { cwd: REPO_ROOT, env });
     const files = await readdir(outdir);
-    expect(files).toEqual(expect.arrayContaining(['ErpJobs-staging-Data.template.json', 'ErpJobs-staging-Services.template.json', 'manifest.json']));
+    expect(files).toEqual(
+      expect.arrayContaining(['ErpJobs-staging-Data.template.json', 'ErpJobs-staging-Services.template.json', 'manifest.json']),
+    );
   }, 60_000);
 
   it('bin/app.ts refuses prod without a certificate, naming both ways to give one (what `npx cdk synth -c env=prod` prints)', async () => {
-    const err = await run('npx', ['tsx', 'bin/app.ts'], { cwd: REPO_ROOT, env: { ...process.env, CDK_CONTEXT_JSON: JSON.stringify({ env: 'prod' }) } }).catch((e: { code: number; stderr: string }) => e);
+    const err = await run('npx', ['tsx', 'bin/app.ts'], {
+      cwd: REPO_ROOT,
+      env: { ...process.env, CDK_CONTEXT_JSON: JSON.stringify({ env: 'prod' }) },
+    }).catch((e: { code: number; stderr: string }) => e);
     expect((err as { code: number }).code).toBe(1);
     const stderr = (err as { stderr: string }).stderr;
     expect(stderr).toContain('[api-certificate] the prod API must serve HTTPS');
@@ -76,8 +96,8 @@ describe('environment config', () => {
   });
 });
 
-describe('job timings at synth (the worker\'s rules)', () => {
-  it('fails synth with the rule\'s message when the heartbeat does not fit the lease', () => {
+describe("job timings at synth (the worker's rules)", () => {
+  it("fails synth with the rule's message when the heartbeat does not fit the lease", () => {
     const broken = withChanges('dev', (c) => {
       c.jobTimings.heartbeatSeconds = 30; // lease 60: a heartbeat must be ≤ 20
     });
@@ -91,14 +111,18 @@ describe('job timings at synth (the worker\'s rules)', () => {
     const broken = withChanges('prod', (c) => {
       c.jobTimings.maxReceiveCount = c.jobTimings.maxAttempts + RECEIVE_HEADROOM - 1;
     });
-    expect(() => resolveConfig('prod', { prod: broken })).toThrow(/\[receive-count-above-attempts\] maxReceiveCount = 7 must be at least maxAttempts \+ 3 = 8/);
+    expect(() => resolveConfig('prod', { prod: broken })).toThrow(
+      /\[receive-count-above-attempts\] maxReceiveCount = 7 must be at least maxAttempts \+ 3 = 8/,
+    );
   });
 
   it('fails synth when the drain leaves no time for the release before ECS kills the task', () => {
     const broken = withChanges('staging', (c) => {
       c.jobTimings.drainSeconds = 115;
     });
-    expect(() => resolveConfig('staging', { staging: broken })).toThrow(/\[drainSeconds-in-range\] drainSeconds = 115 must be between 0 and 110/);
+    expect(() => resolveConfig('staging', { staging: broken })).toThrow(
+      /\[drainSeconds-in-range\] drainSeconds = 115 must be between 0 and 110/,
+    );
   });
 });
 
@@ -107,15 +131,19 @@ describe('queues', () => {
     const broken = withChanges('dev', (c) => {
       c.queues.deadLetterRetentionDays = c.queues.retentionDays;
     });
-    expect(() => resolveConfig('dev', { dev: broken })).toThrow(/\[dlq-retention-above-queue\] queues\.deadLetterRetentionDays = 4 must be longer than queues\.retentionDays = 4/);
+    expect(() => resolveConfig('dev', { dev: broken })).toThrow(
+      /\[dlq-retention-above-queue\] queues\.deadLetterRetentionDays = 4 must be longer than queues\.retentionDays = 4/,
+    );
   });
 });
 
 describe('worker', () => {
-  it('fails synth for a prefetch that is not a whole number from 0 to the worker\'s limit', () => {
+  it("fails synth for a prefetch that is not a whole number from 0 to the worker's limit", () => {
     for (const bad of [-1, 2.5, 1001]) {
       const broken = withChanges('dev', (c) => (c.worker.prefetch = bad));
-      expect(() => resolveConfig('dev', { dev: broken })).toThrow(new RegExp(`\\[worker-prefetch\\] worker\\.prefetch = ${bad} must be a whole number from 0 to 1000`));
+      expect(() => resolveConfig('dev', { dev: broken })).toThrow(
+        new RegExp(`\\[worker-prefetch\\] worker\\.prefetch = ${bad} must be a whole number from 0 to 1000`),
+      );
     }
     expect(() => resolveConfig('dev', { dev: withChanges('dev', (c) => (c.worker.prefetch = 490)) })).not.toThrow();
   });
@@ -123,9 +151,15 @@ describe('worker', () => {
 
 describe('stuck jobs', () => {
   it('fails synth for a stuck threshold that is not a whole number of seconds from 1 to a week', () => {
-    for (const [key, bad] of [['runningSeconds', 0], ['pendingSeconds', 1.5], ['runningSeconds', 8 * 86_400]] as const) {
+    for (const [key, bad] of [
+      ['runningSeconds', 0],
+      ['pendingSeconds', 1.5],
+      ['runningSeconds', 8 * 86_400],
+    ] as const) {
       const broken = withChanges('dev', (c) => (c.alarms.stuckJobs[key] = bad));
-      expect(() => resolveConfig('dev', { dev: broken })).toThrow(new RegExp(`\\[stuck-jobs-threshold\\] alarms\\.stuckJobs\\.${key} = ${bad} must be a whole number of seconds from 1 to 604800`));
+      expect(() => resolveConfig('dev', { dev: broken })).toThrow(
+        new RegExp(`\\[stuck-jobs-threshold\\] alarms\\.stuckJobs\\.${key} = ${bad} must be a whole number of seconds from 1 to 604800`),
+      );
     }
   });
 });
@@ -164,34 +198,47 @@ describe('connection budget', () => {
     expect(message).toContain('[connection-budget] the services may open 141 connections');
     expect(message).toContain('worker.maxTasks = 10');
     expect(message).toContain('t4g.micro allows about 101 (max_connections) of which 80 % = 80 may be planned');
-    expect(message).toContain('lower worker.maxTasks, jobTimings.concurrency, api.maxTasks or api.poolSize, or choose a larger database.instanceClass');
+    expect(message).toContain(
+      'lower worker.maxTasks, jobTimings.concurrency, api.maxTasks or api.poolSize, or choose a larger database.instanceClass',
+    );
   });
 
   it('fails synth for an instance class whose memory it does not know', () => {
     const broken = withChanges('dev', (c) => {
       c.database.instanceClass = 'x9.huge';
     });
-    expect(() => resolveConfig('dev', { dev: broken })).toThrow(/\[instance-class-known\] database\.instanceClass = x9\.huge is not in INSTANCE_MEMORY_GIB/);
+    expect(() => resolveConfig('dev', { dev: broken })).toThrow(
+      /\[instance-class-known\] database\.instanceClass = x9\.huge is not in INSTANCE_MEMORY_GIB/,
+    );
   });
 });
 
 describe('HTTPS (issue 12)', () => {
-  it.each(['staging', 'prod'] as const)('%s refuses to synthesize without a certificate, naming lib/config.ts and -c apiCertificateArn', (name) => {
-    expect(ENVIRONMENTS[name].api.allowPlainHttp).toBe(false);
-    expect(() => resolveConfig(name)).toThrow(/\[api-certificate\] .*set api\.certificateArn in lib\/config\.ts .* or pass -c apiCertificateArn=arn:aws:acm:/);
-    expect(() => buildJobPlatform(new App(), ENVIRONMENTS[name])).toThrow(/\[api-certificate\]/);
-  });
+  it.each(['staging', 'prod'] as const)(
+    '%s refuses to synthesize without a certificate, naming lib/config.ts and -c apiCertificateArn',
+    (name) => {
+      expect(ENVIRONMENTS[name].api.allowPlainHttp).toBe(false);
+      expect(() => resolveConfig(name)).toThrow(
+        /\[api-certificate\] .*set api\.certificateArn in lib\/config\.ts .* or pass -c apiCertificateArn=arn:aws:acm:/,
+      );
+      expect(() => buildJobPlatform(new App(), ENVIRONMENTS[name])).toThrow(/\[api-certificate\]/);
+    },
+  );
 
   it('dev may stay on plain HTTP', () => {
     expect(ENVIRONMENTS.dev.api).toMatchObject({ allowPlainHttp: true });
     expect(ENVIRONMENTS.dev.api.certificateArn).toBeUndefined();
   });
 
-  it('the command line\'s certificate wins over the config\'s, and must be an ACM certificate ARN', () => {
+  it("the command line's certificate wins over the config's, and must be an ACM certificate ARN", () => {
     const inConfig = withChanges('prod', (c) => (c.api.certificateArn = 'arn:aws:acm:eu-west-1:222222222222:certificate/from-config'));
     expect(resolveConfig('prod', { prod: inConfig }).api.certificateArn).toBe('arn:aws:acm:eu-west-1:222222222222:certificate/from-config');
-    expect(resolveConfig('prod', { prod: inConfig }, { apiCertificateArn: TEST_CERTIFICATE_ARN }).api.certificateArn).toBe(TEST_CERTIFICATE_ARN);
-    expect(() => resolveConfig('prod', undefined, { apiCertificateArn: 'not-an-arn' })).toThrow(/\[api-certificate-arn\] api\.certificateArn = not-an-arn is not an ACM certificate ARN/);
+    expect(resolveConfig('prod', { prod: inConfig }, { apiCertificateArn: TEST_CERTIFICATE_ARN }).api.certificateArn).toBe(
+      TEST_CERTIFICATE_ARN,
+    );
+    expect(() => resolveConfig('prod', undefined, { apiCertificateArn: 'not-an-arn' })).toThrow(
+      /\[api-certificate-arn\] api\.certificateArn = not-an-arn is not an ACM certificate ARN/,
+    );
   });
 });
 
@@ -199,7 +246,9 @@ describe('database (issue 12)', () => {
   it('pins a minor version and refuses a major-only one', () => {
     for (const name of ENVIRONMENT_NAMES) expect(ENVIRONMENTS[name].database.engineVersion).toMatch(/^\d+\.\d+$/);
     const broken = withChanges('dev', (c) => (c.database.engineVersion = '17'));
-    expect(() => resolveConfig('dev', { dev: broken })).toThrow(/\[database-engine-version\] database\.engineVersion = 17 must pin a minor version/);
+    expect(() => resolveConfig('dev', { dev: broken })).toThrow(
+      /\[database-engine-version\] database\.engineVersion = 17 must pin a minor version/,
+    );
   });
 
   it('refuses malformed or overlapping backup and maintenance windows', () => {
@@ -220,8 +269,11 @@ describe('database (issue 12)', () => {
   });
 
   it('refuses an idle-in-transaction timeout that could cut a healthy job (below the stuck-job threshold or ten leases)', () => {
-    for (const name of ENVIRONMENT_NAMES) expect(ENVIRONMENTS[name].database.idleInTransactionTimeoutSeconds).toBe(IDLE_IN_TRANSACTION_TIMEOUT_SECONDS);
+    for (const name of ENVIRONMENT_NAMES)
+      expect(ENVIRONMENTS[name].database.idleInTransactionTimeoutSeconds).toBe(IDLE_IN_TRANSACTION_TIMEOUT_SECONDS);
     const broken = withChanges('prod', (c) => (c.database.idleInTransactionTimeoutSeconds = 300));
-    expect(() => resolveConfig('prod', { prod: broken })).toThrow(/\[database-idle-in-transaction\] database\.idleInTransactionTimeoutSeconds = 300 must be a whole number ≥ 3600/);
+    expect(() => resolveConfig('prod', { prod: broken })).toThrow(
+      /\[database-idle-in-transaction\] database\.idleInTransactionTimeoutSeconds = 300 must be a whole number ≥ 3600/,
+    );
   });
 });

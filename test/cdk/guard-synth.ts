@@ -17,11 +17,18 @@ try {
     guard: true,
     outdir,
     // The negative case: encrypted and TLS-only (cdk-nag holds) but without a dead-letter queue (CT.SQS.PR.1).
-    before: flag === '--add-queue-without-dlq' ? (p) => void new sqs.Queue(p.data, 'WithoutDeadLetterQueue', { encryption: sqs.QueueEncryption.SQS_MANAGED, enforceSSL: true }) : undefined,
+    before:
+      flag === '--add-queue-without-dlq'
+        ? (p) => void new sqs.Queue(p.data, 'WithoutDeadLetterQueue', { encryption: sqs.QueueEncryption.SQS_MANAGED, enforceSSL: true })
+        : undefined,
   });
   const acks = s.app.node
     .findAll()
-    .flatMap((c) => c.node.metadata.filter((m) => m.type === Validations.ACKNOWLEDGED_RULES_METADATA_KEY).map((m) => [c.node.path, m.data as Record<string, string>] as const))
+    .flatMap((c) =>
+      c.node.metadata
+        .filter((m) => m.type === Validations.ACKNOWLEDGED_RULES_METADATA_KEY)
+        .map((m) => [c.node.path, m.data as Record<string, string>] as const),
+    )
     .flatMap(([path, data]) => Object.entries(data).map(([id, reason]) => ({ path, id, reason })));
   writeFileSync(join(outdir, 'acknowledgements.json'), JSON.stringify(acks, null, 2));
 } catch (err) {

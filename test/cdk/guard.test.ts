@@ -28,7 +28,11 @@ interface Acknowledgement {
 /** Synthesize an environment with the guard rules on; the assembly's report and the acknowledgements applied. */
 async function synthWithGuard(name: string, ...flags: string[]): Promise<{ outdir: string; code: number; stderr: string }> {
   const outdir = mkdtempSync(join(tmpdir(), `guard-${name}-`));
-  const r = await run(process.execPath, ['--import', 'tsx', 'test/cdk/guard-synth.ts', name, outdir, ...flags], { cwd: REPO_ROOT, maxBuffer: 32 * 1024 * 1024, timeout: 300_000 })
+  const r = await run(process.execPath, ['--import', 'tsx', 'test/cdk/guard-synth.ts', name, outdir, ...flags], {
+    cwd: REPO_ROOT,
+    maxBuffer: 32 * 1024 * 1024,
+    timeout: 300_000,
+  })
     .then(() => ({ code: 0, stderr: '' }))
     .catch((e: { code: number; stderr: string }) => ({ code: e.code, stderr: e.stderr }));
   return { outdir, ...r };
@@ -41,13 +45,17 @@ describe.each(ENVIRONMENT_NAMES)('%s: Control Tower guard rules', (name) => {
     const r = await synthWithGuard(name);
     expect(r.code, r.stderr).toBe(0);
     report = JSON.parse(readFileSync(join(r.outdir, 'validation-report.json'), 'utf8')) as Report;
-    acks = (JSON.parse(readFileSync(join(r.outdir, 'acknowledgements.json'), 'utf8')) as Acknowledgement[]).filter((a) => a.id.startsWith(`${GUARD_NAMESPACE}::`));
+    acks = (JSON.parse(readFileSync(join(r.outdir, 'acknowledgements.json'), 'utf8')) as Acknowledgement[]).filter((a) =>
+      a.id.startsWith(`${GUARD_NAMESPACE}::`),
+    );
   }, 300_000);
 
   it('ran over both stacks and left nothing unacknowledged; cdk-nag passes beside it', () => {
     const guard = report.pluginReports.find((r) => r.pluginName === GUARD_NAMESPACE);
     expect(guard, 'the guard plugin ran').toBeDefined();
-    const open = (guard!.violations ?? []).map((v) => `${v.ruleName}: ${(v.violatingConstructs ?? []).map((c) => c.constructPath).join(', ')}`);
+    const open = (guard!.violations ?? []).map(
+      (v) => `${v.ruleName}: ${(v.violatingConstructs ?? []).map((c) => c.constructPath).join(', ')}`,
+    );
     expect(open).toEqual([]);
     expect(report.pluginReports.find((r) => r.pluginName === 'AwsSolutions')?.violations ?? []).toEqual([]);
   });
@@ -81,7 +89,8 @@ describe('guard acknowledgements', () => {
       for (const e of readdirSync(dir, { withFileTypes: true })) {
         const p = join(dir, e.name);
         if (e.isDirectory()) walk(p);
-        else if (p.endsWith('.ts') && !p.endsWith(join('lib', 'guard.ts')) && readFileSync(p, 'utf8').includes(`${GUARD_NAMESPACE}::`)) offenders.push(p);
+        else if (p.endsWith('.ts') && !p.endsWith(join('lib', 'guard.ts')) && readFileSync(p, 'utf8').includes(`${GUARD_NAMESPACE}::`))
+          offenders.push(p);
       }
     };
     walk(join(REPO_ROOT, 'lib'));

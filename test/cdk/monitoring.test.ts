@@ -32,7 +32,14 @@ function anchors(markdown: string): Set<string> {
     markdown
       .split('\n')
       .filter((l) => /^#{1,6} /.test(l))
-      .map((l) => l.replace(/^#+ /, '').trim().toLowerCase().replace(/[^\p{L}\p{N} _-]/gu, '').replace(/ /g, '-')),
+      .map((l) =>
+        l
+          .replace(/^#+ /, '')
+          .trim()
+          .toLowerCase()
+          .replace(/[^\p{L}\p{N} _-]/gu, '')
+          .replace(/ /g, '-'),
+      ),
   );
 }
 
@@ -42,15 +49,21 @@ describe('on-call topic', () => {
     const keyId = topic.KmsMasterKeyId['Fn::GetAtt'][0] as string;
     t.hasResourceProperties('AWS::KMS::Key', {
       EnableKeyRotation: true,
-      KeyPolicy: { Statement: Match.arrayWith([Match.objectLike({ Principal: { Service: 'cloudwatch.amazonaws.com' }, Action: ['kms:Decrypt', 'kms:GenerateDataKey*'] })]) },
+      KeyPolicy: {
+        Statement: Match.arrayWith([
+          Match.objectLike({ Principal: { Service: 'cloudwatch.amazonaws.com' }, Action: ['kms:Decrypt', 'kms:GenerateDataKey*'] }),
+        ]),
+      },
     });
     expect(Object.keys(resourcesOfType(t, 'AWS::KMS::Key'))).toEqual([keyId]);
     t.hasResourceProperties('AWS::SNS::TopicPolicy', {
-      PolicyDocument: { Statement: Match.arrayWith([Match.objectLike({ Effect: 'Deny', Condition: { Bool: { 'aws:SecureTransport': 'false' } } })]) },
+      PolicyDocument: {
+        Statement: Match.arrayWith([Match.objectLike({ Effect: 'Deny', Condition: { Bool: { 'aws:SecureTransport': 'false' } } })]),
+      },
     });
   });
 
-  it('has the environment\'s e-mail subscriptions', () => {
+  it("has the environment's e-mail subscriptions", () => {
     const subs = Object.values(resourcesOfType(t, 'AWS::SNS::Subscription')).map((s) => s.Properties as Record<string, unknown>);
     expect(subs.map((s) => s.Endpoint).sort()).toEqual([...c.alarms.emails].sort());
     for (const s of subs) expect(s).toMatchObject({ Protocol: 'email', TopicArn: { Ref: topicId } });
@@ -70,14 +83,17 @@ describe('alarms', () => {
   const runbook = readFileSync(join(REPO_ROOT, RUNBOOK_PATH), 'utf8');
   const sections = anchors(runbook);
 
-  it.each(alarms.map((a) => [a.AlarmName as string, a] as const))('%s says what it means and names a runbook section that exists', (_name, a) => {
-    const description = a.AlarmDescription as string;
-    expect(description.length).toBeGreaterThan(80);
-    expect(description.length).toBeLessThanOrEqual(1024);
-    const m = /Runbook: docs\/runbooks\/README\.md#([a-z0-9-]+)$/.exec(description);
-    expect(m, description).not.toBeNull();
-    expect(sections.has(m![1]!), `runbook has no section #${m![1]}`).toBe(true);
-  });
+  it.each(alarms.map((a) => [a.AlarmName as string, a] as const))(
+    '%s says what it means and names a runbook section that exists',
+    (_name, a) => {
+      const description = a.AlarmDescription as string;
+      expect(description.length).toBeGreaterThan(80);
+      expect(description.length).toBeLessThanOrEqual(1024);
+      const m = /Runbook: docs\/runbooks\/README\.md#([a-z0-9-]+)$/.exec(description);
+      expect(m, description).not.toBeNull();
+      expect(sections.has(m![1]!), `runbook has no section #${m![1]}`).toBe(true);
+    },
+  );
 
   it('each runbook section the alarms use exists, one per alarm', () => {
     for (const s of Object.values(RUNBOOK_SECTION)) expect(sections.has(s), s).toBe(true);
@@ -98,31 +114,48 @@ describe('alarms', () => {
     expect(JSON.stringify(a.Dimensions)).toContain('QueuesDeadLetterQueue');
   });
 
-  it('DLQ oldest message age: the config\'s threshold on the DLQ', () => {
+  it("DLQ oldest message age: the config's threshold on the DLQ", () => {
     const a = alarmNamed('DLQ oldest message age');
-    expect(a).toMatchObject({ MetricName: 'ApproximateAgeOfOldestMessage', Threshold: c.alarms.deadLetterOldestMessageAgeSeconds, TreatMissingData: 'notBreaching' });
+    expect(a).toMatchObject({
+      MetricName: 'ApproximateAgeOfOldestMessage',
+      Threshold: c.alarms.deadLetterOldestMessageAgeSeconds,
+      TreatMissingData: 'notBreaching',
+    });
     expect(JSON.stringify(a.Dimensions)).toContain('QueuesDeadLetterQueue');
   });
 
-  it('job queue oldest message age: the config\'s threshold on the job queue', () => {
+  it("job queue oldest message age: the config's threshold on the job queue", () => {
     const a = alarmNamed('job queue oldest message age');
     expect(a).toMatchObject({ MetricName: 'ApproximateAgeOfOldestMessage', Threshold: c.alarms.queueOldestMessageAgeSeconds });
     expect(JSON.stringify(a.Dimensions)).toContain('QueuesJobQueue');
   });
 
-  it('leases lost: the worker\'s metric by its imported name, in the environment namespace, no dimensions', () => {
+  it("leases lost: the worker's metric by its imported name, in the environment namespace, no dimensions", () => {
     const a = alarmNamed('leases lost');
-    expect(a).toMatchObject({ Namespace: metricNamespace('prod'), MetricName: METRIC.leasesLost, Statistic: 'Sum', Threshold: c.alarms.leasesLostPer15Minutes, Period: 900, TreatMissingData: 'notBreaching' });
+    expect(a).toMatchObject({
+      Namespace: metricNamespace('prod'),
+      MetricName: METRIC.leasesLost,
+      Statistic: 'Sum',
+      Threshold: c.alarms.leasesLostPer15Minutes,
+      Period: 900,
+      TreatMissingData: 'notBreaching',
+    });
     expect(a.Dimensions).toBeUndefined();
   });
 
-  it('jobs dead-lettered: the worker\'s metric by its imported name, in the environment namespace, no dimensions', () => {
+  it("jobs dead-lettered: the worker's metric by its imported name, in the environment namespace, no dimensions", () => {
     const a = alarmNamed('jobs dead-lettered');
-    expect(a).toMatchObject({ Namespace: metricNamespace('prod'), MetricName: METRIC.jobsDeadLettered, Statistic: 'Sum', Threshold: c.alarms.jobsDeadLetteredPer5Minutes, TreatMissingData: 'notBreaching' });
+    expect(a).toMatchObject({
+      Namespace: metricNamespace('prod'),
+      MetricName: METRIC.jobsDeadLettered,
+      Statistic: 'Sum',
+      Threshold: c.alarms.jobsDeadLetteredPer5Minutes,
+      TreatMissingData: 'notBreaching',
+    });
     expect(a.Dimensions).toBeUndefined();
   });
 
-  it('jobs stuck: the workers\' JobsStuck gauge by its imported name, Maximum (any number of workers reports the same count), two periods', () => {
+  it("jobs stuck: the workers' JobsStuck gauge by its imported name, Maximum (any number of workers reports the same count), two periods", () => {
     const a = alarmNamed('jobs stuck');
     expect(a).toMatchObject({
       Namespace: metricNamespace('prod'),
@@ -142,12 +175,14 @@ describe('alarms', () => {
   it('API 5xx: load balancer plus target 5xx on the API load balancer', () => {
     const a = alarmNamed('API 5xx');
     expect(a.Threshold).toBe(c.alarms.api5xxPer5Minutes);
-    const names = (a.Metrics as { MetricStat?: { Metric: { MetricName: string; Namespace: string } }; Expression?: string }[]).flatMap((m) => (m.MetricStat ? [m.MetricStat.Metric.MetricName] : []));
+    const names = (a.Metrics as { MetricStat?: { Metric: { MetricName: string; Namespace: string } }; Expression?: string }[]).flatMap(
+      (m) => (m.MetricStat ? [m.MetricStat.Metric.MetricName] : []),
+    );
     expect(names.sort()).toEqual(['HTTPCode_ELB_5XX_Count', 'HTTPCode_Target_5XX_Count']);
     expect(JSON.stringify(a.Metrics)).toContain('ApiLoadBalancer');
   });
 
-  it('worker tasks below minimum: Container Insights running tasks under the config\'s minimum, missing data breaching', () => {
+  it("worker tasks below minimum: Container Insights running tasks under the config's minimum, missing data breaching", () => {
     const a = alarmNamed('worker tasks below minimum');
     expect(a).toMatchObject({
       Namespace: 'ECS/ContainerInsights',
@@ -163,7 +198,18 @@ describe('alarms', () => {
 describe('dashboard', () => {
   it('shows the queue, the DLQ, the job metrics and both services', () => {
     const body = JSON.stringify(only(t, 'AWS::CloudWatch::Dashboard').props.DashboardBody);
-    for (const needle of ['ApproximateNumberOfMessagesVisible', 'QueuesDeadLetterQueue', 'QueuesJobQueue', METRIC.jobsSucceeded, METRIC.leasesLost, METRIC.jobsDeadLettered, METRIC.jobDuration, 'RunningTaskCount', 'HTTPCode_Target_5XX_Count', 'AlarmsDlqNotEmpty']) {
+    for (const needle of [
+      'ApproximateNumberOfMessagesVisible',
+      'QueuesDeadLetterQueue',
+      'QueuesJobQueue',
+      METRIC.jobsSucceeded,
+      METRIC.leasesLost,
+      METRIC.jobsDeadLettered,
+      METRIC.jobDuration,
+      'RunningTaskCount',
+      'HTTPCode_Target_5XX_Count',
+      'AlarmsDlqNotEmpty',
+    ]) {
       expect(body, needle).toContain(needle);
     }
   });
@@ -171,16 +217,28 @@ describe('dashboard', () => {
 
 describe('alarm delivery (issue 12)', () => {
   const account = { Ref: 'AWS::AccountId' };
-  const alarmArns = alarms.map((a) => ({ 'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':cloudwatch:', { Ref: 'AWS::Region' }, ':', account, `:alarm:${a.AlarmName as string}`]] }));
+  const alarmArns = alarms.map((a) => ({
+    'Fn::Join': [
+      '',
+      ['arn:', { Ref: 'AWS::Partition' }, ':cloudwatch:', { Ref: 'AWS::Region' }, ':', account, `:alarm:${a.AlarmName as string}`],
+    ],
+  }));
   const fromOurAlarms = { StringEquals: { 'aws:SourceAccount': account }, ArnLike: { 'aws:SourceArn': alarmArns } };
 
-  it('the topic policy lets CloudWatch publish, for this account\'s alarms that notify the topic only', () => {
+  it("the topic policy lets CloudWatch publish, for this account's alarms that notify the topic only", () => {
     const policy = only(t, 'AWS::SNS::TopicPolicy').props;
     expect(policy.Topics).toEqual([{ Ref: topicId }]);
     const statements = policy.PolicyDocument.Statement as Record<string, any>[];
     const allow = statements.filter((st) => st.Effect === 'Allow');
     expect(allow).toEqual([
-      { Sid: 'CloudWatchAlarmsPublish', Effect: 'Allow', Principal: { Service: 'cloudwatch.amazonaws.com' }, Action: 'sns:Publish', Resource: { Ref: topicId }, Condition: fromOurAlarms },
+      {
+        Sid: 'CloudWatchAlarmsPublish',
+        Effect: 'Allow',
+        Principal: { Service: 'cloudwatch.amazonaws.com' },
+        Action: 'sns:Publish',
+        Resource: { Ref: topicId },
+        Condition: fromOurAlarms,
+      },
     ]);
     // Every alarm's ARN, in the order they were made, and nothing else.
     expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(15);
@@ -190,7 +248,14 @@ describe('alarm delivery (issue 12)', () => {
     const keyPolicy = only(t, 'AWS::KMS::Key').props.KeyPolicy.Statement as Record<string, any>[];
     const cw = keyPolicy.filter((st) => JSON.stringify(st.Principal).includes('cloudwatch.amazonaws.com'));
     expect(cw).toEqual([
-      { Sid: 'CloudWatchAlarmsPublish', Effect: 'Allow', Principal: { Service: 'cloudwatch.amazonaws.com' }, Action: ['kms:Decrypt', 'kms:GenerateDataKey*'], Resource: '*', Condition: fromOurAlarms },
+      {
+        Sid: 'CloudWatchAlarmsPublish',
+        Effect: 'Allow',
+        Principal: { Service: 'cloudwatch.amazonaws.com' },
+        Action: ['kms:Decrypt', 'kms:GenerateDataKey*'],
+        Resource: '*',
+        Condition: fromOurAlarms,
+      },
     ]);
     expect(keyPolicy).toContainEqual({
       Sid: 'GrantsOnlyForAwsServices',
@@ -217,41 +282,75 @@ describe('alarms beyond the queue (issue 12)', () => {
   const dbId = idOf(prod.data.database.instance);
   const dbDims = (a: AlarmProps) => expect(JSON.stringify(a.Dimensions)).toContain(dbId);
 
-  it('database CPU: the config\'s percentage for 15 minutes', () => {
+  it("database CPU: the config's percentage for 15 minutes", () => {
     const a = alarmNamed('database CPU');
-    expect(a).toMatchObject({ Namespace: 'AWS/RDS', MetricName: 'CPUUtilization', Threshold: c.alarms.databaseCpuPercent, ComparisonOperator: 'GreaterThanOrEqualToThreshold', Period: 300, EvaluationPeriods: 3 });
+    expect(a).toMatchObject({
+      Namespace: 'AWS/RDS',
+      MetricName: 'CPUUtilization',
+      Threshold: c.alarms.databaseCpuPercent,
+      ComparisonOperator: 'GreaterThanOrEqualToThreshold',
+      Period: 300,
+      EvaluationPeriods: 3,
+    });
     dbDims(a);
   });
 
-  it('database free storage: below the config\'s share of the allocated storage, in bytes', () => {
+  it("database free storage: below the config's share of the allocated storage, in bytes", () => {
     const a = alarmNamed('database free storage');
-    expect(a).toMatchObject({ MetricName: 'FreeStorageSpace', Statistic: 'Minimum', ComparisonOperator: 'LessThanThreshold', Threshold: Math.round(c.alarms.databaseFreeStorageFraction * c.database.allocatedStorageGiB * 1024 ** 3) });
+    expect(a).toMatchObject({
+      MetricName: 'FreeStorageSpace',
+      Statistic: 'Minimum',
+      ComparisonOperator: 'LessThanThreshold',
+      Threshold: Math.round(c.alarms.databaseFreeStorageFraction * c.database.allocatedStorageGiB * 1024 ** 3),
+    });
     dbDims(a);
   });
 
-  it('database freeable memory: below the config\'s share of the class\'s memory, in bytes', () => {
+  it("database freeable memory: below the config's share of the class's memory, in bytes", () => {
     const a = alarmNamed('database freeable memory');
-    expect(a).toMatchObject({ MetricName: 'FreeableMemory', ComparisonOperator: 'LessThanThreshold', Threshold: Math.round(c.alarms.databaseFreeableMemoryFraction * INSTANCE_MEMORY_GIB[c.database.instanceClass]! * 1024 ** 3) });
+    expect(a).toMatchObject({
+      MetricName: 'FreeableMemory',
+      ComparisonOperator: 'LessThanThreshold',
+      Threshold: Math.round(c.alarms.databaseFreeableMemoryFraction * INSTANCE_MEMORY_GIB[c.database.instanceClass]! * 1024 ** 3),
+    });
     dbDims(a);
   });
 
-  it('database connections: above the connection budget\'s ceiling config.ts computes', () => {
+  it("database connections: above the connection budget's ceiling config.ts computes", () => {
     const a = alarmNamed('database connections');
-    expect(a).toMatchObject({ MetricName: 'DatabaseConnections', Statistic: 'Maximum', ComparisonOperator: 'GreaterThanThreshold', Threshold: budget.allowed });
+    expect(a).toMatchObject({
+      MetricName: 'DatabaseConnections',
+      Statistic: 'Maximum',
+      ComparisonOperator: 'GreaterThanThreshold',
+      Threshold: budget.allowed,
+    });
     expect(budget.allowed).toBeGreaterThan(budget.total);
     expect(a.AlarmDescription).toContain(String(budget.total));
     dbDims(a);
   });
 
-  it('API unhealthy targets: any unhealthy target of the API\'s target group for 3 minutes', () => {
+  it("API unhealthy targets: any unhealthy target of the API's target group for 3 minutes", () => {
     const a = alarmNamed('API unhealthy targets');
-    expect(a).toMatchObject({ Namespace: 'AWS/ApplicationELB', MetricName: 'UnHealthyHostCount', Statistic: 'Maximum', Threshold: 1, EvaluationPeriods: 3, TreatMissingData: 'notBreaching' });
+    expect(a).toMatchObject({
+      Namespace: 'AWS/ApplicationELB',
+      MetricName: 'UnHealthyHostCount',
+      Statistic: 'Maximum',
+      Threshold: 1,
+      EvaluationPeriods: 3,
+      TreatMissingData: 'notBreaching',
+    });
     expect(JSON.stringify(a.Dimensions)).toContain(idOf(prod.services.api.targetGroup));
   });
 
   it('API tasks below minimum: Container Insights running tasks under api.minTasks, missing data breaching', () => {
     const a = alarmNamed('API tasks below minimum');
-    expect(a).toMatchObject({ Namespace: 'ECS/ContainerInsights', MetricName: 'RunningTaskCount', ComparisonOperator: 'LessThanThreshold', Threshold: c.api.minTasks, TreatMissingData: 'breaching' });
+    expect(a).toMatchObject({
+      Namespace: 'ECS/ContainerInsights',
+      MetricName: 'RunningTaskCount',
+      ComparisonOperator: 'LessThanThreshold',
+      Threshold: c.api.minTasks,
+      TreatMissingData: 'breaching',
+    });
     expect(JSON.stringify(a.Dimensions)).toContain(idOf(prod.services.api.service));
   });
 
@@ -259,16 +358,24 @@ describe('alarms beyond the queue (issue 12)', () => {
     const a = alarmNamed('worker at maximum with backlog');
     const expr = (a.Metrics as { Id: string; Expression?: string }[]).find((m) => m.Expression)!;
     expect(expr.Expression).toBe(`IF(running >= ${c.worker.maxTasks} AND visible / running > ${c.worker.backlogPerTaskTarget}, 1, 0)`);
-    expect(a).toMatchObject({ Threshold: 1, ComparisonOperator: 'GreaterThanOrEqualToThreshold', EvaluationPeriods: c.alarms.workerAtMaximumMinutes / 5 });
+    expect(a).toMatchObject({
+      Threshold: 1,
+      ComparisonOperator: 'GreaterThanOrEqualToThreshold',
+      EvaluationPeriods: c.alarms.workerAtMaximumMinutes / 5,
+    });
     const json = JSON.stringify(a.Metrics);
     expect(json).toContain('QueuesJobQueue');
     expect(json).toContain(idOf(prod.services.worker.service));
   });
 
-  it('the API\'s 5xx and unhealthy-target alarms roll a bad API deployment back; the worker has none', () => {
+  it("the API's 5xx and unhealthy-target alarms roll a bad API deployment back; the worker has none", () => {
     const services = resourcesOfType(t, 'AWS::ECS::Service');
     const api = services[idOf(prod.services.api.service)]!.Properties as Record<string, any>;
-    expect(api.DeploymentConfiguration.Alarms).toEqual({ AlarmNames: ['ERP jobs prod API 5xx', 'ERP jobs prod API unhealthy targets'], Enable: true, Rollback: true });
+    expect(api.DeploymentConfiguration.Alarms).toEqual({
+      AlarmNames: ['ERP jobs prod API 5xx', 'ERP jobs prod API unhealthy targets'],
+      Enable: true,
+      Rollback: true,
+    });
     expect(API_DEPLOYMENT_ALARMS).toEqual(['api5xx', 'apiUnhealthyTargets']);
     for (const n of api.DeploymentConfiguration.Alarms.AlarmNames as string[]) expect(alarms.map((x) => x.AlarmName)).toContain(n);
     const worker = services[idOf(prod.services.worker.service)]!.Properties as Record<string, any>;

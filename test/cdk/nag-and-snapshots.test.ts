@@ -36,7 +36,11 @@ describe.each(ENVIRONMENT_NAMES)('%s', (name) => {
   it('gives every acknowledged finding a reason a reviewer can check', () => {
     const acks = s.app.node
       .findAll()
-      .flatMap((c) => c.node.metadata.filter((m) => m.type === Validations.ACKNOWLEDGED_RULES_METADATA_KEY).map((m) => [c.node.path, m.data as Record<string, string>] as const))
+      .flatMap((c) =>
+        c.node.metadata
+          .filter((m) => m.type === Validations.ACKNOWLEDGED_RULES_METADATA_KEY)
+          .map((m) => [c.node.path, m.data as Record<string, string>] as const),
+      )
       .flatMap(([path, data]) => Object.entries(data).map(([id, reason]) => ({ path, id, reason })))
       .filter((a) => a.id.startsWith(`${NAG_NAMESPACE}::`));
     expect(acks.length).toBeGreaterThan(0);
@@ -67,7 +71,9 @@ describe('bootstrap bundle', () => {
     const bundle = readFileSync(join(dir, 'index.mjs'), 'utf8');
     expect(bundle).toContain('createRequire');
     expect(bundle).not.toMatch(/from ?["']pg["']/);
-    const sql = readdirSync(MIGRATIONS_DIR).filter((f) => f.endsWith('.sql')).sort();
+    const sql = readdirSync(MIGRATIONS_DIR)
+      .filter((f) => f.endsWith('.sql'))
+      .sort();
     expect(sql.length).toBeGreaterThan(0);
     expect(readdirSync(join(dir, 'migrations')).sort()).toEqual(sql);
   });

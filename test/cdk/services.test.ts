@@ -21,8 +21,17 @@ const https = synthConfig(withChanges('dev', (c) => (c.api.certificateArn = CERT
 const t = dev.servicesTemplate;
 const c = ENVIRONMENTS.dev;
 
-type Container = { Name: string; Environment?: { Name: string; Value: unknown }[]; Secrets?: { Name: string; ValueFrom: unknown }[]; StopTimeout?: number; PortMappings?: unknown[]; LinuxParameters?: { InitProcessEnabled?: boolean } };
-const containers = Object.values(resourcesOfType(t, 'AWS::ECS::TaskDefinition')).flatMap((r) => (r.Properties as { ContainerDefinitions: Container[] }).ContainerDefinitions);
+type Container = {
+  Name: string;
+  Environment?: { Name: string; Value: unknown }[];
+  Secrets?: { Name: string; ValueFrom: unknown }[];
+  StopTimeout?: number;
+  PortMappings?: unknown[];
+  LinuxParameters?: { InitProcessEnabled?: boolean };
+};
+const containers = Object.values(resourcesOfType(t, 'AWS::ECS::TaskDefinition')).flatMap(
+  (r) => (r.Properties as { ContainerDefinitions: Container[] }).ContainerDefinitions,
+);
 const container = (name: string) => {
   const found = containers.find((x) => x.Name === name);
   if (!found) throw new Error(`no container ${name}`);
@@ -34,7 +43,7 @@ const secretsOf = (name: string) => Object.fromEntries((container(name).Secrets 
 describe('schema bootstrap', () => {
   const cr = only(t, 'Custom::JobsSchema');
 
-  it('is a custom resource carrying the migrations hash, the master secret and the services\' secret', () => {
+  it("is a custom resource carrying the migrations hash, the master secret and the services' secret", () => {
     expect(cr.props.MigrationsHash).toBe(migrationsHash());
     expect(cr.props.MigrationsHash).toMatch(/^[0-9a-f]{64}$/);
     expect(JSON.stringify(cr.props.DatabaseSecretArn)).toContain('DatabaseInstanceSecretAttachment');
@@ -71,14 +80,16 @@ describe('schema bootstrap', () => {
     expect(JSON.stringify(cr.props.ServiceToken)).toContain('SchemaBootstrapProviderframeworkonEvent');
   });
 
-  it('is the only one that may read the master secret; the services\' execution roles read their own secret only', () => {
+  it("is the only one that may read the master secret; the services' execution roles read their own secret only", () => {
     const policies = resourcesOfType(t, 'AWS::IAM::Policy');
     const readers = Object.entries(policies)
       .filter(([, p]) => JSON.stringify(p.Properties).includes('DatabaseInstanceSecretAttachment'))
       .map(([, p]) => JSON.stringify((p.Properties as { Roles: unknown }).Roles));
     expect(readers).toHaveLength(1);
     expect(readers[0]).toContain('SchemaBootstrapRole');
-    const appReaders = Object.values(policies).filter((p) => JSON.stringify(p.Properties).includes('DatabaseAppSecretAttachment')).map((p) => JSON.stringify((p.Properties as { Roles: unknown }).Roles));
+    const appReaders = Object.values(policies)
+      .filter((p) => JSON.stringify(p.Properties).includes('DatabaseAppSecretAttachment'))
+      .map((p) => JSON.stringify((p.Properties as { Roles: unknown }).Roles));
     expect(appReaders.some((r) => r.includes('ApiTaskExecutionRole'))).toBe(true);
     expect(appReaders.some((r) => r.includes('WorkerTaskExecutionRole'))).toBe(true);
   });
@@ -92,14 +103,16 @@ describe('schema bootstrap', () => {
   });
 
   it('waits for its own database ingress rule before running', () => {
-    const ingress = Object.entries(resourcesOfType(t, 'AWS::EC2::SecurityGroupIngress')).find(([, r]) => (r.Properties as { Description?: string }).Description === 'PostgreSQL from the schema bootstrap');
+    const ingress = Object.entries(resourcesOfType(t, 'AWS::EC2::SecurityGroupIngress')).find(
+      ([, r]) => (r.Properties as { Description?: string }).Description === 'PostgreSQL from the schema bootstrap',
+    );
     expect(ingress).toBeDefined();
     expect(cr.dependsOn).toContain(ingress![0]);
   });
 });
 
 describe('containers', () => {
-  it('get the job timings and queue URLs under the runtime\'s variable names', () => {
+  it("get the job timings and queue URLs under the runtime's variable names", () => {
     for (const name of ['api', 'worker']) {
       const env = envOf(name);
       expect(env).toMatchObject({
@@ -134,7 +147,14 @@ describe('containers', () => {
   });
 
   it('get the database secret, the API token and the operator token as ECS secrets, never as plain environment', () => {
-    const forbidden: string[] = [ENV.databaseSecret, ENV.databaseUrl, ENV.apiToken, ENV.apiOperatorToken, 'PGPASSWORD', 'DATABASE_PASSWORD'];
+    const forbidden: string[] = [
+      ENV.databaseSecret,
+      ENV.databaseUrl,
+      ENV.apiToken,
+      ENV.apiOperatorToken,
+      'PGPASSWORD',
+      'DATABASE_PASSWORD',
+    ];
     for (const name of ['api', 'worker']) {
       const env = envOf(name);
       for (const k of forbidden) expect(env[k], `${name} ${k}`).toBeUndefined();
@@ -158,7 +178,7 @@ describe('containers', () => {
     expect(JSON.stringify(secretsOf('api')[ENV.apiOperatorToken])).toContain('Fn::ImportValue');
   });
 
-  it('lets only the API\'s execution role read the operator token', () => {
+  it("lets only the API's execution role read the operator token", () => {
     const apiExec = idOf(dev.services.api.service.taskDefinition.obtainExecutionRole());
     const readers = Object.values(resourcesOfType(t, 'AWS::IAM::Policy'))
       .filter((p) => JSON.stringify((p.Properties as { PolicyDocument: unknown }).PolicyDocument).includes('OperatorTokenSecret'))
@@ -184,12 +204,14 @@ describe('containers', () => {
     const manifest = JSON.parse(readFileSync(join(dev.assembly.directory, `${dev.services.artifactId}.assets.json`), 'utf8')) as {
       dockerImages: Record<string, { source: { directory: string; dockerFile: string; platform?: string } }>;
     };
-    const images = Object.values(manifest.dockerImages).map((i) => i.source.dockerFile).sort();
+    const images = Object.values(manifest.dockerImages)
+      .map((i) => i.source.dockerFile)
+      .sort();
     expect(images).toEqual(['docker/api.Dockerfile', 'docker/worker.Dockerfile']);
     for (const i of Object.values(manifest.dockerImages)) expect(i.source.platform).toBe('linux/amd64');
   });
 
-  it('put the jobs command in the worker image for operators\' one-off tasks (docs/deploy.md#operator-access)', async () => {
+  it("put the jobs command in the worker image for operators' one-off tasks (docs/deploy.md#operator-access)", async () => {
     const { readFileSync } = await import('node:fs');
     const dockerfile = readFileSync('docker/worker.Dockerfile', 'utf8');
     expect(dockerfile).toMatch(/npx tsx scripts\/bundle\.ts cli/);
@@ -201,20 +223,23 @@ describe('containers', () => {
     expect(readFileSync('.dockerignore', 'utf8')).toMatch(/^!bin\/jobs\.ts$/m);
   });
 
-  it('verify the database\'s certificate: both images carry the RDS CA bundle where DATABASE_CA_FILE points', async () => {
+  it("verify the database's certificate: both images carry the RDS CA bundle where DATABASE_CA_FILE points", async () => {
     const { readFileSync } = await import('node:fs');
     for (const name of ['api', 'worker']) {
       expect(envOf(name)[ENV.databaseCaFile]).toBe(RDS_CA_BUNDLE_PATH);
       const dockerfile = readFileSync(`docker/${name}.Dockerfile`, 'utf8');
       // In the final stage (after the last FROM), readable by the unprivileged user the service runs as.
       const finalStage = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '));
-      expect(finalStage).toContain(`ADD --chmod=644 https://truststore.pki.rds.amazonaws.com/global/global-bundle.pem ${RDS_CA_BUNDLE_PATH}`);
+      expect(finalStage).toContain(
+        `ADD --chmod=644 https://truststore.pki.rds.amazonaws.com/global/global-bundle.pem ${RDS_CA_BUNDLE_PATH}`,
+      );
     }
   });
 
   it('runs tasks in the private subnets without public IPs', () => {
     for (const svc of Object.values(resourcesOfType(t, 'AWS::ECS::Service'))) {
-      const net = (svc.Properties as { NetworkConfiguration: { AwsvpcConfiguration: { AssignPublicIp: string; Subnets: unknown } } }).NetworkConfiguration.AwsvpcConfiguration;
+      const net = (svc.Properties as { NetworkConfiguration: { AwsvpcConfiguration: { AssignPublicIp: string; Subnets: unknown } } })
+        .NetworkConfiguration.AwsvpcConfiguration;
       expect(net.AssignPublicIp).toBe('DISABLED');
       expect(JSON.stringify(net.Subnets)).toMatch(/appSubnet/);
     }
@@ -232,7 +257,11 @@ describe('worker', () => {
   const taskRoleId = idOf(dev.services.worker.service.taskDefinition.taskRole);
   const statements = Object.values(policies)
     .filter((p) => JSON.stringify((p.Properties as { Roles: unknown }).Roles).includes(taskRoleId))
-    .flatMap((p) => (p.Properties as { PolicyDocument: { Statement: { Action: string | string[]; Resource: unknown; Condition?: unknown }[] } }).PolicyDocument.Statement);
+    .flatMap(
+      (p) =>
+        (p.Properties as { PolicyDocument: { Statement: { Action: string | string[]; Resource: unknown; Condition?: unknown }[] } })
+          .PolicyDocument.Statement,
+    );
   const actions = (s: { Action: string | string[] }) => (Array.isArray(s.Action) ? s.Action : [s.Action]);
 
   it('may consume and publish job messages and send dead letters, nothing wider on SQS', () => {
@@ -241,25 +270,32 @@ describe('worker', () => {
     const onDlq = sqs.filter((s) => JSON.stringify(s.Resource).includes('QueuesDeadLetterQueue'));
     expect(onQueue.length + onDlq.length).toBe(sqs.length);
     expect(onQueue.flatMap(actions).sort()).toEqual(
-      ['sqs:ChangeMessageVisibility', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes', 'sqs:GetQueueUrl', 'sqs:ReceiveMessage', 'sqs:SendMessage'].sort(),
+      [
+        'sqs:ChangeMessageVisibility',
+        'sqs:DeleteMessage',
+        'sqs:GetQueueAttributes',
+        'sqs:GetQueueUrl',
+        'sqs:ReceiveMessage',
+        'sqs:SendMessage',
+      ].sort(),
     );
     expect(onDlq.flatMap(actions).sort()).toEqual(['sqs:GetQueueAttributes', 'sqs:GetQueueUrl', 'sqs:SendMessage']);
     expect(sqs.flatMap(actions)).not.toContain('sqs:*');
   });
 
-  it('may put metrics only into its environment\'s namespace', () => {
+  it("may put metrics only into its environment's namespace", () => {
     const put = statements.find((s) => actions(s).includes('cloudwatch:PutMetricData'));
     expect(put?.Condition).toEqual({ StringEquals: { 'cloudwatch:namespace': metricNamespace('dev') } });
   });
 
-  it('may set task protection on this cluster\'s tasks only', () => {
+  it("may set task protection on this cluster's tasks only", () => {
     const prot = statements.find((s) => actions(s).includes('ecs:UpdateTaskProtection'));
     expect(actions(prot!).sort()).toEqual(['ecs:GetTaskProtection', 'ecs:UpdateTaskProtection']);
     const clusterId = idOf(dev.services.worker.service.cluster as never);
     expect(JSON.stringify(prot!.Resource)).toContain(`":task/",{"Ref":"${clusterId}"},"/*"`);
   });
 
-  it('scales on visible messages ÷ running tasks between the config\'s bounds', () => {
+  it("scales on visible messages ÷ running tasks between the config's bounds", () => {
     const targetId = Object.entries(resourcesOfType(t, 'AWS::ApplicationAutoScaling::ScalableTarget')).find(([, r]) =>
       JSON.stringify((r.Properties as { ResourceId: unknown }).ResourceId).includes(idOf(dev.services.worker.service)),
     )?.[0];
@@ -268,8 +304,20 @@ describe('worker', () => {
       MinCapacity: c.worker.minTasks,
       MaxCapacity: c.worker.maxTasks,
       ScalableDimension: 'ecs:service:DesiredCount',
-      RoleARN: Match.objectLike({ 'Fn::Join': Match.arrayWith([Match.arrayWith([Match.stringLikeRegexp('AWSServiceRoleForApplicationAutoScaling_ECSService')])]) }),
-      ResourceId: { 'Fn::Join': ['', ['service/', { Ref: idOf(dev.services.worker.service.cluster as never) }, '/', { 'Fn::GetAtt': [idOf(dev.services.worker.service), 'Name'] }]] },
+      RoleARN: Match.objectLike({
+        'Fn::Join': Match.arrayWith([Match.arrayWith([Match.stringLikeRegexp('AWSServiceRoleForApplicationAutoScaling_ECSService')])]),
+      }),
+      ResourceId: {
+        'Fn::Join': [
+          '',
+          [
+            'service/',
+            { Ref: idOf(dev.services.worker.service.cluster as never) },
+            '/',
+            { 'Fn::GetAtt': [idOf(dev.services.worker.service), 'Name'] },
+          ],
+        ],
+      },
     });
     t.hasResourceProperties('AWS::ApplicationAutoScaling::ScalingPolicy', {
       PolicyType: 'TargetTrackingScaling',
@@ -280,8 +328,22 @@ describe('worker', () => {
         ScaleOutCooldown: c.worker.scaleOutCooldownSeconds,
         CustomizedMetricSpecification: {
           Metrics: [
-            Match.objectLike({ Id: 'visible', ReturnData: false, MetricStat: { Stat: 'Sum', Metric: Match.objectLike({ Namespace: 'AWS/SQS', MetricName: 'ApproximateNumberOfMessagesVisible' }) } }),
-            Match.objectLike({ Id: 'running', ReturnData: false, MetricStat: { Stat: 'Average', Metric: Match.objectLike({ Namespace: 'ECS/ContainerInsights', MetricName: 'RunningTaskCount' }) } }),
+            Match.objectLike({
+              Id: 'visible',
+              ReturnData: false,
+              MetricStat: {
+                Stat: 'Sum',
+                Metric: Match.objectLike({ Namespace: 'AWS/SQS', MetricName: 'ApproximateNumberOfMessagesVisible' }),
+              },
+            }),
+            Match.objectLike({
+              Id: 'running',
+              ReturnData: false,
+              MetricStat: {
+                Stat: 'Average',
+                Metric: Match.objectLike({ Namespace: 'ECS/ContainerInsights', MetricName: 'RunningTaskCount' }),
+              },
+            }),
             Match.objectLike({ Id: 'backlogPerTask', ReturnData: true, Expression: 'visible / IF(running > 0, running, 1)' }),
           ],
         },
@@ -306,7 +368,14 @@ describe('API', () => {
   const apiStatements = () =>
     Object.values(resourcesOfType(t, 'AWS::IAM::Policy'))
       .filter((p) => JSON.stringify((p.Properties as { Roles: unknown }).Roles).includes(apiRoleId))
-      .flatMap((p) => (p.Properties as { PolicyDocument: { Statement: { Effect: string; Action: string | string[]; Resource: unknown; Condition?: unknown }[] } }).PolicyDocument.Statement);
+      .flatMap(
+        (p) =>
+          (
+            p.Properties as {
+              PolicyDocument: { Statement: { Effect: string; Action: string | string[]; Resource: unknown; Condition?: unknown }[] };
+            }
+          ).PolicyDocument.Statement,
+      );
   const actionsOf = (s: { Action: string | string[] }) => (Array.isArray(s.Action) ? s.Action : [s.Action]);
   const dlqArn = () => ({ 'Fn::ImportValue': expect.stringMatching(/QueuesDeadLetterQueue.*Arn/) });
   const queueArn = () => ({ 'Fn::ImportValue': expect.stringMatching(/QueuesJobQueue.*Arn/) });
@@ -368,7 +437,12 @@ describe('API', () => {
     });
     t.hasResourceProperties('AWS::S3::Bucket', {
       BucketEncryption: { ServerSideEncryptionConfiguration: [{ ServerSideEncryptionByDefault: { SSEAlgorithm: 'AES256' } }] },
-      PublicAccessBlockConfiguration: { BlockPublicAcls: true, BlockPublicPolicy: true, IgnorePublicAcls: true, RestrictPublicBuckets: true },
+      PublicAccessBlockConfiguration: {
+        BlockPublicAcls: true,
+        BlockPublicPolicy: true,
+        IgnorePublicAcls: true,
+        RestrictPublicBuckets: true,
+      },
     });
     t.hasResourceProperties('AWS::S3::BucketPolicy', {
       Bucket: { Ref: bucketId },
@@ -376,14 +450,20 @@ describe('API', () => {
         Statement: Match.arrayWith([
           Match.objectLike({ Effect: 'Deny', Condition: { Bool: { 'aws:SecureTransport': 'false' } } }),
           Match.objectLike({ Sid: 'ElbAccountWritesAccessLogs', Action: 's3:PutObject', Principal: { AWS: Match.anyValue() } }),
-          Match.objectLike({ Sid: 'ElbLogDeliveryWritesAccessLogs', Action: 's3:PutObject', Principal: { Service: 'logdelivery.elasticloadbalancing.amazonaws.com' } }),
+          Match.objectLike({
+            Sid: 'ElbLogDeliveryWritesAccessLogs',
+            Action: 's3:PutObject',
+            Principal: { Service: 'logdelivery.elasticloadbalancing.amazonaws.com' },
+          }),
         ]),
       },
     });
   });
 
   it('listens on plain HTTP only when no certificate is configured', () => {
-    const listeners = Object.values(resourcesOfType(t, 'AWS::ElasticLoadBalancingV2::Listener')).map((l) => l.Properties as Record<string, unknown>);
+    const listeners = Object.values(resourcesOfType(t, 'AWS::ElasticLoadBalancingV2::Listener')).map(
+      (l) => l.Properties as Record<string, unknown>,
+    );
     expect(listeners).toHaveLength(1);
     expect(listeners[0]).toMatchObject({ Port: 80, Protocol: 'HTTP' });
   });
@@ -410,7 +490,9 @@ describe('API', () => {
     const ingress = Object.values(resourcesOfType(t, 'AWS::EC2::SecurityGroupIngress'))
       .map((r) => r.Properties as Record<string, any>)
       .filter((p) => JSON.stringify(p.GroupId).includes(svcSg));
-    expect(ingress).toEqual([expect.objectContaining({ FromPort: API_PORT, ToPort: API_PORT, SourceSecurityGroupId: { 'Fn::GetAtt': [albSg, 'GroupId'] } })]);
+    expect(ingress).toEqual([
+      expect.objectContaining({ FromPort: API_PORT, ToPort: API_PORT, SourceSecurityGroupId: { 'Fn::GetAtt': [albSg, 'GroupId'] } }),
+    ]);
   });
 });
 
@@ -418,11 +500,16 @@ describe('scaling owns the task count (issue 12)', () => {
   it.each(['dev', 'staging', 'prod'] as const)('%s: no autoscaled service has a DesiredCount', (name) => {
     const s = synthEnv(name);
     const services = resourcesOfType(s.servicesTemplate, 'AWS::ECS::Service');
-    const targets = Object.values(resourcesOfType(s.servicesTemplate, 'AWS::ApplicationAutoScaling::ScalableTarget')).map((r) => JSON.stringify(r.Properties!.ResourceId));
+    const targets = Object.values(resourcesOfType(s.servicesTemplate, 'AWS::ApplicationAutoScaling::ScalableTarget')).map((r) =>
+      JSON.stringify(r.Properties!.ResourceId),
+    );
     expect(Object.keys(services)).toHaveLength(2);
     for (const [id, svc] of Object.entries(services)) {
       // Every service is autoscaled…
-      expect(targets.some((t) => t.includes(`"${id}","Name"`)), `${id} has a scalable target`).toBe(true);
+      expect(
+        targets.some((t) => t.includes(`"${id}","Name"`)),
+        `${id} has a scalable target`,
+      ).toBe(true);
       // …so CloudFormation must not carry a count a deployment would reset it to.
       expect(svc.Properties, id).not.toHaveProperty('DesiredCount');
     }
@@ -430,43 +517,62 @@ describe('scaling owns the task count (issue 12)', () => {
 });
 
 describe('container hardening (issue 12)', () => {
-  const taskDefs = Object.values(resourcesOfType(t, 'AWS::ECS::TaskDefinition')).map((r) => r.Properties as { Memory: string; Volumes?: { Name: string }[]; ContainerDefinitions: Record<string, any>[] });
+  const taskDefs = Object.values(resourcesOfType(t, 'AWS::ECS::TaskDefinition')).map(
+    (r) => r.Properties as { Memory: string; Volumes?: { Name: string }[]; ContainerDefinitions: Record<string, any>[] },
+  );
 
-  it.each(['api', 'worker'])('%s: read-only root file system, a writable /tmp volume, the images\' non-root user, a hard memory limit', (name) => {
-    const td = taskDefs.find((x) => x.ContainerDefinitions.some((d) => d.Name === name))!;
-    const def = td.ContainerDefinitions.find((d) => d.Name === name)!;
-    expect(def.ReadonlyRootFilesystem).toBe(true);
-    expect(def.User).toBe(SERVICE_USER);
-    expect(def.User).not.toMatch(/^(0|root)(:|$)/);
-    expect(def.Memory).toBe(Number(td.Memory));
-    expect(def.MountPoints).toEqual([{ ContainerPath: TMP_PATH, ReadOnly: false, SourceVolume: 'tmp' }]);
-    expect(td.Volumes).toEqual([{ Name: 'tmp' }]);
-    // The user is the images' `node` user (uid 1000 in the official node images).
-    return import('node:fs').then(({ readFileSync }) => expect(readFileSync(`docker/${name}.Dockerfile`, 'utf8')).toMatch(/^USER node$/m));
-  });
+  it.each(['api', 'worker'])(
+    "%s: read-only root file system, a writable /tmp volume, the images' non-root user, a hard memory limit",
+    (name) => {
+      const td = taskDefs.find((x) => x.ContainerDefinitions.some((d) => d.Name === name))!;
+      const def = td.ContainerDefinitions.find((d) => d.Name === name)!;
+      expect(def.ReadonlyRootFilesystem).toBe(true);
+      expect(def.User).toBe(SERVICE_USER);
+      expect(def.User).not.toMatch(/^(0|root)(:|$)/);
+      expect(def.Memory).toBe(Number(td.Memory));
+      expect(def.MountPoints).toEqual([{ ContainerPath: TMP_PATH, ReadOnly: false, SourceVolume: 'tmp' }]);
+      expect(td.Volumes).toEqual([{ Name: 'tmp' }]);
+      // The user is the images' `node` user (uid 1000 in the official node images).
+      return import('node:fs').then(({ readFileSync }) =>
+        expect(readFileSync(`docker/${name}.Dockerfile`, 'utf8')).toMatch(/^USER node$/m),
+      );
+    },
+  );
 
   it('both services end a transaction left idle past the configured timeout (PGOPTIONS), and set no statement_timeout for the worker', () => {
     for (const name of ['api', 'worker']) {
-      expect(envOf(name)[PG_OPTIONS_VARIABLE]).toBe(`-c idle_in_transaction_session_timeout=${c.database.idleInTransactionTimeoutSeconds}s`);
+      expect(envOf(name)[PG_OPTIONS_VARIABLE]).toBe(
+        `-c idle_in_transaction_session_timeout=${c.database.idleInTransactionTimeoutSeconds}s`,
+      );
       expect(String(envOf(name)[PG_OPTIONS_VARIABLE])).not.toContain('statement_timeout=');
     }
   });
 
   it('node-postgres sends PGOPTIONS with a connection string that has no options (how the services connect)', async () => {
-    const { default: ConnectionParameters } = (await import('pg/lib/connection-parameters.js' as string)) as { default: new (c: unknown) => { options?: string } };
+    const { default: ConnectionParameters } = (await import('pg/lib/connection-parameters.js' as string)) as {
+      default: new (c: unknown) => { options?: string };
+    };
     const before = process.env.PGOPTIONS;
     process.env.PGOPTIONS = pgOptions(3600);
     try {
-      expect(new ConnectionParameters({ connectionString: 'postgres://u:p@db.example:5432/erp_jobs?sslmode=verify-full' }).options).toBe('-c idle_in_transaction_session_timeout=3600s');
+      expect(new ConnectionParameters({ connectionString: 'postgres://u:p@db.example:5432/erp_jobs?sslmode=verify-full' }).options).toBe(
+        '-c idle_in_transaction_session_timeout=3600s',
+      );
     } finally {
       if (before === undefined) delete process.env.PGOPTIONS;
       else process.env.PGOPTIONS = before;
     }
   });
 
-  it('the worker container has a health check (node -e, no shell), the API relies on the load balancer\'s', () => {
+  it("the worker container has a health check (node -e, no shell), the API relies on the load balancer's", () => {
     const worker = taskDefs.flatMap((x) => x.ContainerDefinitions).find((d) => d.Name === 'worker')!;
-    expect(worker.HealthCheck).toEqual({ Command: ['CMD', 'node', '-e', WORKER_HEALTH_CHECK_SCRIPT], Interval: 30, Timeout: 5, Retries: 3, StartPeriod: 30 });
+    expect(worker.HealthCheck).toEqual({
+      Command: ['CMD', 'node', '-e', WORKER_HEALTH_CHECK_SCRIPT],
+      Interval: 30,
+      Timeout: 5,
+      Retries: 3,
+      StartPeriod: 30,
+    });
   });
 });
 
@@ -482,7 +588,10 @@ describe('worker health check script', () => {
     writeFileSync(join(dir, 'index.mjs'), 'setInterval(() => {}, 1000);\n');
     // Only this test's process is considered: the check looks at /proc, so give it a private view
     // by matching our child's pid through the same rules (the container has no other node).
-    const check = () => spawnSync('node', ['-e', WORKER_HEALTH_CHECK_SCRIPT.replace("Number(p)!==process.pid", `Number(p)===${child.pid}`)], { encoding: 'utf8' }).status;
+    const check = () =>
+      spawnSync('node', ['-e', WORKER_HEALTH_CHECK_SCRIPT.replace('Number(p)!==process.pid', `Number(p)===${child.pid}`)], {
+        encoding: 'utf8',
+      }).status;
     const child = spawn('node', ['index.mjs'], { cwd: dir, stdio: 'ignore' });
     try {
       await new Promise((r) => setTimeout(r, 300));
@@ -504,18 +613,29 @@ describe('worker health check script', () => {
 });
 
 describe('HTTPS in staging and prod (issue 12)', () => {
-  it.each(['staging', 'prod'] as const)('%s: HTTPS on 443 with a TLS 1.2+ policy and the given certificate; port 80 only redirects', (name) => {
-    const ht = synthEnv(name).servicesTemplate;
-    const listeners = Object.values(resourcesOfType(ht, 'AWS::ElasticLoadBalancingV2::Listener')).map((l) => l.Properties as Record<string, any>);
-    expect(listeners).toHaveLength(2);
-    expect(listeners.find((l) => l.Port === 443)).toMatchObject({ Protocol: 'HTTPS', SslPolicy: 'ELBSecurityPolicy-TLS13-1-2-2021-06', Certificates: [{ CertificateArn: TEST_CERTIFICATE_ARN }] });
-    const http = listeners.find((l) => l.Port === 80)!;
-    expect(http.DefaultActions).toEqual([{ Type: 'redirect', RedirectConfig: expect.objectContaining({ Protocol: 'HTTPS', Port: '443', StatusCode: 'HTTP_301' }) }]);
-    const out = ht.toJSON().Outputs.ApiUrl.Value;
-    expect(JSON.stringify(out)).toContain('https://');
-  });
+  it.each(['staging', 'prod'] as const)(
+    '%s: HTTPS on 443 with a TLS 1.2+ policy and the given certificate; port 80 only redirects',
+    (name) => {
+      const ht = synthEnv(name).servicesTemplate;
+      const listeners = Object.values(resourcesOfType(ht, 'AWS::ElasticLoadBalancingV2::Listener')).map(
+        (l) => l.Properties as Record<string, any>,
+      );
+      expect(listeners).toHaveLength(2);
+      expect(listeners.find((l) => l.Port === 443)).toMatchObject({
+        Protocol: 'HTTPS',
+        SslPolicy: 'ELBSecurityPolicy-TLS13-1-2-2021-06',
+        Certificates: [{ CertificateArn: TEST_CERTIFICATE_ARN }],
+      });
+      const http = listeners.find((l) => l.Port === 80)!;
+      expect(http.DefaultActions).toEqual([
+        { Type: 'redirect', RedirectConfig: expect.objectContaining({ Protocol: 'HTTPS', Port: '443', StatusCode: 'HTTP_301' }) },
+      ]);
+      const out = ht.toJSON().Outputs.ApiUrl.Value;
+      expect(JSON.stringify(out)).toContain('https://');
+    },
+  );
 
-  it('the command line\'s certificate wins over lib/config.ts', () => {
+  it("the command line's certificate wins over lib/config.ts", () => {
     const fromConfig = withChanges('prod', (x) => (x.api.certificateArn = CERT));
     expect(withOverrides(fromConfig, { apiCertificateArn: TEST_CERTIFICATE_ARN }).api.certificateArn).toBe(TEST_CERTIFICATE_ARN);
     expect(withOverrides(fromConfig, {}).api.certificateArn).toBe(CERT);
@@ -524,7 +644,12 @@ describe('HTTPS in staging and prod (issue 12)', () => {
 
 describe('load balancer deletion protection (issue 12)', () => {
   const attr = (name: 'dev' | 'staging' | 'prod') =>
-    (only(synthEnv(name).servicesTemplate, 'AWS::ElasticLoadBalancingV2::LoadBalancer').props.LoadBalancerAttributes as { Key: string; Value: string }[]).find((a) => a.Key === 'deletion_protection.enabled')?.Value;
+    (
+      only(synthEnv(name).servicesTemplate, 'AWS::ElasticLoadBalancingV2::LoadBalancer').props.LoadBalancerAttributes as {
+        Key: string;
+        Value: string;
+      }[]
+    ).find((a) => a.Key === 'deletion_protection.enabled')?.Value;
   it('is on in prod, as the config says elsewhere', () => {
     expect(attr('prod')).toBe('true');
     expect(ENVIRONMENTS.prod.api.deletionProtection).toBe(true);
@@ -540,26 +665,30 @@ describe('egress narrowed to the endpoints in prod (issue 12)', () => {
     bootstrap: prod.services.bootstrap.function.connections.securityGroups[0]!,
   });
 
-  it.each(['api', 'worker', 'bootstrap'] as const)('%s: HTTPS only to the interface endpoints\' security group and the S3 prefix list, nowhere else', (who) => {
-    const id = idOf(groups()[who]);
-    const sg = resourcesOfType(prod.servicesTemplate, 'AWS::EC2::SecurityGroup')[id]!.Properties as Record<string, any>;
-    // Inline rules, and the rule resources CDK makes for a peer in another stack.
-    const egress = [
-      ...((sg.SecurityGroupEgress ?? []) as Record<string, any>[]),
-      ...Object.values(resourcesOfType(prod.servicesTemplate, 'AWS::EC2::SecurityGroupEgress'))
-        .map((r) => r.Properties as Record<string, any>)
-        .filter((p) => JSON.stringify(p.GroupId).includes(id)),
-    ];
-    expect(egress.filter((e) => e.CidrIp !== undefined)).toEqual([]);
-    expect(egress.length).toBeGreaterThan(0);
-    const https = egress.filter((e) => e.FromPort === 443);
-    expect(https).toHaveLength(2);
-    expect(JSON.stringify(https.find((e) => e.DestinationSecurityGroupId))).toContain('NetworkEndpointSecurityGroup');
-    expect(JSON.stringify(https.find((e) => e.DestinationPrefixListId))).toContain('NetworkS3PrefixList');
-  });
+  it.each(['api', 'worker', 'bootstrap'] as const)(
+    "%s: HTTPS only to the interface endpoints' security group and the S3 prefix list, nowhere else",
+    (who) => {
+      const id = idOf(groups()[who]);
+      const sg = resourcesOfType(prod.servicesTemplate, 'AWS::EC2::SecurityGroup')[id]!.Properties as Record<string, any>;
+      // Inline rules, and the rule resources CDK makes for a peer in another stack.
+      const egress = [
+        ...((sg.SecurityGroupEgress ?? []) as Record<string, any>[]),
+        ...Object.values(resourcesOfType(prod.servicesTemplate, 'AWS::EC2::SecurityGroupEgress'))
+          .map((r) => r.Properties as Record<string, any>)
+          .filter((p) => JSON.stringify(p.GroupId).includes(id)),
+      ];
+      expect(egress.filter((e) => e.CidrIp !== undefined)).toEqual([]);
+      expect(egress.length).toBeGreaterThan(0);
+      const https = egress.filter((e) => e.FromPort === 443);
+      expect(https).toHaveLength(2);
+      expect(JSON.stringify(https.find((e) => e.DestinationSecurityGroupId))).toContain('NetworkEndpointSecurityGroup');
+      expect(JSON.stringify(https.find((e) => e.DestinationPrefixListId))).toContain('NetworkS3PrefixList');
+    },
+  );
 
   it('dev keeps HTTPS to anywhere through NAT (no interface endpoints)', () => {
-    const sg = resourcesOfType(t, 'AWS::EC2::SecurityGroup')[idOf(dev.services.worker.service.connections.securityGroups[0]!)]!.Properties as Record<string, any>;
+    const sg = resourcesOfType(t, 'AWS::EC2::SecurityGroup')[idOf(dev.services.worker.service.connections.securityGroups[0]!)]!
+      .Properties as Record<string, any>;
     expect(sg.SecurityGroupEgress).toContainEqual(expect.objectContaining({ CidrIp: '0.0.0.0/0', FromPort: 443, ToPort: 443 }));
   });
 });
@@ -570,7 +699,10 @@ describe('log groups (issue 12)', () => {
     ['dev', 'Delete'],
   ] as const)('%s: every log group is %s on stack deletion', (name, policy) => {
     const s = synthEnv(name);
-    const groups = [...Object.values(resourcesOfType(s.servicesTemplate, 'AWS::Logs::LogGroup')), ...Object.values(resourcesOfType(s.dataTemplate, 'AWS::Logs::LogGroup'))];
+    const groups = [
+      ...Object.values(resourcesOfType(s.servicesTemplate, 'AWS::Logs::LogGroup')),
+      ...Object.values(resourcesOfType(s.dataTemplate, 'AWS::Logs::LogGroup')),
+    ];
     expect(groups.length).toBe(5);
     for (const g of groups) expect((g as { DeletionPolicy?: string }).DeletionPolicy).toBe(policy);
   });

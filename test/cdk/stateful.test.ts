@@ -22,8 +22,11 @@ describe.each([
   const queue = queues[queueId]!.Properties as Record<string, any>;
   const dlq = queues[dlqId]!.Properties as Record<string, any>;
 
-  it('redrives to the DLQ after the config\'s maxReceiveCount', () => {
-    expect(queue.RedrivePolicy).toEqual({ deadLetterTargetArn: { 'Fn::GetAtt': [dlqId, 'Arn'] }, maxReceiveCount: c.jobTimings.maxReceiveCount });
+  it("redrives to the DLQ after the config's maxReceiveCount", () => {
+    expect(queue.RedrivePolicy).toEqual({
+      deadLetterTargetArn: { 'Fn::GetAtt': [dlqId, 'Arn'] },
+      maxReceiveCount: c.jobTimings.maxReceiveCount,
+    });
     expect(dlq.RedrivePolicy).toBeUndefined();
   });
 
@@ -124,7 +127,9 @@ describe('database', () => {
       dev.services.api.service.connections.securityGroups[0]!,
       dev.services.worker.service.connections.securityGroups[0]!,
       dev.services.bootstrap.function.connections.securityGroups[0]!,
-    ].map((g) => idOf(g)).sort();
+    ]
+      .map((g) => idOf(g))
+      .sort();
     expect(sources).toEqual(expected);
     for (const p of rules) expect(p.CidrIp).toBeUndefined();
   });
@@ -185,8 +190,10 @@ describe('network (issue 12)', () => {
   it.each([
     ['dev', dev],
     ['prod', prod],
-  ] as const)('%s: has the S3 gateway endpoint on the app subnets\' route tables', (_name, s) => {
-    const gateways = Object.values(resourcesOfType(s.dataTemplate, 'AWS::EC2::VPCEndpoint')).filter((e) => e.Properties!.VpcEndpointType === 'Gateway');
+  ] as const)("%s: has the S3 gateway endpoint on the app subnets' route tables", (_name, s) => {
+    const gateways = Object.values(resourcesOfType(s.dataTemplate, 'AWS::EC2::VPCEndpoint')).filter(
+      (e) => e.Properties!.VpcEndpointType === 'Gateway',
+    );
     expect(gateways).toHaveLength(1);
     expect(JSON.stringify(gateways[0]!.Properties!.ServiceName)).toContain('.s3');
     const appTables = s.data.network.vpc.privateSubnets.map((sn) => ({ Ref: idOf(sn.node.findChild('RouteTable')) }));
@@ -200,8 +207,13 @@ describe('network (issue 12)', () => {
         .map((e) => /\.amazonaws\.com|\{"Ref":"AWS::Region"\},"\.([a-z.]+)"/.exec(JSON.stringify(e.Properties!.ServiceName))?.[1]);
     expect(iface(prod).sort()).toEqual(['ecr.api', 'ecr.dkr', 'logs', 'monitoring', 'secretsmanager', 'sqs']);
     expect(iface(dev)).toEqual([]);
-    for (const e of Object.values(resourcesOfType(prod.dataTemplate, 'AWS::EC2::VPCEndpoint')).filter((x) => x.Properties!.VpcEndpointType === 'Interface')) {
-      expect(e.Properties).toMatchObject({ PrivateDnsEnabled: true, SecurityGroupIds: [{ 'Fn::GetAtt': [idOf(prod.data.network.endpointSecurityGroup!), 'GroupId'] }] });
+    for (const e of Object.values(resourcesOfType(prod.dataTemplate, 'AWS::EC2::VPCEndpoint')).filter(
+      (x) => x.Properties!.VpcEndpointType === 'Interface',
+    )) {
+      expect(e.Properties).toMatchObject({
+        PrivateDnsEnabled: true,
+        SecurityGroupIds: [{ 'Fn::GetAtt': [idOf(prod.data.network.endpointSecurityGroup!), 'GroupId'] }],
+      });
     }
   });
 });
@@ -213,7 +225,9 @@ describe('DLQ redrive-allow policy', () => {
   ] as const)('%s: only the job queue may dead-letter into the DLQ (set after both exist)', (_name, s) => {
     const queueId = idOf(s.data.queues.queue.node.defaultChild!);
     const dlqId = idOf(s.data.queues.deadLetterQueue.node.defaultChild!);
-    const [call] = Object.values(resourcesOfType(s.dataTemplate, 'Custom::AWS')).filter((r) => JSON.stringify(r.Properties).includes('setQueueAttributes'));
+    const [call] = Object.values(resourcesOfType(s.dataTemplate, 'Custom::AWS')).filter((r) =>
+      JSON.stringify(r.Properties).includes('setQueueAttributes'),
+    );
     expect(call).toBeDefined();
     const create = JSON.stringify(call!.Properties!.Create);
     expect(create).toContain('"service\\":\\"SQS\\"');
@@ -223,8 +237,12 @@ describe('DLQ redrive-allow policy', () => {
     expect(create).toContain(`"Ref":"${dlqId}"`);
     expect(JSON.stringify(call!.Properties!.Update)).toBe(create);
     // The function may set attributes on the DLQ only.
-    const policy = Object.values(resourcesOfType(s.dataTemplate, 'AWS::IAM::Policy')).find((p) => JSON.stringify(p.Properties).includes('sqs:SetQueueAttributes'))!;
-    expect((policy.Properties as any).PolicyDocument.Statement).toEqual([{ Action: 'sqs:SetQueueAttributes', Effect: 'Allow', Resource: { 'Fn::GetAtt': [dlqId, 'Arn'] } }]);
+    const policy = Object.values(resourcesOfType(s.dataTemplate, 'AWS::IAM::Policy')).find((p) =>
+      JSON.stringify(p.Properties).includes('sqs:SetQueueAttributes'),
+    )!;
+    expect((policy.Properties as any).PolicyDocument.Statement).toEqual([
+      { Action: 'sqs:SetQueueAttributes', Effect: 'Allow', Resource: { 'Fn::GetAtt': [dlqId, 'Arn'] } },
+    ]);
   });
 });
 
@@ -240,55 +258,84 @@ describe('secrets (issue 12)', () => {
   it.each(['staging', 'prod'] as const)('%s retains the database secrets and the tokens on stack deletion; dev deletes them', (name) => {
     const s = synthEnv(name);
     const secrets = secretsOf(s);
-    for (const [what, id] of Object.entries(all(s))) expect(secrets[id], what).toMatchObject({ DeletionPolicy: 'Retain', UpdateReplacePolicy: 'Retain' });
-    for (const [what, id] of Object.entries(all(dev))) expect((secretsOf(dev)[id] as { DeletionPolicy?: string }).DeletionPolicy, what).toBe('Delete');
+    for (const [what, id] of Object.entries(all(s)))
+      expect(secrets[id], what).toMatchObject({ DeletionPolicy: 'Retain', UpdateReplacePolicy: 'Retain' });
+    for (const [what, id] of Object.entries(all(dev)))
+      expect((secretsOf(dev)[id] as { DeletionPolicy?: string }).DeletionPolicy, what).toBe('Delete');
   });
 
-  it('lets only the named roles (and CloudFormation\'s execution role) read each secret', () => {
+  it("lets only the named roles (and CloudFormation's execution role) read each secret", () => {
     const roles = serviceRoleNames(ENVIRONMENTS.prod.stackPrefix);
-    const policies = Object.values(resourcesOfType(prod.dataTemplate, 'AWS::SecretsManager::ResourcePolicy')).map((r) => r.Properties as Record<string, any>);
+    const policies = Object.values(resourcesOfType(prod.dataTemplate, 'AWS::SecretsManager::ResourcePolicy')).map(
+      (r) => r.Properties as Record<string, any>,
+    );
     const ids = all(prod);
     const readersOf = (id: string): string[] => {
       const p = policies.find((x) => JSON.stringify(x.SecretId) === JSON.stringify({ Ref: id }));
       expect(p, id).toBeDefined();
       const st = (p!.ResourcePolicy.Statement as Record<string, any>[])[0]!;
-      expect(st).toMatchObject({ Sid: ONLY_NAMED_READERS_SID, Effect: 'Deny', Principal: { AWS: '*' }, Action: 'secretsmanager:GetSecretValue', Resource: '*' });
+      expect(st).toMatchObject({
+        Sid: ONLY_NAMED_READERS_SID,
+        Effect: 'Deny',
+        Principal: { AWS: '*' },
+        Action: 'secretsmanager:GetSecretValue',
+        Resource: '*',
+      });
       // Each allowed name appears as role/<name> and role/*/<name> (paths, e.g. SSO roles).
-      return (st.Condition.StringNotLike['aws:PrincipalArn'] as unknown[]).map((a) => JSON.stringify(a).replace(/^.*:role\/(\*\/)?/, '').replace(/"\]\]\}$/, '')).filter((_, i) => i % 2 === 0);
+      return (st.Condition.StringNotLike['aws:PrincipalArn'] as unknown[])
+        .map((a) =>
+          JSON.stringify(a)
+            .replace(/^.*:role\/(\*\/)?/, '')
+            .replace(/"\]\]\}$/, ''),
+        )
+        .filter((_, i) => i % 2 === 0);
     };
     expect(readersOf(ids.master)).toEqual([roles.schemaBootstrap, CLOUDFORMATION_EXECUTION_ROLE]);
     expect(readersOf(ids.app)).toEqual([roles.schemaBootstrap, roles.apiExecution, roles.workerExecution, CLOUDFORMATION_EXECUTION_ROLE]);
-    expect(readersOf(ids.apiToken)).toEqual([roles.apiExecution, ...ENVIRONMENTS.prod.secretReaders.apiTokenRoleNames, CLOUDFORMATION_EXECUTION_ROLE]);
-    expect(readersOf(ids.operatorToken)).toEqual([roles.apiExecution, ...ENVIRONMENTS.prod.secretReaders.operatorTokenRoleNames, CLOUDFORMATION_EXECUTION_ROLE]);
+    expect(readersOf(ids.apiToken)).toEqual([
+      roles.apiExecution,
+      ...ENVIRONMENTS.prod.secretReaders.apiTokenRoleNames,
+      CLOUDFORMATION_EXECUTION_ROLE,
+    ]);
+    expect(readersOf(ids.operatorToken)).toEqual([
+      roles.apiExecution,
+      ...ENVIRONMENTS.prod.secretReaders.operatorTokenRoleNames,
+      CLOUDFORMATION_EXECUTION_ROLE,
+    ]);
     // The names the policies admit are the roles the services stack creates.
-    const named = Object.values(resourcesOfType(prod.servicesTemplate, 'AWS::IAM::Role')).map((r) => r.Properties!.RoleName).filter(Boolean);
+    const named = Object.values(resourcesOfType(prod.servicesTemplate, 'AWS::IAM::Role'))
+      .map((r) => r.Properties!.RoleName)
+      .filter(Boolean);
     expect(named.sort()).toEqual([roles.apiExecution, roles.schemaBootstrap, roles.workerExecution].sort());
   });
 });
 
 describe('database diagnostics (issue 12)', () => {
-  it.each(['dev', 'staging', 'prod'] as const)('%s: postgresql and upgrade logs exported with retention, enhanced monitoring every 60 s, pinned minor, windows', (name) => {
-    const s = synthEnv(name);
-    const c = ENVIRONMENTS[name];
-    const db = only(s.dataTemplate, 'AWS::RDS::DBInstance').props;
-    expect(db).toMatchObject({
-      EnableCloudwatchLogsExports: ['postgresql', 'upgrade'],
-      MonitoringInterval: 60,
-      EngineVersion: c.database.engineVersion,
-      AutoMinorVersionUpgrade: false,
-      PreferredBackupWindow: c.database.backupWindow,
-      PreferredMaintenanceWindow: c.database.maintenanceWindow,
-    });
-    expect(db.MonitoringRoleArn).toBeDefined();
-    expect(c.database.engineVersion).toMatch(/^\d+\.\d+$/);
-    s.dataTemplate.hasResourceProperties('Custom::LogRetention', {
-      LogGroupName: { 'Fn::Join': ['', ['/aws/rds/instance/', { Ref: idOf(s.data.database.instance) }, '/postgresql']] },
-      RetentionInDays: c.logRetentionDays,
-    });
-    s.dataTemplate.hasResourceProperties('AWS::RDS::DBParameterGroup', {
-      Parameters: { 'rds.force_ssl': '1', log_min_duration_statement: String(c.database.slowStatementMilliseconds), log_lock_waits: '1' },
-    });
-  });
+  it.each(['dev', 'staging', 'prod'] as const)(
+    '%s: postgresql and upgrade logs exported with retention, enhanced monitoring every 60 s, pinned minor, windows',
+    (name) => {
+      const s = synthEnv(name);
+      const c = ENVIRONMENTS[name];
+      const db = only(s.dataTemplate, 'AWS::RDS::DBInstance').props;
+      expect(db).toMatchObject({
+        EnableCloudwatchLogsExports: ['postgresql', 'upgrade'],
+        MonitoringInterval: 60,
+        EngineVersion: c.database.engineVersion,
+        AutoMinorVersionUpgrade: false,
+        PreferredBackupWindow: c.database.backupWindow,
+        PreferredMaintenanceWindow: c.database.maintenanceWindow,
+      });
+      expect(db.MonitoringRoleArn).toBeDefined();
+      expect(c.database.engineVersion).toMatch(/^\d+\.\d+$/);
+      s.dataTemplate.hasResourceProperties('Custom::LogRetention', {
+        LogGroupName: { 'Fn::Join': ['', ['/aws/rds/instance/', { Ref: idOf(s.data.database.instance) }, '/postgresql']] },
+        RetentionInDays: c.logRetentionDays,
+      });
+      s.dataTemplate.hasResourceProperties('AWS::RDS::DBParameterGroup', {
+        Parameters: { 'rds.force_ssl': '1', log_min_duration_statement: String(c.database.slowStatementMilliseconds), log_lock_waits: '1' },
+      });
+    },
+  );
 
   it.each(['staging', 'prod'] as const)('%s: Performance Insights with the 7-day retention', (name) => {
     const db = only(synthEnv(name).dataTemplate, 'AWS::RDS::DBInstance').props;

@@ -33,7 +33,11 @@ function job(over: Partial<FinalJob> & { id: string }): FinalJob {
 
 /** A clean run: two ledger jobs (one dead as planned), a costing run, a rollback, a burst, a kill. */
 function clean(): Observations {
-  const inv = job({ id: 'inv-1', type: 'inventory.cost', payload: { store: 'S1', period: '2026-10', skus: 12, movementsPerSku: 20, chunkSize: 5 } });
+  const inv = job({
+    id: 'inv-1',
+    type: 'inventory.cost',
+    payload: { store: 'S1', period: '2026-10', skus: 12, movementsPerSku: 20, chunkSize: 5 },
+  });
   const invTotal = expectedEffects(inv).total!;
   return {
     planned: [
@@ -49,7 +53,14 @@ function clean(): Observations {
     unpublished: [],
     jobs: [
       job({ id: 'ok-1', attempt: 2, attemptLog: [{ outcome: 'rescued', name: 'LeaseExpired', message: 'lease expired' }] }),
-      job({ id: 'dead-1', state: 'dead', maxAttempts: 2, attempt: 2, payload: { batch: 'B-dead', entries: 3, failAttempts: 99 }, lastError: 'simulated failure' }),
+      job({
+        id: 'dead-1',
+        state: 'dead',
+        maxAttempts: 2,
+        attempt: 2,
+        payload: { batch: 'B-dead', entries: 3, failAttempts: 99 },
+        lastError: 'simulated failure',
+      }),
       inv,
       job({ id: 'key-1', idempotencyKey: 'k1', payload: { batch: 'KEY-1', entries: 9 } }),
     ],
@@ -70,7 +81,10 @@ function clean(): Observations {
   };
 }
 
-const failed = (o: Observations) => verify(o).checks.filter((c) => !c.ok).map((c) => c.name);
+const failed = (o: Observations) =>
+  verify(o)
+    .checks.filter((c) => !c.ok)
+    .map((c) => c.name);
 const violations = (o: Observations, name: string) => verify(o).checks.find((c) => c.name === name)!.violations;
 
 describe('chaos verdict on crafted data', () => {
@@ -78,7 +92,16 @@ describe('chaos verdict on crafted data', () => {
     const v = verify(clean());
     expect(v.checks.filter((c) => !c.ok)).toEqual([]);
     expect(v.ok).toBe(true);
-    expect(v.figures).toMatchObject({ committed: 4, succeeded: 3, dead: 1, doubleEffects: 0, lost: 0, stuck: 0, duplicatesReturned: 3, killToResumption: { n: 1, medianMs: 3000, maxMs: 3000 } });
+    expect(v.figures).toMatchObject({
+      committed: 4,
+      succeeded: 3,
+      dead: 1,
+      doubleEffects: 0,
+      lost: 0,
+      stuck: 0,
+      duplicatesReturned: 3,
+      killToResumption: { n: 1, medianMs: 3000, maxMs: 3000 },
+    });
   });
 
   it('double effects: a batch posted twice, and rows of a job that does not exist', () => {
@@ -154,7 +177,9 @@ describe('chaos verdict on crafted data', () => {
 
   it('two active jobs for one idempotency key, and a burst answered with two jobs', () => {
     const o = clean();
-    o.jobs.push(job({ id: 'key-2', idempotencyKey: 'k1', createdAt: '2026-11-01T10:00:04.999999', payload: { batch: 'KEY-1', entries: 9 } }));
+    o.jobs.push(
+      job({ id: 'key-2', idempotencyKey: 'k1', createdAt: '2026-11-01T10:00:04.999999', payload: { batch: 'KEY-1', entries: 9 } }),
+    );
     o.ledger.push({ jobId: 'key-2', batch: 'KEY-1', rows: 9 });
     expect(violations(o, 'idempotency')).toEqual([expect.stringMatching(/job key-2 was created while job key-1 .* was still active/)]);
     const b = clean();
@@ -162,7 +187,9 @@ describe('chaos verdict on crafted data', () => {
     expect(failed(b)).toEqual(['idempotency']);
     // One microsecond after the first ended is a new job, not a duplicate.
     const later = clean();
-    later.jobs.push(job({ id: 'key-3', idempotencyKey: 'k1', createdAt: '2026-11-01T10:00:05.000001', payload: { batch: 'KEY-3', entries: 1 } }));
+    later.jobs.push(
+      job({ id: 'key-3', idempotencyKey: 'k1', createdAt: '2026-11-01T10:00:05.000001', payload: { batch: 'KEY-3', entries: 1 } }),
+    );
     later.ledger.push({ jobId: 'key-3', batch: 'KEY-3', rows: 1 });
     expect(failed(later)).toEqual([]);
   });
@@ -171,7 +198,10 @@ describe('chaos verdict on crafted data', () => {
     const o = clean();
     o.faults.pause = 0;
     delete o.faults['sqs-error'];
-    expect(violations(o, 'faults-injected')).toEqual([expect.stringMatching(/no pause fault/), expect.stringMatching(/no sqs-error fault/)]);
+    expect(violations(o, 'faults-injected')).toEqual([
+      expect.stringMatching(/no pause fault/),
+      expect.stringMatching(/no sqs-error fault/),
+    ]);
   });
 
   it('a job a killed worker held that was never taken up again', () => {
@@ -202,7 +232,16 @@ describe('chaos verdict on crafted data', () => {
       observations: o,
       options: { ...DEFAULT_CHAOS, seed: 1 },
       timings: CHAOS_TIMINGS,
-      notes: { zombieRefusals: 2, heldAtKill: 1, heldAtPause: 0, connectionsDropped: 3, faultsSkipped: 0, drainSeconds: 4, failoverSeconds: 8, purgedPending: 5 },
+      notes: {
+        zombieRefusals: 2,
+        heldAtKill: 1,
+        heldAtPause: 0,
+        connectionsDropped: 3,
+        faultsSkipped: 0,
+        drainSeconds: 4,
+        failoverSeconds: 8,
+        purgedPending: 5,
+      },
     };
     const text = formatReport(result, 60);
     expect(text).toMatch(/double effects\s+1\s+must be 0/);
@@ -238,7 +277,12 @@ describe('chaos collectors on a real database', () => {
       [twice, short, rolledBackJob],
     );
     const o: Observations = {
-      planned: [twice, short, vanished, running].map((id) => ({ id, type: 'ledger.post', expect: 'succeeded' as const, via: 'api' as const })),
+      planned: [twice, short, vanished, running].map((id) => ({
+        id,
+        type: 'ledger.post',
+        expect: 'succeeded' as const,
+        via: 'api' as const,
+      })),
       bursts: [],
       rolledBack: [{ jobIds: [rolledBackJob], batch: 'RB-X' }],
       kills: [],
@@ -252,14 +296,19 @@ describe('chaos collectors on a real database', () => {
       faults: Object.fromEntries(REQUIRED_FAULTS.map((f) => [f, 1])),
       events: {},
       enqueueErrors: 0,
-    failoverToClaim: [],
-    purgeToHealed: [],
-    unexpectedExits: [],
+      failoverToClaim: [],
+      purgeToHealed: [],
+      unexpectedExits: [],
     };
     const v = verify(o);
     expect(v.ok).toBe(false);
     expect(v.figures).toMatchObject({ doubleEffects: 2, missingEffects: 1, lost: 1, stuck: 1 });
-    expect(v.checks.filter((c) => !c.ok).map((c) => c.name).sort()).toEqual(['exact-effects', 'lost', 'rolled-back', 'stuck']);
+    expect(
+      v.checks
+        .filter((c) => !c.ok)
+        .map((c) => c.name)
+        .sort(),
+    ).toEqual(['exact-effects', 'lost', 'rolled-back', 'stuck']);
     expect(o.jobs.find((j) => j.id === twice)!.createdAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}$/);
   });
 });

@@ -56,6 +56,8 @@ describe('the bundled jobs command (worker image)', () => {
   it('says plainly that the local stack is not in it', async () => {
     const r = await jobs(['local']);
     expect(r.code).not.toBe(0);
-    expect(r.stderr).toMatch(/the local stack needs the development dependency .+ run `jobs local` \(npm start\) from a checkout after npm ci/);
+    expect(r.stderr).toMatch(
+      /the local stack needs the development dependency .+ run `jobs local` \(npm start\) from a checkout after npm ci/,
+    );
   });
 });

@@ -69,17 +69,30 @@ describe('jobs command', () => {
   });
 
   it('refuses to start a worker with a bad configuration, naming the variable and the rule', async () => {
-    const r = await jobs(['worker'], { JOBS_LEASE_SECONDS: '6', JOBS_HEARTBEAT_SECONDS: '5', JOBS_QUEUE_URL: 'http://localhost:1/q', JOBS_DLQ_URL: 'http://localhost:1/d', AWS_REGION: 'us-east-1' });
+    const r = await jobs(['worker'], {
+      JOBS_LEASE_SECONDS: '6',
+      JOBS_HEARTBEAT_SECONDS: '5',
+      JOBS_QUEUE_URL: 'http://localhost:1/q',
+      JOBS_DLQ_URL: 'http://localhost:1/d',
+      AWS_REGION: 'us-east-1',
+    });
     expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/refusing to start[\s\S]*\[heartbeat-within-lease\] JOBS_HEARTBEAT_SECONDS = 5 must be at most 1\/3 of JOBS_LEASE_SECONDS = 6/);
+    expect(r.stderr).toMatch(
+      /refusing to start[\s\S]*\[heartbeat-within-lease\] JOBS_HEARTBEAT_SECONDS = 5 must be at most 1\/3 of JOBS_LEASE_SECONDS = 6/,
+    );
   });
 
   it('refuses a queue without a region, like the services: no silent us-east-1', async () => {
     const noRegion = { JOBS_QUEUE_URL: 'https://sqs.eu-west-1.amazonaws.com/123456789012/jobs', AWS_REGION: '', JOBS_SQS_ENDPOINT: '' };
-    for (const args of [['enqueue', 'ledger.post', '--payload', '{"batch":"CLI-R","entries":1}'], ['dead', 'list']]) {
+    for (const args of [
+      ['enqueue', 'ledger.post', '--payload', '{"batch":"CLI-R","entries":1}'],
+      ['dead', 'list'],
+    ]) {
       const r = await jobs(args, noRegion);
       expect(r.code, args.join(' ')).toBe(2);
-      expect(r.stderr).toMatch(/\[aws-region-set\] AWS_REGION is required \(the region of the queues, e\.g\. AWS_REGION=eu-west-1\); it defaults to us-east-1 only next to a local JOBS_SQS_ENDPOINT/);
+      expect(r.stderr).toMatch(
+        /\[aws-region-set\] AWS_REGION is required \(the region of the queues, e\.g\. AWS_REGION=eu-west-1\); it defaults to us-east-1 only next to a local JOBS_SQS_ENDPOINT/,
+      );
     }
     const list = await jobs(['list', '--type', 'ledger.post', '--json']);
     expect(list.stdout).not.toContain('CLI-R');
@@ -96,7 +109,7 @@ describe('help and usage errors', () => {
   it('every command answers --help with its own usage (exit 0), not a parse error', async () => {
     const r = await jobs(['dead', 'redrive', '--help']);
     expect(r.code).toBe(0);
-    expect(r.stdout).toMatch(/^usage:\n  jobs dead redrive \(ID… \| --type T/);
+    expect(r.stdout).toMatch(/^usage:\n {2}jobs dead redrive \(ID… \| --type T/);
     expect(r.stdout).not.toMatch(/jobs dead list/);
     const show = await jobs(['show', '01900000-0000-7000-8000-000000000000', '--help']);
     expect(show.code).toBe(0);
@@ -106,7 +119,7 @@ describe('help and usage errors', () => {
   it('an unknown option says which, then the valid ones (exit 2); enqueue without --payload says it is required', async () => {
     const r = await jobs(['dead', 'redrive', '--frob']);
     expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(/Unknown option '--frob'[\s\S]*usage:\n  jobs dead redrive .*--max-attempts N/);
+    expect(r.stderr).toMatch(/Unknown option '--frob'[\s\S]*usage:\n {2}jobs dead redrive .*--max-attempts N/);
     const e = await jobs(['enqueue', 'ledger.post']);
     expect(e.code).toBe(2);
     expect(e.stderr).toMatch(/^jobs: jobs enqueue ledger\.post: --payload is required/);

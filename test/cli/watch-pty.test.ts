@@ -12,13 +12,14 @@ beforeAll(async () => {
 afterAll(() => p.close());
 
 /** The screen a terminal would show after `raw`: text, CR/LF, ESC[nF (n lines up) and ESC[0J (clear below). */
-export function screen(raw: string): string[] {
+function screen(raw: string): string[] {
   const lines: string[] = [''];
   let row = 0;
   let col = 0;
   for (let i = 0; i < raw.length; i++) {
     const c = raw[i]!;
     if (c === '\x1b' && raw[i + 1] === '[') {
+      // biome-ignore lint/suspicious/noControlCharactersInRegex: a terminal's escape sequence is what this parses
       const m = /^\x1b\[(\d*)([A-Za-z])/.exec(raw.slice(i));
       if (m) {
         const n = Number(m[1] || '1');
@@ -69,7 +70,7 @@ describe('jobs show --watch in a terminal', () => {
     // The last frame and the closing line, and nothing else: no stale frame above, no warning.
     expect(shown).toHaveLength(4);
     expect(shown[0]).toBe(`ledger.post ${r!.job.id}`);
-    expect(shown[1]).toMatch(/^\[█+\] 100%  posted 1 entries$/);
+    expect(shown[1]).toMatch(/^\[█+\] 100% {2}posted 1 entries$/);
     expect(shown[2]).toMatch(/^succeeded · attempt 1 \(1 of \d+ used\)$/);
     expect(shown[3]).toMatch(/^succeeded after .* on attempt 1 \(1 of \d+ used\): \{"batch":"PTY","posted":1\}$/);
   }, 60_000);

@@ -27,7 +27,16 @@ beforeAll(async () => {
   stack = await startLocalStack({
     workers: 2,
     dir: await mkdtemp(join(tmpdir(), 'jobs-failover-')),
-    timings: { leaseSeconds: 3, heartbeatSeconds: 1, visibilityTimeoutSeconds: 4, maxAttempts: 5, maxReceiveCount: 10, backoffBaseSeconds: 0.5, backoffMaxSeconds: 1, drainSeconds: 1 },
+    timings: {
+      leaseSeconds: 3,
+      heartbeatSeconds: 1,
+      visibilityTimeoutSeconds: 4,
+      maxAttempts: 5,
+      maxReceiveCount: 10,
+      backoffBaseSeconds: 0.5,
+      backoffMaxSeconds: 1,
+      drainSeconds: 1,
+    },
     log: () => undefined,
     env: { LOG_LEVEL: 'error' },
   });
@@ -58,7 +67,11 @@ describe(`database failover: every connection reset, new ones refused for ${OUTA
       expect(r.status).toBe(201);
       batches.push({ batch: p.batch, entries: p.entries, id: r.body.id });
     }
-    await waitFor(async () => ((await db.query("SELECT count(*)::int AS n FROM jobs.job WHERE state = 'running'")).rows[0].n >= 2 ? true : null), 20_000, 'jobs running');
+    await waitFor(
+      async () => ((await db.query("SELECT count(*)::int AS n FROM jobs.job WHERE state = 'running'")).rows[0].n >= 2 ? true : null),
+      20_000,
+      'jobs running',
+    );
 
     const { reset, endsAt, over } = stack.dbProxy.failover(OUTAGE_SECONDS);
     expect(reset).toBeGreaterThan(0);
@@ -81,12 +94,21 @@ describe(`database failover: every connection reset, new ones refused for ${OUTA
     expect(alive()).toBe(3);
 
     // After: everything completes, exactly once.
-    await waitFor(async () => {
-      const { rows } = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM jobs.job WHERE id = ANY($1::uuid[]) AND state <> \'succeeded\'', [batches.map((b) => b.id)]);
-      return rows[0]!.n === 0 ? true : null;
-    }, 60_000, 'every job succeeded after the failover');
+    await waitFor(
+      async () => {
+        const { rows } = await db.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM jobs.job WHERE id = ANY($1::uuid[]) AND state <> 'succeeded'",
+          [batches.map((b) => b.id)],
+        );
+        return rows[0]!.n === 0 ? true : null;
+      },
+      60_000,
+      'every job succeeded after the failover',
+    );
     const resumedInMs = Date.now() - backAt;
-    const { rows } = await db.query<{ batch: string; n: number }>('SELECT batch, count(*)::int AS n FROM ledger_entries WHERE batch LIKE \'FO-%\' GROUP BY batch');
+    const { rows } = await db.query<{ batch: string; n: number }>(
+      "SELECT batch, count(*)::int AS n FROM ledger_entries WHERE batch LIKE 'FO-%' GROUP BY batch",
+    );
     const posted = new Map(rows.map((r) => [r.batch, r.n]));
     for (const b of batches) expect(posted.get(b.batch), b.batch).toBe(b.entries);
     expect(posted.has('FO-during')).toBe(false);
@@ -95,7 +117,9 @@ describe(`database failover: every connection reset, new ones refused for ${OUTA
     expect(alive()).toBe(3);
     expect((await api('/readyz')).status).toBe(200);
     // The figure the README's failure table quotes (lease 3 s): outage over → every job done.
-    process.stdout.write(`failover ${OUTAGE_SECONDS} s: every job done ${(resumedInMs / 1000).toFixed(1)} s after the database returned; ${alive()} of 3 processes alive\n`);
+    process.stdout.write(
+      `failover ${OUTAGE_SECONDS} s: every job done ${(resumedInMs / 1000).toFixed(1)} s after the database returned; ${alive()} of 3 processes alive\n`,
+    );
   }, 120_000);
 });
 
@@ -105,23 +129,39 @@ describe('the job queue purged with jobs pending, due and delayed', () => {
     const due = await Promise.all(Array.from({ length: 60 }, (_, i) => post({ batch: `PQ-${i}`, entries: 2, workMs: 500 })));
     const runAt = new Date(Date.now() + 8000).toISOString();
     const delayed = await Promise.all(
-      Array.from({ length: 3 }, (_, i) => api('/v1/jobs', { method: 'POST', body: JSON.stringify({ type: 'ledger.post', payload: { batch: `PQ-D${i}`, entries: 3 }, runAt }) })),
+      Array.from({ length: 3 }, (_, i) =>
+        api('/v1/jobs', {
+          method: 'POST',
+          body: JSON.stringify({ type: 'ledger.post', payload: { batch: `PQ-D${i}`, entries: 3 }, runAt }),
+        }),
+      ),
     );
     for (const r of [...due, ...delayed]) expect(r.status).toBe(201);
     const { pendingJobs, purgedAt } = await stack.faults.injector.purgeQueue();
     expect(pendingJobs).toBeGreaterThan(3);
     const ids = [...due, ...delayed].map((r) => r.body.id as string);
-    await waitFor(async () => {
-      const { rows } = await db.query<{ n: number }>("SELECT count(*)::int AS n FROM jobs.job WHERE id = ANY($1::uuid[]) AND state <> 'succeeded'", [ids]);
-      return rows[0]!.n === 0 ? true : null;
-    }, 60_000, 'every job succeeded after the purge');
+    await waitFor(
+      async () => {
+        const { rows } = await db.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM jobs.job WHERE id = ANY($1::uuid[]) AND state <> 'succeeded'",
+          [ids],
+        );
+        return rows[0]!.n === 0 ? true : null;
+      },
+      60_000,
+      'every job succeeded after the purge',
+    );
     const healedInMs = Date.now() - purgedAt;
-    const { rows } = await db.query<{ batch: string; n: number }>("SELECT batch, count(*)::int AS n FROM ledger_entries WHERE batch LIKE 'PQ-%' GROUP BY batch");
+    const { rows } = await db.query<{ batch: string; n: number }>(
+      "SELECT batch, count(*)::int AS n FROM ledger_entries WHERE batch LIKE 'PQ-%' GROUP BY batch",
+    );
     const posted = new Map(rows.map((r) => [r.batch, r.n]));
     for (let i = 0; i < 60; i++) expect(posted.get(`PQ-${i}`), `PQ-${i}`).toBe(2);
     for (let i = 0; i < 3; i++) expect(posted.get(`PQ-D${i}`), `PQ-D${i}`).toBe(3);
-    const early = await db.query("SELECT count(*)::int AS n FROM jobs.job WHERE id = ANY($1::uuid[]) AND started_at < run_after", [ids]);
+    const early = await db.query('SELECT count(*)::int AS n FROM jobs.job WHERE id = ANY($1::uuid[]) AND started_at < run_after', [ids]);
     expect(early.rows[0].n).toBe(0);
-    process.stdout.write(`queue purged with ${pendingJobs} pending jobs: every job done ${(healedInMs / 1000).toFixed(1)} s later (lease 3 s)\n`);
+    process.stdout.write(
+      `queue purged with ${pendingJobs} pending jobs: every job done ${(healedInMs / 1000).toFixed(1)} s later (lease 3 s)\n`,
+    );
   }, 90_000);
 });

@@ -29,11 +29,15 @@ describe('jobs local', () => {
   it('stops in order — services, then postgres — even when the stack gets SIGTERM twice', async () => {
     // A folder of its own: the stack writes .jobs-local there, never over a developer's running one.
     cwd = await mkdtemp(join(tmpdir(), 'jobs-local-cmd-'));
-    const supervisor = spawn(process.execPath, ['--import', join(ROOT, 'node_modules/tsx/dist/loader.mjs'), join(ROOT, 'bin/jobs.ts'), 'local', '--workers', '1'], {
-      cwd,
-      env: { ...process.env, LOG_LEVEL: 'warn' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const supervisor = spawn(
+      process.execPath,
+      ['--import', join(ROOT, 'node_modules/tsx/dist/loader.mjs'), join(ROOT, 'bin/jobs.ts'), 'local', '--workers', '1'],
+      {
+        cwd,
+        env: { ...process.env, LOG_LEVEL: 'warn' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     let output = '';
     supervisor.stdout!.on('data', (d: Buffer) => (output += d.toString()));
     supervisor.stderr!.on('data', (d: Buffer) => (output += d.toString()));
@@ -42,10 +46,19 @@ describe('jobs local', () => {
 
     const pids = (await readFile(join(cwd, '.jobs-local', 'pids'), 'utf8')).split('\n').filter(Boolean).map(Number);
     leftovers.push(...pids);
-    const postgres = pids.find((pid) => execFileSync('ps', ['-o', 'comm=', '-p', String(pid)]).toString().trim() === 'postgres');
+    const postgres = pids.find(
+      (pid) =>
+        execFileSync('ps', ['-o', 'comm=', '-p', String(pid)])
+          .toString()
+          .trim() === 'postgres',
+    );
     expect(postgres, `a postgres among ${pids.join(', ')}`).toBeDefined();
     // The supervisor's child running the stack (tsx may have started an esbuild service beside it).
-    const children = execFileSync('pgrep', ['-P', String(supervisor.pid), '-f', 'bin/jobs.ts local']).toString().trim().split('\n').filter(Boolean);
+    const children = execFileSync('pgrep', ['-P', String(supervisor.pid), '-f', 'bin/jobs.ts local'])
+      .toString()
+      .trim()
+      .split('\n')
+      .filter(Boolean);
     expect(children, 'one stack process under the supervisor').toHaveLength(1);
     const stack = Number(children[0]);
     leftovers.push(stack);

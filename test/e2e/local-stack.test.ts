@@ -19,7 +19,15 @@ beforeAll(async () => {
   stack = await startLocalStack({
     workers: 2,
     dir: await mkdtemp(join(tmpdir(), 'jobs-local-')),
-    timings: { leaseSeconds: 3, heartbeatSeconds: 1, visibilityTimeoutSeconds: 4, maxAttempts: 2, backoffBaseSeconds: 0.5, backoffMaxSeconds: 1, drainSeconds: 1 },
+    timings: {
+      leaseSeconds: 3,
+      heartbeatSeconds: 1,
+      visibilityTimeoutSeconds: 4,
+      maxAttempts: 2,
+      backoffBaseSeconds: 0.5,
+      backoffMaxSeconds: 1,
+      drainSeconds: 1,
+    },
     log: () => undefined,
     env: { LOG_LEVEL: 'warn' },
   });
@@ -38,17 +46,25 @@ const api = async (path: string, init?: RequestInit) => {
   const res = await fetch(`${stack.apiUrl}${path}`, { ...init, headers: { 'content-type': 'application/json', ...init?.headers } });
   return { status: res.status, body: (await res.json()) as Record<string, any> };
 };
-const post = (type: string, payload: unknown, extra: Record<string, unknown> = {}) => api('/v1/jobs', { method: 'POST', body: JSON.stringify({ type, payload, ...extra }) });
+const post = (type: string, payload: unknown, extra: Record<string, unknown> = {}) =>
+  api('/v1/jobs', { method: 'POST', body: JSON.stringify({ type, payload, ...extra }) });
 const until = (id: string, state: string, ms = 30_000) =>
-  waitFor(async () => {
-    const r = await api(`/v1/jobs/${id}`);
-    return r.body.state === state ? r.body : null;
-  }, ms, `job ${id} ${state}`);
-const rows = async (batch: string) => (await db.query('SELECT count(*)::int AS n FROM ledger_entries WHERE batch = $1', [batch])).rows[0].n as number;
+  waitFor(
+    async () => {
+      const r = await api(`/v1/jobs/${id}`);
+      return r.body.state === state ? r.body : null;
+    },
+    ms,
+    `job ${id} ${state}`,
+  );
+const rows = async (batch: string) =>
+  (await db.query('SELECT count(*)::int AS n FROM ledger_entries WHERE batch = $1', [batch])).rows[0].n as number;
 
 describe('local stack end to end', () => {
   it('runs the services as their own role, as deployed: row access, no DDL; migrations go through the admin URL', async () => {
-    const users = await db.query("SELECT DISTINCT usename FROM pg_stat_activity WHERE application_name LIKE 'jobs-worker%' OR application_name LIKE 'jobs-api%'");
+    const users = await db.query(
+      "SELECT DISTINCT usename FROM pg_stat_activity WHERE application_name LIKE 'jobs-worker%' OR application_name LIKE 'jobs-api%'",
+    );
     expect(users.rows.map((r) => r.usename)).toEqual([LOCAL_APP_ROLE]);
     await expect(db.query('CREATE TABLE public.not_allowed (id int)')).rejects.toMatchObject({ code: '42501' });
     await expect(db.query('ALTER TABLE jobs.job ADD COLUMN not_allowed int')).rejects.toMatchObject({ code: '42501' });
@@ -69,10 +85,14 @@ describe('local stack end to end', () => {
     expect(dead.lastError.message).toMatch(/simulated failure of batch E2E-DEAD on attempt 2/);
     expect(await rows('E2E-DEAD')).toBe(0);
     const dlq = new SqsQueue({ queueUrl: stack.env.JOBS_DLQ_URL!, endpoint: stack.env.JOBS_SQS_ENDPOINT! });
-    const msgs = await waitFor(async () => {
-      const got = await dlq.receive(10, 1);
-      return got.find((m) => m.attributes.JobId === created.body.id);
-    }, 10_000, 'DLQ message');
+    const msgs = await waitFor(
+      async () => {
+        const got = await dlq.receive(10, 1);
+        return got.find((m) => m.attributes.JobId === created.body.id);
+      },
+      10_000,
+      'DLQ message',
+    );
     expect(msgs.attributes).toMatchObject({ Reason: 'attempts-exhausted', Attempts: '2' });
     expect(msgs.attributes.ErrorMessage).toMatch(/simulated failure/);
   });
@@ -80,7 +100,9 @@ describe('local stack end to end', () => {
   it('SIGTERM drains a worker: its running job is released and another worker finishes it at once', async () => {
     const created = await post('ledger.post', { batch: 'E2E-DRAIN', entries: 5, workMs: 4000 });
     const running = await until(created.body.id, 'running');
-    const { rows: [job] } = await db.query('SELECT lease_owner FROM jobs.job WHERE id = $1', [created.body.id]);
+    const {
+      rows: [job],
+    } = await db.query('SELECT lease_owner FROM jobs.job WHERE id = $1', [created.body.id]);
     const index = Number(/local-worker-(\d+)/.exec(job.lease_owner)![1]) - 1;
     const owner = stack.workers[index]!;
     const exited = new Promise<number | null>((r) => owner.once('exit', (code) => r(code)));
@@ -88,10 +110,14 @@ describe('local stack end to end', () => {
     owner.kill('SIGTERM');
     expect(await exited).toBe(0);
     // Released (not expired): another worker holds it with attempt 2 well before the 3 s lease would have run out.
-    const again = await waitFor(async () => {
-      const r = await db.query('SELECT state, attempt, lease_owner, releases FROM jobs.job WHERE id = $1', [created.body.id]);
-      return r.rows[0].attempt === 2 && r.rows[0].state === 'running' ? r.rows[0] : null;
-    }, 10_000, 'picked up by another worker');
+    const again = await waitFor(
+      async () => {
+        const r = await db.query('SELECT state, attempt, lease_owner, releases FROM jobs.job WHERE id = $1', [created.body.id]);
+        return r.rows[0].attempt === 2 && r.rows[0].state === 'running' ? r.rows[0] : null;
+      },
+      10_000,
+      'picked up by another worker',
+    );
     expect(again.lease_owner).not.toBe(job.lease_owner);
     expect(again.releases).toBe(1);
     // releases = 1 above is the proof it was handed over, not reclaimed after expiry; the bound

@@ -15,7 +15,8 @@ const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const ARTIFACTS = join(process.cwd(), 'test-artifacts');
 // CI installs chromium (.ci/run); a developer machine without it skips, saying so.
 const run = existsSync(CHROMIUM) || process.env.CI ? describe : describe.skip;
-if (!existsSync(CHROMIUM) && !process.env.CI) process.stderr.write(`browser test skipped: no chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)\n`);
+if (!existsSync(CHROMIUM) && !process.env.CI)
+  process.stderr.write(`browser test skipped: no chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)\n`);
 
 run('live view in a browser', () => {
   let stack: LocalStack;
@@ -28,13 +29,30 @@ run('live view in a browser', () => {
     stack = await startLocalStack({
       workers: 2,
       dir: (dir = await mkdtemp(join(tmpdir(), 'jobs-live-'))),
-      timings: { leaseSeconds: 3, heartbeatSeconds: 1, visibilityTimeoutSeconds: 4, maxAttempts: 4, backoffBaseSeconds: 0.5, backoffMaxSeconds: 1, drainSeconds: 1 },
+      timings: {
+        leaseSeconds: 3,
+        heartbeatSeconds: 1,
+        visibilityTimeoutSeconds: 4,
+        maxAttempts: 4,
+        backoffBaseSeconds: 0.5,
+        backoffMaxSeconds: 1,
+        drainSeconds: 1,
+      },
       log: () => undefined,
       env: { LOG_LEVEL: 'silent', NODE_NO_WARNINGS: '1' },
     });
     browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      args: [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
     });
     page = await browser.newPage({ viewport: { width: 1440, height: 1050 } });
     page.on('pageerror', (e) => pageErrors.push(e.message));

@@ -5,14 +5,29 @@
 // without a local endpoint.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError } from '../../runtime/config/rules.ts';
-import { eventsEnabled, MAX_PAYLOAD_BYTES, NotifyEventSink, packEvents, workerEventSink, type LiveEvent } from '../../runtime/live/events.ts';
+import {
+  eventsEnabled,
+  MAX_PAYLOAD_BYTES,
+  NotifyEventSink,
+  packEvents,
+  workerEventSink,
+  type LiveEvent,
+} from '../../runtime/live/events.ts';
 import { LiveFeed, type FeedEvent } from '../../runtime/live/feed.ts';
 import { FaultyQueue, InjectedSqsError, sqsFaultRateFromEnv, withSqsFaults } from '../../runtime/queue/fault-injection.ts';
 import { MemoryQueue } from '../../runtime/queue/memory.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
 import { waitFor } from '../support/platform.ts';
 
-const ev = (i: number, detail = ''): LiveEvent => ({ kind: 'claimed', workerId: 'w-1', jobId: `job-${i}`, type: 'ledger.post', attempt: 1, at: new Date().toISOString(), ...(detail ? { detail } : {}) });
+const ev = (i: number, detail = ''): LiveEvent => ({
+  kind: 'claimed',
+  workerId: 'w-1',
+  jobId: `job-${i}`,
+  type: 'ledger.post',
+  attempt: 1,
+  at: new Date().toISOString(),
+  ...(detail ? { detail } : {}),
+});
 
 describe('packEvents', () => {
   it('keeps every chunk under the payload limit, loses no event and keeps their order', () => {
@@ -49,7 +64,12 @@ describe('JOBS_EVENTS and JOBS_FAULT_SQS_ERROR_RATE', () => {
     // Each call draws once (fail?) and, when failing, once more (before or after the request).
     const draws = [0.1, 0.9, /* ok: */ 0.9, /* fail before: */ 0.1, 0.1];
     const seen: string[] = [];
-    const q = new FaultyQueue(inner, 0.5, (op, when) => seen.push(`${op}:${when}`), () => draws.shift()!);
+    const q = new FaultyQueue(
+      inner,
+      0.5,
+      (op, when) => seen.push(`${op}:${when}`),
+      () => draws.shift()!,
+    );
     await expect(q.send([{ body: 'a' }])).rejects.toBeInstanceOf(InjectedSqsError);
     expect(inner.sentLog).toHaveLength(1); // done, but the answer was "lost"
     await q.send([{ body: 'b' }]);
@@ -81,7 +101,12 @@ describe('NOTIFY sink → LISTEN feed', () => {
 
   it('sends a burst as one statement per flush, chunked, and the feed gets every event in order', async () => {
     const statements: string[] = [];
-    const pool = { query: (text: string, values: unknown[]) => (statements.push(text), db.pool.query(text, values)) };
+    const pool = {
+      query: (text: string, values: unknown[]) => {
+        statements.push(text);
+        return db.pool.query(text, values);
+      },
+    };
     const counted = new NotifyEventSink(pool as never, { flushMs: 50 });
     const start = received.length;
     for (let i = 0; i < 200; i++) counted.push(ev(i, 'y'.repeat(100)));
@@ -98,7 +123,9 @@ describe('NOTIFY sink → LISTEN feed', () => {
 
   it('a flush that fails keeps its events for the next one', async () => {
     let fail = true;
-    const flaky = { query: (text: string, values: unknown[]) => (fail ? Promise.reject(new Error('connection terminated')) : db.pool.query(text, values)) };
+    const flaky = {
+      query: (text: string, values: unknown[]) => (fail ? Promise.reject(new Error('connection terminated')) : db.pool.query(text, values)),
+    };
     const sink = new NotifyEventSink(flaky as never, { flushMs: 20 });
     const start = received.length;
     sink.push(ev(1000));
@@ -120,7 +147,9 @@ describe('NOTIFY sink → LISTEN feed', () => {
   });
 
   it('reconnects after its connection is terminated, and receives again', async () => {
-    await db.pool.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'jobs-api live feed' AND datname = current_database()");
+    await db.pool.query(
+      "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'jobs-api live feed' AND datname = current_database()",
+    );
     await waitFor(() => !feed.connected, 5000, 'the feed to notice');
     await waitFor(() => feed.connected, 10_000, 'the feed to reconnect');
     const sink = new NotifyEventSink(db.pool, { flushMs: 10 });

@@ -30,7 +30,12 @@ describe('local stack fault control', () => {
     control = await startFaultControl({
       databaseUrl: db.url,
       // No SQS is needed for what this test injects.
-      env: { JOBS_QUEUE_URL: 'http://127.0.0.1:9/000000000000/none', JOBS_SQS_ENDPOINT: 'http://127.0.0.1:9', AWS_REGION: 'us-east-1', DATABASE_URL: db.url },
+      env: {
+        JOBS_QUEUE_URL: 'http://127.0.0.1:9/000000000000/none',
+        JOBS_SQS_ENDPOINT: 'http://127.0.0.1:9',
+        AWS_REGION: 'us-east-1',
+        DATABASE_URL: db.url,
+      },
       timings: LOCAL_TIMINGS,
       repoRoot: REPO,
       spawnWorker: () => {
@@ -77,7 +82,9 @@ describe('local stack fault control', () => {
     const r = await req('POST', '/faults/rollback', { token });
     expect(r.status).toBe(200);
     expect(r.body.result.jobIds).toHaveLength(1);
-    const { rows } = await db.pool.query('SELECT (SELECT count(*) FROM jobs.job)::int AS jobs, (SELECT count(*) FROM jobs.outbox)::int AS outbox');
+    const { rows } = await db.pool.query(
+      'SELECT (SELECT count(*) FROM jobs.job)::int AS jobs, (SELECT count(*) FROM jobs.outbox)::int AS outbox',
+    );
     expect(rows[0]).toEqual({ jobs: 0, outbox: 0 });
   });
 

@@ -16,7 +16,11 @@ const TOKEN = 'live-test-token';
 const auth = { headers: { authorization: `Bearer ${TOKEN}` } };
 
 /** Read an SSE stream until `until` returns true for the events seen so far. */
-async function readStream(url: string, until: (events: { event: string; data: any }[]) => boolean, headers: Record<string, string> = {}): Promise<{ contentType: string | null; events: { event: string; data: any }[] }> {
+async function readStream(
+  url: string,
+  until: (events: { event: string; data: any }[]) => boolean,
+  headers: Record<string, string> = {},
+): Promise<{ contentType: string | null; events: { event: string; data: any }[] }> {
   const ac = new AbortController();
   const res = await fetch(url, { headers, signal: ac.signal });
   const events: { event: string; data: any }[] = [];
@@ -54,7 +58,15 @@ describe('live view routes', () => {
   beforeAll(async () => {
     p = await createPlatform();
     feed = new LiveFeed({ url: p.db.url });
-    const live = createLiveRoutes({ pool: p.db.pool, store: p.store, feed, leaseSeconds: 30, heartbeatSeconds: 10, log: silentLogger, stateIntervalMs: 100 });
+    const live = createLiveRoutes({
+      pool: p.db.pool,
+      store: p.store,
+      feed,
+      leaseSeconds: 30,
+      heartbeatSeconds: 10,
+      log: silentLogger,
+      stateIntervalMs: 100,
+    });
     api = await startServer({ pool: p.db.pool, client: p.client, registry: p.registry, log: silentLogger, apiToken: TOKEN, live });
     const [r] = await p.client.enqueueNow({ type: 'ledger.post', payload: { batch: 'LIVE-1', entries: 2 } });
     jobId = r!.job.id;
@@ -88,12 +100,25 @@ describe('live view routes', () => {
     const s = (await call(api.url, 'GET', '/live/state', auth)).body;
     expect(s.jobs).toMatchObject({ running: 1 });
     expect(s.leases).toEqual([
-      expect.objectContaining({ id: jobId, type: 'ledger.post', owner: 'worker-live-1', attempt: 1, attemptsUsed: 1, progress: { fraction: 0.4, message: 'posting' } }),
+      expect.objectContaining({
+        id: jobId,
+        type: 'ledger.post',
+        owner: 'worker-live-1',
+        attempt: 1,
+        attemptsUsed: 1,
+        progress: { fraction: 0.4, message: 'posting' },
+      }),
     ]);
     expect(s.leases[0].leaseLeftMs).toBeGreaterThan(25_000);
     expect(s.leases[0].leaseLeftMs).toBeLessThanOrEqual(30_000);
     expect(s.workers).toEqual([expect.objectContaining({ id: 'worker-live-1', leases: 1 })]);
-    expect(s).toMatchObject({ queue: null, dlq: null, events: { enabled: true }, faults: { enabled: false }, timings: { leaseSeconds: 30, heartbeatSeconds: 10 } });
+    expect(s).toMatchObject({
+      queue: null,
+      dlq: null,
+      events: { enabled: true },
+      faults: { enabled: false },
+      timings: { leaseSeconds: 30, heartbeatSeconds: 10 },
+    });
   });
 
   it('GET /live/stream: snapshots every interval and events as they arrive, after the backlog', async () => {
@@ -104,7 +129,9 @@ describe('live view routes', () => {
       (evs) => {
         if (!pushed && evs.some((e) => e.event === 'state')) {
           pushed = true;
-          feed.publish([{ kind: 'lease-lost', workerId: 'worker-live-1', jobId, attempt: 1, at: new Date().toISOString(), detail: 'heartbeat' }]);
+          feed.publish([
+            { kind: 'lease-lost', workerId: 'worker-live-1', jobId, attempt: 1, at: new Date().toISOString(), detail: 'heartbeat' },
+          ]);
         }
         return evs.some((e) => e.event === 'events' && e.data.some((x: { kind: string }) => x.kind === 'lease-lost'));
       },
@@ -162,9 +189,20 @@ describe('live view fault routes in the local stack', () => {
       });
     });
     await new Promise<void>((r) => control.listen(0, '127.0.0.1', r));
-    const env = { JOBS_LIVE_FAULTS_URL: `http://127.0.0.1:${(control.address() as AddressInfo).port}`, JOBS_LIVE_FAULTS_TOKEN: 'stack-secret' };
+    const env = {
+      JOBS_LIVE_FAULTS_URL: `http://127.0.0.1:${(control.address() as AddressInfo).port}`,
+      JOBS_LIVE_FAULTS_TOKEN: 'stack-secret',
+    };
     const cfg = liveConfigFromEnv(env);
-    const live = createLiveRoutes({ pool: p.db.pool, store: p.store, feed: null, faults: cfg.faults!, leaseSeconds: 30, heartbeatSeconds: 10, log: silentLogger });
+    const live = createLiveRoutes({
+      pool: p.db.pool,
+      store: p.store,
+      feed: null,
+      faults: cfg.faults!,
+      leaseSeconds: 30,
+      heartbeatSeconds: 10,
+      log: silentLogger,
+    });
     api = await startServer({ pool: p.db.pool, client: p.client, registry: p.registry, log: silentLogger, live });
   });
   afterAll(async () => {

@@ -24,8 +24,13 @@ let local: TestServer;
 beforeAll(async () => {
   p = await createPlatform();
   const base = { pool: p.db.pool, registry: p.registry, publisher: p.publisher, queue: p.queue, log: silentLogger };
-  const queues = { queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/erp-jobs', dlqUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/erp-jobs-dlq', region: 'eu-west-1' };
-  const server = (ops: OpsRoutes) => startServer({ pool: p.db.pool, client: p.client, registry: p.registry, log: silentLogger, apiToken: TOKEN, ops });
+  const queues = {
+    queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/erp-jobs',
+    dlqUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/erp-jobs-dlq',
+    region: 'eu-west-1',
+  };
+  const server = (ops: OpsRoutes) =>
+    startServer({ pool: p.db.pool, client: p.client, registry: p.registry, log: silentLogger, apiToken: TOKEN, ops });
   api = await server(new OpsRoutes(createOpsServices(base)));
   aws = await server(new OpsRoutes(createOpsServices({ ...base, ...queues })));
   local = await server(new OpsRoutes(createOpsServices({ ...base, ...queues, endpoint: 'http://127.0.0.1:1' })));
@@ -49,14 +54,20 @@ describe('on-call routes in the API server', () => {
 
   it('answers with the token; the DLQ routes say what to do when this API has no DLQ URL', async () => {
     expect((await call(api.url, 'GET', '/v1/dead-jobs', { headers: auth })).body).toEqual({ deadJobs: [], nextCursor: null });
-    expect((await call(api.url, 'GET', '/v1/stuck-jobs', { headers: auth })).body).toEqual({ thresholds: { runningSeconds: 3600, pendingSeconds: 900 }, stuckJobs: [] });
+    expect((await call(api.url, 'GET', '/v1/stuck-jobs', { headers: auth })).body).toEqual({
+      thresholds: { runningSeconds: 3600, pendingSeconds: 900 },
+      stuckJobs: [],
+    });
     const dlq = await call(api.url, 'GET', '/v1/dlq/messages', { headers: auth });
     expect(dlq.status).toBe(501);
-    expect(dlq.body.error).toMatchObject({ code: 'dlq_not_configured', message: expect.stringMatching(/started without JOBS_DLQ_URL.*jobs dlq/) });
+    expect(dlq.body.error).toMatchObject({
+      code: 'dlq_not_configured',
+      message: expect.stringMatching(/started without JOBS_DLQ_URL.*jobs dlq/),
+    });
     expect((await call(api.url, 'HEAD', '/v1/dead-jobs', { headers: auth })).status).toBe(200);
   });
 
-  it('keeps the API\'s error shape: 404 for an unknown job, 405 with Allow, 415 for a non-JSON body, cursor checked', async () => {
+  it("keeps the API's error shape: 404 for an unknown job, 405 with Allow, 415 for a non-JSON body, cursor checked", async () => {
     const missing = await call(api.url, 'GET', '/v1/dead-jobs/00000000-0000-4000-8000-000000000000', { headers: auth });
     expect(missing).toMatchObject({ status: 404, body: { error: { code: 'job_not_found', field: 'id' } } });
     const wrong = await call(api.url, 'GET', '/v1/dead-jobs/redrive', { headers: auth });
@@ -70,22 +81,42 @@ describe('on-call routes in the API server', () => {
 
   it('POST /v1/dlq/move-tasks/cancel cancels the task SQS is given, recorded with who asked; an unknown or finished handle is a 404 naming it, one SQS denies a 403', async () => {
     sqsMock.on(CancelMessageMoveTaskCommand, { TaskHandle: 'task-handle-1' }).resolves({ ApproximateNumberOfMessagesMoved: 12 });
-    sqsMock.on(CancelMessageMoveTaskCommand, { TaskHandle: 'task-handle-done' }).rejects(new ResourceNotFoundException({ message: 'Task does not exist.', $metadata: {} }));
-    const ok = await call(aws.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth, json: { taskHandle: 'task-handle-1', by: 'pat' } });
-    expect(ok).toMatchObject({ status: 200, body: { cancelled: true, taskHandle: 'task-handle-1', moved: 12, by: 'pat (api, 127.0.0.1)' } });
+    sqsMock
+      .on(CancelMessageMoveTaskCommand, { TaskHandle: 'task-handle-done' })
+      .rejects(new ResourceNotFoundException({ message: 'Task does not exist.', $metadata: {} }));
+    const ok = await call(aws.url, 'POST', '/v1/dlq/move-tasks/cancel', {
+      headers: auth,
+      json: { taskHandle: 'task-handle-1', by: 'pat' },
+    });
+    expect(ok).toMatchObject({
+      status: 200,
+      body: { cancelled: true, taskHandle: 'task-handle-1', moved: 12, by: 'pat (api, 127.0.0.1)' },
+    });
     expect(sqsMock.commandCalls(CancelMessageMoveTaskCommand).map((c) => c.args[0].input)).toEqual([{ TaskHandle: 'task-handle-1' }]);
     const recorded = await p.db.pool.query("SELECT by, detail FROM jobs.operator_action WHERE action = 'dlq-move-cancel'");
     expect(recorded.rows).toEqual([{ by: 'pat (api, 127.0.0.1)', detail: { taskHandle: 'task-handle-1', moved: 12 } }]);
 
     const gone = await call(aws.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth, json: { taskHandle: 'task-handle-done' } });
     expect(gone.status).toBe(404);
-    expect(gone.body.error).toMatchObject({ code: 'move_task_not_found', field: 'taskHandle', message: expect.stringMatching(/^no running move task task-handle-done: .*jobs dlq move-status.*GET \/v1\/dlq\/move-tasks/) });
+    expect(gone.body.error).toMatchObject({
+      code: 'move_task_not_found',
+      field: 'taskHandle',
+      message: expect.stringMatching(/^no running move task task-handle-done: .*jobs dlq move-status.*GET \/v1\/dlq\/move-tasks/),
+    });
     // IAM: the grant covers this DLQ's tasks only (a handle from another queue or environment).
-    sqsMock.on(CancelMessageMoveTaskCommand, { TaskHandle: 'task-handle-other' }).rejects(Object.assign(new Error('not authorized to perform: sqs:cancelmessagemovetask'), { name: 'AccessDeniedException' }));
+    sqsMock
+      .on(CancelMessageMoveTaskCommand, { TaskHandle: 'task-handle-other' })
+      .rejects(Object.assign(new Error('not authorized to perform: sqs:cancelmessagemovetask'), { name: 'AccessDeniedException' }));
     const denied = await call(aws.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth, json: { taskHandle: 'task-handle-other' } });
     expect(denied.status).toBe(403);
-    expect(denied.body.error).toMatchObject({ code: 'move_cancel_denied', field: 'taskHandle', message: expect.stringMatching(/^not allowed to cancel move task task-handle-other .*granted on this environment's DLQ only/) });
-    expect((await p.db.pool.query("SELECT count(*)::int AS n FROM jobs.operator_action WHERE action = 'dlq-move-cancel'")).rows[0].n).toBe(1);
+    expect(denied.body.error).toMatchObject({
+      code: 'move_cancel_denied',
+      field: 'taskHandle',
+      message: expect.stringMatching(/^not allowed to cancel move task task-handle-other .*granted on this environment's DLQ only/),
+    });
+    expect((await p.db.pool.query("SELECT count(*)::int AS n FROM jobs.operator_action WHERE action = 'dlq-move-cancel'")).rows[0].n).toBe(
+      1,
+    );
     expect((await call(aws.url, 'GET', '/v1/dlq/move-tasks/cancel', { headers: auth })).status).toBe(405);
   });
 
@@ -95,24 +126,44 @@ describe('on-call routes in the API server', () => {
       expect(r.status, JSON.stringify(json).slice(0, 40)).toBe(400);
       expect(r.body.error, JSON.stringify(json).slice(0, 40)).toMatchObject({ code: 'invalid_field', field: 'taskHandle' });
     }
-    expect((await call(aws.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth, json: { taskHandle: 'h', bogus: 1 } })).body.error.field).toBe('bogus');
+    expect(
+      (await call(aws.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth, json: { taskHandle: 'h', bogus: 1 } })).body.error.field,
+    ).toBe('bogus');
     expect((await call(aws.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth })).status).toBe(400);
 
-    const refused = await call(local.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth, json: { taskHandle: 'task-handle-1', by: 'pat' } });
+    const refused = await call(local.url, 'POST', '/v1/dlq/move-tasks/cancel', {
+      headers: auth,
+      json: { taskHandle: 'task-handle-1', by: 'pat' },
+    });
     expect(refused.status).toBe(409);
-    expect(refused.body.error).toMatchObject({ code: 'move_tasks_local', message: expect.stringMatching(/cannot cancel move task task-handle-1: the local SQS endpoint has no message move tasks/) });
+    expect(refused.body.error).toMatchObject({
+      code: 'move_tasks_local',
+      message: expect.stringMatching(/cannot cancel move task task-handle-1: the local SQS endpoint has no message move tasks/),
+    });
     expect(sqsMock.commandCalls(CancelMessageMoveTaskCommand)).toHaveLength(0);
-    expect((await call(api.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth, json: { taskHandle: 'h' } })).body.error.code).toBe('dlq_not_configured');
+    expect((await call(api.url, 'POST', '/v1/dlq/move-tasks/cancel', { headers: auth, json: { taskHandle: 'h' } })).body.error.code).toBe(
+      'dlq_not_configured',
+    );
   });
 
   it('the API service reads JOBS_DLQ_URL and JOBS_STUCK_* and refuses bad ones by name', async () => {
     expect(opsConfigFromEnv({})).toEqual({ stuck: { runningSeconds: 3600, pendingSeconds: 900 } });
-    expect(opsConfigFromEnv({ JOBS_DLQ_URL: 'http://127.0.0.1:1/q/dlq', JOBS_STUCK_PENDING_SECONDS: '60' })).toEqual({ dlqUrl: 'http://127.0.0.1:1/q/dlq', stuck: { runningSeconds: 3600, pendingSeconds: 60 } });
+    expect(opsConfigFromEnv({ JOBS_DLQ_URL: 'http://127.0.0.1:1/q/dlq', JOBS_STUCK_PENDING_SECONDS: '60' })).toEqual({
+      dlqUrl: 'http://127.0.0.1:1/q/dlq',
+      stuck: { runningSeconds: 3600, pendingSeconds: 60 },
+    });
     expect(() => opsConfigFromEnv({ JOBS_DLQ_URL: 'not a url' })).toThrow(/JOBS_DLQ_URL = "not a url" is not a URL/);
-    expect(() => opsConfigFromEnv({ JOBS_STUCK_RUNNING_SECONDS: '-1' })).toThrow(/JOBS_STUCK_RUNNING_SECONDS = "-1" must be a whole number between 1 and 604800/);
+    expect(() => opsConfigFromEnv({ JOBS_STUCK_RUNNING_SECONDS: '-1' })).toThrow(
+      /JOBS_STUCK_RUNNING_SECONDS = "-1" must be a whole number between 1 and 604800/,
+    );
     const svc = await startApiService(
       { databaseUrl: p.db.url, queueUrl: 'http://127.0.0.1:1/q/jobs', region: 'us-east-1', port: 0, poolSize: 2, defaultMaxAttempts: 3 },
-      { queue: new MemoryQueue({ visibilityTimeoutSeconds: 30 }), log: silentLogger, host: '127.0.0.1', ops: { stuck: { runningSeconds: 120, pendingSeconds: 30 } } },
+      {
+        queue: new MemoryQueue({ visibilityTimeoutSeconds: 30 }),
+        log: silentLogger,
+        host: '127.0.0.1',
+        ops: { stuck: { runningSeconds: 120, pendingSeconds: 30 } },
+      },
     );
     try {
       const r = await call(`http://127.0.0.1:${svc.port}`, 'GET', '/v1/stuck-jobs');

@@ -57,7 +57,17 @@ beforeAll(async () => {
   p = await createPlatform();
   sqs = await startLocalSqs({ timings: { visibilityTimeoutSeconds: 30, maxReceiveCount: 10 }, prefix: 'ops-auth' });
   const ops = new OpsRoutes(
-    createOpsServices({ pool: p.db.pool, registry: p.registry, publisher: p.publisher, queue: p.queue, log: silentLogger, queueUrl: sqs.queueUrl, dlqUrl: sqs.dlqUrl, region: 'us-east-1', endpoint: sqs.endpoint }),
+    createOpsServices({
+      pool: p.db.pool,
+      registry: p.registry,
+      publisher: p.publisher,
+      queue: p.queue,
+      log: silentLogger,
+      queueUrl: sqs.queueUrl,
+      dlqUrl: sqs.dlqUrl,
+      region: 'us-east-1',
+      endpoint: sqs.endpoint,
+    }),
   );
   const start = async (tokens: { apiToken?: string; operatorToken?: string }) => {
     const s = await startServer({ pool: p.db.pool, client: p.client, registry: p.registry, log: silentLogger, ops, ...tokens });
@@ -76,7 +86,10 @@ afterAll(async () => {
 });
 
 const send = (s: TestServer, [method, path, json]: [string, string, unknown?], authorization?: string): Promise<Res> =>
-  call(s.url, method, path, { ...(json !== undefined ? { json } : {}), ...(authorization !== undefined ? { headers: { authorization } } : {}) });
+  call(s.url, method, path, {
+    ...(json !== undefined ? { json } : {}),
+    ...(authorization !== undefined ? { headers: { authorization } } : {}),
+  });
 
 /** Through the token check to the handler: its own answer, not an auth error. */
 function passed(r: Res, what: string): void {
@@ -96,13 +109,16 @@ describe('API_TOKEN and API_OPERATOR_TOKEN both set', () => {
       expect(erp.body.error, what).toEqual({
         code: 'forbidden',
         field: 'Authorization',
-        message: 'Authorization: the on-call routes need the operator token (Authorization: Bearer <API_OPERATOR_TOKEN>); the ERP client token (API_TOKEN) may only use the job routes',
+        message:
+          'Authorization: the on-call routes need the operator token (Authorization: Bearer <API_OPERATOR_TOKEN>); the ERP client token (API_TOKEN) may only use the job routes',
       });
 
       const none = await send(both, route);
       expect(none.status, what).toBe(401);
       expect(none.headers.get('www-authenticate'), what).toBe('Bearer realm="jobs"');
-      expect(none.body.error.message, what).toBe('Authorization: a bearer token is required (Authorization: Bearer <API_OPERATOR_TOKEN>, the on-call operator token)');
+      expect(none.body.error.message, what).toBe(
+        'Authorization: a bearer token is required (Authorization: Bearer <API_OPERATOR_TOKEN>, the on-call operator token)',
+      );
 
       for (const wrong of [`Bearer ${OPERATOR}x`, `Bearer ${CLIENT.slice(0, -1)}`, 'Bearer ', `Basic ${OPERATOR}`]) {
         const r = await send(both, route, wrong);
@@ -115,11 +131,25 @@ describe('API_TOKEN and API_OPERATOR_TOKEN both set', () => {
     // A dead job, made the way a worker makes one: claimed, then failed non-retryably.
     const [r] = await p.client.enqueueNow({ type: 'ledger.post', payload: { batch: 'AUTH-DEAD', entries: 1 } });
     const [claimed] = await p.store.claim([r!.job.id], 'worker-a', 30);
-    const died = await p.store.fail({ id: claimed!.id, attempt: claimed!.attempt }, { name: 'Error', message: 'boom', retryable: false }, 0, true);
+    const died = await p.store.fail(
+      { id: claimed!.id, attempt: claimed!.attempt },
+      { name: 'Error', message: 'boom', retryable: false },
+      0,
+      true,
+    );
     expect(died!.state).toBe('dead');
     const id = died!.id;
-    expect((await call(both.url, 'POST', `/v1/dead-jobs/${id}/discard`, { json: { reason: 'erp tried' }, headers: { authorization: `Bearer ${CLIENT}` } })).status).toBe(403);
-    expect((await call(both.url, 'POST', `/v1/dead-jobs/${id}/redrive`, { json: {}, headers: { authorization: `Bearer ${CLIENT}` } })).status).toBe(403);
+    expect(
+      (
+        await call(both.url, 'POST', `/v1/dead-jobs/${id}/discard`, {
+          json: { reason: 'erp tried' },
+          headers: { authorization: `Bearer ${CLIENT}` },
+        })
+      ).status,
+    ).toBe(403);
+    expect(
+      (await call(both.url, 'POST', `/v1/dead-jobs/${id}/redrive`, { json: {}, headers: { authorization: `Bearer ${CLIENT}` } })).status,
+    ).toBe(403);
     const shown = await call(both.url, 'GET', `/v1/dead-jobs/${id}`, { headers: { authorization: `Bearer ${OPERATOR}` } });
     expect(shown.body.job).toMatchObject({ state: 'dead', discarded: null });
     expect(shown.body.actions).toEqual([]);
@@ -184,10 +214,13 @@ describe('no token set (the local stack)', () => {
     const raw = (authorization: string) =>
       new Promise<number>((resolve, reject) => {
         const u = new URL(open.url);
-        const req = http.request({ host: u.hostname, port: u.port, method: 'GET', path: '/v1/poison-messages', headers: { authorization } }, (res) => {
-          res.resume();
-          resolve(res.statusCode ?? 0);
-        });
+        const req = http.request(
+          { host: u.hostname, port: u.port, method: 'GET', path: '/v1/poison-messages', headers: { authorization } },
+          (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          },
+        );
         req.on('error', reject);
         req.end();
       });
@@ -198,10 +231,17 @@ describe('no token set (the local stack)', () => {
 });
 
 describe('configuration and the start warning', () => {
-  const GOOD_ENV = { DATABASE_URL: 'postgres://jobs:pw@db.internal:5432/jobs', JOBS_QUEUE_URL: 'https://sqs.eu-west-1.amazonaws.com/123456789012/jobs', AWS_REGION: 'eu-west-1' };
+  const GOOD_ENV = {
+    DATABASE_URL: 'postgres://jobs:pw@db.internal:5432/jobs',
+    JOBS_QUEUE_URL: 'https://sqs.eu-west-1.amazonaws.com/123456789012/jobs',
+    AWS_REGION: 'eu-west-1',
+  };
 
   it('reads API_OPERATOR_TOKEN (empty = none), refuses one that cannot travel in a header or equals API_TOKEN, without echoing it', () => {
-    expect(apiConfigFromEnv({ ...GOOD_ENV, API_TOKEN: CLIENT, API_OPERATOR_TOKEN: OPERATOR })).toMatchObject({ apiToken: CLIENT, operatorToken: OPERATOR });
+    expect(apiConfigFromEnv({ ...GOOD_ENV, API_TOKEN: CLIENT, API_OPERATOR_TOKEN: OPERATOR })).toMatchObject({
+      apiToken: CLIENT,
+      operatorToken: OPERATOR,
+    });
     expect(apiConfigFromEnv({ ...GOOD_ENV, API_OPERATOR_TOKEN: '' }).operatorToken).toBeUndefined();
     const refused = (env: Record<string, string>) => {
       try {
@@ -222,17 +262,35 @@ describe('configuration and the start warning', () => {
 
   it('warns at start when the on-call routes share the ERP token, and says what is open otherwise', async () => {
     expect(authWarnings({ apiToken: CLIENT, operatorToken: OPERATOR })).toEqual([]);
-    expect(authWarnings({})).toEqual([expect.stringMatching(/^API_TOKEN and API_OPERATOR_TOKEN are not set: every \/v1 route, the on-call ones .* included, accepts requests without a bearer token$/)]);
-    expect(authWarnings({ operatorToken: OPERATOR })).toEqual([expect.stringMatching(/^API_TOKEN is not set: the \/v1 job routes accept requests without a bearer token/)]);
+    expect(authWarnings({})).toEqual([
+      expect.stringMatching(
+        /^API_TOKEN and API_OPERATOR_TOKEN are not set: every \/v1 route, the on-call ones .* included, accepts requests without a bearer token$/,
+      ),
+    ]);
+    expect(authWarnings({ operatorToken: OPERATOR })).toEqual([
+      expect.stringMatching(/^API_TOKEN is not set: the \/v1 job routes accept requests without a bearer token/),
+    ]);
 
     const { log, lines } = capturingLogger();
     const svc = await startApiService(
-      { databaseUrl: p.db.url, queueUrl: 'http://127.0.0.1:1/q/jobs', region: 'us-east-1', port: 0, poolSize: 2, defaultMaxAttempts: 3, apiToken: CLIENT },
+      {
+        databaseUrl: p.db.url,
+        queueUrl: 'http://127.0.0.1:1/q/jobs',
+        region: 'us-east-1',
+        port: 0,
+        poolSize: 2,
+        defaultMaxAttempts: 3,
+        apiToken: CLIENT,
+      },
       { queue: new MemoryQueue({ visibilityTimeoutSeconds: 30 }), log, host: '127.0.0.1' },
     );
     try {
       const warnings = lines.filter((l) => l.level === 40).map((l) => l.msg as string);
-      expect(warnings).toContainEqual(expect.stringMatching(/^API_OPERATOR_TOKEN is not set: the on-call routes \(\/v1\/dead-jobs, \/v1\/dlq, \/v1\/poison-messages, \/v1\/stuck-jobs, \/v1\/pending-jobs\) share the ERP clients' API_TOKEN/));
+      expect(warnings).toContainEqual(
+        expect.stringMatching(
+          /^API_OPERATOR_TOKEN is not set: the on-call routes \(\/v1\/dead-jobs, \/v1\/dlq, \/v1\/poison-messages, \/v1\/stuck-jobs, \/v1\/pending-jobs\) share the ERP clients' API_TOKEN/,
+        ),
+      );
       expect(lines.find((l) => l.msg === 'api service started')).toMatchObject({ auth: true, operatorAuth: false });
       expect(JSON.stringify(lines)).not.toContain(CLIENT);
     } finally {
@@ -240,7 +298,16 @@ describe('configuration and the start warning', () => {
     }
     const quiet = capturingLogger();
     const both = await startApiService(
-      { databaseUrl: p.db.url, queueUrl: 'http://127.0.0.1:1/q/jobs', region: 'us-east-1', port: 0, poolSize: 2, defaultMaxAttempts: 3, apiToken: CLIENT, operatorToken: OPERATOR },
+      {
+        databaseUrl: p.db.url,
+        queueUrl: 'http://127.0.0.1:1/q/jobs',
+        region: 'us-east-1',
+        port: 0,
+        poolSize: 2,
+        defaultMaxAttempts: 3,
+        apiToken: CLIENT,
+        operatorToken: OPERATOR,
+      },
       { queue: new MemoryQueue({ visibilityTimeoutSeconds: 30 }), log: quiet.log, host: '127.0.0.1' },
     );
     try {

@@ -47,11 +47,19 @@ afterAll(() => p.close());
 async function deadJob(type = 'test.fatal', extra: { idempotencyKey?: string; maxAttempts?: number } = {}) {
   const [r] = await p.client.enqueueNow({ type, payload: type === 'ledger.post' ? { batch: 'DEAD', entries: 1 } : {}, ...extra });
   const [claimed] = await p.store.claim([r!.job.id], 'worker-a', 30);
-  const after = await p.store.fail({ id: claimed!.id, attempt: claimed!.attempt }, { name: 'Error', message: `boom ${claimed!.id}`, retryable: false }, 0, true);
+  const after = await p.store.fail(
+    { id: claimed!.id, attempt: claimed!.attempt },
+    { name: 'Error', message: `boom ${claimed!.id}`, retryable: false },
+    0,
+    true,
+  );
   expect(after!.state).toBe('dead');
   return after!;
 }
-const messagesFor = (id: string) => p.queue.peek().filter((m) => parseJobMessage(m.body).ok && (parseJobMessage(m.body) as { message: { jobId: string } }).message.jobId === id);
+const messagesFor = (id: string) =>
+  p.queue
+    .peek()
+    .filter((m) => parseJobMessage(m.body).ok && (parseJobMessage(m.body) as { message: { jobId: string } }).message.jobId === id);
 
 describe('dead jobs', () => {
   it('lists dead jobs newest death first with their reason, filtered by type and time, paged', async () => {
@@ -89,7 +97,9 @@ describe('dead jobs', () => {
     // Gone from the dead listing, recorded in the audit trail.
     expect((await dead.list({ limit: 100 })).jobs.map((x) => x.id)).not.toContain(job.id);
     const shown = await dead.get(job.id);
-    expect(shown!.actions).toMatchObject([{ action: 'job-redrive', by: 'alice', reason: 'period reopened', detail: { attemptsUsedBefore: 1, attempt: 1 } }]);
+    expect(shown!.actions).toMatchObject([
+      { action: 'job-redrive', by: 'alice', reason: 'period reopened', detail: { attemptsUsedBefore: 1, attempt: 1 } },
+    ]);
     expect(shown!.job.dead).toBeNull();
     // The next claim is a new token: attempt 2, and it counts as the first of the fresh budget.
     const [claimed] = await p.store.claim([job.id], 'worker-b', 30);
@@ -117,7 +127,14 @@ describe('dead jobs', () => {
     expect(probe.jobs[0]).toMatchObject({ maxAttempts: 1 });
     // The probe's attempt fails too (a worker would): dead again on its single attempt.
     const [claimed] = await p.store.claim([job.id], 'worker-b', 30);
-    expect((await p.store.fail({ id: job.id, attempt: claimed!.attempt }, { name: 'Error', message: 'still broken', retryable: true }, 0, false))!.state).toBe('dead');
+    expect(
+      (await p.store.fail(
+        { id: job.id, attempt: claimed!.attempt },
+        { name: 'Error', message: 'still broken', retryable: true },
+        0,
+        false,
+      ))!.state,
+    ).toBe('dead');
     const plain = await dead.redrive({ ids: [job.id], by: 'oncall', reason: 'fixed' });
     expect(plain.jobs[0]).toMatchObject({ maxAttempts: 4, state: 'pending' });
     expect(plain.jobs[0]!.attemptLog.at(-1)!.message).toMatch(/fresh budget of 4, the budget it had before a redrive overrode it\)$/);
@@ -146,16 +163,23 @@ describe('dead jobs', () => {
     await p.store.cancel(cancelled!.job.id, 'carol');
     const unknown = '00000000-0000-4000-8000-000000000001';
     const ids = [s!.job.id, running!.job.id, pending!.job.id, cancelled!.job.id, unknown];
-    const before = await p.db.pool.query('SELECT id, state, attempt, releases, attempt_log FROM jobs.job WHERE id = ANY($1) ORDER BY id', [ids]);
+    const before = await p.db.pool.query('SELECT id, state, attempt, releases, attempt_log FROM jobs.job WHERE id = ANY($1) ORDER BY id', [
+      ids,
+    ]);
     const r = await dead.redrive({ ids, by: 'mallory' });
     expect(r.jobs).toEqual([]);
     const why = Object.fromEntries(r.skipped.map((x) => [x.id, x]));
-    expect(why[s!.job.id]).toMatchObject({ state: 'succeeded', reason: expect.stringMatching(/job succeeded at .*: redrive never touches a succeeded job/) });
+    expect(why[s!.job.id]).toMatchObject({
+      state: 'succeeded',
+      reason: expect.stringMatching(/job succeeded at .*: redrive never touches a succeeded job/),
+    });
     expect(why[running!.job.id]).toMatchObject({ state: 'running', reason: expect.stringMatching(/never touches a running job/) });
     expect(why[pending!.job.id]).toMatchObject({ state: 'pending' });
     expect(why[cancelled!.job.id]).toMatchObject({ state: 'cancelled', reason: expect.stringMatching(/cancelled by carol/) });
     expect(why[unknown]).toMatchObject({ state: null, reason: `no job ${unknown}` });
-    const after = await p.db.pool.query('SELECT id, state, attempt, releases, attempt_log FROM jobs.job WHERE id = ANY($1) ORDER BY id', [ids]);
+    const after = await p.db.pool.query('SELECT id, state, attempt, releases, attempt_log FROM jobs.job WHERE id = ANY($1) ORDER BY id', [
+      ids,
+    ]);
     expect(after.rows).toEqual(before.rows);
     expect((await p.db.pool.query("SELECT count(*)::int AS n FROM jobs.operator_action WHERE by = 'mallory'")).rows[0].n).toBe(0);
     await p.store.cancel(running!.job.id, 'cleanup');
@@ -168,7 +192,9 @@ describe('dead jobs', () => {
     const results = await Promise.all(Array.from({ length: 6 }, (_, i) => dead.redrive({ ids, by: `op-${i}` })));
     const redriven = results.flatMap((r) => r.jobs.map((j) => j.id));
     expect(redriven.sort()).toEqual([...ids].sort());
-    const actions = await p.db.pool.query("SELECT job_id FROM jobs.operator_action WHERE action = 'job-redrive' AND job_id = ANY($1)", [ids]);
+    const actions = await p.db.pool.query("SELECT job_id FROM jobs.operator_action WHERE action = 'job-redrive' AND job_id = ANY($1)", [
+      ids,
+    ]);
     expect(actions.rowCount).toBe(ids.length);
     const logs = await p.db.pool.query('SELECT attempt_log FROM jobs.job WHERE id = ANY($1)', [ids]);
     for (const r of logs.rows) expect((r.attempt_log as { outcome: string }[]).filter((a) => a.outcome === 'redriven')).toHaveLength(1);
@@ -195,7 +221,11 @@ describe('dead jobs', () => {
     const job = await deadJob();
     await expect(dead.discard({ ids: [job.id], by: 'erin', reason: '  ' })).rejects.toThrow(/reason: is required/);
     const r = await dead.discard({ ids: [job.id], by: 'erin', reason: 'duplicate of INV-7, posted by hand' });
-    expect(r.jobs[0]).toMatchObject({ id: job.id, state: 'dead', dead: { discardedBy: 'erin', discardReason: 'duplicate of INV-7, posted by hand' } });
+    expect(r.jobs[0]).toMatchObject({
+      id: job.id,
+      state: 'dead',
+      dead: { discardedBy: 'erin', discardReason: 'duplicate of INV-7, posted by hand' },
+    });
     expect(r.jobs[0]!.attemptLog.at(-1)).toMatchObject({ outcome: 'discarded', by: 'erin' });
     expect((await dead.list({ limit: 500 })).jobs.map((j) => j.id)).not.toContain(job.id);
     expect((await dead.list({ limit: 500, includeDiscarded: true })).jobs.map((j) => j.id)).toContain(job.id);
@@ -227,16 +257,24 @@ describe('dead jobs', () => {
 
 describe('through a worker', () => {
   it('a job that died of a handler bug runs again after redrive and succeeds, its effects once', async () => {
-    const [r] = await p.client.enqueueNow({ type: 'ledger.post', payload: { batch: 'REDRIVE-1', entries: 3, failAttempts: 2 }, maxAttempts: 2 });
+    const [r] = await p.client.enqueueNow({
+      type: 'ledger.post',
+      payload: { batch: 'REDRIVE-1', entries: 3, failAttempts: 2 },
+      maxAttempts: 2,
+    });
     const w = p.worker();
     w.start();
     await waitFor(async () => (await p.store.get(r!.job.id))!.state === 'dead', 10_000, 'dead');
     const report = await dead.redrive({ ids: [r!.job.id], by: 'oncall' });
     expect(report.jobs).toHaveLength(1);
-    const done = await waitFor(async () => {
-      const j = await p.store.get(r!.job.id);
-      return j!.state === 'succeeded' ? j : null;
-    }, 10_000, 'succeeded after redrive');
+    const done = await waitFor(
+      async () => {
+        const j = await p.store.get(r!.job.id);
+        return j!.state === 'succeeded' ? j : null;
+      },
+      10_000,
+      'succeeded after redrive',
+    );
     expect(done.attempt).toBe(3);
     expect(done.attemptLog.map((a) => a.outcome)).toEqual(['retry', 'dead', 'redriven']);
     expect((await p.db.pool.query("SELECT count(*)::int AS n FROM ledger_entries WHERE batch = 'REDRIVE-1'")).rows[0].n).toBe(3);
@@ -245,13 +283,25 @@ describe('through a worker', () => {
   it('poison messages are recorded with their raw body, once per source message', async () => {
     await p.queue.send([{ body: 'not json {' }, { body: jobMessageBody('11111111-2222-4333-8444-555555555555', 'ledger.post') }]);
     p.workers[0]!.start();
-    const list = await waitFor(async () => {
-      const l = await listPoisonMessages(p.db.pool, { limit: 10 });
-      return l.messages.length >= 2 ? l : null;
-    }, 5000, 'poison recorded');
+    const list = await waitFor(
+      async () => {
+        const l = await listPoisonMessages(p.db.pool, { limit: 10 });
+        return l.messages.length >= 2 ? l : null;
+      },
+      5000,
+      'poison recorded',
+    );
     const byReason = Object.fromEntries(list.messages.map((m) => [m.reason, m]));
-    expect(byReason['unparseable-body']).toMatchObject({ body: 'not json {', detail: 'body is not JSON', workerId: p.workers[0]!.workerId, jobId: null });
-    expect(byReason['unknown-job']).toMatchObject({ jobId: '11111111-2222-4333-8444-555555555555', detail: expect.stringMatching(/no job/) });
+    expect(byReason['unparseable-body']).toMatchObject({
+      body: 'not json {',
+      detail: 'body is not JSON',
+      workerId: p.workers[0]!.workerId,
+      jobId: null,
+    });
+    expect(byReason['unknown-job']).toMatchObject({
+      jobId: '11111111-2222-4333-8444-555555555555',
+      detail: expect.stringMatching(/no job/),
+    });
     expect((await listPoisonMessages(p.db.pool, { limit: 10, reason: 'unknown-job' })).messages).toHaveLength(1);
   });
 });

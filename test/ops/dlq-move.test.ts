@@ -38,8 +38,18 @@ let service: DeadLetterService;
 beforeAll(async () => {
   db = await createTestDb();
   const queue = new MemoryQueue({ visibilityTimeoutSeconds: 30 });
-  client = new JobClient({ pool: db.pool, registry: defaultRegistry(), publisher: new Publisher(db.pool, queue, silentLogger), defaultMaxAttempts: 3 });
-  const dlq = new SqsDeadLetterQueue({ dlqUrl: DLQ_URL, queueUrl: QUEUE_URL, client: new SQSClient({ region: 'eu-west-1', maxAttempts: 1 }), local: false });
+  client = new JobClient({
+    pool: db.pool,
+    registry: defaultRegistry(),
+    publisher: new Publisher(db.pool, queue, silentLogger),
+    defaultMaxAttempts: 3,
+  });
+  const dlq = new SqsDeadLetterQueue({
+    dlqUrl: DLQ_URL,
+    queueUrl: QUEUE_URL,
+    client: new SQSClient({ region: 'eu-west-1', maxAttempts: 1 }),
+    local: false,
+  });
   service = new DeadLetterService({ pool: db.pool, dlq, queue, log: silentLogger });
 });
 afterAll(() => db.drop());
@@ -66,17 +76,28 @@ describe('DLQ redrive with StartMessageMoveTask (AWS)', () => {
     const a = await enqueue();
     const b = await enqueue();
     await client.cancel(b.id, 'ops');
-    sqsMock.on(ReceiveMessageCommand).resolvesOnce({ Messages: [letter(1, jobMessageBody(a.id)), letter(2, jobMessageBody(b.id))] }).resolves({ Messages: [] });
+    sqsMock
+      .on(ReceiveMessageCommand)
+      .resolvesOnce({ Messages: [letter(1, jobMessageBody(a.id)), letter(2, jobMessageBody(b.id))] })
+      .resolves({ Messages: [] });
     const r = await service.redrive({ by: 'oncall', move: true, maxPerSecond: 50 });
     expect(r.refused).toBeUndefined();
     expect(r.moveTask).toEqual({ taskHandle: 'task-handle-1', dlqArn: DLQ_ARN, queueArn: QUEUE_ARN });
-    expect(sqsMock.commandCalls(StartMessageMoveTaskCommand)[0]!.args[0].input).toEqual({ SourceArn: DLQ_ARN, DestinationArn: QUEUE_ARN, MaxNumberOfMessagesPerSecond: 50 });
+    expect(sqsMock.commandCalls(StartMessageMoveTaskCommand)[0]!.args[0].input).toEqual({
+      SourceArn: DLQ_ARN,
+      DestinationArn: QUEUE_ARN,
+      MaxNumberOfMessagesPerSecond: 50,
+    });
     // The cancelled job's letter is deleted (never moved), the pending one's handed back for the move.
     expect(sqsMock.commandCalls(DeleteMessageBatchCommand)[0]!.args[0].input.Entries).toEqual([{ Id: '0', ReceiptHandle: 'r-2' }]);
     const released = sqsMock.commandCalls(ChangeMessageVisibilityBatchCommand).flatMap((c) => c.args[0].input.Entries!);
     expect(released).toEqual([{ Id: '0', ReceiptHandle: 'r-1', VisibilityTimeout: 0 }]);
     // The scan holds messages while it decides.
-    expect(sqsMock.commandCalls(ReceiveMessageCommand)[0]!.args[0].input).toMatchObject({ QueueUrl: DLQ_URL, VisibilityTimeout: 60, MessageSystemAttributeNames: ['All'] });
+    expect(sqsMock.commandCalls(ReceiveMessageCommand)[0]!.args[0].input).toMatchObject({
+      QueueUrl: DLQ_URL,
+      VisibilityTimeout: 60,
+      MessageSystemAttributeNames: ['All'],
+    });
     const actions = await db.pool.query("SELECT action, detail FROM jobs.operator_action WHERE by = 'oncall' ORDER BY id");
     expect(actions.rows.map((x) => x.action)).toEqual(['dlq-drop', 'dlq-move']);
     expect(actions.rows[1].detail).toMatchObject({ taskHandle: 'task-handle-1', scanned: 2, complete: true });
@@ -84,23 +105,47 @@ describe('DLQ redrive with StartMessageMoveTask (AWS)', () => {
 
   it('refuses to start a move when a dead letter must stay (poison, a dead job): nothing moved, everything handed back', async () => {
     const a = await enqueue();
-    sqsMock.on(ReceiveMessageCommand)
-      .resolvesOnce({ Messages: [letter(1, jobMessageBody(a.id)), letter(2, 'garbage', { Reason: 'unparseable-body', Detail: 'body is not JSON' })] })
+    sqsMock
+      .on(ReceiveMessageCommand)
+      .resolvesOnce({
+        Messages: [letter(1, jobMessageBody(a.id)), letter(2, 'garbage', { Reason: 'unparseable-body', Detail: 'body is not JSON' })],
+      })
       .resolves({ Messages: [] });
     const r = await service.redrive({ by: 'oncall', move: true });
     expect(r.refused).toMatch(/1 dead letter\(s\) must stay .*a move would resend them/);
     expect(sqsMock.commandCalls(StartMessageMoveTaskCommand)).toHaveLength(0);
     expect(sqsMock.commandCalls(DeleteMessageBatchCommand)).toHaveLength(0);
-    const released = sqsMock.commandCalls(ChangeMessageVisibilityBatchCommand).flatMap((c) => c.args[0].input.Entries!.map((e) => e.ReceiptHandle));
+    const released = sqsMock
+      .commandCalls(ChangeMessageVisibilityBatchCommand)
+      .flatMap((c) => c.args[0].input.Entries!.map((e) => e.ReceiptHandle));
     expect(released.sort()).toEqual(['r-1', 'r-2']);
   });
 
   it('lists the move tasks of the DLQ', async () => {
     sqsMock.on(ListMessageMoveTasksCommand).resolves({
-      Results: [{ TaskHandle: 'task-handle-1', Status: 'RUNNING', SourceArn: DLQ_ARN, DestinationArn: QUEUE_ARN, ApproximateNumberOfMessagesMoved: 7, ApproximateNumberOfMessagesToMove: 20, StartedTimestamp: 1_700_000_000_000 }],
+      Results: [
+        {
+          TaskHandle: 'task-handle-1',
+          Status: 'RUNNING',
+          SourceArn: DLQ_ARN,
+          DestinationArn: QUEUE_ARN,
+          ApproximateNumberOfMessagesMoved: 7,
+          ApproximateNumberOfMessagesToMove: 20,
+          StartedTimestamp: 1_700_000_000_000,
+        },
+      ],
     });
     expect(await service.moveTasks()).toEqual([
-      { taskHandle: 'task-handle-1', status: 'RUNNING', sourceArn: DLQ_ARN, destinationArn: QUEUE_ARN, moved: 7, toMove: 20, startedAt: new Date(1_700_000_000_000), failureReason: null },
+      {
+        taskHandle: 'task-handle-1',
+        status: 'RUNNING',
+        sourceArn: DLQ_ARN,
+        destinationArn: QUEUE_ARN,
+        moved: 7,
+        toMove: 20,
+        startedAt: new Date(1_700_000_000_000),
+        failureReason: null,
+      },
     ]);
     expect(sqsMock.commandCalls(ListMessageMoveTasksCommand)[0]!.args[0].input).toEqual({ SourceArn: DLQ_ARN, MaxResults: 10 });
   });
@@ -119,18 +164,28 @@ describe('DLQ redrive with StartMessageMoveTask (AWS)', () => {
     const err = await service.cancelMove({ taskHandle: 'task-handle-gone', by: 'oncall-missing' }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(MoveCancelError);
     expect(err).toMatchObject({ reason: 'not-found', taskHandle: 'task-handle-gone' });
-    expect((err as Error).message).toMatch(/^no running move task task-handle-gone: .*already finished, failed or been cancelled .*ResourceNotFoundException: Task does not exist\..*`jobs dlq move-status`/);
+    expect((err as Error).message).toMatch(
+      /^no running move task task-handle-gone: .*already finished, failed or been cancelled .*ResourceNotFoundException: Task does not exist\..*`jobs dlq move-status`/,
+    );
     expect((await db.pool.query("SELECT count(*)::int AS n FROM jobs.operator_action WHERE by = 'oncall-missing'")).rows[0].n).toBe(0);
   });
 
   it('refuses on the local endpoint without calling SQS, and asks for a handle', async () => {
     const local = new DeadLetterService({
       pool: db.pool,
-      dlq: new SqsDeadLetterQueue({ dlqUrl: DLQ_URL, queueUrl: QUEUE_URL, client: new SQSClient({ region: 'eu-west-1', maxAttempts: 1 }), local: true }),
+      dlq: new SqsDeadLetterQueue({
+        dlqUrl: DLQ_URL,
+        queueUrl: QUEUE_URL,
+        client: new SQSClient({ region: 'eu-west-1', maxAttempts: 1 }),
+        local: true,
+      }),
       queue: new MemoryQueue({ visibilityTimeoutSeconds: 30 }),
       log: silentLogger,
     });
-    await expect(local.cancelMove({ taskHandle: 'task-handle-1', by: 'oncall' })).rejects.toMatchObject({ reason: 'local', message: expect.stringMatching(/local SQS endpoint has no message move tasks/) });
+    await expect(local.cancelMove({ taskHandle: 'task-handle-1', by: 'oncall' })).rejects.toMatchObject({
+      reason: 'local',
+      message: expect.stringMatching(/local SQS endpoint has no message move tasks/),
+    });
     await expect(service.cancelMove({ taskHandle: ' ', by: 'oncall' })).rejects.toMatchObject({ field: 'taskHandle' });
     expect(sqsMock.commandCalls(CancelMessageMoveTaskCommand)).toHaveLength(0);
   });
@@ -154,7 +209,9 @@ describe('jobs dlq move-cancel (AWS)', () => {
     sqsMock.on(CancelMessageMoveTaskCommand).resolves({ ApproximateNumberOfMessagesMoved: 3 });
     const r = await run(['task-handle-7', '--by', 'oncall-cli']);
     expect(r.code).toBe(0);
-    expect(r.stdout).toMatch(/^cancelled by oncall-cli \(cli\): move task task-handle-7, after 3 dead letter\(s\) had been moved\nnote: what it moved stays in the job queue/);
+    expect(r.stdout).toMatch(
+      /^cancelled by oncall-cli \(cli\): move task task-handle-7, after 3 dead letter\(s\) had been moved\nnote: what it moved stays in the job queue/,
+    );
     expect(sqsMock.commandCalls(CancelMessageMoveTaskCommand).map((c) => c.args[0].input)).toEqual([{ TaskHandle: 'task-handle-7' }]);
   });
 

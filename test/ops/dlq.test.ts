@@ -33,9 +33,23 @@ beforeAll(async () => {
   const client = createSqsClient({ endpoint: sqs.endpoint, region: 'us-east-1' });
   queue = new SqsQueue({ queueUrl: sqs.queueUrl, client });
   dlqQueue = new SqsQueue({ queueUrl: sqs.dlqUrl, client });
-  service = new DeadLetterService({ pool: p.db.pool, dlq: new SqsDeadLetterQueue({ dlqUrl: sqs.dlqUrl, queueUrl: sqs.queueUrl, client, local: true }), queue, log: silentLogger });
+  service = new DeadLetterService({
+    pool: p.db.pool,
+    dlq: new SqsDeadLetterQueue({ dlqUrl: sqs.dlqUrl, queueUrl: sqs.queueUrl, client, local: true }),
+    queue,
+    log: silentLogger,
+  });
   // A worker only to write dead letters exactly as the worker does (reportDeadJob).
-  reporter = new Worker({ pool: p.db.pool, queue, dlq: dlqQueue, registry, publisher: p.publisher, timings: FAST_TIMINGS, log: silentLogger, workerId: 'worker-x' });
+  reporter = new Worker({
+    pool: p.db.pool,
+    queue,
+    dlq: dlqQueue,
+    registry,
+    publisher: p.publisher,
+    timings: FAST_TIMINGS,
+    log: silentLogger,
+    workerId: 'worker-x',
+  });
 });
 afterAll(async () => {
   await sqs.stop();
@@ -61,7 +75,12 @@ async function enqueue(type = 'test.noop', payload: unknown = {}) {
 async function makeDead() {
   const job = await enqueue();
   const [c] = await p.store.claim([job.id], 'worker-x', 30);
-  const dead = await p.store.fail({ id: c!.id, attempt: c!.attempt }, { name: 'Error', message: 'ERP endpoint said 500', retryable: true }, 0, true);
+  const dead = await p.store.fail(
+    { id: c!.id, attempt: c!.attempt },
+    { name: 'Error', message: 'ERP endpoint said 500', retryable: true },
+    0,
+    true,
+  );
   expect(await reporter.reportDeadJob(dead!, 'non-retryable', 'src-1')).toBe(true);
   return dead!;
 }
@@ -91,8 +110,15 @@ async function scenario() {
   await p.db.pool.query("UPDATE jobs.job SET lease_expires_at = now() - interval '5 minutes' WHERE id = $1", [expired.id]);
   await dlqQueue.send([{ body: jobMessageBody(expired.id, expired.type) }]);
   const gone = '99999999-8888-4777-8666-555555555555';
-  await dlqQueue.send([{ body: jobMessageBody(gone, 'ledger.post'), attributes: { Reason: 'unknown-job', Detail: `no job ${gone} in the job table`, SourceMessageId: 'src-gone', JobId: gone } }]);
-  await dlqQueue.send([{ body: '<invoice id="7"/>', attributes: { Reason: 'unparseable-body', Detail: 'body is not JSON', SourceMessageId: 'src-xml' } }]);
+  await dlqQueue.send([
+    {
+      body: jobMessageBody(gone, 'ledger.post'),
+      attributes: { Reason: 'unknown-job', Detail: `no job ${gone} in the job table`, SourceMessageId: 'src-gone', JobId: gone },
+    },
+  ]);
+  await dlqQueue.send([
+    { body: '<invoice id="7"/>', attributes: { Reason: 'unparseable-body', Detail: 'body is not JSON', SourceMessageId: 'src-xml' } },
+  ]);
   return { dead, discarded, succeeded, pending, running, expired, gone };
 }
 
@@ -106,14 +132,25 @@ describe('dead-letter queue, reconciled with the job table', () => {
     expect(r.complete).toBe(true);
     expect(r.letters).toHaveLength(8);
     const v = byJob(r.letters);
-    expect(v[s.dead.id]).toMatchObject({ kind: 'dead-job', reason: 'non-retryable', verdict: 'keep', jobState: 'dead', detail: 'ERP endpoint said 500' });
+    expect(v[s.dead.id]).toMatchObject({
+      kind: 'dead-job',
+      reason: 'non-retryable',
+      verdict: 'keep',
+      jobState: 'dead',
+      detail: 'ERP endpoint said 500',
+    });
     expect(v[s.dead.id]!.why).toMatch(/redrive it \(jobs dead redrive /);
     expect(v[s.discarded.id]).toMatchObject({ verdict: 'drop', why: 'job was discarded by ops: posted by hand' });
     expect(v[s.succeeded.id]).toMatchObject({ verdict: 'drop', jobState: 'succeeded' });
     expect(v[s.pending.id]).toMatchObject({ kind: 'sqs-redrive', verdict: 'resend' });
     expect(v[s.running.id]).toMatchObject({ verdict: 'drop', why: expect.stringMatching(/worker-live holds a live lease/) });
     expect(v[s.expired.id]).toMatchObject({ verdict: 'resend', why: expect.stringMatching(/lease that expired/) });
-    expect(v[s.gone]).toMatchObject({ kind: 'poison', verdict: 'keep', jobState: null, why: `poison: no job ${s.gone} in the job table; never resent` });
+    expect(v[s.gone]).toMatchObject({
+      kind: 'poison',
+      verdict: 'keep',
+      jobState: null,
+      why: `poison: no job ${s.gone} in the job table; never resent`,
+    });
     expect(v['<invoice id="7"/>']).toMatchObject({ kind: 'poison', reason: 'unparseable-body', verdict: 'keep' });
     expect(r.counts).toEqual({ resend: 2, drop: 3, keep: 3 });
     // Nothing moved, nothing deleted, and everything visible again at once.
@@ -130,7 +167,9 @@ describe('dead-letter queue, reconciled with the job table', () => {
     expect(v[s.gone]!.done).toBe('kept');
     // The job queue got clean job messages for the pending and the expired job, and nothing else:
     // never the succeeded, running or dead job, never the job that does not exist.
-    const sent = sqs.inspect('ops-dlq-queue').bodies.map((b) => (parseJobMessage(b) as { ok: true; message: { jobId: string } }).message.jobId);
+    const sent = sqs
+      .inspect('ops-dlq-queue')
+      .bodies.map((b) => (parseJobMessage(b) as { ok: true; message: { jobId: string } }).message.jobId);
     expect(sent.sort()).toEqual([s.pending.id, s.expired.id].sort());
     // The DLQ keeps the dead job, and the poison (visible again).
     expect(sqs.inspect('ops-dlq-dlq')).toMatchObject({ ready: 3, inflight: 0 });
@@ -155,7 +194,7 @@ describe('dead-letter queue, reconciled with the job table', () => {
     expect(moved.counts.resend).toBe(2);
   });
 
-  it('after jobs dead redrive, the dead job\'s letter is resent; after a discard, dropped', async () => {
+  it("after jobs dead redrive, the dead job's letter is resent; after a discard, dropped", async () => {
     const dead = await makeDead();
     const other = await makeDead();
     const deadJobs = new DeadJobService(p.db.pool, p.publisher);
@@ -168,21 +207,39 @@ describe('dead-letter queue, reconciled with the job table', () => {
   });
 
   it('discard: deletes the named dead letters with a reason, marks their poison records resolved, reports the unknown ones', async () => {
-    await recordPoisonMessage(p.db.pool, { sourceMessageId: 'src-xml', reason: 'unparseable-body', detail: 'body is not JSON', body: '<invoice id="7"/>', attributes: {}, workerId: 'w', receiveCount: 1 });
+    await recordPoisonMessage(p.db.pool, {
+      sourceMessageId: 'src-xml',
+      reason: 'unparseable-body',
+      detail: 'body is not JSON',
+      body: '<invoice id="7"/>',
+      attributes: {},
+      workerId: 'w',
+      receiveCount: 1,
+    });
     await scenario();
     const look = await service.look();
     const xml = look.letters.find((l) => l.body.startsWith('<invoice'))!;
     await expect(service.discard({ messageIds: [xml.messageId], by: 'ops', reason: ' ' })).rejects.toThrow(/reason: is required/);
-    const r = await service.discard({ messageIds: [xml.messageId, 'aaaaaaaa-0000-4000-8000-000000000000'], by: 'ops', reason: 'legacy EDI bridge, switched off' });
+    const r = await service.discard({
+      messageIds: [xml.messageId, 'aaaaaaaa-0000-4000-8000-000000000000'],
+      by: 'ops',
+      reason: 'legacy EDI bridge, switched off',
+    });
     expect(r.letters.map((l) => l.messageId)).toEqual([xml.messageId]);
     expect(r.letters[0]!.done).toBe('discarded');
     expect(r.notFound).toEqual(['aaaaaaaa-0000-4000-8000-000000000000']);
     expect(sqs.inspect('ops-dlq-dlq')).toMatchObject({ ready: 7, inflight: 0 });
     expect(dlqBodies()).not.toContain('<invoice id="7"/>');
     const poison = await listPoisonMessages(p.db.pool, { limit: 10, includeResolved: true });
-    expect(poison.messages.find((m) => m.sourceMessageId === 'src-xml')).toMatchObject({ resolvedBy: 'ops', resolution: 'dead letter discarded: legacy EDI bridge, switched off' });
+    expect(poison.messages.find((m) => m.sourceMessageId === 'src-xml')).toMatchObject({
+      resolvedBy: 'ops',
+      resolution: 'dead letter discarded: legacy EDI bridge, switched off',
+    });
     expect((await listPoisonMessages(p.db.pool, { limit: 10 })).messages.find((m) => m.sourceMessageId === 'src-xml')).toBeUndefined();
     const audit = await p.db.pool.query("SELECT reason, detail FROM jobs.operator_action WHERE action = 'dlq-discard'");
-    expect(audit.rows[0]).toMatchObject({ reason: 'legacy EDI bridge, switched off', detail: { body: '<invoice id="7"/>', kind: 'poison' } });
+    expect(audit.rows[0]).toMatchObject({
+      reason: 'legacy EDI bridge, switched off',
+      detail: { body: '<invoice id="7"/>', kind: 'poison' },
+    });
   });
 });

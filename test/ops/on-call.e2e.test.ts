@@ -25,7 +25,15 @@ beforeAll(async () => {
   stack = await startLocalStack({
     workers: 2,
     dir: await mkdtemp(join(tmpdir(), 'jobs-oncall-')),
-    timings: { leaseSeconds: 3, heartbeatSeconds: 1, visibilityTimeoutSeconds: 4, maxAttempts: 2, backoffBaseSeconds: 0.3, backoffMaxSeconds: 0.5, drainSeconds: 1 },
+    timings: {
+      leaseSeconds: 3,
+      heartbeatSeconds: 1,
+      visibilityTimeoutSeconds: 4,
+      maxAttempts: 2,
+      backoffBaseSeconds: 0.3,
+      backoffMaxSeconds: 0.5,
+      drainSeconds: 1,
+    },
     log: () => undefined,
     // No bearer tokens, whatever the shell running the tests has: the local stack's API is open.
     env: { LOG_LEVEL: 'fatal', JOBS_STUCK_RUNNING_SECONDS: '2', JOBS_STUCK_CHECK_SECONDS: '1', API_TOKEN: '', API_OPERATOR_TOKEN: '' },
@@ -58,11 +66,17 @@ function sh(command: string, env: NodeJS.ProcessEnv = cliEnv()): Promise<Run> {
   });
 }
 
-const jobs = (args: string[]): Promise<Run> => new Promise((resolve) => {
-  execFile(process.execPath, ['--import', 'tsx', 'bin/jobs.ts', ...args], { cwd: REPO, env: cliEnv(), timeout: 60_000, maxBuffer: 10 * 1024 * 1024 }, (err, stdout, stderr) => {
-    resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
+const jobs = (args: string[]): Promise<Run> =>
+  new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      ['--import', 'tsx', 'bin/jobs.ts', ...args],
+      { cwd: REPO, env: cliEnv(), timeout: 60_000, maxBuffer: 10 * 1024 * 1024 },
+      (err, stdout, stderr) => {
+        resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
+      },
+    );
   });
-});
 
 const api = async (method: string, path: string, body?: unknown) => {
   const res = await fetch(`${stack.apiUrl}${path}`, {
@@ -80,10 +94,14 @@ const enqueue = async (payload: Record<string, unknown>, extra: Record<string, u
 };
 
 const until = (id: string, state: string, ms = 20_000) =>
-  waitFor(async () => {
-    const r = await api('GET', `/v1/jobs/${id}`);
-    return r.body?.state === state ? r.body : null;
-  }, ms, `job ${id} ${state}`);
+  waitFor(
+    async () => {
+      const r = await api('GET', `/v1/jobs/${id}`);
+      return r.body?.state === state ? r.body : null;
+    },
+    ms,
+    `job ${id} ${state}`,
+  );
 
 let seq = 0;
 /** A job that dies on its first attempt (attempt cap 1), with its dead letter in the DLQ. */
@@ -111,14 +129,19 @@ async function runningJob(workMs = 20_000): Promise<string> {
 /** Put a poison body on the job queue; a worker dead-letters it. Returns its DLQ message id. */
 async function poisonMessage(body: string): Promise<string> {
   await queue.send([{ body }]);
-  const found = await waitFor(async () => {
-    const r = await jobs(['dlq', 'list', '--poison', '--json']);
-    const l = (JSON.parse(r.stdout).letters as { messageId: string; body: string }[]).find((x) => x.body === body);
-    return l ?? null;
-  }, 20_000, `poison ${body} in the DLQ`);
+  const found = await waitFor(
+    async () => {
+      const r = await jobs(['dlq', 'list', '--poison', '--json']);
+      const l = (JSON.parse(r.stdout).letters as { messageId: string; body: string }[]).find((x) => x.body === body);
+      return l ?? null;
+    },
+    20_000,
+    `poison ${body} in the DLQ`,
+  );
   return found.messageId;
 }
-const ledgerRows = async (batch: string) => (await db.query('SELECT count(*)::int AS n FROM ledger_entries WHERE batch = $1', [batch])).rows[0].n as number;
+const ledgerRows = async (batch: string) =>
+  (await db.query('SELECT count(*)::int AS n FROM ledger_entries WHERE batch = $1', [batch])).rows[0].n as number;
 
 // --- CLI ----------------------------------------------------------------------------------------
 
@@ -132,7 +155,10 @@ describe('jobs show --watch', () => {
     // Progress reaches the database with each heartbeat (1 s here), so 4 s of work shows a few.
     const runningLines = lines.filter((l) => / running · attempt 1 \(1 of \d+ used\) · lease local-worker-\d [\d.]+ s left/.test(l));
     expect(runningLines.length, r.stdout).toBeGreaterThanOrEqual(2);
-    expect(runningLines.some((l) => /\[#{2,}-*\]\s+\d+%/.test(l) && /working \(\d+\/4000 ms\)/.test(l)), r.stdout).toBe(true);
+    expect(
+      runningLines.some((l) => /\[#{2,}-*\]\s+\d+%/.test(l) && /working \(\d+\/4000 ms\)/.test(l)),
+      r.stdout,
+    ).toBe(true);
     const fractions = runningLines.map((l) => Number(/\]\s+(\d+)%/.exec(l)![1]));
     expect(fractions).toEqual([...fractions].sort((a, b) => a - b));
     expect(lines.at(-1)).toMatch(/^succeeded after .* on attempt 1 \(1 of \d+ used\): \{"batch":"WATCH-1","posted":2\}$/);
@@ -142,7 +168,9 @@ describe('jobs show --watch', () => {
     const id = await enqueue({ batch: 'WATCH-DEAD', entries: 1, failAttempts: 9 }, { maxAttempts: 1 });
     const r = await jobs(['show', id, '--watch', '--interval', '0.2']);
     expect(r.code).toBe(1);
-    expect(r.stdout.trim().split('\n').at(-1)).toMatch(new RegExp(`^dead after .*: Error: simulated failure of batch WATCH-DEAD on attempt 1 .*see \`jobs dead show ${id}\``));
+    expect(r.stdout.trim().split('\n').at(-1)).toMatch(
+      new RegExp(`^dead after .*: Error: simulated failure of batch WATCH-DEAD on attempt 1 .*see \`jobs dead show ${id}\``),
+    );
     const unknown = await jobs(['show', '00000000-0000-4000-8000-000000000000', '--watch']);
     expect(unknown.code).toBe(1);
     expect((await jobs(['show', id, '--watch', '--interval', '0'])).code).toBe(2);
@@ -170,7 +198,9 @@ describe('jobs dead', () => {
 
     const refused = await jobs(['dead', 'redrive', done, '--by', 'oncall']);
     expect(refused.code).toBe(1);
-    expect(refused.stdout).toMatch(new RegExp(`skipped ${done} \\(ledger.post\\): job succeeded at .*: redrive never touches a succeeded job`));
+    expect(refused.stdout).toMatch(
+      new RegExp(`skipped ${done} \\(ledger.post\\): job succeeded at .*: redrive never touches a succeeded job`),
+    );
     expect((await api('GET', `/v1/jobs/${done}`)).body).toMatchObject({ state: 'succeeded', attempt: 1 });
 
     const redrive = await jobs(['dead', 'redrive', fixable, '--reason', 'ERP endpoint fixed', '--by', 'oncall']);
@@ -187,7 +217,9 @@ describe('jobs dead', () => {
     const discard = await jobs(['dead', 'discard', doomed, '--reason', 'batch withdrawn by finance', '--by', 'oncall']);
     expect(discard.code).toBe(0);
     expect((await jobs(['dead', 'list', '--since', '10m'])).stdout).not.toContain(doomed);
-    expect((await jobs(['dead', 'list', '--since', '10m', '--discarded'])).stdout).toMatch(new RegExp(`${doomed}.*\\[discarded by oncall \\(cli\\): batch withdrawn by finance\\]`));
+    expect((await jobs(['dead', 'list', '--since', '10m', '--discarded'])).stdout).toMatch(
+      new RegExp(`${doomed}.*\\[discarded by oncall \\(cli\\): batch withdrawn by finance\\]`),
+    );
   }, 120_000);
 
   it.each([
@@ -215,7 +247,7 @@ describe('jobs dlq and jobs poison', () => {
 
     const poison = await jobs(['poison', 'list']);
     expect(poison.code).toBe(0);
-    expect(poison.stdout).toMatch(/unparseable-body  message \S+  worker local-worker-\d  received 1x/);
+    expect(poison.stdout).toMatch(/unparseable-body {2}message \S+ {2}worker local-worker-\d {2}received 1x/);
     expect(poison.stdout).toContain(JSON.stringify(xml));
 
     const look = await jobs(['dlq', 'list']);
@@ -238,14 +270,18 @@ describe('jobs dlq and jobs poison', () => {
     expect((await jobs(['dlq', 'move-status'])).stdout).toMatch(/local SQS endpoint has no message move tasks/);
     const cancel = await jobs(['dlq', 'move-cancel', 'task-handle-1', '--by', 'oncall']);
     expect(cancel.code).toBe(1);
-    expect(cancel.stderr).toMatch(/^not cancelled: cannot cancel move task task-handle-1: the local SQS endpoint has no message move tasks/);
+    expect(cancel.stderr).toMatch(
+      /^not cancelled: cannot cancel move task task-handle-1: the local SQS endpoint has no message move tasks/,
+    );
 
     const discard = await jobs(['dlq', 'discard', poisonId, '--reason', 'old EDI bridge, switched off', '--by', 'oncall']);
     expect(discard.code).toBe(0);
     expect(discard.stdout).toMatch(/discarded by oncall \(cli\): 1 dead letter\(s\) \(old EDI bridge, switched off\)/);
     expect((await jobs(['dlq', 'list', '--poison'])).stdout).not.toContain(poisonId);
     expect((await jobs(['poison', 'list'])).stdout).not.toContain(JSON.stringify(xml));
-    expect((await jobs(['poison', 'list', '--resolved'])).stdout).toMatch(/resolved by oncall \(cli\) at .*: dead letter discarded: old EDI bridge, switched off/);
+    expect((await jobs(['poison', 'list', '--resolved'])).stdout).toMatch(
+      /resolved by oncall \(cli\) at .*: dead letter discarded: old EDI bridge, switched off/,
+    );
     const missing = await jobs(['dlq', 'discard', poisonId, '--reason', 'again']);
     expect(missing.code).toBe(1);
     expect(missing.stdout).toContain(`not found in the DLQ: ${poisonId}`);
@@ -255,14 +291,26 @@ describe('jobs dlq and jobs poison', () => {
 describe('jobs stuck and cancel', () => {
   it('lists a job running past its limit with its lease and progress; cancel aborts the handler at its next heartbeat, recording who asked', async () => {
     const id = await runningJob(30_000);
-    const stuck = await waitFor(async () => {
-      const r = await jobs(['stuck', '--running-seconds', '2']);
-      return r.stdout.includes(id) ? r : null;
-    }, 15_000, 'job listed as stuck');
-    expect(stuck.stdout).toMatch(new RegExp(`${id}  ledger.post +running-too-long  running attempt 1 for \\d+ s, over the default limit of 2 s\\n +lease local-worker-\\d · progress \\d+% working`));
+    const stuck = await waitFor(
+      async () => {
+        const r = await jobs(['stuck', '--running-seconds', '2']);
+        return r.stdout.includes(id) ? r : null;
+      },
+      15_000,
+      'job listed as stuck',
+    );
+    expect(stuck.stdout).toMatch(
+      new RegExp(
+        `${id}  ledger.post +running-too-long  running attempt 1 for \\d+ s, over the default limit of 2 s\\n +lease local-worker-\\d · progress \\d+% working`,
+      ),
+    );
     const viaApi = await api('GET', '/v1/stuck-jobs');
     expect(viaApi.body!.thresholds).toEqual({ runningSeconds: 2, pendingSeconds: 900 });
-    expect(viaApi.body!.stuckJobs.find((s: { id: string }) => s.id === id)).toMatchObject({ reason: 'running-too-long', limitSeconds: 2, leaseOwner: expect.stringMatching(/^local-worker-\d$/) });
+    expect(viaApi.body!.stuckJobs.find((s: { id: string }) => s.id === id)).toMatchObject({
+      reason: 'running-too-long',
+      limitSeconds: 2,
+      leaseOwner: expect.stringMatching(/^local-worker-\d$/),
+    });
 
     const cancel = await jobs(['cancel', id, '--by', 'oncall']);
     expect(cancel.code).toBe(0);
@@ -284,16 +332,27 @@ describe('on-call API routes on the local stack', () => {
     const a = await fixableDeadJob();
     const b = await deadJob();
     const ok = await succeededJob();
-    const list = await api('GET', `/v1/dead-jobs?type=ledger.post&since=${encodeURIComponent(new Date(Date.now() - 600_000).toISOString())}&limit=200`);
+    const list = await api(
+      'GET',
+      `/v1/dead-jobs?type=ledger.post&since=${encodeURIComponent(new Date(Date.now() - 600_000).toISOString())}&limit=200`,
+    );
     expect(list.status).toBe(200);
-    expect(list.body!.deadJobs.find((j: { id: string }) => j.id === a)).toMatchObject({ state: 'dead', attemptsUsed: 1, lastOwner: expect.stringMatching(/^local-worker-/), lastError: { message: expect.stringMatching(/simulated failure/) } });
+    expect(list.body!.deadJobs.find((j: { id: string }) => j.id === a)).toMatchObject({
+      state: 'dead',
+      attemptsUsed: 1,
+      lastOwner: expect.stringMatching(/^local-worker-/),
+      lastError: { message: expect.stringMatching(/simulated failure/) },
+    });
     const show = await api('GET', `/v1/dead-jobs/${a}`);
     expect(show.body!.job.attemptLog).toMatchObject([{ outcome: 'dead', attempt: 1 }]);
     expect(show.body!.job.attemptLog[0].stack).toBeUndefined();
 
     const refused = await api('POST', `/v1/dead-jobs/${ok}/redrive`, { by: 'pat' });
     expect(refused.status).toBe(409);
-    expect(refused.body!.error).toMatchObject({ code: 'job_not_dead', message: expect.stringMatching(/redrive never touches a succeeded job/) });
+    expect(refused.body!.error).toMatchObject({
+      code: 'job_not_dead',
+      message: expect.stringMatching(/redrive never touches a succeeded job/),
+    });
     expect((await api('POST', '/v1/dead-jobs/00000000-0000-4000-8000-000000000000/redrive', {})).status).toBe(404);
 
     const dry = await api('POST', '/v1/dead-jobs/redrive', { ids: [a, b], dryRun: true });
@@ -310,9 +369,17 @@ describe('on-call API routes on the local stack', () => {
 
     expect((await api('POST', `/v1/dead-jobs/${b}/discard`, { by: 'pat' })).status).toBe(400);
     const d = await api('POST', `/v1/dead-jobs/${b}/discard`, { by: 'pat', reason: 'duplicate batch' });
-    expect(d.body).toMatchObject({ id: b, state: 'dead', discarded: { by: expect.stringMatching(/^pat \(api/), reason: 'duplicate batch' } });
+    expect(d.body).toMatchObject({
+      id: b,
+      state: 'dead',
+      discarded: { by: expect.stringMatching(/^pat \(api/), reason: 'duplicate batch' },
+    });
     expect((await api('POST', `/v1/dead-jobs/${b}/discard`, { reason: 'again' })).body!.error.code).toBe('already_discarded');
-    const many = await api('POST', '/v1/dead-jobs/discard', { type: 'ledger.post', since: new Date(Date.now() - 60_000).toISOString(), reason: 'cleanup' });
+    const many = await api('POST', '/v1/dead-jobs/discard', {
+      type: 'ledger.post',
+      since: new Date(Date.now() - 60_000).toISOString(),
+      reason: 'cleanup',
+    });
     expect(many.status).toBe(200);
   }, 120_000);
 
@@ -320,20 +387,30 @@ describe('on-call API routes on the local stack', () => {
     const dead = await deadJob();
     const look = await api('GET', '/v1/dlq/messages?limit=100');
     expect(look.status).toBe(200);
-    expect(look.body!.letters.find((l: { jobId: string }) => l.jobId === dead)).toMatchObject({ kind: 'dead-job', verdict: 'keep', jobState: 'dead' });
+    expect(look.body!.letters.find((l: { jobId: string }) => l.jobId === dead)).toMatchObject({
+      kind: 'dead-job',
+      verdict: 'keep',
+      jobState: 'dead',
+    });
     const dry = await api('POST', '/v1/dlq/redrive', { dryRun: true, by: 'pat' });
     expect(dry.body).toMatchObject({ dryRun: true, method: 'resend' });
     const xml = `<order id="${Date.now()}"/>`;
     const msgId = await poisonMessage(xml);
     const poison = await api('GET', '/v1/poison-messages?reason=unparseable-body');
-    expect(poison.body!.messages.find((m: { body: string }) => m.body === xml)).toMatchObject({ reason: 'unparseable-body', workerId: expect.stringMatching(/^local-worker-/) });
+    expect(poison.body!.messages.find((m: { body: string }) => m.body === xml)).toMatchObject({
+      reason: 'unparseable-body',
+      workerId: expect.stringMatching(/^local-worker-/),
+    });
     const discard = await api('POST', '/v1/dlq/discard', { messageIds: [msgId], reason: 'test sender', by: 'pat' });
     expect(discard.status).toBe(200);
     expect(discard.body!.letters.map((l: { messageId: string }) => l.messageId)).toEqual([msgId]);
     expect((await api('GET', '/v1/dlq/move-tasks')).body).toEqual({ local: true, moveTasks: [] });
     const cancel = await api('POST', '/v1/dlq/move-tasks/cancel', { taskHandle: 'task-handle-1', by: 'pat' });
     expect(cancel.status).toBe(409);
-    expect(cancel.body!.error).toMatchObject({ code: 'move_tasks_local', message: expect.stringMatching(/local SQS endpoint has no message move tasks/) });
+    expect(cancel.body!.error).toMatchObject({
+      code: 'move_tasks_local',
+      message: expect.stringMatching(/local SQS endpoint has no message move tasks/),
+    });
     expect((await api('GET', '/v1/stuck-jobs?limit=5')).status).toBe(200);
 
     const bad: [string, string, unknown, string][] = [
@@ -363,7 +440,7 @@ describe('on-call API routes on the local stack', () => {
 // --- The runbook --------------------------------------------------------------------------------
 
 /** Every `npx tsx bin/jobs.ts …` and `curl …` command in the runbook: sh blocks and inline code. */
-export function runbookCommands(markdown: string): string[] {
+function runbookCommands(markdown: string): string[] {
   const out: string[] = [];
   let inSh = false;
   for (const line of markdown.split('\n')) {
@@ -385,8 +462,25 @@ describe('docs/runbooks/README.md', () => {
   const commands = runbookCommands(readFileSync(RUNBOOK, 'utf8'));
 
   it('names the on-call commands it promises', () => {
-    for (const needle of ['dlq list', 'dlq redrive --by', 'dlq redrive --move', 'dlq move-cancel <task-handle>', 'dlq discard <message-id>', 'dead list', 'dead show <job-id>', 'dead redrive <job-id>', 'dead discard <job-id>', 'poison list', 'stuck', 'show <job-id> --watch', 'cancel <job-id>']) {
-      expect(commands.some((c) => c.includes(needle)), needle).toBe(true);
+    for (const needle of [
+      'dlq list',
+      'dlq redrive --by',
+      'dlq redrive --move',
+      'dlq move-cancel <task-handle>',
+      'dlq discard <message-id>',
+      'dead list',
+      'dead show <job-id>',
+      'dead redrive <job-id>',
+      'dead discard <job-id>',
+      'poison list',
+      'stuck',
+      'show <job-id> --watch',
+      'cancel <job-id>',
+    ]) {
+      expect(
+        commands.some((c) => c.includes(needle)),
+        needle,
+      ).toBe(true);
     }
     const curls = commands.filter((c) => c.startsWith('curl '));
     expect(curls.length).toBeGreaterThanOrEqual(5);
@@ -399,7 +493,11 @@ describe('docs/runbooks/README.md', () => {
    * way the runbook says (the CLI's exit 1, curl's 22 for the API's 409), and in no other way.
    */
   const AWS_ONLY: [command: RegExp, exit: number, output: RegExp][] = [
-    [/^npx tsx bin\/jobs\.ts dlq move-cancel /, 1, /not cancelled: cannot cancel move task runbook-test-task-handle: the local SQS endpoint has no message move tasks/],
+    [
+      /^npx tsx bin\/jobs\.ts dlq move-cancel /,
+      1,
+      /not cancelled: cannot cancel move task runbook-test-task-handle: the local SQS endpoint has no message move tasks/,
+    ],
     [/^curl .*\/v1\/dlq\/move-tasks\/cancel"$/, 22, /"code":"move_tasks_local"/],
   ];
 
@@ -417,7 +515,11 @@ describe('docs/runbooks/README.md', () => {
       let c = cmd;
       if (c.includes('<job-id>')) c = c.replaceAll('<job-id>', await jobFor(c));
       if (c.includes('<message-id>')) c = c.replaceAll('<message-id>', await poisonMessage(`runbook poison ${++seq}`));
-      return c.replaceAll('<type>', 'ledger.post').replaceAll('<you>', 'runbook-test').replaceAll('<task-handle>', 'runbook-test-task-handle').replace(/<[^<>"']*>/g, 'runbook test');
+      return c
+        .replaceAll('<type>', 'ledger.post')
+        .replaceAll('<you>', 'runbook-test')
+        .replaceAll('<task-handle>', 'runbook-test-task-handle')
+        .replace(/<[^<>"']*>/g, 'runbook test');
     };
     // The local stack's API has no token (neither API_TOKEN nor API_OPERATOR_TOKEN): the on-call
     // curls send `Authorization: Bearer ` with an empty $OPERATOR_TOKEN, which an open API accepts.
@@ -428,10 +530,17 @@ describe('docs/runbooks/README.md', () => {
       const r = await sh(filled, env);
       const awsOnly = AWS_ONLY.find(([re]) => re.test(cmd));
       const ok = awsOnly ? r.code === awsOnly[1] && awsOnly[2].test(`${r.stdout}\n${r.stderr}`) : r.code === 0;
-      if (!ok) failures.push(`${filled}\n  exit ${r.code}${awsOnly ? ` (expected ${awsOnly[1]}, the local refusal)` : ''}\n  ${r.stderr.trim().slice(0, 500)}\n  ${r.stdout.trim().slice(0, 300)}`);
+      if (!ok)
+        failures.push(
+          `${filled}\n  exit ${r.code}${awsOnly ? ` (expected ${awsOnly[1]}, the local refusal)` : ''}\n  ${r.stderr.trim().slice(0, 500)}\n  ${r.stdout.trim().slice(0, 300)}`,
+        );
     }
     expect(failures, failures.join('\n\n')).toEqual([]);
-    for (const [re] of AWS_ONLY) expect(commands.some((c) => re.test(c)), String(re)).toBe(true);
+    for (const [re] of AWS_ONLY)
+      expect(
+        commands.some((c) => re.test(c)),
+        String(re),
+      ).toBe(true);
     expect(commands.length).toBeGreaterThanOrEqual(25);
   }, 240_000);
 });

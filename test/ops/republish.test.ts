@@ -16,7 +16,14 @@ let api: TestServer;
 beforeAll(async () => {
   p = await createPlatform();
   ops = createOpsServices({ pool: p.db.pool, registry: p.registry, publisher: p.publisher, queue: p.queue, log: silentLogger });
-  api = await startServer({ pool: p.db.pool, client: p.client, registry: p.registry, log: silentLogger, apiToken: TOKEN, ops: new OpsRoutes(ops) });
+  api = await startServer({
+    pool: p.db.pool,
+    client: p.client,
+    registry: p.registry,
+    log: silentLogger,
+    apiToken: TOKEN,
+    ops: new OpsRoutes(ops),
+  });
 });
 afterAll(async () => {
   await api.close();
@@ -24,11 +31,18 @@ afterAll(async () => {
 });
 
 const actions = async (ids: string[]) =>
-  (await p.db.pool.query<{ job_id: string; by: string; reason: string | null }>("SELECT job_id, by, reason FROM jobs.operator_action WHERE action = 'job-republish' AND job_id = ANY($1::uuid[])", [ids])).rows;
+  (
+    await p.db.pool.query<{ job_id: string; by: string; reason: string | null }>(
+      "SELECT job_id, by, reason FROM jobs.operator_action WHERE action = 'job-republish' AND job_id = ANY($1::uuid[])",
+      [ids],
+    )
+  ).rows;
 
 describe('republish', () => {
   it('by id: pending jobs get a message, recorded; a running, finished or unknown job is skipped with the reason; each runs exactly once', async () => {
-    const jobs = await p.client.enqueueNow(Array.from({ length: 3 }, (_, i) => ({ type: 'ledger.post', payload: { batch: `RP-${i}`, entries: 2 } })));
+    const jobs = await p.client.enqueueNow(
+      Array.from({ length: 3 }, (_, i) => ({ type: 'ledger.post', payload: { batch: `RP-${i}`, entries: 2 } })),
+    );
     await p.publisher.flush();
     p.queue.purge();
     const [a, b, c] = jobs.map((j) => j.job.id) as [string, string, string];
@@ -40,13 +54,27 @@ describe('republish', () => {
       expect.objectContaining({ id: c, state: 'cancelled', reason: expect.stringMatching(/finished job needs no message/) }),
       expect.objectContaining({ id: unknown, state: null, reason: 'no such job' }),
     ]);
-    expect((await actions([a, b, c])).map((x) => [x.job_id, x.by, x.reason]).sort()).toEqual([[a, 'alice (cli)', 'queue purged by mistake'], [b, 'alice (cli)', 'queue purged by mistake']].sort());
+    expect((await actions([a, b, c])).map((x) => [x.job_id, x.by, x.reason]).sort()).toEqual(
+      [
+        [a, 'alice (cli)', 'queue purged by mistake'],
+        [b, 'alice (cli)', 'queue purged by mistake'],
+      ].sort(),
+    );
     await waitFor(() => p.queue.approximateCount().then((n) => n === 2), 2000, 'two messages');
 
     p.worker().start();
-    await waitFor(async () => (await p.store.get(a))?.state === 'succeeded' && (await p.store.get(b))?.state === 'succeeded', 10_000, 'both succeeded');
-    const { rows } = await p.db.pool.query("SELECT batch, count(*)::int AS n FROM ledger_entries WHERE batch LIKE 'RP-%' GROUP BY batch ORDER BY batch");
-    expect(rows).toEqual([{ batch: 'RP-0', n: 2 }, { batch: 'RP-1', n: 2 }]);
+    await waitFor(
+      async () => (await p.store.get(a))?.state === 'succeeded' && (await p.store.get(b))?.state === 'succeeded',
+      10_000,
+      'both succeeded',
+    );
+    const { rows } = await p.db.pool.query(
+      "SELECT batch, count(*)::int AS n FROM ledger_entries WHERE batch LIKE 'RP-%' GROUP BY batch ORDER BY batch",
+    );
+    expect(rows).toEqual([
+      { batch: 'RP-0', n: 2 },
+      { batch: 'RP-1', n: 2 },
+    ]);
   });
 
   it('by type and by age: only pending jobs of that type, or due before the time', async () => {
@@ -66,7 +94,9 @@ describe('republish', () => {
   });
 
   it('POST /v1/pending-jobs/republish: 400 naming what is missing, 401 without the token, 200 with what it did', async () => {
-    const [j] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'RP-API', entries: 1 }, runAt: new Date(Date.now() + 60_000) }]);
+    const [j] = await p.client.enqueueNow([
+      { type: 'ledger.post', payload: { batch: 'RP-API', entries: 1 }, runAt: new Date(Date.now() + 60_000) },
+    ]);
     const auth = { authorization: `Bearer ${TOKEN}` };
     expect((await call(api.url, 'POST', '/v1/pending-jobs/republish', { json: { ids: [j!.job.id] } })).status).toBe(401);
     const empty = await call(api.url, 'POST', '/v1/pending-jobs/republish', { json: {}, headers: auth });
@@ -75,7 +105,10 @@ describe('republish', () => {
     const bad = await call(api.url, 'POST', '/v1/pending-jobs/republish', { json: { ids: ['nope'] }, headers: auth });
     expect(bad.status).toBe(400);
     expect(bad.body.error.field).toBe('ids');
-    const ok = await call(api.url, 'POST', '/v1/pending-jobs/republish', { json: { ids: [j!.job.id], by: 'carol', reason: 'drill' }, headers: auth });
+    const ok = await call(api.url, 'POST', '/v1/pending-jobs/republish', {
+      json: { ids: [j!.job.id], by: 'carol', reason: 'drill' },
+      headers: auth,
+    });
     expect(ok.status).toBe(200);
     expect(ok.body).toMatchObject({ republished: 1, jobs: [{ id: j!.job.id, type: 'ledger.post' }], skipped: [] });
     expect((await actions([j!.job.id]))[0]).toMatchObject({ by: expect.stringMatching(/^carol \(api, /), reason: 'drill' });

@@ -8,13 +8,26 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
 import { METRIC } from '../../runtime/observability/metric-names.ts';
-import { cloudWatchGauge, countStuckJobs, describeStuck, findStuckJobs, StuckJobReporter, stuckThresholdsFromEnv } from '../../runtime/oncall/stuck.ts';
+import {
+  cloudWatchGauge,
+  countStuckJobs,
+  describeStuck,
+  findStuckJobs,
+  StuckJobReporter,
+  stuckThresholdsFromEnv,
+} from '../../runtime/oncall/stuck.ts';
 import { capturingLogger } from '../api/support.ts';
 import { createPlatform, type Platform } from '../support/platform.ts';
 
 const cw = mockClient(CloudWatchClient);
 const registry = new JobRegistry([
-  defineJob({ type: 'report.quick', description: 'expected under a minute', parse: () => ({}), run: async () => null, expectedMaxSeconds: 60 }),
+  defineJob({
+    type: 'report.quick',
+    description: 'expected under a minute',
+    parse: () => ({}),
+    run: async () => null,
+    expectedMaxSeconds: 60,
+  }),
   defineJob({ type: 'report.plain', description: 'no expectation of its own', parse: () => ({}), run: async () => null }),
 ]);
 const T = { runningSeconds: 3600, pendingSeconds: 600 };
@@ -26,14 +39,18 @@ beforeAll(async () => {
 afterAll(() => p.close());
 beforeEach(async () => {
   cw.reset();
-  await p.db.pool.query("UPDATE jobs.job SET state = 'cancelled', cancelled_by = 'test reset', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL WHERE state IN ('pending', 'running')");
+  await p.db.pool.query(
+    "UPDATE jobs.job SET state = 'cancelled', cancelled_by = 'test reset', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL WHERE state IN ('pending', 'running')",
+  );
 });
 
 async function running(type: string, opts: { claimedAgo?: string; startedAgo?: string } = {}) {
   const [r] = await p.client.enqueueNow({ type, payload: {} });
   const [c] = await p.store.claim([r!.job.id], 'worker-s', 30);
-  if (opts.claimedAgo) await p.db.pool.query(`UPDATE jobs.job SET claimed_at = now() - $2::interval WHERE id = $1`, [c!.id, opts.claimedAgo]);
-  if (opts.startedAgo) await p.db.pool.query(`UPDATE jobs.job SET started_at = now() - $2::interval WHERE id = $1`, [c!.id, opts.startedAgo]);
+  if (opts.claimedAgo)
+    await p.db.pool.query(`UPDATE jobs.job SET claimed_at = now() - $2::interval WHERE id = $1`, [c!.id, opts.claimedAgo]);
+  if (opts.startedAgo)
+    await p.db.pool.query(`UPDATE jobs.job SET started_at = now() - $2::interval WHERE id = $1`, [c!.id, opts.startedAgo]);
   return c!;
 }
 const ids = (xs: { job: { id: string } }[]) => xs.map((x) => x.job.id);
@@ -58,7 +75,7 @@ describe('claimed_at', () => {
 });
 
 describe('stuck jobs', () => {
-  it('running past the type\'s expected maximum, or past the default for a type without one', async () => {
+  it("running past the type's expected maximum, or past the default for a type without one", async () => {
     const quickStuck = await running('report.quick', { claimedAgo: '2 minutes' });
     const quickFine = await running('report.quick', { claimedAgo: '30 seconds' });
     const plainFine = await running('report.plain', { claimedAgo: '2 minutes' });
@@ -89,16 +106,26 @@ describe('stuck jobs', () => {
     const stuck = await findStuckJobs(p.db.pool, registry, T);
     expect(stuck.find((s) => s.job.id === due!.job.id)).toMatchObject({ reason: 'pending-too-long', limitSeconds: 600 });
     expect(stuck.find((s) => s.job.id === orphan.id)).toMatchObject({ reason: 'lease-expired' });
-    expect(describeStuck(stuck.find((s) => s.job.id === orphan.id)!)).toMatch(/lease that expired 15 min \d+ s ago and nobody reclaimed it/);
+    expect(describeStuck(stuck.find((s) => s.job.id === orphan.id)!)).toMatch(
+      /lease that expired 15 min \d+ s ago and nobody reclaimed it/,
+    );
     expect(ids(stuck)).not.toContain(fresh!.job.id);
     expect(ids(stuck)).not.toContain(later!.job.id);
-    expect(await countStuckJobs(p.db.pool, registry, T)).toEqual({ total: 2, byReason: { 'running-too-long': 0, 'pending-too-long': 1, 'lease-expired': 1 } });
+    expect(await countStuckJobs(p.db.pool, registry, T)).toEqual({
+      total: 2,
+      byReason: { 'running-too-long': 0, 'pending-too-long': 1, 'lease-expired': 1 },
+    });
   });
 
   it('reads its thresholds from JOBS_STUCK_*, refusing a bad value by name', () => {
     expect(stuckThresholdsFromEnv({})).toEqual({ runningSeconds: 3600, pendingSeconds: 900 });
-    expect(stuckThresholdsFromEnv({ JOBS_STUCK_RUNNING_SECONDS: '7200', JOBS_STUCK_PENDING_SECONDS: '60' })).toEqual({ runningSeconds: 7200, pendingSeconds: 60 });
-    expect(() => stuckThresholdsFromEnv({ JOBS_STUCK_PENDING_SECONDS: 'soon' })).toThrow(/JOBS_STUCK_PENDING_SECONDS = "soon" must be a whole number/);
+    expect(stuckThresholdsFromEnv({ JOBS_STUCK_RUNNING_SECONDS: '7200', JOBS_STUCK_PENDING_SECONDS: '60' })).toEqual({
+      runningSeconds: 7200,
+      pendingSeconds: 60,
+    });
+    expect(() => stuckThresholdsFromEnv({ JOBS_STUCK_PENDING_SECONDS: 'soon' })).toThrow(
+      /JOBS_STUCK_PENDING_SECONDS = "soon" must be a whole number/,
+    );
   });
 });
 

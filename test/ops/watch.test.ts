@@ -34,7 +34,7 @@ describe('rendering', () => {
     expect(title).toBe(`ledger.post ${r!.job.id}`);
     expect(bar).toBe('[████████░░░░░░░░░░░░]  42%  posting lines 420/1000');
     expect(status).toBe(statusText(f));
-    expect(renderLine(f)).toMatch(/^\d\d:\d\d:\d\d  \[########------------\]  42%  running · .* — posting lines 420\/1000$/);
+    expect(renderLine(f)).toMatch(/^\d\d:\d\d:\d\d {2}\[########------------\] {2}42% {2}running · .* — posting lines 420\/1000$/);
     // Lease already gone by the database clock: say so rather than count below zero.
     await p.db.pool.query("UPDATE jobs.job SET lease_expires_at = statement_timestamp() - interval '3 seconds' WHERE id = $1", [r!.job.id]);
     expect(statusText(await frame(r!.job.id))).toMatch(/lease worker-w expired 3\.\d s ago/);
@@ -42,7 +42,11 @@ describe('rendering', () => {
   });
 
   it('a pending job: due in, or waiting for a worker; the end line for each final state', async () => {
-    const [later] = await p.client.enqueueNow({ type: 'ledger.post', payload: { batch: 'W2', entries: 1 }, runAt: new Date(Date.now() + 60_000) });
+    const [later] = await p.client.enqueueNow({
+      type: 'ledger.post',
+      payload: { batch: 'W2', entries: 1 },
+      runAt: new Date(Date.now() + 60_000),
+    });
     expect(statusText(await frame(later!.job.id))).toMatch(/^pending · attempt 0 \(0 of \d+ used\) · due in (59|60)\.\d s$/);
     await p.store.cancel(later!.job.id, 'ops');
     expect(renderEnd(await frame(later!.job.id))).toMatch(/^cancelled by ops after \d+ s$/);
@@ -64,7 +68,11 @@ describe('watchJob', () => {
   });
 
   it('on a terminal: redraws the three lines in place', async () => {
-    const [r] = await p.client.enqueueNow({ type: 'ledger.post', payload: { batch: 'W4', entries: 1, failAttempts: 9, workMs: 300 }, maxAttempts: 1 });
+    const [r] = await p.client.enqueueNow({
+      type: 'ledger.post',
+      payload: { batch: 'W4', entries: 1, failAttempts: 9, workMs: 300 },
+      maxAttempts: 1,
+    });
     const out: string[] = [];
     const code = await watchJob({ pool: p.db.pool, id: r!.job.id, write: (s) => out.push(s), tty: true, intervalMs: 50, columns: 60 });
     expect(code).toBe(1);
@@ -83,7 +91,15 @@ describe('watchJob', () => {
       const ac = new AbortController();
       p.worker().start();
       // Polled every 10 ms for about a second: a hundred polls, where ten listeners are enough to warn.
-      const code = await watchJob({ pool: p.db.pool, id: r!.job.id, write: () => undefined, tty: true, intervalMs: 10, columns: 60, signal: ac.signal });
+      const code = await watchJob({
+        pool: p.db.pool,
+        id: r!.job.id,
+        write: () => undefined,
+        tty: true,
+        intervalMs: 10,
+        columns: 60,
+        signal: ac.signal,
+      });
       expect(code).toBe(0);
       await new Promise((res) => setImmediate(res));
       expect(warnings.filter((w) => /MaxListeners/.test(w))).toEqual([]);
@@ -93,10 +109,16 @@ describe('watchJob', () => {
   });
 
   it('stops when aborted (Ctrl-C) with 130, and answers 1 for an unknown job', async () => {
-    const [r] = await p.client.enqueueNow({ type: 'ledger.post', payload: { batch: 'W5', entries: 1 }, runAt: new Date(Date.now() + 60_000) });
+    const [r] = await p.client.enqueueNow({
+      type: 'ledger.post',
+      payload: { batch: 'W5', entries: 1 },
+      runAt: new Date(Date.now() + 60_000),
+    });
     const ac = new AbortController();
     setTimeout(() => ac.abort(), 100);
-    expect(await watchJob({ pool: p.db.pool, id: r!.job.id, write: () => undefined, tty: false, intervalMs: 1000, signal: ac.signal })).toBe(130);
+    expect(
+      await watchJob({ pool: p.db.pool, id: r!.job.id, write: () => undefined, tty: false, intervalMs: 1000, signal: ac.signal }),
+    ).toBe(130);
     const out: string[] = [];
     expect(await watchJob({ pool: p.db.pool, id: '00000000-0000-4000-8000-000000000000', write: (s) => out.push(s), tty: false })).toBe(1);
     expect(out.join('')).toMatch(/no job/);

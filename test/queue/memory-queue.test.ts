@@ -64,7 +64,10 @@ describe('MemoryQueue (SQS semantics, in process)', () => {
     const { q, advance } = clocked();
     await q.send([{ body: 'a' }, { body: 'b' }]);
     const [a, b] = await q.receive(2, 0);
-    await q.changeVisibility([{ receipt: a!.receipt, seconds: 5 }, { receipt: b!.receipt, seconds: 0 }]);
+    await q.changeVisibility([
+      { receipt: a!.receipt, seconds: 5 },
+      { receipt: b!.receipt, seconds: 0 },
+    ]);
     expect(bodies(await q.receive(10, 0))).toEqual(['b']);
     advance(4_999);
     expect(await q.receive(10, 0)).toEqual([]);

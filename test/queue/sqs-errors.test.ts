@@ -13,14 +13,23 @@ import { SqsBatchError, SqsQueue } from '../../runtime/queue/sqs.ts';
 
 const sqsMock = mockClient(SQSClient);
 afterEach(() => sqsMock.reset());
-const queue = () => new SqsQueue({ queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/jobs', client: new SQSClient({ region: 'eu-west-1', maxAttempts: 1 }) });
+const queue = () =>
+  new SqsQueue({
+    queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/jobs',
+    client: new SQSClient({ region: 'eu-west-1', maxAttempts: 1 }),
+  });
 
 const throttled = () => Object.assign(new Error('Rate exceeded'), { name: 'ThrottlingException', $metadata: { httpStatusCode: 400 } });
 
 describe('SqsQueue error paths', () => {
   it('send throws naming the failed entries, so the caller keeps its outbox row', async () => {
-    sqsMock.on(SendMessageBatchCommand).resolves({ Successful: [{ Id: '0', MessageId: 'a', MD5OfMessageBody: '' }], Failed: [{ Id: '1', Code: 'InternalError', SenderFault: false, Message: 'try again' }] });
-    const err = await queue().send([{ body: 'a' }, { body: 'b' }]).catch((e: unknown) => e);
+    sqsMock.on(SendMessageBatchCommand).resolves({
+      Successful: [{ Id: '0', MessageId: 'a', MD5OfMessageBody: '' }],
+      Failed: [{ Id: '1', Code: 'InternalError', SenderFault: false, Message: 'try again' }],
+    });
+    const err = await queue()
+      .send([{ body: 'a' }, { body: 'b' }])
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(SqsBatchError);
     expect((err as Error).message).toMatch(/SendMessageBatch: 1 entry failed: InternalError \(try again\)/);
   });
@@ -36,7 +45,10 @@ describe('SqsQueue error paths', () => {
   it('reports a stale receipt handle per entry on visibility changes and deletes', async () => {
     sqsMock.on(ChangeMessageVisibilityBatchCommand).resolves({
       Successful: [{ Id: '0' }],
-      Failed: [{ Id: '1', Code: 'ReceiptHandleIsInvalid', SenderFault: true, Message: 'The receipt handle has expired' }, { Id: '2', Code: 'InternalError', SenderFault: false, Message: 'x' }],
+      Failed: [
+        { Id: '1', Code: 'ReceiptHandleIsInvalid', SenderFault: true, Message: 'The receipt handle has expired' },
+        { Id: '2', Code: 'InternalError', SenderFault: false, Message: 'x' },
+      ],
     });
     const failures = await queue().changeVisibility([
       { receipt: 'r0', seconds: 10 },
@@ -47,14 +59,24 @@ describe('SqsQueue error paths', () => {
       { receipt: 'r1', code: 'ReceiptHandleIsInvalid', message: 'The receipt handle has expired', stale: true },
       { receipt: 'r2', code: 'InternalError', message: 'x', stale: false },
     ]);
-    sqsMock.on(DeleteMessageBatchCommand).resolves({ Successful: [], Failed: [{ Id: '0', Code: 'ReceiptHandleIsInvalid', SenderFault: true }] });
+    sqsMock
+      .on(DeleteMessageBatchCommand)
+      .resolves({ Successful: [], Failed: [{ Id: '0', Code: 'ReceiptHandleIsInvalid', SenderFault: true }] });
     expect((await queue().delete(['gone']))[0]).toMatchObject({ receipt: 'gone', stale: true });
   });
 
   it('clamps visibility to SQS limits and asks for the receive count', async () => {
     sqsMock.on(ChangeMessageVisibilityBatchCommand).resolves({ Successful: [], Failed: [] });
     sqsMock.on(ReceiveMessageCommand).resolves({
-      Messages: [{ MessageId: 'm', ReceiptHandle: 'r', Body: '{}', Attributes: { ApproximateReceiveCount: '3' }, MessageAttributes: { Reason: { DataType: 'String', StringValue: 'x' } } }],
+      Messages: [
+        {
+          MessageId: 'm',
+          ReceiptHandle: 'r',
+          Body: '{}',
+          Attributes: { ApproximateReceiveCount: '3' },
+          MessageAttributes: { Reason: { DataType: 'String', StringValue: 'x' } },
+        },
+      ],
     });
     const q = queue();
     await q.changeVisibility([{ receipt: 'r', seconds: 99_999 }]);

@@ -1,7 +1,7 @@
 // The worker through @aws-sdk/client-sqs against a local SQS endpoint: completion and delete,
 // visibility extension of a long job, duplicate deliveries, explicit dead-lettering with the
 // reason, and a worker that keeps working through SQS and database faults.
-import pg from 'pg';
+import type pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { JobClient } from '../../runtime/store/client.ts';
 import type { JobTimings } from '../../runtime/config/rules.ts';
@@ -43,7 +43,12 @@ beforeAll(async () => {
   sqs = await startLocalSqs({ timings, prefix: 'worker-sqs' });
   queue = new SqsQueue({ queueUrl: sqs.queueUrl, endpoint: sqs.endpoint });
   dlq = new SqsQueue({ queueUrl: sqs.dlqUrl, endpoint: sqs.endpoint });
-  client = new JobClient({ pool: db.pool, registry: defaultRegistry(), publisher: new Publisher(db.pool, queue, silentLogger), defaultMaxAttempts: timings.maxAttempts });
+  client = new JobClient({
+    pool: db.pool,
+    registry: defaultRegistry(),
+    publisher: new Publisher(db.pool, queue, silentLogger),
+    defaultMaxAttempts: timings.maxAttempts,
+  });
 });
 afterEach(async () => {
   await Promise.all(workers.splice(0).map((w) => w.stop(0)));
@@ -55,7 +60,17 @@ afterAll(async () => {
 
 function startWorker(q: JobQueue = queue, pool: pg.Pool = db.newPool(timings.concurrency + 2)): Worker {
   metrics ??= new CountingMetrics();
-  const w = new Worker({ pool, queue: q, dlq, registry: defaultRegistry(), publisher: new Publisher(pool, q, silentLogger), timings, log: silentLogger, metrics, receiveWaitSeconds: 1 });
+  const w = new Worker({
+    pool,
+    queue: q,
+    dlq,
+    registry: defaultRegistry(),
+    publisher: new Publisher(pool, q, silentLogger),
+    timings,
+    log: silentLogger,
+    metrics,
+    receiveWaitSeconds: 1,
+  });
   workers.push(w);
   w.start();
   return w;
@@ -63,9 +78,19 @@ function startWorker(q: JobQueue = queue, pool: pg.Pool = db.newPool(timings.con
 const enqueue = async (payload: Record<string, unknown>, maxAttempts?: number) =>
   (await client.enqueueNow({ type: 'ledger.post', payload, ...(maxAttempts ? { maxAttempts } : {}) }))[0]!.job;
 const state = async (id: string) => (await client.store.get(id))!;
-const until = (id: string, s: string, ms = 15_000) => waitFor(async () => ((await state(id)).state === s ? state(id) : null), ms, `job ${s}`);
-const rows = async (batch: string) => (await db.pool.query('SELECT count(*)::int AS n FROM ledger_entries WHERE batch = $1', [batch])).rows[0].n as number;
-const queueEmpty = () => waitFor(() => { const q = sqs.inspect(sqs.queueName); return q.ready + q.delayed + q.inflight === 0; }, 5000, 'queue empty');
+const until = (id: string, s: string, ms = 15_000) =>
+  waitFor(async () => ((await state(id)).state === s ? state(id) : null), ms, `job ${s}`);
+const rows = async (batch: string) =>
+  (await db.pool.query('SELECT count(*)::int AS n FROM ledger_entries WHERE batch = $1', [batch])).rows[0].n as number;
+const queueEmpty = () =>
+  waitFor(
+    () => {
+      const q = sqs.inspect(sqs.queueName);
+      return q.ready + q.delayed + q.inflight === 0;
+    },
+    5000,
+    'queue empty',
+  );
 async function dlqMessages() {
   const got = await dlq.receive(10, 1);
   await dlq.delete(got.map((m) => m.receipt));
@@ -118,16 +143,23 @@ describe('worker over SQS (local endpoint)', () => {
     const dead = await until(job.id, 'dead');
     expect(dead.lastError!.message).toMatch(/attempt 2/);
     const got: Awaited<ReturnType<typeof dlqMessages>> = [];
-    await waitFor(async () => {
-      got.push(...(await dlqMessages()));
-      return got.length >= 3;
-    }, 10_000, 'three DLQ messages');
+    await waitFor(
+      async () => {
+        got.push(...(await dlqMessages()));
+        return got.length >= 3;
+      },
+      10_000,
+      'three DLQ messages',
+    );
     const byReason = Object.fromEntries(got.map((m) => [m.attributes.Reason, m]));
     expect(Object.keys(byReason).sort()).toEqual(['attempts-exhausted', 'unknown-job', 'unparseable-body']);
     expect(byReason['unparseable-body']!.body).toBe('{"oops":');
     expect(byReason['unknown-job']!.attributes.JobId).toBe('11111111-2222-4333-8444-555555555555');
     expect(byReason['attempts-exhausted']!.attributes).toMatchObject({ JobId: job.id, Attempts: '2' });
-    expect(JSON.parse(byReason['attempts-exhausted']!.body)).toMatchObject({ jobId: job.id, error: { message: expect.stringMatching(/simulated failure/) } });
+    expect(JSON.parse(byReason['attempts-exhausted']!.body)).toMatchObject({
+      jobId: job.id,
+      error: { message: expect.stringMatching(/simulated failure/) },
+    });
     await queueEmpty();
   });
 
@@ -147,7 +179,9 @@ describe('worker over SQS (local endpoint)', () => {
     startWorker(flaky, pool);
     // Drop the worker's database connections mid-run.
     await new Promise((r) => setTimeout(r, 400));
-    await db.pool.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'jobs-test' AND pid <> pg_backend_pid() AND datname = current_database() AND state = 'idle'");
+    await db.pool.query(
+      "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'jobs-test' AND pid <> pg_backend_pid() AND datname = current_database() AND state = 'idle'",
+    );
     for (const id of ids) await until(id, 'succeeded', 30_000);
     for (let i = 0; i < 8; i++) expect(await rows(`S-FLAKY-${i}`)).toBe(2);
   });

@@ -7,7 +7,11 @@ import { JobTransaction } from '../../runtime/worker/job-transaction.ts';
 import { createPlatform, type Platform } from '../support/platform.ts';
 
 async function enqueueLedger(p: Platform, batch: string, extra: Record<string, unknown> = {}, maxAttempts?: number) {
-  const [r] = await p.client.enqueueNow({ type: 'ledger.post', payload: { batch, entries: 5, ...extra }, ...(maxAttempts ? { maxAttempts } : {}) });
+  const [r] = await p.client.enqueueNow({
+    type: 'ledger.post',
+    payload: { batch, entries: 5, ...extra },
+    ...(maxAttempts ? { maxAttempts } : {}),
+  });
   return r!.job;
 }
 
@@ -59,10 +63,18 @@ describe('claim', () => {
     const b = await enqueueLedger(p, 'B-BATCH-B');
     const running = await enqueueLedger(p, 'B-BATCH-RUNNING');
     await p.store.claim([running.id], 'other', 30);
-    const [later] = await p.client.enqueueNow({ type: 'ledger.post', payload: { batch: 'B-LATER', entries: 1 }, runAt: new Date(Date.now() + 60_000) });
+    const [later] = await p.client.enqueueNow({
+      type: 'ledger.post',
+      payload: { batch: 'B-LATER', entries: 1 },
+      runAt: new Date(Date.now() + 60_000),
+    });
     const cancelled = await enqueueLedger(p, 'B-BATCH-CANCELLED');
     await p.client.cancel(cancelled.id, 'test');
-    const got = await p.store.claim([a.id, b.id, running.id, later!.job.id, cancelled.id, '00000000-0000-4000-8000-000000000000'], 'me', 30);
+    const got = await p.store.claim(
+      [a.id, b.id, running.id, later!.job.id, cancelled.id, '00000000-0000-4000-8000-000000000000'],
+      'me',
+      30,
+    );
     expect(got.map((j) => j.id).sort()).toEqual([a.id, b.id].sort());
   });
 
@@ -86,7 +98,9 @@ describe('claim', () => {
 
     const rescuedJob = await enqueueLedger(p, 'B-KIND-RESCUED');
     await p.store.claim([rescuedJob.id], 'w', 30);
-    await p.db.pool.query("UPDATE jobs.job SET lease_expires_at = statement_timestamp() - interval '1 hour' WHERE id = $1", [rescuedJob.id]);
+    await p.db.pool.query("UPDATE jobs.job SET lease_expires_at = statement_timestamp() - interval '1 hour' WHERE id = $1", [
+      rescuedJob.id,
+    ]);
     expect((await p.store.rescueExpired(60, 100)).map((r) => r.job.id)).toContain(rescuedJob.id);
     const [afterRescue] = await p.store.claim([rescuedJob.id], 'w', 30);
     expect(afterRescue).toMatchObject({ attempt: 2, reclaimed: true });
@@ -117,7 +131,7 @@ describe('fencing: a worker whose job was reclaimed is refused at every write', 
   });
   afterAll(() => p.close());
 
-  it('the first owner\'s late renewal, checkpoint, progress, completion and failure are all refused, and its ledger rows never appear', async () => {
+  it("the first owner's late renewal, checkpoint, progress, completion and failure are all refused, and its ledger rows never appear", async () => {
     const job = await enqueueLedger(p, 'B-ZOMBIE');
     const storeA = new JobStore(p.db.newPool(3));
     const storeB = new JobStore(p.db.newPool(3));
@@ -136,7 +150,10 @@ describe('fencing: a worker whose job was reclaimed is refused at every write', 
     expect(await storeA.release([tokenA], 'late')).toEqual(new Set());
     // Its handler wrote ledger rows in its job transaction; the fenced completion refuses, so they roll back.
     const txA = new JobTransaction(storeA.pool);
-    await txA.query('INSERT INTO ledger_entries (job_id, batch, line_no) SELECT $1, $2, g FROM generate_series(1, 5) g', [job.id, 'B-ZOMBIE']);
+    await txA.query('INSERT INTO ledger_entries (job_id, batch, line_no) SELECT $1, $2, g FROM generate_series(1, 5) g', [
+      job.id,
+      'B-ZOMBIE',
+    ]);
     expect(await txA.commitWith((c) => storeA.complete(c, tokenA, { posted: 5 }))).toBe(false);
     expect(await ledgerRows(p, 'B-ZOMBIE')).toBe(0);
 
@@ -148,7 +165,10 @@ describe('fencing: a worker whose job was reclaimed is refused at every write', 
     const tokenB = { id: job.id, attempt: 2 };
     expect(await storeB.renewLeases([tokenB], 30)).toEqual(new Set([job.id]));
     const txB = new JobTransaction(storeB.pool);
-    await txB.query('INSERT INTO ledger_entries (job_id, batch, line_no) SELECT $1, $2, g FROM generate_series(1, 5) g', [job.id, 'B-ZOMBIE']);
+    await txB.query('INSERT INTO ledger_entries (job_id, batch, line_no) SELECT $1, $2, g FROM generate_series(1, 5) g', [
+      job.id,
+      'B-ZOMBIE',
+    ]);
     expect(await txB.commitWith((c) => storeB.complete(c, tokenB, { posted: 5 }))).toBe(true);
     expect(await ledgerRows(p, 'B-ZOMBIE')).toBe(5);
     expect((await p.store.get(job.id))!.state).toBe('succeeded');
@@ -180,7 +200,12 @@ describe('fencing: a worker whose job was reclaimed is refused at every write', 
     ]);
     expect(lost).toEqual(new Set([reclaimed.id, cancelled.id]));
     expect(await p.store.get(held.id)).toMatchObject({ state: 'succeeded', result: { ok: true }, progress: null });
-    expect(await p.store.get(retried.id)).toMatchObject({ state: 'succeeded', attempt: 2, result: null, progress: { fraction: 1, message: 'all posted' } });
+    expect(await p.store.get(retried.id)).toMatchObject({
+      state: 'succeeded',
+      attempt: 2,
+      result: null,
+      progress: { fraction: 1, message: 'all posted' },
+    });
     expect(await p.store.get(reclaimed.id)).toMatchObject({ state: 'running', attempt: 2, leaseOwner: 'b' });
     expect((await p.store.get(cancelled.id))!.state).toBe('cancelled');
 
@@ -193,7 +218,12 @@ describe('fencing: a worker whose job was reclaimed is refused at every write', 
     await p.store.claim([again.id], 'a', 30);
     expect(await p.store.completeMany([{ id: again.id, attempt: 7, result: null }])).toEqual(new Set([again.id]));
     expect((await p.store.get(again.id))!.state).toBe('running');
-    await expect(p.store.completeMany([{ id: again.id, attempt: 1, result: null }, { id: again.id, attempt: 1, result: null }])).rejects.toThrow(/twice/);
+    await expect(
+      p.store.completeMany([
+        { id: again.id, attempt: 1, result: null },
+        { id: again.id, attempt: 1, result: null },
+      ]),
+    ).rejects.toThrow(/twice/);
   });
 
   it('a completion racing a reclaim: exactly one of them wins, and effects exist only if the completion won', async () => {
@@ -224,7 +254,7 @@ describe('fencing: a worker whose job was reclaimed is refused at every write', 
     }
   });
 
-  it('a cancelled job refuses its owner\'s completion', async () => {
+  it("a cancelled job refuses its owner's completion", async () => {
     const job = await enqueueLedger(p, 'B-CANCEL-RUNNING');
     await p.store.claim([job.id], 'w', 30);
     const cancelled = await p.client.cancel(job.id, 'controller@store-12');

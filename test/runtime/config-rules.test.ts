@@ -7,7 +7,10 @@ import { backoffSeconds } from '../../runtime/domain/backoff.ts';
 
 const t = (over: Partial<JobTimings>): JobTimings => ({ ...DEFAULT_JOB_TIMINGS, ...over });
 const rules = (over: Partial<JobTimings>) => checkJobTimings(t(over)).map((v) => v.rule);
-const message = (over: Partial<JobTimings>) => checkJobTimings(t(over)).map((v) => v.message).join('\n');
+const message = (over: Partial<JobTimings>) =>
+  checkJobTimings(t(over))
+    .map((v) => v.message)
+    .join('\n');
 
 describe('configuration rules', () => {
   it('accepts the defaults', () => {
@@ -24,7 +27,9 @@ describe('configuration rules', () => {
 
   it('heartbeat must fit three times into the visibility timeout', () => {
     expect(rules({ visibilityTimeoutSeconds: 25, heartbeatSeconds: 10 })).toEqual(['heartbeat-within-visibility']);
-    expect(message({ visibilityTimeoutSeconds: 25, heartbeatSeconds: 10 })).toMatch(/visibilityTimeoutSeconds = 25.*raise the visibility timeout to ≥ 30/);
+    expect(message({ visibilityTimeoutSeconds: 25, heartbeatSeconds: 10 })).toMatch(
+      /visibilityTimeoutSeconds = 25.*raise the visibility timeout to ≥ 30/,
+    );
   });
 
   it('maxReceiveCount must leave room above the attempt cap', () => {
@@ -69,7 +74,10 @@ describe('configuration rules', () => {
 
 describe('configuration from the environment', () => {
   it('reads JOBS_* variables and names the variable in the error', () => {
-    expect(jobTimingsFromEnv({ JOBS_LEASE_SECONDS: '120', JOBS_HEARTBEAT_SECONDS: '20' })).toMatchObject({ leaseSeconds: 120, heartbeatSeconds: 20 });
+    expect(jobTimingsFromEnv({ JOBS_LEASE_SECONDS: '120', JOBS_HEARTBEAT_SECONDS: '20' })).toMatchObject({
+      leaseSeconds: 120,
+      heartbeatSeconds: 20,
+    });
     expect(() => jobTimingsFromEnv({ JOBS_LEASE_SECONDS: 'sixty' })).toThrow(/JOBS_LEASE_SECONDS = "sixty" is not a number/);
     expect(() => jobTimingsFromEnv({ JOBS_LEASE_SECONDS: '15', JOBS_HEARTBEAT_SECONDS: '10' })).toThrow(
       /JOBS_HEARTBEAT_SECONDS = 10 must be at most 1\/3 of JOBS_LEASE_SECONDS = 15/,
@@ -77,7 +85,9 @@ describe('configuration from the environment', () => {
   });
 
   it('builds the database URL from the RDS secret ECS injects, and refuses what it cannot use', () => {
-    const url = databaseUrlFromEnv({ DATABASE_SECRET: JSON.stringify({ host: 'db.internal', port: 5432, username: 'jobs', password: 'p@ss/word', dbname: 'jobs' }) });
+    const url = databaseUrlFromEnv({
+      DATABASE_SECRET: JSON.stringify({ host: 'db.internal', port: 5432, username: 'jobs', password: 'p@ss/word', dbname: 'jobs' }),
+    });
     const u = new URL(url);
     expect(u.hostname).toBe('db.internal');
     expect(decodeURIComponent(u.password)).toBe('p@ss/word');
@@ -92,7 +102,14 @@ describe('configuration from the environment', () => {
 describe('retry backoff', () => {
   const policy = { baseSeconds: 2, maxSeconds: 60 };
   it('doubles per attempt between half and all of the step, and never exceeds the cap', () => {
-    for (const [attempt, step] of [[1, 2], [2, 4], [3, 8], [5, 32], [6, 60], [20, 60]] as const) {
+    for (const [attempt, step] of [
+      [1, 2],
+      [2, 4],
+      [3, 8],
+      [5, 32],
+      [6, 60],
+      [20, 60],
+    ] as const) {
       expect(backoffSeconds(policy, attempt, () => 0)).toBe(step / 2);
       expect(backoffSeconds(policy, attempt, () => 0.999999)).toBeCloseTo(step, 3);
     }

@@ -17,14 +17,50 @@ const openssl = (args: string[], cwd: string) => execFileSync('openssl', args, {
 /** A CA, a server certificate for DNS:localhost it signed, and an unrelated CA. */
 function makeCertificates(dir: string) {
   const ca = (name: string) => {
-    openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${name}.key`, '-out', `${name}.pem`, '-days', '2', '-subj', `/CN=${name}`], dir);
+    openssl(
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'rsa:2048',
+        '-nodes',
+        '-keyout',
+        `${name}.key`,
+        '-out',
+        `${name}.pem`,
+        '-days',
+        '2',
+        '-subj',
+        `/CN=${name}`,
+      ],
+      dir,
+    );
     return join(dir, `${name}.pem`);
   };
   const caFile = ca('test-root-ca');
   const otherCaFile = ca('some-other-ca');
   writeFileSync(join(dir, 'san.cnf'), 'subjectAltName=DNS:localhost\n');
   openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=localhost'], dir);
-  openssl(['x509', '-req', '-in', 'server.csr', '-CA', 'test-root-ca.pem', '-CAkey', 'test-root-ca.key', '-CAcreateserial', '-out', 'server.pem', '-days', '2', '-extfile', 'san.cnf'], dir);
+  openssl(
+    [
+      'x509',
+      '-req',
+      '-in',
+      'server.csr',
+      '-CA',
+      'test-root-ca.pem',
+      '-CAkey',
+      'test-root-ca.key',
+      '-CAcreateserial',
+      '-out',
+      'server.pem',
+      '-days',
+      '2',
+      '-extfile',
+      'san.cnf',
+    ],
+    dir,
+  );
   return { caFile, otherCaFile, certFile: join(dir, 'server.pem'), keyFile: join(dir, 'server.key') };
 }
 
@@ -62,7 +98,9 @@ describe('database TLS (DATABASE_CA_FILE)', () => {
       for (const f of [certs.certFile, certs.keyFile]) chownSync(f, uid, gid);
     }
     chmodSync(certs.keyFile, 0o600);
-    db = await startEmbeddedPg({ settings: { ssl: 'on', ssl_cert_file: certs.certFile, ssl_key_file: certs.keyFile, listen_addresses: 'localhost' } });
+    db = await startEmbeddedPg({
+      settings: { ssl: 'on', ssl_cert_file: certs.certFile, ssl_key_file: certs.keyFile, listen_addresses: 'localhost' },
+    });
   }, 60_000);
   afterAll(async () => {
     await db?.stop();
@@ -77,25 +115,33 @@ describe('database TLS (DATABASE_CA_FILE)', () => {
   });
 
   it('refuses a server whose certificate another CA signed', async () => {
-    await expect(connect(databaseUrlFromEnv(secretEnv('localhost', db.port, certs.otherCaFile)))).rejects.toThrow(/self[- ]signed|unable to (verify|get)|certificate/i);
+    await expect(connect(databaseUrlFromEnv(secretEnv('localhost', db.port, certs.otherCaFile)))).rejects.toThrow(
+      /self[- ]signed|unable to (verify|get)|certificate/i,
+    );
   });
 
   it('refuses a server whose certificate names another host', async () => {
     // The certificate is for DNS:localhost; 127.0.0.1 is the same server by another name.
-    await expect(connect(databaseUrlFromEnv(secretEnv('127.0.0.1', db.port, certs.caFile)))).rejects.toThrow(/altnames|does not match|IP: 127\.0\.0\.1/i);
+    await expect(connect(databaseUrlFromEnv(secretEnv('127.0.0.1', db.port, certs.caFile)))).rejects.toThrow(
+      /altnames|does not match|IP: 127\.0\.0\.1/i,
+    );
   });
 
   it('refuses to start with a bundle that is not there, naming the variable and the path', () => {
     const missing = join(dir, 'no-such-bundle.pem');
     expect(() => databaseUrlFromEnv(secretEnv('localhost', db.port, missing))).toThrow(ConfigError);
-    expect(() => databaseUrlFromEnv(secretEnv('localhost', db.port, missing))).toThrow(new RegExp(`DATABASE_CA_FILE = ${missing.replace(/[.]/g, '\\.')} is not a readable file`));
+    expect(() => databaseUrlFromEnv(secretEnv('localhost', db.port, missing))).toThrow(
+      new RegExp(`DATABASE_CA_FILE = ${missing.replace(/[.]/g, '\\.')} is not a readable file`),
+    );
   });
 
   it('without a bundle: encrypted but unverified, and says so for the start log', async () => {
     const env = secretEnv('localhost', db.port);
     expect(new URL(databaseUrlFromEnv(env)).searchParams.get('sslmode')).toBe('no-verify');
     expect(await connect(databaseUrlFromEnv(env))).toEqual({ ssl: true });
-    expect(databaseTlsUnverified(env)).toMatch(/DATABASE_CA_FILE is not set: the database connection is encrypted but its certificate is not verified/);
+    expect(databaseTlsUnverified(env)).toMatch(
+      /DATABASE_CA_FILE is not set: the database connection is encrypted but its certificate is not verified/,
+    );
     // A DATABASE_URL is taken as given (local stack, tests): no warning.
     expect(databaseTlsUnverified({ [ENV.databaseUrl]: db.url })).toBeNull();
   });

@@ -48,12 +48,21 @@ describe('a worker through a database failover', () => {
     expect(p.metrics.counts.get(METRIC.leasesLost)).toBeGreaterThanOrEqual(1);
     expect(w.runningJobs.find((j) => j.id === held!.job.id)).toBeUndefined();
 
-    await waitFor(async () => {
-      const [a, b] = await Promise.all([p.store.get(held!.job.id), p.store.get(waiting!.job.id)]);
-      return a?.state === 'succeeded' && b?.state === 'succeeded';
-    }, 30_000, 'both jobs succeeded after the failover');
-    const { rows } = await p.db.pool.query<{ batch: string; n: number }>("SELECT batch, count(*)::int AS n FROM ledger_entries WHERE batch LIKE 'FOI-%' GROUP BY batch ORDER BY batch");
-    expect(rows).toEqual([{ batch: 'FOI-1', n: 4 }, { batch: 'FOI-2', n: 2 }]);
+    await waitFor(
+      async () => {
+        const [a, b] = await Promise.all([p.store.get(held!.job.id), p.store.get(waiting!.job.id)]);
+        return a?.state === 'succeeded' && b?.state === 'succeeded';
+      },
+      30_000,
+      'both jobs succeeded after the failover',
+    );
+    const { rows } = await p.db.pool.query<{ batch: string; n: number }>(
+      "SELECT batch, count(*)::int AS n FROM ledger_entries WHERE batch LIKE 'FOI-%' GROUP BY batch ORDER BY batch",
+    );
+    expect(rows).toEqual([
+      { batch: 'FOI-1', n: 4 },
+      { batch: 'FOI-2', n: 2 },
+    ]);
     // The held job was taken again (its first attempt's rows were lost with the connection).
     expect((await p.store.get(held!.job.id))!.attempt).toBeGreaterThanOrEqual(2);
     expect(receivesBefore).toBeGreaterThanOrEqual(1);
@@ -87,7 +96,9 @@ describe('the schema bootstrap through a database failover', () => {
       bad.password = 'not-the-password';
       bad.username = 'no_such_role';
       const t0 = Date.now();
-      await expect(migrateAt(bad.toString(), { log: () => undefined, connectAttempts: 5, retryDelayMs: 2000 })).rejects.toThrow(/no_such_role|password/);
+      await expect(migrateAt(bad.toString(), { log: () => undefined, connectAttempts: 5, retryDelayMs: 2000 })).rejects.toThrow(
+        /no_such_role|password/,
+      );
       expect(Date.now() - t0).toBeLessThan(2000);
     } finally {
       await db.drop();
@@ -97,7 +108,17 @@ describe('the schema bootstrap through a database failover', () => {
 
 describe('isDatabaseUnavailable', () => {
   it('tells an outage (retry may succeed) from a fault in what was asked', () => {
-    for (const e of [{ code: 'ECONNRESET' }, { code: 'ECONNREFUSED' }, { code: '57P01' }, { code: '08006' }, { code: '53300' }, new Error('Connection terminated unexpectedly'), new Error('Client has encountered a connection error and is not queryable'), new Error('timeout exceeded when trying to connect'), Object.assign(new Error('wrapped'), { cause: { code: 'ECONNRESET' } })]) {
+    for (const e of [
+      { code: 'ECONNRESET' },
+      { code: 'ECONNREFUSED' },
+      { code: '57P01' },
+      { code: '08006' },
+      { code: '53300' },
+      new Error('Connection terminated unexpectedly'),
+      new Error('Client has encountered a connection error and is not queryable'),
+      new Error('timeout exceeded when trying to connect'),
+      Object.assign(new Error('wrapped'), { cause: { code: 'ECONNRESET' } }),
+    ]) {
       expect(isDatabaseUnavailable(e), JSON.stringify(e)).toBe(true);
     }
     for (const e of [{ code: '23505' }, { code: '42P01' }, { code: '28P01' }, new Error('syntax error at or near'), null, 'ECONNRESET']) {

@@ -64,7 +64,11 @@ describe('enqueue', () => {
 
   it('the same key under another job type is a different job', async () => {
     const [a] = await p.client.enqueueNow({ ...ledger('B-T'), idempotencyKey: 'k-type' });
-    const [b] = await p.client.enqueueNow({ type: 'inventory.cost', payload: { store: 'S01', period: '2026-10' }, idempotencyKey: 'k-type' });
+    const [b] = await p.client.enqueueNow({
+      type: 'inventory.cost',
+      payload: { store: 'S01', period: '2026-10' },
+      idempotencyKey: 'k-type',
+    });
     expect(a!.duplicate || b!.duplicate).toBe(false);
   });
 
@@ -118,23 +122,35 @@ describe('enqueue', () => {
     const ids: string[] = [];
     try {
       await c.query('BEGIN');
-      const r = await p.client.enqueue(c, Array.from({ length: 30 }, (_, i) => ledger(`B-RACE-${i}`)));
+      const r = await p.client.enqueue(
+        c,
+        Array.from({ length: 30 }, (_, i) => ledger(`B-RACE-${i}`)),
+      );
       ids.push(...r.jobs.map((j) => j.job.id));
       await c.query('COMMIT');
     } finally {
       c.release();
     }
-    const relays = [p.db.newPool(2), p.db.newPool(2)].map((pool) => new OutboxRelay(pool, p.queue, silentLogger, { minAgeSeconds: 0, intervalMs: 1000, batchSize: 7 }));
+    const relays = [p.db.newPool(2), p.db.newPool(2)].map(
+      (pool) => new OutboxRelay(pool, p.queue, silentLogger, { minAgeSeconds: 0, intervalMs: 1000, batchSize: 7 }),
+    );
     const sent = await Promise.all(relays.map((r) => r.runOnce()));
     expect(sent[0]! + sent[1]!).toBe(30);
     for (const id of ids) expect(messagesFor(p, id)).toHaveLength(1);
   });
 
   it('a publish that fails leaves the outbox row for the relay', async () => {
-    const failing = { ...p.queue, send: async () => { throw new Error('SQS unavailable'); } };
+    const failing = {
+      ...p.queue,
+      send: async () => {
+        throw new Error('SQS unavailable');
+      },
+    };
     const { Publisher } = await import('../../runtime/store/outbox.ts');
     const publisher = new Publisher(p.db.pool, failing as never, silentLogger);
-    const [r] = await p.client.store.insertMany(p.db.pool, [{ type: 'ledger.post', payload: { batch: 'B-FAIL', entries: 1 }, maxAttempts: 3 }]);
+    const [r] = await p.client.store.insertMany(p.db.pool, [
+      { type: 'ledger.post', payload: { batch: 'B-FAIL', entries: 1 }, maxAttempts: 3 },
+    ]);
     await publisher.publish([{ outboxId: r!.outboxId!, jobId: r!.job.id }]);
     await publisher.flush();
     const { rows } = await p.db.pool.query('SELECT count(*)::int AS n FROM jobs.outbox WHERE job_id = $1', [r!.job.id]);
@@ -142,7 +158,11 @@ describe('enqueue', () => {
   });
 
   it.each([
-    [{ type: 'ledger.postt', payload: { batch: 'x', entries: 1 } }, 'type', /unknown job type "ledger.postt"; known types: inventory.cost, ledger.post/],
+    [
+      { type: 'ledger.postt', payload: { batch: 'x', entries: 1 } },
+      'type',
+      /unknown job type "ledger.postt"; known types: inventory.cost, ledger.post/,
+    ],
     [{ type: 'ledger.post', payload: { batch: 'x' } }, 'payload.entries', /is required/],
     [{ type: 'ledger.post', payload: { batch: 'x', entries: -1 } }, 'payload.entries', /whole number from 1 to 100000 \(got -1\)/],
     [{ type: 'ledger.post', payload: { batch: 'x', entries: 1, colour: 'red' } }, 'payload.colour', /not a field/],

@@ -4,7 +4,7 @@
 // fenced completion is not applied and the job goes dead (non-retryable) with the reason; a
 // procedure or DO block that commits is refused by PostgreSQL itself inside the job's
 // transaction. Through the real worker too (MemoryQueue path).
-import pg from 'pg';
+import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { JobTransactionEndedError, NonRetryableError, TransactionControlRefusedError } from '../../runtime/domain/errors.ts';
 import { ledgerPost } from '../../runtime/handlers/ledger-post.ts';
@@ -59,7 +59,9 @@ const scripts: Record<string, (ctx: JobContext, batch: string) => Promise<void>>
   },
   'do-commit': async (ctx, batch) => {
     await insertLedger(ctx, batch, 1);
-    await ctx.db.query(`DO $$ BEGIN INSERT INTO ledger_entries (job_id, batch, line_no) VALUES (gen_random_uuid(), '${batch}-do', 1); COMMIT; END $$`);
+    await ctx.db.query(
+      `DO $$ BEGIN INSERT INTO ledger_entries (job_id, batch, line_no) VALUES (gen_random_uuid(), '${batch}-do', 1); COMMIT; END $$`,
+    );
   },
 };
 
@@ -67,7 +69,11 @@ const SMUGGLED_COMMIT_BEGIN = "SELECT 'x\\'' ; COMMIT; BEGIN; --'";
 const SMUGGLED_COMMIT = "SELECT 'x\\'' ; COMMIT; --'";
 
 function insertLedger(ctx: JobContext, batch: string, n: number) {
-  return ctx.db.query('INSERT INTO ledger_entries (job_id, batch, line_no) SELECT $1, $2, g FROM generate_series(1, $3::int) AS g', [ctx.job.id, batch, n]);
+  return ctx.db.query('INSERT INTO ledger_entries (job_id, batch, line_no) SELECT $1, $2, g FROM generate_series(1, $3::int) AS g', [
+    ctx.job.id,
+    batch,
+    n,
+  ]);
 }
 
 const fenceJob = defineJob<{ script: string; batch: string }, { ok: true }>({
@@ -94,8 +100,10 @@ beforeAll(async () => {
 });
 afterAll(() => p.close());
 
-const probes = async (tag: string) => (await other.query('SELECT count(*)::int AS n FROM fence_probe WHERE tag LIKE $1', [tag])).rows[0].n as number;
-const ledgerRows = async (batch: string) => (await other.query('SELECT count(*)::int AS n FROM ledger_entries WHERE batch LIKE $1', [batch])).rows[0].n as number;
+const probes = async (tag: string) =>
+  (await other.query('SELECT count(*)::int AS n FROM fence_probe WHERE tag LIKE $1', [tag])).rows[0].n as number;
+const ledgerRows = async (batch: string) =>
+  (await other.query('SELECT count(*)::int AS n FROM ledger_entries WHERE batch LIKE $1', [batch])).rows[0].n as number;
 /** A stand-in for the store's fenced completion: a row we can look for. */
 const completion = (tag: string) => async (c: pg.PoolClient) => {
   await c.query('INSERT INTO fence_probe (tag) VALUES ($1)', [`${tag}:completion`]);
@@ -129,7 +137,10 @@ describe('ctx.db refuses transaction control before sending it', () => {
       const tag = `refused:${text}`;
       const tx = new JobTransaction(p.db.pool);
       await tx.query('INSERT INTO fence_probe (tag) VALUES ($1)', [tag]);
-      const err = await tx.query(text).then(() => null, (e: unknown) => e);
+      const err = await tx.query(text).then(
+        () => null,
+        (e: unknown) => e,
+      );
       expect(err).toBeInstanceOf(TransactionControlRefusedError);
       expect(err).toBeInstanceOf(NonRetryableError);
       const message = (err as Error).message;
@@ -176,10 +187,15 @@ describe('an end of transaction that slips past the refusal', () => {
     await tx.query("INSERT INTO fence_probe (tag) VALUES ('slip1:after')");
     // What the handler did: the first row landed outside the fence.
     expect(await probes('slip1:before')).toBe(1);
-    const err = await tx.commitWith(completion('slip1')).then(() => null, (e: unknown) => e);
+    const err = await tx.commitWith(completion('slip1')).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(JobTransactionEndedError);
     expect(err).toBeInstanceOf(NonRetryableError);
-    expect((err as Error).message).toMatch(/the handler ended the job's transaction \(the transaction at completion began at .+, not the one opened at BEGIN.*\): effects written before that may have landed outside the fence \(DESIGN 13\)/);
+    expect((err as Error).message).toMatch(
+      /the handler ended the job's transaction \(the transaction at completion began at .+, not the one opened at BEGIN.*\): effects written before that may have landed outside the fence \(DESIGN 13\)/,
+    );
     expect(await probes('slip1:completion')).toBe(0);
     expect(await probes('slip1:after')).toBe(0); // rolled back with the new transaction
     // The connection (standard_conforming_strings off, committed) did not go back to the pool.
@@ -195,7 +211,10 @@ describe('an end of transaction that slips past the refusal', () => {
     const tx = new JobTransaction(p.db.pool);
     await tx.query("INSERT INTO fence_probe (tag) VALUES ('slip2:before')");
     await tx.query('SET standard_conforming_strings = off');
-    const err = await tx.query(SMUGGLED_COMMIT).then(() => null, (e: unknown) => e);
+    const err = await tx.query(SMUGGLED_COMMIT).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(JobTransactionEndedError);
     expect((err as Error).message).toContain('no transaction was open after the statement');
     await expect(tx.query("INSERT INTO fence_probe (tag) VALUES ('slip2:after')")).rejects.toBe(err);
@@ -218,7 +237,10 @@ describe('an end of transaction that slips past the refusal', () => {
     const tx = new JobTransaction(p.db.pool);
     await tx.query("INSERT INTO fence_probe (tag) VALUES ('slip4:before')");
     await (tx as unknown as { client: pg.PoolClient }).client.query('COMMIT');
-    const err = await tx.commitWith(completion('slip4')).then(() => null, (e: unknown) => e);
+    const err = await tx.commitWith(completion('slip4')).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(JobTransactionEndedError);
     expect((err as Error).message).toContain('no transaction was open at completion');
     expect(await probes('slip4:completion')).toBe(0); // it would have autocommitted
@@ -238,7 +260,10 @@ describe('PostgreSQL refuses transaction control inside a procedure or DO block 
   it('CALL of a procedure that INSERTs then COMMITs: the call fails, nothing lands', async () => {
     const tx = new JobTransaction(p.db.pool);
     await tx.query("INSERT INTO fence_probe (tag) VALUES ('call:before')");
-    await expect(tx.query("CALL fence_commit_proc('CALL-1')")).rejects.toMatchObject({ code: '2D000', message: expect.stringMatching(/invalid transaction termination/) });
+    await expect(tx.query("CALL fence_commit_proc('CALL-1')")).rejects.toMatchObject({
+      code: '2D000',
+      message: expect.stringMatching(/invalid transaction termination/),
+    });
     await expect(tx.commitWith(completion('call'))).rejects.toThrow(/current transaction is aborted/);
     expect(await ledgerRows('CALL-1%')).toBe(0);
     expect(await probes('call:%')).toBe(0);
@@ -246,7 +271,9 @@ describe('PostgreSQL refuses transaction control inside a procedure or DO block 
 
   it('DO block with COMMIT: refused the same way', async () => {
     const tx = new JobTransaction(p.db.pool);
-    await expect(tx.query("DO $$ BEGIN INSERT INTO fence_probe (tag) VALUES ('do:inside'); COMMIT; END $$")).rejects.toMatchObject({ code: '2D000' });
+    await expect(tx.query("DO $$ BEGIN INSERT INTO fence_probe (tag) VALUES ('do:inside'); COMMIT; END $$")).rejects.toMatchObject({
+      code: '2D000',
+    });
     await tx.rollback();
     expect(await probes('do:%')).toBe(0);
   });
@@ -254,8 +281,17 @@ describe('PostgreSQL refuses transaction control inside a procedure or DO block 
 
 describe('through the real worker (MemoryQueue)', () => {
   const state = async (id: string) => (await p.store.get(id))!;
-  const enqueue = async (script: string, batch: string, maxAttempts = 2) => (await p.client.enqueueNow({ type: 'test.fence', payload: { script, batch }, maxAttempts }))[0]!.job;
-  const settled = (id: string) => waitFor(async () => { const j = await state(id); return ['dead', 'succeeded'].includes(j.state) ? j : null; }, 15_000, `job ${id} settled`);
+  const enqueue = async (script: string, batch: string, maxAttempts = 2) =>
+    (await p.client.enqueueNow({ type: 'test.fence', payload: { script, batch }, maxAttempts }))[0]!.job;
+  const settled = (id: string) =>
+    waitFor(
+      async () => {
+        const j = await state(id);
+        return ['dead', 'succeeded'].includes(j.state) ? j : null;
+      },
+      15_000,
+      `job ${id} settled`,
+    );
   beforeAll(() => p.worker().start());
 
   it("a handler that calls ctx.db.query('COMMIT'): dead on its first attempt with the reason, its ledger rows not committed, dead-lettered", async () => {
@@ -264,9 +300,15 @@ describe('through the real worker (MemoryQueue)', () => {
     expect(dead.state).toBe('dead');
     expect(dead.attempt).toBe(1); // non-retryable: no second attempt
     expect(dead.lastError).toMatchObject({ name: 'TransactionControlRefusedError', retryable: false });
-    expect(dead.lastError!.message).toMatch(/^ctx\.db refuses COMMIT: the job's transaction commits only with its fenced completion \(DESIGN 13\)/);
+    expect(dead.lastError!.message).toMatch(
+      /^ctx\.db refuses COMMIT: the job's transaction commits only with its fenced completion \(DESIGN 13\)/,
+    );
     expect(await ledgerRows('W-COMMIT')).toBe(0);
-    await waitFor(() => p.dlq.peek().some((m) => m.body.includes(job.id) && m.attributes?.Reason === 'non-retryable'), 5000, 'dead letter with the reason');
+    await waitFor(
+      () => p.dlq.peek().some((m) => m.body.includes(job.id) && m.attributes?.Reason === 'non-retryable'),
+      5000,
+      'dead letter with the reason',
+    );
   });
 
   it('a handler that swallows the refusal and returns: still dead, rows not committed', async () => {
@@ -292,7 +334,12 @@ describe('through the real worker (MemoryQueue)', () => {
   it('a handler that slips COMMIT; BEGIN past the refusal: dead (non-retryable) at completion, the completion not applied', async () => {
     const job = await enqueue('smuggled-commit-begin', 'W-SLIP');
     const dead = await settled(job.id);
-    expect(dead).toMatchObject({ state: 'dead', attempt: 1, result: null, lastError: { name: 'JobTransactionEndedError', retryable: false } });
+    expect(dead).toMatchObject({
+      state: 'dead',
+      attempt: 1,
+      result: null,
+      lastError: { name: 'JobTransactionEndedError', retryable: false },
+    });
     expect(dead.lastError!.message).toMatch(/the handler ended the job's transaction .* may have landed outside the fence/);
     // What landed before the smuggled COMMIT is the handler's doing; what came after rolled back.
     expect(await ledgerRows('W-SLIP')).toBe(3);

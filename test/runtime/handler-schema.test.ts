@@ -21,11 +21,29 @@ function refusal(parse: () => unknown): { field: string; message: string } {
 
 describe('defineJob({ schema })', () => {
   it('parses with the defaults and keeps the limits', () => {
-    expect(ledgerPost.parse({ batch: 'B', entries: 3 })).toEqual({ batch: 'B', entries: 3, workMs: 0, failAttempts: 0, workAfterWriteMs: 0 });
+    expect(ledgerPost.parse({ batch: 'B', entries: 3 })).toEqual({
+      batch: 'B',
+      entries: 3,
+      workMs: 0,
+      failAttempts: 0,
+      workAfterWriteMs: 0,
+    });
     expect(ledgerPost.parse({ batch: 'B', entries: 3, workMs: null })).toMatchObject({ workMs: 0 });
-    expect(inventoryCost.parse({ store: 'S01', period: '2026-10' })).toEqual({ store: 'S01', period: '2026-10', skus: 200, movementsPerSku: 200, chunkSize: 25, workMsPerChunk: 0 });
-    expect(refusal(() => ledgerPost.parse({ batch: 'B', entries: 100_001 }))).toEqual({ field: 'payload.entries', message: 'payload.entries: must be a whole number from 1 to 100000 (got 100001)' });
-    expect(refusal(() => inventoryCost.parse({ store: 'S', period: '2026-10', workMsPerChunk: 600_001 })).field).toBe('payload.workMsPerChunk');
+    expect(inventoryCost.parse({ store: 'S01', period: '2026-10' })).toEqual({
+      store: 'S01',
+      period: '2026-10',
+      skus: 200,
+      movementsPerSku: 200,
+      chunkSize: 25,
+      workMsPerChunk: 0,
+    });
+    expect(refusal(() => ledgerPost.parse({ batch: 'B', entries: 100_001 }))).toEqual({
+      field: 'payload.entries',
+      message: 'payload.entries: must be a whole number from 1 to 100000 (got 100001)',
+    });
+    expect(refusal(() => inventoryCost.parse({ store: 'S', period: '2026-10', workMsPerChunk: 600_001 })).field).toBe(
+      'payload.workMsPerChunk',
+    );
   });
 
   it.each([
@@ -34,13 +52,20 @@ describe('defineJob({ schema })', () => {
     [{ batch: 'B' }, 'payload.entries', 'payload.entries: is required: a whole number from 1 to 100000'],
     [{ batch: 'B', entries: 1.5 }, 'payload.entries', 'payload.entries: must be a whole number from 1 to 100000 (got 1.5)'],
     [{ batch: 'x'.repeat(101), entries: 1 }, 'payload.batch', 'payload.batch: must be 1 to 100 characters (got 101)'],
-    [{ batch: 'B', entries: 1, amount: 5 }, 'payload.amount', 'payload.amount: is not a field of this job type (allowed: batch, entries, workMs, failAttempts, workAfterWriteMs)'],
+    [
+      { batch: 'B', entries: 1, amount: 5 },
+      'payload.amount',
+      'payload.amount: is not a field of this job type (allowed: batch, entries, workMs, failAttempts, workAfterWriteMs)',
+    ],
   ])('ledger.post refuses %j naming %s', (payload, field, message) => {
     expect(refusal(() => ledgerPost.parse(payload))).toEqual({ field, message });
   });
 
   it('inventory.cost names the period rule', () => {
-    expect(refusal(() => inventoryCost.parse({ store: 'S', period: '2026-13' }))).toEqual({ field: 'payload.period', message: 'payload.period: must match YYYY-MM (got "2026-13")' });
+    expect(refusal(() => inventoryCost.parse({ store: 'S', period: '2026-13' }))).toEqual({
+      field: 'payload.period',
+      message: 'payload.period: must match YYYY-MM (got "2026-13")',
+    });
   });
 
   it("gives the handler its payload's type and keeps the schema on the definition", async () => {
@@ -67,7 +92,11 @@ describe('defineJob({ schema })', () => {
       ['failAttempts', 'integer', false, 0, '0 to 100'],
       ['workAfterWriteMs', 'integer', false, 0, '0 to 3600000'],
     ]);
-    expect(payloadFields(inventoryCost).find((f) => f.name === 'period')).toMatchObject({ type: 'string', required: true, rule: '1 to 200 characters, matches YYYY-MM' });
+    expect(payloadFields(inventoryCost).find((f) => f.name === 'period')).toMatchObject({
+      type: 'string',
+      required: true,
+      rule: '1 to 200 characters, matches YYYY-MM',
+    });
     // A type defined with its own parse has no schema to describe.
     expect(payloadFields(defineJob({ type: 'x.y', description: 'd', parse: () => ({}), run: async () => null }))).toEqual([]);
   });

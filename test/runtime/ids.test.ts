@@ -9,7 +9,8 @@ describe('job ids', () => {
     expect(isJobId(id)).toBe(true);
     expect(isJobId(id.toUpperCase())).toBe(true);
     expect(isJobId('00000000-0000-4000-8000-000000000000')).toBe(true);
-    for (const bad of ['', 'nope', `${id}x`, ` ${id}`, id.replaceAll('-', ''), '-'.repeat(36), `{${id}}`]) expect(isJobId(bad), bad).toBe(false);
+    for (const bad of ['', 'nope', `${id}x`, ` ${id}`, id.replaceAll('-', ''), '-'.repeat(36), `{${id}}`])
+      expect(isJobId(bad), bad).toBe(false);
   });
 
   it('finds an id inside a line (JOB_ID_SHAPE)', () => {
@@ -26,7 +27,8 @@ describe('parseIsoTime', () => {
   });
 
   it('refuses a time without an offset, what Date would guess at, and what names no instant', () => {
-    for (const bad of ['2026-10-31T06:00:00', '1', 'yesterday', '2026-13-01', '2026-10-31T25:00Z', '', ' 2026-10-31']) expect(parseIsoTime(bad), bad).toBeNull();
+    for (const bad of ['2026-10-31T06:00:00', '1', 'yesterday', '2026-13-01', '2026-10-31T25:00Z', '', ' 2026-10-31'])
+      expect(parseIsoTime(bad), bad).toBeNull();
     expect(parseIsoTime(undefined)).toBeNull();
   });
 });

@@ -5,11 +5,23 @@ import { prettyLine } from '../../runtime/observability/log.ts';
 describe('log format', () => {
   it('a pino JSON line reads as time, level, service, message, fields, and an error with its first frame', () => {
     const line = JSON.stringify({
-      level: 40, time: '2026-11-30T21:06:01.931Z', service: 'jobs-worker', name: 'jobs-worker', workerId: 'local-worker-1', jobId: 'j1', attempt: 2,
-      err: { type: 'Error', message: 'read ECONNRESET', stack: 'Error: read ECONNRESET\n    at pg-pool/index.js:45:11\n    at run (job-store.ts:29:11)' },
+      level: 40,
+      time: '2026-11-30T21:06:01.931Z',
+      service: 'jobs-worker',
+      name: 'jobs-worker',
+      workerId: 'local-worker-1',
+      jobId: 'j1',
+      attempt: 2,
+      err: {
+        type: 'Error',
+        message: 'read ECONNRESET',
+        stack: 'Error: read ECONNRESET\n    at pg-pool/index.js:45:11\n    at run (job-store.ts:29:11)',
+      },
       msg: 'database unreachable: the failed attempt is not recorded',
     });
-    expect(prettyLine(line)).toBe('21:06:01.931 WARN  jobs-worker: database unreachable: the failed attempt is not recorded  workerId=local-worker-1 jobId=j1 attempt=2  read ECONNRESET (at pg-pool/index.js:45:11)');
+    expect(prettyLine(line)).toBe(
+      '21:06:01.931 WARN  jobs-worker: database unreachable: the failed attempt is not recorded  workerId=local-worker-1 jobId=j1 attempt=2  read ECONNRESET (at pg-pool/index.js:45:11)',
+    );
     expect(prettyLine('not json')).toBe('not json');
   });
 });
@@ -18,14 +30,30 @@ describe('jobs show', () => {
   it('shows an old error as history on a job that did not end dead, and as the job state on a dead one', async () => {
     const { formatJob } = await import('../../runtime/cli/format.ts');
     const base = {
-      id: '01900000-0000-7000-8000-000000000001', type: 'ledger.post', payload: {}, idempotencyKey: null, attempt: 6, releases: 5, maxAttempts: 3,
-      leaseOwner: null, leaseExpiresAt: null, runAfter: new Date(0), progress: null, checkpoint: null, attemptLog: [], result: { posted: 1 },
-      cancelledBy: null, createdAt: new Date(0), startedAt: new Date(0), finishedAt: new Date(0), lastError: { name: 'Error', message: 'boom', retryable: true },
+      id: '01900000-0000-7000-8000-000000000001',
+      type: 'ledger.post',
+      payload: {},
+      idempotencyKey: null,
+      attempt: 6,
+      releases: 5,
+      maxAttempts: 3,
+      leaseOwner: null,
+      leaseExpiresAt: null,
+      runAfter: new Date(0),
+      progress: null,
+      checkpoint: null,
+      attemptLog: [],
+      result: { posted: 1 },
+      cancelledBy: null,
+      createdAt: new Date(0),
+      startedAt: new Date(0),
+      finishedAt: new Date(0),
+      lastError: { name: 'Error', message: 'boom', retryable: true },
     };
     const ok = formatJob({ ...base, state: 'succeeded' } as never);
-    expect(ok).toMatch(/^attempt   6 \(1 of 3 used, 5 released\)$/m);
-    expect(ok).toMatch(/^earlier   an earlier attempt failed: Error: boom$/m);
+    expect(ok).toMatch(/^attempt {3}6 \(1 of 3 used, 5 released\)$/m);
+    expect(ok).toMatch(/^earlier {3}an earlier attempt failed: Error: boom$/m);
     expect(ok).not.toMatch(/^error /m);
-    expect(formatJob({ ...base, state: 'dead', result: null } as never)).toMatch(/^error     Error: boom$/m);
+    expect(formatJob({ ...base, state: 'dead', result: null } as never)).toMatch(/^error {5}Error: boom$/m);
   });
 });

@@ -15,7 +15,14 @@ const QUICK: ReconcilerTimings = { intervalMs: 200, minAgeSeconds: 0, republishW
 let p: Platform;
 const reconcilers: Reconciler[] = [];
 const reconciler = (timings: ReconcilerTimings = QUICK, metrics = new CountingMetrics()) => {
-  const r = new Reconciler({ pool: p.db.pool, publisher: new Publisher(p.db.pool, p.queue, silentLogger), countMessages: () => p.queue.approximateCount(), log: silentLogger, metrics, timings });
+  const r = new Reconciler({
+    pool: p.db.pool,
+    publisher: new Publisher(p.db.pool, p.queue, silentLogger),
+    countMessages: () => p.queue.approximateCount(),
+    log: silentLogger,
+    metrics,
+    timings,
+  });
   reconcilers.push(r);
   return { r, metrics };
 };
@@ -29,15 +36,22 @@ afterEach(async () => {
 });
 
 const ledger = async (prefix: string) => {
-  const { rows } = await p.db.pool.query<{ batch: string; n: number }>('SELECT batch, count(*)::int AS n FROM ledger_entries WHERE batch LIKE $1 GROUP BY batch', [`${prefix}%`]);
+  const { rows } = await p.db.pool.query<{ batch: string; n: number }>(
+    'SELECT batch, count(*)::int AS n FROM ledger_entries WHERE batch LIKE $1 GROUP BY batch',
+    [`${prefix}%`],
+  );
   return new Map(rows.map((r) => [r.batch, r.n]));
 };
 
 describe('reconciler', () => {
   it('after a purge, publishes every pending job again: each runs exactly once, the delayed ones not before their time', async () => {
-    const due = await p.client.enqueueNow(Array.from({ length: 30 }, (_, i) => ({ type: 'ledger.post', payload: { batch: `PURGE-${i}`, entries: 2 } })));
+    const due = await p.client.enqueueNow(
+      Array.from({ length: 30 }, (_, i) => ({ type: 'ledger.post', payload: { batch: `PURGE-${i}`, entries: 2 } })),
+    );
     const runAt = new Date(Date.now() + 3000);
-    const delayed = await p.client.enqueueNow(Array.from({ length: 5 }, (_, i) => ({ type: 'ledger.post', payload: { batch: `PURGE-D${i}`, entries: 3 }, runAt })));
+    const delayed = await p.client.enqueueNow(
+      Array.from({ length: 5 }, (_, i) => ({ type: 'ledger.post', payload: { batch: `PURGE-D${i}`, entries: 3 }, runAt })),
+    );
     await p.publisher.flush();
     expect(await p.queue.approximateCount()).toBe(35);
     p.queue.purge();
@@ -54,7 +68,12 @@ describe('reconciler', () => {
 
     p.worker().start();
     const ids = [...due, ...delayed].map((x) => x.job.id);
-    await waitFor(async () => (await p.store.getMany(ids)).size === 35 && [...(await p.store.getMany(ids)).values()].every((j) => j.state === 'succeeded'), 20_000, 'every job succeeded');
+    await waitFor(
+      async () =>
+        (await p.store.getMany(ids)).size === 35 && [...(await p.store.getMany(ids)).values()].every((j) => j.state === 'succeeded'),
+      20_000,
+      'every job succeeded',
+    );
     const posted = await ledger('PURGE-');
     for (let i = 0; i < 30; i++) expect(posted.get(`PURGE-${i}`)).toBe(2);
     for (let i = 0; i < 5; i++) expect(posted.get(`PURGE-D${i}`)).toBe(3);
@@ -68,7 +87,9 @@ describe('reconciler', () => {
   it('a healthy backlog of thousands of due jobs behind a slow worker causes no re-publish', async () => {
     const n = 3000;
     for (let i = 0; i < n; i += 500) {
-      await p.client.enqueueNow(Array.from({ length: 500 }, (_, k) => ({ type: 'ledger.post', payload: { batch: `HB-${i + k}`, entries: 1, workMs: 20 } })));
+      await p.client.enqueueNow(
+        Array.from({ length: 500 }, (_, k) => ({ type: 'ledger.post', payload: { batch: `HB-${i + k}`, entries: 1, workMs: 20 } })),
+      );
     }
     await p.publisher.flush();
     const { r, metrics } = reconciler();
@@ -90,7 +111,9 @@ describe('reconciler', () => {
   });
 
   it('a stray consumer deleted some messages of a backlog: the lost jobs run once the backlog drains past them, each exactly once, with few duplicates', async () => {
-    const jobs = await p.client.enqueueNow(Array.from({ length: 120 }, (_, i) => ({ type: 'ledger.post', payload: { batch: `STRAY-${i}`, entries: 1 } })));
+    const jobs = await p.client.enqueueNow(
+      Array.from({ length: 120 }, (_, i) => ({ type: 'ledger.post', payload: { batch: `STRAY-${i}`, entries: 1 } })),
+    );
     await p.publisher.flush();
     // The stray consumer: receives 15 messages and deletes them.
     const stolen = await p.queue.receive(10, 0);
@@ -102,7 +125,11 @@ describe('reconciler', () => {
     r.start();
     p.worker().start();
     const ids = jobs.map((j) => j.job.id);
-    await waitFor(async () => [...(await p.store.getMany(ids)).values()].every((j) => j.state === 'succeeded'), 30_000, 'every job succeeded');
+    await waitFor(
+      async () => [...(await p.store.getMany(ids)).values()].every((j) => j.state === 'succeeded'),
+      30_000,
+      'every job succeeded',
+    );
     const posted = await ledger('STRAY-');
     expect(posted.size).toBe(120);
     for (const n of posted.values()) expect(n).toBe(1);
@@ -147,8 +174,16 @@ describe('reconciler', () => {
   });
 
   it('derives its timings from the job timings: a pass per lease, 2 to 60 s', () => {
-    expect(reconcilerTimings({ leaseSeconds: 3, visibilityTimeoutSeconds: 4 })).toEqual({ intervalMs: 3000, minAgeSeconds: 3, republishWindowSeconds: 12 });
-    expect(reconcilerTimings({ leaseSeconds: 60, visibilityTimeoutSeconds: 90 })).toEqual({ intervalMs: 60_000, minAgeSeconds: 60, republishWindowSeconds: 240 });
+    expect(reconcilerTimings({ leaseSeconds: 3, visibilityTimeoutSeconds: 4 })).toEqual({
+      intervalMs: 3000,
+      minAgeSeconds: 3,
+      republishWindowSeconds: 12,
+    });
+    expect(reconcilerTimings({ leaseSeconds: 60, visibilityTimeoutSeconds: 90 })).toEqual({
+      intervalMs: 60_000,
+      minAgeSeconds: 60,
+      republishWindowSeconds: 240,
+    });
     expect(reconcilerTimings({ leaseSeconds: 600, visibilityTimeoutSeconds: 900 }).intervalMs).toBe(60_000);
   });
 });

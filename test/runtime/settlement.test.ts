@@ -24,7 +24,11 @@ const HB = 5;
 
 describe('settleMessage: a delivery the worker could not claim', () => {
   it('no job: poison, dead-lettered as unknown-job naming the id', () => {
-    expect(settleMessage('j9', undefined, NOW, HB)).toEqual({ action: 'dead-letter-message', reason: 'unknown-job', detail: 'no job j9 in the job table' });
+    expect(settleMessage('j9', undefined, NOW, HB)).toEqual({
+      action: 'dead-letter-message',
+      reason: 'unknown-job',
+      detail: 'no job j9 in the job table',
+    });
   });
 
   it('terminal: a leftover copy, deleted with the state as the reason', () => {
@@ -42,40 +46,74 @@ describe('settleMessage: a delivery the worker could not claim', () => {
   });
 
   it('running with more than a heartbeat of lease: a duplicate of a live lease, deleted', () => {
-    expect(settleMessage('j1', row({ state: 'running', attempt: 1, leaseExpiresAt: at(HB + 1), leaseOwner: 'w' }), NOW, HB)).toEqual({ action: 'delete', why: 'duplicate delivery of a job with a live lease', duplicate: true });
+    expect(settleMessage('j1', row({ state: 'running', attempt: 1, leaseExpiresAt: at(HB + 1), leaseOwner: 'w' }), NOW, HB)).toEqual({
+      action: 'delete',
+      why: 'duplicate delivery of a job with a live lease',
+      duplicate: true,
+    });
   });
 
   it('running with less than a heartbeat left: reclaim just after the lease ends (at least 1 s)', () => {
-    expect(settleMessage('j1', row({ state: 'running', attempt: 1, leaseExpiresAt: at(3.4) }), NOW, HB)).toEqual({ action: 'reclaim-after-lease', seconds: 4 });
-    expect(settleMessage('j1', row({ state: 'running', attempt: 1, leaseExpiresAt: at(0.01) }), NOW, HB)).toEqual({ action: 'reclaim-after-lease', seconds: 1 });
+    expect(settleMessage('j1', row({ state: 'running', attempt: 1, leaseExpiresAt: at(3.4) }), NOW, HB)).toEqual({
+      action: 'reclaim-after-lease',
+      seconds: 4,
+    });
+    expect(settleMessage('j1', row({ state: 'running', attempt: 1, leaseExpiresAt: at(0.01) }), NOW, HB)).toEqual({
+      action: 'reclaim-after-lease',
+      seconds: 1,
+    });
   });
 
   it('running, lease expired, on its final attempt: the job is dead-lettered (releases do not count)', () => {
     const settled = { action: 'dead-letter-job', reason: 'lease-expired-final-attempt', why: 'lease expired on the final attempt' };
     expect(settleMessage('j1', row({ state: 'running', attempt: 3, leaseExpiresAt: at(-1) }), NOW, HB)).toEqual(settled);
-    expect(settleMessage('j1', row({ state: 'running', attempt: 3, releases: 1, leaseExpiresAt: at(-1) }), NOW, HB)).toEqual({ action: 'retry-shortly', seconds: 1 });
+    expect(settleMessage('j1', row({ state: 'running', attempt: 3, releases: 1, leaseExpiresAt: at(-1) }), NOW, HB)).toEqual({
+      action: 'retry-shortly',
+      seconds: 1,
+    });
   });
 
   it('running, lease expired, attempts left: retry shortly, the next claim reclaims it', () => {
-    expect(settleMessage('j1', row({ state: 'running', attempt: 1, leaseExpiresAt: at(-1) }), NOW, HB)).toEqual({ action: 'retry-shortly', seconds: 1 });
+    expect(settleMessage('j1', row({ state: 'running', attempt: 1, leaseExpiresAt: at(-1) }), NOW, HB)).toEqual({
+      action: 'retry-shortly',
+      seconds: 1,
+    });
   });
 });
 
 describe('judgeDeadLetter: a dead letter, by its job row', () => {
   const now = new Date(NOW);
   it('poison: no job id in the body, or no such job: keep, never resent', () => {
-    expect(judgeDeadLetter(null, undefined, now, 'body is not JSON')).toEqual({ verdict: 'keep', why: 'poison: the body names no job (body is not JSON); read it to find the sender, then discard it' });
-    expect(judgeDeadLetter('j9', undefined, now, 'x')).toEqual({ verdict: 'keep', why: 'poison: no job j9 in the job table; never resent' });
+    expect(judgeDeadLetter(null, undefined, now, 'body is not JSON')).toEqual({
+      verdict: 'keep',
+      why: 'poison: the body names no job (body is not JSON); read it to find the sender, then discard it',
+    });
+    expect(judgeDeadLetter('j9', undefined, now, 'x')).toEqual({
+      verdict: 'keep',
+      why: 'poison: no job j9 in the job table; never resent',
+    });
   });
 
   it('succeeded or cancelled: drop', () => {
-    expect(judgeDeadLetter('j1', row({ state: 'succeeded', finishedAt: at(-60) }), now, '')).toEqual({ verdict: 'drop', why: 'job succeeded at 2026-11-30T11:59:00.000Z: nothing to run, never re-run' });
-    expect(judgeDeadLetter('j1', row({ state: 'cancelled', cancelledBy: 'ops' }), now, '')).toEqual({ verdict: 'drop', why: 'job was cancelled by ops: nothing to run' });
+    expect(judgeDeadLetter('j1', row({ state: 'succeeded', finishedAt: at(-60) }), now, '')).toEqual({
+      verdict: 'drop',
+      why: 'job succeeded at 2026-11-30T11:59:00.000Z: nothing to run, never re-run',
+    });
+    expect(judgeDeadLetter('j1', row({ state: 'cancelled', cancelledBy: 'ops' }), now, '')).toEqual({
+      verdict: 'drop',
+      why: 'job was cancelled by ops: nothing to run',
+    });
   });
 
   it('running: drop under any live lease (even less than a heartbeat), resend once it expired', () => {
-    expect(judgeDeadLetter('j1', row({ state: 'running', attempt: 2, leaseOwner: 'w-1', leaseExpiresAt: at(0.5) }), now, '')).toEqual({ verdict: 'drop', why: 'job is running (attempt 2, w-1 holds a live lease): never re-run' });
-    expect(judgeDeadLetter('j1', row({ state: 'running', attempt: 2, leaseExpiresAt: at(-7) }), now, '')).toEqual({ verdict: 'resend', why: 'job is running with a lease that expired 7 s ago: resent so a worker reclaims it' });
+    expect(judgeDeadLetter('j1', row({ state: 'running', attempt: 2, leaseOwner: 'w-1', leaseExpiresAt: at(0.5) }), now, '')).toEqual({
+      verdict: 'drop',
+      why: 'job is running (attempt 2, w-1 holds a live lease): never re-run',
+    });
+    expect(judgeDeadLetter('j1', row({ state: 'running', attempt: 2, leaseExpiresAt: at(-7) }), now, '')).toEqual({
+      verdict: 'resend',
+      why: 'job is running with a lease that expired 7 s ago: resent so a worker reclaims it',
+    });
   });
 
   it('pending: resend', () => {
@@ -83,8 +121,18 @@ describe('judgeDeadLetter: a dead letter, by its job row', () => {
   });
 
   it('dead: keep for a redrive or a discard; discarded: drop', () => {
-    expect(judgeDeadLetter('j1', row({ state: 'dead', lastError: { name: 'Error', message: 'boom', retryable: true } }), now, '')).toEqual({ verdict: 'keep', why: 'job is dead (boom): redrive it (jobs dead redrive j1) to run it again, or discard it' });
-    expect(judgeDeadLetter('j1', row({ state: 'dead', dead: { discardedAt: at(-1), discardedBy: 'ops', discardReason: 'posted by hand' } }), now, '')).toEqual({ verdict: 'drop', why: 'job was discarded by ops: posted by hand' });
+    expect(judgeDeadLetter('j1', row({ state: 'dead', lastError: { name: 'Error', message: 'boom', retryable: true } }), now, '')).toEqual({
+      verdict: 'keep',
+      why: 'job is dead (boom): redrive it (jobs dead redrive j1) to run it again, or discard it',
+    });
+    expect(
+      judgeDeadLetter(
+        'j1',
+        row({ state: 'dead', dead: { discardedAt: at(-1), discardedBy: 'ops', discardReason: 'posted by hand' } }),
+        now,
+        '',
+      ),
+    ).toEqual({ verdict: 'drop', why: 'job was discarded by ops: posted by hand' });
   });
 });
 

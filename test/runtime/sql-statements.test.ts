@@ -30,7 +30,7 @@ describe('findTransactionControl: refused', () => {
     ["COMMIT PREPARED 'gid-1'", 'COMMIT PREPARED'],
     ["ROLLBACK PREPARED 'gid-1'", 'ROLLBACK PREPARED'],
     // Hidden in a multi-statement text (simple query protocol).
-    ["INSERT INTO t VALUES (1); COMMIT; INSERT INTO t VALUES (2)", 'COMMIT'],
+    ['INSERT INTO t VALUES (1); COMMIT; INSERT INTO t VALUES (2)', 'COMMIT'],
     ['SELECT 1;COMMIT', 'COMMIT'],
     ["UPDATE t SET a = 'x;y'; ROLLBACK", 'ROLLBACK'],
     // Comments, case, whitespace.
@@ -44,8 +44,8 @@ describe('findTransactionControl: refused', () => {
     ["SELECT E'it\\'s'; COMMIT", 'COMMIT'],
     ["SELECT 'it''s'; COMMIT", 'COMMIT'],
     ['SELECT "a""b"; COMMIT', 'COMMIT'],
-    ["SELECT $$body$$; COMMIT", 'COMMIT'],
-    ["SELECT $fn$ $$ ; COMMIT $$ $fn$; SAVEPOINT a", 'SAVEPOINT'],
+    ['SELECT $$body$$; COMMIT', 'COMMIT'],
+    ['SELECT $fn$ $$ ; COMMIT $$ $fn$; SAVEPOINT a', 'SAVEPOINT'],
     ["SELECT U&'\\0041'; COMMIT", 'COMMIT'],
   ];
   for (const [text, name] of refused) {
@@ -74,7 +74,7 @@ describe('findTransactionControl: allowed (look-alikes in quoted text, other sta
     'SELECT commit_id FROM t; SELECT begin_at FROM t',
     'SELECT foo$bar$ FROM t; SELECT 1',
     'CALL post_batch(1)',
-    "PREPARE q AS SELECT 1; EXECUTE q",
+    'PREPARE q AS SELECT 1; EXECUTE q',
     'SET search_path = app',
     'SET SESSION AUTHORIZATION DEFAULT',
     'SELECT CASE WHEN true THEN 1 END',

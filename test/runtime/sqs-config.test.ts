@@ -21,7 +21,11 @@ const configError = (read: () => unknown): ConfigError => {
 describe('sqsFromEnv', () => {
   it('reads the queue, the DLQ, the endpoint and the region', () => {
     expect(sqsFromEnv({ JOBS_QUEUE_URL: QUEUE, AWS_REGION: 'eu-west-1' })).toEqual({ queueUrl: QUEUE, region: 'eu-west-1' });
-    expect(sqsFromEnv({ JOBS_QUEUE_URL: ` ${QUEUE} `, JOBS_DLQ_URL: DLQ, AWS_REGION: ' eu-west-1 ' })).toEqual({ queueUrl: QUEUE, dlqUrl: DLQ, region: 'eu-west-1' });
+    expect(sqsFromEnv({ JOBS_QUEUE_URL: ` ${QUEUE} `, JOBS_DLQ_URL: DLQ, AWS_REGION: ' eu-west-1 ' })).toEqual({
+      queueUrl: QUEUE,
+      dlqUrl: DLQ,
+      region: 'eu-west-1',
+    });
   });
 
   it('defaults the region to us-east-1 only next to a local endpoint, and AWS_REGION still wins there', () => {
@@ -42,7 +46,11 @@ describe('sqsFromEnv', () => {
 
   it('reports every problem at once, each with its variable', () => {
     const err = configError(() => sqsFromEnv({ JOBS_DLQ_URL: 'not a url', JOBS_SQS_ENDPOINT: 'nor this' }));
-    expect(err.violations.map((v) => v.message)).toEqual(['JOBS_QUEUE_URL is required', 'JOBS_DLQ_URL = "not a url" is not a URL', 'JOBS_SQS_ENDPOINT = "nor this" is not a URL']);
+    expect(err.violations.map((v) => v.message)).toEqual([
+      'JOBS_QUEUE_URL is required',
+      'JOBS_DLQ_URL = "not a url" is not a URL',
+      'JOBS_SQS_ENDPOINT = "nor this" is not a URL',
+    ]);
   });
 
   it('requires the DLQ only when asked (the worker sends dead letters there)', () => {

@@ -37,7 +37,9 @@ async function fakeAgent(): Promise<{ uri: string; calls: AgentCall[]; status: {
       const code = status.next();
       calls.push({ at: Date.now(), path: req.url ?? '', method: req.method ?? '', body: JSON.parse(raw || '{}'), status: code });
       res.writeHead(code, { 'content-type': 'application/json' });
-      res.end(code === 200 ? JSON.stringify({ protection: { ProtectionEnabled: true } }) : JSON.stringify({ error: { Code: 'ServerException' } }));
+      res.end(
+        code === 200 ? JSON.stringify({ protection: { ProtectionEnabled: true } }) : JSON.stringify({ error: { Code: 'ServerException' } }),
+      );
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
@@ -77,7 +79,11 @@ describe('task protection against a fake ECS agent (node:http on 127.0.0.1)', ()
     // The worker reports only the edge; every later PUT is the renewal timer's.
     await waitFor(() => enables(agent.calls).length >= 4, 5000, 'four protection PUTs while busy');
     for (const c of agent.calls) {
-      expect(c).toMatchObject({ method: 'PUT', path: '/task-protection/v1/state', body: { ProtectionEnabled: true, ExpiresInMinutes: 60 } });
+      expect(c).toMatchObject({
+        method: 'PUT',
+        path: '/task-protection/v1/state',
+        body: { ProtectionEnabled: true, ExpiresInMinutes: 60 },
+      });
     }
     expect(tp.protectedUntilMs).toBeGreaterThan(Date.now() + 59 * 60_000);
 
@@ -125,7 +131,11 @@ describe('task protection against a fake ECS agent (node:http on 127.0.0.1)', ()
     let failures = 0;
     agent.status.next = () => (failures++ < 5 ? 500 : 200);
     const failingFrom = Date.now();
-    await waitFor(() => agent.calls.filter((c) => c.status === 500).length === 5 && agent.calls.at(-1)!.status === 200, 5000, 'five failures then success');
+    await waitFor(
+      () => agent.calls.filter((c) => c.status === 500).length === 5 && agent.calls.at(-1)!.status === 200,
+      5000,
+      'five failures then success',
+    );
     const failed = agent.calls.filter((c) => c.status === 500);
     // The retries run at retryMs, not at the 300 ms renewal period.
     expect(failed.at(-1)!.at - failed[0]!.at).toBeLessThan(4 * 300);
@@ -185,7 +195,9 @@ describe('a two-hour job keeps its task protection (fake timers, the 60-minute w
     const grants = calls.filter((c) => c.enabled && c.status === 200).map((c) => c.at);
     expect(grants[0]).toBe(from);
     for (let i = 1; i < grants.length; i++) {
-      expect(grants[i]!, `renewal ${i} at +${(grants[i]! - from) / 60_000} min came after the previous grant expired`).toBeLessThan(grants[i - 1]! + windowMs);
+      expect(grants[i]!, `renewal ${i} at +${(grants[i]! - from) / 60_000} min came after the previous grant expired`).toBeLessThan(
+        grants[i - 1]! + windowMs,
+      );
     }
     expect(grants.at(-1)! + windowMs).toBeGreaterThan(to);
   }
@@ -272,10 +284,19 @@ describe('through the worker service (startWorkerService reads ECS_AGENT_URI)', 
     );
     expect(agent.calls, 'an idle worker asks for nothing').toHaveLength(0);
     const queue = new SqsQueue({ queueUrl: sqs.queueUrl, endpoint: sqs.endpoint });
-    const client = new JobClient({ pool: db.pool, registry, publisher: new Publisher(db.pool, queue, silentLogger), defaultMaxAttempts: 3 });
+    const client = new JobClient({
+      pool: db.pool,
+      registry,
+      publisher: new Publisher(db.pool, queue, silentLogger),
+      defaultMaxAttempts: 3,
+    });
     const [r] = await client.enqueueNow({ type: 'test.hold', payload: {} });
     await waitFor(() => agent.calls.length >= 1, 10_000, 'protection enabled while the job runs');
-    expect(agent.calls[0]).toMatchObject({ method: 'PUT', path: '/task-protection/v1/state', body: { ProtectionEnabled: true, ExpiresInMinutes: 60 } });
+    expect(agent.calls[0]).toMatchObject({
+      method: 'PUT',
+      path: '/task-protection/v1/state',
+      body: { ProtectionEnabled: true, ExpiresInMinutes: 60 },
+    });
     expect((await client.store.get(r!.job.id))!.state).toBe('running');
     finish();
     await waitFor(async () => (await client.store.get(r!.job.id))!.state === 'succeeded', 10_000, 'job succeeded');

@@ -68,7 +68,18 @@ describe('completer: failure', () => {
     const h = await ledger('C-CAP', 1);
     await u.completer.fail(h, new Error('still locked'), false, silentLogger);
     expect((await state(h.job.id)).state).toBe('dead');
-    expect(p.dlq.peek()).toMatchObject([{ attributes: { Reason: 'attempts-exhausted', JobId: h.job.id, Attempts: '1', LastOwner: 'unit-worker', ErrorMessage: 'still locked', SourceMessageId: h.message.messageId } }]);
+    expect(p.dlq.peek()).toMatchObject([
+      {
+        attributes: {
+          Reason: 'attempts-exhausted',
+          JobId: h.job.id,
+          Attempts: '1',
+          LastOwner: 'unit-worker',
+          ErrorMessage: 'still locked',
+          SourceMessageId: h.message.messageId,
+        },
+      },
+    ]);
     expect(events).toEqual(['dead-lettered']);
     await u.messages.drain();
     expect(p.queue.depth().total).toBe(0);

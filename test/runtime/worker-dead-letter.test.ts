@@ -27,11 +27,26 @@ describe('dead letters', () => {
     const job = await deadJob('D-1');
     expect(await u.deadLetters.reportDeadJob(job, 'attempts-exhausted', 'src-9')).toBe(true);
     const [m] = p.dlq.peek();
-    expect(m!.attributes).toEqual({ Reason: 'attempts-exhausted', JobId: job.id, JobType: 'ledger.post', Attempts: '1', ErrorMessage: 'ledger locked', LastOwner: 'owner-1', SourceMessageId: 'src-9' });
-    expect(JSON.parse(m!.body)).toMatchObject({ jobId: job.id, reason: 'attempts-exhausted', error: { message: 'ledger locked' }, attempts: 1, maxAttempts: 1, lastOwner: 'owner-1' });
+    expect(m!.attributes).toEqual({
+      Reason: 'attempts-exhausted',
+      JobId: job.id,
+      JobType: 'ledger.post',
+      Attempts: '1',
+      ErrorMessage: 'ledger locked',
+      LastOwner: 'owner-1',
+      SourceMessageId: 'src-9',
+    });
+    expect(JSON.parse(m!.body)).toMatchObject({
+      jobId: job.id,
+      reason: 'attempts-exhausted',
+      error: { message: 'ledger locked' },
+      attempts: 1,
+      maxAttempts: 1,
+      lastOwner: 'owner-1',
+    });
   });
 
-  it('a dead job\'s message is deleted once the DLQ has the report, and kept when the DLQ cannot be reached', async () => {
+  it("a dead job's message is deleted once the DLQ has the report, and kept when the DLQ cannot be reached", async () => {
     const job = await deadJob('D-2');
     const m = await receiveFor(p, job.id);
     await u.deadLetters.deadLetterJob(job, m, 'attempts-exhausted');
@@ -51,7 +66,12 @@ describe('dead letters', () => {
     await p.queue.send([{ body: '{"oops":' }]);
     const [m] = await p.queue.receive(1, 0.5);
     await u.deadLetters.deadLetterMessage(m!, 'unparseable-body', { detail: 'body is not JSON' });
-    expect(p.dlq.peek()).toMatchObject([{ body: '{"oops":', attributes: { Reason: 'unparseable-body', Detail: 'body is not JSON', SourceMessageId: m!.messageId, WorkerId: 'unit-worker' } }]);
+    expect(p.dlq.peek()).toMatchObject([
+      {
+        body: '{"oops":',
+        attributes: { Reason: 'unparseable-body', Detail: 'body is not JSON', SourceMessageId: m!.messageId, WorkerId: 'unit-worker' },
+      },
+    ]);
     const { rows } = await p.db.pool.query('SELECT reason, body, worker_id FROM jobs.poison_message');
     expect(rows).toEqual([{ reason: 'unparseable-body', body: '{"oops":', worker_id: 'unit-worker' }]);
     await u.messages.drain();

@@ -137,7 +137,9 @@ describe('fetcher: the database gate', () => {
     const query = pool.query.bind(pool);
     let down = true;
     vi.spyOn(pool, 'query').mockImplementation(((...a: Parameters<typeof query>) =>
-      down ? Promise.reject(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' })) : query(...a)) as typeof pool.query);
+      down
+        ? Promise.reject(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }))
+        : query(...a)) as typeof pool.query);
     const receive = vi.spyOn(p.queue, 'receive');
     u.fetcher.databaseUnavailable(new Error('failover'));
     expect(p.metrics.get(METRIC.databaseUnavailable)).toBe(1);

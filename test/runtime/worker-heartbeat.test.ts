@@ -65,7 +65,7 @@ describe('heartbeat', () => {
     expect((h.abortReason as Error).message).toMatch(/the lease ran out before the database could renew it/);
   });
 
-  it('a renewal that cannot reach the database closes the fetcher\'s gate and loses nothing yet', async () => {
+  it("a renewal that cannot reach the database closes the fetcher's gate and loses nothing yet", async () => {
     const h = await ledger('H-DOWN');
     vi.spyOn(u.ctx.store, 'renewLeases').mockRejectedValueOnce(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }));
     await u.heartbeat.tick();
@@ -87,9 +87,13 @@ describe('heartbeat', () => {
     await p.client.cancel(h.job.id, 'test');
     await u.heartbeat.tick();
     expect(h.lost).toBe(true);
-    await waitFor(async () => {
-      await u.messages.drain();
-      return p.queue.depth().total === 0;
-    }, 3000, 'leftover message deleted');
+    await waitFor(
+      async () => {
+        await u.messages.drain();
+        return p.queue.depth().total === 0;
+      },
+      3000,
+      'leftover message deleted',
+    );
   });
 });

@@ -55,8 +55,10 @@ async function enqueue(type: string, payload: unknown, extra: { maxAttempts?: nu
   return r!.job;
 }
 const jobState = async (id: string) => (await p.store.get(id))!;
-const until = (id: string, state: string, ms = 10_000) => waitFor(async () => ((await jobState(id)).state === state ? jobState(id) : null), ms, `job ${id} ${state}`);
-const ledgerRows = async (batch: string) => (await p.db.pool.query('SELECT count(*)::int AS n FROM ledger_entries WHERE batch = $1', [batch])).rows[0].n as number;
+const until = (id: string, state: string, ms = 10_000) =>
+  waitFor(async () => ((await jobState(id)).state === state ? jobState(id) : null), ms, `job ${id} ${state}`);
+const ledgerRows = async (batch: string) =>
+  (await p.db.pool.query('SELECT count(*)::int AS n FROM ledger_entries WHERE batch = $1', [batch])).rows[0].n as number;
 const dlqBodies = () => p.dlq.peek();
 
 describe('worker', () => {
@@ -93,8 +95,19 @@ describe('worker', () => {
     expect(dead.finishedAt).not.toBeNull();
     expect(await ledgerRows('B-DEAD')).toBe(0);
     const [m] = await waitFor(() => (dlqBodies().length ? dlqBodies() : null), 2000, 'DLQ message');
-    expect(m!.attributes).toMatchObject({ Reason: 'attempts-exhausted', JobId: job.id, JobType: 'ledger.post', Attempts: '2', LastOwner: w.workerId });
-    expect(JSON.parse(m!.body)).toMatchObject({ jobId: job.id, reason: 'attempts-exhausted', attempts: 2, error: { message: expect.stringMatching(/simulated failure/) } });
+    expect(m!.attributes).toMatchObject({
+      Reason: 'attempts-exhausted',
+      JobId: job.id,
+      JobType: 'ledger.post',
+      Attempts: '2',
+      LastOwner: w.workerId,
+    });
+    expect(JSON.parse(m!.body)).toMatchObject({
+      jobId: job.id,
+      reason: 'attempts-exhausted',
+      attempts: 2,
+      error: { message: expect.stringMatching(/simulated failure/) },
+    });
     await waitFor(() => p.queue.depth().total === 0, 2000, 'source message deleted');
     expect(p.metrics.get(METRIC.jobsDeadLettered)).toBe(1);
   });
@@ -181,7 +194,11 @@ describe('worker', () => {
     const job = await enqueue('inventory.cost', payload);
     const a = p.worker();
     a.start();
-    await waitFor(async () => ((((await jobState(job.id)).checkpoint as { nextSku?: number } | null)?.nextSku ?? 0) >= 24 ? true : null), 10_000, 'checkpoint at 24');
+    await waitFor(
+      async () => ((((await jobState(job.id)).checkpoint as { nextSku?: number } | null)?.nextSku ?? 0) >= 24 ? true : null),
+      10_000,
+      'checkpoint at 24',
+    );
     await a.simulateCrash();
     const savedAt = ((await jobState(job.id)).checkpoint as { nextSku: number }).nextSku;
     p.worker().start();
@@ -190,7 +207,10 @@ describe('worker', () => {
     const result = done.result as { resumedFrom: number; skus: number; totalValue: number };
     expect(result.resumedFrom).toBe(savedAt);
     expect(result.skus).toBe(60);
-    const { rows } = await p.db.pool.query('SELECT sku, quantity::float8 AS q, unit_cost::float8 AS c FROM inventory_costs WHERE job_id = $1 ORDER BY sku', [job.id]);
+    const { rows } = await p.db.pool.query(
+      'SELECT sku, quantity::float8 AS q, unit_cost::float8 AS c FROM inventory_costs WHERE job_id = $1 ORDER BY sku',
+      [job.id],
+    );
     expect(rows).toHaveLength(60);
     const expected = Array.from({ length: 60 }, (_, i) => costSku('S07', '2026-10', i, 50));
     expect(rows.map((r) => [r.sku, r.q, r.c])).toEqual(expected.map((e) => [e.sku, e.quantity, e.unitCost]));
@@ -256,11 +276,14 @@ describe('worker', () => {
   });
 });
 
-describe('a job allowed more attempts than the queue\'s maxReceiveCount', () => {
+describe("a job allowed more attempts than the queue's maxReceiveCount", () => {
   it('retries past the receive limit on fresh messages instead of being redriven to the DLQ', async () => {
     await p.close();
     // Receive limit 4, but the job may take 6 attempts (it fails 5 times).
-    p = await createPlatform({ registry: new JobRegistry(testJobs), timings: { maxReceiveCount: 4, maxAttempts: 1, backoffBaseSeconds: 0.1, backoffMaxSeconds: 0.2 } });
+    p = await createPlatform({
+      registry: new JobRegistry(testJobs),
+      timings: { maxReceiveCount: 4, maxAttempts: 1, backoffBaseSeconds: 0.1, backoffMaxSeconds: 0.2 },
+    });
     const job = await enqueue('ledger.post', { batch: 'B-MANY', entries: 2, failAttempts: 5 }, { maxAttempts: 6 });
     p.worker().start();
     const done = await until(job.id, 'succeeded', 20_000);

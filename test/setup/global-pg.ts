@@ -19,7 +19,9 @@ export default async function setup(project: TestProject) {
   try {
     pg = await startEmbeddedPg();
   } catch (err) {
-    process.stderr.write(`could not start the embedded PostgreSQL for the tests (set DATABASE_URL to use another server): ${String(err)}\n`);
+    process.stderr.write(
+      `could not start the embedded PostgreSQL for the tests (set DATABASE_URL to use another server): ${String(err)}\n`,
+    );
     throw err;
   }
   project.provide('pgAdminUrl', pg.url);

@@ -42,7 +42,11 @@ export async function createPlatform(opts: { timings?: Partial<JobTimings>; regi
   const db = await createTestDb();
   const timings = { ...FAST_TIMINGS, ...opts.timings };
   const dlq = new MemoryQueue({ visibilityTimeoutSeconds: 30 });
-  const queue = new MemoryQueue({ visibilityTimeoutSeconds: timings.visibilityTimeoutSeconds, maxReceiveCount: timings.maxReceiveCount, deadLetterQueue: dlq });
+  const queue = new MemoryQueue({
+    visibilityTimeoutSeconds: timings.visibilityTimeoutSeconds,
+    maxReceiveCount: timings.maxReceiveCount,
+    deadLetterQueue: dlq,
+  });
   const registry = opts.registry ?? defaultRegistry();
   const publisher = new Publisher(db.pool, queue, silentLogger);
   const client = new JobClient({ pool: db.pool, registry, publisher, defaultMaxAttempts: timings.maxAttempts });
