@@ -1,15 +1,15 @@
 // Every SQL statement of the on-call tools (dead jobs, dead letters, poison messages, stuck
 // jobs), named after what it does, with the reason it is safe beside it. The job store's own
 // transitions are in runtime/store/sql.ts, the operators' writes to the job table (redrive,
-// discard, republish) included: this file only reads jobs, and records operator actions on dead
-// letters.
+// discard, republish, cancel) beside them in runtime/store/sql-operator.ts: this file only reads
+// jobs, and records operator actions on dead letters.
 //
-// "Attempts used" is attempt - releases (runtime/store/sql.ts). A redrive gives a dead job a
+// "Attempts used" is attempt - releases (runtime/store/sql-operator.ts). A redrive gives a dead job a
 // fresh attempt budget by setting releases = attempt, so the claim's `attempt - releases <
 // max_attempts` holds again while `attempt`, the fencing token, keeps growing: a worker that
 // still believed it held an old attempt is refused exactly as before.
 
-import { DEAD, DEAD_FILTER, JOB } from '../store/sql.ts';
+import { DEAD, DEAD_FILTER, JOB } from '../store/sql-fragments.ts';
 
 /**
  * Stuck jobs, as one relation: running past the type's expected maximum ($1 types, $2 seconds;

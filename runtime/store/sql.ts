@@ -1,12 +1,9 @@
 // Every SQL statement that writes jobs.job and jobs.outbox, each named after the state
-// transition it performs, with the reason it is race-free beside it: the workers' transitions
-// and the operators' (redrive, discard, republish). The rest of the runtime calls them by name;
-// nothing else writes these tables.
-//
-// Operators' writes: "attempts used" is attempt - releases. A redrive gives a dead job a fresh
-// attempt budget by setting releases = attempt, so the claim's `attempt - releases <
-// max_attempts` holds again while `attempt`, the fencing token, keeps growing: a worker that
-// still believed it held an old attempt is refused exactly as before.
+// transition it performs, with the reason it is race-free beside it. This file holds the
+// workers' and maintenance loops' transitions (enqueue, claim, heartbeat, checkpoint, complete,
+// fail, release, dead-letter, rescue, reconcile, the outbox relay) and the job reads;
+// sql-operator.ts holds the operators' (cancel, republish, redrive, discard). SQL below is both,
+// run by name (run() in job-store.ts); nothing else writes these tables.
 //
 // Conventions:
 //  - Time is statement_timestamp(), not now(): inside a long handler transaction now() is the
@@ -20,53 +17,10 @@
 //  - "Attempts used" is attempt - releases: a graceful release hands a claim back without
 //    spending the job's attempt budget, while the token stays monotonic.
 
-const JOB_COLUMNS = `id, type, payload, state, idempotency_key, attempt, releases, max_attempts, lease_owner,
-  lease_expires_at, run_after, progress, checkpoint, last_error, attempt_log, result, cancelled_by,
-  created_at, started_at, finished_at`;
+import { JOB_COLUMNS } from './sql-fragments.ts';
+import { OPERATOR_SQL } from './sql-operator.ts';
 
-/** The job columns, plus claimed_at (migration 0003). */
-export const JOB = (a: string) =>
-  [
-    'id',
-    'type',
-    'payload',
-    'state',
-    'idempotency_key',
-    'attempt',
-    'releases',
-    'max_attempts',
-    'lease_owner',
-    'lease_expires_at',
-    'run_after',
-    'progress',
-    'checkpoint',
-    'last_error',
-    'attempt_log',
-    'result',
-    'cancelled_by',
-    'created_at',
-    'started_at',
-    'finished_at',
-    'claimed_at',
-  ]
-    .map((c) => `${a}.${c}`)
-    .join(', ');
-
-/** Triage of a dead job, from jobs.dead_job (alias d). */
-export const DEAD = 'd.dead_at, d.discarded_at, d.discarded_by, d.discard_reason';
-
-/**
- * The dead-job filter shared by list, redrive and discard, over jobs.dead_job d joined to
- * jobs.job j: $1 ids | $2 type | $3 since | $4 until (on the time of death). `j.state = 'dead'`
- * is re-checked under the row lock where a statement locks.
- */
-export const DEAD_FILTER = `j.state = 'dead'
-       AND ($1::uuid[] IS NULL OR d.job_id = ANY($1::uuid[]))
-       AND ($2::text IS NULL OR d.type = $2::text)
-       AND ($3::timestamptz IS NULL OR d.dead_at >= $3::timestamptz)
-       AND ($4::timestamptz IS NULL OR d.dead_at < $4::timestamptz)`;
-
-export const SQL = {
+const WORKER_SQL = {
   /**
    * Enqueue a batch of jobs and their outbox rows in the caller's transaction, in one round trip.
    * The partial unique index job_active_idempotency_key makes a second active job with the same
@@ -234,17 +188,6 @@ export const SQL = {
     RETURNING j.id`,
 
   /**
-   * Cancel a pending or running job. A running owner learns at its next heartbeat (its renewal
-   * matches zero rows) and its handler is aborted; its completion would be refused.
-   */
-  jobCancel: `
-    UPDATE jobs.job
-       SET state = 'cancelled', cancelled_by = $2, finished_at = statement_timestamp(),
-           lease_owner = NULL, lease_expires_at = NULL
-     WHERE id = $1 AND state IN ('pending', 'running')
-    RETURNING ${JOB_COLUMNS}`,
-
-  /**
    * Dead-letter the jobs among $1 whose owner died on their final attempt: running, lease
    * expired, attempts used at the cap. Nobody can claim them (jobClaim requires attempts left),
    * so without this they would sit in `running` forever. Re-checked per row under its lock.
@@ -341,153 +284,6 @@ export const SQL = {
     )
     SELECT m.id, m.type, m.run_after, o.outbox_id FROM marked m JOIN outboxed o ON o.job_id = m.id`,
 
-  /**
-   * An operator forces a fresh message for pending jobs (`jobs republish`): by id, by type, or
-   * due before a time, at most $4, through the outbox, each recorded as an operator action in
-   * the same statement. Only pending jobs: a running job's owner holds its message (and the
-   * rescuer re-publishes it if the owner dies), a terminal job needs none. Rows locked in
-   * (run_after, id) order; a concurrent claim waits or has won, and a claimed job is no longer
-   * pending when this re-checks it. Sets republished_at so the reconciler does not pick the same
-   * jobs again at once. A duplicate message is harmless by design.
-   */
-  jobRepublish: `
-    WITH picked AS (
-      SELECT id FROM jobs.job
-       WHERE finished_at IS NULL AND state = 'pending'
-         AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[]))
-         AND ($2::text IS NULL OR type = $2::text)
-         AND ($3::timestamptz IS NULL OR run_after < $3::timestamptz)
-       ORDER BY run_after, id
-       LIMIT $4
-       FOR UPDATE
-    ), marked AS (
-      UPDATE jobs.job j SET republished_at = statement_timestamp()
-        FROM picked p WHERE j.id = p.id AND j.state = 'pending'
-      RETURNING j.id, j.type, j.run_after
-    ), outboxed AS (
-      INSERT INTO jobs.outbox (job_id) SELECT id FROM marked RETURNING id AS outbox_id, job_id
-    ), recorded AS (
-      INSERT INTO jobs.operator_action (action, by, job_id, reason, detail)
-      SELECT 'job-republish', $5::text, id, $6::text, jsonb_build_object('runAfter', run_after) FROM marked
-    )
-    SELECT m.id, m.type, m.run_after, o.outbox_id FROM marked m JOIN outboxed o ON o.job_id = m.id`,
-
-  /**
-   * Redrive: dead → pending, due now, with a fresh attempt budget (releases = attempt), an outbox
-   * row in the same transaction (published after COMMIT; the relay publishes it if we die first),
-   * an attempt-log entry and an operator_action row saying who asked, when and why. The
-   * job_track_dead trigger removes the job's dead_job row in the same transaction.
-   *
-   * Race-free: the job rows are locked (FOR UPDATE, in (dead_at, id) order, so two redrives
-   * cannot deadlock); a concurrent redrive of the same job waits for the lock and then re-checks
-   * `j.state = 'dead'` against the new row version, so a job is redriven once. Workers never
-   * write a dead row. Only dead rows qualify: a succeeded, running, pending or cancelled job is
-   * never touched, whatever the caller asked.
-   *
-   * Idempotency keys: a pending job enters the partial unique index on (type, key). A dead job
-   * whose key an active job now holds is skipped with the reason; of two dead jobs with one key
-   * in a batch, only the newest is redriven. (An enqueue racing this statement with the same key
-   * can still win: the caller sees a unique violation and runs the batch again.)
-   *
-   * $1–$4 the dead filter | $5 include discarded | $6, $7 cursor (dead_at text, id; ascending) |
-   * $8 batch size | $9 by | $10 reason | $11 new max_attempts (null: the budget the job had before
-   * any redrive overrode it, else its own: a probe's --max-attempts 1 does not stick) | $12 from scratch
-   * (drop checkpoint and progress) | $13 dry run (judge, change nothing).
-   */
-  deadJobRedrive: `
-    WITH locked AS (
-      SELECT j.id, j.type, j.idempotency_key, d.dead_at, d.dead_at::text AS dead_at_key, d.discarded_at,
-             j.attempt - j.releases AS attempts_used,
-             -- The budget the job had before any redrive overrode it (a probe's --max-attempts 1):
-             -- what a plain redrive gives back. Null when no redrive ever overrode it.
-             (SELECT (x.e->>'maxAttemptsBefore')::int
-                FROM jsonb_array_elements(j.attempt_log) WITH ORDINALITY AS x(e, n)
-               WHERE x.e->>'outcome' = 'redriven' AND x.e->>'maxAttemptsBefore' IS NOT NULL
-               ORDER BY x.n LIMIT 1) AS budget_before_overrides
-        FROM jobs.dead_job d JOIN jobs.job j ON j.id = d.job_id
-       WHERE ${DEAD_FILTER}
-         AND ($5::boolean OR d.discarded_at IS NULL)
-         AND ($7::uuid IS NULL OR (d.dead_at, d.job_id) > ($6::timestamptz, $7::uuid))
-       ORDER BY d.dead_at, d.job_id
-       LIMIT $8
-         FOR UPDATE OF j
-    ), judged AS (
-      SELECT l.*,
-             CASE
-               WHEN l.idempotency_key IS NULL THEN NULL
-               WHEN row_number() OVER (PARTITION BY l.type, l.idempotency_key ORDER BY l.dead_at DESC, l.id DESC) > 1
-                 THEN 'a newer dead job with the same idempotency key is redriven instead'
-               WHEN EXISTS (SELECT 1 FROM jobs.job a
-                             WHERE a.type = l.type AND a.idempotency_key = l.idempotency_key AND a.state IN ('pending', 'running'))
-                 THEN 'an active job holds its idempotency key'
-             END AS skip_reason
-        FROM locked l
-    ), redriven AS (
-      UPDATE jobs.job j
-         SET state = 'pending', run_after = statement_timestamp(), finished_at = NULL,
-             releases = j.attempt,
-             max_attempts = coalesce($11::int, judged.budget_before_overrides, j.max_attempts),
-             checkpoint = CASE WHEN $12::boolean THEN NULL ELSE j.checkpoint END,
-             progress = CASE WHEN $12::boolean THEN NULL ELSE j.progress END,
-             attempt_log = j.attempt_log || jsonb_build_array(jsonb_build_object(
-               'attempt', j.attempt, 'owner', NULL, 'at', statement_timestamp(), 'outcome', 'redriven', 'by', $9::text,
-               'message', 'redriven by ' || $9::text || coalesce(': ' || $10::text, '') || ' (' || judged.attempts_used
-                 || ' attempt(s) used; fresh budget of ' || coalesce($11::int, judged.budget_before_overrides, j.max_attempts)
-                 || CASE WHEN $11::int IS NULL AND judged.budget_before_overrides IS NOT NULL
-                         THEN ', the budget it had before a redrive overrode it' ELSE '' END
-                 || CASE WHEN $12::boolean THEN ', from scratch' ELSE '' END || ')')
-               || CASE WHEN $11::int IS NOT NULL THEN jsonb_build_object('maxAttemptsBefore', j.max_attempts) ELSE '{}'::jsonb END)
-        FROM judged
-       WHERE j.id = judged.id AND judged.skip_reason IS NULL AND j.state = 'dead' AND NOT $13::boolean
-      RETURNING ${JOB('j')}
-    ), outboxed AS (
-      INSERT INTO jobs.outbox (job_id) SELECT id FROM redriven RETURNING id AS outbox_id, job_id
-    ), recorded AS (
-      INSERT INTO jobs.operator_action (action, by, job_id, reason, detail)
-      SELECT 'job-redrive', $9::text, r.id, $10::text,
-             jsonb_build_object('attempt', r.attempt, 'attemptsUsedBefore', judged.attempts_used, 'maxAttempts', r.max_attempts,
-                                'fromScratch', $12::boolean, 'wasDiscarded', judged.discarded_at IS NOT NULL)
-        FROM redriven r JOIN judged ON judged.id = r.id
-    )
-    SELECT judged.id AS target_id, judged.type AS target_type, judged.dead_at_key, judged.skip_reason, judged.attempts_used,
-           o.outbox_id, ${JOB('r')}
-      FROM judged
-      LEFT JOIN redriven r ON r.id = judged.id
-      LEFT JOIN outboxed o ON o.job_id = judged.id
-     ORDER BY judged.dead_at, judged.id`,
-
-  /**
-   * Discard: a dead job on-call decided not to re-run, with who and why. It stays dead (terminal,
-   * no new state); the listing leaves it out by default and the DLQ reconciliation drops its dead
-   * letters. Only dead jobs not yet discarded; locked, so two discards record one.
-   * $1–$4 the dead filter | $5 by | $6 reason | $7 batch size.
-   */
-  deadJobDiscard: `
-    WITH target AS (
-      SELECT d.job_id FROM jobs.dead_job d JOIN jobs.job j ON j.id = d.job_id
-       WHERE ${DEAD_FILTER} AND d.discarded_at IS NULL
-       ORDER BY d.dead_at, d.job_id
-       LIMIT $7
-         FOR UPDATE OF d, j
-    ), marked AS (
-      UPDATE jobs.dead_job d
-         SET discarded_at = statement_timestamp(), discarded_by = $5::text, discard_reason = $6::text
-        FROM target t
-       WHERE d.job_id = t.job_id AND d.discarded_at IS NULL
-      RETURNING ${DEAD}, d.job_id
-    ), logged AS (
-      UPDATE jobs.job j
-         SET attempt_log = j.attempt_log || jsonb_build_array(jsonb_build_object(
-               'attempt', j.attempt, 'owner', NULL, 'at', statement_timestamp(), 'outcome', 'discarded', 'by', $5::text,
-               'message', 'discarded by ' || $5::text || ': ' || $6::text))
-        FROM marked m
-       WHERE j.id = m.job_id
-      RETURNING ${JOB('j')}
-    ), recorded AS (
-      INSERT INTO jobs.operator_action (action, by, job_id, reason) SELECT 'job-discard', $5::text, job_id, $6::text FROM marked
-    )
-    SELECT l.*, m.dead_at, m.discarded_at, m.discarded_by, m.discard_reason FROM logged l JOIN marked m ON m.job_id = l.id`,
-
   /** Queue a publish for existing jobs (re-publish after a lost message, redrive), in the caller's transaction. */
   outboxInsert: `
     INSERT INTO jobs.outbox (job_id) SELECT unnest($1::uuid[]) RETURNING id AS outbox_id, job_id`,
@@ -531,5 +327,8 @@ export const SQL = {
   /** Counts of the active states only, from job_active (cheap enough to poll). */
   jobCountActive: `SELECT state, count(*)::int AS count FROM jobs.job WHERE finished_at IS NULL GROUP BY state`,
 } as const;
+
+/** Every job-table statement by name: the workers' (above) and the operators' (sql-operator.ts). */
+export const SQL = { ...WORKER_SQL, ...OPERATOR_SQL } as const;
 
 export type SqlName = keyof typeof SQL;
