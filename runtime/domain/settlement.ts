@@ -11,7 +11,7 @@
 //     running, expired on its final attempt   → dead-letter the job (lease-expired-final-attempt)
 //     running, expired, attempts left         → retry shortly (the next claim reclaims it)
 //
-//   the DLQ reconciliation (runtime/oncall/dlq.ts), about a dead letter (judgeDeadLetter):
+//   the DLQ reconciliation (runtime/oncall/dlq-reconcile.ts), about a dead letter (judgeDeadLetter):
 //     job pending                         → resend: it still needs a message
 //     job running, lease expired          → resend: a worker reclaims it
 //     job running, live lease             → drop: its owner holds its own message; never re-run

@@ -1,269 +1,44 @@
 // The SQS dead-letter queue for on-call: look at its messages, move them back to the job queue,
-// discard the ones nobody should run, each reconciled with the job table. The job row decides
-// (DESIGN: PostgreSQL decides, SQS delivers), so every dead letter is judged by its job, by the
-// rules the worker settles its messages with (runtime/domain/settlement.ts):
-//
-//   job pending                         → resend: it still needs a message (e.g. SQS redrove it
-//                                         after a crash loop, or the job was redriven)
-//   job running, lease expired          → resend: a worker reclaims it
-//   job running, live lease             → drop: its owner holds its own message; never re-run
-//   job succeeded or cancelled          → drop: nothing to run; never re-run
-//   job dead, discarded                 → drop: on-call decided not to run it
-//   job dead                            → keep: redrive the job (jobs dead redrive) or discard it
-//   no such job / body names no job     → keep: poison, reported, never resent
+// discard the ones nobody should run, each reconciled with the job table. Every dead letter is
+// judged by its job row (dlq-reconcile.ts: resend, drop or keep); the SQS calls are in
+// dlq-queue.ts. This file runs the passes over the DLQ and records what each did and why.
 //
 // Two ways to move: receive-and-resend (everywhere; the only way on the local endpoint, which
-// lacks StartMessageMoveTask), message by message with the verdicts above; and on AWS
+// lacks StartMessageMoveTask), message by message with those verdicts; and on AWS
 // StartMessageMoveTask (--move), for a large DLQ, which SQS runs server-side and which cannot
 // skip messages — so it is started only after a scan found nothing that must stay (keep), and
 // whatever it moves is settled by the worker by the same job row (a terminal job's message is
 // deleted, a live lease's duplicate ignored). A move started by mistake can be cancelled while it
 // runs (CancelMessageMoveTask, by its task handle): what it moved stays moved, the rest stays in
 // the DLQ.
-//
-// Reading a queue means receiving: a scan holds each message invisible for a short while
-// (HOLD_SECONDS) so it sees each once, then hands back what it keeps (visibility 0). Receiving
-// raises a dead letter's receive count, which is harmless: the DLQ has no redrive policy.
 
-import {
-  CancelMessageMoveTaskCommand,
-  ChangeMessageVisibilityBatchCommand,
-  DeleteMessageBatchCommand,
-  GetQueueAttributesCommand,
-  ListMessageMoveTasksCommand,
-  ReceiveMessageCommand,
-  StartMessageMoveTaskCommand,
-  type SQSClient,
-} from '@aws-sdk/client-sqs';
 import type pg from 'pg';
 import { ValidationError } from '../domain/errors.ts';
-import { isJobId } from '../domain/ids.ts';
+import type { Verdict } from '../domain/settlement.ts';
 import type { Logger } from '../observability/log.ts';
-import { jobMessageBody, parseJobMessage } from '../queue/message.ts';
+import { jobMessageBody } from '../queue/message.ts';
 import { chunk, SQS_BATCH_LIMIT, type JobQueue } from '../queue/types.ts';
-import type { JobState } from '../domain/job.ts';
-import { operatorName, recordActions, rowToOpsJob, runOps, type OpsJob } from './db.ts';
 import { resolvePoisonMessages } from '../store/poison.ts';
-import { DEAD_JOB_REASONS, judgeDeadLetter, POISON_REASONS, type Verdict } from '../domain/settlement.ts';
+import { operatorName, recordActions, rowToOpsJob, runOps } from './db.ts';
+import {
+  MOVE_STATUS_HINT,
+  MoveCancelError,
+  type DeadLetter,
+  type MoveCancelled,
+  type MoveTask,
+  type SqsDeadLetterQueue,
+} from './dlq-queue.ts';
+import { reconcile, reconcileJobId, type ReconciledLetter } from './dlq-reconcile.ts';
+
+// What callers have always imported from here (the services, the routes, the CLI, the tests).
+export { MoveCancelError, SqsDeadLetterQueue, type DeadLetter, type MoveCancelled, type MoveTask } from './dlq-queue.ts';
+export { reconcile, type LetterKind, type ReconciledLetter, type Verdict } from './dlq-reconcile.ts';
 
 /** How long a scan keeps a received dead letter invisible before it decides and acts. */
 export const HOLD_SECONDS = 60;
 /** Most dead letters one pass looks at unless told otherwise. */
 export const DEFAULT_SCAN_LIMIT = 1000;
 export const MAX_SCAN_LIMIT = 100_000;
-
-export interface DeadLetter {
-  messageId: string;
-  receipt: string;
-  body: string;
-  /** The message attributes (Reason, JobId, ErrorMessage, …). */
-  attributes: Record<string, string>;
-  sentAt: Date | null;
-  /** The principal that sent it (SQS's SenderId): the worker's role for its own dead letters, the original sender after an SQS redrive. */
-  senderId: string | null;
-  receiveCount: number;
-}
-
-/**
- * A move task cancel that did not happen, in words on-call can act on: the task handle, why, and
- * what to do. `local`: the local endpoint has no move tasks; `not-found`: SQS knows no running
- * task by that handle (unknown, mistyped, or already finished, failed or cancelled); `denied`:
- * the caller's credentials may not cancel it (the grant covers the DLQ's own move tasks only).
- */
-export class MoveCancelError extends Error {
-  override name = 'MoveCancelError';
-  constructor(
-    readonly reason: 'local' | 'not-found' | 'denied',
-    readonly taskHandle: string,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
-/** What a cancel did: SQS's count of the messages the task had moved before it stopped. */
-export interface MoveCancelled {
-  taskHandle: string;
-  moved: number | null;
-  by: string;
-}
-
-const MOVE_STATUS_HINT = "list the DLQ's move tasks and their handles with `jobs dlq move-status` (GET /v1/dlq/move-tasks)";
-
-export interface MoveTask {
-  taskHandle: string | null;
-  status: string;
-  sourceArn: string;
-  destinationArn: string | null;
-  moved: number;
-  toMove: number | null;
-  startedAt: Date | null;
-  failureReason: string | null;
-}
-
-/** The DLQ as on-call reads it: receive with a hold, hand back, delete, and SQS's server-side move. */
-export class SqsDeadLetterQueue {
-  private arnCache: Promise<{ dlqArn: string; queueArn: string }> | null = null;
-
-  constructor(
-    readonly opts: {
-      dlqUrl: string;
-      /** The job queue the DLQ's messages came from (the move's destination). */
-      queueUrl: string;
-      client: SQSClient;
-      /** A local endpoint (fauxqs): it has no StartMessageMoveTask. */
-      local: boolean;
-    },
-  ) {}
-
-  async receive(max: number, waitSeconds: number, holdSeconds: number): Promise<DeadLetter[]> {
-    const out = await this.opts.client.send(
-      new ReceiveMessageCommand({
-        QueueUrl: this.opts.dlqUrl,
-        MaxNumberOfMessages: Math.max(1, Math.min(SQS_BATCH_LIMIT, max)),
-        WaitTimeSeconds: waitSeconds,
-        VisibilityTimeout: holdSeconds,
-        MessageSystemAttributeNames: ['All'],
-        MessageAttributeNames: ['All'],
-      }),
-    );
-    return (out.Messages ?? []).map((m) => ({
-      messageId: m.MessageId ?? '',
-      receipt: m.ReceiptHandle ?? '',
-      body: m.Body ?? '',
-      attributes: Object.fromEntries(Object.entries(m.MessageAttributes ?? {}).map(([k, v]) => [k, v.StringValue ?? ''])),
-      sentAt: m.Attributes?.SentTimestamp ? new Date(Number(m.Attributes.SentTimestamp)) : null,
-      senderId: m.Attributes?.SenderId ?? null,
-      receiveCount: Number(m.Attributes?.ApproximateReceiveCount ?? 1),
-    }));
-  }
-
-  /** Hand messages back (visibility 0). A stale handle means someone else has it now: nothing to do. */
-  async release(receipts: string[]): Promise<void> {
-    for (const batch of chunk(receipts, SQS_BATCH_LIMIT)) {
-      await this.opts.client.send(
-        new ChangeMessageVisibilityBatchCommand({
-          QueueUrl: this.opts.dlqUrl,
-          Entries: batch.map((r, i) => ({ Id: String(i), ReceiptHandle: r, VisibilityTimeout: 0 })),
-        }),
-      );
-    }
-  }
-
-  /** Delete messages; returns the receipts that failed. */
-  async delete(receipts: string[]): Promise<{ receipt: string; message: string }[]> {
-    const failed: { receipt: string; message: string }[] = [];
-    for (const batch of chunk(receipts, SQS_BATCH_LIMIT)) {
-      const out = await this.opts.client.send(
-        new DeleteMessageBatchCommand({ QueueUrl: this.opts.dlqUrl, Entries: batch.map((r, i) => ({ Id: String(i), ReceiptHandle: r })) }),
-      );
-      for (const f of out.Failed ?? [])
-        failed.push({ receipt: batch[Number(f.Id)]!, message: `${f.Code ?? 'Unknown'}: ${f.Message ?? ''}` });
-    }
-    return failed;
-  }
-
-  arns(): Promise<{ dlqArn: string; queueArn: string }> {
-    this.arnCache ??= (async () => {
-      const arn = async (url: string) => {
-        const out = await this.opts.client.send(new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: ['QueueArn'] }));
-        const a = out.Attributes?.QueueArn;
-        if (!a) throw new Error(`SQS returned no QueueArn for ${url}`);
-        return a;
-      };
-      const [dlqArn, queueArn] = await Promise.all([arn(this.opts.dlqUrl), arn(this.opts.queueUrl)]);
-      return { dlqArn, queueArn };
-    })();
-    this.arnCache.catch(() => {
-      this.arnCache = null;
-    });
-    return this.arnCache;
-  }
-
-  /** StartMessageMoveTask: SQS moves every message of the DLQ to the job queue, server-side. */
-  async startMove(maxPerSecond?: number): Promise<{ taskHandle: string; dlqArn: string; queueArn: string }> {
-    const { dlqArn, queueArn } = await this.arns();
-    const out = await this.opts.client.send(
-      new StartMessageMoveTaskCommand({
-        SourceArn: dlqArn,
-        DestinationArn: queueArn,
-        ...(maxPerSecond ? { MaxNumberOfMessagesPerSecond: maxPerSecond } : {}),
-      }),
-    );
-    if (!out.TaskHandle) throw new Error('StartMessageMoveTask returned no task handle');
-    return { taskHandle: out.TaskHandle, dlqArn, queueArn };
-  }
-
-  /**
-   * CancelMessageMoveTask: stops a RUNNING move; what it already moved stays moved. SQS's refusals
-   * become a MoveCancelError naming the handle; anything else (throttling, the network) is thrown
-   * as it came.
-   */
-  async cancelMove(taskHandle: string): Promise<{ moved: number | null }> {
-    try {
-      const out = await this.opts.client.send(new CancelMessageMoveTaskCommand({ TaskHandle: taskHandle }));
-      return { moved: out.ApproximateNumberOfMessagesMoved ?? null };
-    } catch (err) {
-      const name = (err as { name?: unknown }).name;
-      const said = `${String(name)}: ${(err as Error).message ?? ''}`.slice(0, 300);
-      if (name === 'ResourceNotFoundException' || name === 'InvalidAddress' || name === 'InvalidParameterValue') {
-        throw new MoveCancelError(
-          'not-found',
-          taskHandle,
-          `no running move task ${taskHandle}: SQS does not know it, or it has already finished, failed or been cancelled (only a RUNNING task can be cancelled; SQS said ${said}). Check the handle: ${MOVE_STATUS_HINT}`,
-        );
-      }
-      if (typeof name === 'string' && /^AccessDenied/.test(name)) {
-        throw new MoveCancelError(
-          'denied',
-          taskHandle,
-          `not allowed to cancel move task ${taskHandle} (SQS said ${said}): sqs:CancelMessageMoveTask is granted on this environment's DLQ only, so the handle may belong to another queue or environment; ${MOVE_STATUS_HINT}`,
-        );
-      }
-      throw err;
-    }
-  }
-
-  async listMoves(): Promise<MoveTask[]> {
-    const { dlqArn } = await this.arns();
-    const out = await this.opts.client.send(new ListMessageMoveTasksCommand({ SourceArn: dlqArn, MaxResults: 10 }));
-    return (out.Results ?? []).map((r) => ({
-      taskHandle: r.TaskHandle ?? null,
-      status: r.Status ?? 'UNKNOWN',
-      sourceArn: r.SourceArn ?? dlqArn,
-      destinationArn: r.DestinationArn ?? null,
-      moved: r.ApproximateNumberOfMessagesMoved ?? 0,
-      toMove: r.ApproximateNumberOfMessagesToMove ?? null,
-      startedAt: r.StartedTimestamp ? new Date(r.StartedTimestamp) : null,
-      failureReason: r.FailureReason ?? null,
-    }));
-  }
-}
-
-export type { Verdict } from '../domain/settlement.ts';
-/** dead-job: the worker's report of a dead job; poison: a message the worker could not handle; sqs-redrive: moved by the queue's redrive policy after maxReceiveCount receives (a crash loop). */
-export type LetterKind = 'dead-job' | 'poison' | 'sqs-redrive';
-
-export interface ReconciledLetter {
-  messageId: string;
-  sentAt: Date | null;
-  senderId: string | null;
-  receiveCount: number;
-  kind: LetterKind;
-  /** The worker's Reason attribute, or `sqs-redrive`. */
-  reason: string;
-  /** The error or detail the dead letter carries. */
-  detail: string | null;
-  jobId: string | null;
-  jobType: string | null;
-  jobState: JobState | null;
-  verdict: Verdict;
-  why: string;
-  body: string;
-  attributes: Record<string, string>;
-  /** What this pass did with it (redrive, discard); absent on a look or a dry run. */
-  done?: 'resent' | 'dropped' | 'kept' | 'discarded' | 'moved';
-}
 
 export interface DlqPassReport {
   letters: ReconciledLetter[];
@@ -276,31 +51,6 @@ export interface DlqPassReport {
   moveTask?: { taskHandle: string; dlqArn: string; queueArn: string };
   /** Set when the pass refused to act (e.g. --move with messages that must stay). */
   refused?: string;
-}
-
-/** Judge one dead letter by its job row (see the table at the top of this file). */
-export function reconcile(letter: DeadLetter, job: OpsJob | undefined, dbNow: Date): ReconciledLetter {
-  const reasonAttr = letter.attributes.Reason;
-  const kind: LetterKind =
-    reasonAttr && DEAD_JOB_REASONS.has(reasonAttr) ? 'dead-job' : reasonAttr && POISON_REASONS.has(reasonAttr) ? 'poison' : 'sqs-redrive';
-  const parsed = parseJobMessage(letter.body);
-  const jobId = reconcileJobId(letter);
-  const base = {
-    messageId: letter.messageId,
-    sentAt: letter.sentAt,
-    senderId: letter.senderId,
-    receiveCount: letter.receiveCount,
-    kind,
-    reason: reasonAttr ?? 'sqs-redrive',
-    detail: letter.attributes.ErrorMessage ?? letter.attributes.Detail ?? null,
-    jobId,
-    jobType: job?.type ?? letter.attributes.JobType ?? (parsed.ok ? (parsed.message.type ?? null) : null),
-    jobState: job?.state ?? null,
-    body: letter.body,
-    attributes: letter.attributes,
-  };
-  // The rules and their reasons live once, beside the worker's (runtime/domain/settlement.ts).
-  return { ...base, ...judgeDeadLetter(jobId, job, dbNow, parsed.ok ? 'no job id' : parsed.reason) };
 }
 
 export interface DeadLetterServiceOptions {
@@ -324,9 +74,9 @@ export class DeadLetterService {
   }
 
   /**
-   * Move dead letters back to the job queue, reconciled with the job table (see the top of this
-   * file). `move` uses StartMessageMoveTask on AWS; on the local endpoint it falls back to
-   * receive-and-resend, and says so.
+   * Move dead letters back to the job queue, reconciled with the job table (the verdicts of
+   * dlq-reconcile.ts). `move` uses StartMessageMoveTask on AWS; on the local endpoint it falls
+   * back to receive-and-resend, and says so.
    */
   async redrive(req: { by: string; dryRun?: boolean; move?: boolean; limit?: number; maxPerSecond?: number }): Promise<DlqPassReport> {
     const limit = req.limit ?? DEFAULT_SCAN_LIMIT;
@@ -565,12 +315,4 @@ export class DeadLetterService {
     for (const l of letters) counts[l.verdict]++;
     return { letters, complete, dryRun, method, counts, notes: [] };
   }
-}
-
-/** The job a dead letter names, if any (its JobId attribute, else its body). */
-function reconcileJobId(m: DeadLetter): string | null {
-  const attr = m.attributes.JobId?.toLowerCase();
-  if (attr && isJobId(attr)) return attr;
-  const parsed = parseJobMessage(m.body);
-  return parsed.ok ? parsed.message.jobId : null;
 }
