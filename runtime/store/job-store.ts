@@ -153,9 +153,9 @@ export class JobStore {
     return new Set(rows.map((r) => r.id as string));
   }
 
-  /** Save a checkpoint; false when the lease is lost. */
-  async checkpoint(token: LeaseToken, checkpoint: unknown, progress?: Progress | null): Promise<boolean> {
-    const r = await run(this.pool, 'jobCheckpoint', [
+  /** Save a checkpoint; false when the lease is lost. `tx`: the job transaction a chunk commits in (executor.ts). */
+  async checkpoint(token: LeaseToken, checkpoint: unknown, progress?: Progress | null, tx: Queryable = this.pool): Promise<boolean> {
+    const r = await run(tx, 'jobCheckpoint', [
       token.id,
       token.attempt,
       JSON.stringify(checkpoint ?? null),

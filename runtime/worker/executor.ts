@@ -75,11 +75,18 @@ export class JobExecutor {
     completer.succeeded(h, log);
   }
 
-  /** ctx.saveCheckpoint: fenced; a refusal is a lost lease. */
-  async saveCheckpoint(h: Held, checkpoint: unknown, progress?: { fraction: number; message?: string }): Promise<void> {
+  /**
+   * ctx.saveCheckpoint: fenced; a refusal is a lost lease. With the job's transaction open, the
+   * checkpoint commits in it, together with the writes of the chunk it ends (job-transaction.ts).
+   */
+  async saveCheckpoint(h: Held, tx: JobTransaction, checkpoint: unknown, progress?: { fraction: number; message?: string }): Promise<void> {
     if (h.lost || h.released) throw new LeaseLostError(h.job.id, h.token.attempt, 'checkpoint');
     if (progress) recordProgress(h, progress.fraction, progress.message);
-    const ok = await this.ctx.store.checkpoint(h.token, checkpoint, progress ? h.lastProgress : null);
+    const { store } = this.ctx;
+    const saved = progress ? h.lastProgress : null;
+    const ok = tx.opened
+      ? await tx.commitChunk((client) => store.checkpoint(h.token, checkpoint, saved, client))
+      : await store.checkpoint(h.token, checkpoint, saved);
     if (!ok) {
       this.heartbeat.loseLease(h, 'checkpoint');
       throw new LeaseLostError(h.job.id, h.token.attempt, 'checkpoint');
@@ -136,6 +143,9 @@ class AttemptContext implements JobContext {
     const j = h.job;
     this.job = { id: j.id, type: j.type, attempt: j.attempt, maxAttempts: j.maxAttempts, createdAt: j.createdAt };
     this.checkpoint = j.checkpoint ?? null;
+    // Handlers destructure their context (`const { progress, saveCheckpoint } = ctx`).
+    this.progress = this.progress.bind(this);
+    this.saveCheckpoint = this.saveCheckpoint.bind(this);
   }
 
   get signal(): AbortSignal {
@@ -156,6 +166,6 @@ class AttemptContext implements JobContext {
   }
 
   saveCheckpoint(checkpoint: unknown, progress?: { fraction: number; message?: string }): Promise<void> {
-    return this.executor.saveCheckpoint(this.h, checkpoint, progress);
+    return this.executor.saveCheckpoint(this.h, this.db, checkpoint, progress);
   }
 }

@@ -17,6 +17,13 @@
 //     trip, and a job that never touches ctx.db none at all.
 // Layers 2 and 3 fail the attempt with JobTransactionEndedError (non-retryable: the effects may
 // have landed, and a retry would apply them again).
+//
+// Chunked work (issue 18): a checkpoint saved while the transaction is open commits the writes
+// since the last checkpoint together with it, fenced the same way (commitChunk), and the next
+// query opens a fresh transaction. A checkpoint and the rows it stands for therefore land
+// together or not at all: an attempt that resumes from a checkpoint finds exactly the rows of
+// the chunks before it, and a zombie's chunk is refused with its rows. A handler that never
+// checkpoints keeps one transaction, committed with its completion.
 
 import type pg from 'pg';
 import { JobTransactionEndedError, type NonRetryableError, TransactionControlRefusedError } from '../domain/errors.ts';
@@ -34,7 +41,10 @@ export class JobTransaction implements JobDb {
   private startedAt: string | null = null;
   private leftFence: NonRetryableError | null = null;
 
-  constructor(private readonly pool: pg.Pool) {}
+  constructor(private readonly pool: pg.Pool) {
+    // `const { query } = ctx.db` works too.
+    this.query = this.query.bind(this);
+  }
 
   /** The job must complete through commitWith (a refused statement counts: the attempt then ends dead). */
   get opened(): boolean {
@@ -68,8 +78,23 @@ export class JobTransaction implements JobDb {
    * Run the fenced completion as the transaction's last statement and COMMIT if it matched;
    * ROLLBACK (and return false) if it did not. Opens the transaction if the handler never did.
    * Throws JobTransactionEndedError, and commits nothing, if the handler ended the transaction.
+   * Afterwards the transaction is over: ctx.db refuses further queries.
    */
-  async commitWith(complete: (client: pg.PoolClient) => Promise<boolean>): Promise<boolean> {
+  commitWith(complete: (client: pg.PoolClient) => Promise<boolean>): Promise<boolean> {
+    return this.commitFenced(complete, false);
+  }
+
+  /**
+   * A checkpoint in the middle of the work: like commitWith (the fenced checkpoint is the
+   * statement before COMMIT; false and everything rolled back when the lease is lost), but the
+   * handler goes on: its next query opens a new transaction, on a connection taken from the pool
+   * then (the one used so far goes back to it, so work between chunks holds none).
+   */
+  commitChunk(checkpoint: (client: pg.PoolClient) => Promise<boolean>): Promise<boolean> {
+    return this.commitFenced(checkpoint, true);
+  }
+
+  private async commitFenced(complete: (client: pg.PoolClient) => Promise<boolean>, goOn: boolean): Promise<boolean> {
     if (this.leftFence) {
       await this.rollback();
       throw this.leftFence;
@@ -94,7 +119,8 @@ export class JobTransaction implements JobDb {
         }
         throw err;
       }
-      this.finish();
+      if (goOn) this.nextChunk();
+      else this.finish();
       return true;
     } catch (err) {
       await this.rollback();
@@ -152,6 +178,14 @@ export class JobTransaction implements JobDb {
       return c;
     })();
     return this.opening;
+  }
+
+  /** After a chunk committed: the connection goes back to the pool, the next query begins anew. */
+  private nextChunk(): void {
+    this.client?.release();
+    this.client = null;
+    this.opening = null;
+    this.startedAt = null;
   }
 
   private finish(err?: Error): void {
