@@ -13,6 +13,7 @@ import * as z from 'zod';
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import { ValidationError } from '../domain/errors.ts';
 import { ISO_TIME_PATTERN, JOB_ID_PATTERN, parseIsoTime } from '../domain/ids.ts';
+import { issueField, issueStatus } from '../domain/issues.ts';
 import type { Job, JobState } from '../domain/job.ts';
 
 /** Deepest nesting accepted in a request body: PostgreSQL's jsonb refuses very deep documents with an error we would otherwise answer as a 500. */
@@ -231,6 +232,10 @@ export interface Reply {
 
 export type Method = 'GET' | 'POST';
 type Output<S> = S extends z.ZodType ? z.output<S> : undefined;
+/** A body schema: an object of fields, or one whose output a transform then checks as a whole (the enqueue request). */
+export type BodySchema = z.ZodObject | z.ZodPipe<z.ZodObject, z.ZodType>;
+/** The object of fields of a body schema. */
+export const fieldsOfBody = (s: BodySchema): z.ZodObject => (s instanceof z.ZodPipe ? s.in : s);
 
 export interface RouteContext<Q = unknown, B = unknown> {
   req: http.IncomingMessage;
@@ -247,7 +252,7 @@ export interface RouteContext<Q = unknown, B = unknown> {
 
 export interface Route<
   Q extends z.ZodObject | undefined = z.ZodObject | undefined,
-  B extends z.ZodObject | undefined = z.ZodObject | undefined,
+  B extends BodySchema | undefined = BodySchema | undefined,
 > {
   method: Method;
   /** `/v1/jobs/:id`: a `:name` segment matches one non-empty segment, checked by `params[name]`. */
@@ -267,7 +272,7 @@ export interface Route<
 }
 
 /** A route with its context typed from its schemas. */
-export function route<Q extends z.ZodObject | undefined = undefined, B extends z.ZodObject | undefined = undefined>(r: Route<Q, B>): Route {
+export function route<Q extends z.ZodObject | undefined = undefined, B extends BodySchema | undefined = undefined>(r: Route<Q, B>): Route {
   return r as unknown as Route;
 }
 
@@ -340,7 +345,7 @@ function parseQuery(schema: z.ZodObject, q: URLSearchParams): unknown {
 }
 
 async function parseBody(r: Route, req: http.IncomingMessage): Promise<unknown> {
-  const schema = r.body!;
+  const schema = fieldsOfBody(r.body!);
   const fields = Object.keys(schema.shape);
   const b = await readJson(req, r.maxBodyBytes ?? 64 * 1024, {
     required: r.bodyRequired ?? false,
@@ -361,7 +366,7 @@ async function parseBody(r: Route, req: http.IncomingMessage): Promise<unknown> 
         k,
       );
   }
-  const parsed = schema.safeParse(o);
+  const parsed = r.body!.safeParse(o);
   if (!parsed.success) throw issueError(parsed.error, 'invalid_field');
   return parsed.data;
 }
@@ -371,11 +376,12 @@ export function firstIssue(error: z.ZodError): z.core.$ZodIssue {
   return error.issues.find((i) => i.code === 'unrecognized_keys') ?? error.issues[0]!;
 }
 
-/** A schema failure as a 400 naming the top-level field (the schemas' messages say the rule). */
+/** A schema failure as a 400 (or the status its rule means) naming the field (the schemas' messages say the rule). */
 function issueError(error: z.ZodError, code: string): HttpError {
   const issue = firstIssue(error);
-  const field = String(issue.path[0] ?? 'body');
-  return new HttpError(400, code, `${field}: ${issue.message}`, field);
+  const field = issueField(issue);
+  const status = issueStatus(issue);
+  return new HttpError(status, status === 413 ? 'payload_too_large' : code, `${field}: ${issue.message}`, field);
 }
 
 // --- Field schemas with the messages the API has always given ---------------------------------

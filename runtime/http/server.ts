@@ -10,16 +10,18 @@
 // request id and is logged, and its body says nothing about the internals. Every response has
 // an `x-request-id`, and every request is one structured log line (method, path, status, ms).
 //
-// Enqueue goes through JobClient.enqueueNow, the path a library caller uses: job row and outbox
-// row in one transaction, the SQS message after COMMIT (DESIGN 6, 7).
+// Enqueue checks the body with the enqueue request's schema (store/enqueue-request.ts), the one
+// JobClient applies to a library caller, and inserts through JobClient: job row and outbox row in
+// one transaction, the SQS message after COMMIT (DESIGN 6, 7).
 
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
 import type pg from 'pg';
-import { MAX_PAYLOAD_BYTES, type EnqueueSpec, type JobClient } from '../store/client.ts';
+import { MAX_PAYLOAD_BYTES, type JobClient } from '../store/client.ts';
+import { enqueueRequest, type EnqueueRequest } from '../store/enqueue-request.ts';
 import { ENV } from '../config/env.ts';
 import { pendingMigrations } from '../db/migrate.ts';
-import { ISO_TIME_PATTERN, isJobId, parseIsoTime } from '../domain/ids.ts';
+import { isJobId, parseIsoTime } from '../domain/ids.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import { payloadFields } from '../handlers/types.ts';
 import type { LiveRoutes } from './live-routes.ts';
@@ -79,44 +81,6 @@ export const MAX_PAGE_SIZE = 200;
 /** The registry's rule for type names (a filter that cannot name a type is a typo, not an empty page). */
 const TYPE_NAME = /^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$/;
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
-
-/**
- * The body of POST /v1/jobs. The HTTP layer checks the envelope; JobClient.validate, the path a
- * library caller takes too, checks the type against the registry, the payload with the type's
- * schema, its size, and the due time's range, with the same messages.
- */
-export function enqueueBody(registry: JobRegistry) {
-  const maxAttemptsError = (iss: { input?: unknown }) => `must be a whole number from 1 to 100 (got ${String(iss.input)})`;
-  const runAtError = (iss: { input?: unknown }) =>
-    `must be an ISO 8601 timestamp with an offset, e.g. 2026-12-01T06:00:00Z (got ${JSON.stringify(iss.input)?.slice(0, 80)})`;
-  return z.strictObject({
-    type: z.string({ error: 'is required and must be a string' }).meta({ description: 'the job type', enum: registry.types() }),
-    payload: z
-      .unknown()
-      .optional()
-      .meta({
-        description: "the job type's payload (components.schemas[type]); default {}",
-        anyOf: registry
-          .types()
-          .filter((t) => registry.get(t)!.schema)
-          .map((t) => ({ $ref: `#/components/schemas/${t}` })),
-      }),
-    idempotencyKey: z
-      .string({ error: 'must be a string of 1 to 200 characters' })
-      .min(1, { error: 'must be a string of 1 to 200 characters' })
-      .max(200, { error: 'must be a string of 1 to 200 characters' })
-      .nullish()
-      .meta({
-        description: 'a second enqueue with the same (type, key) while the first job is active returns that job with duplicate: true',
-      }),
-    maxAttempts: z.int({ error: maxAttemptsError }).min(1, { error: maxAttemptsError }).max(100, { error: maxAttemptsError }).nullish(),
-    runAt: z
-      .string({ error: runAtError })
-      .regex(ISO_TIME_PATTERN, { error: runAtError })
-      .nullish()
-      .meta({ description: 'do not start before this time (ISO 8601 with an offset)' }),
-  });
-}
 
 interface Cursor {
   createdAt: Date;
@@ -215,7 +179,8 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
       method: 'POST',
       path: '/v1/jobs',
       summary: 'enqueue a job (201; 200 with duplicate: true for an active job with the same type and idempotency key)',
-      body: enqueueBody(registry),
+      // The enqueue request's one schema (store/enqueue-request.ts), which JobClient applies to library callers too.
+      body: enqueueRequest(registry),
       bodyRequired: true,
       maxBodyBytes,
       limitHint: `a job payload may be at most ${MAX_PAYLOAD_BYTES} bytes (store large inputs in a table and pass their id)`,
@@ -324,16 +289,8 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
     });
   }
 
-  async function enqueue(ctx: RouteContext<unknown, z.output<ReturnType<typeof enqueueBody>>>): Promise<Reply> {
-    const body = ctx.body;
-    const spec: EnqueueSpec = {
-      type: body.type,
-      payload: body.payload,
-      idempotencyKey: body.idempotencyKey,
-      maxAttempts: body.maxAttempts,
-      runAt: body.runAt,
-    };
-    const [r] = await client.enqueueNow(spec);
+  async function enqueue(ctx: RouteContext<unknown, EnqueueRequest>): Promise<Reply> {
+    const [r] = await client.insertNow([client.newJob(ctx.body)]);
     const { job, duplicate } = r!;
     return {
       status: duplicate ? 200 : 201,

@@ -7,34 +7,15 @@
 //
 // or, when the enqueue is the whole transaction: `await jobs.enqueueNow(spec)`.
 
-import { ISO_TIME_PATTERN } from '../domain/ids.ts';
 import { withTransaction } from '../db/transaction.ts';
 import type pg from 'pg';
-import { ValidationError } from '../domain/errors.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import type { Job } from '../domain/job.ts';
+import { enqueueRequest, issueToValidationError, type EnqueueRequest, type EnqueueRequestSchema } from './enqueue-request.ts';
 import { JobStore, type NewJob, type Queryable } from './job-store.ts';
 import type { Publisher } from './outbox.ts';
 
-/** Largest payload accepted, as JSON text. The API answers 413 above it. */
-export const MAX_PAYLOAD_BYTES = 256 * 1024;
-
-/** A due time: a Date, or an ISO 8601 string with an offset (new Date('1') parses too, so check the shape). */
-export function parseRunAt(value: unknown): Date {
-  const example = 'e.g. 2026-12-01T06:00:00Z';
-  let at: Date;
-  if (value instanceof Date) at = value;
-  else if (typeof value === 'string' && ISO_TIME_PATTERN.test(value)) at = new Date(value);
-  else
-    throw new ValidationError(
-      'runAt',
-      `must be an ISO 8601 timestamp with an offset, ${example} (got ${JSON.stringify(value)?.slice(0, 80)})`,
-    );
-  if (Number.isNaN(at.getTime()) || at.getUTCFullYear() < 1970 || at.getUTCFullYear() > 9999) {
-    throw new ValidationError('runAt', `must be a real date between 1970 and 9999, ${example}`);
-  }
-  return at;
-}
+export { MAX_PAYLOAD_BYTES } from './enqueue-request.ts';
 
 export interface EnqueueSpec {
   type: string;
@@ -60,39 +41,30 @@ export interface JobClientOptions {
 
 export class JobClient {
   readonly store: JobStore;
+  private readonly schema: EnqueueRequestSchema;
 
   constructor(private readonly opts: JobClientOptions) {
     this.store = new JobStore(opts.pool);
+    this.schema = enqueueRequest(opts.registry);
   }
 
-  /** Validate a spec against the registry; throws ValidationError naming the field. */
+  /**
+   * Check a spec with the enqueue request's rules (enqueue-request.ts: the same schema as the
+   * body of POST /v1/jobs); throws ValidationError naming the field.
+   */
   validate(spec: EnqueueSpec): NewJob {
-    if (!spec || typeof spec !== 'object') throw new ValidationError('body', 'must be a JSON object');
-    const def = this.opts.registry.require(spec.type);
-    let size: number;
-    try {
-      size = Buffer.byteLength(JSON.stringify(spec.payload ?? {}));
-    } catch {
-      throw new ValidationError('payload', 'must be JSON-serializable');
-    }
-    if (size > MAX_PAYLOAD_BYTES) {
-      throw new ValidationError(
-        'payload',
-        `is ${size} bytes; the limit is ${MAX_PAYLOAD_BYTES} bytes (store large inputs in a table and pass their id)`,
-        413,
-      );
-    }
-    const payload = def.parse(spec.payload ?? {});
-    const key = spec.idempotencyKey;
-    if (key !== undefined && key !== null && (typeof key !== 'string' || key.length < 1 || key.length > 200)) {
-      throw new ValidationError('idempotencyKey', 'must be a string of 1 to 200 characters');
-    }
-    const maxAttempts = spec.maxAttempts ?? def.maxAttempts ?? this.opts.defaultMaxAttempts;
-    if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 100) {
-      throw new ValidationError('maxAttempts', `must be a whole number from 1 to 100 (got ${String(maxAttempts)})`);
-    }
-    const runAt = spec.runAt === undefined || spec.runAt === null ? null : parseRunAt(spec.runAt);
-    return { type: def.type, payload, idempotencyKey: key ?? null, maxAttempts, runAt };
+    // A Date is checked as the ISO text the API would receive for it: one rule for both.
+    const runAt =
+      spec?.runAt instanceof Date ? (Number.isNaN(spec.runAt.getTime()) ? 'Invalid Date' : spec.runAt.toISOString()) : spec?.runAt;
+    const parsed = this.schema.safeParse(spec && typeof spec === 'object' ? { ...spec, ...(runAt !== undefined ? { runAt } : {}) } : spec);
+    if (!parsed.success) throw issueToValidationError(parsed.error);
+    return this.newJob(parsed.data);
+  }
+
+  /** A request the schema has passed (the API's parsed body) as the job to insert: the attempt cap defaulted. */
+  newJob(r: EnqueueRequest): NewJob {
+    const maxAttempts = r.maxAttempts ?? this.opts.registry.get(r.type)!.maxAttempts ?? this.opts.defaultMaxAttempts;
+    return { type: r.type, payload: r.payload, idempotencyKey: r.idempotencyKey, maxAttempts, runAt: r.runAt };
   }
 
   /**
@@ -101,8 +73,13 @@ export class JobClient {
    * and their outbox rows vanish with it and nothing is ever published.
    */
   async enqueue(tx: Queryable, specs: EnqueueSpec | EnqueueSpec[]): Promise<{ jobs: EnqueueResult[]; afterCommit: () => Promise<void> }> {
-    const list = Array.isArray(specs) ? specs : [specs];
-    const rows = list.map((s) => this.validate(s));
+    return this.insert(
+      tx,
+      (Array.isArray(specs) ? specs : [specs]).map((s) => this.validate(s)),
+    );
+  }
+
+  private async insert(tx: Queryable, rows: NewJob[]): Promise<{ jobs: EnqueueResult[]; afterCommit: () => Promise<void> }> {
     const inserted = await this.store.insertMany(tx, rows);
     const toPublish = inserted
       .filter((i) => i.outboxId)
@@ -115,10 +92,13 @@ export class JobClient {
 
   /** Enqueue in a transaction of its own, then publish. */
   async enqueueNow(specs: EnqueueSpec | EnqueueSpec[]): Promise<EnqueueResult[]> {
-    const list = Array.isArray(specs) ? specs : [specs];
     // Validate before taking a connection: bad input never reaches the database.
-    for (const s of list) this.validate(s);
-    const result = await withTransaction(this.opts.pool, (client) => this.enqueue(client, list));
+    return this.insertNow((Array.isArray(specs) ? specs : [specs]).map((s) => this.validate(s)));
+  }
+
+  /** Insert checked jobs (validate, newJob) in a transaction of their own, then publish. */
+  async insertNow(rows: NewJob[]): Promise<EnqueueResult[]> {
+    const result = await withTransaction(this.opts.pool, (client) => this.insert(client, rows));
     await result.afterCommit();
     return result.jobs;
   }
