@@ -18,6 +18,13 @@ describe('docs', () => {
     for (const r of rows) expect(r, r.slice(0, 60)).toMatch(/`test\/[^`]+\.test\.ts`/);
   });
 
+  it("the README's handler example is test/examples/invoices-post.ts, which its test runs", () => {
+    const readme = read('README.md');
+    const at = readme.indexOf('## Writing a job handler\n\n```ts\n') + '## Writing a job handler\n\n```ts\n'.length;
+    const shown = readme.slice(at, readme.indexOf('```\n', at));
+    expect(shown).toBe(read('test/examples/invoices-post.ts').replaceAll("'../../runtime/", "'./runtime/"));
+  });
+
   it('the README links nothing outside the repository', () => {
     const links = [...read('README.md').matchAll(/\]\(([^)]+)\)/g)].map((m) => m[1]!);
     expect(links.filter((l) => l.startsWith('../') || /^https?:/.test(l))).toEqual([]);
