@@ -387,16 +387,23 @@ export function usageFor(argv: string[]): string | null {
 
 export async function cli(argv = process.argv.slice(2)): Promise<void> {
   quietSdkNodeVersionNotice();
+  // A reader that stops early (`jobs list --json | head`) closes the pipe: the rest of the output
+  // has nowhere to go, but the command still finishes what it was doing and exits with its code.
+  for (const stream of [process.stdout, process.stderr]) {
+    stream.on('error', (err: NodeJS.ErrnoException) => {
+      if (err.code !== 'EPIPE') throw err;
+    });
+  }
   if (argv.length > 1 && (argv.includes('--help') || argv.includes('-h'))) {
     const usage = usageFor(argv);
     if (usage) {
       process.stdout.write(`usage:\n${usage}\n`);
-      process.exit(0);
+      return exitAfterOutput(0);
     }
   }
   try {
     const code = await main(argv);
-    if (code >= 0) process.exit(code);
+    if (code >= 0) await exitAfterOutput(code);
   } catch (err) {
     // node:util parseArgs reports an unknown or malformed option as ERR_PARSE_ARGS_*: a usage error.
     const parseArgsError =
@@ -405,9 +412,26 @@ export async function cli(argv = process.argv.slice(2)): Promise<void> {
       process.stderr.write(`jobs: ${(err as Error).message}\n`);
       const usage = err instanceof ConfigError ? null : usageFor(argv);
       if (usage) process.stderr.write(`usage:\n${usage}\n`);
-      process.exit(2);
+      return exitAfterOutput(2);
     }
     process.stderr.write(`jobs: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-    process.exit(1);
+    await exitAfterOutput(1);
   }
+}
+
+/**
+ * Exit once stdout and stderr have handed everything written to the operating system. On a pipe
+ * Node writes asynchronously: a process.exit() right after a large write (`jobs list --json | jq`)
+ * drops whatever the pipe's 64 KB buffer did not take, leaving invalid JSON. An empty write's
+ * callback runs after every earlier write is flushed (or the stream failed: a closed reader).
+ * The explicit exit stays because a command may leave handles open (an SDK's keep-alive sockets).
+ */
+async function exitAfterOutput(code: number): Promise<never> {
+  process.exitCode = code;
+  await Promise.all(
+    [process.stdout, process.stderr].map(
+      (stream) => new Promise<void>((resolve) => (stream.destroyed ? resolve() : stream.write('', () => resolve()))),
+    ),
+  );
+  process.exit(code);
 }
