@@ -117,6 +117,7 @@ export function payloadFields(def: JobDefinition<any, any, any>): PayloadField[]
       s.minimum !== undefined && s.maximum !== undefined ? `${s.minimum} to ${s.maximum}` : '',
       s.minLength !== undefined || s.maxLength !== undefined ? `${s.minLength ?? 0} to ${s.maxLength ?? '∞'} characters` : '',
       s.pattern ? `matches ${s.format ?? s.pattern}` : '',
+      s.minItems !== undefined || s.maxItems !== undefined ? `${s.minItems ?? 0} to ${s.maxItems ?? '∞'} items` : '',
     ]
       .filter(Boolean)
       .join(', ');

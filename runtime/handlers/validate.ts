@@ -36,6 +36,47 @@ export function wholeNumber(min: number, max: number, dflt?: number) {
     .transform((v) => v ?? dflt);
 }
 
+/**
+ * A list of `item`s, `min` (default 1) to `max` (default 1000) of them. A bad item is named by its
+ * index, as `payload.ids.3: must be …` (the item's own rule), so the sender can find it.
+ */
+export function list<T extends z.ZodType>(item: T, opts: { min?: number; max?: number } = {}) {
+  const min = opts.min ?? 1;
+  const max = opts.max ?? 1000;
+  const size = (iss: { input?: unknown }) =>
+    `must be a list of ${min} to ${max} items (got ${Array.isArray(iss.input) ? iss.input.length : 'not a list'})`;
+  return z
+    .array(item, {
+      error: (iss) =>
+        iss.input === undefined || iss.input === null
+          ? `is required: a list of ${min} to ${max} items`
+          : `must be a list of ${min} to ${max} items (got ${JSON.stringify(iss.input)})`,
+    })
+    .min(min, { error: size })
+    .max(max, { error: size });
+}
+
+/**
+ * A list of ids for a handler to fetch (invoice numbers, document keys): `list()` of `text()`
+ * items, refusing a repeated id by its index (`payload.ids.4: repeats ids.1 ("INV-7")`), since a
+ * batch that names a document twice is almost always the sender's mistake.
+ */
+export function idList(opts: { min?: number; max?: number; maxLength?: number; pattern?: RegExp; hint?: string } = {}) {
+  const item = text({
+    max: opts.maxLength ?? 100,
+    ...(opts.pattern ? { pattern: opts.pattern } : {}),
+    ...(opts.hint ? { hint: opts.hint } : {}),
+  });
+  return list(item, opts).check((ctx) => {
+    const first = new Map<string, number>();
+    ctx.value.forEach((id, i) => {
+      const seen = first.get(id);
+      if (seen === undefined) first.set(id, i);
+      else ctx.issues.push({ code: 'custom', input: id, path: [i], message: `repeats ids.${seen} (${JSON.stringify(id)})` });
+    });
+  });
+}
+
 /** Wait `ms`, rejecting with the signal's reason as soon as it aborts. */
 export function pause(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {

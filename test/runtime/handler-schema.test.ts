@@ -7,7 +7,7 @@ import { ValidationError } from '../../runtime/domain/errors.ts';
 import { inventoryCost } from '../../runtime/handlers/inventory-cost.ts';
 import { ledgerPost } from '../../runtime/handlers/ledger-post.ts';
 import { defineJob, payloadFields } from '../../runtime/handlers/types.ts';
-import { text, wholeNumber } from '../../runtime/handlers/validate.ts';
+import { idList, list, text, wholeNumber } from '../../runtime/handlers/validate.ts';
 
 function refusal(parse: () => unknown): { field: string; message: string } {
   try {
@@ -99,5 +99,38 @@ describe('defineJob({ schema })', () => {
     });
     // A type defined with its own parse has no schema to describe.
     expect(payloadFields(defineJob({ type: 'x.y', description: 'd', parse: () => ({}), run: async () => null }))).toEqual([]);
+  });
+});
+
+describe('list() and idList(): a bad item is named by its index', () => {
+  const invoices = defineJob({
+    type: 'invoices.post',
+    description: 'test',
+    schema: z.strictObject({
+      ids: idList({ max: 5, pattern: /^INV-\d+$/, hint: 'INV-<number>' }),
+      quantities: list(wholeNumber(1, 9), { max: 3 }).optional(),
+    }),
+    async run(p) {
+      const ids: string[] = p.ids; // typed from the schema
+      return ids.length;
+    },
+  });
+
+  it.each([
+    [{ ids: ['INV-1', 'INV-2', 'INV-3', 'INV-x'] }, 'payload.ids.3', 'payload.ids.3: must match INV-<number> (got "INV-x")'],
+    [{ ids: ['INV-1', 'INV-2', 'INV-1'] }, 'payload.ids.2', 'payload.ids.2: repeats ids.0 ("INV-1")'],
+    [{ ids: ['INV-1', 7] }, 'payload.ids.1', 'payload.ids.1: is required and must be a string'],
+    [{}, 'payload.ids', 'payload.ids: is required: a list of 1 to 5 items'],
+    [{ ids: 'INV-1' }, 'payload.ids', 'payload.ids: must be a list of 1 to 5 items (got "INV-1")'],
+    [{ ids: [] }, 'payload.ids', 'payload.ids: must be a list of 1 to 5 items (got 0)'],
+    [{ ids: ['INV-1', 'INV-2', 'INV-3', 'INV-4', 'INV-5', 'INV-6'] }, 'payload.ids', 'payload.ids: must be a list of 1 to 5 items (got 6)'],
+    [{ ids: ['INV-1'], quantities: [1, 0] }, 'payload.quantities.1', 'payload.quantities.1: must be a whole number from 1 to 9 (got 0)'],
+  ])('refuses %j naming %s', (payload, field, message) => {
+    expect(refusal(() => invoices.parse(payload))).toEqual({ field, message });
+  });
+
+  it('accepts a good list and describes it with its bounds', () => {
+    expect(invoices.parse({ ids: ['INV-1', 'INV-2'], quantities: [3] })).toEqual({ ids: ['INV-1', 'INV-2'], quantities: [3] });
+    expect(payloadFields(invoices).find((f) => f.name === 'ids')).toMatchObject({ type: 'array', required: true, rule: '1 to 5 items' });
   });
 });
