@@ -5,7 +5,8 @@
 // observability. A folder
 // imports only from itself or from a layer below; no file imports itself back through a cycle;
 // dev/ (the local stack and its faults) is reached only from the `jobs local` command; lib/ (the
-// CDK app) imports only the runtime's pure configuration rules and names, never its I/O.
+// CDK app) imports only the runtime's pure configuration rules and names, never its I/O; testing/
+// (the test kit for handler authors) sits on top of the runtime, which never imports it.
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -91,6 +92,22 @@ describe('architecture', () => {
       targets.filter((t) => rel(t).startsWith('dev/')).map((t) => `${rel(file)} → ${rel(t)}`),
     );
     expect(reaches).toEqual(['runtime/cli/main.ts → dev/stack.ts']);
+  });
+
+  it('testing/ (the test kit, erp-jobs/testing) imports the runtime and the embedded PostgreSQL only; the runtime never imports it', () => {
+    const kit = files(join(ROOT, 'testing'));
+    const bad = kit.flatMap((file) =>
+      importsOf(file)
+        .map(rel)
+        .filter((t) => !t.startsWith('runtime/') && !t.startsWith('testing/') && t !== 'dev/embedded-pg.ts')
+        .map((t) => `${rel(file)} → ${t}`),
+    );
+    expect(bad).toEqual([]);
+    const reaches = [...graph].flatMap(([file, targets]) => [
+      ...targets.filter((t) => rel(t).startsWith('testing/')).map((t) => `${rel(file)} → ${rel(t)}`),
+      ...(/['"]erp-jobs\/testing['"]/.test(readFileSync(file, 'utf8')) ? [`${rel(file)} → erp-jobs/testing`] : []),
+    ]);
+    expect(reaches).toEqual([]);
   });
 
   it('lib/ (the CDK app) imports only the runtime’s pure rules and names', () => {

@@ -41,18 +41,20 @@ export { sleep } from './held.ts';
 export class Worker {
   readonly workerId: string;
   readonly store: JobStore;
-  private readonly ctx: WorkerContext;
+  // Protected, not private, for one reader: the test kit's worker (testing/worker.ts) stops
+  // like a killed process through them. Production code has no such stop.
+  protected readonly ctx: WorkerContext;
   private readonly messages: QueueMessages;
   private readonly deadLetters: DeadLetters;
-  private readonly beat: Heartbeat;
+  protected readonly beat: Heartbeat;
   private readonly completer: Completer;
   private readonly executor: JobExecutor;
   private readonly fetcher: Fetcher;
   private stopPromise: Promise<void> | null = null;
-  private loopPromise: Promise<void> | null = null;
+  protected loopPromise: Promise<void> | null = null;
   private slotWaiters: (() => void)[] = [];
   /** Claimed jobs waiting for a handler slot. */
-  private readonly waiting: Held[] = [];
+  protected readonly waiting: Held[] = [];
   /** Handlers running now (a handler with its own transaction counts until it commits). */
   private active = 0;
   private busy = false;
@@ -122,25 +124,6 @@ export class Worker {
     await this.opts.publisher.flush();
     this.setBusy(false);
     ctx.log.info('worker stopped');
-  }
-
-  /**
-   * Stop like a process killed with SIGKILL: no drain, no release, no further database or
-   * queue writes; leases simply stop being renewed. For tests and the chaos tools.
-   */
-  async simulateCrash(): Promise<void> {
-    const { ctx } = this;
-    ctx.stopping = true;
-    ctx.stopAc.abort();
-    this.beat.halt();
-    for (const h of ctx.held.values()) {
-      h.released = true; // "released" here only means: this process will write nothing more
-      ctx.abortHandler(h, new Error('worker crashed'));
-    }
-    for (const h of this.waiting.splice(0)) ctx.held.delete(h.job.id);
-    this.wakeSlotWaiters();
-    await this.loopPromise;
-    await Promise.allSettled([...ctx.held.values()].map((h) => h.done));
   }
 
   /** Claim the jobs of messages received together in one statement, then settle the rest (see fetcher.ts). */
@@ -226,7 +209,7 @@ export class Worker {
     this.opts.onBusyChange?.(busy);
   }
 
-  private wakeSlotWaiters(): void {
+  protected wakeSlotWaiters(): void {
     const w = this.slotWaiters;
     this.slotWaiters = [];
     for (const f of w) f();

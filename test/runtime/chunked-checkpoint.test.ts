@@ -147,7 +147,7 @@ describe('chunked work: a checkpoint commits the rows of its chunk', () => {
     await waitFor(() => gate.reached, 10_000, 'handler at invoice 6');
     // Killed while the handler waits between chunks: it writes nothing more (its open chunk is
     // rolled back, as PostgreSQL does when a dead process's connection drops).
-    const crashed = a.simulateCrash();
+    const crashed = a.crash();
     gate.open();
     await crashed;
     p.worker().start();

@@ -178,7 +178,7 @@ describe('worker', () => {
     const a = p.worker();
     a.start();
     await until(job.id, 'running');
-    await a.simulateCrash();
+    await a.crash();
     const events: WorkerEvent[] = [];
     const b = p.worker({ onEvent: (e) => events.push(e) });
     b.start();
@@ -199,7 +199,7 @@ describe('worker', () => {
       10_000,
       'checkpoint at 24',
     );
-    await a.simulateCrash();
+    await a.crash();
     const savedAt = ((await jobState(job.id)).checkpoint as { nextSku: number }).nextSku;
     p.worker().start();
     const done = await until(job.id, 'succeeded', 20_000);

@@ -1,5 +1,6 @@
 // Builds the platform in-process for a test: a migrated database, an SQS-like MemoryQueue with
-// a DLQ and redrive, the publisher, the enqueue client and workers with short timings.
+// a DLQ and redrive, the publisher, the enqueue client and workers with short timings. The
+// workers are the test kit's (erp-jobs/testing): they can also crash (SIGKILL) or freeze.
 import { JobClient } from '../../runtime/store/client.ts';
 import type { JobTimings } from '../../runtime/config/rules.ts';
 import { defaultRegistry } from '../../runtime/handlers/index.ts';
@@ -9,7 +10,8 @@ import { CountingMetrics } from '../../runtime/observability/metrics.ts';
 import { MemoryQueue } from '../../runtime/queue/memory.ts';
 import { JobStore } from '../../runtime/store/job-store.ts';
 import { Publisher } from '../../runtime/store/outbox.ts';
-import { Worker, type WorkerOptions } from '../../runtime/worker/worker.ts';
+import type { WorkerOptions } from '../../runtime/worker/worker.ts';
+import { TestWorker } from 'erp-jobs/testing';
 import { createTestDb, type TestDb } from './db.ts';
 
 export const FAST_TIMINGS: JobTimings = {
@@ -33,8 +35,8 @@ export interface Platform {
   client: JobClient;
   store: JobStore;
   metrics: CountingMetrics;
-  workers: Worker[];
-  worker(opts?: Partial<Omit<WorkerOptions, 'timings'>> & { timings?: Partial<JobTimings> }): Worker;
+  workers: TestWorker[];
+  worker(opts?: Partial<Omit<WorkerOptions, 'timings'>> & { timings?: Partial<JobTimings> }): TestWorker;
   close(): Promise<void>;
 }
 
@@ -51,7 +53,7 @@ export async function createPlatform(opts: { timings?: Partial<JobTimings>; regi
   const publisher = new Publisher(db.pool, queue, silentLogger);
   const client = new JobClient({ pool: db.pool, registry, publisher, defaultMaxAttempts: timings.maxAttempts });
   const metrics = new CountingMetrics();
-  const workers: Worker[] = [];
+  const workers: TestWorker[] = [];
   const platform: Platform = {
     db,
     queue,
@@ -64,7 +66,7 @@ export async function createPlatform(opts: { timings?: Partial<JobTimings>; regi
     workers,
     worker(o = {}) {
       const pool = db.newPool(timings.concurrency + 2);
-      const w = new Worker({
+      const w = new TestWorker({
         pool,
         queue,
         dlq,
@@ -80,7 +82,8 @@ export async function createPlatform(opts: { timings?: Partial<JobTimings>; regi
       return w;
     },
     async close() {
-      await Promise.all(workers.map((w) => w.simulateCrash().catch(() => undefined)));
+      // As killed: a test's workers write nothing more while its database goes away.
+      await Promise.all(workers.map((w) => w.crash().catch(() => undefined)));
       queue.close();
       dlq.close();
       await publisher.flush();
