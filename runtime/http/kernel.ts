@@ -1,20 +1,22 @@
-// The HTTP layer's kernel, used by the job routes (server.ts), the on-call routes
+// The HTTP layer's kernel, used by the job routes (job-routes.ts), the on-call routes
 // (oncall-routes.ts) and the live view's routes: the route table (path patterns with :params,
 // a method table, 405 with Allow, HEAD answered as GET), the parsing of path parameters, query
 // and body against each route's zod schemas (a 4xx naming the field; openapi.ts documents the
-// same tables), the error a client reads, the job as the API shows it, the body reader
-// with its limits, the caller's address, and the mapping of what a handler threw to a status (a
-// database outage is a 503 with Retry-After, bad input a 4xx naming the field, anything else a
-// 500 with only a request id). Plain node:http and zod, no framework: the API image stays a small
-// bundle.
+// same tables, fields.ts has the field schemas with their messages), the error a client reads,
+// the job as the API shows it, the body reader with its limits, the caller's address, and the
+// mapping of what a handler threw to a status (a database outage is a 503 with Retry-After, bad
+// input a 4xx naming the field, anything else a 500 with only a request id). Plain node:http
+// and zod, no framework: the API image stays a small bundle.
 
 import type http from 'node:http';
 import * as z from 'zod';
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import { ValidationError } from '../domain/errors.ts';
-import { ISO_TIME_PATTERN, JOB_ID_PATTERN, parseIsoTime } from '../domain/ids.ts';
 import { issueField, issueStatus } from '../domain/issues.ts';
 import type { Job, JobState } from '../domain/job.ts';
+
+// The field schemas (fields.ts), here too: a route file imports its kernel from one place.
+export { flag, flagParam, isoTime, jobId, optional, text, wholeNumber, wholeNumberParam } from './fields.ts';
 
 /** Deepest nesting accepted in a request body: PostgreSQL's jsonb refuses very deep documents with an error we would otherwise answer as a 500. */
 export const MAX_JSON_DEPTH = 64;
@@ -383,59 +385,3 @@ function issueError(error: z.ZodError, code: string): HttpError {
   const status = issueStatus(issue);
   return new HttpError(status, status === 413 ? 'payload_too_large' : code, `${field}: ${issue.message}`, field);
 }
-
-// --- Field schemas with the messages the API has always given ---------------------------------
-
-const got = (v: unknown) => JSON.stringify(typeof v === 'string' ? v.slice(0, 40) : v);
-
-/** A trimmed string of 1 to `max` characters. */
-export const text = (max: number) => {
-  const error = `must be a string of 1 to ${max} characters`;
-  return z
-    .string({ error: (iss) => (iss.input === undefined ? `is required: a string of 1 to ${max} characters` : error) })
-    .trim()
-    .min(1, { error })
-    .max(max, { error });
-};
-
-/** A whole number from `min` to `max` in a JSON body. */
-export const wholeNumber = (min: number, max: number) => {
-  const error = `must be a whole number from ${min} to ${max}`;
-  return z.int({ error }).min(min, { error }).max(max, { error });
-};
-
-/** A whole number from `min` to `max` in a query string. */
-export const wholeNumberParam = (min: number, max: number) => {
-  const error = (iss: { input?: unknown }) => `must be a whole number from ${min} to ${max} (got ${got(iss.input)})`;
-  return z
-    .string()
-    .regex(/^\d{1,15}$/, { error })
-    .refine((s) => Number(s) >= min && Number(s) <= max, { error })
-    .transform(Number);
-};
-
-/** true or false: a JSON boolean in a body, the words in a query string. */
-export const flag = () => z.boolean({ error: 'must be true or false' });
-export const flagParam = () => z.enum(['true', 'false'], { error: 'must be true or false' }).transform((v) => v === 'true');
-
-/** An ISO 8601 time with an offset, as a Date. */
-export const isoTime = () => {
-  const error = 'must be an ISO 8601 time with an offset, e.g. 2026-10-31T06:00:00Z';
-  return z
-    .string({ error })
-    .regex(ISO_TIME_PATTERN, { error })
-    .refine((s) => parseIsoTime(s) !== null, { error })
-    .transform((s) => parseIsoTime(s)!);
-};
-
-/** A job id in a path or a body, lower-cased; `error` replaces the message (an array's, for one bad element). */
-export const jobId = (error?: string) =>
-  z
-    .string(error ? { error } : {})
-    .regex(JOB_ID_PATTERN, {
-      error: error ?? ((iss) => `must be a job id (a UUID), got ${JSON.stringify(String(iss.input).slice(0, 60))}`),
-    })
-    .transform((s) => s.toLowerCase());
-
-/** Optional: an absent or null value reads as undefined (JSON clients send null for "none"). */
-export const optional = <S extends z.ZodType>(s: S) => s.nullish().transform((v) => v ?? undefined);

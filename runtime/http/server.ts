@@ -10,43 +10,23 @@
 // request id and is logged, and its body says nothing about the internals. Every response has
 // an `x-request-id`, and every request is one structured log line (method, path, status, ms).
 //
-// Enqueue checks the body with the enqueue request's schema (store/enqueue-request.ts), the one
-// JobClient applies to a library caller, and inserts through JobClient: job row and outbox row in
-// one transaction, the SQS message after COMMIT (DESIGN 6, 7).
+// This file is the server: authorization, the request log, errors, the OpenAPI document and the
+// connection's handling; the job routes are in job-routes.ts.
 
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
 import type pg from 'pg';
-import { MAX_PAYLOAD_BYTES, type JobClient } from '../store/client.ts';
-import { enqueueRequest, type EnqueueRequest } from '../store/enqueue-request.ts';
 import { ENV } from '../config/env.ts';
-import { pendingMigrations } from '../db/migrate.ts';
-import { isJobId, parseIsoTime } from '../domain/ids.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
-import { payloadFields } from '../handlers/types.ts';
+import type { Logger } from '../observability/log.ts';
+import { MAX_PAYLOAD_BYTES, type JobClient } from '../store/client.ts';
+import { jobRouteTable } from './job-routes.ts';
+import { dispatch, HttpError, send, toHttpError, type Reply, type Route } from './kernel.ts';
 import type { LiveRoutes } from './live-routes.ts';
 import type { OpsRoutes } from './oncall-routes.ts';
-import type { Logger } from '../observability/log.ts';
 import { openApiDocument } from './openapi.ts';
-import * as z from 'zod';
-import {
-  callerAddress,
-  dispatch,
-  HttpError,
-  jobId,
-  jobView,
-  optional,
-  route,
-  send,
-  toHttpError,
-  type Reply,
-  type Route,
-  type RouteContext,
-  type RouteTable,
-} from './kernel.ts';
 
 export { callerAddress, HttpError, isPlainObject, jobView, MAX_JSON_DEPTH, readJson, type JobView } from './kernel.ts';
-import { JOB_STATES, type Job, type JobState } from '../domain/job.ts';
 
 export interface ApiServerOptions {
   /** The pool /readyz checks (reachability and migrations). */
@@ -74,45 +54,7 @@ export interface ApiServerOptions {
   ops?: OpsRoutes;
 }
 
-/** Page size of GET /v1/jobs when the caller gives none, and the largest it may ask for. */
-export const DEFAULT_PAGE_SIZE = 50;
-export const MAX_PAGE_SIZE = 200;
-
-/** The registry's rule for type names (a filter that cannot name a type is a typo, not an empty page). */
-const TYPE_NAME = /^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$/;
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
-
-interface Cursor {
-  createdAt: Date;
-  id: string;
-}
-
-/** Opaque to clients: base64url of the last job's (createdAt, id), the store's keyset. */
-export function encodeCursor(job: Pick<Job, 'createdAt' | 'id'>): string {
-  return Buffer.from(JSON.stringify({ t: job.createdAt.toISOString(), i: job.id })).toString('base64url');
-}
-
-export function decodeCursor(raw: string): Cursor {
-  const bad = () =>
-    new HttpError(
-      400,
-      'invalid_query',
-      'cursor: is not a cursor this API returned (pass nextCursor from the previous page unchanged)',
-      'cursor',
-    );
-  if (raw.length > 200 || !/^[A-Za-z0-9_-]+$/.test(raw)) throw bad();
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(Buffer.from(raw, 'base64url').toString('utf8'));
-  } catch {
-    throw bad();
-  }
-  const o = parsed as { t?: unknown; i?: unknown } | null;
-  if (!o || typeof o !== 'object' || typeof o.t !== 'string' || typeof o.i !== 'string' || !isJobId(o.i)) throw bad();
-  const createdAt = parseIsoTime(o.t);
-  if (!createdAt) throw bad();
-  return { createdAt, id: o.i.toLowerCase() };
-}
 
 // --- Server -----------------------------------------------------------------------------------
 
@@ -130,108 +72,18 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
   const clientDigest = opts.apiToken ? sha256(opts.apiToken) : null;
   const operatorDigest = opts.operatorToken ? sha256(opts.operatorToken) : null;
 
-  const typeError = () =>
-    `must be a job type name such as ledger.post (lower-case dotted words); known types: ${registry.types().join(', ')}`;
-  const listQuery = z.object({
-    state: z
-      .enum(JOB_STATES, {
-        error: (iss) => `must be one of ${JOB_STATES.join(', ')} (got ${JSON.stringify(String(iss.input).slice(0, 40))})`,
-      })
-      .optional(),
-    type: z.string().max(100, { error: typeError }).regex(TYPE_NAME, { error: typeError }).optional(),
-    limit: z
-      .string()
-      .regex(/^\d{1,6}$/, {
-        error: (iss) => `must be a whole number from 1 to ${MAX_PAGE_SIZE} (got ${JSON.stringify(String(iss.input).slice(0, 40))})`,
-      })
-      .refine((v) => Number(v) >= 1 && Number(v) <= MAX_PAGE_SIZE, {
-        error: (iss) => `must be a whole number from 1 to ${MAX_PAGE_SIZE} (got ${JSON.stringify(String(iss.input).slice(0, 40))})`,
-      })
-      .transform(Number)
-      .optional()
-      .meta({ description: `page size, 1 to ${MAX_PAGE_SIZE}; default ${DEFAULT_PAGE_SIZE}` }),
-    cursor: z.string().optional().meta({ description: 'nextCursor of the previous page, unchanged' }),
-  });
-  const id = { id: jobId() };
-  const byError = 'must be a string of 1 to 100 characters naming who cancels (a person or a system)';
-
-  const jobRoutes: Route[] = [
-    route({
-      method: 'GET',
-      path: '/healthz',
-      summary: 'liveness: the process answers',
-      handle: async () => ({ status: 200, body: { status: 'ok' } }),
-    }),
-    route({
-      method: 'GET',
-      path: '/readyz',
-      summary: 'readiness: the database answers and has every migration',
-      handle: (ctx) => readyz(ctx),
-    }),
-    route({
-      method: 'GET',
-      path: '/v1/jobs',
-      summary: 'list jobs, newest first, a page at a time',
-      query: listQuery,
-      handle: (ctx) => listJobs(ctx),
-    }),
-    route({
-      method: 'POST',
-      path: '/v1/jobs',
-      summary: 'enqueue a job (201; 200 with duplicate: true for an active job with the same type and idempotency key)',
-      // The enqueue request's one schema (store/enqueue-request.ts), which JobClient applies to library callers too.
-      body: enqueueRequest(registry),
-      bodyRequired: true,
-      maxBodyBytes,
-      limitHint: `a job payload may be at most ${MAX_PAYLOAD_BYTES} bytes (store large inputs in a table and pass their id)`,
-      fieldsOf: 'a job',
-      handle: (ctx) => enqueue(ctx),
-    }),
-    route({ method: 'GET', path: '/v1/jobs/:id', summary: 'one job', params: id, handle: (ctx) => getJob(ctx) }),
-    route({
-      method: 'POST',
-      path: '/v1/jobs/:id/cancel',
-      summary: 'cancel a pending or running job (409 when it already finished)',
-      params: id,
-      body: z.strictObject({
-        by: optional(z.string({ error: byError }).trim().min(1, { error: byError }).max(100, { error: byError })).meta({
-          description: 'who cancels: a person or a system',
-        }),
-      }),
-      maxBodyBytes: 4096,
-      fieldsOf: 'a cancel request',
-      handle: (ctx) => cancelJob(ctx),
-    }),
-    route({
-      method: 'GET',
-      path: '/v1/job-types',
-      summary: 'the job types this build knows, with their payload fields',
-      handle: async () => ({ status: 200, body: { jobTypes: jobTypes() } }),
-    }),
-    route({
-      method: 'GET',
-      path: '/v1/stats',
-      summary: 'jobs by state',
-      handle: async () => ({ status: 200, body: { jobs: await client.store.countByState() } }),
-    }),
-    route({
-      method: 'GET',
-      path: '/v1/openapi.json',
-      summary: 'this API as an OpenAPI 3.1 document, built from the route tables and their schemas',
-      handle: async () => ({ status: 200, body: openApi() }),
-    }),
-  ];
-  const jobTable: RouteTable = {
-    routes: jobRoutes,
-    notFound: (method, path) =>
-      new HttpError(
-        404,
-        'not_found',
-        `no route ${method} ${path.slice(0, 200)}; see GET /v1/openapi.json, /v1/job-types, /v1/jobs, /v1/jobs/{id}, POST /v1/jobs, /v1/jobs/{id}/cancel`,
-      ),
-  };
-
   let document: Record<string, unknown> | undefined;
+  const jobTable = jobRouteTable({
+    pool: opts.pool,
+    client,
+    registry,
+    log,
+    maxBodyBytes,
+    readyTimeoutMs,
+    migrationsDir: opts.migrationsDir,
+    openApi: () => openApi(),
+  });
+  const jobRoutes = jobTable.routes;
   /** Built once, on first request: the tables do not change while the server runs. */
   function openApi(): Record<string, unknown> {
     document ??= openApiDocument(
@@ -249,103 +101,6 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
       Object.fromEntries(registry.types().flatMap((t) => (registry.get(t)!.schema ? [[t, registry.get(t)!.schema!]] : []))),
     );
     return document;
-  }
-
-  async function readyz(ctx: RouteContext): Promise<Reply> {
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      const pending = await Promise.race([
-        pendingMigrations(opts.pool, opts.migrationsDir),
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new Error(`readiness checks took longer than ${readyTimeoutMs} ms`)), readyTimeoutMs);
-        }),
-      ]);
-      if (pending.length > 0) {
-        return { status: 503, body: { status: 'unavailable', reason: `migrations pending: ${pending.join(', ')} (run \`jobs migrate\`)` } };
-      }
-      return { status: 200, body: { status: 'ready' } };
-    } catch (err) {
-      // The details (host, port, driver message) go to the log; the open endpoint says only what failed.
-      log.warn({ err, requestId: ctx.requestId }, 'readiness check failed: database unreachable');
-      return {
-        status: 503,
-        body: { status: 'unavailable', reason: `database unreachable (request id ${ctx.requestId}; see the API's log)` },
-      };
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-
-  function jobTypes() {
-    return registry.types().map((type) => {
-      const d = registry.get(type)!;
-      return {
-        type,
-        description: d.description,
-        ...(d.maxAttempts !== undefined ? { maxAttempts: d.maxAttempts } : {}),
-        ...(d.expectedMaxSeconds !== undefined ? { expectedMaxSeconds: d.expectedMaxSeconds } : {}),
-        payload: { fields: payloadFields(d) },
-      };
-    });
-  }
-
-  async function enqueue(ctx: RouteContext<unknown, EnqueueRequest>): Promise<Reply> {
-    const [r] = await client.insertNow([client.newJob(ctx.body)]);
-    const { job, duplicate } = r!;
-    return {
-      status: duplicate ? 200 : 201,
-      body: jobView(job, { duplicate }),
-      headers: { location: `/v1/jobs/${job.id}` },
-    };
-  }
-
-  async function getJob(ctx: RouteContext): Promise<Reply> {
-    const id = ctx.params.id!;
-    const job = await client.store.get(id);
-    if (!job) throw notFound(id);
-    return { status: 200, body: jobView(job) };
-  }
-
-  async function listJobs(ctx: RouteContext<z.output<typeof listQuery>>): Promise<Reply> {
-    const { state, type, cursor } = ctx.query;
-    const limit = ctx.query.limit ?? DEFAULT_PAGE_SIZE;
-    const after = cursor !== undefined && cursor !== '' ? decodeCursor(cursor) : undefined;
-    // One row more than asked tells whether there is a next page, without an empty last page.
-    const rows = await client.store.list({
-      limit: limit + 1,
-      ...(state !== undefined ? { state: state as JobState } : {}),
-      ...(type !== undefined ? { type } : {}),
-      ...(after ? { after } : {}),
-    });
-    const page = rows.slice(0, limit);
-    const last = page[page.length - 1];
-    return {
-      status: 200,
-      body: { jobs: page.map((j) => jobView(j)), nextCursor: rows.length > limit && last ? encodeCursor(last) : null },
-    };
-  }
-
-  async function cancelJob(ctx: RouteContext<unknown, { by?: string | undefined }>): Promise<Reply> {
-    const id = ctx.params.id!;
-    const by = ctx.body.by;
-    // Who asked, as far as the API can tell: a shared token names no person, so record the
-    // caller's address beside the name they give.
-    const cancelledBy = by ? `${by} (api, ${callerAddress(ctx.req)})` : `api, ${callerAddress(ctx.req)}`;
-    const r = await client.cancel(id, cancelledBy);
-    if (!r) throw notFound(id);
-    if (r.cancelled || r.job.state === 'cancelled') {
-      return { status: 200, body: { ...jobView(r.job), cancelled: r.cancelled } };
-    }
-    return {
-      status: 409,
-      body: {
-        error: {
-          code: 'job_finished',
-          message: `job ${id} already ${r.job.state} at ${r.job.finishedAt?.toISOString() ?? 'an unknown time'}; a finished job cannot be cancelled`,
-        },
-        job: jobView(r.job),
-      },
-    };
   }
 
   /**
@@ -498,8 +253,4 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
 
 function sha256(s: string): Buffer {
   return createHash('sha256').update(s).digest();
-}
-
-function notFound(id: string): HttpError {
-  return new HttpError(404, 'job_not_found', `job ${id} does not exist`, 'id');
 }
