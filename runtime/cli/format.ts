@@ -2,6 +2,7 @@
 // reads in a terminal.
 
 import type { Job } from '../domain/job.ts';
+import { attemptReading, errorReading } from '../domain/reading.ts';
 
 /** Bad usage of a jobs command: exit 2 with the message. */
 export class UsageError extends Error {}
@@ -11,7 +12,7 @@ export function formatJob(j: Job): string {
     `job       ${j.id}`,
     `type      ${j.type}`,
     `state     ${j.state}`,
-    `attempt   ${j.attempt} (${j.attempt - j.releases} of ${j.maxAttempts} used${j.releases ? `, ${j.releases} released` : ''})`,
+    `attempt   ${attemptReading(j)}`,
     `created   ${j.createdAt.toISOString()}`,
   ];
   if (j.idempotencyKey) lines.push(`key       ${j.idempotencyKey}`);
@@ -21,10 +22,9 @@ export function formatJob(j: Job): string {
   if (j.leaseOwner) lines.push(`lease     ${j.leaseOwner} until ${j.leaseExpiresAt?.toISOString()}`);
   if (j.progress) lines.push(`progress  ${Math.round(j.progress.fraction * 100)}%${j.progress.message ? ` ${j.progress.message}` : ''}`);
   if (j.cancelledBy) lines.push(`cancelled by ${j.cancelledBy}`);
-  // The error is the job's state only when it ended dead; otherwise it is history (a redriven job
-  // that then succeeded, a retry under way), said as such rather than as if the job had failed.
-  if (j.lastError && j.state === 'dead') lines.push(`error     ${j.lastError.name}: ${j.lastError.message}`);
-  else if (j.lastError) lines.push(`earlier   an earlier attempt failed: ${j.lastError.name}: ${j.lastError.message}`);
+  // The error is the job's state only when it ended dead; otherwise it is history (domain/reading.ts).
+  const error = errorReading(j.state, j.lastError);
+  if (error) lines.push(`${error.kind === 'state' ? 'error  ' : 'earlier'}   ${error.text}`);
   for (const a of j.attemptLog)
     lines.push(`  attempt ${a.attempt} ${a.outcome} at ${a.at} by ${a.by ?? a.owner ?? '?'}${a.message ? `: ${a.message}` : ''}`);
   lines.push(`payload   ${JSON.stringify(j.payload)}`);

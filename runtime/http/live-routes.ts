@@ -23,6 +23,7 @@ import { HttpError, route, type Reply, type Route, type RouteTable } from './ker
 import { LIVE_PAGE_HTML } from './live-page.ts';
 import type { QueueDepth } from '../live/queue-depth.ts';
 import { LIVE_SQL } from '../live/sql.ts';
+import { attemptReading, capWarning, errorReading } from '../domain/reading.ts';
 
 export type LiveReply = Reply;
 
@@ -37,6 +38,8 @@ export interface LiveOptions {
   faults?: { url: string; token: string };
   leaseSeconds: number;
   heartbeatSeconds: number;
+  /** The attempt cap of jobs that set none (JOBS_MAX_ATTEMPTS): the page says what a fault click spends. */
+  maxAttempts?: number;
   log: Logger;
   /** Snapshot period for streams. Default 1000 ms. */
   stateIntervalMs?: number;
@@ -49,6 +52,10 @@ export interface LeaseView {
   attempt: number;
   maxAttempts: number;
   attemptsUsed: number;
+  /** The attempt as the CLI reads it (domain/reading.ts): "6 (1 of 3 used, 5 released)". */
+  attemptText: string;
+  /** Set on the job's final attempt: "attempt 3 of 3 — next failure dead-letters". */
+  capWarning: string | null;
   /** Lease left at the snapshot, by the database's clock (negative: expired that long ago). */
   leaseLeftMs: number;
   progress: { fraction: number; message?: string } | null;
@@ -75,7 +82,15 @@ export interface LiveSnapshot {
     state: JobState;
     attempt: number;
     maxAttempts: number;
+    attemptsUsed: number;
+    /** The attempt as the CLI reads it (domain/reading.ts). */
+    attemptText: string;
+    capWarning: string | null;
+    /** Why the job is dead: its last error; null on any job that did not end dead. */
     error: string | null;
+    /** An error from an earlier attempt on a job that did not end dead ("an earlier attempt failed: …"): history, not its state. */
+    earlierError: string | null;
+    cancelledBy: string | null;
     createdAt: string;
     finishedAt: string | null;
   }[];
@@ -84,7 +99,7 @@ export interface LiveSnapshot {
   dlq: QueueDepth | null;
   events: { enabled: boolean; connected: boolean; lastSeq: number; epoch: string | null };
   faults: { enabled: boolean };
-  timings: { leaseSeconds: number; heartbeatSeconds: number };
+  timings: { leaseSeconds: number; heartbeatSeconds: number; maxAttempts: number | null };
 }
 
 const SILENT_AFTER_MS = 5000;
@@ -117,6 +132,8 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
       attempt: r.attempt,
       maxAttempts: r.max_attempts,
       attemptsUsed: r.attempt - r.releases,
+      attemptText: attemptReading({ attempt: r.attempt, releases: r.releases, maxAttempts: r.max_attempts }),
+      capWarning: capWarning({ state: 'running', attempt: r.attempt, releases: r.releases, maxAttempts: r.max_attempts }),
       leaseLeftMs: r.lease_left_ms,
       progress: r.progress ?? null,
       startedAt: r.started_at ? (r.started_at as Date).toISOString() : null,
@@ -145,16 +162,24 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
       at: new Date().toISOString(),
       jobs,
       leases,
-      recent: recent.map((j) => ({
-        id: j.id,
-        type: j.type,
-        state: j.state,
-        attempt: j.attempt,
-        maxAttempts: j.maxAttempts,
-        error: j.lastError?.message?.slice(0, 200) ?? null,
-        createdAt: j.createdAt.toISOString(),
-        finishedAt: j.finishedAt?.toISOString() ?? null,
-      })),
+      recent: recent.map((j) => {
+        const error = errorReading(j.state, j.lastError);
+        return {
+          id: j.id,
+          type: j.type,
+          state: j.state,
+          attempt: j.attempt,
+          maxAttempts: j.maxAttempts,
+          attemptsUsed: j.attempt - j.releases,
+          attemptText: attemptReading(j),
+          capWarning: capWarning(j),
+          error: error?.kind === 'state' ? error.text.slice(0, 300) : null,
+          earlierError: error?.kind === 'history' ? error.text.slice(0, 300) : null,
+          cancelledBy: j.cancelledBy,
+          createdAt: j.createdAt.toISOString(),
+          finishedAt: j.finishedAt?.toISOString() ?? null,
+        };
+      }),
       workers: shown,
       queue,
       dlq,
@@ -165,7 +190,7 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
         epoch: o.feed?.epoch ?? null,
       },
       faults: { enabled: Boolean(o.faults) },
-      timings: { leaseSeconds: o.leaseSeconds, heartbeatSeconds: o.heartbeatSeconds },
+      timings: { leaseSeconds: o.leaseSeconds, heartbeatSeconds: o.heartbeatSeconds, maxAttempts: o.maxAttempts ?? null },
     };
   }
 

@@ -26,6 +26,8 @@ export interface LiveConfig {
   faults?: { url: string; token: string };
   leaseSeconds: number;
   heartbeatSeconds: number;
+  /** The attempt cap of jobs that set none: the page warns that fault clicks spend attempts. */
+  maxAttempts: number;
 }
 
 export function liveConfigFromEnv(env: Record<string, string | undefined>): LiveConfig {
@@ -39,6 +41,7 @@ export function liveConfigFromEnv(env: Record<string, string | undefined>): Live
     ...(faultsUrl && faultsToken ? { faults: { url: faultsUrl, token: faultsToken } } : {}),
     leaseSeconds: timings.leaseSeconds,
     heartbeatSeconds: timings.heartbeatSeconds,
+    maxAttempts: timings.maxAttempts,
   };
 }
 
@@ -73,6 +76,7 @@ export async function startLive(
     ...(config.faults ? { faults: config.faults } : {}),
     leaseSeconds: config.leaseSeconds,
     heartbeatSeconds: config.heartbeatSeconds,
+    maxAttempts: config.maxAttempts,
     log: deps.log,
   });
   return {

@@ -9,6 +9,7 @@
 import type pg from 'pg';
 import { rowToOpsJob, runOps, type OpsJob } from './db.ts';
 import { formatDuration } from './stuck.ts';
+import { attemptReading } from '../domain/reading.ts';
 
 export interface WatchFrame {
   job: OpsJob;
@@ -31,7 +32,7 @@ function seconds(ms: number): string {
 }
 
 function attemptText(j: OpsJob): string {
-  return `attempt ${j.attempt} (${j.attempt - j.releases} of ${j.maxAttempts} used)`;
+  return `attempt ${attemptReading(j)}`;
 }
 
 /** Where the job stands, without the bar: state, attempt, and the lease or the due time. */

@@ -168,6 +168,43 @@ describe('live view routes', () => {
     expect(liveConfigFromEnv({}).faults).toBeUndefined();
     expect(liveConfigFromEnv({ JOBS_LIVE_FAULTS_URL: 'http://127.0.0.1:1' }).faults).toBeUndefined();
   });
+
+  it('reads attempts and errors as `jobs show` does: a redriven job that then succeeded is not "6 / 3" with an error, and a final attempt is flagged', async () => {
+    // What a redrive followed by a success leaves on the row: five claims handed back, one used, the old error kept.
+    const [redriven, dead, last] = await p.client.enqueueNow([
+      { type: 'ledger.post', payload: { batch: 'LIVE-REDRIVEN', entries: 1 } },
+      { type: 'ledger.post', payload: { batch: 'LIVE-DEAD', entries: 1 } },
+      { type: 'ledger.post', payload: { batch: 'LIVE-LAST', entries: 1 }, maxAttempts: 1 },
+    ]);
+    await p.db.pool.query(
+      `UPDATE jobs.job SET state = $2, attempt = 6, releases = $3, max_attempts = 3, finished_at = now(),
+              last_error = '{"name":"Error","message":"ledger locked","retryable":true}'
+        WHERE id = $1`,
+      [redriven!.job.id, 'succeeded', 5],
+    );
+    await p.db.pool.query(
+      `UPDATE jobs.job SET state = 'dead', attempt = 3, max_attempts = 3, finished_at = now(),
+              last_error = '{"name":"Error","message":"ledger locked","retryable":true}'
+        WHERE id = $1`,
+      [dead!.job.id],
+    );
+    await p.store.claim([last!.job.id], 'worker-live-2', 30);
+
+    const s = (await call(api.url, 'GET', '/live/state', auth)).body;
+    const recent = (id: string) => s.recent.find((j: { id: string }) => j.id === id);
+    expect(recent(redriven!.job.id)).toMatchObject({
+      state: 'succeeded',
+      attemptText: '6 (1 of 3 used, 5 released)',
+      attemptsUsed: 1,
+      capWarning: null,
+      error: null,
+      earlierError: 'an earlier attempt failed: Error: ledger locked',
+    });
+    expect(recent(dead!.job.id)).toMatchObject({ attemptText: '3 (3 of 3 used)', error: 'Error: ledger locked', earlierError: null });
+    const lease = s.leases.find((l: { id: string }) => l.id === last!.job.id);
+    expect(lease).toMatchObject({ attemptText: '1 (1 of 1 used)', capWarning: 'attempt 1 of 1 — next failure dead-letters' });
+    expect(s.leases.find((l: { id: string }) => l.id === jobId)).toMatchObject({ capWarning: null });
+  });
 });
 
 describe('live view fault routes in the local stack', () => {
