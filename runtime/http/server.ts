@@ -211,8 +211,12 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
       if (e.status === 503) log.warn(line, 'database unavailable');
       else log.error(line, 'unexpected error');
     }
-    // The body was not read to its end: do not leave the rest in the connection for the next request.
-    if (!req.complete) res.setHeader('connection', 'close');
+    // The body was not read to its end: do not leave the rest in the connection for the next
+    // request, but do not reset a client that is still sending either (lingeringClose).
+    if (!req.complete) {
+      res.setHeader('connection', 'close');
+      lingeringClose(req);
+    }
     send(
       res,
       e.status,
@@ -250,6 +254,43 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
 }
 
 // --- Helpers ----------------------------------------------------------------------------------
+
+/** What a lingering close reads and discards of a refused body at most, and for how long (nginx: lingering_time). */
+export const LINGER_MAX_BYTES = 16 * 1024 * 1024;
+export const LINGER_MAX_MS = 5_000;
+
+/**
+ * Close the connection of a request whose body we refused before reading it all (a 413, or any
+ * 4xx answered early) the way nginx does: answer, close our sending side, and keep reading and
+ * discarding what the client still sends until it has sent it all, LINGER_MAX_BYTES or
+ * LINGER_MAX_MS, whichever comes first; then close. Closing at once, with the rest of the upload
+ * arriving, makes the kernel reset the connection, and a client still writing sees EPIPE or
+ * ECONNRESET instead of the answer. Node closes a `connection: close` socket with destroySoon()
+ * once the response is written: on this one socket, that closes our side only.
+ */
+function lingeringClose(req: http.IncomingMessage): void {
+  const socket = req.socket;
+  let discarded = 0;
+  const close = () => {
+    clearTimeout(timer);
+    // Let the answer leave before the socket goes: destroy() drops what is not yet written.
+    if (socket.writableFinished || socket.destroyed) socket.destroy();
+    else socket.once('finish', () => socket.destroy()).end();
+  };
+  const timer = setTimeout(close, LINGER_MAX_MS);
+  timer.unref();
+  socket.destroySoon = () => {
+    if (socket.writable) socket.end();
+  };
+  socket.once('close', () => clearTimeout(timer));
+  socket.once('end', close);
+  req.on('data', (c: Buffer) => {
+    discarded += c.length;
+    if (discarded > LINGER_MAX_BYTES) close();
+  });
+  req.once('end', close);
+  req.resume();
+}
 
 function sha256(s: string): Buffer {
   return createHash('sha256').update(s).digest();
