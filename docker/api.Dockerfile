@@ -13,6 +13,8 @@ COPY tsconfig.json ./
 COPY types ./types
 COPY scripts ./scripts
 COPY runtime ./runtime
+# The ERP's own migrations (README "Your tables"): bundled beside the platform's as app-migrations/.
+COPY migrations ./migrations
 RUN npx tsx scripts/bundle.ts api
 
 FROM node:22-alpine AS runtime

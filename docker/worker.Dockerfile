@@ -13,6 +13,8 @@ COPY tsconfig.json ./
 COPY types ./types
 COPY scripts ./scripts
 COPY runtime ./runtime
+# The ERP's own migrations (README "Your tables"): bundled beside the platform's as app-migrations/.
+COPY migrations ./migrations
 # The jobs command's `local` subcommand (dev/): bundled like the rest, its packages left out.
 COPY dev ./dev
 COPY bin/jobs.ts ./bin/jobs.ts

@@ -1,12 +1,12 @@
 // Runs the runtime's migrations at deploy time, before either service starts: a custom resource
-// whose handler (runtime/bootstrap/handler.ts, bundled here by esbuild with the migrations
-// copied beside it) calls the same migrate() as `jobs migrate`, inside the VPC, under the same
-// advisory lock. The resource carries a hash of the migrations folder, so a changed folder is an
-// Update and the migrations run again; its failure fails the deployment. Services depend on
-// `resource`.
+// whose handler (runtime/bootstrap/handler.ts, bundled here by esbuild with the migrations, the
+// platform's and the ERP's own, copied beside it) calls the same migrate() as `jobs migrate`,
+// inside the VPC, under the same advisory lock. The resource carries a hash of both migration
+// folders, so a changed folder is an Update and the migrations run again; its failure fails the
+// deployment. Services depend on `resource`.
 
 import { createHash } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CustomResource, Duration, type RemovalPolicy, Stack } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
@@ -22,21 +22,34 @@ import type { LogRetentionDays } from './config.ts';
 import type { JobDatabase } from './database.ts';
 import { acknowledge } from './nag.ts';
 import type { Network } from './network.ts';
-import { BOOTSTRAP_ENTRY, LOCK_FILE, MIGRATIONS_DIR, REPO_ROOT } from './paths.ts';
+import { APP_MIGRATIONS_DIR, BOOTSTRAP_ENTRY, LOCK_FILE, MIGRATIONS_DIR, REPO_ROOT } from './paths.ts';
 
 /** The Amazon CA certificates (RDS's among them) in AWS Lambda's Node.js runtimes. */
 export const LAMBDA_AMAZON_CA_BUNDLE = '/var/runtime/ca-cert.pem';
 
-/** sha256 over the migration files' names and contents, in order: changes exactly when the folder does. */
-export function migrationsHash(dir: string = MIGRATIONS_DIR): string {
+/**
+ * sha256 over the migration files' names and contents, in order, the platform's then the
+ * application's (named app/…): changes exactly when either folder does. Without application
+ * migrations it is the platform folder's hash alone, as before there were any.
+ */
+export function migrationsHash(dir: string = MIGRATIONS_DIR, appDir: string = APP_MIGRATIONS_DIR): string {
   const h = createHash('sha256');
-  for (const file of readdirSync(dir)
-    .filter((f) => f.endsWith('.sql'))
-    .sort()) {
-    h.update(file)
-      .update('\0')
-      .update(readFileSync(join(dir, file)))
-      .update('\0');
+  const sqlFiles = (d: string) =>
+    existsSync(d)
+      ? readdirSync(d)
+          .filter((f) => f.endsWith('.sql'))
+          .sort()
+      : [];
+  for (const [folder, prefix] of [
+    [dir, ''],
+    [appDir, 'app/'],
+  ] as const) {
+    for (const file of sqlFiles(folder)) {
+      h.update(prefix + file)
+        .update('\0')
+        .update(readFileSync(join(folder, file)))
+        .update('\0');
+    }
   }
   return h.digest('hex');
 }
@@ -55,7 +68,13 @@ const BUNDLING: nodejs.BundlingOptions = {
   commandHooks: {
     beforeBundling: () => [],
     beforeInstall: () => [],
-    afterBundling: (inputDir: string, outputDir: string) => [`cp -R "${inputDir}/runtime/db/migrations" "${outputDir}/migrations"`],
+    // The ERP's own migrations (migrations/app) beside them as app-migrations/, where
+    // runtime/db/migrate.ts looks in a bundle; made even while the folder holds none.
+    afterBundling: (inputDir: string, outputDir: string) => [
+      `cp -R "${inputDir}/runtime/db/migrations" "${outputDir}/migrations"`,
+      `mkdir -p "${outputDir}/app-migrations"`,
+      `if [ -d "${inputDir}/migrations/app" ]; then cp -R "${inputDir}/migrations/app/." "${outputDir}/app-migrations/"; fi`,
+    ],
   },
 };
 

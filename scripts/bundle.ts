@@ -1,11 +1,13 @@
 // Bundles one deployable with esbuild: `tsx scripts/bundle.ts api|worker|bootstrap|cli`.
-// Output: dist/<name>/index.mjs (ESM, Node 22, every dependency inlined, source map beside it)
-// and dist/<name>/migrations/*.sql, where runtime/db/migrate.ts looks for them. The Dockerfiles
-// run this in their build stage; the final images carry only dist/<name>. `cli` is the `jobs`
-// command as dist/cli/jobs.mjs, for operators' one-off tasks in the worker image: everything but
+// Output: dist/<name>/index.mjs (ESM, Node 22, every dependency inlined, source map beside it),
+// dist/<name>/migrations/*.sql and the ERP's own dist/<name>/app-migrations/*.sql (migrations/app),
+// where runtime/db/migrate.ts looks for them. The Dockerfiles run this in their build stage; the
+// final images carry only dist/<name>. `cli` is the `jobs` command as dist/cli/jobs.mjs, for
+// operators' one-off tasks in the worker image: everything but
 // `jobs local`, whose embedded PostgreSQL and SQS emulator are development dependencies.
 
-import { cp, readFile, rm, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { cp, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
@@ -52,6 +54,11 @@ export async function bundle(name: BundleName, outRoot = join(ROOT, 'dist')): Pr
     await writeFile(file, (await readFile(file, 'utf8')).replace(/^#!.*\n/, '#!/usr/bin/env node\n'));
   }
   await cp(join(ROOT, 'runtime', 'db', 'migrations'), join(outdir, 'migrations'), { recursive: true });
+  // The ERP's own migrations (README "Your tables") as app-migrations/, where migrate.ts looks in a bundle: `jobs migrate` in
+  // the worker image applies them, and /readyz counts them. Always made, so a bundle never falls back to a source-tree path.
+  await mkdir(join(outdir, 'app-migrations'), { recursive: true });
+  if (existsSync(join(ROOT, 'migrations', 'app')))
+    await cp(join(ROOT, 'migrations', 'app'), join(outdir, 'app-migrations'), { recursive: true });
   return outdir;
 }
 

@@ -10,7 +10,9 @@
 //
 // The secret comes from the AWS Parameters and Secrets Lambda extension over localhost, so the
 // bundle carries no AWS SDK. Bundled by NodejsFunction (esbuild, ESM) with runtime/db/migrations
-// copied beside index.mjs, where defaultMigrationsDir() finds it.
+// copied beside index.mjs, where defaultMigrationsDir() finds it, and the ERP's own migrations
+// (migrations/app) as app-migrations/, where defaultAppMigrationsDir() does: migrate() applies
+// them after the platform's, and the services' role then gets row access to their tables.
 
 import { databaseUrlFromEnv, ENV } from '../config/env.ts';
 import { APP_SCHEMAS, ensureAppRole, type AppRole } from '../db/app-role.ts';
@@ -24,7 +26,7 @@ export interface BootstrapProperties {
   DatabaseSecretArn: string;
   /** ARN of the services' secret (same shape): the role the bootstrap creates for them. Absent: no app role (older stacks). */
   AppSecretArn?: string;
-  /** Hash of runtime/db/migrations: a changed folder changes the property, so CloudFormation sends an Update and the migrations run again. */
+  /** Hash of runtime/db/migrations and migrations/app: a changed folder changes the property, so CloudFormation sends an Update and the migrations run again. */
   MigrationsHash: string;
 }
 
@@ -126,7 +128,14 @@ export async function readSecretFromExtension(arn: string, env: Record<string, s
  */
 export async function migrateAt(
   url: string,
-  opts: { log?: (msg: string) => void; dir?: string; connectAttempts?: number; retryDelayMs?: number; appRole?: AppRole } = {},
+  opts: {
+    log?: (msg: string) => void;
+    dir?: string;
+    appDir?: string;
+    connectAttempts?: number;
+    retryDelayMs?: number;
+    appRole?: AppRole;
+  } = {},
 ): Promise<MigrateResult> {
   const log = opts.log ?? console.log;
   const attempts = opts.connectAttempts ?? 6;
@@ -139,7 +148,7 @@ export async function migrateAt(
     });
     try {
       await pool.query('SELECT 1');
-      const result = await migrate(pool, { log, ...(opts.dir ? { dir: opts.dir } : {}) });
+      const result = await migrate(pool, { log, ...(opts.dir ? { dir: opts.dir } : {}), ...(opts.appDir ? { appDir: opts.appDir } : {}) });
       // After the migrations, so the grants cover every table they created.
       if (opts.appRole) await ensureAppRole(pool, opts.appRole);
       return result;

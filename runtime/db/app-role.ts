@@ -9,9 +9,14 @@
 // password are quoted by the server (format %I / %L), never spliced in by the client.
 
 import type pg from 'pg';
+import { APP_SCHEMA } from './migrate.ts';
 
-/** The schemas whose tables the services read and write: the job store, and the ERP tables the handlers post to. */
-export const APP_SCHEMAS = ['jobs', 'public'] as const;
+/**
+ * The schemas whose tables the services read and write: the job store, the example handlers'
+ * tables (public) and the ERP's own (`erp`, from migrations/app). Every table created in them
+ * later, by the same owner role, comes with the same row access (default privileges below).
+ */
+export const APP_SCHEMAS = ['jobs', 'public', APP_SCHEMA] as const;
 
 export interface AppRole {
   username: string;
@@ -60,7 +65,7 @@ export async function ensureAppRole(pool: pg.Pool, role: AppRole): Promise<{ cre
       await exec('REVOKE CREATE ON SCHEMA %I FROM %I', schema, role.username);
     }
     // The migration bookkeeping is the bootstrap's alone.
-    await exec('REVOKE INSERT, UPDATE, DELETE ON jobs.schema_migrations FROM %I', role.username);
+    await exec('REVOKE INSERT, UPDATE, DELETE ON jobs.schema_migrations, jobs.app_schema_migrations FROM %I', role.username);
     await client.query('COMMIT');
     return { created: !exists };
   } catch (err) {

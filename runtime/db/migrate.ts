@@ -6,11 +6,25 @@
 // Rules: files are named NNNN_name.sql and are append-only. Each runs in its own transaction
 // and is recorded with a checksum; an applied file whose text changed stops the run with the
 // file's name, because silently skipping it would leave environments with different schemas.
+//
+// The ERP's own tables (README "Your tables") come from a second folder, migrations/app at the
+// repository's root, applied the same way right after the platform's, as the same owner role,
+// and recorded in a ledger of their own (jobs.app_schema_migrations), so the ERP numbers its
+// files without colliding with the platform's. Their tables go in the application schema `erp`,
+// created here; the services' role gets row access to every table in it and no DDL through
+// default privileges (runtime/db/app-role.ts).
 
 import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
+
+/** The schema the ERP's own tables live in (migrations/app): the services' role may read and write its rows, never change it. */
+export const APP_SCHEMA = 'erp';
+
+/** In the names migrate() reports for the application's migrations: `app/0001_invoices.sql`. */
+const APP_PREFIX = 'app/';
 
 /** Arbitrary constant shared by every process that migrates this schema. */
 export const MIGRATION_LOCK_KEY = 7_210_531_204;
@@ -35,6 +49,17 @@ export function defaultMigrationsDir(): string {
   return process.env.JOBS_MIGRATIONS_DIR ?? fileURLToPath(new URL('./migrations/', import.meta.url));
 }
 
+/**
+ * Where the application's .sql files are: `app-migrations/` beside the bundle in an image or the
+ * bootstrap function (the bundlers copy migrations/app there), else migrations/app in the source
+ * tree. JOBS_APP_MIGRATIONS_DIR overrides. A folder that does not exist holds no migrations.
+ */
+export function defaultAppMigrationsDir(): string {
+  if (process.env.JOBS_APP_MIGRATIONS_DIR) return process.env.JOBS_APP_MIGRATIONS_DIR;
+  const bundled = fileURLToPath(new URL('./app-migrations/', import.meta.url));
+  return existsSync(bundled) ? bundled : fileURLToPath(new URL('../../migrations/app/', import.meta.url));
+}
+
 export async function loadMigrations(dir = defaultMigrationsDir()): Promise<Migration[]> {
   const files = (await readdir(dir)).filter((f) => f.endsWith('.sql')).sort();
   const out: Migration[] = [];
@@ -49,6 +74,11 @@ export async function loadMigrations(dir = defaultMigrationsDir()): Promise<Migr
   return out;
 }
 
+/** The application's migrations, none when its folder does not exist (a platform without ERP tables yet). */
+export async function loadAppMigrations(dir = defaultAppMigrationsDir()): Promise<Migration[]> {
+  return existsSync(dir) ? loadMigrations(dir) : [];
+}
+
 const LEDGER_DDL = `
   CREATE SCHEMA IF NOT EXISTS jobs;
   CREATE TABLE IF NOT EXISTS jobs.schema_migrations (
@@ -56,50 +86,41 @@ const LEDGER_DDL = `
     name       text NOT NULL,
     checksum   text NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
-  )`;
+  );
+  CREATE TABLE IF NOT EXISTS jobs.app_schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    checksum   text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+  );
+  CREATE SCHEMA IF NOT EXISTS ${APP_SCHEMA}`;
 
-/** Apply every migration not yet applied. Safe to run from many processes at once. */
-export async function migrate(pool: pg.Pool, opts: { dir?: string; log?: (msg: string) => void } = {}): Promise<MigrateResult> {
-  const migrations = await loadMigrations(opts.dir);
+/** The two folders and their ledgers, in the order they are applied. */
+const LEDGERS = [
+  { table: 'jobs.schema_migrations', prefix: '' },
+  { table: 'jobs.app_schema_migrations', prefix: APP_PREFIX },
+] as const;
+
+/** Apply every migration not yet applied, the platform's then the application's. Safe to run from many processes at once. */
+export async function migrate(
+  pool: pg.Pool,
+  opts: { dir?: string; appDir?: string; log?: (msg: string) => void } = {},
+): Promise<MigrateResult> {
+  const sets = [await loadMigrations(opts.dir), await loadAppMigrations(opts.appDir)];
   const client = await pool.connect();
   try {
     // Session-level lock: held across the per-migration transactions below, released in finally.
     await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY]);
     try {
       await client.query(LEDGER_DDL);
-      const { rows } = await client.query<{ version: number; name: string; checksum: string }>(
-        'SELECT version, name, checksum FROM jobs.schema_migrations ORDER BY version',
-      );
-      const done = new Map(rows.map((r) => [r.version, r]));
       const applied: string[] = [];
-      for (const m of migrations) {
-        const prior = done.get(m.version);
-        if (prior) {
-          if (prior.checksum !== m.checksum) {
-            throw new Error(
-              `migration ${m.name} was changed after it was applied (recorded as ${prior.name}); migrations are append-only: ` +
-                `restore the file and add a new NNNN_*.sql with the change`,
-            );
-          }
-          continue;
-        }
-        await client.query('BEGIN');
-        try {
-          await client.query(m.sql);
-          await client.query('INSERT INTO jobs.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)', [
-            m.version,
-            m.name,
-            m.checksum,
-          ]);
-          await client.query('COMMIT');
-        } catch (err) {
-          await client.query('ROLLBACK').catch(() => undefined);
-          throw new Error(`migration ${m.name} failed: ${(err as Error).message}`, { cause: err });
-        }
-        opts.log?.(`applied ${m.name}`);
-        applied.push(m.name);
+      let alreadyApplied = 0;
+      for (const [i, ledger] of LEDGERS.entries()) {
+        const r = await applySet(client, sets[i]!, ledger, opts.log);
+        applied.push(...r.applied);
+        alreadyApplied += r.alreadyApplied;
       }
-      return { applied, alreadyApplied: migrations.length - applied.length };
+      return { applied, alreadyApplied };
     } finally {
       await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY]).catch(() => undefined);
     }
@@ -108,12 +129,54 @@ export async function migrate(pool: pg.Pool, opts: { dir?: string; log?: (msg: s
   }
 }
 
-/** Names of migrations not yet applied (empty when the schema is current). Used by /readyz. */
-export async function pendingMigrations(pool: pg.Pool, dir?: string): Promise<string[]> {
-  const migrations = await loadMigrations(dir);
-  const { rows } = await pool.query<{ exists: boolean }>("SELECT to_regclass('jobs.schema_migrations') IS NOT NULL AS exists");
-  if (!rows[0]?.exists) return migrations.map((m) => m.name);
-  const applied = await pool.query<{ version: number }>('SELECT version FROM jobs.schema_migrations');
-  const have = new Set(applied.rows.map((r) => r.version));
-  return migrations.filter((m) => !have.has(m.version)).map((m) => m.name);
+async function applySet(
+  client: pg.PoolClient,
+  migrations: Migration[],
+  ledger: (typeof LEDGERS)[number],
+  log?: (msg: string) => void,
+): Promise<MigrateResult> {
+  const { rows } = await client.query<{ version: number; name: string; checksum: string }>(
+    `SELECT version, name, checksum FROM ${ledger.table} ORDER BY version`,
+  );
+  const done = new Map(rows.map((r) => [r.version, r]));
+  const applied: string[] = [];
+  for (const m of migrations) {
+    const name = ledger.prefix + m.name;
+    const prior = done.get(m.version);
+    if (prior) {
+      if (prior.checksum !== m.checksum) {
+        throw new Error(
+          `migration ${name} was changed after it was applied (recorded as ${ledger.prefix}${prior.name}); migrations are append-only: ` +
+            `restore the file and add a new NNNN_*.sql with the change`,
+        );
+      }
+      continue;
+    }
+    await client.query('BEGIN');
+    try {
+      await client.query(m.sql);
+      await client.query(`INSERT INTO ${ledger.table} (version, name, checksum) VALUES ($1, $2, $3)`, [m.version, m.name, m.checksum]);
+      await client.query('COMMIT');
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw new Error(`migration ${name} failed: ${(err as Error).message}`, { cause: err });
+    }
+    log?.(`applied ${name}`);
+    applied.push(name);
+  }
+  return { applied, alreadyApplied: migrations.length - applied.length };
+}
+
+/** Names of migrations not yet applied, the platform's and the application's (empty when the schema is current). Used by /readyz. */
+export async function pendingMigrations(pool: pg.Pool, dir?: string, appDir?: string): Promise<string[]> {
+  const sets = [await loadMigrations(dir), await loadAppMigrations(appDir)];
+  const pending: string[] = [];
+  for (const [i, ledger] of LEDGERS.entries()) {
+    const { rows } = await pool.query<{ exists: boolean }>('SELECT to_regclass($1) IS NOT NULL AS exists', [ledger.table]);
+    const have = new Set(
+      rows[0]?.exists ? (await pool.query<{ version: number }>(`SELECT version FROM ${ledger.table}`)).rows.map((r) => r.version) : [],
+    );
+    pending.push(...sets[i]!.filter((m) => !have.has(m.version)).map((m) => ledger.prefix + m.name));
+  }
+  return pending;
 }

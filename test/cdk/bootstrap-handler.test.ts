@@ -220,6 +220,32 @@ describe("the services' own database role (least privilege)", () => {
     await expect(c.connect()).rejects.toThrow(/password authentication failed/);
   });
 
+  it("applies the ERP's own migrations (migrations/app) after the platform's: the role writes their erp tables and cannot change them", async () => {
+    const appDir = await mkdtemp(join(tmpdir(), 'bootstrap-app-'));
+    await writeFile(
+      join(appDir, '0001_invoice_lines.sql'),
+      'CREATE TABLE erp.invoice_lines (id bigserial PRIMARY KEY, invoice text NOT NULL);\n',
+    );
+    const onEvent = createBootstrapHandler({
+      ...deps,
+      runMigrations: (url, appRole) =>
+        migrateAt(url, { appDir, log: () => undefined, connectAttempts: 1, ...(appRole ? { appRole } : {}) }),
+    });
+    const res = await onEvent({
+      ...event('Update', 'h4'),
+      ResourceProperties: { DatabaseSecretArn: SECRET_ARN, AppSecretArn: APP_ARN, MigrationsHash: 'h4' },
+    });
+    expect(res.Data).toMatchObject({ Applied: 'app/0001_invoice_lines.sql', AppliedCount: 1 });
+    await asApp(async (c) => {
+      await c.query("INSERT INTO erp.invoice_lines (invoice) VALUES ('INV-1')");
+      expect((await c.query('SELECT count(*)::int AS n FROM erp.invoice_lines')).rows[0].n).toBe(1);
+      await denied(c, 'ALTER TABLE erp.invoice_lines ADD COLUMN sneaky int');
+      await denied(c, 'DROP TABLE erp.invoice_lines');
+      await denied(c, 'CREATE TABLE erp.sneaky (id int)');
+      await denied(c, "INSERT INTO jobs.app_schema_migrations (version, name, checksum) VALUES (9999, '9999_x.sql', 'x')");
+    });
+  });
+
   it('refuses an app secret without a username or password, naming the secret and not its contents', async () => {
     const onEvent = createBootstrapHandler({
       ...deps,

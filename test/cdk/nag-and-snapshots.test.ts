@@ -11,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 import { buildJobPlatform } from '../../lib/app.ts';
 import { ENVIRONMENT_NAMES, ENVIRONMENTS } from '../../lib/config.ts';
 import { NAG_NAMESPACE } from '../../lib/nag.ts';
-import { MIGRATIONS_DIR } from '../../lib/paths.ts';
+import { APP_MIGRATIONS_DIR, MIGRATIONS_DIR } from '../../lib/paths.ts';
 import { synthEnv } from './support.ts';
 
 // Asset hashes (S3 keys, image tags, source hashes) and the migrations hash are sha256 hex.
@@ -76,6 +76,9 @@ describe('bootstrap bundle', () => {
       .sort();
     expect(sql.length).toBeGreaterThan(0);
     expect(readdirSync(join(dir, 'migrations')).sort()).toEqual(sql);
+    // The ERP's own migrations beside them, where migrate() looks in a bundle (README "Your tables").
+    const appFiles = existsSync(APP_MIGRATIONS_DIR) ? readdirSync(APP_MIGRATIONS_DIR).sort() : [];
+    expect(readdirSync(join(dir, 'app-migrations')).sort()).toEqual(appFiles);
   });
 });
 

@@ -64,6 +64,21 @@ describe('schema bootstrap', () => {
     expect(migrationsHash(dir)).not.toBe(migrationsHash());
   });
 
+  it("changes the hash when the ERP's own migrations (migrations/app) change", async () => {
+    const { mkdtemp, writeFile } = await import('node:fs/promises');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const { MIGRATIONS_DIR } = await import('../../lib/paths.ts');
+    const appDir = await mkdtemp(join(tmpdir(), 'app-mig-hash-'));
+    // None yet: the platform folder's hash alone, so adding the folder redeployed nothing.
+    expect(migrationsHash(MIGRATIONS_DIR, appDir)).toBe(migrationsHash(MIGRATIONS_DIR, join(appDir, 'missing')));
+    await writeFile(join(appDir, '0001_invoices.sql'), 'CREATE TABLE erp.invoices (id bigint PRIMARY KEY);\n');
+    const withApp = migrationsHash(MIGRATIONS_DIR, appDir);
+    expect(withApp).not.toBe(migrationsHash(MIGRATIONS_DIR, join(appDir, 'missing')));
+    await writeFile(join(appDir, '0001_invoices.sql'), 'CREATE TABLE erp.invoices (id bigint PRIMARY KEY, note text);\n');
+    expect(migrationsHash(MIGRATIONS_DIR, appDir)).not.toBe(withApp);
+  });
+
   it('runs the bundled handler inside the VPC on Node 22 with time for a long migration', () => {
     const fnId = idOf(dev.services.bootstrap.function);
     const fn = resourcesOfType(t, 'AWS::Lambda::Function')[fnId]!.Properties as Record<string, any>;
@@ -221,6 +236,18 @@ describe('containers', () => {
     expect(finalStage).toMatch(/ENV JOBS_LOCAL_ENV=0/);
     // The build context lets the entry in (the rest of bin/ stays out).
     expect(readFileSync('.dockerignore', 'utf8')).toMatch(/^!bin\/jobs\.ts$/m);
+  });
+
+  it("bundle the ERP's own migrations (migrations/app) into both images, where jobs migrate and /readyz find them", async () => {
+    const { readFileSync } = await import('node:fs');
+    for (const name of ['api', 'worker']) {
+      const dockerfile = readFileSync(`docker/${name}.Dockerfile`, 'utf8');
+      const buildStage = dockerfile.slice(0, dockerfile.lastIndexOf('\nFROM '));
+      // Copied before the bundle script runs (it copies them to dist/<name>/app-migrations).
+      expect(buildStage.indexOf('COPY migrations ./migrations')).toBeGreaterThan(-1);
+      expect(buildStage.indexOf('COPY migrations ./migrations')).toBeLessThan(buildStage.indexOf('scripts/bundle.ts'));
+    }
+    expect(readFileSync('.dockerignore', 'utf8')).toMatch(/^!migrations$/m);
   });
 
   it("verify the database's certificate: both images carry the RDS CA bundle where DATABASE_CA_FILE points", async () => {

@@ -2,7 +2,8 @@
 // ECS tasks): bundled by scripts/bundle.ts into a folder outside the repository, so nothing can
 // come from node_modules, and run by plain node the way the image runs it.
 import { execFile } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -40,8 +41,13 @@ async function jobs(args: string[]) {
 }
 
 describe('the bundled jobs command (worker image)', () => {
-  it('migrates from the migrations beside it, then answers on-call commands', async () => {
+  it("migrates from the migrations beside it (the platform's, then the ERP's own in app-migrations/), then answers on-call commands", async () => {
+    // As if migrations/app held this file when the image was built.
+    expect(existsSync(join(dir, 'app-migrations'))).toBe(true);
+    await writeFile(join(dir, 'app-migrations', '0001_bundle_check.sql'), 'CREATE TABLE erp.bundle_check (id int PRIMARY KEY);\n');
     const m = await jobs(['migrate']);
+    expect(m.stdout).toMatch(/applied app\/0001_bundle_check\.sql/);
+    expect((await db.pool.query("SELECT to_regclass('erp.bundle_check') IS NOT NULL AS present")).rows[0].present).toBe(true);
     expect(m.stderr).toBe('');
     expect(m.code).toBe(0);
     const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM jobs.schema_migrations');
