@@ -17,6 +17,8 @@ import { createPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import { liveConfigFromEnv, startLive, type LiveConfig } from '../http/live.ts';
+import { announceCancel } from '../live/events.ts';
+import type { Job } from '../domain/job.ts';
 import { createLogger, type Logger } from '../observability/log.ts';
 import { SqsQueue } from '../queue/sqs.ts';
 import type { JobQueue } from '../queue/types.ts';
@@ -163,7 +165,14 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
   const registry = deps.registry ?? defaultRegistry();
   const publisher = new Publisher(pool, queue, log);
   const relay = new OutboxRelay(pool, queue, log, DEFAULT_RELAY);
-  const client = new JobClient({ pool, registry, publisher, defaultMaxAttempts: config.defaultMaxAttempts });
+  const client = new JobClient({
+    pool,
+    registry,
+    publisher,
+    defaultMaxAttempts: config.defaultMaxAttempts,
+    // The live view's feed shows a cancel and who asked (only when its event bus is on).
+    ...(deps.live?.events ? { onCancelled: (job: Job) => announceCancel(pool, job, 'api', log) } : {}),
+  });
   const live = deps.live
     ? await startLive(deps.live, {
         databaseUrl: config.databaseUrl,

@@ -14,8 +14,9 @@ import { isJobId } from '../domain/ids.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import { payloadFields } from '../handlers/types.ts';
 import { silentLogger } from '../observability/log.ts';
+import { announceCancel, eventsEnabled } from '../live/events.ts';
 import { SqsQueue } from '../queue/sqs.ts';
-import type { JobState } from '../domain/job.ts';
+import type { Job, JobState } from '../domain/job.ts';
 import { JOB_STATES } from '../domain/job.ts';
 import type { JobStore } from '../store/job-store.ts';
 import { Publisher } from '../store/outbox.ts';
@@ -96,7 +97,14 @@ async function withClient<T>(env: Env, fn: (c: { store: JobStore; client: JobCli
         };
     const publisher = new Publisher(pool, queue, silentLogger);
     const timings = jobTimingsFromEnv(env);
-    const client = new JobClient({ pool, registry: defaultRegistry(), publisher, defaultMaxAttempts: timings.maxAttempts });
+    const client = new JobClient({
+      pool,
+      registry: defaultRegistry(),
+      publisher,
+      defaultMaxAttempts: timings.maxAttempts,
+      // `jobs cancel` shows in the live view's feed, with who asked, when the stack's event bus is on.
+      ...(eventsEnabled(env) ? { onCancelled: (job: Job) => announceCancel(pool, job, 'cli') } : {}),
+    });
     const out = await fn({ store: client.store, client, publisher });
     await publisher.flush();
     return out;

@@ -15,6 +15,7 @@ import type pg from 'pg';
 import { ConfigError } from '../config/rules.ts';
 import type { Logger } from '../observability/log.ts';
 import type { WorkerEvent, WorkerEventKind } from '../domain/events.ts';
+import type { Job } from '../domain/job.ts';
 import { LIVE_SQL } from './sql.ts';
 
 /** The NOTIFY channel. */
@@ -47,13 +48,16 @@ export type FaultKind =
  * One event on the bus. Worker events keep their WorkerEvent fields; `worker-up`,
  * `worker-alive` (every few seconds, with `running` jobs) and `worker-down` tell the page which
  * workers exist even when idle, and a silent one (killed, paused) stands out; `fault` is an
- * injected fault, with `fault` naming it.
+ * injected fault, with `fault` naming it; `cancelled` is a cancel by the API or `jobs cancel`,
+ * with `by` naming who asked (the job row's cancelled_by).
  */
 export interface LiveEvent extends Omit<WorkerEvent, 'kind'> {
-  kind: WorkerEventKind | 'worker-up' | 'worker-alive' | 'worker-down' | 'fault';
-  /** Who emitted it: a worker id, or `faults` for the fault injector. */
+  kind: WorkerEventKind | 'worker-up' | 'worker-alive' | 'worker-down' | 'fault' | 'cancelled';
+  /** Who emitted it: a worker id, `faults` for the fault injector, `api` or `cli` for a cancel. */
   workerId: string;
   fault?: FaultKind;
+  /** cancelled: who asked, as recorded on the job. */
+  by?: string;
   /** worker-alive: jobs the worker holds. */
   running?: number;
   /** worker-up: the worker's process id (the local stack's fault controls act on it). */
@@ -211,4 +215,34 @@ export function workerEventSink(
       await sink.stop();
     },
   };
+}
+
+/**
+ * Tell the live view that a job was cancelled (JobClient's onCancelled, when the event bus is on):
+ * one NOTIFY on the caller's pool, after the cancel committed. A cancel is otherwise invisible on
+ * the bus: the worker that held the job only sees its lease gone at the next heartbeat, and a
+ * pending job has no worker at all. Best effort like every event: a failure is logged, never thrown.
+ */
+export async function announceCancel(
+  pool: Pick<pg.Pool, 'query'>,
+  job: Pick<Job, 'id' | 'type' | 'attempt' | 'cancelledBy'>,
+  from: 'api' | 'cli',
+  log?: Logger,
+): Promise<void> {
+  const by = job.cancelledBy ?? from;
+  const event: LiveEvent = {
+    kind: 'cancelled',
+    workerId: from,
+    jobId: job.id,
+    type: job.type,
+    ...(job.attempt > 0 ? { attempt: job.attempt } : {}),
+    at: new Date().toISOString(),
+    by,
+    detail: `by ${by}`,
+  };
+  try {
+    await pool.query(LIVE_SQL.notify, [LIVE_CHANNEL, packEvents([toLiveEvent(event)])]);
+  } catch (err) {
+    log?.debug({ err, jobId: job.id }, 'live event for a cancel not sent');
+  }
 }

@@ -86,7 +86,8 @@ export class LiveFeed {
     const added: FeedEvent[] = [];
     for (const e of events) {
       if (!e || typeof e !== 'object' || typeof e.kind !== 'string' || typeof e.workerId !== 'string') continue;
-      if (e.kind !== 'fault') {
+      // Faults and cancels come from the injector, the API or the CLI: no worker to track.
+      if (e.kind !== 'fault' && e.kind !== 'cancelled') {
         const w = this.workers.get(e.workerId) ?? { lastSeen: now, down: false };
         w.lastSeen = now;
         w.down = e.kind === 'worker-down';

@@ -37,6 +37,12 @@ export interface JobClientOptions {
   registry: JobRegistry;
   publisher: Publisher;
   defaultMaxAttempts: number;
+  /**
+   * Called after a cancel committed, with the cancelled job: the API and `jobs cancel` announce it
+   * on the live view's event bus (runtime/live/events.ts announceCancel), which a cancel would
+   * otherwise never reach. Awaited, so a short command's notice leaves before it exits; must not throw.
+   */
+  onCancelled?: (job: Job) => Promise<void>;
 }
 
 export class JobClient {
@@ -106,7 +112,10 @@ export class JobClient {
   /** Cancel a pending or running job. Returns the job (cancelled, or as it already ended), or null if unknown. */
   async cancel(id: string, by: string): Promise<{ job: Job; cancelled: boolean } | null> {
     const job = await this.store.cancel(id, by);
-    if (job) return { job, cancelled: true };
+    if (job) {
+      await this.opts.onCancelled?.(job);
+      return { job, cancelled: true };
+    }
     const current = await this.store.get(id);
     return current ? { job: current, cancelled: false } : null;
   }
