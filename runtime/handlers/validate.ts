@@ -58,7 +58,7 @@ export function list<T extends z.ZodType>(item: T, opts: { min?: number; max?: n
 
 /**
  * A list of ids for a handler to fetch (invoice numbers, document keys): `list()` of `text()`
- * items, refusing a repeated id by its index (`payload.ids.4: repeats ids.1 ("INV-7")`), since a
+ * items, refusing a repeated id by its index (`payload.ids.4: repeats item 1 ("INV-7")`), since a
  * batch that names a document twice is almost always the sender's mistake.
  */
 export function idList(opts: { min?: number; max?: number; maxLength?: number; pattern?: RegExp; hint?: string } = {}) {
@@ -72,7 +72,7 @@ export function idList(opts: { min?: number; max?: number; maxLength?: number; p
     ctx.value.forEach((id, i) => {
       const seen = first.get(id);
       if (seen === undefined) first.set(id, i);
-      else ctx.issues.push({ code: 'custom', input: id, path: [i], message: `repeats ids.${seen} (${JSON.stringify(id)})` });
+      else ctx.issues.push({ code: 'custom', input: id, path: [i], message: `repeats item ${seen} (${JSON.stringify(id)})` });
     });
   });
 }

@@ -118,7 +118,7 @@ describe('list() and idList(): a bad item is named by its index', () => {
 
   it.each([
     [{ ids: ['INV-1', 'INV-2', 'INV-3', 'INV-x'] }, 'payload.ids.3', 'payload.ids.3: must match INV-<number> (got "INV-x")'],
-    [{ ids: ['INV-1', 'INV-2', 'INV-1'] }, 'payload.ids.2', 'payload.ids.2: repeats ids.0 ("INV-1")'],
+    [{ ids: ['INV-1', 'INV-2', 'INV-1'] }, 'payload.ids.2', 'payload.ids.2: repeats item 0 ("INV-1")'],
     [{ ids: ['INV-1', 7] }, 'payload.ids.1', 'payload.ids.1: is required and must be a string'],
     [{}, 'payload.ids', 'payload.ids: is required: a list of 1 to 5 items'],
     [{ ids: 'INV-1' }, 'payload.ids', 'payload.ids: must be a list of 1 to 5 items (got "INV-1")'],
