@@ -9,8 +9,8 @@ import { postInvoices } from './invoices-post.ts';
 let p: Platform;
 beforeAll(async () => {
   p = await createPlatform({ registry: new JobRegistry([postInvoices]), timings: { maxAttempts: 5 } });
+  // The erp schema comes with the migrations (README "Your tables"); these tables stand in for the ERP's own.
   await p.db.pool.query(`
-    CREATE SCHEMA erp;
     CREATE TABLE erp.invoice (id integer PRIMARY KEY, batch text NOT NULL, total numeric NOT NULL, posted_at timestamptz);
     CREATE TABLE erp.ledger_line (invoice_id integer NOT NULL REFERENCES erp.invoice, amount numeric NOT NULL);
     INSERT INTO erp.invoice (id, batch, total) SELECT g, 'B-11', g * 10 FROM generate_series(1, 250) AS g;
