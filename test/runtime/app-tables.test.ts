@@ -4,7 +4,7 @@
 // real worker connecting as the services' role the way the local stack and ECS do, and cannot
 // ALTER, DROP or TRUNCATE it: PostgreSQL refuses (insufficient_privilege).
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -17,6 +17,7 @@ import { defineJob } from '../../runtime/handlers/types.ts';
 import { idList, text } from '../../runtime/handlers/validate.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { Publisher } from '../../runtime/store/outbox.ts';
+import { postInvoices as readmeExample } from '../examples/invoices-post.ts';
 import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
 import * as z from 'zod';
 
@@ -36,7 +37,7 @@ const ACTIONS: Record<string, string> = {
 };
 
 const postInvoices = defineJob({
-  type: 'invoices.post',
+  type: 'invoice_lines.post',
   description: 'test: writes erp.invoice_lines, or tries to change it',
   schema: z.strictObject({ ids: idList({ max: 100 }), action: text({ max: 20 }).optional() }),
   async run(p, ctx) {
@@ -59,7 +60,7 @@ let appPool: pg.Pool;
 let appDir: string;
 
 beforeAll(async () => {
-  p = await createPlatform({ registry: new JobRegistry([postInvoices]), timings: { maxAttempts: 1 } });
+  p = await createPlatform({ registry: new JobRegistry([postInvoices, readmeExample]), timings: { maxAttempts: 1 } });
   // A stack deployed before the ERP had tables: the platform migrated, the services' role made.
   await ensureAppRole(p.db.pool, role);
   // Then the ERP adds its first migration and deploys: applied as the owner role, after the platform's.
@@ -87,7 +88,7 @@ afterAll(async () => {
 });
 
 async function run(payload: { ids: string[]; action?: string }) {
-  const [r] = await p.client.enqueueNow({ type: 'invoices.post', payload });
+  const [r] = await p.client.enqueueNow({ type: 'invoice_lines.post', payload });
   return waitFor(
     async () => {
       const job = await p.store.get(r!.job.id);
@@ -137,5 +138,27 @@ describe("the ERP's own tables (migrations/app)", () => {
       await expect(appPool.query(sql), sql).rejects.toMatchObject({ code: '42501' });
     }
     expect((await p.db.pool.query('SELECT count(*)::int AS n FROM erp.invoice_lines')).rows[0].n).toBe(3);
+  });
+});
+
+describe("the README's example migration (Your tables) with its example handler (Writing a job handler)", () => {
+  it('applies as the next app migration, and invoices.post posts through it as the services role', async () => {
+    const readme = await readFile(new URL('../../README.md', import.meta.url), 'utf8');
+    const section = readme.slice(readme.indexOf('## Your tables\n'));
+    const sql = section.slice(section.indexOf('```sql\n') + '```sql\n'.length, section.indexOf('```\n', section.indexOf('```sql\n') + 7));
+    expect(sql).toMatch(/CREATE TABLE erp\.invoice /);
+    await writeFile(join(appDir, '0002_invoices.sql'), sql);
+    expect((await migrate(p.db.pool, { appDir })).applied).toEqual(['app/0002_invoices.sql']);
+    await p.db.pool.query("INSERT INTO erp.invoice (batch, total) SELECT 'B-README', g FROM generate_series(1, 25) g");
+    const [r] = await p.client.enqueueNow({ type: 'invoices.post', payload: { batch: 'B-README', chunk: 10 } });
+    const job = await waitFor(async () => {
+      const j = await p.store.get(r!.job.id);
+      return j?.finishedAt ? j : null;
+    });
+    expect(job.state).toBe('succeeded');
+    const { rows } = await p.db.pool.query(
+      "SELECT count(*)::int AS lines, sum(amount)::int AS amount, count(*) FILTER (WHERE i.posted_at IS NULL)::int AS unposted FROM erp.invoice i LEFT JOIN erp.ledger_line l ON l.invoice_id = i.id WHERE i.batch = 'B-README'",
+    );
+    expect(rows[0]).toEqual({ lines: 25, amount: 325, unposted: 0 });
   });
 });
