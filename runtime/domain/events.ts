@@ -11,6 +11,8 @@ export type WorkerEventKind =
   | 'lease-renewed'
   | 'lease-lost'
   | 'duplicate-ignored'
+  /** Turned away by its concurrency key: waits, with no message, until the key has room. */
+  | 'blocked'
   | 'succeeded'
   | 'retried'
   | 'dead-lettered'

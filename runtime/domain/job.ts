@@ -53,6 +53,11 @@ export interface Job<P = unknown> {
   createdAt: Date;
   startedAt: Date | null;
   finishedAt: Date | null;
+  /** Jobs with one key run at most `concurrencyLimit` at a time, in enqueue order (migration 0006). */
+  concurrencyKey: string | null;
+  concurrencyLimit: number | null;
+  /** Since when the job waits for room under its key, with no message (published when there is room). */
+  blockedSince: Date | null;
 }
 
 /** The database's clock at the moment a statement ran, when the statement returns it. */
@@ -84,6 +89,9 @@ export function rowToJob<P = unknown>(r: JobRow): Job<P> {
     createdAt: r.created_at as Date,
     startedAt: (r.started_at as Date | null) ?? null,
     finishedAt: (r.finished_at as Date | null) ?? null,
+    concurrencyKey: (r.concurrency_key as string | null) ?? null,
+    concurrencyLimit: (r.concurrency_limit as number | null) ?? null,
+    blockedSince: (r.blocked_since as Date | null) ?? null,
   };
 }
 

@@ -55,6 +55,12 @@ export interface JobDefinition<P = unknown, R = unknown, C = unknown> {
   /** The payload's schema, when the type declares one (defineJob({ schema })): parse comes from it. */
   schema?: z.ZodObject;
   run(payload: P, ctx: JobContext<C>): Promise<R>;
+  /**
+   * The type's default concurrency key, from the payload (e.g. `ledger:${p.ledger}`): jobs with
+   * one key run at most `limit` (default 1) at a time, in enqueue order. The enqueuer's
+   * concurrencyKey / concurrencyLimit win. Return null for a job that needs none.
+   */
+  concurrency?: { key(payload: P): string | null | undefined; limit?: number };
   /** Attempt cap for this type when the enqueuer does not set one. */
   maxAttempts?: number;
   /** Longest a healthy run takes; longer is reported as stuck. */
@@ -67,8 +73,15 @@ export interface SchemaJobDefinition<S extends z.ZodObject, R, C> extends Omit<J
   schema: S;
 }
 
-export function defineJob<S extends z.ZodObject, R, C = unknown>(def: SchemaJobDefinition<S, R, C>): JobDefinition<z.output<S>, R, C>;
-export function defineJob<P, R, C = unknown>(def: JobDefinition<P, R, C>): JobDefinition<P, R, C>;
+// The returned definition keeps its type's name and schema as types (`type: 'ledger.post'`,
+// `schema: typeof payload`): a typed enqueue (createJobClient) takes each registered type's
+// z.input as the payload it accepts.
+export function defineJob<S extends z.ZodObject, R, C = unknown, const T extends string = string>(
+  def: SchemaJobDefinition<S, R, C> & { type: T },
+): Omit<JobDefinition<z.output<S>, R, C>, 'type' | 'schema'> & { type: T; schema: S };
+export function defineJob<P, R, C = unknown, const T extends string = string>(
+  def: JobDefinition<P, R, C> & { type: T },
+): Omit<JobDefinition<P, R, C>, 'type'> & { type: T };
 export function defineJob(def: JobDefinition | SchemaJobDefinition<z.ZodObject, unknown, unknown>): JobDefinition {
   if (!('schema' in def) || !def.schema) return def as JobDefinition;
   const schema = def.schema;

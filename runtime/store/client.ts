@@ -24,6 +24,10 @@ export interface EnqueueSpec {
   maxAttempts?: number | null;
   /** Do not start before this time. */
   runAt?: Date | string | null;
+  /** Jobs with one key (e.g. `ledger:company-7`) run at most concurrencyLimit at a time, in enqueue order. */
+  concurrencyKey?: string | null;
+  /** Default: the job type's, else 1. */
+  concurrencyLimit?: number | null;
 }
 
 export interface EnqueueResult {
@@ -70,7 +74,15 @@ export class JobClient {
   /** A request the schema has passed (the API's parsed body) as the job to insert: the attempt cap defaulted. */
   newJob(r: EnqueueRequest): NewJob {
     const maxAttempts = r.maxAttempts ?? this.opts.registry.get(r.type)!.maxAttempts ?? this.opts.defaultMaxAttempts;
-    return { type: r.type, payload: r.payload, idempotencyKey: r.idempotencyKey, maxAttempts, runAt: r.runAt };
+    return {
+      type: r.type,
+      payload: r.payload,
+      idempotencyKey: r.idempotencyKey,
+      maxAttempts,
+      runAt: r.runAt,
+      concurrencyKey: r.concurrencyKey,
+      concurrencyLimit: r.concurrencyLimit,
+    };
   }
 
   /**

@@ -21,6 +21,7 @@ const TOO_LARGE = { status: 413 } as const;
 
 const text1to200 = 'must be a string of 1 to 200 characters';
 const attemptsError = (iss: { input?: unknown }) => `must be a whole number from 1 to 100 (got ${String(iss.input)})`;
+const limitError = (iss: { input?: unknown }) => `must be a whole number from 1 to 1000 (got ${String(iss.input)})`;
 const runAtError = (iss: { input?: unknown }) =>
   `must be an ISO 8601 timestamp with an offset, e.g. 2026-12-01T06:00:00Z (got ${JSON.stringify(iss.input)?.slice(0, 80)})`;
 
@@ -69,6 +70,16 @@ export function enqueueRequest(registry: JobRegistry) {
       )
       .nullish()
       .meta({ description: 'do not start before this time (ISO 8601 with an offset)' }),
+    concurrencyKey: z.string({ error: text1to200 }).min(1, { error: text1to200 }).max(200, { error: text1to200 }).nullish().meta({
+      description:
+        "jobs with one key (e.g. ledger:company-7) run at most concurrencyLimit at a time, in enqueue order; default the job type's",
+    }),
+    concurrencyLimit: z
+      .int({ error: limitError })
+      .min(1, { error: limitError })
+      .max(1000, { error: limitError })
+      .nullish()
+      .meta({ description: "how many jobs of the concurrencyKey may run at once; default the job type's, else 1" }),
   };
   return z
     .strictObject(fields, {
@@ -77,6 +88,15 @@ export function enqueueRequest(registry: JobRegistry) {
     })
     .transform((spec, ctx) => {
       const def = registry.get(spec.type)!;
+      if (spec.concurrencyLimit != null && spec.concurrencyKey == null && !def.concurrency) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['concurrencyLimit'],
+          message: `limits the jobs of a concurrencyKey: give one too (job type ${def.type} has no default key)`,
+          input: spec.concurrencyLimit,
+        });
+        return z.NEVER;
+      }
       const raw = spec.payload ?? {};
       let size: number;
       try {
@@ -111,12 +131,16 @@ export function enqueueRequest(registry: JobRegistry) {
         });
         return z.NEVER;
       }
+      // The key: the enqueuer's, else the type's default from the payload (a ledger's postings).
+      const concurrencyKey = spec.concurrencyKey ?? def.concurrency?.key(payload) ?? null;
       return {
         type: def.type,
         payload,
         idempotencyKey: spec.idempotencyKey ?? null,
         maxAttempts: spec.maxAttempts ?? null,
         runAt: spec.runAt ? parseIsoTime(spec.runAt) : null,
+        concurrencyKey,
+        concurrencyLimit: concurrencyKey ? (spec.concurrencyLimit ?? def.concurrency?.limit ?? 1) : null,
       };
     });
 }

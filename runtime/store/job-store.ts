@@ -4,6 +4,7 @@
 
 import type pg from 'pg';
 import { SQL, type SqlName } from './sql.ts';
+import { withTransaction } from '../db/transaction.ts';
 import { uuidv7 } from '../domain/uuid7.ts';
 import { rowToJob, type Job, type JobError, type JobState, type Progress, type WithDbNow } from '../domain/job.ts';
 
@@ -35,6 +36,9 @@ export interface NewJob {
   idempotencyKey?: string | null;
   maxAttempts: number;
   runAt?: Date | null;
+  /** At most `concurrencyLimit` (default 1) jobs with this key run at once, in enqueue order. */
+  concurrencyKey?: string | null;
+  concurrencyLimit?: number | null;
 }
 
 export interface Inserted {
@@ -51,6 +55,8 @@ export interface ClaimedJob
   queueLagMs: number;
   /** Taken over from an owner whose lease expired (directly or via the rescuer). */
   reclaimed: boolean;
+  /** Its concurrency key: when it ends, the key's next job may be published (worker/key-wake.ts). */
+  concurrencyKey: string | null;
 }
 
 export interface LeaseToken {
@@ -85,6 +91,8 @@ export class JobStore {
       jobs.map((j) => j.idempotencyKey ?? null),
       jobs.map((j) => j.maxAttempts),
       jobs.map((j) => j.runAt ?? null),
+      jobs.map((j) => j.concurrencyKey ?? null),
+      jobs.map((j) => (j.concurrencyKey ? (j.concurrencyLimit ?? 1) : null)),
     ]);
     const byId = new Map(rows.map((r) => [r.id as string, r]));
     const out: Inserted[] = [];
@@ -126,19 +134,26 @@ export class JobStore {
   async claim(ids: string[], owner: string, leaseSeconds: number): Promise<ClaimedJob[]> {
     if (ids.length === 0) return [];
     const { rows } = await run(this.pool, 'jobClaim', [pgArray([...ids].sort()), owner, leaseSeconds]);
-    return rows.map((r) => ({
-      id: r.id as string,
-      type: r.type as string,
-      payload: r.payload,
-      attempt: r.attempt as number,
-      releases: r.releases as number,
-      maxAttempts: r.max_attempts as number,
-      checkpoint: r.checkpoint ?? null,
-      progress: (r.progress as Progress | null) ?? null,
-      createdAt: new Date(r.created_at_ms as number),
-      queueLagMs: Math.max(0, r.queue_lag_ms as number),
-      reclaimed: r.reclaimed as boolean,
-    }));
+    return rows.map(toClaimed);
+  }
+
+  /**
+   * Claim jobs with a concurrency key among `ids` (the plain claim leaves them): those their key
+   * has room for start, in enqueue order; the due ones it has no room for are blocked (their
+   * messages can go: they are published again when the key has room). See sql-keys.ts.
+   */
+  async claimKeyed(ids: string[], owner: string, leaseSeconds: number): Promise<{ claimed: ClaimedJob[]; blocked: string[] }> {
+    if (ids.length === 0) return { claimed: [], blocked: [] };
+    const sorted = pgArray([...ids].sort());
+    return withTransaction(this.pool, async (c) => {
+      await run(c, 'keyLockClaim', [sorted]);
+      const claimed = (await run(c, 'jobClaimKeyed', [sorted, owner, leaseSeconds])).rows.map(toClaimed);
+      const { rows } = await run(c, 'jobBlockKeyed', [sorted]);
+      if (rows.length > 0) {
+        await run(c, 'keyWake', [rows.map((r) => r.concurrency_key), rows.map((r) => r.concurrency_limit)]);
+      }
+      return { claimed, blocked: rows.map((r) => r.id as string) };
+    });
   }
 
   /** Renew leases; returns the ids still held (the others are lost). */
@@ -256,4 +271,21 @@ export class JobStore {
     for (const r of rows) out[r.state as JobState] = r.count as number;
     return out;
   }
+}
+
+function toClaimed(r: Record<string, unknown>): ClaimedJob {
+  return {
+    id: r.id as string,
+    type: r.type as string,
+    payload: r.payload,
+    attempt: r.attempt as number,
+    releases: r.releases as number,
+    maxAttempts: r.max_attempts as number,
+    checkpoint: r.checkpoint ?? null,
+    progress: (r.progress as Progress | null) ?? null,
+    createdAt: new Date(r.created_at_ms as number),
+    queueLagMs: Math.max(0, r.queue_lag_ms as number),
+    reclaimed: r.reclaimed as boolean,
+    concurrencyKey: (r.concurrency_key as string | null) ?? null,
+  };
 }

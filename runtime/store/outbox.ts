@@ -96,6 +96,8 @@ export interface RelayOptions {
   minAgeSeconds: number;
   intervalMs: number;
   batchSize: number;
+  /** Log each pass that published something (default): a publish that had not happened is news. */
+  quiet?: boolean;
 }
 
 export const DEFAULT_RELAY: RelayOptions = { minAgeSeconds: 2, intervalMs: 1000, batchSize: 100 };
@@ -150,7 +152,7 @@ export class OutboxRelay {
       await run(client, 'outboxDelete', [rows.map((r) => r.outbox_id as string)]);
       return { rows, live };
     });
-    if (live.length > 0)
+    if (live.length > 0 && !this.opts.quiet)
       this.log.info(
         { count: live.length, jobIds: live.map((r) => r.job_id).slice(0, 20) },
         'relay published jobs whose publish had not happened',

@@ -6,7 +6,7 @@
 /** The job columns as a statement returns them (unqualified). */
 export const JOB_COLUMNS = `id, type, payload, state, idempotency_key, attempt, releases, max_attempts, lease_owner,
   lease_expires_at, run_after, progress, checkpoint, last_error, attempt_log, result, cancelled_by,
-  created_at, started_at, finished_at`;
+  created_at, started_at, finished_at, concurrency_key, concurrency_limit, blocked_since`;
 
 /** The job columns, plus claimed_at (migration 0003). */
 export const JOB = (a: string) =>
@@ -31,6 +31,9 @@ export const JOB = (a: string) =>
     'created_at',
     'started_at',
     'finished_at',
+    'concurrency_key',
+    'concurrency_limit',
+    'blocked_since',
     'claimed_at',
   ]
     .map((c) => `${a}.${c}`)
@@ -49,3 +52,24 @@ export const DEAD_FILTER = `j.state = 'dead'
        AND ($2::text IS NULL OR d.type = $2::text)
        AND ($3::timestamptz IS NULL OR d.dead_at >= $3::timestamptz)
        AND ($4::timestamptz IS NULL OR d.dead_at < $4::timestamptz)`;
+
+/** What a claim sets (the plain claim in sql.ts and the keyed one in sql-keys.ts). */
+export const CLAIM_SET = `       SET state = 'running',
+           attempt = attempt + 1,
+           lease_owner = $2,
+           lease_expires_at = statement_timestamp() + $3::float8 * interval '1 second',
+           started_at = coalesce(started_at, statement_timestamp()),
+           claimed_at = statement_timestamp()`;
+
+/** What a claim returns: the ClaimedJob row (job-store.ts). */
+export const CLAIM_RETURNING = `    RETURNING id, type, payload, attempt, releases, max_attempts, checkpoint, progress, concurrency_key,
+              -- Numbers rather than timestamps and the attempt log: the worker parses a float per
+              -- row instead of a date string and a JSON array (a measurable share of its CPU).
+              -- date_part, not extract: extract returns numeric (PostgreSQL 14+), slower to compute.
+              date_part('epoch', created_at) * 1000 AS created_at_ms,
+              (date_part('epoch', statement_timestamp()) - date_part('epoch', greatest(created_at, run_after))) * 1000 AS queue_lag_ms,
+              -- A reclaim: the attempt before this one did not end in a recorded retry or release
+              -- (its owner's lease ran out), or the rescuer re-queued it.
+              CASE WHEN attempt > 1
+                   THEN coalesce((attempt_log->-1->>'attempt')::int <> attempt - 1 OR attempt_log->-1->>'outcome' = 'rescued', true)
+                   ELSE false END AS reclaimed`;

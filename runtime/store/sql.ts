@@ -2,8 +2,9 @@
 // transition it performs, with the reason it is race-free beside it. This file holds the
 // workers' and maintenance loops' transitions (enqueue, claim, heartbeat, checkpoint, complete,
 // fail, release, dead-letter, rescue, reconcile, the outbox relay) and the job reads;
-// sql-operator.ts holds the operators' (cancel, republish, redrive, discard). SQL below is both,
-// run by name (run() in job-store.ts); nothing else writes these tables.
+// sql-keys.ts the claim of jobs with a concurrency key; sql-operator.ts the operators' (cancel,
+// republish, redrive, discard). SQL below is all three, run by name (run() in job-store.ts);
+// nothing else writes these tables.
 //
 // Conventions:
 //  - Time is statement_timestamp(), not now(): inside a long handler transaction now() is the
@@ -17,7 +18,8 @@
 //  - "Attempts used" is attempt - releases: a graceful release hands a claim back without
 //    spending the job's attempt budget, while the token stays monotonic.
 
-import { JOB_COLUMNS } from './sql-fragments.ts';
+import { CLAIM_RETURNING, CLAIM_SET, JOB_COLUMNS } from './sql-fragments.ts';
+import { KEY_SQL } from './sql-keys.ts';
 import { OPERATOR_SQL } from './sql-operator.ts';
 
 const WORKER_SQL = {
@@ -33,11 +35,11 @@ const WORKER_SQL = {
    */
   jobInsertMany: `
     WITH input AS (
-      SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[], $5::int[], $6::timestamptz[])
-        WITH ORDINALITY AS t(id, type, payload, idempotency_key, max_attempts, run_after, ord)
+      SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[], $5::int[], $6::timestamptz[], $7::text[], $8::int[])
+        WITH ORDINALITY AS t(id, type, payload, idempotency_key, max_attempts, run_after, concurrency_key, concurrency_limit, ord)
     ), inserted AS (
-      INSERT INTO jobs.job (id, type, payload, idempotency_key, max_attempts, run_after)
-      SELECT id, type, payload, idempotency_key, max_attempts, coalesce(run_after, statement_timestamp())
+      INSERT INTO jobs.job (id, type, payload, idempotency_key, max_attempts, run_after, concurrency_key, concurrency_limit)
+      SELECT id, type, payload, idempotency_key, max_attempts, coalesce(run_after, statement_timestamp()), concurrency_key, concurrency_limit
         FROM input ORDER BY ord
       ON CONFLICT (type, idempotency_key) WHERE idempotency_key IS NOT NULL AND finished_at IS NULL
       DO NOTHING
@@ -69,27 +71,14 @@ const WORKER_SQL = {
    */
   jobClaim: `
     UPDATE jobs.job
-       SET state = 'running',
-           attempt = attempt + 1,
-           lease_owner = $2,
-           lease_expires_at = statement_timestamp() + $3::float8 * interval '1 second',
-           started_at = coalesce(started_at, statement_timestamp()),
-           claimed_at = statement_timestamp()
+${CLAIM_SET}
      WHERE id = ANY($1::uuid[])
        AND ((state = 'pending' AND run_after <= statement_timestamp())
          OR (state = 'running' AND lease_expires_at < statement_timestamp()))
        AND attempt - releases < max_attempts
-    RETURNING id, type, payload, attempt, releases, max_attempts, checkpoint, progress,
-              -- Numbers rather than timestamps and the attempt log: the worker parses a float per
-              -- row instead of a date string and a JSON array (a measurable share of its CPU).
-              -- date_part, not extract: extract returns numeric (PostgreSQL 14+), slower to compute.
-              date_part('epoch', created_at) * 1000 AS created_at_ms,
-              (date_part('epoch', statement_timestamp()) - date_part('epoch', greatest(created_at, run_after))) * 1000 AS queue_lag_ms,
-              -- A reclaim: the attempt before this one did not end in a recorded retry or release
-              -- (its owner's lease ran out), or the rescuer re-queued it.
-              CASE WHEN attempt > 1
-                   THEN coalesce((attempt_log->-1->>'attempt')::int <> attempt - 1 OR attempt_log->-1->>'outcome' = 'rescued', true)
-                   ELSE false END AS reclaimed`,
+       -- A job with a concurrency key is claimed under its key's lock (sql-keys.ts).
+       AND concurrency_key IS NULL
+${CLAIM_RETURNING}`,
 
   /**
    * Heartbeat: renew every lease one worker holds, in one statement per tick, and write the
@@ -252,7 +241,8 @@ const WORKER_SQL = {
    */
   reconcileCount: `
     SELECT pg_try_advisory_xact_lock($1::bigint) AS locked,
-           (SELECT count(*) FILTER (WHERE state = 'pending') FROM jobs.job WHERE finished_at IS NULL)::int AS pending,
+           -- A job blocked by its concurrency key has no message by design (it is published when the key has room).
+           (SELECT count(*) FILTER (WHERE state = 'pending' AND blocked_since IS NULL) FROM jobs.job WHERE finished_at IS NULL)::int AS pending,
            (SELECT count(*) FILTER (WHERE state = 'running') FROM jobs.job WHERE finished_at IS NULL)::int AS running,
            (SELECT count(*) FROM jobs.outbox)::int AS outbox`,
 
@@ -269,7 +259,7 @@ const WORKER_SQL = {
   jobRepublishLost: `
     WITH picked AS (
       SELECT id FROM jobs.job
-       WHERE finished_at IS NULL AND state = 'pending'
+       WHERE finished_at IS NULL AND state = 'pending' AND blocked_since IS NULL
          AND created_at < statement_timestamp() - $1::float8 * interval '1 second'
          AND (republished_at IS NULL OR republished_at < statement_timestamp() - $2::float8 * interval '1 second')
        ORDER BY run_after, id
@@ -300,7 +290,7 @@ const WORKER_SQL = {
            greatest(0, ceil(extract(epoch FROM j.run_after - statement_timestamp())))::int AS delay_seconds
       FROM jobs.outbox o
       LEFT JOIN jobs.job j ON j.id = o.job_id
-     WHERE o.created_at < statement_timestamp() - $1::float8 * interval '1 second'
+     WHERE (o.created_at < statement_timestamp() - $1::float8 * interval '1 second' OR o.relay_now)
      ORDER BY o.id
      LIMIT $2
        FOR UPDATE OF o SKIP LOCKED`,
@@ -328,7 +318,7 @@ const WORKER_SQL = {
   jobCountActive: `SELECT state, count(*)::int AS count FROM jobs.job WHERE finished_at IS NULL GROUP BY state`,
 } as const;
 
-/** Every job-table statement by name: the workers' (above) and the operators' (sql-operator.ts). */
-export const SQL = { ...WORKER_SQL, ...OPERATOR_SQL } as const;
+/** Every job-table statement by name: the workers' (above), the concurrency keys' (sql-keys.ts) and the operators' (sql-operator.ts). */
+export const SQL = { ...WORKER_SQL, ...KEY_SQL, ...OPERATOR_SQL } as const;
 
 export type SqlName = keyof typeof SQL;

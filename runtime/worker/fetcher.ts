@@ -174,20 +174,48 @@ export class Fetcher {
     const misses = new Set(ids);
     for (const job of claimed) {
       misses.delete(job.id);
-      const [first, ...copies] = byJob.get(job.id)!;
-      ctx.metrics.timing(METRIC.queueLag, job.queueLagMs);
-      ctx.emit(job.reclaimed ? 'reclaimed' : 'claimed', job);
-      this.slots.start(job, first!, sentAt);
-      // Two copies of one job's message in one receive: we hold the job, the copy is surplus.
-      for (const c of copies) this.messages.delete(c, 'duplicate copy in the same receive');
+      this.startClaimed(job, byJob, sentAt);
     }
-    if (misses.size > 0) await this.settleMisses([...misses], byJob);
+    if (misses.size > 0) await this.settleMisses([...misses], byJob, sentAt);
   }
 
-  /** Messages whose jobs the claim did not take: settled by what each job row says. */
-  private async settleMisses(ids: string[], byJob: Map<string, ReceivedMessage[]>): Promise<void> {
+  private startClaimed(job: ClaimedJob, byJob: Map<string, ReceivedMessage[]>, sentAt: number): void {
     const { ctx } = this;
-    const jobs = await ctx.store.getMany(ids);
+    const [first, ...copies] = byJob.get(job.id)!;
+    ctx.metrics.timing(METRIC.queueLag, job.queueLagMs);
+    ctx.emit(job.reclaimed ? 'reclaimed' : 'claimed', job);
+    this.slots.start(job, first!, sentAt);
+    // Two copies of one job's message in one receive: we hold the job, the copy is surplus.
+    for (const c of copies) this.messages.delete(c, 'duplicate copy in the same receive');
+  }
+
+  /**
+   * Messages whose jobs the claim did not take. Jobs with a concurrency key are claimed here,
+   * under their key (store.claimKeyed): started if the key has room, else blocked, and a blocked
+   * job's message is deleted (the job is published again when its key has room). The rest are
+   * settled by what each job row says.
+   */
+  private async settleMisses(missed: string[], byJob: Map<string, ReceivedMessage[]>, sentAt: number): Promise<void> {
+    const { ctx } = this;
+    const jobs = await ctx.store.getMany(missed);
+    let ids = missed;
+    const keyed = missed.filter((id) => {
+      const j = jobs.get(id);
+      return j?.concurrencyKey && (j.state === 'pending' || j.state === 'running');
+    });
+    if (keyed.length > 0) {
+      const { claimed, blocked } = await ctx.store.claimKeyed(keyed, ctx.workerId, ctx.opts.timings.leaseSeconds);
+      for (const job of claimed) this.startClaimed(job, byJob, sentAt);
+      for (const id of blocked) {
+        const job = jobs.get(id)!;
+        ctx.emit('blocked', job, `waiting for key ${job.concurrencyKey}`);
+        for (const m of byJob.get(id)!) this.messages.delete(m, 'blocked by its concurrency key: published again when the key has room');
+      }
+      // Blocking may have woken an older job of the key (keyWake in claimKeyed).
+      if (blocked.length > 0) ctx.keyWake.nudge();
+      const done = new Set([...claimed.map((j) => j.id), ...blocked]);
+      ids = missed.filter((id) => !done.has(id));
+    }
     const heartbeatSeconds = ctx.opts.timings.heartbeatSeconds;
     for (const id of ids) {
       const job = jobs.get(id);

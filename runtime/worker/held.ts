@@ -2,6 +2,7 @@
 // does to a held job (emit an event, abort its handler). The coordinator (worker.ts) makes one
 // WorkerContext per worker and hands it to the fetcher, executor, completer and heartbeat.
 
+import { KeyWake } from './key-wake.ts';
 import type pg from 'pg';
 import type { JobTimings } from '../config/rules.ts';
 import type { WorkerEvent, WorkerEventKind } from '../domain/events.ts';
@@ -74,6 +75,8 @@ export class WorkerContext {
   readonly held = new Map<string, Held>();
   readonly stopAc = new AbortController();
   stopping = false;
+  /** Publishes a concurrency key's next job when a job of the key ends or is blocked here. */
+  readonly keyWake: KeyWake;
 
   constructor(
     readonly opts: WorkerOptions,
@@ -82,6 +85,7 @@ export class WorkerContext {
     this.store = new JobStore(opts.pool);
     this.log = opts.log.child({ workerId });
     this.metrics = opts.metrics ?? noopMetrics;
+    this.keyWake = new KeyWake(opts.pool, opts.queue, this.log);
   }
 
   abortHandler(h: Held, reason: unknown): void {

@@ -120,6 +120,7 @@ export class Worker {
     await Promise.allSettled(running());
     await this.beat.stop();
     await this.completer.drain();
+    await this.ctx.keyWake.idle();
     await this.messages.drain();
     await this.opts.publisher.flush();
     this.setBusy(false);
@@ -189,6 +190,8 @@ export class Worker {
     } finally {
       this.freeSlot(h);
       this.ctx.held.delete(h.job.id);
+      // Its key may have room now: publish the next job of the key (key-wake.ts).
+      if (h.job.concurrencyKey) this.ctx.keyWake.nudge();
       if (this.ctx.held.size === 0) this.setBusy(false);
       this.wakeSlotWaiters();
     }

@@ -225,7 +225,8 @@ describe('jobs API', () => {
         status: 400,
         code: 'invalid_field',
         field: 'idempotency_key',
-        message: /^idempotency_key: is not a field of a job \(allowed: type, payload, idempotencyKey, maxAttempts, runAt\)/,
+        message:
+          /^idempotency_key: is not a field of a job \(allowed: type, payload, idempotencyKey, maxAttempts, runAt, concurrencyKey, concurrencyLimit\)/,
       },
       { name: 'no type', json: { payload: {} }, status: 400, code: 'invalid_field', field: 'type', message: /^type: is required/ },
       {

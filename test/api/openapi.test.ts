@@ -110,7 +110,15 @@ describe('GET /v1/openapi.json', () => {
     const body = operation('POST', '/v1/jobs').requestBody;
     const schema = body.content['application/json'].schema;
     expect(body.required).toBe(true);
-    expect(Object.keys(schema.properties).sort()).toEqual(['idempotencyKey', 'maxAttempts', 'payload', 'runAt', 'type']);
+    expect(Object.keys(schema.properties).sort()).toEqual([
+      'concurrencyKey',
+      'concurrencyLimit',
+      'idempotencyKey',
+      'maxAttempts',
+      'payload',
+      'runAt',
+      'type',
+    ]);
     expect(schema.required).toEqual(['type']);
     expect(schema.additionalProperties).toBe(false);
     const post = (json: unknown) => call(api.url, 'POST', '/v1/jobs', { headers: auth, json });
