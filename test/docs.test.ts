@@ -25,6 +25,16 @@ describe('docs', () => {
     expect(shown).toBe(read('test/examples/invoices-post.ts').replaceAll("'../../runtime/", "'./runtime/"));
   });
 
+  it("the README's handler test is test/examples/testing-your-handler.test.ts, which npm test runs", () => {
+    const readme = read('README.md');
+    const section = readme.indexOf('## Testing your handler\n');
+    const at = readme.indexOf('```ts\n', section) + '```ts\n'.length;
+    expect(section).toBeGreaterThan(0);
+    const shown = readme.slice(at, readme.indexOf('```\n', at));
+    expect(shown).toBe(read('test/examples/testing-your-handler.test.ts'));
+    expect(shown.split('\n').length - 1, 'under 40 lines').toBeLessThan(40);
+  });
+
   it('the README links nothing outside the repository', () => {
     const links = [...read('README.md').matchAll(/\]\(([^)]+)\)/g)].map((m) => m[1]!);
     expect(links.filter((l) => l.startsWith('../') || /^https?:/.test(l))).toEqual([]);

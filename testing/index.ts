@@ -6,7 +6,7 @@
 //   await kit.close();
 //
 // Not part of what the services run: nothing in runtime/ imports it.
-export { createTestKit, TestKit, type Mark, type PausedAttempt, type Point, type TestKitOptions } from './kit.ts';
+export { createTestKit, TestKit, type AttemptEnd, type Mark, type PausedAttempt, type Point, type TestKitOptions } from './kit.ts';
 export { TestWorker } from './worker.ts';
 export { LeaseLostError, NonRetryableError } from '../runtime/domain/errors.ts';
 export type { Job, AttemptOutcome } from '../runtime/domain/job.ts';

@@ -69,8 +69,17 @@ export interface PausedAttempt {
   crash(): Promise<void>;
   /** The worker freezes here (no heartbeat): at kit.reclaim() its lease runs out and the job goes to another worker. */
   freeze(): void;
-  /** The handler goes on. Resolves with the job's row once this attempt ended (or was fenced out). */
-  resume(): Promise<Job>;
+  /** The handler goes on. Resolves once this attempt ended (or was fenced out), with the job's row then and what the handler threw. */
+  resume(): Promise<AttemptEnd>;
+  /** The handler throws `error` at the point (a failure where the test chooses). Resolves once the attempt ended. */
+  fail(error: Error): Promise<AttemptEnd>;
+}
+
+export interface AttemptEnd {
+  /** The job's row once the attempt ended: its outcome, or the row of the attempt that took over from a zombie. */
+  job: Job;
+  /** What the handler threw, if it threw (a zombie's refused checkpoint: LeaseLostError). */
+  error: unknown;
 }
 
 interface Pause {
@@ -97,6 +106,8 @@ export class TestKit {
   readonly queue: MemoryQueue;
   readonly dlq: MemoryQueue;
   readonly timings: JobTimings;
+  /** The kit's database (psql it while a test waits at a point), dropped on close. */
+  readonly databaseUrl: string;
   private readonly publisher: Publisher;
   private readonly rescuer: Rescuer;
   private readonly workers: TestWorker[] = [];
@@ -109,6 +120,7 @@ export class TestKit {
     opts: TestKitOptions,
   ) {
     this.timings = { ...KIT_TIMINGS, ...opts.timings };
+    this.databaseUrl = db.url;
     this.registry = new JobRegistry(opts.jobs.map((d) => this.instrument(d)));
     this.pool = db.newPool(10);
     this.queue = new MemoryQueue({ visibilityTimeoutSeconds: this.timings.visibilityTimeoutSeconds });
@@ -205,7 +217,13 @@ export class TestKit {
         kit.pauses.delete(id);
         pause.resolveGo();
         await w.settled(id);
-        return kit.job(id);
+        return { job: await kit.job(id), error: kit.errors.get(key) };
+      },
+      async fail(error: Error) {
+        kit.pauses.delete(id);
+        pause.rejectGo(error);
+        await w.settled(id);
+        return { job: await kit.job(id), error: kit.errors.get(key) };
       },
     };
   }
