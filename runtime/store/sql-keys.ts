@@ -5,21 +5,22 @@
 //
 // Why it is race-free. The keyed claim is one transaction of three statements (JobStore.claimKeyed):
 //  1. keyLockClaim locks the candidate rows (in id order), then each key among them (in key
-//     order, jobs.lock_key: an advisory transaction lock). Rows first, keys second, everywhere:
-//     a transaction that ends a keyed job holds its row and then takes the key in the trigger
-//     (jobs.job_left_key), so the two cannot wait on each other in a cycle.
+//     order, jobs.lock_key: an advisory transaction lock). Rows first, keys second, in key
+//     order, everywhere: a transaction that ends keyed jobs holds their rows and takes their
+//     keys at its COMMIT, all at once in key order (jobs.key_wake_at_commit), so no two takers
+//     can wait on each other in a cycle.
 //  2. jobClaimKeyed runs after the locks, so under READ COMMITTED its snapshot holds every claim
-//     of these keys that committed before (a claim needs the key's lock, which we hold). It counts,
-//     per candidate, the key's running jobs and — for a fresh start — the key's due pending jobs
-//     enqueued before it: a candidate starts only when that count is below the limit. A job
-//     that stops running meanwhile still counts as running (its trigger waits for our lock):
-//     the count errs on the side of refusing, never of one too many. Candidates of one key in
-//     one claim each count the older ones as ahead of them, so together they stay within the
+//     of these keys that committed before (a claim needs the key's lock, which we hold). It
+//     counts, per candidate, the key's running jobs and — for a fresh start — the key's due
+//     pending jobs enqueued before it: a candidate starts only when that count is below the
+//     limit. A job that stops running meanwhile still counts as running (its COMMIT waits for our
+//     lock): the count errs on the side of refusing, never of one too many. Candidates of one key
+//     in one claim each count the older ones as ahead of them, so together they stay within the
 //     limit, in order. A reclaim (running, lease expired) keeps the place it holds.
 //  3. jobBlockKeyed marks the due candidates it did not start as blocked: the worker deletes
 //     their messages (no receives toward maxReceiveCount while they wait), and jobs.wake_key
-//     publishes the oldest blocked jobs of a key through the outbox when it has room: from the
-//     trigger when a job of the key stops running or waiting, and here (keyWake) in case the
+//     publishes the oldest blocked jobs of a key through the outbox when it has room: at the
+//     COMMIT of a transaction that ended a job of the key, and here (keyWake) in case the
 //     refusal was for order only (an older job was due) and the key has room now.
 
 import { CLAIM_RETURNING, CLAIM_SET } from './sql-fragments.ts';

@@ -131,6 +131,42 @@ describe('concurrency keys', () => {
   });
 });
 
+describe('concurrency keys: the ways a job leaves its key', () => {
+  it('batched completions ending jobs of two keys in opposite orders, concurrently: no deadlock, both keys woken', async () => {
+    for (let round = 0; round < 20; round++) {
+      const k1 = `cross-a-${round}`;
+      const k2 = `cross-b-${round}`;
+      // Two running jobs per key (limit 2) and one blocked behind each key.
+      const ids = await enqueue(
+        [k1, k2, k2, k1, k1, k2].map((k) => ({ type: 'ledger.post', payload: {}, maxAttempts: 3, concurrencyKey: k, concurrencyLimit: 2 })),
+      );
+      const { claimed, blocked } = await store.claimKeyed(ids, 'w', 30);
+      expect(claimed.map((j) => j.id).sort()).toEqual(ids.slice(0, 4).sort());
+      expect(blocked.sort()).toEqual(ids.slice(4).sort());
+      // One batch ends (k1, k2) in that row order, the other (k2, k1).
+      const token = (i: number) => ({ id: ids[i]!, attempt: 1, result: null });
+      const lost = await Promise.all([store.completeMany([token(0), token(1)]), store.completeMany([token(2), token(3)])]);
+      expect(lost.map((l) => l.size)).toEqual([0, 0]);
+      const { rows } = await pool.query('DELETE FROM jobs.outbox WHERE job_id = ANY($1::uuid[]) RETURNING job_id', [ids.slice(4)]);
+      expect(rows.map((r) => r.job_id).sort()).toEqual(ids.slice(4).sort());
+    }
+  });
+
+  it("an operator's cancel of the running job publishes the key's next one; a cancelled blocked job is simply gone", async () => {
+    const ids = await enqueue([0, 1, 2].map(() => ({ type: 'ledger.post', payload: {}, maxAttempts: 3, concurrencyKey: 'cancel-k' })));
+    const first = await store.claimKeyed(ids, 'w', 30);
+    expect(first.claimed.map((j) => j.id)).toEqual([ids[0]]);
+    expect(first.blocked.sort()).toEqual([ids[1], ids[2]].sort());
+    await store.cancel(ids[2]!, 'controller'); // blocked: nothing to publish
+    expect((await pool.query('SELECT job_id FROM jobs.outbox')).rows).toEqual([]);
+    await store.cancel(ids[0]!, 'controller'); // running: the key has room for ids[1]
+    const { rows } = await pool.query('DELETE FROM jobs.outbox RETURNING job_id, relay_now');
+    expect(rows).toEqual([{ job_id: ids[1], relay_now: true }]);
+    const next = await store.claimKeyed([ids[1]!], 'w', 30);
+    expect(next.claimed.map((j) => j.id)).toEqual([ids[1]]);
+  });
+});
+
 /** What the keyed test handler saw: per job, when it started and ended (this process's clock). */
 const runs = new Map<string, { key: string; start: number; end?: number; attempt: number }[]>();
 let gate: Promise<void> | null = null;

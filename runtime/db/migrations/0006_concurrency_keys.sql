@@ -7,8 +7,8 @@
 -- A job the key turns away is *blocked*: its message is deleted (it would only be received over
 -- and over, toward maxReceiveCount) and blocked_since is set. When a job of the key stops
 -- running or waiting (success, failure, release, cancel, dead, rescue), the same transaction
--- publishes the next blocked jobs through the outbox, as many as the key has room for
--- (jobs.wake_key below, called by a trigger, so every path that ends a job does it, the
+-- publishes the next blocked jobs through the outbox at its COMMIT, as many as the key has room
+-- for (jobs.wake_key below, called from triggers, so every path that ends a job does it, the
 -- operators' included).
 --
 -- Columns last in the row (see 0001 on column order); none of them changes on a claim or a
@@ -79,11 +79,24 @@ BEGIN
   RETURN woken;
 END $$;
 
+-- The keys a transaction freed, woken at its COMMIT (below), not at each row: a statement that
+-- ends many jobs (a batched completion, a release) would otherwise take their keys' locks in row
+-- order, and two such statements with keys in opposite orders would deadlock. At COMMIT one pass
+-- takes every key of the transaction in key order, the order every other taker uses.
+CREATE TABLE jobs.key_wake (
+  tx                bigint NOT NULL DEFAULT txid_current(),
+  concurrency_key   text NOT NULL,
+  concurrency_limit integer NOT NULL,
+  PRIMARY KEY (tx, concurrency_key)
+);
+
 -- A keyed job stopped running (done, failed, released, rescued) or stopped waiting (cancelled,
 -- dead): its key may have room for a blocked job. A claim (pending → running) wakes nothing.
 CREATE FUNCTION jobs.job_left_key() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  PERFORM jobs.wake_key(OLD.concurrency_key, OLD.concurrency_limit);
+  INSERT INTO jobs.key_wake (concurrency_key, concurrency_limit)
+  VALUES (OLD.concurrency_key, OLD.concurrency_limit)
+  ON CONFLICT DO NOTHING;
   RETURN NULL;
 END $$;
 
@@ -91,3 +104,20 @@ CREATE TRIGGER job_left_key AFTER UPDATE OF state ON jobs.job
   FOR EACH ROW
   WHEN (OLD.concurrency_key IS NOT NULL AND OLD.state IN ('pending', 'running') AND NEW.state NOT IN (OLD.state, 'running'))
   EXECUTE FUNCTION jobs.job_left_key();
+
+-- At COMMIT: wake every key the transaction freed, in key order. The first firing does them all;
+-- the others find nothing left.
+CREATE FUNCTION jobs.key_wake_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  r record;
+BEGIN
+  FOR r IN SELECT concurrency_key AS k, concurrency_limit AS l FROM jobs.key_wake WHERE tx = txid_current() ORDER BY 1 LOOP
+    PERFORM jobs.wake_key(r.k, r.l);
+  END LOOP;
+  DELETE FROM jobs.key_wake WHERE tx = txid_current();
+  RETURN NULL;
+END $$;
+
+CREATE CONSTRAINT TRIGGER key_wake_at_commit AFTER INSERT ON jobs.key_wake
+  DEFERRABLE INITIALLY DEFERRED
+  FOR EACH ROW EXECUTE FUNCTION jobs.key_wake_at_commit();
