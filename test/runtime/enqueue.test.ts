@@ -5,6 +5,8 @@ import { silentLogger } from '../../runtime/observability/log.ts';
 import { parseJobMessage } from '../../runtime/queue/message.ts';
 import { OutboxRelay } from '../../runtime/store/outbox.ts';
 import { createPlatform, type Platform } from '../support/platform.ts';
+import { unknownTypeMessage } from '../support/registered-types.ts';
+import { defaultRegistry } from '../../runtime/handlers/index.ts';
 
 const ledger = (batch: string, extra: Record<string, unknown> = {}) => ({ type: 'ledger.post', payload: { batch, entries: 3, ...extra } });
 const messagesFor = (p: Platform, jobId: string) =>
@@ -161,7 +163,7 @@ describe('enqueue', () => {
     [
       { type: 'ledger.postt', payload: { batch: 'x', entries: 1 } },
       'type',
-      /unknown job type "ledger.postt"; known types: inventory.cost, ledger.post/,
+      unknownTypeMessage('ledger.postt', defaultRegistry()), // createPlatform's registry, whatever it holds
     ],
     [{ type: 'ledger.post', payload: { batch: 'x' } }, 'payload.entries', /is required/],
     [{ type: 'ledger.post', payload: { batch: 'x', entries: -1 } }, 'payload.entries', /whole number from 1 to 100000 \(got -1\)/],
