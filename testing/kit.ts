@@ -111,6 +111,7 @@ export class TestKit {
   private readonly publisher: Publisher;
   private readonly rescuer: Rescuer;
   private readonly workers: TestWorker[] = [];
+  private readonly publishers: Publisher[] = [];
   private runner: TestWorker | null = null;
   private readonly pauses = new Map<string, Pause>();
   private readonly errors = new Map<string, unknown>();
@@ -282,7 +283,8 @@ export class TestKit {
     await Promise.all(this.workers.map((w) => w.crash().catch(() => undefined)));
     this.queue.close();
     this.dlq.close();
-    await this.publisher.flush();
+    // Their pending outbox deletes, and the timers that would run them against a dropped database.
+    await Promise.all([this.publisher, ...this.publishers].map((p) => p.flush()));
     await this.db.drop();
   }
 
@@ -379,12 +381,14 @@ export class TestKit {
 
   private newWorker(): TestWorker {
     const pool = this.db.newPool(this.timings.concurrency + 2);
+    const publisher = new Publisher(pool, this.queue, silentLogger);
+    this.publishers.push(publisher);
     const w = new TestWorker({
       pool,
       queue: this.queue,
       dlq: this.dlq,
       registry: this.registry,
-      publisher: new Publisher(pool, this.queue, silentLogger),
+      publisher,
       log: silentLogger,
       timings: this.timings,
     });
