@@ -91,3 +91,35 @@ describe('a 5 MB POST /v1/jobs from a plain node:http client', () => {
     expect((await call(api.url, 'GET', '/healthz')).status).toBe(200);
   });
 });
+
+describe('the lingering close is bounded', () => {
+  it('a client that never stops sending (a raw socket that ignores the answer) is cut off after about 16 MB', async () => {
+    const script = `
+      import net from 'node:net';
+      const piece = Buffer.alloc(64 * 1024, 'x');
+      // allowHalfOpen: our FIN after the answer does not end the client's sending side; it keeps writing.
+      const sock = net.connect({ port: Number(process.argv[1]), host: '127.0.0.1', allowHalfOpen: true });
+      let written = 0, answer = '', error = null, closed = false;
+      sock.on('data', (c) => { answer += c.toString('latin1'); });
+      sock.on('error', (err) => { error = err.code ?? err.message; });
+      sock.on('close', () => { closed = true; });
+      await new Promise((r) => sock.once('connect', r));
+      sock.write('POST /v1/jobs HTTP/1.1\\r\\nhost: x\\r\\ncontent-type: application/json\\r\\ncontent-length: 209715200\\r\\n\\r\\n{"pad":"');
+      const started = Date.now();
+      // Up to 200 MB or 20 s: far past the bound, unless the server closes the connection first.
+      while (!error && !closed && written < 200 * 1024 * 1024 && Date.now() - started < 20000) {
+        if (!sock.write(piece)) await new Promise((r) => { sock.once('drain', r); sock.once('close', r); });
+        written += piece.length;
+      }
+      process.stdout.write(JSON.stringify({ status: answer.split(' ')[1], written, ended: Boolean(error) || closed, ms: Date.now() - started }));
+      process.exit(0);
+    `;
+    const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script, String(api.port)]);
+    const r = JSON.parse(stdout);
+    expect(r.status).toBe('413');
+    expect(r.ended).toBe(true);
+    // The bound (16 MB) plus what the sockets' buffers hold; far from the 200 MB offered.
+    expect(r.written).toBeGreaterThan(2 * MAX_PAYLOAD_BYTES);
+    expect(r.written).toBeLessThan(64 * 1024 * 1024);
+  });
+});
