@@ -20,7 +20,12 @@ export const LIVE_PAGE_SCRIPT = String.raw`
     if (text !== undefined && text !== null) e.textContent = String(text);
     return e;
   }
-  function td(text, cls) { return el('td', cls, text); }
+  // A cell too narrow for its text ellipsizes; the title keeps the whole of it readable on hover.
+  function td(text, cls) {
+    var c = el('td', cls, text);
+    if (text !== undefined && text !== null && text !== '') c.title = String(text);
+    return c;
+  }
   // The tail of the id: UUIDv7 ids share their leading (time) digits.
   function short(id) { return id ? String(id).slice(-8) : ''; }
   function secs(ms) { return (ms / 1000).toFixed(1) + ' s'; }
@@ -84,6 +89,7 @@ export const LIVE_PAGE_SCRIPT = String.raw`
     else if (!s.events.connected) setStatus('bus-dot', 'bus-status', 'bad', 'event bus reconnecting');
     else setStatus('bus-dot', 'bus-status', 'ok', 'event bus');
     $('lease-aside').textContent = 'lease ' + s.timings.leaseSeconds + ' s · heartbeat ' + s.timings.heartbeatSeconds + ' s';
+    if (s.timings.maxAttempts) $('fault-cap').textContent = s.timings.maxAttempts + ' attempts unless the job sets its own';
     renderLeases();
     renderWorkers();
     renderRecent();
@@ -111,8 +117,8 @@ export const LIVE_PAGE_SCRIPT = String.raw`
       tr.appendChild(td(short(l.id), 'mono'));
       tr.appendChild(td(l.type));
       tr.appendChild(td(l.owner, 'mono'));
-      tr.appendChild(td(l.attempt + ' / ' + l.maxAttempts));
-      var c = td(''), bar = el('span', 'bar lease'), fill = el('i'), txt = el('span', 'countdown');
+      tr.appendChild(attemptCell(l));
+      var c = td('', 'lease'), bar = el('span', 'bar lease'), fill = el('i'), txt = el('span', 'countdown');
       bar.appendChild(fill); c.appendChild(bar); c.appendChild(txt);
       tr.appendChild(c);
       tr._lease = { left: l.leaseLeftMs, fill: fill, bar: bar, txt: txt };
@@ -121,7 +127,7 @@ export const LIVE_PAGE_SCRIPT = String.raw`
       pb.appendChild(pf); p.appendChild(pb);
       p.appendChild(el('span', 'muted', ' ' + (l.progress && l.progress.message ? l.progress.message : '')));
       p.title = l.progress && l.progress.message ? l.progress.message : '';
-      p.className = 'fill';
+      p.className = 'fill wrap';
       tr.appendChild(p);
       body.appendChild(tr);
     });
@@ -155,8 +161,9 @@ export const LIVE_PAGE_SCRIPT = String.raw`
       tr.appendChild(td(w.id, 'mono'));
       var st = td(''); st.appendChild(el('span', 'chip ' + status, status)); tr.appendChild(st);
       tr.appendChild(td(w.leases));
-      tr.appendChild(td(ago(w.lastSeenMsAgo), 'muted'));
-      var act = td('');
+      st.title = 'last seen ' + ago(w.lastSeenMsAgo);
+      tr.appendChild(td(ago(w.lastSeenMsAgo), 'muted wide-only'));
+      var act = td('', 'actions');
       if (faultsOn && p && p.state === 'running') {
         act.appendChild(faultButton('kill -9', 'kill', { workerId: w.id }));
         act.appendChild(document.createTextNode(' '));
@@ -166,6 +173,17 @@ export const LIVE_PAGE_SCRIPT = String.raw`
       body.appendChild(tr);
     });
   }
+  // The attempt as the CLI reads it ("6 (1 of 3 used, 5 released)"), and on a final attempt the
+  // warning that the next failure (a fault click included) dead-letters the job.
+  function attemptCell(j) {
+    var c = td(j.attemptText || j.attempt, 'attempt');
+    if (j.capWarning) {
+      c.appendChild(el('span', 'cap', j.capWarning));
+      c.classList.add('at-cap');
+    }
+    c.title = (j.attemptText || '') + (j.capWarning ? ': ' + j.capWarning : '');
+    return c;
+  }
   function renderRecent() {
     var body = $('recent');
     body.textContent = '';
@@ -174,15 +192,19 @@ export const LIVE_PAGE_SCRIPT = String.raw`
       tr.appendChild(td(short(j.id), 'mono'));
       tr.appendChild(td(j.type));
       var st = td(''); st.appendChild(el('span', 'chip ' + j.state, j.state)); tr.appendChild(st);
-      tr.appendChild(td(j.attempt + ' / ' + j.maxAttempts));
-      var e = td(j.error || '', 'muted fill'); e.title = j.error || ''; tr.appendChild(e);
+      tr.appendChild(attemptCell(j));
+      // Why a dead job is dead is its state; an earlier attempt's error on any other job is history.
+      var text = j.error || j.earlierError || (j.cancelledBy ? 'cancelled by ' + j.cancelledBy : '');
+      var e = td(text, 'fill wrap' + (j.error ? ' error' : ' muted'));
+      e.title = text;
+      tr.appendChild(e);
       body.appendChild(tr);
     });
   }
 
   // ---------------------------------------------------------------- events
   var LABELS = { 'lease-renewed': 'lease renewed', 'lease-lost': 'lease lost', 'duplicate-ignored': 'duplicate ignored',
-    'dead-lettered': 'dead-lettered', 'poison-dead-lettered': 'poison → DLQ', 'worker-up': 'worker up', 'worker-down': 'worker down' };
+    'dead-lettered': 'dead-lettered', 'poison-dead-lettered': 'poison → DLQ', 'worker-up': 'worker up', 'worker-down': 'worker down', cancelled: 'cancelled' };
   // One heartbeat renews every lease a worker holds at once: show it as one line per worker.
   function groupRenewals(list) {
     var out = [], byWorker = {};
@@ -214,7 +236,8 @@ export const LIVE_PAGE_SCRIPT = String.raw`
       var t = new Date(e.at);
       li.appendChild(el('span', 'mono muted', t.toLocaleTimeString([], { hour12: false }) + '.' + String(t.getMilliseconds()).padStart(3, '0').slice(0, 1)));
       li.appendChild(el('span', 'k k-' + e.kind, fault ? '⚡ ' + (e.fault || 'fault') : LABELS[e.kind] || e.kind));
-      li.appendChild(el('span', 'mono', e.workerId === 'faults' ? '' : e.workerId));
+      // Faults and cancels come from no worker: who asked for a cancel is in its detail.
+      li.appendChild(el('span', 'mono', fault || e.kind === 'cancelled' ? '' : e.workerId));
       var d = [e.jobId ? short(e.jobId) : '', e.type || '', e.attempt ? 'attempt ' + e.attempt : '', e.detail || ''].filter(Boolean).join(' · ');
       var dd = el('span', 'd', d); dd.title = d; li.appendChild(dd);
       feed.insertBefore(li, feed.firstChild);

@@ -38,31 +38,42 @@ ${LIVE_PAGE_STYLE}</style>
     <div class="tile" id="dlq-tile"><div class="l">dead-letter queue</div><div class="n" id="n-dlq">–</div><div class="x" id="x-dlq"></div></div>
   </div>
   <div class="stack">
-    <section>
+    <section id="leases-section">
       <h2>Leases <span class="aside muted" id="lease-aside"></span></h2>
-      <table>
+      <div class="scroll"><table class="stacked">
         <thead><tr><th>job</th><th>type</th><th>owner</th><th>attempt</th><th>lease expires in</th><th>progress</th></tr></thead>
         <tbody id="leases"></tbody>
-      </table>
+      </table></div>
       <div class="empty" id="leases-empty">No job is running.</div>
     </section>
-    <section>
+    <section id="events-section">
       <h2>Events <span class="aside"><label class="toggle"><input type="checkbox" id="show-renewals" checked> lease renewals</label></span></h2>
       <ul id="feed"></ul>
       <div class="empty" id="feed-empty">No events yet.</div>
     </section>
+    <section id="recent-section">
+      <h2>Recent jobs</h2>
+      <div class="scroll"><table class="stacked">
+        <thead><tr><th>job</th><th>type</th><th>state</th><th>attempt</th><th>last error</th></tr></thead>
+        <tbody id="recent"></tbody>
+      </table></div>
+    </section>
   </div>
   <div class="stack">
-    <section>
+    <section id="workers-section">
       <h2>Workers</h2>
       <table>
-        <thead><tr><th>worker</th><th>status</th><th>leases</th><th>last seen</th><th id="worker-actions-h"></th></tr></thead>
+        <thead><tr><th>worker</th><th>status</th><th>leases</th><th class="wide-only">last seen</th><th id="worker-actions-h"></th></tr></thead>
         <tbody id="workers"></tbody>
       </table>
       <div class="empty" id="workers-empty">No worker has reported yet.</div>
     </section>
     <section id="faults" hidden>
       <h2>Inject a fault <span class="aside muted">local stack only</span></h2>
+      <p class="note" id="fault-note"><strong>Fault clicks spend attempts.</strong> A kill, a pause past the lease, dropped
+        connections or a failover interrupts the jobs running there, and each interruption uses one of a job's
+        attempts (the cap is <span id="fault-cap">set per job</span>): a couple of clicks can dead-letter a healthy job.
+        Leases marks a job on its last attempt.</p>
       <div class="controls">
         <button data-fault="enqueue" data-body='{"count":6}'>Enqueue work<span class="hint">6 jobs, a few seconds each</span></button>
         <button data-fault="duplicate">Send a duplicate<span class="hint">a running job's message, twice</span></button>
@@ -75,13 +86,6 @@ ${LIVE_PAGE_STYLE}</style>
         <button data-fault="queue-purged">Purge the job queue<span class="hint">the reconciler publishes again</span></button>
       </div>
       <div id="fault-log"></div>
-    </section>
-    <section>
-      <h2>Recent jobs</h2>
-      <table>
-        <thead><tr><th>job</th><th>type</th><th>state</th><th>attempt</th><th>last error</th></tr></thead>
-        <tbody id="recent"></tbody>
-      </table>
     </section>
   </div>
 </main>
