@@ -1,0 +1,174 @@
+// `jobs dead`: list, show, redrive and discard dead jobs (runtime/oncall/dead-jobs.ts), each
+// printing what it did and why for every job, or one JSON document with --json. Exit 1 when a
+// job asked for was skipped.
+
+import { parseArgs } from 'node:util';
+import type { OpsJob } from '../oncall/db.ts';
+import { deathSummary } from '../oncall/dead-jobs.ts';
+import { formatJob, UsageError } from './format.ts';
+import { type Env, ids, intFlag, type Out, parseTime, skippedLines, whoAsked, withOps } from './oncall-common.ts';
+
+function deadLine(j: OpsJob): string {
+  const d = deathSummary(j);
+  const triage = j.dead?.discardedAt ? `  [discarded by ${j.dead.discardedBy}: ${j.dead.discardReason}]` : '';
+  return `${j.id}  ${j.type.padEnd(16)}  ${(j.dead?.deadAt ?? j.finishedAt)?.toISOString() ?? '?'}  ${`${d.attemptsUsed}/${j.maxAttempts}`.padStart(5)}  ${(d.lastOwner ?? '?').padEnd(18)}  ${d.error.slice(0, 80)}${triage}`;
+}
+
+export async function deadCommand(argv: string[], env: Env, out: Out): Promise<number> {
+  const [sub, ...rest] = argv;
+  const filterOptions = {
+    type: { type: 'string' },
+    since: { type: 'string' },
+    until: { type: 'string' },
+    all: { type: 'boolean' },
+    by: { type: 'string' },
+    json: { type: 'boolean' },
+  } as const;
+  switch (sub) {
+    case 'list': {
+      const { values } = parseArgs({
+        args: rest,
+        options: {
+          type: { type: 'string' },
+          since: { type: 'string' },
+          until: { type: 'string' },
+          discarded: { type: 'boolean' },
+          limit: { type: 'string', default: '50' },
+          json: { type: 'boolean' },
+        },
+      });
+      const limit = intFlag('--limit', values.limit, 1, 1000)!;
+      const since = parseTime('--since', values.since);
+      const until = parseTime('--until', values.until);
+      const page = await withOps(env, (ops) =>
+        ops.deadJobs.list({
+          limit,
+          includeDiscarded: values.discarded ?? false,
+          ...(values.type ? { type: values.type } : {}),
+          ...(since ? { since } : {}),
+          ...(until ? { until } : {}),
+        }),
+      );
+      if (values.json) {
+        out(JSON.stringify(page));
+        return 0;
+      }
+      out(`${'id'.padEnd(36)}  ${'type'.padEnd(16)}  ${'died'.padEnd(24)}  ${'att'.padStart(5)}  ${'last owner'.padEnd(18)}  error`);
+      for (const j of page.jobs) out(deadLine(j));
+      if (page.jobs.length === 0) out('(no dead jobs)');
+      else if (page.nextCursor) out(`… more: narrow with --type, --since, --until or raise --limit`);
+      return 0;
+    }
+
+    case 'show': {
+      const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { json: { type: 'boolean' } } });
+      const [id] = ids(positionals.slice(0, 1), 'jobs dead show ID');
+      if (!id) throw new UsageError('jobs dead show ID: the job id is missing');
+      const shown = await withOps(env, (ops) => ops.deadJobs.get(id));
+      if (!shown) {
+        process.stderr.write(`no job ${id}\n`);
+        return 1;
+      }
+      if (values.json) {
+        out(JSON.stringify(shown));
+        return 0;
+      }
+      const j = shown.job;
+      const d = deathSummary(j);
+      out(formatJob(j));
+      if (j.state === 'dead') {
+        out(`dead since ${j.dead?.deadAt.toISOString() ?? j.finishedAt?.toISOString()}: ${d.error}`);
+        out(`  ${d.attemptsUsed} of ${j.maxAttempts} attempts used; last owner ${d.lastOwner ?? 'unknown'}`);
+        if (j.dead?.discardedAt)
+          out(`  discarded by ${j.dead.discardedBy} at ${j.dead.discardedAt.toISOString()}: ${j.dead.discardReason}`);
+        else out(`  to run it again: npx tsx bin/jobs.ts dead redrive ${j.id} --reason "<what was fixed>"`);
+      } else {
+        out(`not dead: the job is ${j.state}`);
+      }
+      for (const a of shown.actions) out(`  ${a.at.toISOString()}  ${a.action} by ${a.by}${a.reason ? `: ${a.reason}` : ''}`);
+      return 0;
+    }
+
+    case 'redrive': {
+      const { values, positionals } = parseArgs({
+        args: rest,
+        allowPositionals: true,
+        options: {
+          ...filterOptions,
+          reason: { type: 'string' },
+          'max-attempts': { type: 'string' },
+          'from-scratch': { type: 'boolean' },
+          'dry-run': { type: 'boolean' },
+        },
+      });
+      const idList = positionals.length > 0 ? ids(positionals, 'jobs dead redrive') : undefined;
+      const since = parseTime('--since', values.since);
+      const until = parseTime('--until', values.until);
+      const maxAttempts = intFlag('--max-attempts', values['max-attempts'], 1, 100);
+      const by = whoAsked(values.by);
+      const r = await withOps(env, (ops) =>
+        ops.deadJobs.redrive({
+          by,
+          ...(idList ? { ids: idList } : {}),
+          ...(values.type ? { type: values.type } : {}),
+          ...(since ? { since } : {}),
+          ...(until ? { until } : {}),
+          all: values.all ?? false,
+          reason: values.reason ?? null,
+          maxAttempts: maxAttempts ?? null,
+          fromScratch: values['from-scratch'] ?? false,
+          dryRun: values['dry-run'] ?? false,
+        }),
+      );
+      if (values.json) {
+        out(JSON.stringify(r));
+        return r.skipped.length > 0 ? 1 : 0;
+      }
+      if (r.dryRun) {
+        out(`dry run: would redrive ${r.wouldRedrive.length} dead job(s)`);
+        for (const id of r.wouldRedrive) out(`  ${id}`);
+      } else {
+        out(`redriven by ${by}: ${r.jobs.length} job(s) back to pending with a fresh attempt budget, re-published`);
+        for (const j of r.jobs)
+          out(`  ${j.id}  ${j.type}  attempt budget ${j.maxAttempts}${j.checkpoint ? ' (resumes from its checkpoint)' : ''}`);
+      }
+      for (const l of skippedLines(r.skipped)) out(l);
+      return r.skipped.length > 0 ? 1 : 0;
+    }
+
+    case 'discard': {
+      const { values, positionals } = parseArgs({
+        args: rest,
+        allowPositionals: true,
+        options: { ...filterOptions, reason: { type: 'string' } },
+      });
+      const idList = positionals.length > 0 ? ids(positionals, 'jobs dead discard') : undefined;
+      if (!values.reason?.trim()) throw new UsageError('jobs dead discard: --reason is required (why will these dead jobs not be re-run?)');
+      const since = parseTime('--since', values.since);
+      const until = parseTime('--until', values.until);
+      const by = whoAsked(values.by);
+      const r = await withOps(env, (ops) =>
+        ops.deadJobs.discard({
+          by,
+          reason: values.reason!,
+          ...(idList ? { ids: idList } : {}),
+          ...(values.type ? { type: values.type } : {}),
+          ...(since ? { since } : {}),
+          ...(until ? { until } : {}),
+          all: values.all ?? false,
+        }),
+      );
+      if (values.json) {
+        out(JSON.stringify(r));
+        return r.skipped.length > 0 ? 1 : 0;
+      }
+      out(`discarded by ${by}: ${r.jobs.length} dead job(s) (${values.reason!.trim()})`);
+      for (const j of r.jobs) out(`  ${j.id}  ${j.type}`);
+      for (const l of skippedLines(r.skipped)) out(l);
+      return r.skipped.length > 0 ? 1 : 0;
+    }
+
+    default:
+      throw new UsageError(`jobs dead: unknown subcommand ${sub ?? '(none)'}; use list, show, redrive or discard (see jobs help)`);
+  }
+}
