@@ -7,6 +7,7 @@
 // dev/ (the local stack and its faults) is reached only from the `jobs local` command; lib/ (the
 // CDK app) imports only the runtime's pure configuration rules and names, never its I/O; testing/
 // (the test kit for handler authors) sits on top of the runtime, which never imports it.
+// No runtime file is over 400 lines, but for the few listed by name until they are split.
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -85,6 +86,23 @@ describe('architecture', () => {
     };
     for (const f of graph.keys()) if (!state.has(f)) visit(f);
     expect(cycles).toEqual([]);
+  });
+
+  // No file in runtime/ over 400 lines: a file that long holds more than one concern, so it is
+  // split along a real seam, not squeezed. The files still over it are listed here by name, each
+  // with why; whoever splits one removes it, and an entry back under the limit fails the test
+  // until it is removed, so the list only shrinks.
+  const MAX_LINES = 400;
+  const OVER_THE_LIMIT_FOR_NOW: Record<string, string> = {
+    'runtime/cli/main.ts': 'the jobs command and its usage texts: its commands not yet split from the dispatch',
+    'runtime/http/oncall-routes.ts': 'the on-call route table and its schemas: not yet split by resource (dead jobs, DLQ, poison, stuck)',
+  };
+  it(`no runtime file is over ${MAX_LINES} lines, except the ones listed for now`, () => {
+    const lines = new Map(runtime.map((f) => [rel(f), readFileSync(f, 'utf8').split('\n').length - 1]));
+    const over = [...lines].filter(([f, n]) => n > MAX_LINES && !(f in OVER_THE_LIMIT_FOR_NOW)).map(([f, n]) => `${f}: ${n} lines`);
+    expect(over, `split these along a seam (one concern per file)`).toEqual([]);
+    const stale = Object.keys(OVER_THE_LIMIT_FOR_NOW).filter((f) => (lines.get(f) ?? 0) <= MAX_LINES);
+    expect(stale, 'under the limit now (or gone): remove them from OVER_THE_LIMIT_FOR_NOW').toEqual([]);
   });
 
   it('runtime/ reaches dev/ (the local stack) only from the jobs local command', () => {
