@@ -7,7 +7,8 @@ import { attemptReading, errorReading } from '../domain/reading.ts';
 /** Bad usage of a jobs command: exit 2 with the message. */
 export class UsageError extends Error {}
 
-export function formatJob(j: Job): string {
+/** `holders`: the jobs of its concurrency key running now (jobs show asks; a list does not). */
+export function formatJob(j: Job, holders?: string[]): string {
   const lines = [
     `job       ${j.id}`,
     `type      ${j.type}`,
@@ -16,6 +17,11 @@ export function formatJob(j: Job): string {
     `created   ${j.createdAt.toISOString()}`,
   ];
   if (j.idempotencyKey) lines.push(`key       ${j.idempotencyKey}`);
+  if (j.concurrencyKey) lines.push(`concurrency ${j.concurrencyKey} (at most ${j.concurrencyLimit} at a time)`);
+  if (j.blockedSince && j.state === 'pending')
+    lines.push(
+      `waiting   for key ${j.concurrencyKey} since ${j.blockedSince.toISOString()}${holders?.length ? `, held by job ${holders.join(', ')}` : ''} (starts when the key has room)`,
+    );
   if (j.startedAt) lines.push(`started   ${j.startedAt.toISOString()}`);
   if (j.finishedAt) lines.push(`finished  ${j.finishedAt.toISOString()}`);
   if (j.state === 'pending' && j.runAfter > new Date()) lines.push(`due       ${j.runAfter.toISOString()}`);

@@ -31,7 +31,7 @@ Usage:
   jobs migrate                                apply database migrations (idempotent, under a lock)
   jobs api                                    run the HTTP API service
   jobs worker                                 run a worker process
-  jobs enqueue TYPE --payload JSON [--key K] [--max-attempts N] [--run-at ISO]
+  jobs enqueue TYPE --payload JSON [--key K] [--max-attempts N] [--run-at ISO] [--concurrency-key K [--concurrency-limit N]]
   jobs show ID [--json] [--watch [--interval S]]   --watch: live progress bar, attempt, lease owner and time left, until the job ends
   jobs cancel ID [--by WHO]                   cancel a pending or running job (a running handler is aborted at its next heartbeat)
   jobs list [--state S] [--type T] [--limit N] [--json]
@@ -225,6 +225,8 @@ export async function main(argv: string[]): Promise<number> {
           key: { type: 'string' },
           'max-attempts': { type: 'string' },
           'run-at': { type: 'string' },
+          'concurrency-key': { type: 'string' },
+          'concurrency-limit': { type: 'string' },
           json: { type: 'boolean' },
         },
       });
@@ -248,6 +250,8 @@ export async function main(argv: string[]): Promise<number> {
           idempotencyKey: values.key ?? null,
           maxAttempts: values['max-attempts'] ? Number(values['max-attempts']) : null,
           runAt: values['run-at'] ?? null,
+          concurrencyKey: values['concurrency-key'] ?? null,
+          concurrencyLimit: values['concurrency-limit'] ? Number(values['concurrency-limit']) : null,
         }),
       );
       if (values.json) out(JSON.stringify({ ...r!.job, duplicate: r!.duplicate }));
@@ -265,12 +269,15 @@ export async function main(argv: string[]): Promise<number> {
       if (!id || !isJobId(id)) throw new UsageError(`jobs show ID: ID must be a job id (a UUID), got ${id ?? 'nothing'}`);
       const env = await resolveEnv();
       if (values.watch) return (await import('./oncall.ts')).watchCommand(id.toLowerCase(), values.interval, env);
-      const job = await withClient(env, ({ store }) => store.get(id));
+      const [job, holders] = await withClient(env, async ({ store }) => {
+        const j = await store.get(id);
+        return [j, j?.blockedSince && j.concurrencyKey ? await store.runningWithKey(j.concurrencyKey) : []] as const;
+      });
       if (!job) {
         process.stderr.write(`no job ${id}\n`);
         return 1;
       }
-      out(values.json ? JSON.stringify(job) : formatJob(job));
+      out(values.json ? JSON.stringify(job) : formatJob(job, holders));
       return 0;
     }
 

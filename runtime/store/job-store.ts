@@ -156,6 +156,11 @@ export class JobStore {
     });
   }
 
+  /** The ids of the jobs of `key` running now. */
+  async runningWithKey(key: string): Promise<string[]> {
+    return (await run(this.pool, 'keyRunning', [key])).rows.map((r) => r.id as string);
+  }
+
   /** Renew leases; returns the ids still held (the others are lost). */
   async renewLeases(tokens: (LeaseToken & { progress?: Progress | null })[], leaseSeconds: number): Promise<Set<string>> {
     if (tokens.length === 0) return new Set();

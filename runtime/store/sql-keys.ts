@@ -56,6 +56,10 @@ ${CLAIM_RETURNING}`,
        AND state = 'pending' AND run_after <= statement_timestamp()
     RETURNING id, concurrency_key, concurrency_limit`,
 
+  /** The jobs of a key running now (jobs show: what a blocked job waits for). */
+  keyRunning: `
+    SELECT id FROM jobs.job WHERE concurrency_key = $1 AND finished_at IS NULL AND state = 'running' ORDER BY id`,
+
   /** After blocking: publish what the keys have room for (see 3 above). */
   keyWake: `SELECT coalesce(sum(jobs.wake_key(k, l)), 0)::int AS woken FROM unnest($1::text[], $2::int[]) AS t(k, l)`,
 } as const;

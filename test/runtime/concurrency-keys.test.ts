@@ -5,6 +5,7 @@
 // that only the database decides.
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { formatJob } from '../../runtime/cli/format.ts';
 import { withTransaction } from '../../runtime/db/transaction.ts';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
@@ -157,6 +158,10 @@ describe('concurrency keys: the ways a job leaves its key', () => {
     const first = await store.claimKeyed(ids, 'w', 30);
     expect(first.claimed.map((j) => j.id)).toEqual([ids[0]]);
     expect(first.blocked.sort()).toEqual([ids[1], ids[2]].sort());
+    // What `jobs show` says of a blocked job.
+    const shown = formatJob((await store.get(ids[1]!))!, await store.runningWithKey('cancel-k'));
+    expect(shown).toMatch(new RegExp(`waiting   for key cancel-k since .+, held by job ${ids[0]} \\(starts when the key has room\\)`));
+    expect(shown).toContain('concurrency cancel-k (at most 1 at a time)');
     await store.cancel(ids[2]!, 'controller'); // blocked: nothing to publish
     expect((await pool.query('SELECT job_id FROM jobs.outbox')).rows).toEqual([]);
     await store.cancel(ids[0]!, 'controller'); // running: the key has room for ids[1]
