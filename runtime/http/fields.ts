@@ -58,3 +58,10 @@ export const jobId = (error?: string) =>
 
 /** Optional: an absent or null value reads as undefined (JSON clients send null for "none"). */
 export const optional = <S extends z.ZodType>(s: S) => s.nullish().transform((v) => v ?? undefined);
+
+/** Who asks, in an on-call body: recorded with the caller's address (a shared token names no person). */
+export const by = (max: number) => optional(text(max)).meta({ description: 'who asks (recorded with the caller address)' });
+
+/** A listing's page size in a query string, 1 to `max`; `dflt` is the route's default, for the OpenAPI description. */
+export const listLimit = (max: number, dflt: number) =>
+  optional(wholeNumberParam(1, max)).meta({ description: `1 to ${max}; default ${dflt}` });

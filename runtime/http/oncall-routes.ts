@@ -10,11 +10,7 @@
 //   POST /v1/dead-jobs/{id}/discard          { by?, reason }                                   409 when not dead
 //   POST /v1/dead-jobs/redrive               { ids? | type?, since?, until? | all: true, by?, reason?, maxAttempts?, fromScratch?, dryRun? }
 //   POST /v1/dead-jobs/discard               { ids? | type?, since?, until? | all: true, by?, reason }
-//   GET  /v1/dlq/messages?limit=&poison=     the DLQ's messages, each judged by its job (holds them a moment)
-//   POST /v1/dlq/redrive                     { dryRun?, move?, limit?, rate?, by? }
-//   POST /v1/dlq/discard                     { messageIds, reason, by? }
-//   GET  /v1/dlq/move-tasks                  SQS message move tasks of the DLQ (AWS)
-//   POST /v1/dlq/move-tasks/cancel           { taskHandle, by? }   stop a running move (AWS); 404 no such running task, 403 SQS refused, 409 local
+//   GET|POST /v1/dlq/…                       the dead-letter queue's routes (dlq-routes.ts)
 //   GET  /v1/poison-messages?reason=&since=&includeResolved=&limit=&cursor=
 //   GET  /v1/stuck-jobs?limit=
 //   POST /v1/pending-jobs/republish          { ids? | type? | olderThanSeconds?, by?, reason?, limit? }   fresh messages for pending jobs
@@ -27,6 +23,7 @@
 import type http from 'node:http';
 import * as z from 'zod';
 import {
+  by,
   callerAddress,
   flag,
   flagParam,
@@ -34,11 +31,11 @@ import {
   isoTime,
   jobId,
   jobView,
+  listLimit,
   optional,
   route,
   text,
   wholeNumber,
-  wholeNumberParam,
   type JobView,
   type Reply,
   type Route,
@@ -48,10 +45,10 @@ import {
 import type { AttemptOutcome } from '../domain/job.ts';
 import type { OpsJob, OperatorAction } from '../oncall/db.ts';
 import { deathSummary, type DeadJobFilter } from '../oncall/dead-jobs.ts';
-import { MoveCancelError, type DlqPassReport } from '../oncall/dlq.ts';
 import { listPoisonMessages, type PoisonReason } from '../store/poison.ts';
 import type { OpsServices } from '../oncall/services.ts';
 import { findStuckJobs } from '../oncall/stuck.ts';
+import { DlqRoutes } from './dlq-routes.ts';
 
 const PREFIXES = ['/v1/dead-jobs', '/v1/dlq', '/v1/poison-messages', '/v1/stuck-jobs', '/v1/pending-jobs'];
 
@@ -88,21 +85,11 @@ function actionView(a: OperatorAction) {
   return { at: a.at.toISOString(), action: a.action, by: a.by, messageId: a.messageId, reason: a.reason, detail: a.detail };
 }
 
-function dlqView(r: DlqPassReport) {
-  return {
-    ...r,
-    letters: r.letters.map((l) => ({ ...l, sentAt: l.sentAt?.toISOString() ?? null })),
-  };
-}
-
 // --- Input ------------------------------------------------------------------------------------
 
-const by = (max: number) => optional(text(max)).meta({ description: 'who asks (recorded with the caller address)' });
 const reason = optional(text(1000));
 const idsError = 'must be an array of job ids (UUIDs)';
 const jobIds = optional(z.array(jobId(idsError), { error: idsError }));
-const messageIdsError = 'must be an array of 1 to 1000 message ids (see GET /v1/dlq/messages)';
-const listLimit = (max: number, dflt: number) => optional(wholeNumberParam(1, max)).meta({ description: `1 to ${max}; default ${dflt}` });
 const filter = { ids: jobIds, type: optional(text(100)), since: optional(isoTime()), until: optional(isoTime()), all: optional(flag()) };
 const id = { id: jobId() };
 
@@ -125,25 +112,6 @@ const RedriveMany = z.strictObject({
 const DiscardMany = z.strictObject({ ...filter, by: by(100), reason: text(1000) });
 const RedriveOne = z.strictObject({ by: by(100), reason, maxAttempts: optional(wholeNumber(1, 100)), fromScratch: optional(flag()) });
 const DiscardOne = z.strictObject({ by: by(100), reason: text(1000) });
-const DlqQuery = z.object({ limit: listLimit(10_000, 1000), poison: optional(flagParam()) });
-const DlqRedrive = z.strictObject({
-  dryRun: optional(flag()),
-  move: optional(flag()),
-  limit: optional(wholeNumber(1, 100_000)),
-  rate: optional(wholeNumber(1, 500)),
-  by: by(100),
-});
-const DlqDiscard = z.strictObject({
-  messageIds: z
-    .array(z.string({ error: messageIdsError }).min(1, { error: messageIdsError }).max(200, { error: messageIdsError }), {
-      error: messageIdsError,
-    })
-    .min(1, { error: messageIdsError })
-    .max(1000, { error: messageIdsError }),
-  reason: text(1000),
-  by: by(100),
-});
-const MoveCancel = z.strictObject({ taskHandle: text(2048), by: by(100) });
 const PoisonQuery = z.object({
   reason: z.enum(['unparseable-body', 'unknown-job'], { error: 'must be unparseable-body or unknown-job' }).optional(),
   since: optional(isoTime()),
@@ -190,6 +158,7 @@ export class OpsRoutes {
   readonly table: RouteTable;
 
   constructor(private readonly ops: OpsServices) {
+    const dlq = new DlqRoutes(ops, (req, by) => this.who(req, by));
     // A literal segment comes before :id, so /v1/dead-jobs/redrive is never read as an id.
     const routes: Route[] = [
       route({
@@ -239,43 +208,7 @@ export class OpsRoutes {
         body: DiscardOne,
         handle: (c) => this.discardOne(c),
       }),
-      route({
-        method: 'GET',
-        path: '/v1/dlq/messages',
-        summary: "the DLQ's messages, each judged by its job (holds them a moment)",
-        query: DlqQuery,
-        handle: (c) => this.dlqLook(c),
-      }),
-      route({
-        method: 'POST',
-        path: '/v1/dlq/redrive',
-        summary: 'resend the dead letters whose job still needs a message',
-        body: DlqRedrive,
-        handle: (c) => this.dlqRedrive(c),
-      }),
-      route({
-        method: 'POST',
-        path: '/v1/dlq/discard',
-        summary: 'delete dead letters',
-        bodyRequired: true,
-        body: DlqDiscard,
-        handle: (c) => this.dlqDiscard(c),
-      }),
-      route({
-        method: 'GET',
-        path: '/v1/dlq/move-tasks',
-        summary: 'SQS message move tasks of the DLQ (AWS)',
-        query: z.object({}),
-        handle: () => this.dlqMoves(),
-      }),
-      route({
-        method: 'POST',
-        path: '/v1/dlq/move-tasks/cancel',
-        summary: 'stop a running move (AWS); 404 no such running task, 403 SQS refused, 409 local',
-        bodyRequired: true,
-        body: MoveCancel,
-        handle: (c) => this.dlqMoveCancel(c),
-      }),
+      ...dlq.routes,
       route({
         method: 'GET',
         path: '/v1/poison-messages',
@@ -339,17 +272,6 @@ export class OpsRoutes {
 
   private who(req: http.IncomingMessage, by: string | undefined): string {
     return by ? `${by} (api, ${callerAddress(req)})` : `api, ${callerAddress(req)}`;
-  }
-
-  private dlq() {
-    if (!this.ops.deadLetters) {
-      throw new HttpError(
-        501,
-        'dlq_not_configured',
-        'this API was started without JOBS_DLQ_URL, so it cannot read the dead-letter queue; use `jobs dlq …` with operator credentials, or give the API the DLQ URL and receive/delete rights on it',
-      );
-    }
-    return this.ops.deadLetters;
   }
 
   private async listDead(c: Ctx<In<typeof DeadJobsQuery>>): Promise<OpsReply> {
@@ -432,53 +354,6 @@ export class OpsRoutes {
   private async discardMany(c: Ctx<unknown, In<typeof DiscardMany>>): Promise<OpsReply> {
     const report = await this.ops.deadJobs.discard({ ...filterFrom(c.body), by: this.who(c.req, c.body.by), reason: c.body.reason });
     return { status: 200, body: { discarded: report.jobs.map(deadJobView), skipped: report.skipped } };
-  }
-
-  private async dlqLook(c: Ctx<In<typeof DlqQuery>>): Promise<OpsReply> {
-    const report = await this.dlq().look(c.query.limit ?? 1000);
-    const letters = c.query.poison ? report.letters.filter((l) => l.verdict === 'keep' && l.jobState === null) : report.letters;
-    return { status: 200, body: dlqView({ ...report, letters }) };
-  }
-
-  private async dlqRedrive(c: Ctx<unknown, In<typeof DlqRedrive>>): Promise<OpsReply> {
-    const b = c.body;
-    const report = await this.dlq().redrive({
-      by: this.who(c.req, b.by),
-      dryRun: b.dryRun ?? false,
-      move: b.move ?? false,
-      limit: b.limit ?? 1000,
-      ...(b.rate ? { maxPerSecond: b.rate } : {}),
-    });
-    return {
-      status: report.refused ? 409 : 200,
-      body: report.refused ? { error: { code: 'move_refused', message: report.refused }, ...dlqView(report) } : dlqView(report),
-    };
-  }
-
-  private async dlqDiscard(c: Ctx<unknown, In<typeof DlqDiscard>>): Promise<OpsReply> {
-    const report = await this.dlq().discard({ messageIds: c.body.messageIds, by: this.who(c.req, c.body.by), reason: c.body.reason });
-    return { status: 200, body: { ...dlqView(report), notFound: report.notFound } };
-  }
-
-  private async dlqMoves(): Promise<OpsReply> {
-    const dlq = this.dlq();
-    return { status: 200, body: { local: dlq.local, moveTasks: await dlq.moveTasks() } };
-  }
-
-  private async dlqMoveCancel(c: Ctx<unknown, In<typeof MoveCancel>>): Promise<OpsReply> {
-    const taskHandle = c.body.taskHandle;
-    const dlq = this.dlq();
-    try {
-      const done = await dlq.cancelMove({ taskHandle, by: this.who(c.req, c.body.by) });
-      return { status: 200, body: { cancelled: true, ...done } };
-    } catch (err) {
-      if (!(err instanceof MoveCancelError)) throw err;
-      // local: nothing wrong with the handle, this endpoint has no move tasks. denied: SQS (IAM)
-      // refused this task, not the operator token; the code and message say which.
-      if (err.reason === 'local') throw new HttpError(409, 'move_tasks_local', err.message);
-      if (err.reason === 'not-found') throw new HttpError(404, 'move_task_not_found', err.message, 'taskHandle');
-      throw new HttpError(403, 'move_cancel_denied', err.message, 'taskHandle');
-    }
   }
 
   private async poison(c: Ctx<In<typeof PoisonQuery>>): Promise<OpsReply> {
