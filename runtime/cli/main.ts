@@ -3,24 +3,13 @@
 // .jobs-local/env fills it in, so `jobs list` just works next to a local stack.
 
 import { parseArgs } from 'node:util';
-import { JobClient } from '../store/client.ts';
-import { databaseUrlFromEnv, ENV, jobTimingsFromEnv } from '../config/env.ts';
+import { databaseUrlFromEnv, ENV } from '../config/env.ts';
 import { ConfigError } from '../config/rules.ts';
-import { sqsFromEnvIfSet } from '../config/sqs.ts';
 import { migrate } from '../db/migrate.ts';
 import { createPool } from '../db/pool.ts';
 import { ValidationError } from '../domain/errors.ts';
-import { isJobId } from '../domain/ids.ts';
-import { defaultRegistry } from '../handlers/index.ts';
-import { payloadFields } from '../handlers/types.ts';
-import { silentLogger } from '../observability/log.ts';
-import { announceCancel, eventsEnabled } from '../live/events.ts';
-import { SqsQueue } from '../queue/sqs.ts';
-import type { Job, JobState } from '../domain/job.ts';
-import { JOB_STATES } from '../domain/job.ts';
-import type { JobStore } from '../store/job-store.ts';
-import { Publisher } from '../store/outbox.ts';
-import { formatJob, UsageError } from './format.ts';
+import { UsageError } from './format.ts';
+import { type Env, jobCommand } from './job-commands.ts';
 
 export { formatJob, UsageError } from './format.ts';
 
@@ -57,8 +46,6 @@ On-call (docs/runbooks/README.md):
 Settings come from the environment (DATABASE_URL, JOBS_QUEUE_URL, …); next to a running
 \`jobs local\`, unset ones are read from .jobs-local/env.`;
 
-type Env = Record<string, string | undefined>;
-
 async function resolveEnv(): Promise<Env> {
   if (process.env.JOBS_LOCAL_ENV === '0') return process.env;
   const { readLocalEnv } = await import('./local-env.ts');
@@ -79,38 +66,6 @@ function watchParent(): void {
       process.kill(process.pid, 'SIGTERM');
     }
   }, 1000).unref();
-}
-
-async function withClient<T>(env: Env, fn: (c: { store: JobStore; client: JobClient; publisher: Publisher }) => Promise<T>): Promise<T> {
-  const sqs = sqsFromEnvIfSet(env);
-  const pool = createPool({ url: databaseUrlFromEnv(env), max: 2, applicationName: 'jobs-cli' });
-  try {
-    const queue = sqs
-      ? new SqsQueue(sqs)
-      : {
-          send: async () => {
-            throw new Error(`${ENV.queueUrl} is not set: the outbox relay will publish`);
-          },
-          receive: async () => [],
-          changeVisibility: async () => [],
-          delete: async () => [],
-        };
-    const publisher = new Publisher(pool, queue, silentLogger);
-    const timings = jobTimingsFromEnv(env);
-    const client = new JobClient({
-      pool,
-      registry: defaultRegistry(),
-      publisher,
-      defaultMaxAttempts: timings.maxAttempts,
-      // `jobs cancel` shows in the live view's feed, with who asked, when the stack's event bus is on.
-      ...(eventsEnabled(env) ? { onCancelled: (job: Job) => announceCancel(pool, job, 'cli') } : {}),
-    });
-    const out = await fn({ store: client.store, client, publisher });
-    await publisher.flush();
-    return out;
-  } finally {
-    await pool.end();
-  }
 }
 
 export async function main(argv: string[]): Promise<number> {
@@ -189,146 +144,13 @@ export async function main(argv: string[]): Promise<number> {
       return -1;
     }
 
-    case 'types': {
-      const { values } = parseArgs({ args: rest, options: { describe: { type: 'boolean' }, json: { type: 'boolean' } } });
-      const registry = defaultRegistry();
-      if (values.json) {
-        out(
-          JSON.stringify(
-            registry.types().map((t) => ({ type: t, description: registry.get(t)!.description, payload: payloadFields(registry.get(t)!) })),
-            null,
-            2,
-          ),
-        );
-        return 0;
-      }
-      for (const t of registry.types()) {
-        out(`${t.padEnd(20)} ${registry.get(t)!.description}`);
-        if (!values.describe) continue;
-        // One line per payload field, from the type's schema: name, type, required or its default, the rule.
-        for (const f of payloadFields(registry.get(t)!)) {
-          const need = f.required ? 'required' : f.default !== undefined ? `default ${JSON.stringify(f.default)}` : 'optional';
-          out(
-            `  ${f.name.padEnd(18)} ${f.type.padEnd(8)} ${need}${f.rule ? `; ${f.rule}` : ''}${f.description ? ` — ${f.description}` : ''}`,
-          );
-        }
-      }
-      return 0;
-    }
-
-    case 'enqueue': {
-      const { values, positionals } = parseArgs({
-        args: rest,
-        allowPositionals: true,
-        options: {
-          payload: { type: 'string' },
-          key: { type: 'string' },
-          'max-attempts': { type: 'string' },
-          'run-at': { type: 'string' },
-          'concurrency-key': { type: 'string' },
-          'concurrency-limit': { type: 'string' },
-          json: { type: 'boolean' },
-        },
-      });
-      const type = positionals[0];
-      if (!type) throw new UsageError('jobs enqueue TYPE --payload JSON: the job type is missing');
-      if (values.payload === undefined)
-        throw new UsageError(
-          `jobs enqueue ${type}: --payload is required (a JSON object, e.g. --payload '{"batch":"B-1","entries":10}' for ledger.post; \`jobs types\` lists the types)`,
-        );
-      let payload: unknown;
-      try {
-        payload = JSON.parse(values.payload!);
-      } catch (err) {
-        throw new UsageError(`--payload is not valid JSON: ${(err as Error).message}`);
-      }
-      const env = await resolveEnv();
-      const [r] = await withClient(env, ({ client }) =>
-        client.enqueueNow({
-          type,
-          payload,
-          idempotencyKey: values.key ?? null,
-          maxAttempts: values['max-attempts'] ? Number(values['max-attempts']) : null,
-          runAt: values['run-at'] ?? null,
-          concurrencyKey: values['concurrency-key'] ?? null,
-          concurrencyLimit: values['concurrency-limit'] ? Number(values['concurrency-limit']) : null,
-        }),
-      );
-      if (values.json) out(JSON.stringify({ ...r!.job, duplicate: r!.duplicate }));
-      else out(`${r!.duplicate ? 'duplicate: an active job with this key exists' : 'enqueued'}\n${formatJob(r!.job)}`);
-      return 0;
-    }
-
-    case 'show': {
-      const { values, positionals } = parseArgs({
-        args: rest,
-        allowPositionals: true,
-        options: { json: { type: 'boolean' }, watch: { type: 'boolean' }, interval: { type: 'string' } },
-      });
-      const id = positionals[0];
-      if (!id || !isJobId(id)) throw new UsageError(`jobs show ID: ID must be a job id (a UUID), got ${id ?? 'nothing'}`);
-      const env = await resolveEnv();
-      if (values.watch) return (await import('./oncall.ts')).watchCommand(id.toLowerCase(), values.interval, env);
-      const [job, holders] = await withClient(env, async ({ store }) => {
-        const j = await store.get(id);
-        return [j, j?.blockedSince && j.concurrencyKey ? await store.runningWithKey(j.concurrencyKey) : []] as const;
-      });
-      if (!job) {
-        process.stderr.write(`no job ${id}\n`);
-        return 1;
-      }
-      out(values.json ? JSON.stringify(job) : formatJob(job, holders));
-      return 0;
-    }
-
-    case 'cancel': {
-      const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { by: { type: 'string' } } });
-      const id = positionals[0];
-      if (!id || !isJobId(id)) throw new UsageError(`jobs cancel ID: ID must be a job id (a UUID), got ${id ?? 'nothing'}`);
-      const by = `${values.by ?? process.env.USER ?? 'unknown'} (cli)`;
-      const env = await resolveEnv();
-      const r = await withClient(env, ({ client }) => client.cancel(id, by));
-      if (!r) {
-        process.stderr.write(`no job ${id}\n`);
-        return 1;
-      }
-      out(r.cancelled ? `cancelled by ${by}` : `not cancelled: the job had already ended (${r.job.state})`);
-      out(formatJob(r.job));
-      return r.cancelled || r.job.state === 'cancelled' ? 0 : 1;
-    }
-
-    case 'list': {
-      const { values } = parseArgs({
-        args: rest,
-        options: {
-          state: { type: 'string' },
-          type: { type: 'string' },
-          limit: { type: 'string', default: '20' },
-          json: { type: 'boolean' },
-        },
-      });
-      if (values.state && !JOB_STATES.includes(values.state as JobState))
-        throw new UsageError(`--state must be one of ${JOB_STATES.join(', ')} (got ${values.state})`);
-      const limit = Number(values.limit);
-      if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
-        throw new UsageError(`--limit must be a whole number from 1 to 1000 (got ${values.limit})`);
-      const env = await resolveEnv();
-      const jobs = await withClient(env, ({ store }) =>
-        store.list({ limit, ...(values.state ? { state: values.state as JobState } : {}), ...(values.type ? { type: values.type } : {}) }),
-      );
-      if (values.json) {
-        out(JSON.stringify(jobs));
-        return 0;
-      }
-      out(`${'id'.padEnd(36)}  ${'type'.padEnd(16)}  ${'state'.padEnd(9)}  att  ${'created'.padEnd(24)}  error`);
-      for (const j of jobs) {
-        out(
-          `${j.id}  ${j.type.padEnd(16)}  ${j.state.padEnd(9)}  ${String(j.attempt).padStart(3)}  ${j.createdAt.toISOString().padEnd(24)}  ${j.lastError?.message.slice(0, 60) ?? ''}`,
-        );
-      }
-      if (jobs.length === 0) out('(no jobs)');
-      return 0;
-    }
+    // The job commands: the types, enqueue, show, cancel, list — runtime/cli/job-commands.ts.
+    case 'types':
+    case 'enqueue':
+    case 'show':
+    case 'cancel':
+    case 'list':
+      return jobCommand(command, rest, resolveEnv, out);
 
     // On-call (issue 7): dead jobs, the DLQ, poison messages, stuck jobs — runtime/cli/oncall.ts.
     case 'dead':
