@@ -2,7 +2,7 @@
 // a job, show, list and cancel jobs. Each opens its own small pool, does its one thing and closes it.
 
 import { parseArgs } from 'node:util';
-import { databaseUrlFromEnv, ENV, jobTimingsFromEnv } from '../config/env.ts';
+import { databaseUrlFromEnv, jobTimingsFromEnv } from '../config/env.ts';
 import { sqsFromEnvIfSet } from '../config/sqs.ts';
 import { createPool } from '../db/pool.ts';
 import { isJobId } from '../domain/ids.ts';
@@ -12,11 +12,11 @@ import { defaultRegistry } from '../handlers/index.ts';
 import { payloadFields } from '../handlers/types.ts';
 import { announceCancel, eventsEnabled } from '../live/events.ts';
 import { silentLogger } from '../observability/log.ts';
-import { SqsQueue } from '../queue/sqs.ts';
 import { JobClient } from '../store/client.ts';
 import type { JobStore } from '../store/job-store.ts';
 import { Publisher } from '../store/outbox.ts';
 import { formatJob, UsageError } from './format.ts';
+import { cliQueue } from './queue.ts';
 
 export type Env = Record<string, string | undefined>;
 
@@ -26,16 +26,7 @@ async function withClient<T>(env: Env, fn: (c: { store: JobStore; client: JobCli
   const sqs = sqsFromEnvIfSet(env);
   const pool = createPool({ url: databaseUrlFromEnv(env), max: 2, applicationName: 'jobs-cli' });
   try {
-    const queue = sqs
-      ? new SqsQueue(sqs)
-      : {
-          send: async () => {
-            throw new Error(`${ENV.queueUrl} is not set: the outbox relay will publish`);
-          },
-          receive: async () => [],
-          changeVisibility: async () => [],
-          delete: async () => [],
-        };
+    const queue = cliQueue(sqs);
     const publisher = new Publisher(pool, queue, silentLogger);
     const timings = jobTimingsFromEnv(env);
     const client = new JobClient({

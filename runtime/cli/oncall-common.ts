@@ -2,7 +2,7 @@
 // who asked), the on-call services for one command (withOps: a small pool, the publisher and the
 // queues from the environment, closed when the command ends) and the lines for skipped jobs.
 
-import { databaseUrlFromEnv, ENV } from '../config/env.ts';
+import { databaseUrlFromEnv } from '../config/env.ts';
 import { sqsFromEnvIfSet } from '../config/sqs.ts';
 import { createPool } from '../db/pool.ts';
 import { isJobId, parseIsoTime } from '../domain/ids.ts';
@@ -11,10 +11,9 @@ import { silentLogger } from '../observability/log.ts';
 import type { Skipped } from '../oncall/dead-jobs.ts';
 import { createOpsServices, type OpsServices } from '../oncall/services.ts';
 import { stuckThresholdsFromEnv } from '../oncall/stuck.ts';
-import { SqsQueue } from '../queue/sqs.ts';
-import type { JobQueue } from '../queue/types.ts';
 import { Publisher } from '../store/outbox.ts';
 import { UsageError } from './format.ts';
+import { cliQueue } from './queue.ts';
 
 export type Env = Record<string, string | undefined>;
 export type Out = (s: string) => void;
@@ -55,16 +54,7 @@ export async function withOps<T>(env: Env, fn: (ops: OpsServices) => Promise<T>)
   const sqs = sqsFromEnvIfSet(env);
   const pool = createPool({ url: databaseUrlFromEnv(env), max: 3, applicationName: 'jobs-cli ops' });
   try {
-    const queue: JobQueue = sqs
-      ? new SqsQueue(sqs)
-      : {
-          send: async () => {
-            throw new Error(`${ENV.queueUrl} is not set: the outbox relay will publish`);
-          },
-          receive: async () => [],
-          changeVisibility: async () => [],
-          delete: async () => [],
-        };
+    const queue = cliQueue(sqs);
     const publisher = new Publisher(pool, queue, silentLogger);
     const ops = createOpsServices({
       pool,
