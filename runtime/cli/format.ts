@@ -7,8 +7,11 @@ import { attemptReading, errorReading } from '../domain/reading.ts';
 /** Bad usage of a jobs command: exit 2 with the message. */
 export class UsageError extends Error {}
 
-/** `holders`: the jobs of its concurrency key running now (jobs show asks; a list does not). */
-export function formatJob(j: Job, holders?: string[]): string {
+/**
+ * `keyHolders`: the jobs of its concurrency key running now; `typeSlots`: its type's fleet limit
+ * and the jobs holding its slots (jobs show asks; a list does not).
+ */
+export function formatJob(j: Job, keyHolders?: string[], typeSlots?: { limit: number; holders: string[] } | null): string {
   const lines = [
     `job       ${j.id}`,
     `type      ${j.type}`,
@@ -18,10 +21,8 @@ export function formatJob(j: Job, holders?: string[]): string {
   ];
   if (j.idempotencyKey) lines.push(`key       ${j.idempotencyKey}`);
   if (j.concurrencyKey) lines.push(`concurrency ${j.concurrencyKey} (at most ${j.concurrencyLimit} at a time)`);
-  if (j.blockedSince && j.state === 'pending')
-    lines.push(
-      `waiting   for key ${j.concurrencyKey} since ${j.blockedSince.toISOString()}${holders?.length ? `, held by job ${holders.join(', ')}` : ''} (starts when the key has room)`,
-    );
+  if (typeSlots) lines.push(`limit     ${j.type} runs at most ${typeSlots.limit} at a time across the fleet`);
+  if (j.blockedSince && j.state === 'pending') lines.push(`waiting   ${waitingFor(j, keyHolders, typeSlots)}`);
   if (j.startedAt) lines.push(`started   ${j.startedAt.toISOString()}`);
   if (j.finishedAt) lines.push(`finished  ${j.finishedAt.toISOString()}`);
   if (j.state === 'pending' && j.runAfter > new Date()) lines.push(`due       ${j.runAfter.toISOString()}`);
@@ -36,4 +37,14 @@ export function formatJob(j: Job, holders?: string[]): string {
   lines.push(`payload   ${JSON.stringify(j.payload)}`);
   if (j.result !== null) lines.push(`result    ${JSON.stringify(j.result)}`);
   return lines.join('\n');
+}
+
+/** What a blocked job waits for: its key when the key is full (or nothing else is known), else its type's slots. */
+export function waitingFor(j: Job, keyHolders?: string[], typeSlots?: { limit: number; holders: string[] } | null): string {
+  const since = j.blockedSince ? ` since ${j.blockedSince.toISOString()}` : '';
+  const held = (ids: string[] | undefined) => (ids?.length ? `, held by job ${ids.join(', ')}` : '');
+  const keyFull = j.concurrencyKey !== null && (keyHolders === undefined || keyHolders.length >= (j.concurrencyLimit ?? 1));
+  if (j.concurrencyKey && (keyFull || !typeSlots))
+    return `for key ${j.concurrencyKey}${since}${held(keyHolders)} (starts when the key has room)`;
+  return `for a slot of ${j.type}${since}${held(typeSlots?.holders)}${typeSlots ? ` (at most ${typeSlots.limit} running at once)` : ''}`;
 }

@@ -133,15 +133,22 @@ export async function jobCommand(
       if (!id || !isJobId(id)) throw new UsageError(`jobs show ID: ID must be a job id (a UUID), got ${id ?? 'nothing'}`);
       const env = await resolveEnv();
       if (values.watch) return (await import('./oncall.ts')).watchCommand(id.toLowerCase(), values.interval, env);
-      const [job, holders] = await withClient(env, async ({ store }) => {
+      const [job, holders, typeSlots] = await withClient(env, async ({ store }) => {
         const j = await store.get(id);
-        return [j, j?.blockedSince && j.concurrencyKey ? await store.runningWithKey(j.concurrencyKey) : []] as const;
+        if (!j) return [null, [], null] as const;
+        const waiting = j.blockedSince !== null && j.state === 'pending';
+        const limit = await store.typeLimit(j.type);
+        return [
+          j,
+          waiting && j.concurrencyKey ? await store.runningWithKey(j.concurrencyKey) : [],
+          limit === null ? null : { limit, holders: waiting ? await store.runningWithType(j.type) : [] },
+        ] as const;
       });
       if (!job) {
         process.stderr.write(`no job ${id}\n`);
         return 1;
       }
-      out(values.json ? JSON.stringify(job) : formatJob(job, holders));
+      out(values.json ? JSON.stringify(job) : formatJob(job, holders, typeSlots));
       return 0;
     }
 

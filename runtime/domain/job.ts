@@ -58,6 +58,8 @@ export interface Job<P = unknown> {
   concurrencyLimit: number | null;
   /** Since when the job waits for room under its key, with no message (published when there is room). */
   blockedSince: Date | null;
+  /** It holds one of its type's running slots (a type with a fleet limit, migration 0007). */
+  typeSlot: boolean;
 }
 
 /** The database's clock at the moment a statement ran, when the statement returns it. */
@@ -92,6 +94,7 @@ export function rowToJob<P = unknown>(r: JobRow): Job<P> {
     concurrencyKey: (r.concurrency_key as string | null) ?? null,
     concurrencyLimit: (r.concurrency_limit as number | null) ?? null,
     blockedSince: (r.blocked_since as Date | null) ?? null,
+    typeSlot: r.type_slot === true,
   };
 }
 

@@ -16,6 +16,17 @@ export class JobRegistry {
       throw new Error(`job type "${def.type}" must be lower-case dotted words (a-z, 0-9, _), at most 100 characters`);
     }
     if (this.defs.has(def.type)) throw new Error(`job type "${def.type}" is registered twice`);
+    if (def.maxRunning !== undefined && !(Number.isInteger(def.maxRunning) && def.maxRunning >= 1 && def.maxRunning <= 10_000)) {
+      throw new Error(
+        `job type "${def.type}": maxRunning ${def.maxRunning} must be an integer from 1 to 10000 (jobs running at once across the fleet)`,
+      );
+    }
+    const keyLimit = def.concurrency?.limit;
+    if (keyLimit !== undefined && !(Number.isInteger(keyLimit) && keyLimit >= 1 && keyLimit <= 1000)) {
+      throw new Error(
+        `job type "${def.type}": concurrency.limit ${keyLimit} must be an integer from 1 to 1000 (jobs of one key running at once)`,
+      );
+    }
     this.defs.set(def.type, def);
     return this;
   }

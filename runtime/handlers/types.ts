@@ -61,6 +61,12 @@ export interface JobDefinition<P = unknown, R = unknown, C = unknown> {
    * concurrencyKey / concurrencyLimit win. Return null for a job that needs none.
    */
   concurrency?: { key(payload: P): string | null | undefined; limit?: number };
+  /**
+   * The most jobs of this type running at once across the fleet, however many worker tasks run
+   * (e.g. 4 for a costing run that loads the database). Enforced by the database in the claim,
+   * like a concurrency key; each worker writes it at start. A job may have a key as well.
+   */
+  maxRunning?: number;
   /** Attempt cap for this type when the enqueuer does not set one. */
   maxAttempts?: number;
   /** Longest a healthy run takes; longer is reported as stuck. */

@@ -57,6 +57,8 @@ export interface ClaimedJob
   reclaimed: boolean;
   /** Its concurrency key: when it ends, the key's next job may be published (worker/key-wake.ts). */
   concurrencyKey: string | null;
+  /** It holds a slot of its type's fleet limit: when it ends, the type's next job may be published. */
+  typeSlot: boolean;
 }
 
 export interface LeaseToken {
@@ -149,11 +151,45 @@ export class JobStore {
       await run(c, 'keyLockClaim', [sorted]);
       const claimed = (await run(c, 'jobClaimKeyed', [sorted, owner, leaseSeconds])).rows.map(toClaimed);
       const { rows } = await run(c, 'jobBlockKeyed', [sorted]);
-      if (rows.length > 0) {
-        await run(c, 'keyWake', [rows.map((r) => r.concurrency_key), rows.map((r) => r.concurrency_limit)]);
+      const keyed = rows.filter((r) => r.concurrency_key !== null);
+      if (keyed.length > 0) {
+        await run(c, 'keyWake', [keyed.map((r) => r.concurrency_key), keyed.map((r) => r.concurrency_limit)]);
       }
+      // Keys first, then types (the lock order; both are held already by keyLockClaim).
+      const types = [...new Set(rows.map((r) => r.limited_type as string | null).filter((t) => t !== null))].sort();
+      if (types.length > 0) await run(c, 'typeWake', [types]);
       return { claimed, blocked: rows.map((r) => r.id as string) };
     });
+  }
+
+  /**
+   * A worker's start: make the fleet limits in force those of its definitions (`maxRunning`;
+   * null: the type has none). Returns the types whose limit changed; their blocked jobs that
+   * now have room are published.
+   */
+  async syncTypeLimits(limits: { type: string; maxRunning: number | null }[], by: string): Promise<string[]> {
+    if (limits.length === 0) return [];
+    const sorted = [...limits].sort((a, b) => (a.type < b.type ? -1 : a.type > b.type ? 1 : 0));
+    return withTransaction(this.pool, async (c) => {
+      // The types' locks first, in type order: no claim of these types decides meanwhile.
+      await run(c, 'typeLock', [sorted.map((l) => l.type)]);
+      const changed = (await run(c, 'typeLimitsSync', [sorted.map((l) => l.type), sorted.map((l) => l.maxRunning), by])).rows.map(
+        (r) => r.type as string,
+      );
+      if (changed.length > 0) await run(c, 'typeWake', [changed]);
+      return changed;
+    });
+  }
+
+  /** The fleet limit in force for `type`, or null. */
+  async typeLimit(type: string): Promise<number | null> {
+    const { rows } = await run(this.pool, 'typeLimit', [type]);
+    return rows.length > 0 ? (rows[0]!.max_running as number) : null;
+  }
+
+  /** The ids of the jobs of `type` holding its slots now. */
+  async runningWithType(type: string): Promise<string[]> {
+    return (await run(this.pool, 'typeRunning', [type])).rows.map((r) => r.id as string);
   }
 
   /** The ids of the jobs of `key` running now. */
@@ -292,5 +328,6 @@ function toClaimed(r: Record<string, unknown>): ClaimedJob {
     queueLagMs: Math.max(0, r.queue_lag_ms as number),
     reclaimed: r.reclaimed as boolean,
     concurrencyKey: (r.concurrency_key as string | null) ?? null,
+    typeSlot: r.type_slot === true,
   };
 }

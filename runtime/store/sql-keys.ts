@@ -1,7 +1,10 @@
 // The claim of jobs with a concurrency key (issue 14, migration 0006): at no moment do more jobs
 // of one key run than its limit, and the jobs of a key start in enqueue order. Enforced by the
 // database in the claim, not by a lock held during the run: a dead worker's job keeps its place
-// until it is reclaimed, like any job.
+// until it is reclaimed, like any job. A job type's fleet limit (migration 0007,
+// `defineJob({ maxRunning })`) is enforced by the same claim: the jobs of a limited type start
+// only while fewer than the limit hold a slot of their type (type_slot), under a lock per type
+// taken after the keys' (types in type order), and wait blocked like keyed jobs otherwise.
 //
 // Why it is race-free. The keyed claim is one transaction of three statements (JobStore.claimKeyed):
 //  1. keyLockClaim locks the candidate rows (in id order), then each key among them (in key
@@ -29,32 +32,52 @@ export const KEY_SQL = {
   /** Statement 1: the candidates' rows, then their keys. */
   keyLockClaim: `SELECT jobs.lock_keyed_claim($1::uuid[])`,
 
-  /** Statement 2: start the candidates their keys have room for, oldest first. */
+  /**
+   * Statement 2: start the candidates their keys and types have room for, oldest first. `cand`:
+   * the claimable candidates their keys admit; `fresh`: those of a limited type that need a slot
+   * (a reclaim keeps the one it holds), numbered per type against the type's free slots.
+   */
   jobClaimKeyed: `
+    WITH cand AS (
+      SELECT j.id AS cid, j.type AS ctype, j.type_slot AS holds_slot, tl.max_running
+        FROM jobs.job j LEFT JOIN jobs.type_limit tl ON tl.type = j.type
+       WHERE j.id = ANY($1::uuid[]) AND (j.concurrency_key IS NOT NULL OR tl.type IS NOT NULL)
+         AND ((j.state = 'pending' AND j.run_after <= statement_timestamp())
+           OR (j.state = 'running' AND j.lease_expires_at < statement_timestamp()))
+         AND j.attempt - j.releases < j.max_attempts
+         AND (j.concurrency_key IS NULL
+           OR (SELECT count(*) FROM jobs.job o
+                WHERE o.concurrency_key = j.concurrency_key AND o.finished_at IS NULL AND o.id <> j.id
+                  AND (o.state = 'running'
+                    OR (j.state = 'pending' AND o.state = 'pending'
+                        AND o.run_after <= statement_timestamp() AND o.id < j.id))) < j.concurrency_limit)
+    ), fresh AS (
+      SELECT cid, row_number() OVER (PARTITION BY ctype ORDER BY cid) AS n,
+             max_running - (SELECT count(*) FROM jobs.job s WHERE s.type = ctype AND s.type_slot) AS room
+        FROM cand WHERE max_running IS NOT NULL AND NOT holds_slot
+    )
     UPDATE jobs.job j
 ${CLAIM_SET},
-           blocked_since = NULL
-     WHERE j.id = ANY($1::uuid[]) AND j.concurrency_key IS NOT NULL
-       AND ((j.state = 'pending' AND j.run_after <= statement_timestamp())
-         OR (j.state = 'running' AND j.lease_expires_at < statement_timestamp()))
-       AND j.attempt - j.releases < j.max_attempts
-       AND (SELECT count(*) FROM jobs.job o
-             WHERE o.concurrency_key = j.concurrency_key AND o.finished_at IS NULL AND o.id <> j.id
-               AND (o.state = 'running'
-                 OR (j.state = 'pending' AND o.state = 'pending'
-                     AND o.run_after <= statement_timestamp() AND o.id < j.id))) < j.concurrency_limit
+           blocked_since = NULL,
+           type_slot = j.type_slot OR c.max_running IS NOT NULL
+      FROM cand c
+     WHERE j.id = c.cid
+       AND NOT EXISTS (SELECT 1 FROM fresh f WHERE f.cid = c.cid AND f.n > f.room)
 ${CLAIM_RETURNING}`,
 
   /**
-   * Statement 3: the due candidates statement 2 did not start wait for their key (already
-   * blocked ones too: their message is a copy to delete). Returns them with their key.
+   * Statement 3: the due candidates statement 2 did not start wait for their key or type
+   * (already blocked ones too: their message is a copy to delete). Returns them with their key
+   * and, for a limited type, their type.
    */
   jobBlockKeyed: `
-    UPDATE jobs.job
+    UPDATE jobs.job j
        SET blocked_since = coalesce(blocked_since, statement_timestamp())
-     WHERE id = ANY($1::uuid[]) AND concurrency_key IS NOT NULL
-       AND state = 'pending' AND run_after <= statement_timestamp()
-    RETURNING id, concurrency_key, concurrency_limit`,
+      FROM (SELECT b.id AS bid, tl.type AS limited_type
+              FROM jobs.job b LEFT JOIN jobs.type_limit tl ON tl.type = b.type
+             WHERE b.id = ANY($1::uuid[]) AND (b.concurrency_key IS NOT NULL OR tl.type IS NOT NULL)) c
+     WHERE j.id = c.bid AND j.state = 'pending' AND j.run_after <= statement_timestamp()
+    RETURNING j.id, j.concurrency_key, j.concurrency_limit, c.limited_type`,
 
   /** The jobs of a key running now (jobs show: what a blocked job waits for). */
   keyRunning: `
@@ -62,4 +85,37 @@ ${CLAIM_RETURNING}`,
 
   /** After blocking: publish what the keys have room for (see 3 above). */
   keyWake: `SELECT coalesce(sum(jobs.wake_key(k, l)), 0)::int AS woken FROM unnest($1::text[], $2::int[]) AS t(k, l)`,
+
+  /** After blocking: publish what the types have free slots for (their locks are held already). */
+  typeWake: `SELECT coalesce(sum(jobs.wake_type(t)), 0)::int AS woken FROM unnest($1::text[]) AS u(t)`,
+
+  /** The jobs of a type holding its slots now (jobs show: what a blocked job waits for). */
+  typeRunning: `SELECT id FROM jobs.job WHERE type = $1 AND type_slot ORDER BY id`,
+
+  /** The locks of these types, in the order given (sorted by the caller). */
+  typeLock: `SELECT jobs.lock_type(t) FROM unnest($1::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n`,
+
+  /** The limit in force for a type, or none. */
+  typeLimit: `SELECT max_running FROM jobs.type_limit WHERE type = $1`,
+
+  /**
+   * A worker's start: its definitions' limits. Types it defines without a limit lose theirs.
+   * Changed types are woken (a raised or removed limit frees slots for blocked jobs) by the
+   * caller, in type order, in the same transaction.
+   */
+  typeLimitsSync: `
+    WITH wanted AS (
+      SELECT * FROM unnest($1::text[], $2::int[]) AS w(type, max_running)
+    ), removed AS (
+      DELETE FROM jobs.type_limit l USING wanted w
+       WHERE l.type = w.type AND w.max_running IS NULL
+      RETURNING l.type
+    ), upserted AS (
+      INSERT INTO jobs.type_limit (type, max_running, set_by)
+      SELECT type, max_running, $3 FROM wanted WHERE max_running IS NOT NULL
+      ON CONFLICT (type) DO UPDATE SET max_running = excluded.max_running, set_at = now(), set_by = excluded.set_by
+       WHERE jobs.type_limit.max_running <> excluded.max_running
+      RETURNING type
+    )
+    SELECT type FROM removed UNION SELECT type FROM upserted ORDER BY 1`,
 } as const;

@@ -76,8 +76,10 @@ ${CLAIM_SET}
        AND ((state = 'pending' AND run_after <= statement_timestamp())
          OR (state = 'running' AND lease_expires_at < statement_timestamp()))
        AND attempt - releases < max_attempts
-       -- A job with a concurrency key is claimed under its key's lock (sql-keys.ts).
+       -- A job with a concurrency key or of a limited type is claimed under its key's or type's
+       -- lock (sql-keys.ts). No limits: an anti-join with an empty table.
        AND concurrency_key IS NULL
+       AND NOT EXISTS (SELECT 1 FROM jobs.type_limit tl WHERE tl.type = job.type)
 ${CLAIM_RETURNING}`,
 
   /**

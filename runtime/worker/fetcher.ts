@@ -190,26 +190,30 @@ export class Fetcher {
   }
 
   /**
-   * Messages whose jobs the claim did not take. Jobs with a concurrency key are claimed here,
-   * under their key (store.claimKeyed): started if the key has room, else blocked, and a blocked
-   * job's message is deleted (the job is published again when its key has room). The rest are
-   * settled by what each job row says.
+   * Messages whose jobs the claim did not take. Jobs with a concurrency key or of a type with a
+   * fleet limit are claimed here, under their key's and type's locks (store.claimKeyed): started
+   * if there is room, else blocked, and a blocked job's message is deleted (the job is published
+   * again when there is room). The rest are settled by what each job row says.
    */
   private async settleMisses(missed: string[], byJob: Map<string, ReceivedMessage[]>, sentAt: number): Promise<void> {
     const { ctx } = this;
     const jobs = await ctx.store.getMany(missed);
     let ids = missed;
+    // Whether a type is limited is the database's to say (jobs.type_limit, which every worker
+    // writes at start), so every job that may still start is offered to the keyed claim; one
+    // with neither a key nor a limited type is left alone there and settled below.
     const keyed = missed.filter((id) => {
       const j = jobs.get(id);
-      return j?.concurrencyKey && (j.state === 'pending' || j.state === 'running');
+      return j && (j.state === 'pending' || j.state === 'running');
     });
     if (keyed.length > 0) {
       const { claimed, blocked } = await ctx.store.claimKeyed(keyed, ctx.workerId, ctx.opts.timings.leaseSeconds);
       for (const job of claimed) this.startClaimed(job, byJob, sentAt);
       for (const id of blocked) {
         const job = jobs.get(id)!;
-        ctx.emit('blocked', job, `waiting for key ${job.concurrencyKey}`);
-        for (const m of byJob.get(id)!) this.messages.delete(m, 'blocked by its concurrency key: published again when the key has room');
+        ctx.emit('blocked', job, job.concurrencyKey ? `waiting for key ${job.concurrencyKey}` : `waiting for a slot of ${job.type}`);
+        for (const m of byJob.get(id)!)
+          this.messages.delete(m, 'blocked by its concurrency key or type limit: published again when there is room');
       }
       // Blocking may have woken an older job of the key (keyWake in claimKeyed).
       if (blocked.length > 0) ctx.keyWake.nudge();

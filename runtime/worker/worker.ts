@@ -82,9 +82,28 @@ export class Worker {
   start(): void {
     if (this.loopPromise) return;
     const t = this.opts.timings;
-    this.loopPromise = this.fetcher.receiveLoop();
+    this.loopPromise = this.syncTypeLimits().then(() => this.fetcher.receiveLoop());
     this.beat.start();
     this.ctx.log.info({ concurrency: t.concurrency, leaseSeconds: t.leaseSeconds, heartbeatSeconds: t.heartbeatSeconds }, 'worker started');
+  }
+
+  /**
+   * The fleet limits of this worker's job types (`defineJob({ maxRunning })`) become the ones in
+   * force, before its first claim. When the database cannot be reached the limits stay as the
+   * last worker wrote them (the claim enforces what is in force either way).
+   */
+  private async syncTypeLimits(): Promise<void> {
+    const { registry } = this.opts;
+    const limits = registry.types().map((type) => ({ type, maxRunning: registry.get(type)!.maxRunning ?? null }));
+    try {
+      const changed = await this.store.syncTypeLimits(limits, this.workerId);
+      if (changed.length > 0) {
+        this.ctx.log.info({ types: changed, limits: limits.filter((l) => changed.includes(l.type)) }, 'job type fleet limits changed');
+        this.ctx.keyWake.nudge();
+      }
+    } catch (err) {
+      this.ctx.log.warn({ err }, "could not write the job types' fleet limits; the limits in force stay as the last worker wrote them");
+    }
   }
 
   /**
@@ -190,8 +209,8 @@ export class Worker {
     } finally {
       this.freeSlot(h);
       this.ctx.held.delete(h.job.id);
-      // Its key may have room now: publish the next job of the key (key-wake.ts).
-      if (h.job.concurrencyKey) this.ctx.keyWake.nudge();
+      // Its key or its type's slots may have room now: publish the next job (key-wake.ts).
+      if (h.job.concurrencyKey || h.job.typeSlot) this.ctx.keyWake.nudge();
       if (this.ctx.held.size === 0) this.setBusy(false);
       this.wakeSlotWaiters();
     }
