@@ -76,6 +76,10 @@ export const inventoryCost = defineJob({
   description: 'Weighted-average inventory costing for a store and period',
   expectedMaxSeconds: 3600,
   schema: payload,
+  // One costing of a store at a time (two would read each other's half-written period), and at
+  // most four across the fleet (each loads the database for minutes), whatever the autoscaling.
+  concurrency: { key: (p) => `costing:${p.store}` },
+  maxRunning: 4,
   async run(p, ctx: JobContext<Checkpoint>): Promise<InventoryCostResult> {
     const resumedFrom = ctx.checkpoint?.nextSku ?? 0;
     const costs = [...(ctx.checkpoint?.costs ?? [])];
