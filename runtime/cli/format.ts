@@ -2,7 +2,7 @@
 // reads in a terminal.
 
 import type { Job } from '../domain/job.ts';
-import { attemptReading, errorReading } from '../domain/reading.ts';
+import { attemptReading, errorReading, waitingFor } from '../domain/reading.ts';
 
 /** Bad usage of a jobs command: exit 2 with the message. */
 export class UsageError extends Error {}
@@ -37,14 +37,4 @@ export function formatJob(j: Job, keyHolders?: string[], typeSlots?: { limit: nu
   lines.push(`payload   ${JSON.stringify(j.payload)}`);
   if (j.result !== null) lines.push(`result    ${JSON.stringify(j.result)}`);
   return lines.join('\n');
-}
-
-/** What a blocked job waits for: its key when the key is full (or nothing else is known), else its type's slots. */
-export function waitingFor(j: Job, keyHolders?: string[], typeSlots?: { limit: number; holders: string[] } | null): string {
-  const since = j.blockedSince ? ` since ${j.blockedSince.toISOString()}` : '';
-  const held = (ids: string[] | undefined) => (ids?.length ? `, held by job ${ids.join(', ')}` : '');
-  const keyFull = j.concurrencyKey !== null && (keyHolders === undefined || keyHolders.length >= (j.concurrencyLimit ?? 1));
-  if (j.concurrencyKey && (keyFull || !typeSlots))
-    return `for key ${j.concurrencyKey}${since}${held(keyHolders)} (starts when the key has room)`;
-  return `for a slot of ${j.type}${since}${held(typeSlots?.holders)}${typeSlots ? ` (at most ${typeSlots.limit} running at once)` : ''}`;
 }

@@ -9,6 +9,7 @@ import { isJobId } from '../domain/ids.ts';
 import type { Job, JobState } from '../domain/job.ts';
 import { JOB_STATES } from '../domain/job.ts';
 import { defaultRegistry } from '../handlers/index.ts';
+import { waitingFor } from '../domain/reading.ts';
 import { payloadFields } from '../handlers/types.ts';
 import { announceCancel, eventsEnabled } from '../live/events.ts';
 import { silentLogger } from '../observability/log.ts';
@@ -191,10 +192,12 @@ export async function jobCommand(
         out(JSON.stringify(jobs));
         return 0;
       }
-      out(`${'id'.padEnd(36)}  ${'type'.padEnd(16)}  ${'state'.padEnd(9)}  att  ${'created'.padEnd(24)}  error`);
+      out(`${'id'.padEnd(36)}  ${'type'.padEnd(16)}  ${'state'.padEnd(9)}  att  ${'created'.padEnd(24)}  note`);
       for (const j of jobs) {
+        // A blocked job says what it waits for; any other, its last error.
+        const note = j.blockedSince && j.state === 'pending' ? `waiting ${waitingFor(j)}` : (j.lastError?.message.slice(0, 60) ?? '');
         out(
-          `${j.id}  ${j.type.padEnd(16)}  ${j.state.padEnd(9)}  ${String(j.attempt).padStart(3)}  ${j.createdAt.toISOString().padEnd(24)}  ${j.lastError?.message.slice(0, 60) ?? ''}`,
+          `${j.id}  ${j.type.padEnd(16)}  ${j.state.padEnd(9)}  ${String(j.attempt).padStart(3)}  ${j.createdAt.toISOString().padEnd(24)}  ${note}`,
         );
       }
       if (jobs.length === 0) out('(no jobs)');

@@ -43,3 +43,17 @@ export function errorReading(
   const what = `${e.name}: ${e.message}`;
   return state === 'dead' ? { kind: 'state', text: what } : { kind: 'history', text: `an earlier attempt failed: ${what}` };
 }
+
+/** What a blocked job waits for: its key when the key is full (or nothing else is known), else its type's slots. */
+export function waitingFor(
+  j: Pick<Job, 'type' | 'concurrencyKey' | 'concurrencyLimit' | 'blockedSince'>,
+  keyHolders?: string[],
+  typeSlots?: { limit: number; holders: string[] } | null,
+): string {
+  const since = j.blockedSince ? ` since ${j.blockedSince.toISOString()}` : '';
+  const held = (ids: string[] | undefined) => (ids?.length ? `, held by job ${ids.join(', ')}` : '');
+  const keyFull = j.concurrencyKey !== null && (keyHolders === undefined || keyHolders.length >= (j.concurrencyLimit ?? 1));
+  if (j.concurrencyKey && (keyFull || !typeSlots))
+    return `for key ${j.concurrencyKey}${since}${held(keyHolders)} (starts when the key has room)`;
+  return `for a slot of ${j.type}${since}${held(typeSlots?.holders)}${typeSlots ? ` (at most ${typeSlots.limit} running at once)` : ''}`;
+}

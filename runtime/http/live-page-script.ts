@@ -93,6 +93,7 @@ export const LIVE_PAGE_SCRIPT = String.raw`
     renderLeases();
     renderWorkers();
     renderRecent();
+    renderWaiting();
   }
   function depth(name, d, alarm) {
     var n = $('n-' + name), x = $('x-' + name), tile = $(name + '-tile');
@@ -194,10 +195,26 @@ export const LIVE_PAGE_SCRIPT = String.raw`
       var st = td(''); st.appendChild(el('span', 'chip ' + j.state, j.state)); tr.appendChild(st);
       tr.appendChild(attemptCell(j));
       // Why a dead job is dead is its state; an earlier attempt's error on any other job is history.
-      var text = j.error || j.earlierError || (j.cancelledBy ? 'cancelled by ' + j.cancelledBy : '');
+      var text = j.error || j.earlierError || (j.cancelledBy ? 'cancelled by ' + j.cancelledBy : '') || (j.waiting ? 'waiting ' + j.waiting : '');
       var e = td(text, 'fill wrap' + (j.error ? ' error' : ' muted'));
       e.title = text;
       tr.appendChild(e);
+      body.appendChild(tr);
+    });
+  }
+
+  // Blocked jobs, by what they wait for: "key ledger:company-7 · 3 jobs · held by job 01a2…".
+  function renderWaiting() {
+    var body = $('waiting');
+    body.textContent = '';
+    var list = snap.waiting || [];
+    $('waiting-empty').hidden = list.length > 0;
+    list.forEach(function (w) {
+      var tr = el('tr');
+      tr.appendChild(td(w.waitsFor + ' (at most ' + w.limit + ')', 'mono'));
+      tr.appendChild(td(String(w.jobs)));
+      tr.appendChild(td(new Date(w.since).toLocaleTimeString()));
+      tr.appendChild(td(w.heldBy.length ? 'job ' + w.heldBy.map(short).join(', ') : '—', 'mono fill'));
       body.appendChild(tr);
     });
   }

@@ -58,6 +58,14 @@ ${LIVE_PAGE_STYLE}</style>
         <tbody id="recent"></tbody>
       </table></div>
     </section>
+    <section id="waiting-section">
+      <h2>Waiting for a key or a slot</h2>
+      <div class="scroll"><table class="stacked">
+        <thead><tr><th>waiting for</th><th>jobs</th><th>since</th><th>held by</th></tr></thead>
+        <tbody id="waiting"></tbody>
+      </table></div>
+      <div class="empty" id="waiting-empty">No job is waiting for its concurrency key or its type's limit.</div>
+    </section>
   </div>
   <div class="stack">
     <section id="workers-section">

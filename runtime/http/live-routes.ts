@@ -1,7 +1,7 @@
 // The live view's HTTP side, mounted by the API server (server.ts, "Live view" section):
 //
 //   GET  /                     the page (page.ts): static HTML, no data, no auth
-//   GET  /live/state           one snapshot as JSON: jobs by state, leases, progress, workers, queue depths
+//   GET  /live/state           one snapshot as JSON: jobs by state, leases, progress, workers, queue depths, waiting
 //   GET  /live/events?after=N  recent events after sequence N
 //   GET  /live/stream          Server-Sent Events: `events` as they arrive, `state` every second
 //   GET  /live/faults          local stack only: the worker processes and the faults on offer
@@ -15,7 +15,7 @@
 import type http from 'node:http';
 import type pg from 'pg';
 import type { Logger } from '../observability/log.ts';
-import type { JobStore } from '../store/job-store.ts';
+import type { JobStore, WaitingGroup } from '../store/job-store.ts';
 import type { JobState } from '../domain/job.ts';
 import type { FeedEvent, LiveFeed } from '../live/feed.ts';
 import * as z from 'zod';
@@ -23,7 +23,8 @@ import { HttpError, route, type Reply, type Route, type RouteTable } from './ker
 import { LIVE_PAGE_HTML } from './live-page.ts';
 import type { QueueDepth } from '../live/queue-depth.ts';
 import { LIVE_SQL } from '../live/sql.ts';
-import { attemptReading, capWarning, errorReading } from '../domain/reading.ts';
+import { type WorkerView, workerViews } from '../live/workers.ts';
+import { attemptReading, capWarning, errorReading, waitingFor } from '../domain/reading.ts';
 
 export type LiveReply = Reply;
 
@@ -62,16 +63,6 @@ export interface LeaseView {
   startedAt: string | null;
 }
 
-export interface WorkerView {
-  id: string;
-  /** ms since its last event or presence ping; null when known only from a lease. */
-  lastSeenMsAgo: number | null;
-  pid: number | null;
-  leases: number;
-  /** alive: pinged recently; silent: no word for a while (killed, paused, partitioned); down: stopped gracefully. */
-  status: 'alive' | 'silent' | 'down';
-}
-
 export interface LiveSnapshot {
   at: string;
   jobs: Record<JobState, number>;
@@ -91,18 +82,20 @@ export interface LiveSnapshot {
     /** An error from an earlier attempt on a job that did not end dead ("an earlier attempt failed: …"): history, not its state. */
     earlierError: string | null;
     cancelledBy: string | null;
+    /** A blocked job: what it waits for ("for key ledger:company-7 since …"). */
+    waiting: string | null;
     createdAt: string;
     finishedAt: string | null;
   }[];
   workers: WorkerView[];
+  /** Blocked jobs by what they wait for (a key, a type's slots), longest waiting first. */
+  waiting: WaitingGroup[];
   queue: QueueDepth | null;
   dlq: QueueDepth | null;
   events: { enabled: boolean; connected: boolean; lastSeq: number; epoch: string | null };
   faults: { enabled: boolean };
   timings: { leaseSeconds: number; heartbeatSeconds: number; maxAttempts: number | null };
 }
-
-const SILENT_AFTER_MS = 5000;
 
 export interface LiveRoutes {
   /** The routes of `/` and `/live/*` (the kernel answers them); a stream writes its own response and resolves when it closes. */
@@ -118,10 +111,11 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
   let unsubscribeFeed: (() => void) | null = null;
 
   async function snapshot(): Promise<LiveSnapshot> {
-    const [jobs, leaseRows, recent, queue, dlq] = await Promise.all([
+    const [jobs, leaseRows, recent, waiting, queue, dlq] = await Promise.all([
       o.store.countByState(),
       o.pool.query(LIVE_SQL.leases, [200]),
       o.store.list({ limit: 12 }),
+      o.store.waiting(10),
       o.queueDepth ? o.queueDepth() : Promise.resolve(null),
       o.dlqDepth ? o.dlqDepth() : Promise.resolve(null),
     ]);
@@ -138,26 +132,7 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
       progress: r.progress ?? null,
       startedAt: r.started_at ? (r.started_at as Date).toISOString() : null,
     }));
-    const now = Date.now();
-    const workers = new Map<string, WorkerView>();
-    for (const [id, w] of o.feed?.workers ?? []) {
-      const ago = now - w.lastSeen;
-      workers.set(id, {
-        id,
-        lastSeenMsAgo: ago,
-        pid: w.pid ?? null,
-        leases: 0,
-        status: w.down ? 'down' : ago > SILENT_AFTER_MS ? 'silent' : 'alive',
-      });
-    }
-    for (const l of leases) {
-      const w = workers.get(l.owner) ?? { id: l.owner, lastSeenMsAgo: null, pid: null, leases: 0, status: 'alive' as const };
-      w.leases++;
-      workers.set(l.owner, w);
-    }
-    // Gone for a minute with nothing held: drop it from the list.
-    const shown = [...workers.values()].filter((w) => w.leases > 0 || w.lastSeenMsAgo === null || w.lastSeenMsAgo < 60_000);
-    shown.sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }));
+    const shown = workerViews(o.feed?.workers ?? new Map(), leases);
     return {
       at: new Date().toISOString(),
       jobs,
@@ -176,11 +151,13 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
           error: error?.kind === 'state' ? error.text.slice(0, 300) : null,
           earlierError: error?.kind === 'history' ? error.text.slice(0, 300) : null,
           cancelledBy: j.cancelledBy,
+          waiting: j.blockedSince && j.state === 'pending' ? waitingFor(j) : null,
           createdAt: j.createdAt.toISOString(),
           finishedAt: j.finishedAt?.toISOString() ?? null,
         };
       }),
       workers: shown,
+      waiting,
       queue,
       dlq,
       events: {

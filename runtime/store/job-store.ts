@@ -61,6 +61,20 @@ export interface ClaimedJob
   typeSlot: boolean;
 }
 
+/** Blocked jobs of one key and type: what they wait for ("key ledger:company-7", "a slot of inventory.cost") and who holds it. */
+export interface WaitingGroup {
+  waitsFor: string;
+  concurrencyKey: string | null;
+  type: string;
+  jobs: number;
+  /** When the longest-waiting of them was blocked. */
+  since: Date;
+  /** The running jobs holding the key or the type's slots (at most 5). */
+  heldBy: string[];
+  /** The key's or the type's limit. */
+  limit: number;
+}
+
 export interface LeaseToken {
   id: string;
   attempt: number;
@@ -178,6 +192,23 @@ export class JobStore {
       );
       if (changed.length > 0) await run(c, 'typeWake', [changed]);
       return changed;
+    });
+  }
+
+  /** What blocked jobs wait for, longest waiting first, at most `limit` groups (see WaitingGroup). */
+  async waiting(limit: number): Promise<WaitingGroup[]> {
+    const { rows } = await run(this.pool, 'waitingGroups', [limit]);
+    return rows.map((r) => {
+      const byKey = r.k !== null && ((r.key_holders as string[]).length >= (r.kl as number) || r.tl === null);
+      return {
+        waitsFor: byKey ? `key ${r.k}` : `a slot of ${r.t}`,
+        concurrencyKey: r.k,
+        type: r.t,
+        jobs: r.jobs,
+        since: r.since,
+        heldBy: byKey ? r.key_holders : r.type_holders,
+        limit: byKey ? r.kl : r.tl,
+      };
     });
   }
 

@@ -95,6 +95,24 @@ ${CLAIM_RETURNING}`,
   /** The locks of these types, in the order given (sorted by the caller). */
   typeLock: `SELECT jobs.lock_type(t) FROM unnest($1::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n`,
 
+  /**
+   * What blocked jobs wait for, by key and type, longest waiting first (the live view, jobs list):
+   * the holders of each key and of each limited type's slots, at most 5 named. Reads the blocked
+   * jobs only (job_blocked_type).
+   */
+  waitingGroups: `
+    WITH g AS (
+      SELECT concurrency_key AS k, max(concurrency_limit) AS kl, type AS t, count(*)::int AS jobs, min(blocked_since) AS since
+        FROM jobs.job WHERE blocked_since IS NOT NULL AND state = 'pending'
+       GROUP BY concurrency_key, type ORDER BY min(blocked_since) LIMIT $1
+    )
+    SELECT g.k, g.kl, g.t, g.jobs, g.since, tl.max_running AS tl,
+           ARRAY(SELECT o.id FROM jobs.job o
+                  WHERE o.concurrency_key = g.k AND o.finished_at IS NULL AND o.state = 'running' ORDER BY o.id LIMIT 5) AS key_holders,
+           ARRAY(SELECT s.id FROM jobs.job s WHERE s.type = g.t AND s.type_slot ORDER BY s.id LIMIT 5) AS type_holders
+      FROM g LEFT JOIN jobs.type_limit tl ON tl.type = g.t
+     ORDER BY g.since`,
+
   /** The limit in force for a type, or none. */
   typeLimit: `SELECT max_running FROM jobs.type_limit WHERE type = $1`,
 

@@ -162,6 +162,15 @@ describe('concurrency keys: the ways a job leaves its key', () => {
     const shown = formatJob((await store.get(ids[1]!))!, await store.runningWithKey('cancel-k'));
     expect(shown).toMatch(new RegExp(`waiting   for key cancel-k since .+, held by job ${ids[0]} \\(starts when the key has room\\)`));
     expect(shown).toContain('concurrency cancel-k (at most 1 at a time)');
+    expect((await store.waiting(10)).find((g) => g.concurrencyKey === 'cancel-k')).toEqual({
+      waitsFor: 'key cancel-k',
+      concurrencyKey: 'cancel-k',
+      type: 'ledger.post',
+      jobs: 2,
+      since: expect.any(Date),
+      heldBy: [ids[0]],
+      limit: 1,
+    });
     await store.cancel(ids[2]!, 'controller'); // blocked: nothing to publish
     expect((await pool.query('SELECT job_id FROM jobs.outbox')).rows).toEqual([]);
     await store.cancel(ids[0]!, 'controller'); // running: the key has room for ids[1]

@@ -154,6 +154,19 @@ describe('limits per job type', () => {
       new RegExp(`waiting   for a slot of ways.costing since .+, held by job ${holder.id} \\(at most 1 running at once\\)`),
     );
     expect(shown).toContain('limit     ways.costing runs at most 1 at a time across the fleet');
+    // The live view's and jobs list's reading: blocked jobs by what they wait for, and who holds it.
+    const waiting = (await store.waiting(10)).filter((g) => g.type === 'ways.costing');
+    expect(waiting).toEqual([
+      {
+        waitsFor: 'a slot of ways.costing',
+        concurrencyKey: null,
+        type: 'ways.costing',
+        jobs: 3,
+        since: expect.any(Date),
+        heldBy: [holder.id],
+        limit: 1,
+      },
+    ]);
   });
 
   it('raising a limit publishes as many blocked jobs as it frees; removing it publishes them all and the plain claim takes them', async () => {
