@@ -311,6 +311,7 @@ export class TestKit {
           await at({ checkpoint: ++checkpoints });
           return ctx.saveCheckpoint(checkpoint, progress);
         },
+        enqueue: (jobs) => ctx.enqueue(jobs),
       };
       try {
         await at('start');

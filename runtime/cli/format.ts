@@ -7,11 +7,18 @@ import { attemptReading, errorReading, waitingFor } from '../domain/reading.ts';
 /** Bad usage of a jobs command: exit 2 with the message. */
 export class UsageError extends Error {}
 
-/**
- * `keyHolders`: the jobs of its concurrency key running now; `typeSlots`: its type's fleet limit
- * and the jobs holding its slots (jobs show asks; a list does not).
- */
-export function formatJob(j: Job, keyHolders?: string[], typeSlots?: { limit: number; holders: string[] } | null): string {
+/** What `jobs show` reads beside the job (a list or a one-line reading does without). */
+export interface JobSurroundings {
+  /** The jobs of its concurrency key running now. */
+  keyHolders?: string[];
+  /** Its type's fleet limit and the jobs holding its slots. */
+  typeSlots?: { limit: number; holders: string[] } | null;
+  /** The jobs its handler enqueued (ctx.enqueue), oldest first, and how many there are in all. */
+  children?: { jobs: { id: string; type: string; state: string }[]; total: number };
+}
+
+export function formatJob(j: Job, around: JobSurroundings = {}): string {
+  const { keyHolders, typeSlots, children } = around;
   const lines = [
     `job       ${j.id}`,
     `type      ${j.type}`,
@@ -23,6 +30,14 @@ export function formatJob(j: Job, keyHolders?: string[], typeSlots?: { limit: nu
   if (j.concurrencyKey) lines.push(`concurrency ${j.concurrencyKey} (at most ${j.concurrencyLimit} at a time)`);
   if (typeSlots) lines.push(`limit     ${j.type} runs at most ${typeSlots.limit} at a time across the fleet`);
   if (j.blockedSince && j.state === 'pending') lines.push(`waiting   ${waitingFor(j, keyHolders, typeSlots)}`);
+  if (j.parentId) lines.push(`parent    ${j.parentId}`);
+  if (children && children.total > 0) {
+    const states = new Map<string, number>();
+    for (const c of children.jobs) states.set(c.state, (states.get(c.state) ?? 0) + 1);
+    const shown = children.jobs.length < children.total ? ` (first ${children.jobs.length})` : '';
+    lines.push(`children  ${children.total}${shown}: ${[...states].map(([state, n]) => `${n} ${state}`).join(', ')}`);
+    for (const c of children.jobs) lines.push(`  child   ${c.id} ${c.type} ${c.state}`);
+  }
   if (j.startedAt) lines.push(`started   ${j.startedAt.toISOString()}`);
   if (j.finishedAt) lines.push(`finished  ${j.finishedAt.toISOString()}`);
   if (j.state === 'pending' && j.runAfter > new Date()) lines.push(`due       ${j.runAfter.toISOString()}`);

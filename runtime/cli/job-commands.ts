@@ -134,22 +134,30 @@ export async function jobCommand(
       if (!id || !isJobId(id)) throw new UsageError(`jobs show ID: ID must be a job id (a UUID), got ${id ?? 'nothing'}`);
       const env = await resolveEnv();
       if (values.watch) return (await import('./oncall.ts')).watchCommand(id.toLowerCase(), values.interval, env);
-      const [job, holders, typeSlots] = await withClient(env, async ({ store }) => {
+      const [job, around] = await withClient(env, async ({ store }) => {
         const j = await store.get(id);
-        if (!j) return [null, [], null] as const;
+        if (!j) return [null, {}] as const;
         const waiting = j.blockedSince !== null && j.state === 'pending';
-        const limit = await store.typeLimit(j.type);
+        const [limit, keyHolders, children] = await Promise.all([
+          store.typeLimit(j.type),
+          waiting && j.concurrencyKey ? store.runningWithKey(j.concurrencyKey) : [],
+          store.children(j.id, 21),
+        ]);
         return [
           j,
-          waiting && j.concurrencyKey ? await store.runningWithKey(j.concurrencyKey) : [],
-          limit === null ? null : { limit, holders: waiting ? await store.runningWithType(j.type) : [] },
+          {
+            keyHolders,
+            typeSlots: limit === null ? null : { limit, holders: waiting ? await store.runningWithType(j.type) : [] },
+            // 20 shown; a 21st says there are more, counted.
+            children: { jobs: children.slice(0, 20), total: children.length > 20 ? await store.childCount(j.id) : children.length },
+          },
         ] as const;
       });
       if (!job) {
         process.stderr.write(`no job ${id}\n`);
         return 1;
       }
-      out(values.json ? JSON.stringify(job) : formatJob(job, holders, typeSlots));
+      out(values.json ? JSON.stringify(job) : formatJob(job, around));
       return 0;
     }
 

@@ -60,6 +60,8 @@ export interface Job<P = unknown> {
   blockedSince: Date | null;
   /** It holds one of its type's running slots (a type with a fleet limit, migration 0007). */
   typeSlot: boolean;
+  /** The job whose handler enqueued it (ctx.enqueue), or null. */
+  parentId: string | null;
 }
 
 /** The database's clock at the moment a statement ran, when the statement returns it. */
@@ -95,6 +97,7 @@ export function rowToJob<P = unknown>(r: JobRow): Job<P> {
     concurrencyLimit: (r.concurrency_limit as number | null) ?? null,
     blockedSince: (r.blocked_since as Date | null) ?? null,
     typeSlot: r.type_slot === true,
+    parentId: (r.parent_id as string | null) ?? null,
   };
 }
 

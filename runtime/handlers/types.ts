@@ -44,6 +44,21 @@ export interface JobContext<C = unknown> {
    */
   db: JobDb;
   log: Logger;
+  /**
+   * Enqueue child jobs inside this job's transaction: they exist only if this attempt commits
+   * (with its completion, or with the chunk of a checkpoint saved after it), never for an attempt
+   * that lost its lease; each records this job as its parent and is published after the commit.
+   * Checked like any enqueue (a ValidationError naming the field); a child whose idempotency key
+   * names an existing job comes back as that job with `duplicate: true`.
+   */
+  enqueue(jobs: ChildJobSpec | ChildJobSpec[]): Promise<{ id: string; type: string; duplicate: boolean }[]>;
+}
+
+/** A child job: the fields of an enqueue (POST /v1/jobs): idempotencyKey, maxAttempts, runAt, concurrencyKey, … */
+export interface ChildJobSpec {
+  type: string;
+  payload: unknown;
+  [option: string]: unknown;
 }
 
 export interface JobDefinition<P = unknown, R = unknown, C = unknown> {

@@ -97,7 +97,8 @@ export class JobClient {
     );
   }
 
-  private async insert(tx: Queryable, rows: NewJob[]): Promise<{ jobs: EnqueueResult[]; afterCommit: () => Promise<void> }> {
+  /** Insert checked jobs (validate, newJob) in the caller's transaction `tx`; `afterCommit` as for enqueue. */
+  async insert(tx: Queryable, rows: NewJob[]): Promise<{ jobs: EnqueueResult[]; afterCommit: () => Promise<void> }> {
     const inserted = await this.store.insertMany(tx, rows);
     const toPublish = inserted
       .filter((i) => i.outboxId)

@@ -39,6 +39,8 @@ export interface NewJob {
   /** At most `concurrencyLimit` (default 1) jobs with this key run at once, in enqueue order. */
   concurrencyKey?: string | null;
   concurrencyLimit?: number | null;
+  /** The job whose handler enqueued this one (ctx.enqueue). */
+  parentId?: string | null;
 }
 
 export interface Inserted {
@@ -109,6 +111,7 @@ export class JobStore {
       jobs.map((j) => j.runAt ?? null),
       jobs.map((j) => j.concurrencyKey ?? null),
       jobs.map((j) => (j.concurrencyKey ? (j.concurrencyLimit ?? 1) : null)),
+      jobs.map((j) => j.parentId ?? null),
     ]);
     const byId = new Map(rows.map((r) => [r.id as string, r]));
     const out: Inserted[] = [];
@@ -193,6 +196,16 @@ export class JobStore {
       if (changed.length > 0) await run(c, 'typeWake', [changed]);
       return changed;
     });
+  }
+
+  /** A job's children (ctx.enqueue), oldest first, at most `limit`. */
+  async children(parentId: string, limit = 100): Promise<{ id: string; type: string; state: JobState }[]> {
+    return (await run(this.pool, 'jobChildren', [parentId, limit])).rows as { id: string; type: string; state: JobState }[];
+  }
+
+  /** How many children a job has. */
+  async childCount(parentId: string): Promise<number> {
+    return (await run(this.pool, 'jobChildCount', [parentId])).rows[0]!.n as number;
   }
 
   /** What blocked jobs wait for, longest waiting first, at most `limit` groups (see WaitingGroup). */

@@ -6,7 +6,7 @@
 /** The job columns as a statement returns them (unqualified). */
 export const JOB_COLUMNS = `id, type, payload, state, idempotency_key, attempt, releases, max_attempts, lease_owner,
   lease_expires_at, run_after, progress, checkpoint, last_error, attempt_log, result, cancelled_by,
-  created_at, started_at, finished_at, concurrency_key, concurrency_limit, blocked_since, type_slot`;
+  created_at, started_at, finished_at, concurrency_key, concurrency_limit, blocked_since, type_slot, parent_id`;
 
 /** The job columns, plus claimed_at (migration 0003). */
 export const JOB = (a: string) =>
@@ -35,6 +35,7 @@ export const JOB = (a: string) =>
     'concurrency_limit',
     'blocked_since',
     'type_slot',
+    'parent_id',
     'claimed_at',
   ]
     .map((c) => `${a}.${c}`)

@@ -35,11 +35,12 @@ const WORKER_SQL = {
    */
   jobInsertMany: `
     WITH input AS (
-      SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[], $5::int[], $6::timestamptz[], $7::text[], $8::int[])
-        WITH ORDINALITY AS t(id, type, payload, idempotency_key, max_attempts, run_after, concurrency_key, concurrency_limit, ord)
+      SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[], $5::int[], $6::timestamptz[], $7::text[], $8::int[], $9::uuid[])
+        WITH ORDINALITY AS t(id, type, payload, idempotency_key, max_attempts, run_after, concurrency_key, concurrency_limit, parent_id, ord)
     ), inserted AS (
-      INSERT INTO jobs.job (id, type, payload, idempotency_key, max_attempts, run_after, concurrency_key, concurrency_limit)
-      SELECT id, type, payload, idempotency_key, max_attempts, coalesce(run_after, statement_timestamp()), concurrency_key, concurrency_limit
+      INSERT INTO jobs.job (id, type, payload, idempotency_key, max_attempts, run_after, concurrency_key, concurrency_limit, parent_id)
+      SELECT id, type, payload, idempotency_key, max_attempts, coalesce(run_after, statement_timestamp()), concurrency_key, concurrency_limit,
+             parent_id
         FROM input ORDER BY ord
       ON CONFLICT (type, idempotency_key) WHERE idempotency_key IS NOT NULL AND finished_at IS NULL
       DO NOTHING
@@ -55,6 +56,10 @@ const WORKER_SQL = {
      WHERE type = $1 AND idempotency_key = $2 AND finished_at IS NULL`,
 
   jobGet: `SELECT ${JOB_COLUMNS} FROM jobs.job WHERE id = $1`,
+
+  /** A job's children, oldest first (jobs show; the job_parent index, migration 0011). */
+  jobChildren: `SELECT id, type, state FROM jobs.job WHERE parent_id = $1 ORDER BY id LIMIT $2`,
+  jobChildCount: `SELECT count(*)::int AS n FROM jobs.job WHERE parent_id = $1`,
 
   jobGetMany: `SELECT ${JOB_COLUMNS}, statement_timestamp() AS db_now FROM jobs.job WHERE id = ANY($1::uuid[])`,
 

@@ -4,7 +4,8 @@
 // job released. The completer writes the outcome.
 
 import { LeaseLostError, NonRetryableError } from '../domain/errors.ts';
-import type { JobContext } from '../handlers/types.ts';
+import type { ChildJobSpec, JobContext } from '../handlers/types.ts';
+import type { EnqueueSpec } from '../store/client.ts';
 import type { Logger } from '../observability/log.ts';
 import type { Completer } from './completer.ts';
 import type { Heartbeat } from './heartbeat.ts';
@@ -75,6 +76,11 @@ export class JobExecutor {
     completer.succeeded(h, log);
   }
 
+  /** ctx.enqueue: child jobs in the job's transaction (see JobContext.enqueue). */
+  enqueueChildren(h: Held, tx: JobTransaction, specs: ChildJobSpec[]): Promise<{ id: string; type: string; duplicate: boolean }[]> {
+    return insertChildren(this.ctx, h, tx, specs);
+  }
+
   /**
    * ctx.saveCheckpoint: fenced; a refusal is a lost lease. With the job's transaction open, the
    * checkpoint commits in it, together with the writes of the chunk it ends (job-transaction.ts).
@@ -92,6 +98,26 @@ export class JobExecutor {
       throw new LeaseLostError(h.job.id, h.token.attempt, 'checkpoint');
     }
   }
+}
+
+/** Validate, then insert in the job's transaction; published once it commits (job-transaction.ts afterCommit). */
+async function insertChildren(
+  ctx: WorkerContext,
+  h: Held,
+  tx: JobTransaction,
+  specs: ChildJobSpec[],
+): Promise<{ id: string; type: string; duplicate: boolean }[]> {
+  if (h.lost || h.released) throw new LeaseLostError(h.job.id, h.token.attempt, 'enqueue');
+  const client = ctx.childClient;
+  // Checked before the transaction opens: a bad child never reaches the database.
+  const rows = specs.map((s) => ({ ...client.validate(s as EnqueueSpec), parentId: h.job.id }));
+  const { jobs, afterCommit } = await client.insert(await tx.platformClient(), rows);
+  tx.afterCommit(() => {
+    afterCommit().catch((err) =>
+      ctx.log.warn({ err, jobId: h.job.id }, 'publishing child jobs failed; the outbox relay will publish them'),
+    );
+  });
+  return jobs.map((j) => ({ id: j.job.id, type: j.job.type, duplicate: j.duplicate }));
 }
 
 /**
@@ -167,5 +193,9 @@ class AttemptContext implements JobContext {
 
   saveCheckpoint(checkpoint: unknown, progress?: { fraction: number; message?: string }): Promise<void> {
     return this.executor.saveCheckpoint(this.h, this.db, checkpoint, progress);
+  }
+
+  enqueue(jobs: ChildJobSpec | ChildJobSpec[]): Promise<{ id: string; type: string; duplicate: boolean }[]> {
+    return this.executor.enqueueChildren(this.h, this.db, Array.isArray(jobs) ? jobs : [jobs]);
   }
 }

@@ -8,6 +8,7 @@ import type { JobTimings } from '../config/rules.ts';
 import type { WorkerEvent, WorkerEventKind } from '../domain/events.ts';
 import type { Progress } from '../domain/job.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
+import { JobClient } from '../store/client.ts';
 import type { Logger } from '../observability/log.ts';
 import type { Metrics } from '../observability/metrics.ts';
 import type { JobQueue, ReceivedMessage } from '../queue/types.ts';
@@ -77,6 +78,7 @@ export class WorkerContext {
   stopping = false;
   /** Publishes a concurrency key's next job when a job of the key ends or is blocked here. */
   readonly keyWake: KeyWake;
+  private children: JobClient | null = null;
 
   constructor(
     readonly opts: WorkerOptions,
@@ -86,6 +88,17 @@ export class WorkerContext {
     this.log = opts.log.child({ workerId });
     this.metrics = opts.metrics ?? noopMetrics;
     this.keyWake = new KeyWake(opts.pool, opts.queue, this.log);
+  }
+
+  /** The enqueue rules and publisher for handlers' child jobs (ctx.enqueue), made on first use. */
+  get childClient(): JobClient {
+    const o = this.opts;
+    return (this.children ??= new JobClient({
+      pool: o.pool,
+      registry: o.registry,
+      publisher: o.publisher,
+      defaultMaxAttempts: o.timings.maxAttempts,
+    }));
   }
 
   abortHandler(h: Held, reason: unknown): void {

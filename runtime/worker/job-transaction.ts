@@ -40,6 +40,7 @@ export class JobTransaction implements JobDb {
   /** extract(epoch FROM now()) of the transaction opened at BEGIN, as PostgreSQL printed it. */
   private startedAt: string | null = null;
   private leftFence: NonRetryableError | null = null;
+  private readonly pendingAfterCommit: (() => void)[] = [];
 
   constructor(private readonly pool: pg.Pool) {
     // `const { query } = ctx.db` works too.
@@ -121,6 +122,7 @@ export class JobTransaction implements JobDb {
       }
       if (goOn) this.nextChunk();
       else this.finish();
+      this.runAfterCommit();
       return true;
     } catch (err) {
       await this.rollback();
@@ -128,7 +130,31 @@ export class JobTransaction implements JobDb {
     }
   }
 
+  /**
+   * The platform's own statements in the job's transaction (ctx.enqueue's insert): the open
+   * transaction's connection, opened if need be. Not for handlers: it skips the fence's checks,
+   * which only a handler's SQL needs.
+   */
+  async platformClient(): Promise<pg.PoolClient> {
+    if (this.leftFence) throw this.leftFence;
+    if (this.closed) throw new Error('the job transaction has ended: the job completed, failed or lost its lease');
+    return this.open();
+  }
+
+  /**
+   * Run `fn` once the writes made so far have committed (with a checkpoint's chunk or the
+   * completion); dropped if they roll back. ctx.enqueue publishes its children this way.
+   */
+  afterCommit(fn: () => void): void {
+    this.pendingAfterCommit.push(fn);
+  }
+
+  private runAfterCommit(): void {
+    for (const fn of this.pendingAfterCommit.splice(0)) fn();
+  }
+
   async rollback(): Promise<void> {
+    this.pendingAfterCommit.length = 0;
     if (this.closed) return;
     const c = this.client ?? (this.opening ? await this.opening.catch(() => null) : null);
     if (!c) {

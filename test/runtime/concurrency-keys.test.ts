@@ -159,7 +159,7 @@ describe('concurrency keys: the ways a job leaves its key', () => {
     expect(first.claimed.map((j) => j.id)).toEqual([ids[0]]);
     expect(first.blocked.sort()).toEqual([ids[1], ids[2]].sort());
     // What `jobs show` says of a blocked job.
-    const shown = formatJob((await store.get(ids[1]!))!, await store.runningWithKey('cancel-k'));
+    const shown = formatJob((await store.get(ids[1]!))!, { keyHolders: await store.runningWithKey('cancel-k') });
     expect(shown).toMatch(new RegExp(`waiting   for key cancel-k since .+, held by job ${ids[0]} \\(starts when the key has room\\)`));
     expect(shown).toContain('concurrency cancel-k (at most 1 at a time)');
     expect((await store.waiting(10)).find((g) => g.concurrencyKey === 'cancel-k')).toEqual({
