@@ -2,12 +2,12 @@
 // zod (the HTTP kernel, the enqueue request): the field an issue names, and the status its rule
 // means. Typed by shape, so this layer needs no validator.
 
-/** The field an issue names: its path's keys joined (`payload.entries`), up to the first array index (`ids`). */
+/** The field an issue names: its path joined (`payload.entries`, `jobs.3.payload.entries` for an item of a list). */
 export function issueField(issue: { path: readonly PropertyKey[] }, fallback = 'body'): string {
   const keys: string[] = [];
   for (const k of issue.path) {
-    if (typeof k !== 'string') break;
-    keys.push(k);
+    if (typeof k !== 'string' && typeof k !== 'number') break;
+    keys.push(String(k));
   }
   return keys.length > 0 ? keys.join('.') : fallback;
 }

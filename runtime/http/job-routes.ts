@@ -31,6 +31,9 @@ import {
 
 /** Page size of GET /v1/jobs when the caller gives none, and the largest it may ask for. */
 export const DEFAULT_PAGE_SIZE = 50;
+/** POST /v1/jobs/batch: at most this many jobs, and this many bytes, in one request. */
+export const MAX_BATCH_JOBS = 500;
+export const MAX_BATCH_BODY_BYTES = 4 * 1024 * 1024;
 export const MAX_PAGE_SIZE = 200;
 
 /** The registry's rule for type names (a filter that cannot name a type is a typo, not an empty page). */
@@ -144,6 +147,25 @@ export function jobRouteTable(opts: JobRoutesOptions): RouteTable {
       fieldsOf: 'a job',
       handle: (ctx) => enqueue(ctx),
     }),
+    route({
+      method: 'POST',
+      path: '/v1/jobs/batch',
+      summary: `enqueue up to ${MAX_BATCH_JOBS} jobs at once, all or none (201; each job with its duplicate flag)`,
+      body: z.strictObject({
+        jobs: z
+          .array(enqueueRequest(registry), { error: `must be a list of 1 to ${MAX_BATCH_JOBS} jobs` })
+          .min(1, { error: `must be a list of 1 to ${MAX_BATCH_JOBS} jobs` })
+          .max(MAX_BATCH_JOBS, {
+            error: (iss) => `must be a list of 1 to ${MAX_BATCH_JOBS} jobs (got ${(iss.input as unknown[]).length}); split it`,
+          })
+          .meta({ description: 'the jobs, each as the body of POST /v1/jobs' }),
+      }),
+      bodyRequired: true,
+      maxBodyBytes: MAX_BATCH_BODY_BYTES,
+      limitHint: `a batch may be at most ${MAX_BATCH_BODY_BYTES} bytes; split it, or store large inputs in a table and pass their ids`,
+      fieldsOf: 'a batch',
+      handle: (ctx) => enqueueBatch(ctx),
+    }),
     route({ method: 'GET', path: '/v1/jobs/:id', summary: 'one job', params: id, handle: (ctx) => getJob(ctx) }),
     route({
       method: 'POST',
@@ -184,7 +206,7 @@ export function jobRouteTable(opts: JobRoutesOptions): RouteTable {
       new HttpError(
         404,
         'not_found',
-        `no route ${method} ${path.slice(0, 200)}; see GET /v1/openapi.json, /v1/job-types, /v1/jobs, /v1/jobs/{id}, POST /v1/jobs, /v1/jobs/{id}/cancel`,
+        `no route ${method} ${path.slice(0, 200)}; see GET /v1/openapi.json, /v1/job-types, /v1/jobs, /v1/jobs/{id}, POST /v1/jobs, /v1/jobs/batch, /v1/jobs/{id}/cancel`,
       ),
   };
   return jobTable;
@@ -234,6 +256,15 @@ export function jobRouteTable(opts: JobRoutesOptions): RouteTable {
       status: duplicate ? 200 : 201,
       body: jobView(job, { duplicate }),
       headers: { location: `/v1/jobs/${job.id}` },
+    };
+  }
+
+  /** One transaction for all (JobClient.insertNow): a failure leaves none of them. */
+  async function enqueueBatch(ctx: RouteContext<unknown, { jobs: EnqueueRequest[] }>): Promise<Reply> {
+    const results = await client.insertNow(ctx.body.jobs.map((r) => client.newJob(r)));
+    return {
+      status: results.every((r) => r.duplicate) ? 200 : 201,
+      body: { jobs: results.map((r) => jobView(r.job, { duplicate: r.duplicate })) },
     };
   }
 

@@ -20,7 +20,7 @@ import { ENV } from '../config/env.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import type { Logger } from '../observability/log.ts';
 import { MAX_PAYLOAD_BYTES, type JobClient } from '../store/client.ts';
-import { jobRouteTable } from './job-routes.ts';
+import { jobRouteTable, MAX_BATCH_BODY_BYTES } from './job-routes.ts';
 import { dispatch, HttpError, send, toHttpError, type Reply, type Route } from './kernel.ts';
 import type { LiveRoutes } from './live-routes.ts';
 import type { OpsRoutes } from './oncall-routes.ts';
@@ -233,7 +233,8 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
   // Expect: 100-continue: refuse an oversized upload before the client sends it.
   server.on('checkContinue', (req: http.IncomingMessage, res: http.ServerResponse) => {
     const declared = Number(req.headers['content-length']);
-    if (Number.isFinite(declared) && declared > maxBodyBytes) {
+    // The largest body any route takes (a batch's); each route's reader then holds its own limit.
+    if (Number.isFinite(declared) && declared > Math.max(maxBodyBytes, MAX_BATCH_BODY_BYTES)) {
       onRequest(req, res);
       return;
     }
