@@ -225,6 +225,10 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
     throw err;
   }
   relay.start();
+  // What SQL callers may enqueue (jobs.enqueue): this build's types. Not awaited: serving does not wait on it.
+  client.store
+    .registerJobTypes(registry, config.defaultMaxAttempts, 'api')
+    .catch((err) => log.warn({ err }, 'could not register the job types for jobs.enqueue; those registered before stay'));
   const port = (server.address() as AddressInfo).port;
   for (const warning of authWarnings(config)) log.warn(warning);
   if (config.databaseTlsWarning) log.warn(config.databaseTlsWarning);

@@ -78,7 +78,7 @@ export const inventoryCost = defineJob({
   schema: payload,
   // One costing of a store at a time (two would read each other's half-written period), and at
   // most four across the fleet (each loads the database for minutes), whatever the autoscaling.
-  concurrency: { key: (p) => `costing:${p.store}` },
+  concurrency: { key: 'costing:{store}' },
   maxRunning: 4,
   async run(p, ctx: JobContext<Checkpoint>): Promise<InventoryCostResult> {
     const resumedFrom = ctx.checkpoint?.nextSku ?? 0;

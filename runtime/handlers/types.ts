@@ -71,11 +71,13 @@ export interface JobDefinition<P = unknown, R = unknown, C = unknown> {
   schema?: z.ZodObject;
   run(payload: P, ctx: JobContext<C>): Promise<R>;
   /**
-   * The type's default concurrency key, from the payload (e.g. `ledger:${p.ledger}`): jobs with
-   * one key run at most `limit` (default 1) at a time, in enqueue order. The enqueuer's
-   * concurrencyKey / concurrencyLimit win. Return null for a job that needs none.
+   * The type's default concurrency key, from the payload: jobs with one key run at most `limit`
+   * (default 1) at a time, in enqueue order. The enqueuer's concurrencyKey / concurrencyLimit win.
+   * Prefer a template over payload fields, `'costing:{store}'`: the database applies it too, to
+   * jobs enqueued in SQL (jobs.enqueue); a function (`(p) => \`ledger:${p.ledger}\``, null for a
+   * job that needs none) runs only here, so SQL callers must then pass the key.
    */
-  concurrency?: { key(payload: P): string | null | undefined; limit?: number };
+  concurrency?: { key: string | KeyOf<P>; limit?: number };
   /**
    * The most jobs of this type running at once across the fleet, however many worker tasks run
    * (e.g. 4 for a costing run that loads the database). Enforced by the database in the claim,
@@ -165,4 +167,16 @@ export function payloadFields(def: JobDefinition<any, any, any>): PayloadField[]
       ...((p.description ?? s.description) ? { description: p.description ?? s.description } : {}),
     };
   });
+}
+
+/** A default key's function (method syntax: checked bivariantly, as the definition's other functions are). */
+type KeyOf<P> = { key(payload: P): string | null | undefined }['key'];
+
+/** A type's default concurrency key for a payload: its template filled from the payload's fields, or its function's answer. */
+export function defaultConcurrencyKey(def: JobDefinition<any, any, any>, payload: unknown): string | null {
+  const key = def.concurrency?.key;
+  if (key === undefined) return null;
+  if (typeof key === 'function') return key(payload) ?? null;
+  const fields = (payload ?? {}) as Record<string, unknown>;
+  return key.replace(/\{([A-Za-z0-9_]+)\}/g, (_, f: string) => String(fields[f] ?? ''));
 }

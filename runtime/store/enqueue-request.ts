@@ -12,6 +12,7 @@ import { ValidationError } from '../domain/errors.ts';
 import { ISO_TIME_PATTERN, parseIsoTime } from '../domain/ids.ts';
 import { issueField, issueStatus } from '../domain/issues.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
+import { defaultConcurrencyKey } from '../handlers/types.ts';
 
 /** Largest payload accepted, as JSON text. The API answers 413 above it. */
 export const MAX_PAYLOAD_BYTES = 256 * 1024;
@@ -132,7 +133,7 @@ export function enqueueRequest(registry: JobRegistry) {
         return z.NEVER;
       }
       // The key: the enqueuer's, else the type's default from the payload (a ledger's postings).
-      const concurrencyKey = spec.concurrencyKey ?? def.concurrency?.key(payload) ?? null;
+      const concurrencyKey = spec.concurrencyKey ?? defaultConcurrencyKey(def, payload);
       return {
         type: def.type,
         payload,

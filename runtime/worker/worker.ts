@@ -82,20 +82,21 @@ export class Worker {
   start(): void {
     if (this.loopPromise) return;
     const t = this.opts.timings;
-    this.loopPromise = this.syncTypeLimits().then(() => this.fetcher.receiveLoop());
+    this.loopPromise = this.registerTypes().then(() => this.fetcher.receiveLoop());
     this.beat.start();
     this.ctx.log.info({ concurrency: t.concurrency, leaseSeconds: t.leaseSeconds, heartbeatSeconds: t.heartbeatSeconds }, 'worker started');
   }
 
   /**
-   * The fleet limits of this worker's job types (`defineJob({ maxRunning })`) become the ones in
-   * force, before its first claim. When the database cannot be reached the limits stay as the
+   * This worker's job types are registered (what SQL callers may enqueue, migration 0012), and
+   * their fleet limits (`defineJob({ maxRunning })`) become the ones in force, before its first claim. When the database cannot be reached the limits stay as the
    * last worker wrote them (the claim enforces what is in force either way).
    */
-  private async syncTypeLimits(): Promise<void> {
+  private async registerTypes(): Promise<void> {
     const { registry } = this.opts;
     const limits = registry.types().map((type) => ({ type, maxRunning: registry.get(type)!.maxRunning ?? null }));
     try {
+      await this.store.registerJobTypes(registry, this.opts.timings.maxAttempts, this.workerId);
       const changed = await this.store.syncTypeLimits(limits, this.workerId);
       if (changed.length > 0) {
         this.ctx.log.info({ types: changed, limits: limits.filter((l) => changed.includes(l.type)) }, 'job type fleet limits changed');

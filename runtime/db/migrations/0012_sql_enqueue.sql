@@ -1,0 +1,125 @@
+-- Enqueue from any language (issue 15): jobs.enqueue(...), called by an ERP written in Java, C#
+-- or PL/pgSQL inside its own transaction, inserts the job and its outbox row as the TypeScript
+-- client does; the outbox relay publishes it after that transaction commits, and nothing at all
+-- if it rolls back. It checks what the database can check, each refusal naming the argument:
+-- a registered type, a JSON object payload within the size limit, the key and attempt bounds.
+-- The payload's own fields are the handler's schema's, checked by the worker when the job runs
+-- (a bad one ends dead at once, the field named); enqueue through the API or the TypeScript
+-- client to have them checked before the job exists.
+
+-- The job types the deployed code registers (JobStore.registerJobTypes, at the start of every
+-- API and worker task): what jobs.enqueue accepts, and the defaults it applies. The last task to
+-- start decides, as for jobs.type_limit (0007).
+CREATE TABLE jobs.job_type (
+  type                    text PRIMARY KEY,
+  -- The attempt cap of a job that sets none: the type's, else the platform's (JOBS_MAX_ATTEMPTS).
+  default_max_attempts    integer NOT NULL CHECK (default_max_attempts BETWEEN 1 AND 100),
+  -- The type's default concurrency key as a template over payload fields ('costing:{store}'),
+  -- or null. A type whose default key is a TypeScript function has none here, and
+  -- key_from_code says so: jobs.enqueue then asks for the key.
+  concurrency_key_template text,
+  concurrency_limit        integer CHECK (concurrency_limit BETWEEN 1 AND 1000),
+  key_from_code            boolean NOT NULL DEFAULT false,
+  registered_at            timestamptz NOT NULL DEFAULT now(),
+  registered_by            text NOT NULL
+);
+
+-- A refusal naming the argument and the rule: SQLSTATE 22023 (invalid_parameter_value), the
+-- argument in the error's COLUMN field and at the start of the message.
+CREATE FUNCTION jobs.enqueue_refuse(arg text, rule text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = '22023', COLUMN = arg, MESSAGE = format('jobs.enqueue: %s: %s', arg, rule);
+END $$;
+
+CREATE FUNCTION jobs.enqueue(
+  type              text,
+  payload           jsonb DEFAULT '{}',
+  idempotency_key   text DEFAULT NULL,
+  run_at            timestamptz DEFAULT NULL,
+  max_attempts      integer DEFAULT NULL,
+  concurrency_key   text DEFAULT NULL,
+  concurrency_limit integer DEFAULT NULL,
+  OUT job_id uuid,
+  OUT duplicate boolean
+) LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+  t jobs.job_type;
+  p jsonb := coalesce(payload, '{}');
+  k text := concurrency_key;
+  missing text;
+  f text;
+BEGIN
+  SELECT * INTO t FROM jobs.job_type jt WHERE jt.type = enqueue.type;
+  IF NOT FOUND THEN
+    PERFORM jobs.enqueue_refuse('type', format('unknown job type %s; known types: %s', coalesce(quote_literal(enqueue.type), 'null'),
+      coalesce((SELECT string_agg(jt.type, ', ' ORDER BY jt.type) FROM jobs.job_type jt), 'none registered yet (start the API or a worker once)')));
+  END IF;
+  IF jsonb_typeof(p) <> 'object' THEN
+    PERFORM jobs.enqueue_refuse('payload', format('must be a JSON object (got %s)', jsonb_typeof(p)));
+  END IF;
+  IF octet_length(p::text) > 262144 THEN
+    PERFORM jobs.enqueue_refuse('payload', format('is %s bytes; the limit is 262144 bytes (store large inputs in a table and pass their id)', octet_length(p::text)));
+  END IF;
+  IF idempotency_key IS NOT NULL AND length(idempotency_key) NOT BETWEEN 1 AND 200 THEN
+    PERFORM jobs.enqueue_refuse('idempotency_key', 'must be a string of 1 to 200 characters');
+  END IF;
+  IF max_attempts IS NOT NULL AND max_attempts NOT BETWEEN 1 AND 100 THEN
+    PERFORM jobs.enqueue_refuse('max_attempts', format('must be a whole number from 1 to 100 (got %s)', max_attempts));
+  END IF;
+  IF run_at IS NOT NULL AND (run_at < '1970-01-01' OR run_at >= '10000-01-01') THEN
+    PERFORM jobs.enqueue_refuse('run_at', 'must be a real date between 1970 and 9999');
+  END IF;
+  IF k IS NOT NULL AND length(k) NOT BETWEEN 1 AND 200 THEN
+    PERFORM jobs.enqueue_refuse('concurrency_key', 'must be a string of 1 to 200 characters');
+  END IF;
+  IF concurrency_limit IS NOT NULL AND concurrency_limit NOT BETWEEN 1 AND 1000 THEN
+    PERFORM jobs.enqueue_refuse('concurrency_limit', format('must be a whole number from 1 to 1000 (got %s)', concurrency_limit));
+  END IF;
+  -- The type's default key, from its template: each {field} is the payload's field as text.
+  IF k IS NULL AND t.concurrency_key_template IS NOT NULL THEN
+    SELECT string_agg(m[1], ', ') INTO missing
+      FROM regexp_matches(t.concurrency_key_template, '\{([A-Za-z0-9_]+)\}', 'g') AS m
+     WHERE p->>m[1] IS NULL;
+    IF missing IS NOT NULL THEN
+      PERFORM jobs.enqueue_refuse('payload', format('has no %s, which job type %s keys its jobs on (%s); give it, or a concurrency_key',
+        missing, t.type, t.concurrency_key_template));
+    END IF;
+    k := t.concurrency_key_template;
+    FOR f IN SELECT DISTINCT m[1] FROM regexp_matches(t.concurrency_key_template, '\{([A-Za-z0-9_]+)\}', 'g') AS m LOOP
+      k := replace(k, '{' || f || '}', p->>f);
+    END LOOP;
+  ELSIF k IS NULL AND t.key_from_code THEN
+    PERFORM jobs.enqueue_refuse('concurrency_key', format('is required: job type %s derives its key from the payload in its TypeScript definition, which the database cannot run', t.type));
+  END IF;
+  IF concurrency_limit IS NOT NULL AND k IS NULL THEN
+    PERFORM jobs.enqueue_refuse('concurrency_limit', format('limits the jobs of a concurrency_key: give one too (job type %s has no default key)', t.type));
+  END IF;
+
+  -- As the TypeScript client's jobInsertMany: the job, its outbox row, or the active job holding
+  -- the idempotency key. A key whose job finishes between the two statements is free again: try
+  -- once more.
+  FOR tries IN 1..5 LOOP
+    INSERT INTO jobs.job (id, type, payload, idempotency_key, max_attempts, run_after, concurrency_key, concurrency_limit)
+    VALUES (jobs.uuid_v7(), t.type, p, idempotency_key, coalesce(max_attempts, t.default_max_attempts),
+            coalesce(run_at, statement_timestamp()), k, CASE WHEN k IS NOT NULL THEN coalesce(concurrency_limit, t.concurrency_limit, 1) END)
+    ON CONFLICT (type, idempotency_key) WHERE idempotency_key IS NOT NULL AND finished_at IS NULL DO NOTHING
+    RETURNING id INTO job_id;
+    IF job_id IS NOT NULL THEN
+      INSERT INTO jobs.outbox (job_id) VALUES (job_id);
+      duplicate := false;
+      RETURN;
+    END IF;
+    SELECT j.id INTO job_id FROM jobs.job j
+     WHERE j.type = t.type AND j.idempotency_key = enqueue.idempotency_key AND j.finished_at IS NULL;
+    IF job_id IS NOT NULL THEN
+      duplicate := true;
+      RETURN;
+    END IF;
+  END LOOP;
+  RAISE EXCEPTION 'jobs.enqueue: idempotency key % of type % kept changing hands; try again', idempotency_key, t.type
+    USING ERRCODE = '40001';
+END $$;
+
+COMMENT ON FUNCTION jobs.enqueue(text, jsonb, text, timestamptz, integer, text, integer) IS
+  'Enqueue a job in the caller''s transaction; published after COMMIT by the outbox relay. Returns (job_id, duplicate). README: Enqueue from your ERP.';
