@@ -10,6 +10,7 @@ import { withTransaction } from '../../runtime/db/transaction.ts';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
 import { JobStore, type NewJob } from '../../runtime/store/job-store.ts';
+import { raceClaimers } from '../support/claim-race.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
 import { createPlatform, type Platform, waitFor } from '../support/platform.ts';
 
@@ -58,56 +59,20 @@ describe('concurrency keys', () => {
       specs.push({ type: 'ledger.post', payload: { i }, maxAttempts: 3 }); // unkeyed, beside them
     }
     const ids = await enqueue(specs);
-    const inbox = new Set(ids);
-    const starts = new Map<string, number>();
-    let done = 0;
-    let stop = false;
-
     // The sampler: running jobs per key, as often as the database answers.
     const most: Record<string, number> = {};
-    let samples = 0;
-    const sampler = (async () => {
-      while (!stop) {
+    const { starts, samples } = await raceClaimers({
+      pool,
+      store,
+      ids,
+      claimers: 50,
+      sample: async () => {
         const { rows } = await pool.query(
           "SELECT concurrency_key AS k, count(*)::int AS n FROM jobs.job WHERE state = 'running' AND concurrency_key IS NOT NULL GROUP BY 1",
         );
         for (const r of rows) most[r.k] = Math.max(most[r.k] ?? 0, r.n);
-        samples++;
-      }
-    })();
-    // The relay: a woken job's outbox row becomes a message again.
-    const relay = (async () => {
-      while (!stop) {
-        const { rows } = await pool.query('DELETE FROM jobs.outbox RETURNING job_id');
-        for (const r of rows) inbox.add(r.job_id);
-        await new Promise((r) => setTimeout(r, 5));
-      }
-    })();
-
-    const claimer = async (n: number) => {
-      while (done < ids.length) {
-        const batch = [...inbox].sort(() => Math.random() - 0.5).slice(0, 1 + (n % 3));
-        for (const id of batch) inbox.delete(id);
-        if (batch.length === 0) {
-          await new Promise((r) => setTimeout(r, 2));
-          continue;
-        }
-        const plain = await store.claim(batch, `w${n}`, 30);
-        const left = batch.filter((id) => !plain.some((j) => j.id === id));
-        const keyed = await store.claimKeyed(left, `w${n}`, 30);
-        for (const job of [...plain, ...keyed.claimed]) {
-          starts.set(job.id, (starts.get(job.id) ?? 0) + 1);
-          await new Promise((r) => setTimeout(r, Math.random() * 4));
-          expect(await store.complete(pool, { id: job.id, attempt: job.attempt }, { ok: true })).toBe(true);
-          done++;
-        }
-        // Neither started nor blocked (a copy of a message for a job that already ran): gone.
-        // Blocked: its message is deleted; the key's wake publishes it again.
-      }
-    };
-    await Promise.all(Array.from({ length: 50 }, (_, n) => claimer(n)));
-    stop = true;
-    await Promise.all([sampler, relay]);
+      },
+    });
 
     for (const [key, limit] of Object.entries(LIMITS)) expect({ key, over: most[key]! > limit }).toEqual({ key, over: false });
     // The race was real: a key with room for three had more than one running at once.

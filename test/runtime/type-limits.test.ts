@@ -9,6 +9,7 @@ import { withTransaction } from '../../runtime/db/transaction.ts';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
 import { JobStore, type NewJob } from '../../runtime/store/job-store.ts';
+import { raceClaimers } from '../support/claim-race.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
 import { createPlatform, type Platform, waitFor } from '../support/platform.ts';
 
@@ -53,16 +54,15 @@ describe('limits per job type', () => {
       specs.push({ type: 'race.free', payload: { i }, maxAttempts: 3 }); // unlimited, beside them
     }
     const ids = await enqueue(specs);
-    const inbox = new Set(ids);
-    const starts = new Map<string, number>();
-    let done = 0;
-    let stop = false;
     let mostType = 0;
     let mostFree = 0;
     let mostKey = 0;
-    let samples = 0;
-    const sampler = (async () => {
-      while (!stop) {
+    const { starts, samples } = await raceClaimers({
+      pool,
+      store,
+      ids,
+      claimers: 50,
+      sample: async () => {
         const { rows } = await pool.query(
           `SELECT count(*) FILTER (WHERE type = 'race.costing')::int AS t, count(*) FILTER (WHERE type = 'race.free')::int AS f,
                   (SELECT coalesce(max(n), 0)::int FROM (SELECT count(*) AS n FROM jobs.job
@@ -72,37 +72,8 @@ describe('limits per job type', () => {
         mostType = Math.max(mostType, rows[0].t);
         mostFree = Math.max(mostFree, rows[0].f);
         mostKey = Math.max(mostKey, rows[0].k);
-        samples++;
-      }
-    })();
-    const relay = (async () => {
-      while (!stop) {
-        for (const id of await outbox()) inbox.add(id);
-        await new Promise((r) => setTimeout(r, 5));
-      }
-    })();
-    const claimer = async (n: number) => {
-      while (done < ids.length) {
-        const batch = [...inbox].sort(() => Math.random() - 0.5).slice(0, 1 + (n % 3));
-        for (const id of batch) inbox.delete(id);
-        if (batch.length === 0) {
-          await new Promise((r) => setTimeout(r, 2));
-          continue;
-        }
-        const plain = await store.claim(batch, `w${n}`, 30);
-        const left = batch.filter((id) => !plain.some((j) => j.id === id));
-        const limited = await store.claimKeyed(left, `w${n}`, 30);
-        for (const job of [...plain, ...limited.claimed]) {
-          starts.set(job.id, (starts.get(job.id) ?? 0) + 1);
-          await new Promise((r) => setTimeout(r, Math.random() * 4));
-          expect(await store.complete(pool, { id: job.id, attempt: job.attempt }, { ok: true })).toBe(true);
-          done++;
-        }
-      }
-    };
-    await Promise.all(Array.from({ length: 50 }, (_, n) => claimer(n)));
-    stop = true;
-    await Promise.all([sampler, relay]);
+      },
+    });
 
     expect({ mostType, mostKey }).toEqual({ mostType: Math.min(mostType, 3), mostKey: Math.min(mostKey, 1) });
     expect(mostType).toBe(3); // the limit was reached: the race was real
