@@ -8,9 +8,11 @@ import type { FinalJob } from './verify.ts';
 export async function collectJobs(db: Pick<pg.Pool, 'query'>): Promise<FinalJob[]> {
   const { rows } = await db.query(
     // Timestamps as text with microseconds, in UTC: one job's end is compared with the next
-    // one's start (idempotency), and a JavaScript Date would drop the microseconds.
+    // one's start (idempotency, concurrency keys), and a JavaScript Date would drop the microseconds.
     `SELECT id, type, state, attempt, releases, max_attempts, idempotency_key, payload, result, last_error, attempt_log,
+            concurrency_key, concurrency_limit,
             to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS created_at,
+            to_char(claimed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS claimed_at,
             to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS finished_at
        FROM jobs.job ORDER BY created_at, id`,
   );
@@ -26,6 +28,9 @@ export async function collectJobs(db: Pick<pg.Pool, 'query'>): Promise<FinalJob[
     result: r.result,
     createdAt: r.created_at,
     finishedAt: r.finished_at,
+    concurrencyKey: r.concurrency_key,
+    concurrencyLimit: r.concurrency_limit,
+    claimedAt: r.claimed_at,
     lastError: r.last_error?.message ?? null,
     attemptLog: (r.attempt_log ?? []).map((a: { outcome: string; name?: string; message?: string }) => ({
       outcome: a.outcome,

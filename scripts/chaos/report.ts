@@ -74,6 +74,15 @@ export function formatReport(r: ChaosResult, wallSeconds: number): string {
         ['idempotency keys (concurrent bursts of 4)', f.keys, `${f.duplicatesReturned} enqueues answered with the existing job`],
         ['inventory runs resumed from a checkpoint', f.resumedFromCheckpoint],
         [
+          'jobs with a concurrency key',
+          f.concurrencyKeys.jobs,
+          `${f.concurrencyKeys.keys} keys; most running at once per key, recorded/sampled: ${
+            Object.entries(f.concurrencyKeys.perKey)
+              .map(([k, x]) => `${k} ${x.recorded}/${x.sampled} of ${x.limit}`)
+              .join(', ') || 'none'
+          } (${f.concurrencyKeys.samples} samples)`,
+        ],
+        [
           'events seen on the bus',
           Object.values(o.events).reduce((a, b) => a + b, 0),
           `claimed ${o.events.claimed ?? 0}, reclaimed ${o.events.reclaimed ?? 0}, lease lost ${o.events['lease-lost'] ?? 0}, retried ${o.events.retried ?? 0}`,
@@ -90,6 +99,7 @@ export function formatReport(r: ChaosResult, wallSeconds: number): string {
         ['missing effects', f.missingEffects, 'must be 0'],
         ['lost', f.lost, 'must be 0'],
         ['stuck', f.stuck, 'must be 0'],
+        ['key overlaps (more running than a key allows)', f.concurrencyKeys.overlaps, 'must be 0'],
         timing('kill -9 → job resumed by another worker', f.killToResumption),
         timing('SIGSTOP → job reclaimed by another worker', f.pauseToReclaim),
         timing('publisher killed → relay published, job claimed', f.commitToClaimAfterPublisherKilled),

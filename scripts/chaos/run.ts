@@ -18,7 +18,8 @@ import { SQS_FAULTS_ENV } from '../../runtime/queue/fault-injection.ts';
 import { jobMessageBody } from '../../runtime/queue/message.ts';
 import { SqsQueue } from '../../runtime/queue/sqs.ts';
 import { collectEffects, collectJobs } from './collect.ts';
-import { enqueueViaApi, pickKind, seeded, specFor } from './load.ts';
+import { KeySampler } from './keys-sampler.ts';
+import { enqueueViaApi, groupSize, pickKind, seeded, specFor } from './load.ts';
 import {
   TERMINAL,
   verify,
@@ -222,16 +223,20 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     let n = 0;
     const tracker = new ResumptionTracker(db);
     tracker.start();
+    const keySampler = new KeySampler(db);
+    keySampler.start();
     const loadEnd = Date.now() + o.seconds * 1000;
 
     const enqueue = async (kind = pickKind(random)) => {
       const id = ++n;
-      const spec = specFor(kind, id, random, CHAOS_TIMINGS.maxAttempts);
-      const r = await enqueueViaApi(stack.apiUrl, spec, kind === 'key-burst' ? 4 : 1);
-      planned.push(...r.planned);
-      if (r.burst) bursts.push(r.burst);
-      enqueueErrors += r.errors;
-      return r.planned[0];
+      const specs = Array.from({ length: groupSize(kind) }, (_, part) => specFor(kind, id, random, CHAOS_TIMINGS.maxAttempts, part));
+      const rs = await Promise.all(specs.map((spec) => enqueueViaApi(stack.apiUrl, spec, kind === 'key-burst' ? 4 : 1)));
+      for (const r of rs) {
+        planned.push(...r.planned);
+        if (r.burst) bursts.push(r.burst);
+        enqueueErrors += r.errors;
+      }
+      return rs[0]!.planned[0];
     };
 
     const loadLoop = (async () => {
@@ -412,6 +417,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     // Dead-letter reports follow the state change; give the last ones a moment.
     await sleep(1500, signal);
     await tracker.stop();
+    await keySampler.stop();
     const drainSeconds = (Date.now() - drainStart) / 1000;
 
     const [jobs, effects] = await Promise.all([collectJobs(db), collectEffects(db)]);
@@ -432,6 +438,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       enqueueErrors,
       failoverToClaim: failovers,
       purgeToHealed: purges,
+      keySamples: keySampler.result(),
       // Every worker that exited was one the kill fault SIGKILLed; the API never exits.
       unexpectedExits: [
         ...workers

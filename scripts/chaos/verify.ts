@@ -14,11 +14,13 @@
 //   stuck           every committed job is terminal at the end (stuck = 0)
 //   idempotency     one active job per idempotency key at any time; a burst of concurrent
 //                   enqueues with one key got one job
+//   concurrency-keys no key ever had more jobs running at once than its limit (keys.ts)
 //   dlq-only-dead   nothing reached the DLQ but dead jobs' reports (no live job redriven there)
 //   faults-injected every kind of fault was injected at least once (a run that injected nothing proves nothing)
 
 import { costSku, inventoryCost } from '../../runtime/handlers/inventory-cost.ts';
 import { ledgerPost } from '../../runtime/handlers/ledger-post.ts';
+import { checkKeys, type KeyFigures, type KeySamples } from './keys.ts';
 
 export const TERMINAL = ['succeeded', 'dead', 'cancelled'];
 
@@ -69,6 +71,10 @@ export interface FinalJob {
   result?: unknown;
   createdAt: string;
   finishedAt: string | null;
+  /** The concurrency key and limit, and the last claim's time (the start of the last attempt). */
+  concurrencyKey?: string | null;
+  concurrencyLimit?: number | null;
+  claimedAt?: string | null;
   lastError: string | null;
   /** attempt_log entries: outcome, error name and message. */
   attemptLog: { outcome: string; name?: string; message?: string }[];
@@ -100,6 +106,8 @@ export interface Observations {
   purgeToHealed: number[];
   /** Processes that ended without the kill fault ending them (a failover must end none). */
   unexpectedExits: string[];
+  /** The running jobs per concurrency key, sampled while the load ran. */
+  keySamples?: KeySamples;
 }
 
 export interface Check {
@@ -129,6 +137,7 @@ export interface Figures {
   commitToClaimAfterPublisherKilled: Stats;
   failoverToClaim: Stats;
   purgeToHealed: Stats;
+  concurrencyKeys: KeyFigures;
 }
 
 export interface Stats {
@@ -349,6 +358,13 @@ export function verify(o: Observations): Verdict {
         `job ${d.jobId} (${j.state}) had its message redriven to the DLQ: a live job drifted there through repeated receives`,
       );
   }
+  const keys = checkKeys(o.jobs, o.keySamples);
+  check(
+    'concurrency-keys',
+    `no concurrency key had more jobs running than its limit (${keys.figures.jobs} jobs on ${keys.figures.keys} keys)`,
+    keys.violations,
+  );
+
   check('dlq-only-dead', `the DLQ holds dead jobs' reports only (${o.dlq.length} messages)`, dlqViolations);
 
   // faults injected
@@ -395,6 +411,7 @@ export function verify(o: Observations): Verdict {
     commitToClaimAfterPublisherKilled: stats(resumed(o.unpublished)),
     failoverToClaim: stats(o.failoverToClaim ?? []),
     purgeToHealed: stats(o.purgeToHealed ?? []),
+    concurrencyKeys: keys.figures,
   };
   return { ok: checks.every((c) => c.ok), checks, figures };
 }

@@ -219,6 +219,45 @@ describe('chaos verdict on crafted data', () => {
     expect(v.checks.find((c) => c.name === 'no-exits')?.violations).toEqual(['worker local-worker-2 exited without being killed']);
   });
 
+  it('jobs of one concurrency key that ran at once beyond its limit, in the recorded runs or in a sample', () => {
+    const o = clean();
+    const keyed = (id: string, key: string, limit: number, claimedAt: string, finishedAt: string) =>
+      // A type without effects to count, so only this check looks at them.
+      job({ id, type: 'other.keyed', concurrencyKey: key, concurrencyLimit: limit, claimedAt, finishedAt, payload: {} });
+    const t = (s: number) => `2026-11-01T10:00:0${s}.000000`;
+    o.jobs.push(
+      // limit 1: a hand-over at the same microsecond is not an overlap; c starts before b ends.
+      keyed('a', 'ledger:company-1', 1, t(0), t(2)),
+      keyed('b', 'ledger:company-1', 1, t(2), t(4)),
+      keyed('c', 'ledger:company-1', 1, t(3), t(5)),
+      // limit 2: three at once between 1 and 2.
+      keyed('d', 'costing:store-1', 2, t(0), t(2)),
+      keyed('e', 'costing:store-1', 2, t(1), t(3)),
+      keyed('f', 'costing:store-1', 2, t(1), t(4)),
+    );
+    o.planned.push(
+      ...['a', 'b', 'c', 'd', 'e', 'f'].map((id) => ({ id, type: 'other.keyed', expect: 'succeeded' as const, via: 'api' as const })),
+    );
+    o.keySamples = { samples: 40, most: { 'ledger:company-1': 2 }, over: [{ at: 'T', key: 'ledger:company-1', running: 2, limit: 1 }] };
+    expect(failed(o)).toEqual(['concurrency-keys']);
+    expect(violations(o, 'concurrency-keys')).toEqual([
+      expect.stringMatching(/^key costing:store-1 \(limit 2\): 3 jobs ran at once: d .*, e .*, f /),
+      expect.stringMatching(/^key ledger:company-1 \(limit 1\): 2 jobs ran at once: b 10:00:02.000000–10:00:04.000000, c /),
+      'key ledger:company-1 (limit 1): 2 jobs running at T (sampled from the job table)',
+    ]);
+    expect(verify(o).figures.concurrencyKeys).toMatchObject({
+      jobs: 6,
+      keys: 2,
+      overlaps: 3,
+      perKey: { 'ledger:company-1': { limit: 1, jobs: 3, recorded: 2, sampled: 2 }, 'costing:store-1': { limit: 2, jobs: 3, recorded: 3 } },
+    });
+    // Within their limits, the same jobs pass.
+    o.jobs.find((j) => j.id === 'c')!.claimedAt = t(4);
+    o.jobs.find((j) => j.id === 'f')!.claimedAt = t(2);
+    o.keySamples.over = [];
+    expect(failed(o)).toEqual([]);
+  });
+
   it('stats: median and max', () => {
     expect(stats([])).toEqual({ n: 0, medianMs: null, maxMs: null });
     expect(stats([400, 100, 300, 200])).toEqual({ n: 4, medianMs: 250, maxMs: 400 });
@@ -247,7 +286,7 @@ describe('chaos verdict on crafted data', () => {
     expect(text).toMatch(/double effects\s+1\s+must be 0/);
     expect(text).toMatch(/kill -9 → job resumed by another worker\s+3\.0 s/);
     expect(text).toMatch(/✗ exact-effects/);
-    expect(text.trim().split('\n').at(-1)).toBe('chaos: 10 passed, 1 failed');
+    expect(text.trim().split('\n').at(-1)).toBe('chaos: 11 passed, 1 failed');
   });
 });
 
