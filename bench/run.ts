@@ -10,6 +10,8 @@
 //   npm run bench -- --runs 1 --jobs 5000 --concurrency 10 --transports memory
 //   npm run bench -- --peers                      # also run ../shared/bench/peers on the same PostgreSQL
 //   npm run bench -- --profile                    # WAL per statement (pg_stat_statements) and a CPU profile of the process phase
+//   npm run bench -- --keys 0,1,10                # keyed no-op jobs (limit 1 per key) over that many keys, 0 = unkeyed, same run
+//   npm run bench -- --key-backlog 500,2000       # one key with N jobs waiting: does a key's backlog slow its claims?
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
@@ -54,6 +56,14 @@ const { values: args } = parseArgs({
     out: { type: 'string' },
     /** Comma-separated JOBS_PREFETCH values to measure; empty = the worker's default (= concurrency). */
     prefetch: { type: 'string', default: '' },
+    // Concurrency keys (issue 14): no-op jobs spread over K keys with limit 1 each (0 = no key, the
+    // baseline), in-process transport, at --keyed-concurrency, --keyed-jobs per run. Fewer jobs than
+    // the matrix: one key runs its jobs one after the other. Empty --keys skips the section.
+    keys: { type: 'string', default: '0,1,10,100' },
+    'keyed-jobs': { type: 'string', default: '2000' },
+    'keyed-concurrency': { type: 'string', default: '10' },
+    /** Comma-separated backlogs: one key, limit 1, N jobs enqueued at once (off by default). */
+    'key-backlog': { type: 'string', default: '' },
   },
 });
 
@@ -63,6 +73,10 @@ const CONCURRENCIES = args.concurrency!.split(',').map(Number);
 const TRANSPORTS = args.transports!.split(',') as ('memory' | 'sqs')[];
 const KINDS = args.kinds!.split(',') as ('noop' | 'ledger')[];
 const PREFETCHES: (number | null)[] = args.prefetch ? args.prefetch.split(',').map(Number) : [null];
+const KEYS = args.keys ? args.keys.split(',').map(Number) : [];
+const KEYED_N = Number(args['keyed-jobs']);
+const KEYED_C = Number(args['keyed-concurrency']);
+const KEY_BACKLOGS = args['key-backlog'] ? args['key-backlog'].split(',').map(Number) : [];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
 // Timings for the benchmark: production-like lease and heartbeat.
@@ -90,6 +104,8 @@ const registry = new JobRegistry([noop, probe, ledgerPost]);
 
 interface Sample {
   kind: string;
+  /** Concurrency keys the jobs were spread over (limit 1 each); 0 = no key. */
+  keys: number;
   prefetch: number;
   transport: string;
   concurrency: number;
@@ -147,11 +163,13 @@ async function startSqsChild(visibilitySeconds = 60): Promise<{ child: ChildProc
   return { child, ...JSON.parse(line) };
 }
 
-function spec(kind: 'noop' | 'ledger', i: number) {
-  return kind === 'noop' ? { type: 'bench.noop', payload: {} } : { type: 'ledger.post', payload: { batch: `bench-${i}`, entries: 5 } };
+function spec(kind: 'noop' | 'ledger', i: number, keys: number) {
+  const job = kind === 'noop' ? { type: 'bench.noop', payload: {} } : { type: 'ledger.post', payload: { batch: `bench-${i}`, entries: 5 } };
+  // Round robin, so every key has a backlog from the start.
+  return keys > 0 ? { ...job, concurrencyKey: `bench:key-${i % keys}` } : job;
 }
 
-async function enqueueAll(url: string, queue: JobQueue, kind: 'noop' | 'ledger', n: number): Promise<number> {
+async function enqueueAll(url: string, queue: JobQueue, kind: 'noop' | 'ledger', n: number, keys: number): Promise<number> {
   const pool = createPool({ url, max: 2, applicationName: 'bench enqueue' });
   const publisher = new Publisher(pool, queue, silentLogger, { deleteBatchDelayMs: 50 });
   const client = new JobClient({ pool, registry, publisher, defaultMaxAttempts: TIMINGS.maxAttempts });
@@ -164,7 +182,7 @@ async function enqueueAll(url: string, queue: JobQueue, kind: 'noop' | 'ledger',
       await c.query('BEGIN');
       const r = await client.enqueue(
         c,
-        Array.from({ length: Math.min(batch, n - i) }, (_, k) => spec(kind, i + k)),
+        Array.from({ length: Math.min(batch, n - i) }, (_, k) => spec(kind, i + k, keys)),
       );
       await c.query('COMMIT');
       after = r.afterCommit;
@@ -247,6 +265,7 @@ async function throughput(
   concurrency: number,
   prefetch: number | null,
   profileTo: string | null,
+  { n = N, keys = 0 }: { n?: number; keys?: number } = {},
 ): Promise<Sample> {
   const url = await freshDb(adminUrl, dbName);
   let queue: JobQueue;
@@ -267,8 +286,8 @@ async function throughput(
     dlq = new SqsQueue({ queueUrl: s.dlqUrl, endpoint: s.endpoint });
   }
   try {
-    const enq = await meter.measure(() => enqueueAll(url, queue, kind, N), { statements: args.profile });
-    const work = () => processAll(url, queue, dlq, N, concurrency, prefetch);
+    const enq = await meter.measure(() => enqueueAll(url, queue, kind, n, keys), { statements: args.profile });
+    const work = () => processAll(url, queue, dlq, n, concurrency, prefetch);
     const proc = await meter.measure(
       profileTo
         ? async () => {
@@ -279,23 +298,24 @@ async function throughput(
         : work,
       { statements: args.profile },
     );
-    await verify(url, kind, N);
+    await verify(url, kind, n);
     const commits = enq.cost.commits + proc.cost.commits;
     const wal = enq.cost.walBytes + proc.cost.walBytes;
     return {
       kind,
+      keys,
       prefetch: prefetch ?? concurrency,
       transport,
       concurrency,
-      jobs: N,
+      jobs: n,
       enqueuePerSec: enq.result,
       processPerSec: proc.result.perSec,
-      commitsPerJob: commits / N,
-      walBytesPerJob: wal / N,
+      commitsPerJob: commits / n,
+      walBytesPerJob: wal / n,
       enqueueCost: enq.cost,
       processCost: proc.cost,
-      cpuSecondsPer1000: (proc.result.cpuSeconds / N) * 1000,
-      pgCpuSecondsPer1000: proc.cost.pgCpuSeconds !== undefined ? (proc.cost.pgCpuSeconds / N) * 1000 : null,
+      cpuSecondsPer1000: (proc.result.cpuSeconds / n) * 1000,
+      pgCpuSecondsPer1000: proc.cost.pgCpuSeconds !== undefined ? (proc.cost.pgCpuSeconds / n) * 1000 : null,
     };
   } finally {
     child?.kill('SIGTERM');
@@ -490,6 +510,25 @@ async function main(): Promise<void> {
         }
       }
     }
+    // Keyed jobs against unkeyed, same run: no-op, in-process, one worker at KEYED_C.
+    const keyed: Sample[] = [];
+    const backlog: Sample[] = [];
+    for (let run = 0; run < RUNS; run++) {
+      for (const k of KEYS) {
+        log(
+          `run ${run + 1}/${RUNS}: noop via memory, concurrency ${KEYED_C}, ${k ? `${k} key${k === 1 ? '' : 's'} (limit 1)` : 'no key'}, ${KEYED_N} jobs…`,
+        );
+        const s = await throughput(adminUrl, 'bench_tp', meter, 'noop', 'memory', KEYED_C, null, null, { n: KEYED_N, keys: k });
+        log(`  ${fmt(s.processPerSec)} jobs/s, ${s.commitsPerJob.toFixed(3)} commits/job, ${fmt(s.walBytesPerJob)} WAL B/job`);
+        keyed.push(s);
+      }
+      for (const b of KEY_BACKLOGS) {
+        log(`run ${run + 1}/${RUNS}: one key (limit 1) with a backlog of ${b} jobs, concurrency ${KEYED_C}…`);
+        const s = await throughput(adminUrl, 'bench_tp', meter, 'noop', 'memory', KEYED_C, null, null, { n: b, keys: 1 });
+        log(`  ${fmt(s.processPerSec)} jobs/s, ${fmt(1000 / s.processPerSec, 2)} ms/job`);
+        backlog.push(s);
+      }
+    }
     log(`latency: ${args.rate} jobs/s for ${args['latency-seconds']} s…`);
     const lat = await latency(adminUrl);
     log('kill -9 → resumption…');
@@ -529,6 +568,59 @@ async function main(): Promise<void> {
         } |`,
       );
     }
+    if (keyed.length > 0) {
+      const base = keyed.filter((s) => s.keys === 0).map((s) => s.processPerSec);
+      out.push('');
+      out.push(
+        `Concurrency keys: no-op jobs, in-process, concurrency ${KEYED_C}, ${KEYED_N} jobs per run spread round robin over the keys, limit 1 per key:`,
+      );
+      out.push('');
+      out.push('| keys | jobs/s | vs no key | commits/job | WAL bytes/job | worker CPU s/1000 jobs | PostgreSQL CPU s/1000 jobs |');
+      out.push('|---:|---:|---:|---:|---:|---:|---:|');
+      for (const k of KEYS) {
+        const ss = keyed.filter((s) => s.keys === k);
+        const ratio = base.length > 0 ? `${(median(ss.map((s) => s.processPerSec)) / median(base)).toFixed(2)}×` : 'n/a';
+        out.push(
+          `| ${k === 0 ? 'none' : fmt(k)} | ${range(ss.map((s) => s.processPerSec))} | ${ratio} | ${range(
+            ss.map((s) => s.commitsPerJob),
+            3,
+          )} | ${range(ss.map((s) => s.walBytesPerJob))} | ${range(
+            ss.map((s) => s.cpuSecondsPer1000),
+            3,
+          )} | ${
+            ss.every((s) => s.pgCpuSecondsPer1000 !== null)
+              ? range(
+                  ss.map((s) => s.pgCpuSecondsPer1000!),
+                  3,
+                )
+              : 'n/a (remote)'
+          } |`,
+        );
+      }
+    }
+    if (backlog.length > 0) {
+      out.push('');
+      out.push(`One key (limit 1) with every job enqueued at once, no-op, in-process, concurrency ${KEYED_C}:`);
+      out.push('');
+      out.push('| jobs on the key | jobs/s | ms per job | PostgreSQL CPU s/1000 jobs |');
+      out.push('|---:|---:|---:|---:|');
+      for (const b of KEY_BACKLOGS) {
+        const ss = backlog.filter((s) => s.jobs === b);
+        out.push(
+          `| ${fmt(b)} | ${range(ss.map((s) => s.processPerSec))} | ${range(
+            ss.map((s) => 1000 / s.processPerSec),
+            2,
+          )} | ${
+            ss.every((s) => s.pgCpuSecondsPer1000 !== null)
+              ? range(
+                  ss.map((s) => s.pgCpuSecondsPer1000!),
+                  3,
+                )
+              : 'n/a (remote)'
+          } |`,
+        );
+      }
+    }
     out.push('');
     out.push(
       `Enqueue → start at a steady ${lat.rate} jobs/s for ${lat.seconds} s (in-process, concurrency 10, one transaction per enqueue): p50 ${lat.p50.toFixed(1)} ms, p99 ${lat.p99.toFixed(1)} ms, max ${lat.max.toFixed(1)} ms (${lat.n} jobs).`,
@@ -552,7 +644,19 @@ async function main(): Promise<void> {
     await writeFile(
       file,
       JSON.stringify(
-        { server, settings, node: process.version, jobs: N, runs: RUNS, samples, latency: lat, kill, peers: peerRows },
+        {
+          server,
+          settings,
+          node: process.version,
+          jobs: N,
+          runs: RUNS,
+          samples,
+          keyed,
+          keyBacklog: backlog,
+          latency: lat,
+          kill,
+          peers: peerRows,
+        },
         null,
         2,
       ),
