@@ -6,10 +6,13 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { collectEffects, collectJobs } from '../../scripts/chaos/collect.ts';
+import { checkKeys } from '../../scripts/chaos/keys.ts';
+import { KeySampler } from '../../scripts/chaos/keys-sampler.ts';
 import { formatReport } from '../../scripts/chaos/report.ts';
 import { CHAOS_TIMINGS, DEFAULT_CHAOS, type ChaosResult } from '../../scripts/chaos/run.ts';
 import { expectedEffects, REQUIRED_FAULTS, stats, verify, type FinalJob, type Observations } from '../../scripts/chaos/verify.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
+import { waitFor } from '../support/platform.ts';
 
 const T0 = '2026-11-01T10:00:00.000000';
 const T1 = '2026-11-01T10:00:05.000000';
@@ -349,5 +352,40 @@ describe('chaos collectors on a real database', () => {
         .sort(),
     ).toEqual(['exact-effects', 'lost', 'rolled-back', 'stuck']);
     expect(o.jobs.find((j) => j.id === twice)!.createdAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}$/);
+  });
+
+  it('find two jobs of a key with limit 1 that ran at once: from their claimed_at and finished_at, and in a sample', async () => {
+    const [a, b, c]: string[] = [randomUUID(), randomUUID(), randomUUID()];
+    // a and b overlap by a microsecond; c (another key) overlaps neither's limit.
+    await db.pool.query(
+      `INSERT INTO jobs.job (id, type, payload, state, attempt, max_attempts, concurrency_key, concurrency_limit, claimed_at, finished_at)
+       VALUES ($1, 'other.keyed', '{}', 'succeeded', 1, 6, 'ledger:company-9', 1, '2026-11-01 10:00:00.000000+00', '2026-11-01 10:00:02.000001+00'),
+              ($2, 'other.keyed', '{}', 'succeeded', 1, 6, 'ledger:company-9', 1, '2026-11-01 10:00:02.000000+00', '2026-11-01 10:00:03+00'),
+              ($3, 'other.keyed', '{}', 'succeeded', 1, 6, 'costing:store-9', 2, '2026-11-01 10:00:00+00', '2026-11-01 10:00:03+00')`,
+      [a, b, c],
+    );
+    const jobs = (await collectJobs(db.pool)).filter((j) => [a, b, c].includes(j.id));
+    expect(jobs.find((j) => j.id === a)).toMatchObject({
+      concurrencyKey: 'ledger:company-9',
+      concurrencyLimit: 1,
+      claimedAt: '2026-11-01T10:00:00.000000',
+      finishedAt: '2026-11-01T10:00:02.000001',
+    });
+    expect(checkKeys(jobs, undefined).violations).toEqual([
+      `key ledger:company-9 (limit 1): 2 jobs ran at once: ${a} 10:00:00.000000–10:00:02.000001, ${b} 10:00:02.000000–10:00:03.000000`,
+    ]);
+
+    // The sampler reads the running jobs per key from the same table.
+    await db.pool.query(
+      "UPDATE jobs.job SET state = 'running', finished_at = NULL, lease_owner = 'w', lease_expires_at = now() + interval '1 minute' WHERE id = ANY($1::uuid[])",
+      [[a, b, c]],
+    );
+    const sampler = new KeySampler(db.pool);
+    sampler.start();
+    await waitFor(() => sampler.result().samples >= 2 || null, 5000, 'two samples');
+    await sampler.stop();
+    expect(sampler.result().most).toMatchObject({ 'ledger:company-9': 2, 'costing:store-9': 1 });
+    expect(sampler.result().over[0]).toMatchObject({ key: 'ledger:company-9', running: 2, limit: 1 });
+    expect(sampler.result().over.every((x) => x.key === 'ledger:company-9')).toBe(true);
   });
 });
