@@ -60,7 +60,7 @@ const { values: args } = parseArgs({
     // baseline), in-process transport, at --keyed-concurrency, --keyed-jobs per run. Fewer jobs than
     // the matrix: one key runs its jobs one after the other. Empty --keys skips the section.
     keys: { type: 'string', default: '0,1,10,100' },
-    'keyed-jobs': { type: 'string', default: '2000' },
+    'keyed-jobs': { type: 'string', default: '1000' },
     'keyed-concurrency': { type: 'string', default: '10' },
     /** Comma-separated backlogs: one key, limit 1, N jobs enqueued at once (off by default). */
     'key-backlog': { type: 'string', default: '' },
