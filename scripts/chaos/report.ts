@@ -3,11 +3,23 @@
 // a closing `chaos: N passed, N failed` line (the form CI reads).
 
 import type { ChaosResult } from './run.ts';
+import type { KeyFigures } from './keys.ts';
 import type { Stats } from './verify.ts';
 
 const secs = (ms: number | null) => (ms === null ? '–' : `${(ms / 1000).toFixed(1)} s`);
 const timing = (label: string, s: Stats): [string, string, string] =>
   s.n === 0 ? [label, 'n/a', 'none measured'] : [label, secs(s.medianMs), `median; max ${secs(s.maxMs)} (n=${s.n})`];
+
+/** Per limit, the most jobs of one key seen running at once: `limit 1: 1/1 on 40 keys` (recorded/sampled). */
+function keyLine(k: KeyFigures): string {
+  const byLimit = new Map<number, { keys: number; recorded: number; sampled: number }>();
+  for (const x of Object.values(k.perKey)) {
+    const g = byLimit.get(x.limit) ?? { keys: 0, recorded: 0, sampled: 0 };
+    byLimit.set(x.limit, { keys: g.keys + 1, recorded: Math.max(g.recorded, x.recorded), sampled: Math.max(g.sampled, x.sampled) });
+  }
+  const parts = [...byLimit].sort(([a], [b]) => a - b).map(([limit, g]) => `limit ${limit}: ${g.recorded}/${g.sampled} on ${g.keys} keys`);
+  return `${k.keys} keys; most running at once on one key, recorded/sampled: ${parts.join(', ') || 'none'} (${k.samples} samples)`;
+}
 
 function table(rows: [string, string | number, string?][], head: [string, string, string?]): string[] {
   const w0 = Math.max(head[0].length, ...rows.map((r) => r[0].length));
@@ -73,15 +85,7 @@ export function formatReport(r: ChaosResult, wallSeconds: number): string {
         ],
         ['idempotency keys (concurrent bursts of 4)', f.keys, `${f.duplicatesReturned} enqueues answered with the existing job`],
         ['inventory runs resumed from a checkpoint', f.resumedFromCheckpoint],
-        [
-          'jobs with a concurrency key',
-          f.concurrencyKeys.jobs,
-          `${f.concurrencyKeys.keys} keys; most running at once per key, recorded/sampled: ${
-            Object.entries(f.concurrencyKeys.perKey)
-              .map(([k, x]) => `${k} ${x.recorded}/${x.sampled} of ${x.limit}`)
-              .join(', ') || 'none'
-          } (${f.concurrencyKeys.samples} samples)`,
-        ],
+        ['jobs with a concurrency key', f.concurrencyKeys.jobs, keyLine(f.concurrencyKeys)],
         [
           'events seen on the bus',
           Object.values(o.events).reduce((a, b) => a + b, 0),
