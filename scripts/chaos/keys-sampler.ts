@@ -1,4 +1,4 @@
-// Samples the running jobs per concurrency key while the chaos run goes on (keys.ts says why the
+// Samples the running jobs per concurrency key (and per type with a fleet limit) while the chaos run goes on (keys.ts says why the
 // job rows alone are not enough): one statement per sample, so each sample is one consistent
 // snapshot of the job table. The harness's connection goes straight to PostgreSQL, not through
 // the failover proxy, so it keeps sampling while the services are cut off.
@@ -23,7 +23,11 @@ export class KeySampler {
     try {
       const { rows } = await this.db.query<{ k: string; n: number; lim: number }>(
         `SELECT concurrency_key AS k, count(*)::int AS n, max(concurrency_limit) AS lim
-           FROM jobs.job WHERE state = 'running' AND concurrency_key IS NOT NULL GROUP BY 1`,
+           FROM jobs.job WHERE state = 'running' AND concurrency_key IS NOT NULL GROUP BY 1
+         UNION ALL
+         -- A type's fleet limit (inventory.cost: at most 4) is sampled as a key of its own.
+         SELECT 'fleet:' || j.type, count(*)::int, max(tl.max_running)
+           FROM jobs.job j JOIN jobs.type_limit tl ON tl.type = j.type WHERE j.state = 'running' GROUP BY j.type`,
       );
       const at = new Date().toISOString();
       this.seen.samples++;
