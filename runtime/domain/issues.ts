@@ -2,12 +2,19 @@
 // zod (the HTTP kernel, the enqueue request): the field an issue names, and the status its rule
 // means. Typed by shape, so this layer needs no validator.
 
-/** The field an issue names: its path joined (`payload.entries`, `jobs.3.payload.entries` for an item of a list). */
+/**
+ * The field an issue names: its path's keys joined (`payload.entries`). An index names an item
+ * when a key follows it (`jobs.3.payload.entries`: an item of a list of objects); a list of plain
+ * values is named as the list (`ids`), its message saying which item.
+ */
 export function issueField(issue: { path: readonly PropertyKey[] }, fallback = 'body'): string {
   const keys: string[] = [];
-  for (const k of issue.path) {
-    if (typeof k !== 'string' && typeof k !== 'number') break;
-    keys.push(String(k));
+  const path = issue.path;
+  for (let i = 0; i < path.length; i++) {
+    const k = path[i];
+    if (typeof k === 'string') keys.push(k);
+    else if (typeof k === 'number' && typeof path[i + 1] === 'string') keys.push(String(k));
+    else break;
   }
   return keys.length > 0 ? keys.join('.') : fallback;
 }

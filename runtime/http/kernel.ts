@@ -381,7 +381,8 @@ export function firstIssue(error: z.ZodError): z.core.$ZodIssue {
 /** A schema failure as a 400 (or the status its rule means) naming the field (the schemas' messages say the rule). */
 function issueError(error: z.ZodError, code: string): HttpError {
   const issue = firstIssue(error);
-  const field = issueField(issue);
+  // An unknown field is named itself (`jobs.1.idempotency_key`), not the object that holds it.
+  const field = issueField(issue.code === 'unrecognized_keys' ? { path: [...issue.path, issue.keys[0]!] } : issue);
   const status = issueStatus(issue);
   return new HttpError(status, status === 413 ? 'payload_too_large' : code, `${field}: ${issue.message}`, field);
 }

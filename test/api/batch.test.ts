@@ -57,7 +57,7 @@ describe('POST /v1/jobs/batch', () => {
         'jobs.2.payload.entries',
       ],
       [{ jobs: [ledger('OK'), { type: 'nope', payload: {} }] }, 400, 'jobs.1.type'],
-      [{ jobs: [ledger('OK'), { ...ledger('B'), idempotency_key: 'k' }] }, 400, 'jobs.1'],
+      [{ jobs: [ledger('OK'), { ...ledger('B'), idempotency_key: 'k' }] }, 400, 'jobs.1.idempotency_key'],
       [{ jobs: [] }, 400, 'jobs'],
       [{ jobs: Array.from({ length: MAX_BATCH_JOBS + 1 }, (_, i) => ledger(`B${i}`)) }, 400, 'jobs'],
       [{ jobs: [ledger('OK')], extra: 1 }, 400, 'extra'],
