@@ -11,6 +11,7 @@ import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { JobClient } from '../store/client.ts';
 import { databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv, redact } from '../config/env.ts';
+import { keepFinishedDaysFromEnv } from '../config/retention.ts';
 import { ConfigError, type RuleViolation } from '../config/rules.ts';
 import { sqsFromEnv } from '../config/sqs.ts';
 import { createPool } from '../db/pool.ts';
@@ -47,6 +48,8 @@ export interface ApiConfig {
   port: number;
   poolSize: number;
   defaultMaxAttempts: number;
+  /** Days a finished job is kept when its type does not say (JOBS_KEEP_FINISHED_DAYS). */
+  defaultKeepFinishedDays?: number;
   /** Set when the database certificate will not be verified (DATABASE_SECRET without DATABASE_CA_FILE): logged at start. */
   databaseTlsWarning?: string;
 }
@@ -71,6 +74,7 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
   const poolSize = check(() => intFromEnv(env, ENV.apiPoolSize, DEFAULT_API_POOL_SIZE, 1, 200));
   // The attempt cap for jobs that set none: the same JOBS_* timings the worker checks.
   const timings = check(() => jobTimingsFromEnv(env));
+  const keepFinishedDays = check(() => keepFinishedDaysFromEnv(env));
   const apiToken = env[ENV.apiToken] || undefined;
   if (apiToken !== undefined && !/^[\x21-\x7e]+$/.test(apiToken)) {
     // Never echo a secret: name the rule only.
@@ -104,6 +108,7 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
     port: port!,
     poolSize: poolSize!,
     defaultMaxAttempts: timings!.maxAttempts,
+    defaultKeepFinishedDays: keepFinishedDays!,
     ...(tlsWarning ? { databaseTlsWarning: tlsWarning } : {}),
   };
 }
@@ -170,6 +175,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
     registry,
     publisher,
     defaultMaxAttempts: config.defaultMaxAttempts,
+    ...(config.defaultKeepFinishedDays ? { defaultKeepFinishedDays: config.defaultKeepFinishedDays } : {}),
     // The live view's feed shows a cancel and who asked (only when its event bus is on).
     ...(deps.live?.events ? { onCancelled: (job: Job) => announceCancel(pool, job, 'api', log) } : {}),
   });

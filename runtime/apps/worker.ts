@@ -1,12 +1,13 @@
 // The worker service: what ECS runs in the worker image and `jobs worker` runs locally.
 // Reads and checks its configuration, then runs the worker with its maintenance loops (outbox
-// relay, rescuer, reconciler), CloudWatch metrics and ECS task protection, until SIGTERM: then it drains
+// relay, rescuer, reconciler, pruner), CloudWatch metrics and ECS task protection, until SIGTERM: then it drains
 // (DESIGN 10) and exits 0. A bad configuration exits 1 before touching anything.
 
 import { runService } from './entry.ts';
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv } from '../config/env.ts';
+import { retentionFromEnv } from '../config/retention.ts';
 import { MAX_PREFETCH, workerPoolSize } from '../config/rules.ts';
 import { sqsFromEnv } from '../config/sqs.ts';
 import { createPool } from '../db/pool.ts';
@@ -21,6 +22,7 @@ import { withSqsFaults } from '../queue/fault-injection.ts';
 import { createSqsClient, SqsQueue } from '../queue/sqs.ts';
 import { JobStore } from '../store/job-store.ts';
 import { DEFAULT_RELAY, OutboxRelay, Publisher } from '../store/outbox.ts';
+import { Pruner } from '../maintenance/pruner.ts';
 import { Reconciler, reconcilerTimings } from '../maintenance/reconciler.ts';
 import { Rescuer } from '../maintenance/rescuer.ts';
 import { cloudWatchGauge, DEFAULT_STUCK_CHECK_SECONDS, STUCK_ENV, StuckJobReporter, stuckThresholdsFromEnv } from '../oncall/stuck.ts';
@@ -49,6 +51,7 @@ export async function startWorkerService(
   const prefetch = intFromEnv(env, ENV.prefetch, timings.concurrency, 0, MAX_PREFETCH);
   const stuckThresholds = stuckThresholdsFromEnv(env);
   const stuckCheckSeconds = intFromEnv(env, STUCK_ENV.checkSeconds, DEFAULT_STUCK_CHECK_SECONDS, 1, 3600);
+  const retention = retentionFromEnv(env);
 
   const pool = createPool({
     url: databaseUrl,
@@ -128,14 +131,18 @@ export async function startWorkerService(
     ...(namespace ? { publish: cloudWatchGauge(namespace, log) } : {}),
   });
 
+  // What has ended leaves the tables once its retention is over (runtime/maintenance/pruner.ts).
+  const pruner = new Pruner(pool, log, { retention });
+
   cloudwatch?.start();
   worker.start();
   relay.start();
   rescuer.start();
   reconciler.start();
   stuck.start();
+  pruner.start();
   log.info(
-    { workerId, queueUrl, region, endpoint, timings, metricsNamespace: namespace ?? null, taskProtection: protection.enabled },
+    { workerId, queueUrl, region, endpoint, timings, retention, metricsNamespace: namespace ?? null, taskProtection: protection.enabled },
     'worker service started',
   );
 
@@ -146,7 +153,7 @@ export async function startWorkerService(
       shuttingDown ??= (async () => {
         log.info({ reason, drainSeconds: timings.drainSeconds }, 'shutting down');
         await worker.stop(timings.drainSeconds);
-        await Promise.all([relay.stop(), rescuer.stop(), reconciler.stop(), stuck.stop()]);
+        await Promise.all([relay.stop(), rescuer.stop(), reconciler.stop(), stuck.stop(), pruner.stop()]);
         await publisher.flush();
         await protection.release();
         await cloudwatch?.stop();

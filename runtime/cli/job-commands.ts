@@ -3,6 +3,7 @@
 
 import { parseArgs } from 'node:util';
 import { databaseUrlFromEnv, jobTimingsFromEnv } from '../config/env.ts';
+import { keepFinishedDaysFromEnv } from '../config/retention.ts';
 import { sqsFromEnvIfSet } from '../config/sqs.ts';
 import { createPool } from '../db/pool.ts';
 import { isJobId } from '../domain/ids.ts';
@@ -35,6 +36,7 @@ async function withClient<T>(env: Env, fn: (c: { store: JobStore; client: JobCli
       registry: defaultRegistry(),
       publisher,
       defaultMaxAttempts: timings.maxAttempts,
+      defaultKeepFinishedDays: keepFinishedDaysFromEnv(env),
       // `jobs cancel` shows in the live view's feed, with who asked, when the stack's event bus is on.
       ...(eventsEnabled(env) ? { onCancelled: (job: Job) => announceCancel(pool, job, 'cli') } : {}),
     });
@@ -120,7 +122,7 @@ export async function jobCommand(
         }),
       );
       if (values.json) out(JSON.stringify({ ...r!.job, duplicate: r!.duplicate }));
-      else out(`${r!.duplicate ? 'duplicate: an active job with this key exists' : 'enqueued'}\n${formatJob(r!.job)}`);
+      else out(`${r!.duplicate ? duplicateText(r!.job) : 'enqueued'}\n${formatJob(r!.job)}`);
       return 0;
     }
 
@@ -212,4 +214,11 @@ export async function jobCommand(
       return 0;
     }
   }
+}
+
+/** What a duplicate enqueue found: an active job, or the ended job a lasting key keeps (defineJob's `idempotency`). */
+function duplicateText(job: Job): string {
+  return job.finishedAt
+    ? `duplicate: the job with this key ended ${job.state}; its type keeps the key, so it is not enqueued again`
+    : 'duplicate: an active job with this key exists';
 }

@@ -23,6 +23,9 @@ export const ledgerPost = defineJob({
   type: 'ledger.post',
   description: 'Post a batch of journal entries to the general ledger',
   schema: payload,
+  // A batch posted once must never post again: its key is kept forever, so re-sending batch B-1
+  // (an ERP's retry, a resubmitted file) returns the original job, however long ago it ended.
+  idempotency: { keep: 'forever' },
   async run(p, ctx): Promise<{ batch: string; posted: number }> {
     const step = 50;
     for (let done = 0; done < p.workMs; done += step) {

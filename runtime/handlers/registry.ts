@@ -2,7 +2,7 @@
 // typo is a 4xx, not a dead job), and the worker looks handlers up here.
 
 import { ValidationError } from '../domain/errors.ts';
-import type { JobDefinition } from './types.ts';
+import { MAX_KEEP_DAYS, type JobDefinition } from './types.ts';
 
 export class JobRegistry {
   private readonly defs = new Map<string, JobDefinition<any, any, any>>();
@@ -27,12 +27,33 @@ export class JobRegistry {
         `job type "${def.type}": concurrency.limit ${keyLimit} must be an integer from 1 to 1000 (jobs of one key running at once)`,
       );
     }
+    const days = (field: string, v: unknown) => {
+      if (v !== undefined && (!Number.isInteger(v) || (v as number) < 1 || (v as number) > MAX_KEEP_DAYS))
+        throw new Error(`job type "${def.type}": ${field} must be a whole number of days from 1 to ${MAX_KEEP_DAYS} (got ${String(v)})`);
+    };
+    days('keepFinishedDays', def.keepFinishedDays);
+    const idem = def.idempotency as Record<string, unknown> | undefined;
+    if (idem !== undefined) {
+      if (!idem || typeof idem !== 'object' || (idem.keep !== 'forever' && !('keepDays' in idem)))
+        throw new Error(`job type "${def.type}": idempotency must be { keep: 'forever' } or { keepDays: N } (got ${JSON.stringify(idem)})`);
+      if ('keepDays' in idem) days('idempotency.keepDays', idem.keepDays);
+    }
     this.defs.set(def.type, def);
     return this;
   }
 
   get(type: string): JobDefinition<any, any, any> | undefined {
     return this.defs.get(type);
+  }
+
+  /**
+   * How long `type`'s idempotency keys outlive their jobs, in days (Infinity: forever); null for a
+   * type whose keys are unique among active jobs only.
+   */
+  keyKeepDays(type: string): number | null {
+    const idem = this.defs.get(type)?.idempotency;
+    if (!idem) return null;
+    return 'keep' in idem ? Infinity : idem.keepDays;
   }
 
   types(): string[] {

@@ -86,9 +86,24 @@ export interface JobDefinition<P = unknown, R = unknown, C = unknown> {
   maxRunning?: number;
   /** Attempt cap for this type when the enqueuer does not set one. */
   maxAttempts?: number;
+  /**
+   * Idempotency keys that outlive the job: after the job ends (succeeded, dead or cancelled) its
+   * key is kept `keepDays` days, or forever, and an enqueue with the same key returns that job
+   * (duplicate: true) instead of making another. The type decides; an enqueue cannot shorten it.
+   * Absent: a key is unique among active jobs only, and free again once its job has ended.
+   */
+  idempotency?: IdempotencyRetention;
+  /** Days a finished job is kept before the workers prune it; default JOBS_KEEP_FINISHED_DAYS (30). */
+  keepFinishedDays?: number;
   /** Longest a healthy run takes; longer is reported as stuck. */
   expectedMaxSeconds?: number;
 }
+
+/** How long a type's idempotency keys outlive their jobs. */
+export type IdempotencyRetention = { keep: 'forever' } | { keepDays: number };
+
+/** The longest retention in days a type or a setting may ask for (100 years); longer is `forever`. */
+export const MAX_KEEP_DAYS = 36_500;
 
 /** A job type whose payload is a schema: `parse` and the payload's type come from it. */
 export interface SchemaJobDefinition<S extends z.ZodObject, R, C> extends Omit<JobDefinition<z.output<S>, R, C>, 'parse' | 'schema'> {

@@ -12,7 +12,7 @@ import type pg from 'pg';
 import type { JobRegistry } from '../handlers/registry.ts';
 import type { Job } from '../domain/job.ts';
 import { enqueueRequest, issueToValidationError, type EnqueueRequest, type EnqueueRequestSchema } from './enqueue-request.ts';
-import { JobStore, type NewJob, type Queryable } from './job-store.ts';
+import { DEFAULT_KEEP_FINISHED_DAYS, JobStore, type NewJob, type Queryable } from './job-store.ts';
 import type { Publisher } from './outbox.ts';
 
 export { MAX_PAYLOAD_BYTES } from './enqueue-request.ts';
@@ -32,7 +32,11 @@ export interface EnqueueSpec {
 
 export interface EnqueueResult {
   job: Job;
-  /** True when an active job with the same (type, idempotency key) already existed: that job is returned. */
+  /**
+   * True when the (type, idempotency key) already named a job: an active one, or for a type whose
+   * keys outlive their jobs (defineJob's `idempotency`) one that ended within the key's window.
+   * That job is returned as it is (its state and result), and no other is made.
+   */
   duplicate: boolean;
 }
 
@@ -41,6 +45,8 @@ export interface JobClientOptions {
   registry: JobRegistry;
   publisher: Publisher;
   defaultMaxAttempts: number;
+  /** Days a finished job is kept when its type does not say (JOBS_KEEP_FINISHED_DAYS); default 30. */
+  defaultKeepFinishedDays?: number;
   /**
    * Called after a cancel committed, with the cancelled job: the API and `jobs cancel` announce it
    * on the live view's event bus (runtime/live/events.ts announceCancel), which a cancel would
@@ -73,7 +79,8 @@ export class JobClient {
 
   /** A request the schema has passed (the API's parsed body) as the job to insert: the attempt cap defaulted. */
   newJob(r: EnqueueRequest): NewJob {
-    const maxAttempts = r.maxAttempts ?? this.opts.registry.get(r.type)!.maxAttempts ?? this.opts.defaultMaxAttempts;
+    const def = this.opts.registry.get(r.type)!;
+    const maxAttempts = r.maxAttempts ?? def.maxAttempts ?? this.opts.defaultMaxAttempts;
     return {
       type: r.type,
       payload: r.payload,
@@ -82,6 +89,9 @@ export class JobClient {
       runAt: r.runAt,
       concurrencyKey: r.concurrencyKey,
       concurrencyLimit: r.concurrencyLimit,
+      // Retention is the type's to decide, never the enqueuer's: no request field sets it.
+      keepDays: def.keepFinishedDays ?? this.opts.defaultKeepFinishedDays ?? DEFAULT_KEEP_FINISHED_DAYS,
+      keyKeepDays: r.idempotencyKey ? this.opts.registry.keyKeepDays(r.type) : null,
     };
   }
 

@@ -17,6 +17,7 @@
 
 import type * as z from 'zod';
 import { databaseUrlFromEnv, ENV, jobTimingsFromEnv } from '../config/env.ts';
+import { keepFinishedDaysFromEnv } from '../config/retention.ts';
 import { ConfigError, type RuleViolation } from '../config/rules.ts';
 import { sqsFromEnv } from '../config/sqs.ts';
 import { createPool } from '../db/pool.ts';
@@ -93,6 +94,7 @@ export function createJobClient<D extends JobDefinition<any, any, any> = Registe
   const sqs = opts.queue ? null : check(() => sqsFromEnv(env));
   // The attempt cap of a job that sets none: the JOBS_* timings the worker checks.
   const timings = check(() => jobTimingsFromEnv(env));
+  const keepFinishedDays = check(() => keepFinishedDaysFromEnv(env));
   if (violations.length > 0) throw new ConfigError('environment', violations);
 
   const log = opts.log ?? createLogger('jobs-client', env[ENV.logLevel] || 'info', env.JOBS_LOG_FORMAT);
@@ -106,7 +108,13 @@ export function createJobClient<D extends JobDefinition<any, any, any> = Registe
     opts.queue ?? new SqsQueue({ queueUrl: sqs!.queueUrl, region: sqs!.region, ...(sqs!.endpoint ? { endpoint: sqs!.endpoint } : {}) });
   const publisher = new Publisher(pool, queue, log);
   const registry = new JobRegistry([...(opts.jobs ?? (JOB_DEFINITIONS as readonly JobDefinition<any, any, any>[]))]);
-  const client = new JobClient({ pool, registry, publisher, defaultMaxAttempts: timings!.maxAttempts });
+  const client = new JobClient({
+    pool,
+    registry,
+    publisher,
+    defaultMaxAttempts: timings!.maxAttempts,
+    defaultKeepFinishedDays: keepFinishedDays!,
+  });
 
   // The jobs enqueue() made whose afterCommit() has not run yet, and the publishes in flight.
   const unpublished = new Set<Job[]>();

@@ -9,6 +9,11 @@ import { withTransaction } from '../db/transaction.ts';
 import { uuidv7 } from '../domain/uuid7.ts';
 import { rowToJob, type Job, type JobError, type JobState, type Progress, type WithDbNow } from '../domain/job.ts';
 
+/** The days a new job is kept after it finishes: its own, else the default, and never less than its lasting key's window. */
+function keepDaysOf(j: NewJob): number {
+  return Math.max(j.keepDays ?? DEFAULT_KEEP_FINISHED_DAYS, j.keyKeepDays ?? 0);
+}
+
 /** JSON text for a jsonb parameter; SQL NULL (not the JSON literal null) for nothing. */
 const jsonOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : JSON.stringify(v));
 
@@ -42,7 +47,17 @@ export interface NewJob {
   concurrencyLimit?: number | null;
   /** The job whose handler enqueued this one (ctx.enqueue). */
   parentId?: string | null;
+  /** Days the job is kept after it finishes (Infinity: forever); default DEFAULT_KEEP_FINISHED_DAYS. The client decides (client.ts). */
+  keepDays?: number;
+  /**
+   * Days its idempotency key outlives it (Infinity: forever), from its type's `idempotency`; absent
+   * or null: the key is unique among active jobs only. keepDays must be at least this.
+   */
+  keyKeepDays?: number | null;
 }
+
+/** How long a finished job is kept when neither its type nor JOBS_KEEP_FINISHED_DAYS says. */
+export const DEFAULT_KEEP_FINISHED_DAYS = 30;
 
 export interface Inserted {
   job: Job;
@@ -96,9 +111,9 @@ export class JobStore {
 
   /**
    * Insert jobs and their outbox rows in the caller's transaction (`db`). A job whose
-   * (type, idempotency key) already has an active job comes back as that job with
-   * duplicate: true. Requires READ COMMITTED (the default): the lookup after a conflict must see
-   * the row the conflicting transaction committed.
+   * (type, idempotency key) already has an active job, or a lasting key still in its window
+   * (keyKeepDays), comes back as that job with duplicate: true. Requires READ COMMITTED (the
+   * default): the lookup after a conflict must see the row the conflicting transaction committed.
    */
   async insertMany(db: Queryable, jobs: NewJob[]): Promise<Inserted[]> {
     if (jobs.length === 0) return [];
@@ -113,6 +128,9 @@ export class JobStore {
       jobs.map((j) => j.concurrencyKey ?? null),
       jobs.map((j) => (j.concurrencyKey ? (j.concurrencyLimit ?? 1) : null)),
       jobs.map((j) => j.parentId ?? null),
+      // float8 text: Infinity (forever) is PostgreSQL's 'Infinity' too.
+      jobs.map((j) => keepDaysOf(j)),
+      jobs.map((j) => j.keyKeepDays ?? null),
     ]);
     const byId = new Map(rows.map((r) => [r.id as string, r]));
     const out: Inserted[] = [];
@@ -123,27 +141,54 @@ export class JobStore {
         continue;
       }
       const spec = jobs[i]!;
-      // Our row lost to an active job with the same key: in this batch, or committed by another
-      // transaction. That job may finish between our INSERT and this SELECT (then the key is free
-      // again), so retry the insert alone a few times rather than report a phantom duplicate.
+      // Our row lost to an active job with the same key, or to a lasting key: in this batch, or
+      // committed by another transaction. An active-only key's job may finish between our INSERT
+      // and the lookup (then the key is free again), so retry the insert alone a few times rather
+      // than report a phantom duplicate.
       const sameBatch = out.find((o) => o.job.type === spec.type && o.job.idempotencyKey === spec.idempotencyKey && spec.idempotencyKey);
       if (sameBatch) {
         out.push({ job: sameBatch.job, duplicate: true });
         continue;
       }
-      out.push(await this.insertOrGetActive(db, spec));
+      out.push(await this.insertOrGetExisting(db, spec));
     }
     return out;
   }
 
-  private async insertOrGetActive(db: Queryable, spec: NewJob): Promise<Inserted> {
+  private async insertOrGetExisting(db: Queryable, spec: NewJob): Promise<Inserted> {
     for (let tries = 0; tries < 5; tries++) {
-      const existing = await run(db, 'jobGetActiveByKey', [spec.type, spec.idempotencyKey]);
-      if (existing.rows[0]) return { job: rowToJob(existing.rows[0]), duplicate: true };
+      const found = spec.keyKeepDays == null ? await this.activeByKey(db, spec) : await this.lastingKey(db, spec);
+      if (found) return { job: found, duplicate: true };
       const again = await this.insertMany(db, [spec]);
       if (!again[0]!.duplicate) return again[0]!;
     }
     throw new Error(`idempotency key ${spec.idempotencyKey} of type ${spec.type} kept changing hands; try again`);
+  }
+
+  private async activeByKey(db: Queryable, spec: NewJob): Promise<Job | null> {
+    const { rows } = await run(db, 'jobGetActiveByKey', [spec.type, spec.idempotencyKey]);
+    return rows[0] ? rowToJob(rows[0]) : null;
+  }
+
+  /**
+   * The job a lasting key returns, or null when the key is free (the caller inserts again): no
+   * key row; a key whose window has passed or that names no job (both dropped here, in the
+   * caller's transaction); or an active job enqueued before its type kept keys, whose key is
+   * adopted here (that job is returned).
+   */
+  private async lastingKey(db: Queryable, spec: NewJob): Promise<Job | null> {
+    const { rows } = await run(db, 'keyGet', [spec.type, spec.idempotencyKey]);
+    const key = rows[0];
+    if (key) {
+      if (key.job_found && !key.expired) return rowToJob(key);
+      await run(db, 'keyRelease', [spec.type, spec.idempotencyKey, key.key_job_id]);
+      return null;
+    }
+    const active = await this.activeByKey(db, spec);
+    if (!active) return null;
+    const keyDays = spec.keyKeepDays === Infinity ? null : spec.keyKeepDays;
+    const adopted = await run(db, 'keyAdopt', [spec.type, spec.idempotencyKey, active.id, keyDays]);
+    return adopted.rowCount === 1 ? active : null;
   }
 
   /**
