@@ -138,7 +138,8 @@ export function jobRouteTable(opts: JobRoutesOptions): RouteTable {
     route({
       method: 'POST',
       path: '/v1/jobs',
-      summary: 'enqueue a job (201; 200 with duplicate: true for an active job with the same type and idempotency key)',
+      summary:
+        "enqueue a job (201; 200 with duplicate: true and the key's job as it is, for an active job with the same type and idempotency key, or an ended one its type keeps the key of)",
       // The enqueue request's one schema (store/enqueue-request.ts), which JobClient applies to library callers too.
       body: enqueueRequest(registry),
       bodyRequired: true,

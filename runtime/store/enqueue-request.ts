@@ -51,7 +51,8 @@ export function enqueueRequest(registry: JobRegistry) {
           .map((t) => ({ $ref: `#/components/schemas/${t}` })),
       }),
     idempotencyKey: z.string({ error: text1to200 }).min(1, { error: text1to200 }).max(200, { error: text1to200 }).nullish().meta({
-      description: 'a second enqueue with the same (type, key) while the first job is active returns that job with duplicate: true',
+      description:
+        "a second enqueue with the same (type, key) returns the key's job with duplicate: true: while it is active, or, for a type that keeps its keys (ledger.post: forever), after it ended too",
     }),
     maxAttempts: z
       .int({ error: attemptsError })

@@ -147,13 +147,25 @@ describe('jobs API', () => {
       expect(r.body).toMatchObject({ maxAttempts: 7, runAfter: runAt, idempotencyKey: 'opts-1' });
     });
 
-    it('a second POST with an active idempotency key answers 200 with the existing job and duplicate: true, and publishes nothing', async () => {
+    it('a second POST with an idempotency key answers 200 with the existing job and duplicate: true, and publishes nothing, also once the job ended (ledger.post keeps its keys)', async () => {
       const first = await call(api.url, 'POST', '/v1/jobs', { json: ledger('B-DUP', { idempotencyKey: 'close-2026-11' }) });
       const second = await call(api.url, 'POST', '/v1/jobs', { json: ledger('B-DUP', { idempotencyKey: 'close-2026-11' }) });
       expect(first.status).toBe(201);
       expect(second.status).toBe(200);
       expect(second.body.duplicate).toBe(true);
       expect(second.body.id).toBe(first.body.id);
+      expect(messagesFor(p, first.body.id)).toHaveLength(1);
+      // ledger.post keeps its keys after the job ends: once cancelled, the key still answers with that job, as it is.
+      expect((await call(api.url, 'POST', `/v1/jobs/${first.body.id}/cancel`, { json: { by: 'ops' } })).status).toBe(200);
+      const third = await call(api.url, 'POST', '/v1/jobs', { json: ledger('B-DUP', { idempotencyKey: 'close-2026-11' }) });
+      expect(third.status).toBe(200);
+      expect(third.body).toMatchObject({
+        id: first.body.id,
+        duplicate: true,
+        state: 'cancelled',
+        cancelledBy: 'ops (api, 127.0.0.1)',
+        result: null,
+      });
       expect(messagesFor(p, first.body.id)).toHaveLength(1);
     });
 

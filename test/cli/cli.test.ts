@@ -44,6 +44,10 @@ describe('jobs command', () => {
     expect(cancel.stdout).toMatch(/cancelled by ops@example \(cli\)/);
     const again = await jobs(['cancel', job.id]);
     expect(again.stdout).toMatch(/already ended \(cancelled\)/);
+    // ledger.post keeps its keys after the job ends: the same key returns the cancelled job.
+    const resent = await jobs(['enqueue', 'ledger.post', '--payload', '{"batch":"CLI-1","entries":2}', '--key', 'cli-k']);
+    expect(resent.stdout).toMatch(/^duplicate: the job with this key ended cancelled; its type keeps the key, so it is not enqueued again/);
+    expect(resent.stdout).toContain(job.id);
   });
 
   it('types --describe lists each payload field from the handler schema', async () => {
