@@ -72,6 +72,8 @@ export async function jobCommand(
       for (const t of registry.types()) {
         out(`${t.padEnd(20)} ${registry.get(t)!.description}`);
         if (!values.describe) continue;
+        const idem = registry.get(t)!.idempotency;
+        if (idem) out(`  idempotency keys kept ${'keep' in idem ? 'forever' : `${idem.keepDays} days`} after the job ends`);
         // One line per payload field, from the type's schema: name, type, required or its default, the rule.
         for (const f of payloadFields(registry.get(t)!)) {
           const need = f.required ? 'required' : f.default !== undefined ? `default ${JSON.stringify(f.default)}` : 'optional';

@@ -245,6 +245,9 @@ export function jobRouteTable(opts: JobRoutesOptions): RouteTable {
         description: d.description,
         ...(d.maxAttempts !== undefined ? { maxAttempts: d.maxAttempts } : {}),
         ...(d.expectedMaxSeconds !== undefined ? { expectedMaxSeconds: d.expectedMaxSeconds } : {}),
+        // Keys that outlive the job (README "Idempotency keys that outlive the job"), and the type's own retention.
+        ...(d.idempotency ? { idempotency: d.idempotency } : {}),
+        ...(d.keepFinishedDays !== undefined ? { keepFinishedDays: d.keepFinishedDays } : {}),
         payload: { fields: payloadFields(d) },
       };
     });

@@ -11,7 +11,7 @@ import { rowToJob, type Job, type JobError, type JobState, type Progress, type W
 
 /** The days a new job is kept after it finishes: its own, else the default, and never less than its lasting key's window. */
 function keepDaysOf(j: NewJob): number {
-  return Math.max(j.keepDays ?? DEFAULT_KEEP_FINISHED_DAYS, j.keyKeepDays ?? 0);
+  return Math.max(j.keepDays ?? DEFAULT_KEEP_FINISHED_DAYS, (j.idempotencyKey && j.keyKeepDays) || 0);
 }
 
 /** JSON text for a jsonb parameter; SQL NULL (not the JSON literal null) for nothing. */
@@ -130,7 +130,7 @@ export class JobStore {
       jobs.map((j) => j.parentId ?? null),
       // float8 text: Infinity (forever) is PostgreSQL's 'Infinity' too.
       jobs.map((j) => keepDaysOf(j)),
-      jobs.map((j) => j.keyKeepDays ?? null),
+      jobs.map((j) => (j.idempotencyKey ? (j.keyKeepDays ?? null) : null)),
     ]);
     const byId = new Map(rows.map((r) => [r.id as string, r]));
     const out: Inserted[] = [];

@@ -598,9 +598,10 @@ describe('jobs API', () => {
       // Every registered type, not a list written here: registering a handler breaks no platform test.
       await expectJobTypesListed(api.url, p.registry);
       const r = await call(api.url, 'GET', '/v1/job-types');
-      expect(r.body.jobTypes.find((t: { type: string }) => t.type === 'ledger.post').description).toBe(
-        'Post a batch of journal entries to the general ledger',
-      );
+      expect(r.body.jobTypes.find((t: { type: string }) => t.type === 'ledger.post')).toMatchObject({
+        description: 'Post a batch of journal entries to the general ledger',
+        idempotency: { keep: 'forever' },
+      });
     });
 
     it('GET /v1/stats counts jobs by state', async () => {

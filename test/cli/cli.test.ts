@@ -56,6 +56,7 @@ describe('jobs command', () => {
     expect(r.stdout).toMatch(/^ledger\.post +Post a batch of journal entries/m);
     expect(r.stdout).toMatch(/^ {2}entries +integer +required; 1 to 100000/m);
     expect(r.stdout).toMatch(/^ {2}workMs +integer +default 0; 0 to 3600000/m);
+    expect(r.stdout).toMatch(/^ledger\.post .*\n {2}idempotency keys kept forever after the job ends$/m);
     expect(r.stdout).toMatch(/^ {2}period +string +required; .*matches YYYY-MM/m);
     const plain = (await jobs(['types'])).stdout;
     expect(plain).not.toMatch(/^ {2}entries/m);
