@@ -91,6 +91,7 @@ export async function startWorkerService(
     log,
     metrics,
     onBusyChange: (busy) => protection.onBusyChange(busy),
+    keepFinishedDays: retention.finishedDays,
     ...(events ? { onEvent: (e) => events.push(e) } : {}),
   });
   const store = new JobStore(pool);

@@ -4,15 +4,11 @@
 
 import type pg from 'pg';
 import type { JobRegistry } from '../handlers/registry.ts';
+import { keepDaysOf, keyHolder } from './idempotency.ts';
 import { SQL, type SqlName } from './sql.ts';
 import { withTransaction } from '../db/transaction.ts';
 import { uuidv7 } from '../domain/uuid7.ts';
 import { rowToJob, type Job, type JobError, type JobState, type Progress, type WithDbNow } from '../domain/job.ts';
-
-/** The days a new job is kept after it finishes: its own, else the default, and never less than its lasting key's window. */
-function keepDaysOf(j: NewJob): number {
-  return Math.max(j.keepDays ?? DEFAULT_KEEP_FINISHED_DAYS, (j.idempotencyKey && j.keyKeepDays) || 0);
-}
 
 /** JSON text for a jsonb parameter; SQL NULL (not the JSON literal null) for nothing. */
 const jsonOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : JSON.stringify(v));
@@ -129,7 +125,7 @@ export class JobStore {
       jobs.map((j) => (j.concurrencyKey ? (j.concurrencyLimit ?? 1) : null)),
       jobs.map((j) => j.parentId ?? null),
       // float8 text: Infinity (forever) is PostgreSQL's 'Infinity' too.
-      jobs.map((j) => keepDaysOf(j)),
+      jobs.map((j) => keepDaysOf(j, DEFAULT_KEEP_FINISHED_DAYS)),
       jobs.map((j) => (j.idempotencyKey ? (j.keyKeepDays ?? null) : null)),
     ]);
     const byId = new Map(rows.map((r) => [r.id as string, r]));
@@ -157,38 +153,12 @@ export class JobStore {
 
   private async insertOrGetExisting(db: Queryable, spec: NewJob): Promise<Inserted> {
     for (let tries = 0; tries < 5; tries++) {
-      const found = spec.keyKeepDays == null ? await this.activeByKey(db, spec) : await this.lastingKey(db, spec);
+      const found = await keyHolder(db, spec);
       if (found) return { job: found, duplicate: true };
       const again = await this.insertMany(db, [spec]);
       if (!again[0]!.duplicate) return again[0]!;
     }
     throw new Error(`idempotency key ${spec.idempotencyKey} of type ${spec.type} kept changing hands; try again`);
-  }
-
-  private async activeByKey(db: Queryable, spec: NewJob): Promise<Job | null> {
-    const { rows } = await run(db, 'jobGetActiveByKey', [spec.type, spec.idempotencyKey]);
-    return rows[0] ? rowToJob(rows[0]) : null;
-  }
-
-  /**
-   * The job a lasting key returns, or null when the key is free (the caller inserts again): no
-   * key row; a key whose window has passed or that names no job (both dropped here, in the
-   * caller's transaction); or an active job enqueued before its type kept keys, whose key is
-   * adopted here (that job is returned).
-   */
-  private async lastingKey(db: Queryable, spec: NewJob): Promise<Job | null> {
-    const { rows } = await run(db, 'keyGet', [spec.type, spec.idempotencyKey]);
-    const key = rows[0];
-    if (key) {
-      if (key.job_found && !key.expired) return rowToJob(key);
-      await run(db, 'keyRelease', [spec.type, spec.idempotencyKey, key.key_job_id]);
-      return null;
-    }
-    const active = await this.activeByKey(db, spec);
-    if (!active) return null;
-    const keyDays = spec.keyKeepDays === Infinity ? null : spec.keyKeepDays;
-    const adopted = await run(db, 'keyAdopt', [spec.type, spec.idempotencyKey, active.id, keyDays]);
-    return adopted.rowCount === 1 ? active : null;
   }
 
   /**

@@ -41,6 +41,8 @@ export interface WorkerOptions {
   onBusyChange?: (busy: boolean) => void;
   /** Observer of job events (live view); must not throw. */
   onEvent?: (e: WorkerEvent) => void;
+  /** Days a child job (ctx.enqueue) is kept after it finishes when its type does not say (JOBS_KEEP_FINISHED_DAYS; default 30). */
+  keepFinishedDays?: number;
 }
 
 /** One job this worker holds. */
@@ -98,6 +100,7 @@ export class WorkerContext {
       registry: o.registry,
       publisher: o.publisher,
       defaultMaxAttempts: o.timings.maxAttempts,
+      ...(o.keepFinishedDays ? { defaultKeepFinishedDays: o.keepFinishedDays } : {}),
     }));
   }
 

@@ -1,0 +1,63 @@
+// Who holds an idempotency key, after an enqueue lost it (jobInsertMany inserted no row): the
+// active job of a type whose keys are unique among active jobs, or the job a lasting key names
+// (migration 0009; README "Idempotency keys that outlive the job"). The store's rare path: an
+// enqueue that wins its key never comes here.
+
+import type pg from 'pg';
+import { rowToJob, type Job } from '../domain/job.ts';
+import { SQL } from './sql.ts';
+
+type Queryable = Pick<pg.Pool, 'query'> | Pick<pg.PoolClient, 'query'>;
+
+/** What of a new job decides its key (job-store.ts NewJob). */
+export interface KeyedJob {
+  type: string;
+  idempotencyKey?: string | null;
+  /** Days a lasting key outlives its job (Infinity: forever); null: unique among active jobs only. */
+  keyKeepDays?: number | null;
+  /** Days the job is kept after it finishes (Infinity: forever). */
+  keepDays?: number;
+}
+
+/** The days a new job is kept after it finishes: its own, else `dflt`, and never less than its lasting key's window. */
+export function keepDaysOf(j: KeyedJob, dflt: number): number {
+  return Math.max(j.keepDays ?? dflt, (j.idempotencyKey && j.keyKeepDays) || 0);
+}
+
+/**
+ * The job that holds `spec`'s key, or null when the key is free and the caller may insert again.
+ * Runs in the caller's transaction (READ COMMITTED: it sees what the winner committed).
+ */
+export async function keyHolder(db: Queryable, spec: KeyedJob): Promise<Job | null> {
+  return spec.keyKeepDays == null ? activeByKey(db, spec) : lastingKey(db, spec);
+}
+
+async function activeByKey(db: Queryable, spec: KeyedJob): Promise<Job | null> {
+  const { rows } = await q(db, 'jobGetActiveByKey', [spec.type, spec.idempotencyKey]);
+  return rows[0] ? rowToJob(rows[0]) : null;
+}
+
+/**
+ * The job a lasting key returns, or null when the key is free: no key row; a key whose window has
+ * passed or that names no job (both dropped here, in the caller's transaction); or an active job
+ * enqueued before its type kept keys, whose key is adopted here (that job is returned).
+ */
+async function lastingKey(db: Queryable, spec: KeyedJob): Promise<Job | null> {
+  const { rows } = await q(db, 'keyGet', [spec.type, spec.idempotencyKey]);
+  const key = rows[0];
+  if (key) {
+    if (key.job_found && !key.expired) return rowToJob(key);
+    await q(db, 'keyRelease', [spec.type, spec.idempotencyKey, key.key_job_id]);
+    return null;
+  }
+  const active = await activeByKey(db, spec);
+  if (!active) return null;
+  const keyDays = spec.keyKeepDays === Infinity ? null : spec.keyKeepDays;
+  const adopted = await q(db, 'keyAdopt', [spec.type, spec.idempotencyKey, active.id, keyDays]);
+  return adopted.rowCount === 1 ? active : null;
+}
+
+/** A named statement as a prepared statement (job-store.ts run(), which this file cannot import without a cycle). */
+function q(db: Queryable, name: 'jobGetActiveByKey' | 'keyGet' | 'keyRelease' | 'keyAdopt', values: unknown[]) {
+  return db.query({ name, text: SQL[name], values });
+}
