@@ -38,19 +38,28 @@ async function activeByKey(db: Queryable, spec: KeyedJob): Promise<Job | null> {
 }
 
 /**
- * The job a lasting key returns, or null when the key is free: no key row; a key whose window has
- * passed or that names no job (both dropped here, in the caller's transaction); or an active job
- * enqueued before its type kept keys, whose key is adopted here (that job is returned).
+ * The job a lasting key returns, or null when the key is free: no key row, or a key whose window
+ * has passed (dropped here, in the caller's transaction). An active job enqueued before its type
+ * kept keys holds the key in the active-jobs index only: its key row is made here, or the one the
+ * caller's enqueue just inserted (naming a job that lost to it) is pointed at it, and it is returned.
  */
 async function lastingKey(db: Queryable, spec: KeyedJob): Promise<Job | null> {
   const { rows } = await q(db, 'keyGet', [spec.type, spec.idempotencyKey]);
   const key = rows[0];
-  if (key) {
-    if (key.job_found && !key.expired) return rowToJob(key);
+  if (key?.job_found) {
+    if (!key.expired) return rowToJob(key);
     await q(db, 'keyRelease', [spec.type, spec.idempotencyKey, key.key_job_id]);
     return null;
   }
   const active = await activeByKey(db, spec);
+  if (key) {
+    if (active) {
+      const moved = await q(db, 'keyRepoint', [spec.type, spec.idempotencyKey, key.key_job_id, active.id]);
+      return moved.rowCount === 1 ? active : null;
+    }
+    await q(db, 'keyRelease', [spec.type, spec.idempotencyKey, key.key_job_id]);
+    return null;
+  }
   if (!active) return null;
   const keyDays = spec.keyKeepDays === Infinity ? null : spec.keyKeepDays;
   const adopted = await q(db, 'keyAdopt', [spec.type, spec.idempotencyKey, active.id, keyDays]);
@@ -58,6 +67,6 @@ async function lastingKey(db: Queryable, spec: KeyedJob): Promise<Job | null> {
 }
 
 /** A named statement as a prepared statement (job-store.ts run(), which this file cannot import without a cycle). */
-function q(db: Queryable, name: 'jobGetActiveByKey' | 'keyGet' | 'keyRelease' | 'keyAdopt', values: unknown[]) {
+function q(db: Queryable, name: 'jobGetActiveByKey' | 'keyGet' | 'keyRelease' | 'keyRepoint' | 'keyAdopt', values: unknown[]) {
   return db.query({ name, text: SQL[name], values });
 }
