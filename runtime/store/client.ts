@@ -12,7 +12,8 @@ import type pg from 'pg';
 import type { JobRegistry } from '../handlers/registry.ts';
 import type { Job } from '../domain/job.ts';
 import { enqueueRequest, issueToValidationError, type EnqueueRequest, type EnqueueRequestSchema } from './enqueue-request.ts';
-import { DEFAULT_KEEP_FINISHED_DAYS, JobStore, type NewJob, type Queryable } from './job-store.ts';
+import { DEFAULT_KEEP_FINISHED_DAYS } from './idempotency.ts';
+import { JobStore, type NewJob, type Queryable } from './job-store.ts';
 import type { Publisher } from './outbox.ts';
 
 export { MAX_PAYLOAD_BYTES } from './enqueue-request.ts';

@@ -13,15 +13,21 @@ type Queryable = Pick<pg.Pool, 'query'> | Pick<pg.PoolClient, 'query'>;
 export interface KeyedJob {
   type: string;
   idempotencyKey?: string | null;
-  /** Days a lasting key outlives its job (Infinity: forever); null: unique among active jobs only. */
+  /**
+   * Days its idempotency key outlives it (Infinity: forever), from its type's `idempotency`; absent
+   * or null: the key is unique among active jobs only.
+   */
   keyKeepDays?: number | null;
-  /** Days the job is kept after it finishes (Infinity: forever). */
+  /** Days the job is kept after it finishes (Infinity: forever); default DEFAULT_KEEP_FINISHED_DAYS; never less than keyKeepDays. */
   keepDays?: number;
 }
 
-/** The days a new job is kept after it finishes: its own, else `dflt`, and never less than its lasting key's window. */
-export function keepDaysOf(j: KeyedJob, dflt: number): number {
-  return Math.max(j.keepDays ?? dflt, (j.idempotencyKey && j.keyKeepDays) || 0);
+/** How long a finished job is kept when neither its type nor JOBS_KEEP_FINISHED_DAYS says. */
+export const DEFAULT_KEEP_FINISHED_DAYS = 30;
+
+/** The days a new job is kept after it finishes: its own, else the default, and never less than its lasting key's window. */
+export function keepDaysOf(j: KeyedJob): number {
+  return Math.max(j.keepDays ?? DEFAULT_KEEP_FINISHED_DAYS, (j.idempotencyKey && j.keyKeepDays) || 0);
 }
 
 /**

@@ -4,7 +4,7 @@
 
 import type pg from 'pg';
 import type { JobRegistry } from '../handlers/registry.ts';
-import { keepDaysOf, keyHolder } from './idempotency.ts';
+import { keepDaysOf, keyHolder, type KeyedJob } from './idempotency.ts';
 import { SQL, type SqlName } from './sql.ts';
 import { withTransaction } from '../db/transaction.ts';
 import { uuidv7 } from '../domain/uuid7.ts';
@@ -32,7 +32,8 @@ export async function run<R extends pg.QueryResultRow = pg.QueryResultRow>(
   return (await db.query({ name, text: SQL[name], values })) as pg.QueryResult<R>;
 }
 
-export interface NewJob {
+/** A job to insert; its retention and its key's (KeyedJob: keepDays, keyKeepDays) the client decides (client.ts). */
+export interface NewJob extends KeyedJob {
   type: string;
   payload: unknown;
   idempotencyKey?: string | null;
@@ -43,17 +44,7 @@ export interface NewJob {
   concurrencyLimit?: number | null;
   /** The job whose handler enqueued this one (ctx.enqueue). */
   parentId?: string | null;
-  /** Days the job is kept after it finishes (Infinity: forever); default DEFAULT_KEEP_FINISHED_DAYS. The client decides (client.ts). */
-  keepDays?: number;
-  /**
-   * Days its idempotency key outlives it (Infinity: forever), from its type's `idempotency`; absent
-   * or null: the key is unique among active jobs only. keepDays must be at least this.
-   */
-  keyKeepDays?: number | null;
 }
-
-/** How long a finished job is kept when neither its type nor JOBS_KEEP_FINISHED_DAYS says. */
-export const DEFAULT_KEEP_FINISHED_DAYS = 30;
 
 export interface Inserted {
   job: Job;
@@ -125,7 +116,7 @@ export class JobStore {
       jobs.map((j) => (j.concurrencyKey ? (j.concurrencyLimit ?? 1) : null)),
       jobs.map((j) => j.parentId ?? null),
       // float8 text: Infinity (forever) is PostgreSQL's 'Infinity' too.
-      jobs.map((j) => keepDaysOf(j, DEFAULT_KEEP_FINISHED_DAYS)),
+      jobs.map((j) => keepDaysOf(j)),
       jobs.map((j) => (j.idempotencyKey ? (j.keyKeepDays ?? null) : null)),
     ]);
     const byId = new Map(rows.map((r) => [r.id as string, r]));
@@ -137,10 +128,9 @@ export class JobStore {
         continue;
       }
       const spec = jobs[i]!;
-      // Our row lost to an active job with the same key, or to a lasting key: in this batch, or
-      // committed by another transaction. An active-only key's job may finish between our INSERT
-      // and the lookup (then the key is free again), so retry the insert alone a few times rather
-      // than report a phantom duplicate.
+      // Our row lost to an active job with the same key, or to a lasting key: in this batch, or committed by
+      // another transaction. An active-only key's job may finish between our INSERT and the lookup (then the
+      // key is free again), so retry the insert alone a few times rather than report a phantom duplicate.
       const sameBatch = out.find((o) => o.job.type === spec.type && o.job.idempotencyKey === spec.idempotencyKey && spec.idempotencyKey);
       if (sameBatch) {
         out.push({ job: sameBatch.job, duplicate: true });
