@@ -44,8 +44,13 @@ describe('jobs command', () => {
     expect(cancel.stdout).toMatch(/cancelled by ops@example \(cli\)/);
     const again = await jobs(['cancel', job.id]);
     expect(again.stdout).toMatch(/already ended \(cancelled\)/);
-    // ledger.post keeps its keys after the job ends: the same key returns the cancelled job.
-    const resent = await jobs(['enqueue', 'ledger.post', '--payload', '{"batch":"CLI-1","entries":2}', '--key', 'cli-k']);
+  });
+
+  it('enqueue of a ledger.post key whose job was cancelled answers with that job (the type keeps its keys)', async () => {
+    const payload = '{"batch":"CLI-2","entries":2}';
+    const job = JSON.parse((await jobs(['enqueue', 'ledger.post', '--payload', payload, '--key', 'cli-k2', '--json'])).stdout);
+    expect((await jobs(['cancel', job.id])).code).toBe(0);
+    const resent = await jobs(['enqueue', 'ledger.post', '--payload', payload, '--key', 'cli-k2']);
     expect(resent.stdout).toMatch(/^duplicate: the job with this key ended cancelled; its type keeps the key, so it is not enqueued again/);
     expect(resent.stdout).toContain(job.id);
   });
