@@ -32,7 +32,7 @@ const configError = (env: Record<string, string | undefined>): ConfigError => {
 };
 
 describe('apiConfigFromEnv', () => {
-  it('reads the environment with defaults for PORT, API_POOL_SIZE and the attempt cap', () => {
+  it('reads the environment with defaults for PORT, API_POOL_SIZE, the attempt cap and the retention of finished jobs', () => {
     expect(apiConfigFromEnv(GOOD_ENV)).toEqual({
       databaseUrl: GOOD_ENV.DATABASE_URL,
       queueUrl: GOOD_ENV.JOBS_QUEUE_URL,
@@ -40,6 +40,7 @@ describe('apiConfigFromEnv', () => {
       port: 8080,
       poolSize: 10,
       defaultMaxAttempts: 5,
+      defaultKeepFinishedDays: 30,
     });
     expect(apiConfigFromEnv({ ...GOOD_ENV, PORT: '9000', API_POOL_SIZE: '4', API_TOKEN: 'tok-123', JOBS_MAX_ATTEMPTS: '7' })).toMatchObject(
       {
