@@ -1,0 +1,127 @@
+// The scheduler: every API and worker task runs one over the schedules declared in code
+// (handlers/schedules.ts), and the database decides which task enqueues an occurrence
+// (store/schedules.ts): exactly one job per occurrence however many tasks run, and the
+// occurrences that fell while every task was down are handled by the schedule's missed policy
+// when the first task comes back. Nothing new to deploy, and it works the same locally.
+//
+// A pass costs nothing while no occurrence is due: each schedule's next occurrence is known in
+// memory (from the settled_through the database returned), and only a due one opens a
+// transaction. The clock is injectable (tests step it through months and daylight-saving
+// changes without waiting).
+
+import type pg from 'pg';
+import { nextOccurrence, type ScheduleDefinition } from '../handlers/schedule.ts';
+import type { Logger } from '../observability/log.ts';
+import { MaintenanceLoop } from '../support/maintenance-loop.ts';
+import type { JobClient } from '../store/client.ts';
+import { ScheduleStore, type FiredOccurrence } from '../store/schedules.ts';
+
+/** How often a task looks for due occurrences: an occurrence is enqueued at most this late while a task runs. */
+export const DEFAULT_SCHEDULER_INTERVAL_MS = 5000;
+
+export interface SchedulerOptions {
+  pool: pg.Pool;
+  /** Enqueues the occurrences' jobs (validated as any enqueue) in the pass's transaction. */
+  client: JobClient;
+  schedules: readonly ScheduleDefinition[];
+  log: Logger;
+  /** The time; default the system clock. */
+  clock?: () => Date;
+  intervalMs?: number;
+  /** Called after the COMMIT for each occurrence enqueued (the live view's feed). Must not throw. */
+  onFired?: (schedule: ScheduleDefinition, fired: FiredOccurrence) => void | Promise<void>;
+}
+
+export interface SchedulerPass {
+  fired: { schedule: string; occurrence: string; jobId: string; late: boolean; duplicate: boolean }[];
+  /** Schedules another task was handling (or whose row was just created): looked at again next pass. */
+  busy: string[];
+  /** Schedules whose pass failed (logged): looked at again next pass. */
+  failed: string[];
+}
+
+export class Scheduler {
+  private readonly store: ScheduleStore;
+  private readonly loop: MaintenanceLoop<SchedulerPass>;
+  private readonly clock: () => Date;
+  /** Each schedule's next occurrence to act on (null: none ever); empty until the rows are ensured. */
+  private readonly nextDue = new Map<string, Date | null>();
+
+  constructor(private readonly opts: SchedulerOptions) {
+    this.store = new ScheduleStore(opts.pool, opts.client);
+    this.clock = opts.clock ?? (() => new Date());
+    const interval = opts.intervalMs ?? DEFAULT_SCHEDULER_INTERVAL_MS;
+    // The first pass soon after start: it creates the rows of new schedules and catches up.
+    this.loop = new MaintenanceLoop('scheduler', () => this.pass(), opts.log, interval, Math.min(interval, 1000));
+  }
+
+  start(): void {
+    if (this.opts.schedules.length > 0) this.loop.start();
+  }
+
+  stop(): Promise<void> {
+    return this.loop.stop();
+  }
+
+  /** One pass now, at the clock's time. */
+  runOnce(): Promise<SchedulerPass> {
+    return this.loop.runOnce();
+  }
+
+  private async pass(): Promise<SchedulerPass> {
+    const now = this.clock();
+    const out: SchedulerPass = { fired: [], busy: [], failed: [] };
+    if (this.nextDue.size === 0 && this.opts.schedules.length > 0) {
+      const settled = await this.store.ensure(
+        this.opts.schedules.map((s) => s.name),
+        now,
+      );
+      for (const s of this.opts.schedules) this.nextDue.set(s.name, nextOccurrence(s, settled.get(s.name) ?? now));
+    }
+    for (const def of this.opts.schedules) {
+      const due = this.nextDue.get(def.name);
+      if (!due || due > now) continue;
+      try {
+        const r = await this.store.pass(def, now);
+        if (r.kind === 'busy') {
+          out.busy.push(def.name);
+          continue;
+        }
+        if (r.kind === 'paused') {
+          // Looked at again at its next occurrence: still paused, or resumed (settled through the resume).
+          this.nextDue.set(def.name, nextOccurrence(def, now));
+          continue;
+        }
+        this.nextDue.set(def.name, nextOccurrence(def, r.settledThrough));
+        await r.afterCommit();
+        const { plan } = r;
+        if (plan.notRun > 0) {
+          this.opts.log.warn(
+            {
+              schedule: def.name,
+              missed: def.missed,
+              notRun: plan.notRun,
+              moreNotRun: plan.moreNotRun,
+              through: plan.through?.toISOString(),
+            },
+            plan.moreNotRun
+              ? `schedule ${def.name}: more than ${plan.notRun} missed occurrences were not run (missed: ${def.missed}; at most the latest ${plan.fire.length} are caught up)`
+              : `schedule ${def.name}: ${plan.notRun} missed occurrence(s) not run (missed: ${def.missed})`,
+          );
+        }
+        for (const f of r.fired) {
+          out.fired.push({ schedule: def.name, occurrence: f.occurrence.label, jobId: f.job.id, late: f.late, duplicate: f.duplicate });
+          this.opts.log.info(
+            { schedule: def.name, occurrence: f.occurrence.label, jobId: f.job.id, type: f.job.type, late: f.late, duplicate: f.duplicate },
+            `schedule ${def.name}: occurrence ${f.occurrence.label} enqueued${f.late ? ' (late: caught up)' : ''}`,
+          );
+          await this.opts.onFired?.(def, f);
+        }
+      } catch (err) {
+        out.failed.push(def.name);
+        this.opts.log.warn({ err, schedule: def.name }, `schedule ${def.name}: pass failed; retrying at the next one`);
+      }
+    }
+    return out;
+  }
+}

@@ -1,0 +1,199 @@
+// The schedules' transactions (statements in sql-schedules.ts). A pass over one schedule is one
+// transaction: lock the schedule's row, plan the due occurrences with its missed policy, claim
+// them in jobs.schedule_occurrence, enqueue their jobs through JobClient.enqueue (the job and its
+// outbox row, as every enqueue), settle the row, COMMIT; the caller publishes after the COMMIT.
+// Exactly once per occurrence holds twice over: the row lock keeps two tasks from planning one
+// schedule at once, and the occurrence's primary key refuses a second job for it even without
+// the lock (store tests race the claim alone).
+
+import type pg from 'pg';
+import { withTransaction } from '../db/transaction.ts';
+import type { Job } from '../domain/job.ts';
+import {
+  occurrence,
+  occurrenceKey,
+  planOccurrences,
+  type Occurrence,
+  type OccurrencePlan,
+  type ScheduleDefinition,
+} from '../handlers/schedule.ts';
+import type { EnqueueResult, JobClient } from './client.ts';
+import type { Queryable } from './job-store.ts';
+import { SCHEDULE_SQL, type ScheduleSqlName } from './sql-schedules.ts';
+
+export async function runSchedule<R extends pg.QueryResultRow = pg.QueryResultRow>(
+  db: Queryable,
+  name: ScheduleSqlName,
+  values: unknown[],
+): Promise<pg.QueryResult<R>> {
+  return (await db.query({ name: `schedule.${name}`, text: SCHEDULE_SQL[name], values })) as pg.QueryResult<R>;
+}
+
+/** An occurrence enqueued by a pass (or found already enqueued by the job's key: duplicate). */
+export interface FiredOccurrence {
+  occurrence: Occurrence;
+  job: Job;
+  duplicate: boolean;
+  late: boolean;
+}
+
+export type PassOutcome =
+  /** Another task holds the schedule's row right now (it does the work), or the row was missing and is created now. */
+  | { kind: 'busy' }
+  | { kind: 'paused'; settledThrough: Date }
+  | {
+      kind: 'done';
+      fired: FiredOccurrence[];
+      plan: OccurrencePlan;
+      /** Everything up to here is settled (the next pass starts after it). */
+      settledThrough: Date;
+      /** Publish after the COMMIT (the outbox relay does it otherwise). */
+      afterCommit: () => Promise<void>;
+    };
+
+/** A schedule's state as the database has it. */
+export interface ScheduleState {
+  name: string;
+  settledThrough: Date;
+  lastOccurrenceAt: Date | null;
+  lastJobId: string | null;
+  lastFiredAt: Date | null;
+  paused: { at: Date; by: string; reason: string | null } | null;
+  createdAt: Date;
+  /** The newest occurrences enqueued, newest first, each with its job's state (null: the job is gone). */
+  recent: { at: Date; jobId: string | null; firedAt: Date; late: boolean; state: string | null }[];
+}
+
+export class ScheduleStore {
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly client: JobClient,
+  ) {}
+
+  /** Create the missing rows of `names` (settled through `now`); returns every one's settled_through. */
+  async ensure(names: string[], now: Date): Promise<Map<string, Date>> {
+    if (names.length === 0) return new Map();
+    const { rows } = await runSchedule<{ name: string; settled_through: Date }>(this.pool, 'scheduleEnsure', [names, now]);
+    return new Map(rows.map((r) => [r.name, r.settled_through]));
+  }
+
+  /** One pass over `def` at `now` (see the top of this file). */
+  async pass(def: ScheduleDefinition, now: Date): Promise<PassOutcome> {
+    return withTransaction(this.pool, async (tx): Promise<PassOutcome> => {
+      const { rows } = await runSchedule<{ settled_through: Date; paused_at: Date | null }>(tx, 'scheduleLock', [def.name]);
+      const row = rows[0];
+      if (!row) {
+        // Locked by another task, or deleted since this process ensured it: (re)create it, next pass.
+        await this.ensure([def.name], now);
+        return { kind: 'busy' };
+      }
+      if (row.paused_at) return { kind: 'paused', settledThrough: row.settled_through };
+      const plan = planOccurrences(def, row.settled_through, now);
+      if (!plan.through) return { kind: 'done', fired: [], plan, settledThrough: row.settled_through, afterCommit: async () => {} };
+      const { fired, afterCommit } = await this.fire(tx, def, plan.fire);
+      const last = fired.at(-1);
+      await runSchedule(tx, 'scheduleSettle', [def.name, plan.through, last?.occurrence.at ?? null, last?.job.id ?? null]);
+      return { kind: 'done', fired, plan, settledThrough: plan.through, afterCommit };
+    });
+  }
+
+  /**
+   * Claim occurrences of `def` and enqueue a job for each one claimed, in `tx`. An occurrence
+   * already claimed (by any transaction, ever) enqueues nothing. Exposed for the store's tests,
+   * which race it without the row lock.
+   */
+  async fire(
+    tx: Queryable,
+    def: ScheduleDefinition,
+    occurrences: { at: Date; late: boolean }[],
+  ): Promise<{ fired: FiredOccurrence[]; afterCommit: () => Promise<void> }> {
+    if (occurrences.length === 0) return { fired: [], afterCommit: async () => {} };
+    const claimed = await runSchedule<{ occurrence_at: Date }>(tx, 'occurrenceClaim', [
+      def.name,
+      occurrences.map((o) => o.at),
+      occurrences.map((o) => o.late),
+    ]);
+    const mine = new Set(claimed.rows.map((r) => r.occurrence_at.getTime()));
+    const chosen = occurrences.filter((o) => mine.has(o.at.getTime())).map((o) => ({ ...o, occurrence: occurrence(def, o.at) }));
+    if (chosen.length === 0) return { fired: [], afterCommit: async () => {} };
+    const { jobs, afterCommit } = await this.client.enqueue(
+      tx,
+      chosen.map((c) => this.spec(def, c.occurrence)),
+    );
+    await runSchedule(tx, 'occurrenceSetJobs', [def.name, chosen.map((c) => c.at), jobs.map((j) => j.job.id)]);
+    return {
+      fired: chosen.map((c, i) => ({ occurrence: c.occurrence, job: jobs[i]!.job, duplicate: jobs[i]!.duplicate, late: c.late })),
+      afterCommit,
+    };
+  }
+
+  /**
+   * An operator's `trigger`: one job now, outside the cron expression, with a key of its own
+   * (`schedule:<name>:manual:<instant>`), recorded as an operator action in its transaction. A
+   * paused schedule can be triggered (the operator asks for this one). Publish with afterCommit.
+   */
+  async trigger(
+    def: ScheduleDefinition,
+    now: Date,
+    by: string,
+    reason: string | null,
+  ): Promise<{ result: EnqueueResult; occurrence: Occurrence; afterCommit: () => Promise<void> }> {
+    const o = occurrence(def, now, true);
+    const spec = this.spec(def, o);
+    return withTransaction(this.pool, async (tx) => {
+      const { jobs, afterCommit } = await this.client.enqueue(tx, spec);
+      const result = jobs[0]!;
+      await runSchedule(tx, 'scheduleTriggerRecord', [def.name, by, reason, result.job.id, o.label, result.duplicate]);
+      return { result, occurrence: o, afterCommit };
+    });
+  }
+
+  /** Pause; null when it was already paused (nothing changed). */
+  async pause(name: string, by: string, reason: string | null, now: Date): Promise<{ pausedAt: Date } | null> {
+    const { rows } = await runSchedule<{ paused_at: Date }>(this.pool, 'schedulePause', [name, by, reason, now]);
+    return rows[0] ? { pausedAt: rows[0].paused_at } : null;
+  }
+
+  /** Resume; null when it was not paused. */
+  async resume(name: string, by: string, reason: string | null, now: Date): Promise<{ pausedAt: Date; pausedBy: string } | null> {
+    const { rows } = await runSchedule<{ paused_at: Date; paused_by: string }>(this.pool, 'scheduleResume', [name, by, reason, now]);
+    return rows[0] ? { pausedAt: rows[0].paused_at, pausedBy: rows[0].paused_by } : null;
+  }
+
+  /** The state of `names` (those with a row) and their `recent` newest occurrences. */
+  async states(names: string[], recent: number): Promise<Map<string, ScheduleState>> {
+    const { rows } = await runSchedule(this.pool, 'scheduleList', [names, recent]);
+    return new Map(
+      rows.map((r) => [
+        r.name as string,
+        {
+          name: r.name as string,
+          settledThrough: r.settled_through as Date,
+          lastOccurrenceAt: (r.last_occurrence_at as Date | null) ?? null,
+          lastJobId: (r.last_job_id as string | null) ?? null,
+          lastFiredAt: (r.last_fired_at as Date | null) ?? null,
+          paused: r.paused_at
+            ? { at: r.paused_at as Date, by: r.paused_by as string, reason: (r.pause_reason as string | null) ?? null }
+            : null,
+          createdAt: r.created_at as Date,
+          recent: (r.recent as { at: string; jobId: string | null; firedAt: string; late: boolean; state: string | null }[]).map((o) => ({
+            at: new Date(o.at),
+            jobId: o.jobId,
+            firedAt: new Date(o.firedAt),
+            late: o.late,
+            state: o.state,
+          })),
+        },
+      ]),
+    );
+  }
+
+  private spec(def: ScheduleDefinition, o: Occurrence) {
+    return {
+      type: def.job.type,
+      payload: def.payload(o),
+      idempotencyKey: occurrenceKey(def.name, o),
+      ...(def.maxAttempts !== undefined ? { maxAttempts: def.maxAttempts } : {}),
+    };
+  }
+}

@@ -1,0 +1,126 @@
+// Every statement of the schedules (tables in 0010_schedules.sql), named after what it does, with
+// the reason it is safe beside it. The jobs an occurrence enqueues go through the job store's own
+// insert (JobClient.enqueue: the job and its outbox row), in the same transaction as these.
+
+export const SCHEDULE_SQL = {
+  /**
+   * The rows of the schedules `$1` (names), created at `$2` (the scheduler's clock) when missing:
+   * a schedule first seen now settles everything before now, so a new declaration never catches up
+   * on its past. Rows the INSERT creates are not visible to the rest of its own statement, hence
+   * the UNION with what it returned.
+   */
+  scheduleEnsure: `
+    WITH created AS (
+      INSERT INTO jobs.schedule (name, settled_through)
+      SELECT n, $2::timestamptz FROM unnest($1::text[]) AS n
+      ON CONFLICT (name) DO NOTHING
+      RETURNING name, settled_through
+    )
+    SELECT name, settled_through FROM created
+    UNION ALL
+    SELECT name, settled_through FROM jobs.schedule WHERE name = ANY($1::text[])`,
+
+  /**
+   * A pass over one schedule starts here: its row, locked for the rest of the transaction. SKIP
+   * LOCKED: another task holding it is planning the same occurrences right now, so this one leaves
+   * the schedule to it rather than wait (no row comes back). A task that reads it after the other
+   * committed sees the new settled_through and finds nothing due.
+   */
+  scheduleLock: `
+    SELECT name, settled_through, paused_at FROM jobs.schedule WHERE name = $1 FOR UPDATE SKIP LOCKED`,
+
+  /**
+   * Claim occurrences `$2` of schedule `$1` (with their `$3` late flags). The primary key is the
+   * exactly-once rule: an occurrence another transaction inserted (committed, or committing: the
+   * insert waits for it) comes back as no row, and its job is not enqueued again.
+   */
+  occurrenceClaim: `
+    INSERT INTO jobs.schedule_occurrence (schedule, occurrence_at, late)
+    SELECT $1::text, at, late FROM unnest($2::timestamptz[], $3::boolean[]) AS o(at, late)
+    ON CONFLICT (schedule, occurrence_at) DO NOTHING
+    RETURNING occurrence_at`,
+
+  /** The job each claimed occurrence enqueued, in the same transaction. */
+  occurrenceSetJobs: `
+    UPDATE jobs.schedule_occurrence o SET job_id = x.job_id
+      FROM unnest($2::timestamptz[], $3::uuid[]) AS x(at, job_id)
+     WHERE o.schedule = $1 AND o.occurrence_at = x.at`,
+
+  /**
+   * Everything up to `$2` is settled; `$3`/`$4` the newest occurrence enqueued and its job, when
+   * this pass enqueued one. Never moves settled_through back (a resume may have set it later).
+   * Then the occurrence rows 90 days older than `$2` go: no pass looks before settled_through.
+   */
+  scheduleSettle: `
+    WITH settled AS (
+      UPDATE jobs.schedule
+         SET settled_through = greatest(settled_through, $2::timestamptz),
+             last_occurrence_at = coalesce($3::timestamptz, last_occurrence_at),
+             last_job_id = coalesce($4::uuid, last_job_id),
+             last_fired_at = CASE WHEN $3::timestamptz IS NULL THEN last_fired_at ELSE now() END
+       WHERE name = $1
+      RETURNING name
+    )
+    DELETE FROM jobs.schedule_occurrence
+     WHERE schedule = $1 AND occurrence_at < $2::timestamptz - interval '90 days' AND EXISTS (SELECT 1 FROM settled)`,
+
+  /**
+   * Pause `$1`, recorded as an operator action in the same statement. The row is created when no
+   * scheduler has seen the schedule yet (`$4`: now). An already paused schedule is left as it is
+   * (no row, no action): the first pause's who and why stay.
+   */
+  schedulePause: `
+    WITH paused AS (
+      INSERT INTO jobs.schedule AS s (name, settled_through, paused_at, paused_by, pause_reason)
+      VALUES ($1, $4::timestamptz, now(), $2, $3)
+      ON CONFLICT (name) DO UPDATE SET paused_at = now(), paused_by = $2, pause_reason = $3 WHERE s.paused_at IS NULL
+      RETURNING name, paused_at, paused_by, pause_reason
+    ), recorded AS (
+      INSERT INTO jobs.operator_action (action, by, reason, detail)
+      SELECT 'schedule-pause', $2, $3, jsonb_build_object('schedule', name) FROM paused
+    )
+    SELECT * FROM paused`,
+
+  /**
+   * Resume `$1`, recorded. The occurrences that fell while it was paused are settled (through `$4`,
+   * now): a resume does not enqueue what the pause held back; `jobs schedules trigger` does, on
+   * purpose. A schedule that is not paused is left as it is (no row).
+   */
+  scheduleResume: `
+    WITH before AS (
+      SELECT name, paused_at, paused_by FROM jobs.schedule WHERE name = $1 AND paused_at IS NOT NULL FOR UPDATE
+    ), resumed AS (
+      UPDATE jobs.schedule s
+         SET paused_at = NULL, paused_by = NULL, pause_reason = NULL, settled_through = greatest(s.settled_through, $4::timestamptz)
+        FROM before b WHERE s.name = b.name
+      RETURNING s.name
+    ), recorded AS (
+      INSERT INTO jobs.operator_action (action, by, reason, detail)
+      SELECT 'schedule-resume', $2, $3, jsonb_build_object('schedule', b.name, 'pausedAt', b.paused_at, 'pausedBy', b.paused_by)
+        FROM before b JOIN resumed r ON r.name = b.name
+    )
+    SELECT b.name, b.paused_at, b.paused_by FROM before b JOIN resumed r ON r.name = b.name`,
+
+  /** An operator's trigger of `$1`, recorded with the job it enqueued (`$4`), in the job's transaction. */
+  scheduleTriggerRecord: `
+    INSERT INTO jobs.operator_action (action, by, job_id, reason, detail)
+    VALUES ('schedule-trigger', $2, $4, $3, jsonb_build_object('schedule', $1::text, 'occurrence', $5::text, 'duplicate', $6::boolean))`,
+
+  /**
+   * The state of schedules `$1` and their `$2` newest occurrences, each with its job's state (a
+   * pruned or missing job reads as null). The occurrences come from the primary key, newest first.
+   */
+  scheduleList: `
+    SELECT s.name, s.settled_through, s.last_occurrence_at, s.last_job_id, s.last_fired_at,
+           s.paused_at, s.paused_by, s.pause_reason, s.created_at,
+           coalesce((
+             SELECT json_agg(json_build_object('at', o.occurrence_at, 'jobId', o.job_id, 'firedAt', o.fired_at, 'late', o.late, 'state', j.state)
+                             ORDER BY o.occurrence_at DESC)
+               FROM (SELECT * FROM jobs.schedule_occurrence WHERE schedule = s.name ORDER BY occurrence_at DESC LIMIT $2) o
+               LEFT JOIN jobs.job j ON j.id = o.job_id
+           ), '[]'::json) AS recent
+      FROM jobs.schedule s
+     WHERE s.name = ANY($1::text[])`,
+} as const;
+
+export type ScheduleSqlName = keyof typeof SCHEDULE_SQL;
