@@ -17,6 +17,7 @@ import type { JobTimings } from '../runtime/config/rules.ts';
 import { assertJobTimings } from '../runtime/config/rules.ts';
 import { ensureAppRole } from '../runtime/db/app-role.ts';
 import { migrate } from '../runtime/db/migrate.ts';
+import { DEMO_SCHEDULES_ENV } from '../runtime/handlers/schedules.ts';
 import { createPool } from '../runtime/db/pool.ts';
 import { startDbProxy, type DbProxy } from './db-proxy.ts';
 import { freePort, startEmbeddedPg, withDatabase, type EmbeddedPg } from './embedded-pg.ts';
@@ -51,6 +52,11 @@ export interface LocalStackOptions {
   log?: (line: string) => void;
   /** Extra environment for the API and worker processes. */
   env?: Record<string, string>;
+  /**
+   * Run the demo schedule (a small ledger.post every minute, runtime/handlers/schedules.ts) so the
+   * live view shows one firing: `jobs local` (npm start) only; tests and the chaos run count their own jobs.
+   */
+  demoSchedules?: boolean;
 }
 
 export interface LocalStack {
@@ -150,6 +156,8 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       // The live view's event bus (runtime/live/events.ts): workers NOTIFY, the API LISTENs.
       JOBS_EVENTS: 'notify',
       ...timingEnv(timings),
+      // In the file too, so `jobs schedules` next to the stack lists the demo the services run.
+      ...(opts.demoSchedules ? { [DEMO_SCHEDULES_ENV]: '1' } : {}),
     };
     await writeFile(
       join(dir, 'env'),

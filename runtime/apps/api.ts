@@ -3,6 +3,8 @@
 // job this process committed but could not publish (SQS hiccup, crash between COMMIT and send)
 // is published within seconds (DESIGN 7). On SIGTERM it stops accepting connections, finishes
 // the requests in flight, stops the relay, flushes the publisher and closes the pool, then exits 0.
+// Like every worker task, it runs the schedules (maintenance/scheduler.ts): the database makes each
+// occurrence one job, so schedules fire while any task is up.
 // A bad configuration exits 1 before touching anything.
 
 import { runService } from './entry.ts';
@@ -17,8 +19,11 @@ import { sqsFromEnv } from '../config/sqs.ts';
 import { createPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
+import { checkSchedules, type ScheduleDefinition } from '../handlers/schedule.ts';
+import { defaultSchedules } from '../handlers/schedules.ts';
 import { liveConfigFromEnv, startLive, type LiveConfig } from '../http/live.ts';
-import { announceCancel } from '../live/events.ts';
+import { announceCancel, announceScheduled } from '../live/events.ts';
+import { Scheduler } from '../maintenance/scheduler.ts';
 import type { Job } from '../domain/job.ts';
 import { createLogger, type Logger } from '../observability/log.ts';
 import { SqsQueue } from '../queue/sqs.ts';
@@ -115,7 +120,7 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
 
 /** What the start log warns about the bearer tokens: routes open to anyone, or on-call routes open to every ERP client. */
 export function authWarnings(config: Pick<ApiConfig, 'apiToken' | 'operatorToken'>): string[] {
-  const onCall = '/v1/dead-jobs, /v1/dlq, /v1/poison-messages, /v1/stuck-jobs, /v1/pending-jobs';
+  const onCall = '/v1/dead-jobs, /v1/dlq, /v1/poison-messages, /v1/stuck-jobs, /v1/pending-jobs, /v1/schedules';
   if (!config.apiToken && !config.operatorToken) {
     return [
       `${ENV.apiToken} and ${ENV.apiOperatorToken} are not set: every /v1 route, the on-call ones (${onCall}) included, accepts requests without a bearer token`,
@@ -153,10 +158,16 @@ export interface ApiDeps {
   live?: LiveConfig;
   /** The on-call routes' settings (runtime/http/oncall-routes.ts); default: no DLQ, default stuck thresholds. */
   ops?: OpsConfig;
+  /** The schedules this task runs and on-call sees (runtime/handlers/schedules.ts); default SCHEDULES. */
+  schedules?: readonly ScheduleDefinition[];
 }
 
 export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Promise<RunningApi> {
   const log = deps.log ?? createLogger('jobs-api');
+  const registry = deps.registry ?? defaultRegistry();
+  // A schedule whose type is not registered, or whose payload its type refuses, stops the start.
+  const schedules = deps.schedules ?? defaultSchedules({});
+  checkSchedules(schedules, registry);
   const pool = createPool({
     url: config.databaseUrl,
     max: config.poolSize,
@@ -167,7 +178,6 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
   const queue =
     deps.queue ??
     new SqsQueue({ queueUrl: config.queueUrl, region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}) });
-  const registry = deps.registry ?? defaultRegistry();
   const publisher = new Publisher(pool, queue, log);
   const relay = new OutboxRelay(pool, queue, log, DEFAULT_RELAY);
   const client = new JobClient({
@@ -204,8 +214,22 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
       ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}),
       ...(deps.ops?.dlqUrl ? { dlqUrl: deps.ops.dlqUrl } : {}),
       ...(deps.ops ? { stuck: deps.ops.stuck } : {}),
+      client,
+      schedules,
     }),
   );
+  const scheduler = new Scheduler({
+    pool,
+    client,
+    schedules,
+    log,
+    ...(deps.live?.events
+      ? {
+          onFired: (def, f) =>
+            announceScheduled(pool, { schedule: def.name, occurrence: f.occurrence.label, job: f.job, late: f.late }, 'api', log),
+        }
+      : {}),
+  });
   const server = createApiServer({
     pool,
     client,
@@ -235,6 +259,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
   client.store
     .registerJobTypes(registry, config.defaultMaxAttempts, 'api')
     .catch((err) => log.warn({ err }, 'could not register the job types for jobs.enqueue; those registered before stay'));
+  scheduler.start();
   const port = (server.address() as AddressInfo).port;
   for (const warning of authWarnings(config)) log.warn(warning);
   if (config.databaseTlsWarning) log.warn(config.databaseTlsWarning);
@@ -280,7 +305,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
           server.closeAllConnections();
           await closed;
         }
-        await relay.stop();
+        await Promise.all([relay.stop(), scheduler.stop()]);
         await publisher.flush();
         await pool.end();
         log.info('shut down cleanly');
@@ -292,7 +317,9 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
 
 /** Entry point (`jobs api`, the API image): start, and shut down gracefully on SIGTERM / SIGINT. Resolves once listening. */
 export function runApi(env: Env = process.env): Promise<RunningApi> {
-  return runService('jobs api', () => startApiService(apiConfigFromEnv(env), { live: liveConfigFromEnv(env), ops: opsConfigFromEnv(env) }));
+  return runService('jobs api', () =>
+    startApiService(apiConfigFromEnv(env), { live: liveConfigFromEnv(env), ops: opsConfigFromEnv(env), schedules: defaultSchedules(env) }),
+  );
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {

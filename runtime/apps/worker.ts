@@ -1,6 +1,6 @@
 // The worker service: what ECS runs in the worker image and `jobs worker` runs locally.
 // Reads and checks its configuration, then runs the worker with its maintenance loops (outbox
-// relay, rescuer, reconciler, pruner), CloudWatch metrics and ECS task protection, until SIGTERM: then it drains
+// relay, rescuer, reconciler, pruner, scheduler), CloudWatch metrics and ECS task protection, until SIGTERM: then it drains
 // (DESIGN 10) and exits 0. A bad configuration exits 1 before touching anything.
 
 import { runService } from './entry.ts';
@@ -13,18 +13,22 @@ import { sqsFromEnv } from '../config/sqs.ts';
 import { createPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
-import { workerEventSink } from '../live/events.ts';
+import { checkSchedules, type ScheduleDefinition } from '../handlers/schedule.ts';
+import { defaultSchedules } from '../handlers/schedules.ts';
+import { announceScheduled, eventsEnabled, workerEventSink } from '../live/events.ts';
 import { METRIC } from '../observability/metric-names.ts';
 import { CloudWatchMetrics } from '../observability/cloudwatch.ts';
 import { createLogger } from '../observability/log.ts';
 import type { Metrics } from '../observability/metrics.ts';
 import { withSqsFaults } from '../queue/fault-injection.ts';
 import { createSqsClient, SqsQueue } from '../queue/sqs.ts';
+import { JobClient } from '../store/client.ts';
 import { JobStore } from '../store/job-store.ts';
 import { DEFAULT_RELAY, OutboxRelay, Publisher } from '../store/outbox.ts';
 import { Pruner } from '../maintenance/pruner.ts';
 import { Reconciler, reconcilerTimings } from '../maintenance/reconciler.ts';
 import { Rescuer } from '../maintenance/rescuer.ts';
+import { Scheduler } from '../maintenance/scheduler.ts';
 import { cloudWatchGauge, DEFAULT_STUCK_CHECK_SECONDS, STUCK_ENV, StuckJobReporter, stuckThresholdsFromEnv } from '../oncall/stuck.ts';
 import { TaskProtection } from '../worker/task-protection.ts';
 import { Worker } from '../worker/worker.ts';
@@ -38,6 +42,7 @@ export interface RunningWorker {
 export async function startWorkerService(
   env: Record<string, string | undefined> = process.env,
   registry: JobRegistry = defaultRegistry(),
+  schedules: readonly ScheduleDefinition[] = defaultSchedules(env),
 ): Promise<RunningWorker> {
   const log = createLogger('jobs-worker');
   // Everything from the environment first: a bad value stops the start before any connection.
@@ -52,6 +57,8 @@ export async function startWorkerService(
   const stuckThresholds = stuckThresholdsFromEnv(env);
   const stuckCheckSeconds = intFromEnv(env, STUCK_ENV.checkSeconds, DEFAULT_STUCK_CHECK_SECONDS, 1, 3600);
   const retention = retentionFromEnv(env);
+  // A schedule whose type this worker does not know, or whose payload its type refuses, stops the start.
+  checkSchedules(schedules, registry);
 
   const pool = createPool({
     url: databaseUrl,
@@ -134,6 +141,19 @@ export async function startWorkerService(
 
   // What has ended leaves the tables once its retention is over (runtime/maintenance/pruner.ts).
   const pruner = new Pruner(pool, log, { retention });
+  // Every task runs the schedules; the database makes each occurrence one job (maintenance/scheduler.ts).
+  const scheduler = new Scheduler({
+    pool,
+    client: new JobClient({ pool, registry, publisher, defaultMaxAttempts: timings.maxAttempts }),
+    schedules,
+    log,
+    ...(eventsEnabled(env)
+      ? {
+          onFired: (def, f) =>
+            announceScheduled(pool, { schedule: def.name, occurrence: f.occurrence.label, job: f.job, late: f.late }, workerId, log),
+        }
+      : {}),
+  });
 
   cloudwatch?.start();
   worker.start();
@@ -142,6 +162,7 @@ export async function startWorkerService(
   reconciler.start();
   stuck.start();
   pruner.start();
+  scheduler.start();
   log.info(
     { workerId, queueUrl, region, endpoint, timings, retention, metricsNamespace: namespace ?? null, taskProtection: protection.enabled },
     'worker service started',
@@ -154,7 +175,7 @@ export async function startWorkerService(
       shuttingDown ??= (async () => {
         log.info({ reason, drainSeconds: timings.drainSeconds }, 'shutting down');
         await worker.stop(timings.drainSeconds);
-        await Promise.all([relay.stop(), rescuer.stop(), reconciler.stop(), stuck.stop(), pruner.stop()]);
+        await Promise.all([relay.stop(), rescuer.stop(), reconciler.stop(), stuck.stop(), pruner.stop(), scheduler.stop()]);
         await publisher.flush();
         await protection.release();
         await cloudwatch?.stop();

@@ -41,6 +41,10 @@ On-call (docs/runbooks/README.md):
   jobs stuck [--running-seconds N] [--pending-seconds N] [--limit N] [--json]
   jobs republish (ID… | --type T | --state pending --older-than D) [--by WHO] [--reason R] [--limit N] [--json]
                                               a fresh message for pending jobs whose message is lost (the reconciler does it within minutes)
+  jobs schedules list [--next N] [--last N] [--json]   the schedules declared in code: next and last occurrences, paused or not
+  jobs schedules pause NAME [--by WHO] [--reason R]     no occurrence is enqueued until it is resumed (recorded)
+  jobs schedules resume NAME [--by WHO] [--reason R]    from the next occurrence; those that fell while paused are not enqueued (recorded)
+  jobs schedules trigger NAME [--by WHO] [--reason R]   enqueue one of its jobs now (recorded)
   (T: an ISO 8601 time with an offset, or an age such as 30m, 6h, 2d)
 
 Settings come from the environment (DATABASE_URL, JOBS_QUEUE_URL, …); next to a running
@@ -87,13 +91,18 @@ export async function main(argv: string[]): Promise<number> {
       if (process.env.JOBS_LOCAL_SUPERVISED !== '1') return superviseLocal(argv);
       watchParent();
       const { startLocalStack } = await import('../../dev/stack.ts');
-      const stack = await startLocalStack({ workers, ...(values['api-port'] ? { apiPort: Number(values['api-port']) } : {}) });
+      const stack = await startLocalStack({
+        workers,
+        demoSchedules: true,
+        ...(values['api-port'] ? { apiPort: Number(values['api-port']) } : {}),
+      });
       out('');
       out(`  API          ${stack.apiUrl}   (live view: ${stack.apiUrl}/)`);
       out(`  PostgreSQL   ${stack.env.DATABASE_URL}`);
       out(`  SQS          ${stack.sqs.endpoint}  queue ${stack.sqs.queueName}, DLQ ${stack.sqs.dlqName}`);
       out(`  workers      ${workers} process${workers === 1 ? '' : 'es'}`);
       out(`  settings     .jobs-local/env  (other jobs commands read it)`);
+      out('  schedules    every-minute-demo posts a small ledger batch every minute (jobs schedules list)');
       out('');
       out(`  try: npx tsx bin/jobs.ts enqueue ledger.post --payload '{"batch":"B-1","entries":10}'`);
       out('  Ctrl-C stops everything.');
@@ -159,6 +168,10 @@ export async function main(argv: string[]): Promise<number> {
     case 'stuck':
     case 'republish':
       return (await import('./oncall.ts')).opsCommand(command, rest, await resolveEnv(), out);
+
+    // Schedules (issue 15): list, pause, resume, trigger — runtime/cli/schedules.ts.
+    case 'schedules':
+      return (await import('./schedules.ts')).schedulesCommand(rest, await resolveEnv(), out);
 
     default:
       throw new UsageError(`unknown command "${command}"\n\n${USAGE}`);

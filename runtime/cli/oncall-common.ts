@@ -2,11 +2,13 @@
 // who asked), the on-call services for one command (withOps: a small pool, the publisher and the
 // queues from the environment, closed when the command ends) and the lines for skipped jobs.
 
-import { databaseUrlFromEnv } from '../config/env.ts';
+import { databaseUrlFromEnv, ENV, intFromEnv } from '../config/env.ts';
+import { DEFAULT_JOB_TIMINGS } from '../config/rules.ts';
 import { sqsFromEnvIfSet } from '../config/sqs.ts';
 import { createPool } from '../db/pool.ts';
 import { isJobId, parseIsoTime } from '../domain/ids.ts';
 import { defaultRegistry } from '../handlers/index.ts';
+import { defaultSchedules } from '../handlers/schedules.ts';
 import { silentLogger } from '../observability/log.ts';
 import type { Skipped } from '../oncall/dead-jobs.ts';
 import { createOpsServices, type OpsServices } from '../oncall/services.ts';
@@ -66,6 +68,9 @@ export async function withOps<T>(env: Env, fn: (ops: OpsServices) => Promise<T>)
       ...(sqs?.dlqUrl ? { dlqUrl: sqs.dlqUrl } : {}),
       ...(sqs?.endpoint ? { endpoint: sqs.endpoint } : {}),
       stuck: stuckThresholdsFromEnv(env),
+      // jobs schedules: the schedules the services run with this environment (the local stack's demo included).
+      schedules: defaultSchedules(env),
+      defaultMaxAttempts: intFromEnv(env, ENV.maxAttempts, DEFAULT_JOB_TIMINGS.maxAttempts, 1, 100),
     });
     const result = await fn(ops);
     await publisher.flush();

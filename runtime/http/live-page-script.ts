@@ -221,7 +221,7 @@ export const LIVE_PAGE_SCRIPT = String.raw`
 
   // ---------------------------------------------------------------- events
   var LABELS = { 'lease-renewed': 'lease renewed', 'lease-lost': 'lease lost', 'duplicate-ignored': 'duplicate ignored',
-    'dead-lettered': 'dead-lettered', 'poison-dead-lettered': 'poison → DLQ', 'worker-up': 'worker up', 'worker-down': 'worker down', cancelled: 'cancelled' };
+    'dead-lettered': 'dead-lettered', 'poison-dead-lettered': 'poison → DLQ', 'worker-up': 'worker up', 'worker-down': 'worker down', cancelled: 'cancelled', scheduled: 'scheduled' };
   // One heartbeat renews every lease a worker holds at once: show it as one line per worker.
   function groupRenewals(list) {
     var out = [], byWorker = {};

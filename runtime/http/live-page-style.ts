@@ -64,7 +64,7 @@ export const LIVE_PAGE_STYLE = `
   .k-claimed { color: var(--running); } .k-reclaimed { color: #6941c6; } .k-lease-renewed { color: #98a0b0; font-weight: 400 !important; }
   .k-lease-lost { color: #c4320a; } .k-duplicate-ignored { color: #b54708; } .k-succeeded { color: var(--succeeded); }
   .k-retried { color: #b54708; } .k-dead-lettered, .k-poison-dead-lettered { color: var(--dead); } .k-released { color: #0e7490; }
-  .k-worker-up, .k-worker-down { color: var(--muted); } .k-cancelled { color: var(--cancelled); }
+  .k-worker-up, .k-worker-down { color: var(--muted); } .k-cancelled { color: var(--cancelled); } .k-scheduled { color: #0e7490; }
   #feed li.fault { background: var(--fault-bg); } #feed li.fault .k { color: var(--fault); }
   .controls { display: grid; grid-template-columns: 1fr 1fr; gap: 8px; }
   button { font: inherit; font-size: 13px; padding: 6px 10px; border-radius: 6px; border: 1px solid #c9ced8; background: #fff; color: var(--ink); cursor: pointer; text-align: left; }

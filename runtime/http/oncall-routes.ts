@@ -14,6 +14,7 @@
 //   GET  /v1/poison-messages?reason=&since=&includeResolved=&limit=&cursor=
 //   GET  /v1/stuck-jobs?limit=
 //   POST /v1/pending-jobs/republish          { ids? | type? | olderThanSeconds?, by?, reason?, limit? }   fresh messages for pending jobs
+//   GET|POST /v1/schedules/…                 the schedules: list, pause, resume, trigger (schedule-routes.ts)
 //
 // The route table below declares each route's query and body schema; the kernel (kernel.ts)
 // matches, answers 405 and checks input before a service runs. Errors keep the API's shape `{ error: { code, message, field? } }`; a service's ValidationError
@@ -49,8 +50,9 @@ import { listPoisonMessages, type PoisonReason } from '../store/poison.ts';
 import type { OpsServices } from '../oncall/services.ts';
 import { findStuckJobs } from '../oncall/stuck.ts';
 import { DlqRoutes } from './dlq-routes.ts';
+import { ScheduleRoutes } from './schedule-routes.ts';
 
-const PREFIXES = ['/v1/dead-jobs', '/v1/dlq', '/v1/poison-messages', '/v1/stuck-jobs', '/v1/pending-jobs'];
+const PREFIXES = ['/v1/dead-jobs', '/v1/dlq', '/v1/poison-messages', '/v1/stuck-jobs', '/v1/pending-jobs', '/v1/schedules'];
 
 type OpsReply = Reply;
 
@@ -159,6 +161,7 @@ export class OpsRoutes {
 
   constructor(private readonly ops: OpsServices) {
     const dlq = new DlqRoutes(ops, (req, by) => this.who(req, by));
+    const schedules = new ScheduleRoutes(ops, (req, by) => this.who(req, by));
     // A literal segment comes before :id, so /v1/dead-jobs/redrive is never read as an id.
     const routes: Route[] = [
       route({
@@ -231,6 +234,7 @@ export class OpsRoutes {
         body: Republish,
         handle: (c) => this.republish(c),
       }),
+      ...schedules.routes,
     ];
     this.table = {
       routes,
@@ -238,7 +242,7 @@ export class OpsRoutes {
         new HttpError(
           404,
           'not_found',
-          `no route ${method} ${path.slice(0, 200)}; see the on-call routes in runtime/http/oncall-routes.ts (/v1/dead-jobs, /v1/dlq/messages, /v1/poison-messages, /v1/stuck-jobs, /v1/pending-jobs/republish)`,
+          `no route ${method} ${path.slice(0, 200)}; see the on-call routes in runtime/http/oncall-routes.ts (/v1/dead-jobs, /v1/dlq/messages, /v1/poison-messages, /v1/stuck-jobs, /v1/pending-jobs/republish, /v1/schedules)`,
         ),
     };
   }

@@ -49,15 +49,18 @@ export type FaultKind =
  * `worker-alive` (every few seconds, with `running` jobs) and `worker-down` tell the page which
  * workers exist even when idle, and a silent one (killed, paused) stands out; `fault` is an
  * injected fault, with `fault` naming it; `cancelled` is a cancel by the API or `jobs cancel`,
- * with `by` naming who asked (the job row's cancelled_by).
+ * with `by` naming who asked (the job row's cancelled_by); `scheduled` is a schedule's occurrence
+ * enqueued by the task that emits it, with `schedule` naming it.
  */
 export interface LiveEvent extends Omit<WorkerEvent, 'kind'> {
-  kind: WorkerEventKind | 'worker-up' | 'worker-alive' | 'worker-down' | 'fault' | 'cancelled';
+  kind: WorkerEventKind | 'worker-up' | 'worker-alive' | 'worker-down' | 'fault' | 'cancelled' | 'scheduled';
   /** Who emitted it: a worker id, `faults` for the fault injector, `api` or `cli` for a cancel. */
   workerId: string;
   fault?: FaultKind;
   /** cancelled: who asked, as recorded on the job. */
   by?: string;
+  /** scheduled: the schedule whose occurrence this is. */
+  schedule?: string;
   /** worker-alive: jobs the worker holds. */
   running?: number;
   /** worker-up: the worker's process id (the local stack's fault controls act on it). */
@@ -244,5 +247,31 @@ export async function announceCancel(
     await pool.query(LIVE_SQL.notify, [LIVE_CHANNEL, packEvents([toLiveEvent(event)])]);
   } catch (err) {
     log?.debug({ err, jobId: job.id }, 'live event for a cancel not sent');
+  }
+}
+
+/**
+ * Tell the live view that a task enqueued a schedule's occurrence (the scheduler's onFired, when
+ * the event bus is on): one NOTIFY after the pass committed. Best effort, never thrown.
+ */
+export async function announceScheduled(
+  pool: Pick<pg.Pool, 'query'>,
+  fired: { schedule: string; occurrence: string; job: Pick<Job, 'id' | 'type'>; late: boolean },
+  from: string,
+  log?: Logger,
+): Promise<void> {
+  const event: LiveEvent = {
+    kind: 'scheduled',
+    workerId: from,
+    jobId: fired.job.id,
+    type: fired.job.type,
+    at: new Date().toISOString(),
+    schedule: fired.schedule,
+    detail: `${fired.schedule} ${fired.occurrence}${fired.late ? ' (late: caught up)' : ''}`,
+  };
+  try {
+    await pool.query(LIVE_SQL.notify, [LIVE_CHANNEL, packEvents([toLiveEvent(event)])]);
+  } catch (err) {
+    log?.debug({ err, jobId: fired.job.id }, 'live event for a scheduled job not sent');
   }
 }

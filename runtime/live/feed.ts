@@ -86,8 +86,9 @@ export class LiveFeed {
     const added: FeedEvent[] = [];
     for (const e of events) {
       if (!e || typeof e !== 'object' || typeof e.kind !== 'string' || typeof e.workerId !== 'string') continue;
-      // Faults and cancels come from the injector, the API or the CLI: no worker to track.
-      if (e.kind !== 'fault' && e.kind !== 'cancelled') {
+      // Faults and cancels come from the injector, the API or the CLI, a scheduled job from any
+      // task (the API's too): no worker to track.
+      if (e.kind !== 'fault' && e.kind !== 'cancelled' && e.kind !== 'scheduled') {
         const w = this.workers.get(e.workerId) ?? { lastSeen: now, down: false };
         w.lastSeen = now;
         w.down = e.kind === 'worker-down';

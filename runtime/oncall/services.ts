@@ -3,15 +3,20 @@
 // routes and commands answer that it is not configured; everything else works from the database.
 
 import type pg from 'pg';
+import { DEFAULT_JOB_TIMINGS } from '../config/rules.ts';
 import { dlqUrlFromEnv } from '../config/sqs.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
+import type { ScheduleDefinition } from '../handlers/schedule.ts';
+import { SCHEDULES } from '../handlers/schedules.ts';
 import type { Logger } from '../observability/log.ts';
 import { createSqsClient } from '../queue/sqs.ts';
 import type { JobQueue } from '../queue/types.ts';
+import { JobClient } from '../store/client.ts';
 import type { Publisher } from '../store/outbox.ts';
 import { DeadJobService } from './dead-jobs.ts';
 import { DeadLetterService, SqsDeadLetterQueue } from './dlq.ts';
 import { RepublishService } from './republish.ts';
+import { ScheduleService } from './schedules.ts';
 import { DEFAULT_STUCK_THRESHOLDS, stuckThresholdsFromEnv, type StuckThresholds } from './stuck.ts';
 
 export interface OpsServices {
@@ -23,6 +28,8 @@ export interface OpsServices {
   /** Null when this process was given no DLQ URL. */
   deadLetters: DeadLetterService | null;
   stuck: StuckThresholds;
+  /** The declared schedules: list, pause, resume, trigger (jobs schedules). */
+  schedules: ScheduleService;
 }
 
 export interface OpsServicesOptions {
@@ -38,6 +45,12 @@ export interface OpsServicesOptions {
   /** A local SQS endpoint (no StartMessageMoveTask there). */
   endpoint?: string;
   stuck?: StuckThresholds;
+  /** The schedules this build declares; default SCHEDULES (handlers/schedules.ts). */
+  schedules?: readonly ScheduleDefinition[];
+  /** Enqueues a triggered schedule's job; default a client on this pool, registry and publisher. */
+  client?: JobClient;
+  /** The attempt cap for a triggered job whose type and schedule set none (JOBS_MAX_ATTEMPTS); default the platform's. */
+  defaultMaxAttempts?: number;
 }
 
 export function createOpsServices(o: OpsServicesOptions): OpsServices {
@@ -58,6 +71,17 @@ export function createOpsServices(o: OpsServicesOptions): OpsServices {
     republish: new RepublishService(o.pool, o.publisher),
     deadLetters,
     stuck: o.stuck ?? DEFAULT_STUCK_THRESHOLDS,
+    schedules: new ScheduleService(
+      o.pool,
+      o.client ??
+        new JobClient({
+          pool: o.pool,
+          registry: o.registry,
+          publisher: o.publisher,
+          defaultMaxAttempts: o.defaultMaxAttempts ?? DEFAULT_JOB_TIMINGS.maxAttempts,
+        }),
+      o.schedules ?? SCHEDULES,
+    ),
   };
 }
 

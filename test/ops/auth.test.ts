@@ -34,6 +34,9 @@ const ON_CALL: [method: string, path: string, json?: unknown][] = [
   ['GET', '/v1/poison-messages'],
   ['GET', '/v1/stuck-jobs'],
   ['POST', '/v1/pending-jobs/republish', { ids: [NOBODY], by: 'pat' }],
+  ['GET', '/v1/schedules'],
+  ['POST', '/v1/schedules/no-such-schedule/pause', { by: 'pat' }],
+  ['POST', '/v1/schedules/no-such-schedule/trigger', { by: 'pat' }],
 ];
 /** The job routes the ERP clients use. */
 const JOBS: [method: string, path: string, json?: unknown][] = [
@@ -288,7 +291,7 @@ describe('configuration and the start warning', () => {
       const warnings = lines.filter((l) => l.level === 40).map((l) => l.msg as string);
       expect(warnings).toContainEqual(
         expect.stringMatching(
-          /^API_OPERATOR_TOKEN is not set: the on-call routes \(\/v1\/dead-jobs, \/v1\/dlq, \/v1\/poison-messages, \/v1\/stuck-jobs, \/v1\/pending-jobs\) share the ERP clients' API_TOKEN/,
+          /^API_OPERATOR_TOKEN is not set: the on-call routes \(\/v1\/dead-jobs, \/v1\/dlq, \/v1\/poison-messages, \/v1\/stuck-jobs, \/v1\/pending-jobs, \/v1\/schedules\) share the ERP clients' API_TOKEN/,
         ),
       );
       expect(lines.find((l) => l.msg === 'api service started')).toMatchObject({ auth: true, operatorAuth: false });

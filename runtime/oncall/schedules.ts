@@ -1,0 +1,114 @@
+// On-call's view of the schedules (`jobs schedules list|pause|resume|trigger`, the same under
+// /v1/schedules): each declared schedule with its next occurrences and its last ones (with their
+// jobs' states), paused or not and by whom; pause and resume, which hold across every task and
+// restart because the scheduler reads them from the database; and trigger, one job now. Each
+// change is recorded in jobs.operator_action in the transaction that makes it.
+
+import type pg from 'pg';
+import { ValidationError } from '../domain/errors.ts';
+import { nextOccurrences, occurrence, type ScheduleDefinition } from '../handlers/schedule.ts';
+import type { JobClient } from '../store/client.ts';
+import { ScheduleStore } from '../store/schedules.ts';
+import type { Job } from '../domain/job.ts';
+import { operatorName } from './db.ts';
+
+/** A schedule as on-call sees it. */
+export interface ScheduleView {
+  name: string;
+  description: string | null;
+  cron: string;
+  timeZone: string;
+  type: string;
+  missed: ScheduleDefinition['missed'];
+  paused: { at: string; by: string; reason: string | null } | null;
+  /** The next occurrences by the cron expression (while paused they will not run). */
+  next: { at: string; label: string }[];
+  /** The newest occurrences enqueued, newest first. */
+  last: { at: string; label: string; jobId: string | null; state: string | null; late: boolean; firedAt: string }[];
+  /** Occurrences up to here are settled (enqueued, missed by policy, or before the schedule was first seen or resumed). */
+  settledThrough: string | null;
+}
+
+export class ScheduleService {
+  private readonly store: ScheduleStore;
+  private readonly byName: Map<string, ScheduleDefinition>;
+
+  constructor(
+    pool: pg.Pool,
+    client: JobClient,
+    readonly schedules: readonly ScheduleDefinition[],
+    private readonly clock: () => Date = () => new Date(),
+  ) {
+    this.store = new ScheduleStore(pool, client);
+    this.byName = new Map(schedules.map((s) => [s.name, s]));
+  }
+
+  /** The declaration of `name`, or a ValidationError listing the known ones. */
+  definition(name: string): ScheduleDefinition {
+    const def = this.byName.get(name);
+    if (!def) {
+      const known = [...this.byName.keys()].sort();
+      throw new ValidationError(
+        'name',
+        `no schedule "${name}" in this build; known schedules: ${known.length ? known.join(', ') : '(none)'}`,
+      );
+    }
+    return def;
+  }
+
+  async list(opts: { next?: number; last?: number } = {}): Promise<ScheduleView[]> {
+    const now = this.clock();
+    const states = await this.store.states(
+      this.schedules.map((s) => s.name),
+      opts.last ?? 3,
+    );
+    return this.schedules.map((def) => {
+      const st = states.get(def.name);
+      return {
+        name: def.name,
+        description: def.description ?? null,
+        cron: def.cron,
+        timeZone: def.timeZone,
+        type: def.job.type,
+        missed: def.missed,
+        paused: st?.paused ? { at: st.paused.at.toISOString(), by: st.paused.by, reason: st.paused.reason } : null,
+        next: nextOccurrences(def, now, opts.next ?? 3).map((at) => ({ at: at.toISOString(), label: occurrence(def, at).label })),
+        last: (st?.recent ?? []).map((o) => ({
+          at: o.at.toISOString(),
+          label: occurrence(def, o.at).label,
+          jobId: o.jobId,
+          state: o.state,
+          late: o.late,
+          firedAt: o.firedAt.toISOString(),
+        })),
+        settledThrough: st?.settledThrough.toISOString() ?? null,
+      };
+    });
+  }
+
+  /** Pause `name`: no occurrence is enqueued until it is resumed. `changed: false` when it already was. */
+  async pause(name: string, by: string, reason: string | null): Promise<{ changed: boolean; schedule: ScheduleView }> {
+    this.definition(name);
+    const r = await this.store.pause(name, operatorName(by), reason, this.clock());
+    return { changed: r !== null, schedule: await this.one(name) };
+  }
+
+  /** Resume `name` from its next occurrence; those that fell while it was paused are not enqueued. `changed: false` when it was not paused. */
+  async resume(name: string, by: string, reason: string | null): Promise<{ changed: boolean; schedule: ScheduleView }> {
+    this.definition(name);
+    const r = await this.store.resume(name, operatorName(by), reason, this.clock());
+    return { changed: r !== null, schedule: await this.one(name) };
+  }
+
+  /** Enqueue one job of `name` now (key `schedule:<name>:manual:<instant>`), published after the COMMIT. */
+  async trigger(name: string, by: string, reason: string | null): Promise<{ job: Job; duplicate: boolean; key: string }> {
+    const def = this.definition(name);
+    const t = await this.store.trigger(def, this.clock(), operatorName(by), reason);
+    await t.afterCommit();
+    return { job: t.result.job, duplicate: t.result.duplicate, key: t.result.job.idempotencyKey ?? '' };
+  }
+
+  private async one(name: string): Promise<ScheduleView> {
+    return (await this.list()).find((s) => s.name === name)!;
+  }
+}

@@ -1,0 +1,327 @@
+// Schedules against a real PostgreSQL, with the scheduler's clock injected: no test waits for a
+// minute to pass. Each occurrence is enqueued once however many schedulers race (with and
+// without the schedule's row lock), missed occurrences follow each policy after a platform was
+// down, daylight-saving changes in Europe/Berlin fire the skipped and the repeated hour once,
+// pause and resume hold across scheduler instances, and a broken declaration stops the start.
+import pino from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { withTransaction } from '../../runtime/db/transaction.ts';
+import { ConfigError } from '../../runtime/config/rules.ts';
+import { ledgerPost } from '../../runtime/handlers/ledger-post.ts';
+import { JobRegistry } from '../../runtime/handlers/registry.ts';
+import { checkSchedules, defineSchedule, occurrence, type MissedPolicy, type ScheduleDefinition } from '../../runtime/handlers/schedule.ts';
+import { monthEndClose } from '../../runtime/handlers/schedules.ts';
+import { Scheduler } from '../../runtime/maintenance/scheduler.ts';
+import { silentLogger } from '../../runtime/observability/log.ts';
+import { ScheduleService } from '../../runtime/oncall/schedules.ts';
+import { JobClient } from '../../runtime/store/client.ts';
+import { Publisher } from '../../runtime/store/outbox.ts';
+import { ScheduleStore } from '../../runtime/store/schedules.ts';
+import { createPlatform, type Platform } from '../support/platform.ts';
+
+let p: Platform;
+beforeAll(async () => {
+  p = await createPlatform();
+});
+afterAll(async () => {
+  await p.close();
+});
+
+/** A ledger.post schedule (the batch names the occurrence). */
+const schedule = (name: string, cron: string, missed: MissedPolicy, timeZone = 'Europe/Berlin') =>
+  defineSchedule({ name, cron, timeZone, job: ledgerPost, payload: (o) => ({ batch: `${name}@${o.label}`, entries: 1 }), missed });
+
+/** A clock the test moves. */
+function testClock(start: string) {
+  let now = new Date(start);
+  return { now: () => now, set: (iso: string) => void (now = new Date(iso)) };
+}
+
+/** A scheduler with its own pool and client: one "task". */
+function task(defs: readonly ScheduleDefinition[], clock: () => Date, log = silentLogger) {
+  const pool = p.db.newPool(3);
+  const client = new JobClient({
+    pool,
+    registry: p.registry,
+    publisher: new Publisher(pool, p.queue, silentLogger),
+    defaultMaxAttempts: 3,
+  });
+  return new Scheduler({ pool, client, schedules: defs, log, clock });
+}
+
+/** The jobs of schedule `name`, oldest first: their keys without the `schedule:<name>:` prefix. */
+async function occurrencesOf(name: string): Promise<string[]> {
+  const { rows } = await p.db.pool.query<{ key: string }>(
+    'SELECT idempotency_key AS key FROM jobs.job WHERE idempotency_key LIKE $1 ORDER BY id',
+    [`schedule:${name}:%`],
+  );
+  return rows.map((r) => r.key.slice(`schedule:${name}:`.length));
+}
+
+describe('exactly once', () => {
+  it('5 schedulers racing over 10 occurrences enqueue each once; the message is published after COMMIT', async () => {
+    const def = schedule('race', '*/5 * * * *', 'latest', 'UTC');
+    const clock = testClock('2026-06-01T00:00:30Z');
+    const tasks = Array.from({ length: 5 }, () => task([def], clock.now));
+    await Promise.all(tasks.map((t) => t.runOnce()));
+    const firedPerRound: number[] = [];
+    for (let round = 1; round <= 10; round++) {
+      clock.set(new Date(Date.UTC(2026, 5, 1, 0, 5 * round, 0, 300)).toISOString());
+      const passes = await Promise.all(tasks.map((t) => t.runOnce()));
+      firedPerRound.push(passes.reduce((n, r) => n + r.fired.length, 0));
+      // The ones that found the row locked look again: the occurrence is settled by then.
+      const again = await Promise.all(tasks.map((t) => t.runOnce()));
+      firedPerRound[round - 1]! += again.reduce((n, r) => n + r.fired.length, 0);
+    }
+    expect(firedPerRound).toEqual(Array(10).fill(1));
+    expect(await occurrencesOf('race')).toEqual(
+      Array.from({ length: 10 }, (_, i) => `2026-06-01T00:${String(5 * (i + 1)).padStart(2, '0')}:00+00:00`),
+    );
+    const { rows } = await p.db.pool.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM jobs.outbox o JOIN jobs.job j ON j.id = o.job_id WHERE j.idempotency_key LIKE 'schedule:race:%'",
+    );
+    expect(rows[0]!.n).toBe(0); // every job's message was sent after its COMMIT
+    const sent = p.queue.peek().map((m) => JSON.parse(m.body).jobId as string);
+    const ids = (await p.db.pool.query<{ id: string }>("SELECT id FROM jobs.job WHERE idempotency_key LIKE 'schedule:race:%'")).rows;
+    expect(ids.every((j) => sent.includes(j.id))).toBe(true);
+  });
+
+  it('without the row lock, 5 transactions claiming the same occurrence at once enqueue one job (the occurrence table alone)', async () => {
+    const def = schedule('claim-race', '0 6 * * *', 'all');
+    const store = (pool = p.db.newPool(2)) =>
+      new ScheduleStore(pool, new JobClient({ pool, registry: p.registry, publisher: p.publisher, defaultMaxAttempts: 3 }));
+    await store(p.db.pool).ensure([def.name], new Date('2026-06-01T00:00:00Z'));
+    const at = new Date('2026-06-01T04:00:00Z');
+    const results = await Promise.all(
+      Array.from({ length: 5 }, async () => {
+        const pool = p.db.newPool(2);
+        const s = store(pool);
+        return withTransaction(pool, async (tx) => {
+          const r = await s.fire(tx, def, [{ at, late: false }]);
+          // Hold the transaction open so that all five overlap.
+          await new Promise((res) => setTimeout(res, 100));
+          return r.fired.length;
+        });
+      }),
+    );
+    expect(results.sort()).toEqual([0, 0, 0, 0, 1]);
+    expect(await occurrencesOf('claim-race')).toEqual(['2026-06-01T06:00:00+02:00']);
+    // And never again, even once its job has ended and its idempotency key is free: a later claim
+    // of it (a scheduler with a stale view) enqueues nothing.
+    const { rows } = await p.db.pool.query<{ id: string }>("SELECT id FROM jobs.job WHERE idempotency_key LIKE 'schedule:claim-race:%'");
+    await p.store.cancel(rows[0]!.id, 'test');
+    const late = await withTransaction(p.db.pool, (tx) => store(p.db.pool).fire(tx, def, [{ at, late: true }]));
+    expect(late.fired).toEqual([]);
+    expect(await occurrencesOf('claim-race')).toEqual(['2026-06-01T06:00:00+02:00']);
+  });
+});
+
+describe('missed occurrences: the platform down over three of them', () => {
+  it('latest enqueues the newest, all each in order (late), skip none; the next one runs as usual', async () => {
+    const defs = (['latest', 'all', 'skip'] as const).map((m) => schedule(`down-${m}`, '0 * * * *', m));
+    const clock = testClock('2026-06-01T09:59:50Z');
+    const before = task(defs, clock.now);
+    await before.runOnce();
+    clock.set('2026-06-01T10:00:02Z');
+    expect((await before.runOnce()).fired.map((f) => f.late)).toEqual([false, false, false]);
+    await before.stop(); // every task is down from here: 11:00, 12:00 and 13:00 pass unseen
+
+    clock.set('2026-06-01T13:20:00Z');
+    const lines: { level: number; msg: string }[] = [];
+    const log = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
+    const after = task(defs, clock.now, log); // a task that starts afresh: nothing in memory
+    const pass = await after.runOnce();
+    expect(pass.fired.map((f) => [f.schedule, f.occurrence, f.late])).toEqual([
+      ['down-latest', '2026-06-01T15:00:00+02:00', true],
+      ['down-all', '2026-06-01T13:00:00+02:00', true],
+      ['down-all', '2026-06-01T14:00:00+02:00', true],
+      ['down-all', '2026-06-01T15:00:00+02:00', true],
+    ]);
+    expect(lines.filter((l) => l.level === 40).map((l) => l.msg)).toEqual([
+      'schedule down-latest: 2 missed occurrence(s) not run (missed: latest)',
+      'schedule down-skip: 3 missed occurrence(s) not run (missed: skip)',
+    ]);
+
+    clock.set('2026-06-01T14:00:03Z'); // 3 s late: on time, for skip too
+    await after.runOnce();
+    expect(await occurrencesOf('down-latest')).toEqual([
+      '2026-06-01T12:00:00+02:00',
+      '2026-06-01T15:00:00+02:00',
+      '2026-06-01T16:00:00+02:00',
+    ]);
+    expect(await occurrencesOf('down-all')).toEqual([
+      '2026-06-01T12:00:00+02:00',
+      '2026-06-01T13:00:00+02:00',
+      '2026-06-01T14:00:00+02:00',
+      '2026-06-01T15:00:00+02:00',
+      '2026-06-01T16:00:00+02:00',
+    ]);
+    expect(await occurrencesOf('down-skip')).toEqual(['2026-06-01T12:00:00+02:00', '2026-06-01T16:00:00+02:00']);
+    const { rows } = await p.db.pool.query(
+      "SELECT to_char(occurrence_at AT TIME ZONE 'UTC', 'HH24:MI') AS at, late FROM jobs.schedule_occurrence WHERE schedule = 'down-all' ORDER BY 1",
+    );
+    expect(rows).toEqual([
+      { at: '10:00', late: false },
+      { at: '11:00', late: true },
+      { at: '12:00', late: true },
+      { at: '13:00', late: true },
+      { at: '14:00', late: false },
+    ]);
+  });
+
+  it('all catches up at most the latest 100 and says the older ones were not run', async () => {
+    const def = schedule('down-long', '* * * * *', 'all', 'UTC');
+    const clock = testClock('2026-06-02T00:00:30Z');
+    await task([def], clock.now).runOnce();
+    clock.set('2026-06-02T02:30:10Z'); // 150 occurrences missed
+    const lines: { level: number; msg: string }[] = [];
+    const log = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
+    const pass = await task([def], clock.now, log).runOnce();
+    expect(pass.fired).toHaveLength(100);
+    const keys = await occurrencesOf('down-long');
+    expect([keys.length, keys[0], keys.at(-1)]).toEqual([100, '2026-06-02T00:51:00+00:00', '2026-06-02T02:30:00+00:00']);
+    expect(lines.find((l) => l.level === 40)?.msg).toBe(
+      'schedule down-long: more than 1 missed occurrences were not run (missed: all; at most the latest 100 are caught up)',
+    );
+  });
+});
+
+describe('daylight saving in Europe/Berlin', () => {
+  /** Step the clock every 5 minutes from `from` to `to`, one pass each. */
+  async function walk(defs: readonly ScheduleDefinition[], from: string, to: string) {
+    const clock = testClock(from);
+    const t = task(defs, clock.now);
+    for (let ms = Date.parse(from); ms <= Date.parse(to); ms += 5 * 60_000) {
+      clock.set(new Date(ms).toISOString());
+      await t.runOnce();
+    }
+  }
+
+  it('spring forward: 02:30 does not exist on 29 March; that day runs once, at 03:00 CEST', async () => {
+    await walk([schedule('dst-spring', '30 2 * * *', 'all')], '2026-03-28T12:00:00Z', '2026-03-30T12:00:00Z');
+    expect(await occurrencesOf('dst-spring')).toEqual(['2026-03-29T03:00:00+02:00', '2026-03-30T02:30:00+02:00']);
+  });
+
+  it('fall back: 02:30 happens twice on 25 October; it runs once, at the first (CEST)', async () => {
+    await walk([schedule('dst-fall', '30 2 * * *', 'all')], '2026-10-24T12:00:00Z', '2026-10-26T12:00:00Z');
+    expect(await occurrencesOf('dst-fall')).toEqual(['2026-10-25T02:30:00+02:00', '2026-10-26T02:30:00+01:00']);
+  });
+
+  it('an every-30-minutes schedule runs through the repeated hour, each instant once, the offset telling them apart', async () => {
+    await walk([schedule('dst-interval', '*/30 * * * *', 'all')], '2026-10-24T23:50:00Z', '2026-10-25T02:10:00Z');
+    expect(await occurrencesOf('dst-interval')).toEqual([
+      '2026-10-25T02:00:00+02:00',
+      '2026-10-25T02:30:00+02:00',
+      '2026-10-25T02:00:00+01:00',
+      '2026-10-25T02:30:00+01:00',
+      '2026-10-25T03:00:00+01:00',
+    ]);
+  });
+});
+
+describe('the payload and the key from the occurrence', () => {
+  it('the month-end close of December costs November, keyed by the occurrence', async () => {
+    const clock = testClock('2026-11-30T22:00:00Z');
+    const t = task([monthEndClose], clock.now);
+    await t.runOnce();
+    clock.set('2026-12-01T01:00:04Z'); // 02:00:04 in Berlin
+    const pass = await t.runOnce();
+    expect(pass.fired).toHaveLength(1);
+    const job = await p.store.get(pass.fired[0]!.jobId);
+    expect(job).toMatchObject({
+      type: 'inventory.cost',
+      idempotencyKey: 'schedule:month-end-close:2026-12-01T02:00:00+01:00',
+      payload: expect.objectContaining({ store: 'S01', period: '2026-11' }),
+    });
+    const o = occurrence({ timeZone: 'Europe/Berlin' }, new Date('2027-01-01T01:00:00Z'));
+    expect([o.label, o.month(-1), o.day(-1)]).toEqual(['2027-01-01T02:00:00+01:00', '2026-12', '2026-12-31']);
+  });
+});
+
+describe('pause, resume and trigger', () => {
+  it('hold across scheduler instances; a resume does not enqueue what fell while paused; each is an operator action', async () => {
+    const def = schedule('pausable', '0 * * * *', 'all');
+    const clock = testClock('2026-06-03T07:59:00Z');
+    const svc = new ScheduleService(p.db.pool, p.client, [def], clock.now);
+    const a = task([def], clock.now);
+    await a.runOnce();
+    expect(await svc.pause('pausable', 'alice (cli)', 'period closed')).toMatchObject({ changed: true });
+    expect(await svc.pause('pausable', 'bob (cli)', null)).toMatchObject({
+      changed: false,
+      schedule: { paused: { by: 'alice (cli)', reason: 'period closed' } },
+    });
+    clock.set('2026-06-03T08:00:05Z');
+    expect((await a.runOnce()).fired).toEqual([]);
+    clock.set('2026-06-03T09:00:05Z');
+    expect((await task([def], clock.now).runOnce()).fired).toEqual([]); // another task, the same answer
+
+    clock.set('2026-06-03T09:30:00Z');
+    expect(await svc.resume('pausable', 'alice (cli)', 'reopened')).toMatchObject({ changed: true, schedule: { paused: null } });
+    expect(await svc.resume('pausable', 'alice (cli)', null)).toMatchObject({ changed: false });
+    clock.set('2026-06-03T10:00:05Z');
+    await a.runOnce();
+    expect(await occurrencesOf('pausable')).toEqual(['2026-06-03T12:00:00+02:00']); // not 10:00 or 11:00, despite missed: all
+
+    const t = await svc.trigger('pausable', 'carol (api, 127.0.0.1)', 'rerun after the fix');
+    expect(t).toMatchObject({ duplicate: false, key: 'schedule:pausable:manual:2026-06-03T10:00:05.000Z' });
+    const { rows } = await p.db.pool.query(
+      "SELECT action, by, reason, job_id, detail->>'schedule' AS schedule FROM jobs.operator_action WHERE detail->>'schedule' = 'pausable' ORDER BY id",
+    );
+    expect(rows).toEqual([
+      { action: 'schedule-pause', by: 'alice (cli)', reason: 'period closed', job_id: null, schedule: 'pausable' },
+      { action: 'schedule-resume', by: 'alice (cli)', reason: 'reopened', job_id: null, schedule: 'pausable' },
+      { action: 'schedule-trigger', by: 'carol (api, 127.0.0.1)', reason: 'rerun after the fix', job_id: t.job.id, schedule: 'pausable' },
+    ]);
+    const [view] = await svc.list();
+    expect(view).toMatchObject({
+      name: 'pausable',
+      paused: null,
+      next: [{ label: '2026-06-03T13:00:00+02:00' }, { label: '2026-06-03T14:00:00+02:00' }, { label: '2026-06-03T15:00:00+02:00' }],
+      last: [{ label: '2026-06-03T12:00:00+02:00', state: 'pending', late: false }],
+    });
+  });
+});
+
+describe('declarations', () => {
+  it('a bad name, cron expression, time zone or policy stops at the declaration, naming the schedule and the rule', () => {
+    const base = {
+      job: ledgerPost,
+      payload: () => ({ batch: 'b', entries: 1 }),
+      missed: 'latest' as const,
+      timeZone: 'UTC',
+      cron: '0 * * * *',
+    };
+    expect(() => defineSchedule({ ...base, name: 'Month End' })).toThrow(/schedule "Month End": name must be lower-case words/);
+    expect(() => defineSchedule({ ...base, name: 'x', cron: '61 * * * *' })).toThrow(
+      /schedule "x": cron = "61 \* \* \* \*" is not a cron expression: .*minute/,
+    );
+    expect(() => defineSchedule({ ...base, name: 'x', timeZone: 'Mars/Olympus' })).toThrow(
+      /schedule "x": timeZone = "Mars\/Olympus" is not an IANA time zone/,
+    );
+    expect(() => defineSchedule({ ...base, name: 'x', missed: 'sometimes' as never })).toThrow(
+      /missed = "sometimes" must be latest, all or skip/,
+    );
+    expect(() => defineSchedule({ ...base, name: 'x', cron: '0 0 30 2 *' })).toThrow(/has no future occurrence/);
+  });
+
+  it('a type the process does not know, a payload its type refuses, or a name twice refuses the start', () => {
+    const ok = schedule('ok', '0 * * * *', 'latest');
+    const badPayload = defineSchedule({ ...ok, name: 'bad-payload', payload: () => ({ batch: 'b', entries: 0 }) });
+    const registry = new JobRegistry([ledgerPost]);
+    expect(() => checkSchedules([ok], registry)).not.toThrow();
+    let err: unknown;
+    try {
+      checkSchedules([ok, ok, badPayload, monthEndClose], registry);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as ConfigError).violations.map((v) => v.message)).toEqual([
+      'schedule "ok" is declared twice',
+      expect.stringMatching(
+        /^schedule "bad-payload": its payload for .* is refused: payload.entries: must be a whole number from 1 to 100000/,
+      ),
+      'schedule "month-end-close": job type "inventory.cost" is not registered (known: ledger.post)',
+    ]);
+  });
+});
