@@ -47,7 +47,18 @@ export function rowToOpsJob(r: JobRow): OpsJob {
 export interface OperatorAction {
   id: string;
   at: Date;
-  action: 'job-redrive' | 'job-discard' | 'job-republish' | 'dlq-resend' | 'dlq-drop' | 'dlq-discard' | 'dlq-move' | 'dlq-move-cancel';
+  action:
+    | 'job-redrive'
+    | 'job-discard'
+    | 'job-republish'
+    | 'dlq-resend'
+    | 'dlq-drop'
+    | 'dlq-discard'
+    | 'dlq-move'
+    | 'dlq-move-cancel'
+    | 'schedule-pause'
+    | 'schedule-resume'
+    | 'schedule-trigger';
   by: string;
   jobId: string | null;
   messageId: string | null;
