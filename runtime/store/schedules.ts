@@ -71,9 +71,9 @@ export class ScheduleStore {
   ) {}
 
   /** Create the missing rows of `names` (settled through `now`); returns every one's settled_through. */
-  async ensure(names: string[], now: Date): Promise<Map<string, Date>> {
+  async ensure(names: string[], now: Date, db: Queryable = this.pool): Promise<Map<string, Date>> {
     if (names.length === 0) return new Map();
-    const { rows } = await runSchedule<{ name: string; settled_through: Date }>(this.pool, 'scheduleEnsure', [names, now]);
+    const { rows } = await runSchedule<{ name: string; settled_through: Date }>(db, 'scheduleEnsure', [names, now]);
     return new Map(rows.map((r) => [r.name, r.settled_through]));
   }
 
@@ -83,8 +83,9 @@ export class ScheduleStore {
       const { rows } = await runSchedule<{ settled_through: Date; paused_at: Date | null }>(tx, 'scheduleLock', [def.name]);
       const row = rows[0];
       if (!row) {
-        // Locked by another task, or deleted since this process ensured it: (re)create it, next pass.
-        await this.ensure([def.name], now);
+        // Locked by another task, or deleted since this process ensured it: (re)create it, next
+        // pass. In this transaction: a second connection could wait behind long jobs for a free one.
+        await this.ensure([def.name], now, tx);
         return { kind: 'busy' };
       }
       if (row.paused_at) return { kind: 'paused', settledThrough: row.settled_through };
