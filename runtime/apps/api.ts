@@ -158,7 +158,7 @@ export interface ApiDeps {
   live?: LiveConfig;
   /** The on-call routes' settings (runtime/http/oncall-routes.ts); default: no DLQ, default stuck thresholds. */
   ops?: OpsConfig;
-  /** The schedules this task runs and on-call sees (runtime/handlers/schedules.ts); default SCHEDULES. */
+  /** The schedules this task runs and on-call sees; default SCHEDULES (runtime/handlers/schedules.ts), none with a registry of the caller's own. */
   schedules?: readonly ScheduleDefinition[];
 }
 
@@ -166,7 +166,8 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
   const log = deps.log ?? createLogger('jobs-api');
   const registry = deps.registry ?? defaultRegistry();
   // A schedule whose type is not registered, or whose payload its type refuses, stops the start.
-  const schedules = deps.schedules ?? defaultSchedules({});
+  // The schedules go with the job types: a caller that brings its own types brings its own schedules.
+  const schedules = deps.schedules ?? (deps.registry ? [] : defaultSchedules({}));
   checkSchedules(schedules, registry);
   const pool = createPool({
     url: config.databaseUrl,

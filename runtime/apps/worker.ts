@@ -41,9 +41,13 @@ export interface RunningWorker {
 
 export async function startWorkerService(
   env: Record<string, string | undefined> = process.env,
-  registry: JobRegistry = defaultRegistry(),
-  schedules: readonly ScheduleDefinition[] = defaultSchedules(env),
+  ownRegistry?: JobRegistry,
+  /** Default: the deployment's (handlers/schedules.ts) with the default registry, none with a registry of the caller's own. */
+  ownSchedules?: readonly ScheduleDefinition[],
 ): Promise<RunningWorker> {
+  const registry = ownRegistry ?? defaultRegistry();
+  // The schedules go with the job types: a caller that brings its own types brings its own schedules.
+  const schedules = ownSchedules ?? (ownRegistry ? [] : defaultSchedules(env));
   const log = createLogger('jobs-worker');
   // Everything from the environment first: a bad value stops the start before any connection.
   const timings = jobTimingsFromEnv(env);
