@@ -37,7 +37,8 @@ export class ScheduleService {
     pool: pg.Pool,
     client: JobClient,
     readonly schedules: readonly ScheduleDefinition[],
-    private readonly clock: () => Date = () => new Date(),
+    /** The time (tests step it); default the database's for pause and resume, this machine's for list and trigger. */
+    private readonly clock?: () => Date,
   ) {
     this.store = new ScheduleStore(pool, client);
     this.byName = new Map(schedules.map((s) => [s.name, s]));
@@ -57,7 +58,7 @@ export class ScheduleService {
   }
 
   async list(opts: { next?: number; last?: number } = {}): Promise<ScheduleView[]> {
-    const now = this.clock();
+    const now = this.clock?.() ?? new Date();
     const states = await this.store.states(
       this.schedules.map((s) => s.name),
       opts.last ?? 3,
@@ -89,21 +90,21 @@ export class ScheduleService {
   /** Pause `name`: no occurrence is enqueued until it is resumed. `changed: false` when it already was. */
   async pause(name: string, by: string, reason: string | null): Promise<{ changed: boolean; schedule: ScheduleView }> {
     this.definition(name);
-    const r = await this.store.pause(name, operatorName(by), reason, this.clock());
+    const r = await this.store.pause(name, operatorName(by), reason, this.clock?.() ?? null);
     return { changed: r !== null, schedule: await this.one(name) };
   }
 
   /** Resume `name` from its next occurrence; those that fell while it was paused are not enqueued. `changed: false` when it was not paused. */
   async resume(name: string, by: string, reason: string | null): Promise<{ changed: boolean; schedule: ScheduleView }> {
     this.definition(name);
-    const r = await this.store.resume(name, operatorName(by), reason, this.clock());
+    const r = await this.store.resume(name, operatorName(by), reason, this.clock?.() ?? null);
     return { changed: r !== null, schedule: await this.one(name) };
   }
 
   /** Enqueue one job of `name` now (key `schedule:<name>:manual:<instant>`), published after the COMMIT. */
   async trigger(name: string, by: string, reason: string | null): Promise<{ job: Job; duplicate: boolean; key: string }> {
     const def = this.definition(name);
-    const t = await this.store.trigger(def, this.clock(), operatorName(by), reason);
+    const t = await this.store.trigger(def, this.clock?.() ?? new Date(), operatorName(by), reason);
     await t.afterCommit();
     return { job: t.result.job, duplicate: t.result.duplicate, key: t.result.job.idempotencyKey ?? '' };
   }

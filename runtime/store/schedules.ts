@@ -149,14 +149,14 @@ export class ScheduleStore {
     });
   }
 
-  /** Pause; null when it was already paused (nothing changed). */
-  async pause(name: string, by: string, reason: string | null, now: Date): Promise<{ pausedAt: Date } | null> {
+  /** Pause; null when it was already paused (nothing changed). `now`: null for the database's clock. */
+  async pause(name: string, by: string, reason: string | null, now: Date | null): Promise<{ pausedAt: Date } | null> {
     const { rows } = await runSchedule<{ paused_at: Date }>(this.pool, 'schedulePause', [name, by, reason, now]);
     return rows[0] ? { pausedAt: rows[0].paused_at } : null;
   }
 
-  /** Resume; null when it was not paused. */
-  async resume(name: string, by: string, reason: string | null, now: Date): Promise<{ pausedAt: Date; pausedBy: string } | null> {
+  /** Resume; null when it was not paused. `now`: null for the database's clock. */
+  async resume(name: string, by: string, reason: string | null, now: Date | null): Promise<{ pausedAt: Date; pausedBy: string } | null> {
     const { rows } = await runSchedule<{ paused_at: Date; paused_by: string }>(this.pool, 'scheduleResume', [name, by, reason, now]);
     return rows[0] ? { pausedAt: rows[0].paused_at, pausedBy: rows[0].paused_by } : null;
   }

@@ -66,13 +66,14 @@ export const SCHEDULE_SQL = {
 
   /**
    * Pause `$1`, recorded as an operator action in the same statement. The row is created when no
-   * scheduler has seen the schedule yet (`$4`: now). An already paused schedule is left as it is
+   * scheduler has seen the schedule yet (settled through `$4`, else the database's now: an
+   * operator's laptop clock is not the services'). An already paused schedule is left as it is
    * (no row, no action): the first pause's who and why stay.
    */
   schedulePause: `
     WITH paused AS (
       INSERT INTO jobs.schedule AS s (name, settled_through, paused_at, paused_by, pause_reason)
-      VALUES ($1, $4::timestamptz, now(), $2, $3)
+      VALUES ($1, coalesce($4::timestamptz, statement_timestamp()), now(), $2, $3)
       ON CONFLICT (name) DO UPDATE SET paused_at = now(), paused_by = $2, pause_reason = $3 WHERE s.paused_at IS NULL
       RETURNING name, paused_at, paused_by, pause_reason
     ), recorded AS (
@@ -83,15 +84,15 @@ export const SCHEDULE_SQL = {
 
   /**
    * Resume `$1`, recorded. The occurrences that fell while it was paused are settled (through `$4`,
-   * now): a resume does not enqueue what the pause held back; `jobs schedules trigger` does, on
-   * purpose. A schedule that is not paused is left as it is (no row).
+   * else the database's now): a resume does not enqueue what the pause held back; `jobs schedules
+   * trigger` does, on purpose. A schedule that is not paused is left as it is (no row).
    */
   scheduleResume: `
     WITH before AS (
       SELECT name, paused_at, paused_by FROM jobs.schedule WHERE name = $1 AND paused_at IS NOT NULL FOR UPDATE
     ), resumed AS (
       UPDATE jobs.schedule s
-         SET paused_at = NULL, paused_by = NULL, pause_reason = NULL, settled_through = greatest(s.settled_through, $4::timestamptz)
+         SET paused_at = NULL, paused_by = NULL, pause_reason = NULL, settled_through = greatest(s.settled_through, coalesce($4::timestamptz, statement_timestamp()))
         FROM before b WHERE s.name = b.name
       RETURNING s.name
     ), recorded AS (
