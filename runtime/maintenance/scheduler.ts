@@ -10,7 +10,7 @@
 // changes without waiting).
 
 import type pg from 'pg';
-import { nextOccurrence, type ScheduleDefinition } from '../handlers/schedule.ts';
+import { MAX_CATCH_UP, nextOccurrence, type ScheduleDefinition } from '../handlers/schedule.ts';
 import type { Logger } from '../observability/log.ts';
 import { MaintenanceLoop } from '../support/maintenance-loop.ts';
 import type { JobClient } from '../store/client.ts';
@@ -104,9 +104,9 @@ export class Scheduler {
               moreNotRun: plan.moreNotRun,
               through: plan.through?.toISOString(),
             },
-            plan.moreNotRun
-              ? `schedule ${def.name}: more than ${plan.notRun} missed occurrences were not run (missed: ${def.missed}; at most the latest ${plan.fire.length} are caught up)`
-              : `schedule ${def.name}: ${plan.notRun} missed occurrence(s) not run (missed: ${def.missed})`,
+            `schedule ${def.name}: ${plan.moreNotRun ? 'at least ' : ''}${plan.notRun} missed occurrence(s) not run (missed: ${def.missed}${
+              def.missed === 'all' ? `; at most the latest ${MAX_CATCH_UP} are caught up` : ''
+            })`,
           );
         }
         for (const f of r.fired) {

@@ -181,7 +181,7 @@ describe('missed occurrences: the platform down over three of them', () => {
     const keys = await occurrencesOf('down-long');
     expect([keys.length, keys[0], keys.at(-1)]).toEqual([100, '2026-06-02T00:51:00+00:00', '2026-06-02T02:30:00+00:00']);
     expect(lines.find((l) => l.level === 40)?.msg).toBe(
-      'schedule down-long: more than 1 missed occurrences were not run (missed: all; at most the latest 100 are caught up)',
+      'schedule down-long: at least 1 missed occurrence(s) not run (missed: all; at most the latest 100 are caught up)',
     );
   });
 });
