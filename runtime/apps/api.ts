@@ -26,7 +26,7 @@ import { announceCancel, announceScheduled } from '../live/events.ts';
 import { Scheduler } from '../maintenance/scheduler.ts';
 import type { Job } from '../domain/job.ts';
 import { createLogger, type Logger } from '../observability/log.ts';
-import { SqsQueue } from '../queue/sqs.ts';
+import { sqsLanes } from '../queue/lanes.ts';
 import type { JobQueue } from '../queue/types.ts';
 import { DEFAULT_RELAY, OutboxRelay, Publisher } from '../store/outbox.ts';
 import { createApiServer } from '../http/server.ts';
@@ -45,6 +45,8 @@ const STATEMENT_TIMEOUT_MS = 15_000;
 export interface ApiConfig {
   databaseUrl: string;
   queueUrl: string;
+  /** The urgent lane's queue (JOBS_URGENT_QUEUE_URL); absent, the urgent lane shares queueUrl. */
+  urgentQueueUrl?: string;
   region: string;
   sqsEndpoint?: string;
   apiToken?: string;
@@ -106,6 +108,7 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
   return {
     databaseUrl: databaseUrl!,
     queueUrl: sqs!.queueUrl,
+    ...(sqs!.urgentQueueUrl ? { urgentQueueUrl: sqs!.urgentQueueUrl } : {}),
     region: sqs!.region,
     ...(sqs!.endpoint ? { sqsEndpoint: sqs!.endpoint } : {}),
     ...(apiToken ? { apiToken } : {}),
@@ -176,9 +179,14 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
     statementTimeoutMs: STATEMENT_TIMEOUT_MS,
     onError: (err) => log.warn({ err }, 'database connection dropped; it will be replaced'),
   });
-  const queue =
-    deps.queue ??
-    new SqsQueue({ queueUrl: config.queueUrl, region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}) });
+  // Each lane's queue: an urgent job's message goes to the urgent queue (the bulk one when it has none).
+  const sqsSettings = {
+    queueUrl: config.queueUrl,
+    ...(config.urgentQueueUrl ? { urgentQueueUrl: config.urgentQueueUrl } : {}),
+    region: config.region,
+    ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}),
+  };
+  const queue = deps.queue ?? sqsLanes(sqsSettings).queue;
   const publisher = new Publisher(pool, queue, log);
   const relay = new OutboxRelay(pool, queue, log, DEFAULT_RELAY);
   const client = new JobClient({
@@ -197,9 +205,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
         store: client.store,
         log,
         // Queue depths only against real SQS (tests that pass a queue have none to ask).
-        ...(deps.queue
-          ? {}
-          : { sqs: { queueUrl: config.queueUrl, region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}) } }),
+        ...(deps.queue ? {} : { sqs: sqsSettings }),
       })
     : null;
   // On-call routes (issue 7): dead jobs, poison messages, stuck jobs from the database; the DLQ when its URL is given.
@@ -214,6 +220,8 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
       region: config.region,
       ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}),
       ...(deps.ops?.dlqUrl ? { dlqUrl: deps.ops.dlqUrl } : {}),
+      ...(config.urgentQueueUrl ? { urgentQueueUrl: config.urgentQueueUrl } : {}),
+      ...(deps.ops?.urgentDlqUrl ? { urgentDlqUrl: deps.ops.urgentDlqUrl } : {}),
       ...(deps.ops ? { stuck: deps.ops.stuck } : {}),
       client,
       schedules,
@@ -268,6 +276,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
     {
       port,
       queueUrl: config.queueUrl,
+      urgentQueueUrl: config.urgentQueueUrl ?? null,
       region: config.region,
       sqsEndpoint: config.sqsEndpoint ?? null,
       database: redact(config.databaseUrl),

@@ -21,8 +21,8 @@ import { CloudWatchMetrics } from '../observability/cloudwatch.ts';
 import { createLogger } from '../observability/log.ts';
 import type { Metrics } from '../observability/metrics.ts';
 import { withSqsFaults } from '../queue/fault-injection.ts';
-import { createSqsClient, SqsQueue } from '../queue/sqs.ts';
 import { JobClient } from '../store/client.ts';
+import { sqsLanes } from '../queue/lanes.ts';
 import { JobStore } from '../store/job-store.ts';
 import { DEFAULT_RELAY, OutboxRelay, Publisher } from '../store/outbox.ts';
 import { Pruner } from '../maintenance/pruner.ts';
@@ -54,7 +54,8 @@ export async function startWorkerService(
   const databaseUrl = databaseUrlFromEnv(env);
   const tlsWarning = databaseTlsUnverified(env);
   if (tlsWarning) log.warn(tlsWarning);
-  const { queueUrl, dlqUrl, endpoint, region } = sqsFromEnv(env, { dlq: true });
+  const sqs = sqsFromEnv(env, { dlq: true });
+  const { queueUrl, endpoint, region } = sqs;
   const workerId = env[ENV.workerId]?.trim() || `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
   // Short jobs go faster with a deeper prefetch; long ones want it small, so idle workers get them.
   const prefetch = intFromEnv(env, ENV.prefetch, timings.concurrency, 0, MAX_PREFETCH);
@@ -72,19 +73,22 @@ export async function startWorkerService(
   });
   // Live view (JOBS_EVENTS=notify, local stack): worker events on a PostgreSQL NOTIFY channel.
   const events = workerEventSink(env, pool, workerId, { log, running: () => worker.runningJobs.length });
-  const client = createSqsClient({ region, ...(endpoint ? { endpoint } : {}) });
+  // Each lane's queue and DLQ (the urgent lane shares the bulk ones when it has none of its own).
   // Chaos runs only (JOBS_FAULT_SQS_ERROR_RATE, refused without a local endpoint): fail some SQS calls.
-  const sqsQueue = new SqsQueue({ queueUrl, client });
-  const queue = withSqsFaults(sqsQueue, env, (op, when) =>
-    events?.push({
-      kind: 'fault',
-      fault: 'sqs-error',
-      workerId,
-      at: new Date().toISOString(),
-      detail: `${op}: ${when === 'before' ? 'request failed' : 'response lost'}`,
-    }),
-  );
-  const dlq = new SqsQueue({ queueUrl: dlqUrl, client });
+  const lanes = sqsLanes(sqs, {
+    wrap: (q) =>
+      withSqsFaults(q, env, (op, when) =>
+        events?.push({
+          kind: 'fault',
+          fault: 'sqs-error',
+          workerId,
+          at: new Date().toISOString(),
+          detail: `${op}: ${when === 'before' ? 'request failed' : 'response lost'}`,
+        }),
+      ),
+  });
+  const queue = lanes.queue;
+  const dlq = lanes.dlq!;
   const publisher = new Publisher(pool, queue, log);
   const namespace = env[ENV.metricsNamespace]?.trim();
   const cloudwatch = namespace ? new CloudWatchMetrics(namespace, log) : null;
@@ -127,7 +131,8 @@ export async function startWorkerService(
   const reconciler = new Reconciler({
     pool,
     publisher,
-    countMessages: () => sqsQueue.approximateCount(),
+    // Each lane's queue against its own jobs (lanes sharing a queue counted together).
+    queues: queue.queues.map((q, i) => ({ lanes: q.lanes, countMessages: () => lanes.sqsQueues[i]!.approximateCount() })),
     log,
     metrics,
     timings: reconcilerTimings(timings),
@@ -168,7 +173,17 @@ export async function startWorkerService(
   pruner.start();
   scheduler.start();
   log.info(
-    { workerId, queueUrl, region, endpoint, timings, retention, metricsNamespace: namespace ?? null, taskProtection: protection.enabled },
+    {
+      workerId,
+      queueUrl,
+      urgentQueueUrl: sqs.urgentQueueUrl ?? '(shares the bulk queue)',
+      region,
+      endpoint,
+      timings,
+      retention,
+      metricsNamespace: namespace ?? null,
+      taskProtection: protection.enabled,
+    },
     'worker service started',
   );
 

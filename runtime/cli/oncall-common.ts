@@ -66,6 +66,8 @@ export async function withOps<T>(env: Env, fn: (ops: OpsServices) => Promise<T>)
       log: silentLogger,
       ...(sqs ? { queueUrl: sqs.queueUrl, region: sqs.region } : {}),
       ...(sqs?.dlqUrl ? { dlqUrl: sqs.dlqUrl } : {}),
+      ...(sqs?.urgentQueueUrl ? { urgentQueueUrl: sqs.urgentQueueUrl } : {}),
+      ...(sqs?.urgentDlqUrl ? { urgentDlqUrl: sqs.urgentDlqUrl } : {}),
       ...(sqs?.endpoint ? { endpoint: sqs.endpoint } : {}),
       stuck: stuckThresholdsFromEnv(env),
       // jobs schedules: the schedules the services run with this environment (the local stack's demo included).

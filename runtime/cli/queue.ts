@@ -1,13 +1,14 @@
-// The queue a `jobs` command publishes to: SQS when the environment names one, else a stand-in
-// whose send fails, so what the command enqueued stays in the outbox for the services' relay.
+// The queue a `jobs` command publishes to: SQS when the environment names one (each lane's queue),
+// else a stand-in whose send fails, so what the command enqueued stays in the outbox for the
+// services' relay.
 
 import { ENV } from '../config/env.ts';
 import type { SqsSettings } from '../config/sqs.ts';
-import { SqsQueue } from '../queue/sqs.ts';
+import { sqsLanes } from '../queue/lanes.ts';
 import type { JobQueue } from '../queue/types.ts';
 
 export function cliQueue(sqs: SqsSettings | null | undefined): JobQueue {
-  if (sqs) return new SqsQueue(sqs);
+  if (sqs) return sqsLanes(sqs).queue;
   return {
     send: async () => {
       throw new Error(`${ENV.queueUrl} is not set: the outbox relay will publish`);

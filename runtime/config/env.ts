@@ -18,8 +18,12 @@ export const ENV = {
    * sets it (lib/services/container-config.ts, the schema bootstrap).
    */
   databaseCaFile: 'DATABASE_CA_FILE',
+  /** The bulk lane's queue and DLQ (the only ones before priority lanes, so a deployed queue is kept). */
   queueUrl: 'JOBS_QUEUE_URL',
   dlqUrl: 'JOBS_DLQ_URL',
+  /** The urgent lane's queue and DLQ; unset, the urgent lane shares the bulk queue and DLQ. */
+  urgentQueueUrl: 'JOBS_URGENT_QUEUE_URL',
+  urgentDlqUrl: 'JOBS_URGENT_DLQ_URL',
   region: 'AWS_REGION',
   sqsEndpoint: 'JOBS_SQS_ENDPOINT',
   leaseSeconds: 'JOBS_LEASE_SECONDS',

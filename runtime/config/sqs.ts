@@ -4,6 +4,10 @@
 // (JOBS_SQS_ENDPOINT, which ignores regions) may it default to us-east-1; anywhere else a missing
 // region is refused rather than guessed, because a guess signs every call for the wrong region
 // and fails far from the cause. Every URL given is checked to be a URL.
+//
+// Priority lanes: JOBS_QUEUE_URL / JOBS_DLQ_URL are the bulk lane's; JOBS_URGENT_QUEUE_URL /
+// JOBS_URGENT_DLQ_URL the urgent lane's. Without an urgent queue the urgent lane shares the bulk
+// queue and DLQ; with one, whoever needs the DLQ needs the urgent DLQ too.
 
 import { ENV, requiredUrl } from './env.ts';
 import { ConfigError, type RuleViolation } from './rules.ts';
@@ -18,6 +22,10 @@ export interface SqsSettings {
   queueUrl: string;
   /** JOBS_DLQ_URL: the dead-letter queue, when given. */
   dlqUrl?: string;
+  /** JOBS_URGENT_QUEUE_URL: the urgent lane's queue; absent, the urgent lane shares queueUrl. */
+  urgentQueueUrl?: string;
+  /** JOBS_URGENT_DLQ_URL: the urgent lane's DLQ (given whenever urgentQueueUrl is and the DLQ is needed). */
+  urgentDlqUrl?: string;
   /** JOBS_SQS_ENDPOINT: a local SQS endpoint (the emulator); absent in AWS. */
   endpoint?: string;
   /** AWS_REGION, or LOCAL_SQS_REGION next to a local endpoint. */
@@ -49,6 +57,26 @@ export function sqsFromEnv(env: Env, needs: SqsNeeds = {}): SqsSettings {
   };
   const queueUrl = url(ENV.queueUrl, true);
   const dlqUrl = url(ENV.dlqUrl, needs.dlq === true);
+  const urgentQueueUrl = url(ENV.urgentQueueUrl, false);
+  const urgentDlqUrl = url(ENV.urgentDlqUrl, needs.dlq === true && urgentQueueUrl !== undefined);
+  if (urgentQueueUrl && urgentQueueUrl === queueUrl) {
+    violations.push({
+      rule: 'urgent-queue-distinct',
+      message: `${ENV.urgentQueueUrl} must differ from ${ENV.queueUrl} (the urgent lane's own queue; leave it unset to share the bulk queue)`,
+    });
+  }
+  if (urgentDlqUrl && !env[ENV.urgentQueueUrl]?.trim()) {
+    violations.push({
+      rule: 'urgent-dlq-with-queue',
+      message: `${ENV.urgentDlqUrl} is set without ${ENV.urgentQueueUrl}: the urgent lane's DLQ belongs with its own queue (set both, or neither to share the bulk queue and DLQ)`,
+    });
+  }
+  if (urgentDlqUrl && urgentDlqUrl === dlqUrl) {
+    violations.push({
+      rule: 'urgent-dlq-distinct',
+      message: `${ENV.urgentDlqUrl} must differ from ${ENV.dlqUrl} (each lane's DLQ is its own)`,
+    });
+  }
   const endpoint = url(ENV.sqsEndpoint, false);
   const region = env[ENV.region]?.trim() || (env[ENV.sqsEndpoint]?.trim() ? LOCAL_SQS_REGION : undefined);
   if (!region) {
@@ -58,7 +86,14 @@ export function sqsFromEnv(env: Env, needs: SqsNeeds = {}): SqsSettings {
     });
   }
   if (violations.length > 0) throw new ConfigError('environment', violations);
-  return { queueUrl: queueUrl!, ...(dlqUrl ? { dlqUrl } : {}), ...(endpoint ? { endpoint } : {}), region: region! };
+  return {
+    queueUrl: queueUrl!,
+    ...(dlqUrl ? { dlqUrl } : {}),
+    ...(urgentQueueUrl ? { urgentQueueUrl } : {}),
+    ...(urgentDlqUrl ? { urgentDlqUrl } : {}),
+    ...(endpoint ? { endpoint } : {}),
+    region: region!,
+  };
 }
 
 /**
@@ -73,4 +108,9 @@ export function sqsFromEnvIfSet(env: Env): SqsSettings | null {
 /** JOBS_DLQ_URL alone, when given (checked to be a URL): for what only shows or reads the DLQ beside a queue configured elsewhere. */
 export function dlqUrlFromEnv(env: Env): string | undefined {
   return env[ENV.dlqUrl]?.trim() ? requiredUrl(env, ENV.dlqUrl) : undefined;
+}
+
+/** JOBS_URGENT_DLQ_URL alone, when given (checked to be a URL), as dlqUrlFromEnv. */
+export function urgentDlqUrlFromEnv(env: Env): string | undefined {
+  return env[ENV.urgentDlqUrl]?.trim() ? requiredUrl(env, ENV.urgentDlqUrl) : undefined;
 }

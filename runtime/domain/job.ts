@@ -1,5 +1,7 @@
 // The job as the runtime sees it, mapped once from its row.
 
+import type { Lane } from './lanes.ts';
+
 export type JobState = 'pending' | 'running' | 'succeeded' | 'dead' | 'cancelled';
 export const JOB_STATES: readonly JobState[] = ['pending', 'running', 'succeeded', 'dead', 'cancelled'];
 export const TERMINAL_STATES: readonly JobState[] = ['succeeded', 'dead', 'cancelled'];
@@ -62,6 +64,8 @@ export interface Job<P = unknown> {
   typeSlot: boolean;
   /** The job whose handler enqueued it (ctx.enqueue), or null. */
   parentId: string | null;
+  /** Its priority lane: the queue its messages go to (migration 0008). */
+  lane: Lane;
 }
 
 /** The database's clock at the moment a statement ran, when the statement returns it. */
@@ -98,6 +102,7 @@ export function rowToJob<P = unknown>(r: JobRow): Job<P> {
     blockedSince: (r.blocked_since as Date | null) ?? null,
     typeSlot: r.type_slot === true,
     parentId: (r.parent_id as string | null) ?? null,
+    lane: (r.lane as Lane | undefined) ?? 'bulk',
   };
 }
 

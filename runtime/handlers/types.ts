@@ -7,6 +7,7 @@
 
 import * as z from 'zod';
 import { ValidationError } from '../domain/errors.ts';
+import type { Lane } from '../domain/lanes.ts';
 import type { Logger } from '../observability/log.ts';
 
 /** The job's fenced transaction: opened at the first query, committed with the job's completion. */
@@ -95,6 +96,8 @@ export interface JobDefinition<P = unknown, R = unknown, C = unknown> {
   idempotency?: IdempotencyRetention;
   /** Days a finished job is kept before the workers prune it; default JOBS_KEEP_FINISHED_DAYS (30). */
   keepFinishedDays?: number;
+  /** The type's priority lane when the enqueuer names none (default bulk): `urgent` work overtakes `bulk` work. */
+  lane?: Lane;
   /** Longest a healthy run takes; longer is reported as stuck. */
   expectedMaxSeconds?: number;
 }

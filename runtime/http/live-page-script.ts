@@ -105,6 +105,8 @@ export const LIVE_PAGE_SCRIPT = String.raw`
     }
     n.textContent = d.visible;
     x.textContent = alarm ? (d.visible > 0 ? 'on-call is paged' : 'empty') : d.inFlight + ' in flight · ' + d.delayed + ' delayed';
+    // Priority lanes with queues of their own: the count is both lanes', each lane's own beside.
+    if (d.byLane) x.textContent += ' · urgent ' + d.byLane.urgent.visible + ', bulk ' + d.byLane.bulk.visible;
     tile.classList.toggle('alarm', alarm && d.visible > 0);
   }
   function renderLeases() {

@@ -1,5 +1,6 @@
 // Queue depths for the live view: the DLQ's ApproximateNumberOfMessages (what pages on-call) and
-// the job queue's visible / in-flight / delayed counts, from SQS GetQueueAttributes. The API's
+// the job queue's visible / in-flight / delayed counts, from SQS GetQueueAttributes; with priority
+// lanes, both lanes' queues (and DLQs) counted together, each lane's own beside. The API's
 // production role may not be allowed to read them (it only publishes): then the page shows
 // "n/a" with the reason instead of failing. Cached briefly, so many open pages cost one call.
 
@@ -12,6 +13,22 @@ export interface QueueDepth {
   delayed: number | null;
   /** Why the numbers are missing (no permission, unreachable, not configured). */
   unavailable?: string;
+  /** Each lane's own, when the urgent lane has a queue of its own (the numbers above are their sums). */
+  byLane?: { urgent: QueueDepth; bulk: QueueDepth };
+}
+
+/** Both lanes' queues as one depth: the sums (n/a when either is), and each lane's own. */
+export async function laneQueueDepth(urgent: () => Promise<QueueDepth>, bulk: () => Promise<QueueDepth>): Promise<QueueDepth> {
+  const [u, b] = await Promise.all([urgent(), bulk()]);
+  const sum = (k: 'visible' | 'inFlight' | 'delayed') => (u[k] === null || b[k] === null ? null : u[k]! + b[k]!);
+  const unavailable = u.unavailable ?? b.unavailable;
+  return {
+    visible: sum('visible'),
+    inFlight: sum('inFlight'),
+    delayed: sum('delayed'),
+    ...(unavailable ? { unavailable } : {}),
+    byLane: { urgent: u, bulk: b },
+  };
 }
 
 export async function queueDepth(client: SQSClient, queueUrl: string): Promise<QueueDepth> {

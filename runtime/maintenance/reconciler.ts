@@ -33,6 +33,10 @@
 // The bound: a message lost at t is re-published by the second pass that sees it, within
 // 2 × interval + minimum age; interval is the lease (2 to 60 s). With the chaos run's lease of
 // 3 s that is ~9 s; in production (lease 60 s) about 3 minutes.
+//
+// Priority lanes: each lane's queue is compared with its own lane's jobs, and a shortfall is
+// re-published from that lane (a purged urgent queue is healed with urgent jobs, not with the
+// bulk backlog). Lanes that share one queue (no JOBS_URGENT_QUEUE_URL) are counted together.
 
 import type pg from 'pg';
 import type { JobTimings } from '../config/rules.ts';
@@ -40,6 +44,7 @@ import { MaintenanceLoop } from '../support/maintenance-loop.ts';
 import { METRIC } from '../observability/metric-names.ts';
 import type { Logger } from '../observability/log.ts';
 import type { Metrics } from '../observability/metrics.ts';
+import { LANES, type Lane } from '../domain/lanes.ts';
 import { chunk } from '../queue/types.ts';
 import { run } from '../store/job-store.ts';
 import { DEFAULT_RELAY, type Publisher, type PublishEntry } from '../store/outbox.ts';
@@ -88,8 +93,12 @@ export interface ReconcilePass {
 export interface ReconcilerOptions {
   pool: pg.Pool;
   publisher: Publisher;
-  /** Messages the job queue holds (SqsQueue.approximateCount). */
-  countMessages: () => Promise<number>;
+  /**
+   * Messages the job queue holds (SqsQueue.approximateCount), when every lane shares one queue;
+   * else `queues`: each queue with the lanes it carries.
+   */
+  countMessages?: () => Promise<number>;
+  queues?: { lanes: readonly Lane[]; countMessages: () => Promise<number> }[];
   log: Logger;
   metrics?: Metrics;
   timings: ReconcilerTimings;
@@ -97,11 +106,14 @@ export interface ReconcilerOptions {
 
 export class Reconciler {
   private readonly loop: MaintenanceLoop<ReconcilePass>;
-  /** The deficit the last pass saw: a loss must show on two passes in a row. */
-  private lastDeficit = 0;
+  /** The deficit the last pass saw, per queue: a loss must show on two passes in a row. */
+  private readonly lastDeficit: number[];
+  private readonly queues: { lanes: readonly Lane[]; countMessages: () => Promise<number> }[];
 
   constructor(private readonly o: ReconcilerOptions) {
     this.loop = new MaintenanceLoop('reconciler', () => this.pass(), o.log, o.timings.intervalMs);
+    this.queues = o.queues ?? [{ lanes: LANES, countMessages: o.countMessages! }];
+    this.lastDeficit = this.queues.map(() => 0);
   }
 
   start(): void {
@@ -117,46 +129,21 @@ export class Reconciler {
   }
 
   private async pass(): Promise<ReconcilePass> {
-    const t = this.o.timings;
     const client = await this.o.pool.connect();
     let entries: PublishEntry[] = [];
-    let reading: ReconcilePass;
+    const reading: ReconcilePass = { skipped: false, messages: 0, pending: 0, running: 0, outbox: 0, deficit: 0, republished: 0 };
     try {
       await client.query('BEGIN');
-      const before = await this.o.countMessages();
-      const { rows } = await run<{ locked: boolean; pending: number; running: number; outbox: number }>(client, 'reconcileCount', [
-        RECONCILER_LOCK_KEY,
-      ]);
-      const c = rows[0]!;
-      if (!c.locked) {
-        await client.query('ROLLBACK');
-        return { skipped: true, messages: before, pending: 0, running: 0, outbox: 0, deficit: 0, republished: 0 };
-      }
-      const messages = Math.max(before, await this.o.countMessages());
-      const deficit = Math.max(0, c.pending + c.running - c.outbox - messages);
-      const confirmed = Math.min(deficit, this.lastDeficit, MAX_PER_PASS);
-      this.lastDeficit = deficit;
-      for (let left = confirmed; left > 0; ) {
-        const want = Math.min(PICK_BATCH, left);
-        const { rows: picked } = await run<{ id: string; type: string; run_after: Date; outbox_id: string }>(client, 'jobRepublishLost', [
-          t.minAgeSeconds,
-          t.republishWindowSeconds,
-          want,
-        ]);
-        entries.push(...picked.map((r) => ({ outboxId: r.outbox_id, jobId: r.id, type: r.type, runAfter: r.run_after })));
-        left -= picked.length;
-        if (picked.length < want) break;
+      for (const [i, q] of this.queues.entries()) {
+        const one = await this.reconcileQueue(client, i, q, entries);
+        if (one.skipped) {
+          await client.query('ROLLBACK');
+          return one;
+        }
+        for (const k of ['messages', 'pending', 'running', 'outbox', 'deficit'] as const) reading[k] += one[k];
       }
       await client.query('COMMIT');
-      reading = {
-        skipped: false,
-        messages,
-        pending: c.pending,
-        running: c.running,
-        outbox: c.outbox,
-        deficit,
-        republished: entries.length,
-      };
+      reading.republished = entries.length;
     } catch (err) {
       entries = [];
       await client.query('ROLLBACK').catch(() => undefined);
@@ -193,5 +180,39 @@ export class Reconciler {
       );
     }
     return reading;
+  }
+
+  /** One queue against its lanes' jobs, in the pass's transaction: the deficit, and the jobs picked to re-publish into `entries`. */
+  private async reconcileQueue(
+    client: pg.PoolClient,
+    i: number,
+    q: { lanes: readonly Lane[]; countMessages: () => Promise<number> },
+    entries: PublishEntry[],
+  ): Promise<ReconcilePass> {
+    const t = this.o.timings;
+    const lanes = [...q.lanes];
+    const before = await q.countMessages();
+    const { rows } = await run<{ locked: boolean; pending: number; running: number; outbox: number }>(client, 'reconcileCount', [
+      RECONCILER_LOCK_KEY,
+      lanes,
+    ]);
+    const c = rows[0]!;
+    if (!c.locked) return { skipped: true, messages: before, pending: 0, running: 0, outbox: 0, deficit: 0, republished: 0 };
+    const messages = Math.max(before, await q.countMessages());
+    const deficit = Math.max(0, c.pending + c.running - c.outbox - messages);
+    const confirmed = Math.min(deficit, this.lastDeficit[i]!, MAX_PER_PASS);
+    this.lastDeficit[i] = deficit;
+    for (let left = confirmed; left > 0; ) {
+      const want = Math.min(PICK_BATCH, left);
+      const { rows: picked } = await run<{ id: string; type: string; run_after: Date; lane: Lane; outbox_id: string }>(
+        client,
+        'jobRepublishLost',
+        [t.minAgeSeconds, t.republishWindowSeconds, want, lanes],
+      );
+      entries.push(...picked.map((r) => ({ outboxId: r.outbox_id, jobId: r.id, type: r.type, lane: r.lane, runAfter: r.run_after })));
+      left -= picked.length;
+      if (picked.length < want) break;
+    }
+    return { skipped: false, messages, pending: c.pending, running: c.running, outbox: c.outbox, deficit, republished: 0 };
   }
 }

@@ -55,7 +55,7 @@ export class Rescuer {
       if (job.state === 'dead') await this.opts.onDead?.(job);
     }
     await this.publisher.publish(
-      moved.filter((m) => m.outboxId).map((m) => ({ outboxId: m.outboxId!, jobId: m.job.id, type: m.job.type })),
+      moved.filter((m) => m.outboxId).map((m) => ({ outboxId: m.outboxId!, jobId: m.job.id, type: m.job.type, lane: m.job.lane })),
     );
     return moved.map((m) => m.job);
   }

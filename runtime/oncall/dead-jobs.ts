@@ -9,6 +9,7 @@
 import type pg from 'pg';
 import { ValidationError } from '../domain/errors.ts';
 import type { Job, JobState } from '../domain/job.ts';
+import type { Lane } from '../domain/lanes.ts';
 import type { Publisher } from '../store/outbox.ts';
 import { withTransaction } from '../db/transaction.ts';
 import { run } from '../store/job-store.ts';
@@ -169,7 +170,7 @@ export class DeadJobService {
         await this.publisher.publish(
           rows
             .filter((r) => r.outbox_id != null)
-            .map((r) => ({ outboxId: String(r.outbox_id), jobId: r.id as string, type: r.type as string })),
+            .map((r) => ({ outboxId: String(r.outbox_id), jobId: r.id as string, type: r.type as string, lane: r.lane as Lane })),
         );
       }
       return rows;

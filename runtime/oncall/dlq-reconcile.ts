@@ -13,6 +13,7 @@
 
 import { isJobId } from '../domain/ids.ts';
 import type { JobState } from '../domain/job.ts';
+import { DEFAULT_LANE, type Lane } from '../domain/lanes.ts';
 import { DEAD_JOB_REASONS, judgeDeadLetter, POISON_REASONS, type Verdict } from '../domain/settlement.ts';
 import { parseJobMessage } from '../queue/message.ts';
 import type { OpsJob } from './db.ts';
@@ -35,6 +36,10 @@ export interface ReconciledLetter {
   jobId: string | null;
   jobType: string | null;
   jobState: JobState | null;
+  /** The lane whose DLQ holds it (a lane sharing the bulk DLQ reads as bulk). */
+  lane: Lane;
+  /** The job's own lane, when the job exists: a resend goes to its queue. */
+  jobLane: Lane | null;
   verdict: Verdict;
   why: string;
   body: string;
@@ -44,7 +49,7 @@ export interface ReconciledLetter {
 }
 
 /** Judge one dead letter by its job row (see the table at the top of this file). */
-export function reconcile(letter: DeadLetter, job: OpsJob | undefined, dbNow: Date): ReconciledLetter {
+export function reconcile(letter: DeadLetter, job: OpsJob | undefined, dbNow: Date, lane: Lane = DEFAULT_LANE): ReconciledLetter {
   const reasonAttr = letter.attributes.Reason;
   const kind: LetterKind =
     reasonAttr && DEAD_JOB_REASONS.has(reasonAttr) ? 'dead-job' : reasonAttr && POISON_REASONS.has(reasonAttr) ? 'poison' : 'sqs-redrive';
@@ -61,6 +66,8 @@ export function reconcile(letter: DeadLetter, job: OpsJob | undefined, dbNow: Da
     jobId,
     jobType: job?.type ?? letter.attributes.JobType ?? (parsed.ok ? (parsed.message.type ?? null) : null),
     jobState: job?.state ?? null,
+    lane,
+    jobLane: job?.lane ?? null,
     body: letter.body,
     attributes: letter.attributes,
   };

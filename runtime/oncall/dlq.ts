@@ -15,6 +15,7 @@
 import type pg from 'pg';
 import { ValidationError } from '../domain/errors.ts';
 import type { Verdict } from '../domain/settlement.ts';
+import type { Lane } from '../domain/lanes.ts';
 import type { Logger } from '../observability/log.ts';
 import { jobMessageBody } from '../queue/message.ts';
 import { chunk, SQS_BATCH_LIMIT, type JobQueue } from '../queue/types.ts';
@@ -56,9 +57,11 @@ export interface DlqPassReport {
 export interface DeadLetterServiceOptions {
   pool: pg.Pool;
   dlq: SqsDeadLetterQueue;
-  /** The job queue, for resending. */
+  /** The job queue, for resending (LaneQueues: each job to its lane's queue). */
   queue: JobQueue;
   log: Logger;
+  /** The lane whose DLQ this is (default bulk); dlq-lanes.ts runs one service per lane. */
+  lane?: Lane;
 }
 
 export class DeadLetterService {
@@ -209,7 +212,9 @@ export class DeadLetterService {
         const resend = judged.filter((l) => l.verdict === 'resend');
         for (const batch of chunk(resend, SQS_BATCH_LIMIT)) {
           try {
-            await this.opts.queue.send(batch.map((l) => ({ body: jobMessageBody(l.jobId!, l.jobType ?? undefined) })));
+            await this.opts.queue.send(
+              batch.map((l) => ({ body: jobMessageBody(l.jobId!, l.jobType ?? undefined), lane: l.jobLane ?? l.lane })),
+            );
           } catch (err) {
             for (const l of batch) {
               l.verdict = 'keep';
@@ -305,7 +310,7 @@ export class DeadLetterService {
       const dbNow = (rows[0]?.db_now as Date | undefined) ?? new Date();
       await onBatch(
         fresh,
-        fresh.map((m) => reconcile(m, jobs.get(reconcileJobId(m) ?? ''), dbNow)),
+        fresh.map((m) => reconcile(m, jobs.get(reconcileJobId(m) ?? ''), dbNow, this.opts.lane)),
       );
     }
   }

@@ -7,6 +7,7 @@
 import type pg from 'pg';
 import { ValidationError } from '../domain/errors.ts';
 import type { JobState } from '../domain/job.ts';
+import type { Lane } from '../domain/lanes.ts';
 import type { Publisher } from '../store/outbox.ts';
 import { withTransaction } from '../db/transaction.ts';
 import { run } from '../store/job-store.ts';
@@ -43,7 +44,7 @@ export class RepublishService {
     }
     const limit = r.limit ?? REPUBLISH_DEFAULT_LIMIT;
     const { rows } = await withTransaction(this.pool, (client) =>
-      run<{ id: string; type: string; run_after: Date; outbox_id: string }>(client, 'jobRepublish', [
+      run<{ id: string; type: string; run_after: Date; lane: Lane; outbox_id: string }>(client, 'jobRepublish', [
         r.ids?.length ? r.ids : null,
         r.type ?? null,
         r.dueBefore ?? null,
@@ -52,7 +53,9 @@ export class RepublishService {
         r.reason ?? null,
       ]),
     );
-    await this.publisher.publish(rows.map((x) => ({ outboxId: x.outbox_id, jobId: x.id, type: x.type, runAfter: x.run_after })));
+    await this.publisher.publish(
+      rows.map((x) => ({ outboxId: x.outbox_id, jobId: x.id, type: x.type, lane: x.lane, runAfter: x.run_after })),
+    );
     const skipped: Skipped[] = [];
     if (r.ids?.length) {
       const done = new Set(rows.map((x) => x.id));

@@ -8,6 +8,11 @@
 //  - every receive returns a new receipt handle, and only the newest one can change the
 //    message's visibility; deleting with an older one succeeds without deleting anything;
 //  - a message received more than maxReceiveCount times moves to the DLQ (redrive policy).
+//
+// Priority lanes (lanes.ts): LaneQueues is a JobQueue over one queue per lane. A message names its
+// lane; a plain queue ignores it (every lane shares that queue).
+
+import type { Lane } from '../domain/lanes.ts';
 
 export interface OutgoingMessage {
   body: string;
@@ -15,6 +20,8 @@ export interface OutgoingMessage {
   delaySeconds?: number;
   /** String attributes, e.g. the reason a message was dead-lettered. */
   attributes?: Record<string, string>;
+  /** The job's lane: LaneQueues sends the message to that lane's queue (default bulk). */
+  lane?: Lane;
 }
 
 export interface ReceivedMessage {
@@ -25,6 +32,8 @@ export interface ReceivedMessage {
   /** How many times SQS has delivered this message, this delivery included. */
   receiveCount: number;
   attributes: Record<string, string>;
+  /** The lane whose queue it came from, when received through LaneQueues. */
+  lane?: Lane;
 }
 
 export interface VisibilityChange {

@@ -11,6 +11,7 @@ import { withTransaction } from '../db/transaction.ts';
 import type pg from 'pg';
 import type { JobRegistry } from '../handlers/registry.ts';
 import type { Job } from '../domain/job.ts';
+import type { Lane } from '../domain/lanes.ts';
 import { enqueueRequest, issueToValidationError, type EnqueueRequest, type EnqueueRequestSchema } from './enqueue-request.ts';
 import { DEFAULT_KEEP_FINISHED_DAYS } from './idempotency.ts';
 import { JobStore, type NewJob, type Queryable } from './job-store.ts';
@@ -29,6 +30,8 @@ export interface EnqueueSpec {
   concurrencyKey?: string | null;
   /** Default: the job type's, else 1. */
   concurrencyLimit?: number | null;
+  /** `urgent` overtakes `bulk` (the default): its own queue, taken first by the workers. Default: the job type's. */
+  lane?: Lane | null;
 }
 
 export interface EnqueueResult {
@@ -93,6 +96,7 @@ export class JobClient {
       // Retention is the type's to decide, never the enqueuer's: no request field sets it.
       keepDays: def.keepFinishedDays ?? this.opts.defaultKeepFinishedDays ?? DEFAULT_KEEP_FINISHED_DAYS,
       keyKeepDays: r.idempotencyKey ? this.opts.registry.keyKeepDays(r.type) : null,
+      lane: r.lane,
     };
   }
 
@@ -113,7 +117,7 @@ export class JobClient {
     const inserted = await this.store.insertMany(tx, rows);
     const toPublish = inserted
       .filter((i) => i.outboxId)
-      .map((i) => ({ outboxId: i.outboxId!, jobId: i.job.id, type: i.job.type, runAfter: i.job.runAfter }));
+      .map((i) => ({ outboxId: i.outboxId!, jobId: i.job.id, type: i.job.type, lane: i.job.lane, runAfter: i.job.runAfter }));
     return {
       jobs: inserted.map((i) => ({ job: i.job, duplicate: i.duplicate })),
       afterCommit: () => this.opts.publisher.publish(toPublish),

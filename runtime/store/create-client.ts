@@ -1,5 +1,5 @@
 // Enqueue from ERP code without assembling the platform (issue 18 §3): createJobClient() reads the
-// same environment as the services (DATABASE_URL or the RDS secret, JOBS_QUEUE_URL, AWS_REGION,
+// same environment as the services (DATABASE_URL or the RDS secret, JOBS_QUEUE_URL and JOBS_URGENT_QUEUE_URL, AWS_REGION,
 // JOBS_SQS_ENDPOINT, JOBS_MAX_ATTEMPTS), refuses a bad or missing setting with its variable, value
 // and rule as they do, and builds the pool, the queue, the publisher and the client behind one
 // object whose `enqueue` is typed by the registered job definitions:
@@ -25,7 +25,7 @@ import { JOB_DEFINITIONS, type RegisteredJob } from '../handlers/index.ts';
 import { JobRegistry } from '../handlers/registry.ts';
 import type { JobDefinition } from '../handlers/types.ts';
 import { createLogger, type Logger } from '../observability/log.ts';
-import { SqsQueue } from '../queue/sqs.ts';
+import { sqsLanes } from '../queue/lanes.ts';
 import type { JobQueue } from '../queue/types.ts';
 import type { Job } from '../domain/job.ts';
 import { JobClient, type EnqueueResult, type EnqueueSpec } from './client.ts';
@@ -104,8 +104,9 @@ export function createJobClient<D extends JobDefinition<any, any, any> = Registe
     applicationName: 'jobs-client',
     onError: (err) => log.warn({ err }, 'database connection dropped; it will be replaced'),
   });
-  const queue =
-    opts.queue ?? new SqsQueue({ queueUrl: sqs!.queueUrl, region: sqs!.region, ...(sqs!.endpoint ? { endpoint: sqs!.endpoint } : {}) });
+  // Each lane's queue (JOBS_URGENT_QUEUE_URL beside JOBS_QUEUE_URL), so an urgent job goes to the urgent queue.
+  const sqsClient = opts.queue ? null : sqsLanes(sqs!);
+  const queue = opts.queue ?? sqsClient!.queue;
   const publisher = new Publisher(pool, queue, log);
   const registry = new JobRegistry([...(opts.jobs ?? (JOB_DEFINITIONS as readonly JobDefinition<any, any, any>[]))]);
   const client = new JobClient({
@@ -165,13 +166,13 @@ export function createJobClient<D extends JobDefinition<any, any, any> = Registe
           await publisher.publish(
             rows.map((r): PublishEntry => {
               const job = pending.get(r.job_id)!;
-              return { outboxId: r.id, jobId: job.id, type: job.type, runAfter: job.runAfter };
+              return { outboxId: r.id, jobId: job.id, type: job.type, lane: job.lane, runAfter: job.runAfter };
             }),
           );
         }
         await publisher.flush();
         await pool.end();
-        if (queue instanceof SqsQueue) queue.client.destroy();
+        sqsClient?.client.destroy();
       })();
       return closed;
     },

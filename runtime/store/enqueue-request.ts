@@ -11,6 +11,7 @@ import * as z from 'zod';
 import { ValidationError } from '../domain/errors.ts';
 import { ISO_TIME_PATTERN, parseIsoTime } from '../domain/ids.ts';
 import { issueField, issueStatus } from '../domain/issues.ts';
+import { DEFAULT_LANE, isLane, LANES, type Lane } from '../domain/lanes.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import { defaultConcurrencyKey } from '../handlers/types.ts';
 
@@ -23,6 +24,7 @@ const TOO_LARGE = { status: 413 } as const;
 const text1to200 = 'must be a string of 1 to 200 characters';
 const attemptsError = (iss: { input?: unknown }) => `must be a whole number from 1 to 100 (got ${String(iss.input)})`;
 const limitError = (iss: { input?: unknown }) => `must be a whole number from 1 to 1000 (got ${String(iss.input)})`;
+const laneError = (iss: { input?: unknown }) => `must be one of ${LANES.join(', ')} (got ${JSON.stringify(iss.input)?.slice(0, 80)})`;
 const runAtError = (iss: { input?: unknown }) =>
   `must be an ISO 8601 timestamp with an offset, e.g. 2026-12-01T06:00:00Z (got ${JSON.stringify(iss.input)?.slice(0, 80)})`;
 
@@ -82,6 +84,14 @@ export function enqueueRequest(registry: JobRegistry) {
       .max(1000, { error: limitError })
       .nullish()
       .meta({ description: "how many jobs of the concurrencyKey may run at once; default the job type's, else 1" }),
+    lane: z
+      .string({ error: laneError })
+      .refine(isLane, { error: laneError })
+      .nullish()
+      .meta({
+        description: "the priority lane: urgent jobs have their own queue and workers take them first; default the job type's, else bulk",
+        enum: [...LANES],
+      }),
   };
   return z
     .strictObject(fields, {
@@ -143,6 +153,8 @@ export function enqueueRequest(registry: JobRegistry) {
         runAt: spec.runAt ? parseIsoTime(spec.runAt) : null,
         concurrencyKey,
         concurrencyLimit: concurrencyKey ? (spec.concurrencyLimit ?? def.concurrency?.limit ?? 1) : null,
+        // The enqueuer's lane, else the type's (defineJob({ lane })), else bulk.
+        lane: (spec.lane as Lane | null | undefined) ?? def.lane ?? DEFAULT_LANE,
       };
     });
 }

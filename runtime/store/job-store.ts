@@ -8,6 +8,7 @@ import { keepDaysOf, keyHolder, type KeyedJob } from './idempotency.ts';
 import { SQL, type SqlName } from './sql.ts';
 import { withTransaction } from '../db/transaction.ts';
 import { uuidv7 } from '../domain/uuid7.ts';
+import { DEFAULT_LANE, type Lane } from '../domain/lanes.ts';
 import { rowToJob, type Job, type JobError, type JobState, type Progress, type WithDbNow } from '../domain/job.ts';
 
 /** JSON text for a jsonb parameter; SQL NULL (not the JSON literal null) for nothing. */
@@ -44,6 +45,8 @@ export interface NewJob extends KeyedJob {
   concurrencyLimit?: number | null;
   /** The job whose handler enqueued this one (ctx.enqueue). */
   parentId?: string | null;
+  /** Its priority lane (default bulk): the queue its messages go to. */
+  lane?: Lane | null;
 }
 
 export interface Inserted {
@@ -64,6 +67,8 @@ export interface ClaimedJob
   concurrencyKey: string | null;
   /** It holds a slot of its type's fleet limit: when it ends, the type's next job may be published. */
   typeSlot: boolean;
+  /** Its priority lane (the worker's slots prefer urgent, worker/lane-choice.ts). */
+  lane: Lane;
 }
 
 /** Blocked jobs of one key and type: what they wait for ("key ledger:company-7", "a slot of inventory.cost") and who holds it. */
@@ -88,6 +93,7 @@ export interface LeaseToken {
 export interface ListFilter {
   state?: JobState;
   type?: string;
+  lane?: Lane;
   limit: number;
   /** Keyset cursor: the last job of the previous page (ids sort by creation time). */
   after?: { id: string; createdAt?: Date };
@@ -118,6 +124,7 @@ export class JobStore {
       // float8 text: Infinity (forever) is PostgreSQL's 'Infinity' too.
       jobs.map((j) => keepDaysOf(j)),
       jobs.map((j) => (j.idempotencyKey ? (j.keyKeepDays ?? null) : null)),
+      jobs.map((j) => j.lane ?? DEFAULT_LANE),
     ]);
     const byId = new Map(rows.map((r) => [r.id as string, r]));
     const out: Inserted[] = [];
@@ -351,10 +358,15 @@ export class JobStore {
   }
 
   /** Queue a (re-)publish of existing jobs, in `db`'s transaction. */
-  async outboxInsert(db: Queryable, jobIds: string[]): Promise<{ outboxId: string; jobId: string }[]> {
+  async outboxInsert(db: Queryable, jobIds: string[]): Promise<{ outboxId: string; jobId: string; type?: string; lane: Lane }[]> {
     if (jobIds.length === 0) return [];
     const { rows } = await run(db, 'outboxInsert', [jobIds]);
-    return rows.map((r) => ({ outboxId: String(r.outbox_id), jobId: r.job_id as string }));
+    return rows.map((r) => ({
+      outboxId: String(r.outbox_id),
+      jobId: r.job_id as string,
+      ...(r.type ? { type: r.type as string } : {}),
+      lane: (r.lane as Lane | null) ?? DEFAULT_LANE,
+    }));
   }
 
   async get(id: string, db: Queryable = this.pool): Promise<Job | null> {
@@ -369,7 +381,7 @@ export class JobStore {
   }
 
   async list(f: ListFilter): Promise<Job[]> {
-    const { rows } = await run(this.pool, 'jobList', [f.state ?? null, f.type ?? null, f.after?.id ?? null, f.limit]);
+    const { rows } = await run(this.pool, 'jobList', [f.state ?? null, f.type ?? null, f.after?.id ?? null, f.limit, f.lane ?? null]);
     return rows.map((r) => rowToJob(r));
   }
 
@@ -396,5 +408,6 @@ function toClaimed(r: Record<string, unknown>): ClaimedJob {
     reclaimed: r.reclaimed as boolean,
     concurrencyKey: (r.concurrency_key as string | null) ?? null,
     typeSlot: r.type_slot === true,
+    lane: (r.lane as Lane | undefined) ?? DEFAULT_LANE,
   };
 }

@@ -9,8 +9,12 @@
 // older than a few seconds — left by a process that died between COMMIT and publish, or by a
 // failed send — and deletes them in the same transaction. Publishing twice is harmless: the
 // worker's claim decides, and a message for a job that needs none is deleted.
+//
+// Both send each message to its job's lane (runtime/queue/lanes.ts): the entry carries it, the
+// relay reads it from the job row.
 
 import type pg from 'pg';
+import type { Lane } from '../domain/lanes.ts';
 import type { Logger } from '../observability/log.ts';
 import { jobMessageBody } from '../queue/message.ts';
 import { chunk, SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type JobQueue } from '../queue/types.ts';
@@ -22,6 +26,8 @@ export interface PublishEntry {
   outboxId: string;
   jobId: string;
   type?: string;
+  /** The job's lane: its message goes to that lane's queue. */
+  lane: Lane;
   /** When the job is due; a future time becomes the message's delay (capped at SQS's 900 s). */
   runAfter?: Date;
 }
@@ -50,7 +56,9 @@ export class Publisher {
     await Promise.all(
       chunk(entries, SQS_BATCH_LIMIT).map(async (batch) => {
         try {
-          await this.queue.send(batch.map((e) => ({ body: jobMessageBody(e.jobId, e.type), delaySeconds: delayFor(e.runAfter) })));
+          await this.queue.send(
+            batch.map((e) => ({ body: jobMessageBody(e.jobId, e.type), delaySeconds: delayFor(e.runAfter), lane: e.lane })),
+          );
           for (const e of batch) sent.push(e.outboxId);
         } catch (err) {
           this.log.warn({ err, jobIds: batch.map((e) => e.jobId) }, 'publish failed; the outbox relay will retry');
@@ -146,7 +154,11 @@ export class OutboxRelay {
       const live = rows.filter((r) => r.state === 'pending' || r.state === 'running');
       for (const batch of chunk(live, SQS_BATCH_LIMIT)) {
         await this.queue.send(
-          batch.map((r) => ({ body: jobMessageBody(r.job_id as string, r.type as string), delaySeconds: r.delay_seconds as number })),
+          batch.map((r) => ({
+            body: jobMessageBody(r.job_id as string, r.type as string),
+            delaySeconds: r.delay_seconds as number,
+            lane: r.lane as Lane,
+          })),
         );
       }
       await run(client, 'outboxDelete', [rows.map((r) => r.outbox_id as string)]);

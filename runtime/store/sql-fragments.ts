@@ -6,7 +6,7 @@
 /** The job columns as a statement returns them (unqualified). */
 export const JOB_COLUMNS = `id, type, payload, state, idempotency_key, attempt, releases, max_attempts, lease_owner,
   lease_expires_at, run_after, progress, checkpoint, last_error, attempt_log, result, cancelled_by,
-  created_at, started_at, finished_at, concurrency_key, concurrency_limit, blocked_since, type_slot, parent_id`;
+  created_at, started_at, finished_at, concurrency_key, concurrency_limit, blocked_since, type_slot, parent_id, lane`;
 
 /** The job columns, plus claimed_at (migration 0003). */
 export const JOB = (a: string) =>
@@ -36,6 +36,7 @@ export const JOB = (a: string) =>
     'blocked_since',
     'type_slot',
     'parent_id',
+    'lane',
     'claimed_at',
   ]
     .map((c) => `${a}.${c}`)
@@ -64,7 +65,7 @@ export const CLAIM_SET = `       SET state = 'running',
            claimed_at = statement_timestamp()`;
 
 /** What a claim returns: the ClaimedJob row (job-store.ts). */
-export const CLAIM_RETURNING = `    RETURNING id, type, payload, attempt, releases, max_attempts, checkpoint, progress, concurrency_key, type_slot,
+export const CLAIM_RETURNING = `    RETURNING id, type, payload, attempt, releases, max_attempts, checkpoint, progress, concurrency_key, type_slot, lane,
               -- Numbers rather than timestamps and the attempt log: the worker parses a float per
               -- row instead of a date string and a JSON array (a measurable share of its CPU).
               -- date_part, not extract: extract returns numeric (PostgreSQL 14+), slower to compute.

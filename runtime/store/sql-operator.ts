@@ -45,14 +45,14 @@ export const OPERATOR_SQL = {
     ), marked AS (
       UPDATE jobs.job j SET republished_at = statement_timestamp()
         FROM picked p WHERE j.id = p.id AND j.state = 'pending'
-      RETURNING j.id, j.type, j.run_after
+      RETURNING j.id, j.type, j.run_after, j.lane
     ), outboxed AS (
       INSERT INTO jobs.outbox (job_id) SELECT id FROM marked RETURNING id AS outbox_id, job_id
     ), recorded AS (
       INSERT INTO jobs.operator_action (action, by, job_id, reason, detail)
       SELECT 'job-republish', $5::text, id, $6::text, jsonb_build_object('runAfter', run_after) FROM marked
     )
-    SELECT m.id, m.type, m.run_after, o.outbox_id FROM marked m JOIN outboxed o ON o.job_id = m.id`,
+    SELECT m.id, m.type, m.run_after, m.lane, o.outbox_id FROM marked m JOIN outboxed o ON o.job_id = m.id`,
 
   /**
    * Redrive: dead → pending, due now, with a fresh attempt budget (releases = attempt), an outbox

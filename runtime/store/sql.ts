@@ -49,9 +49,9 @@ const WORKER_SQL = {
   jobInsertMany: `
     WITH input AS (
       SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[], $5::int[], $6::timestamptz[], $7::text[], $8::int[], $9::uuid[],
-                           $10::float8[], $11::float8[])
+                           $10::float8[], $11::float8[], $12::text[])
         WITH ORDINALITY AS t(id, type, payload, idempotency_key, max_attempts, run_after, concurrency_key, concurrency_limit, parent_id,
-                             keep_days, key_keep_days, ord)
+                             keep_days, key_keep_days, lane, ord)
     ), kept AS (
       INSERT INTO jobs.idempotency_key (type, key, job_id, keep_days)
       SELECT type, idempotency_key, id, CASE WHEN key_keep_days = 'Infinity' THEN NULL ELSE key_keep_days::int END
@@ -62,11 +62,12 @@ const WORKER_SQL = {
       RETURNING job_id
     ), inserted AS (
       INSERT INTO jobs.job (id, type, payload, idempotency_key, max_attempts, run_after, concurrency_key, concurrency_limit, parent_id,
-                            keep_days, prune_after)
+                            keep_days, prune_after, lane)
       SELECT id, type, payload, idempotency_key, max_attempts, coalesce(run_after, statement_timestamp()), concurrency_key, concurrency_limit,
              parent_id,
              CASE WHEN keep_days = 'Infinity' THEN NULL ELSE keep_days::int END,
-             CASE WHEN keep_days = 'Infinity' THEN 'infinity'::timestamptz ELSE statement_timestamp() + keep_days * interval '1 day' END
+             CASE WHEN keep_days = 'Infinity' THEN 'infinity'::timestamptz ELSE statement_timestamp() + keep_days * interval '1 day' END,
+             lane
         FROM input
        WHERE key_keep_days IS NULL OR idempotency_key IS NULL OR id IN (SELECT job_id FROM kept)
        ORDER BY ord
@@ -308,14 +309,17 @@ ${CLAIM_RETURNING}`,
    * pending or running job should have one message) and the outbox rows still to be published
    * (each becomes a message). From job_active, so it reads active rows only. Run under the
    * reconciler's advisory lock ($1): one pass at a time across every worker task, so N workers
-   * do not each fill the same deficit. `locked` false: another task is reconciling now.
+   * do not each fill the same deficit. `locked` false: another task is reconciling now. Counted
+   * for the lanes $2 that share one queue (each lane's queue is compared with its own jobs).
    */
   reconcileCount: `
     SELECT pg_try_advisory_xact_lock($1::bigint) AS locked,
            -- A job blocked by its concurrency key has no message by design (it is published when the key has room).
-           (SELECT count(*) FILTER (WHERE state = 'pending' AND blocked_since IS NULL) FROM jobs.job WHERE finished_at IS NULL)::int AS pending,
-           (SELECT count(*) FILTER (WHERE state = 'running') FROM jobs.job WHERE finished_at IS NULL)::int AS running,
-           (SELECT count(*) FROM jobs.outbox)::int AS outbox`,
+           (SELECT count(*) FILTER (WHERE state = 'pending' AND blocked_since IS NULL) FROM jobs.job
+             WHERE finished_at IS NULL AND lane = ANY($2::text[]))::int AS pending,
+           (SELECT count(*) FILTER (WHERE state = 'running') FROM jobs.job WHERE finished_at IS NULL AND lane = ANY($2::text[]))::int AS running,
+           (SELECT count(*) FROM jobs.outbox o LEFT JOIN jobs.job j ON j.id = o.job_id
+             WHERE coalesce(j.lane, 'bulk') = ANY($2::text[]))::int AS outbox`,
 
   /**
    * Re-publish up to $3 pending jobs whose message the queue lost, through the outbox, in the
@@ -324,13 +328,14 @@ ${CLAIM_RETURNING}`,
    * messages roughly in order, so as a backlog drains the jobs whose message is gone are the ones
    * left waiting longest: the pick gets better with every pass. Not younger than $1 seconds (a
    * fresh job's own publish may be in flight), not re-published in the last $2 seconds (a wrong
-   * guess is not repeated every pass; the window is several passes long). SKIP LOCKED leaves a
+   * guess is not repeated every pass; the window is several passes long). Only the lanes $4 (those
+   * of the queue that came up short). SKIP LOCKED leaves a
    * job being claimed right now to its claimer. republished_at is no index's column: a HOT update.
    */
   jobRepublishLost: `
     WITH picked AS (
       SELECT id FROM jobs.job
-       WHERE finished_at IS NULL AND state = 'pending' AND blocked_since IS NULL
+       WHERE finished_at IS NULL AND state = 'pending' AND blocked_since IS NULL AND lane = ANY($4::text[])
          AND created_at < statement_timestamp() - $1::float8 * interval '1 second'
          AND (republished_at IS NULL OR republished_at < statement_timestamp() - $2::float8 * interval '1 second')
        ORDER BY run_after, id
@@ -339,25 +344,29 @@ ${CLAIM_RETURNING}`,
     ), marked AS (
       UPDATE jobs.job j SET republished_at = statement_timestamp()
         FROM picked p WHERE j.id = p.id
-      RETURNING j.id, j.type, j.run_after
+      RETURNING j.id, j.type, j.run_after, j.lane
     ), outboxed AS (
       INSERT INTO jobs.outbox (job_id) SELECT id FROM marked RETURNING id AS outbox_id, job_id
     )
-    SELECT m.id, m.type, m.run_after, o.outbox_id FROM marked m JOIN outboxed o ON o.job_id = m.id`,
+    SELECT m.id, m.type, m.run_after, m.lane, o.outbox_id FROM marked m JOIN outboxed o ON o.job_id = m.id`,
 
-  /** Queue a publish for existing jobs (re-publish after a lost message, redrive), in the caller's transaction. */
+  /**
+   * Queue a publish for existing jobs (re-publish after a lost message, redrive), in the caller's
+   * transaction; with each job's type and lane, the queue its message goes to.
+   */
   outboxInsert: `
-    INSERT INTO jobs.outbox (job_id) SELECT unnest($1::uuid[]) RETURNING id AS outbox_id, job_id`,
+    WITH outboxed AS (INSERT INTO jobs.outbox (job_id) SELECT unnest($1::uuid[]) RETURNING id, job_id)
+    SELECT o.id AS outbox_id, o.job_id, j.type, j.lane FROM outboxed o LEFT JOIN jobs.job j ON j.id = o.job_id`,
 
   /**
    * The relay: outbox rows older than $1 seconds, whose enqueuer died between COMMIT and publish
    * (or whose publish failed). Locked with SKIP LOCKED inside the relay's transaction, so
    * concurrent relays split the rows; deleted in the same transaction after SendMessage
    * succeeded. A crash after SendMessage and before COMMIT publishes twice, which is harmless.
-   * The message delay comes from the job's run_after (SQS caps it at 900 s).
+   * The message delay comes from the job's run_after (SQS caps it at 900 s); its queue from the job's lane.
    */
   outboxLockDue: `
-    SELECT o.id AS outbox_id, o.job_id, j.type, j.state,
+    SELECT o.id AS outbox_id, o.job_id, j.type, j.state, j.lane,
            greatest(0, ceil(extract(epoch FROM j.run_after - statement_timestamp())))::int AS delay_seconds
       FROM jobs.outbox o
       LEFT JOIN jobs.job j ON j.id = o.job_id
@@ -380,6 +389,7 @@ ${CLAIM_RETURNING}`,
        AND ($1::jobs.job_state IS NULL OR $1::jobs.job_state NOT IN ('pending', 'running') OR finished_at IS NULL)
        AND ($2::text IS NULL OR type = $2::text)
        AND ($3::uuid IS NULL OR id < $3::uuid)
+       AND ($5::text IS NULL OR lane = $5::text)
      ORDER BY id DESC
      LIMIT $4`,
 

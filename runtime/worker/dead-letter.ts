@@ -4,6 +4,7 @@
 
 import type { DeadLetterReason } from '../domain/events.ts';
 import { attemptsUsed, type Job } from '../domain/job.ts';
+import { DEFAULT_LANE, type Lane } from '../domain/lanes.ts';
 import { METRIC } from '../observability/metric-names.ts';
 import type { ReceivedMessage } from '../queue/types.ts';
 import { recordPoisonMessage, type PoisonReason } from '../store/poison.ts';
@@ -21,6 +22,7 @@ export class DeadLetters {
     const { ctx } = this;
     const sent = await this.send({
       body: m.body,
+      lane: m.lane ?? DEFAULT_LANE,
       attributes: {
         Reason: reason,
         Detail: info.detail.slice(0, 1000),
@@ -78,10 +80,12 @@ export class DeadLetters {
     });
     return this.send({
       body,
+      lane: job.lane,
       attributes: {
         Reason: reason,
         JobId: job.id,
         JobType: job.type,
+        Lane: job.lane,
         Attempts: String(attemptsUsed(job)),
         ErrorMessage: (job.lastError?.message ?? '').slice(0, 1000) || '(none)',
         LastOwner: last?.owner ?? '(unknown)',
@@ -90,10 +94,11 @@ export class DeadLetters {
     });
   }
 
-  private async send(msg: { body: string; attributes: Record<string, string> }): Promise<boolean> {
+  /** To the DLQ of `msg.lane` (the job's lane, or for a poison message the lane it came from). */
+  private async send(msg: { body: string; attributes: Record<string, string>; lane: Lane }): Promise<boolean> {
     for (let i = 0; i < 3; i++) {
       try {
-        await this.ctx.opts.dlq.send([msg]);
+        await this.ctx.dlq.send([msg]);
         return true;
       } catch (err) {
         this.ctx.log.warn({ err, try: i + 1 }, 'sending to the dead-letter queue failed');

@@ -15,6 +15,7 @@ import { SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type ReceivedMessage } from '..
 import type { ClaimedJob } from '../store/job-store.ts';
 import type { DeadLetters } from './dead-letter.ts';
 import { sleep, type WorkerContext } from './held.ts';
+import { defaultBulkSlots, LaneReceiver } from './lane-choice.ts';
 import type { QueueMessages } from './messages.ts';
 
 /** What the fetcher asks of the coordinator, which owns the handler slots. */
@@ -25,18 +26,31 @@ export interface Slots {
   waitForSlot(): Promise<void>;
   /** A claimed job: hold it and run it when a slot is free. */
   start(job: ClaimedJob, message: ReceivedMessage, claimSentAt: number): void;
+  /** Bulk-lane jobs waiting for a slot plus bulk handlers running (lane-choice.ts). */
+  bulkInHand?(): number;
 }
 
 export class Fetcher {
   /** Since when the database has been unreachable (a failover): no receiving until it answers. */
   private databaseDownSince: number | null = null;
+  /** Receives lane by lane when the lanes have queues of their own; null when one queue serves every lane. */
+  private readonly lanes: LaneReceiver | null;
 
   constructor(
     private readonly ctx: WorkerContext,
     private readonly messages: QueueMessages,
     private readonly deadLetters: DeadLetters,
     private readonly slots: Slots,
-  ) {}
+    bulkSlots = defaultBulkSlots(ctx.opts.timings.concurrency),
+  ) {
+    this.lanes = ctx.queue.shared
+      ? null
+      : new LaneReceiver(ctx, messages, {
+          bulkSlots,
+          waitSeconds: ctx.opts.receiveWaitSeconds ?? 20,
+          bulkInHand: () => slots.bulkInHand?.() ?? 0,
+        });
+  }
 
   async receiveLoop(): Promise<void> {
     const { ctx, slots } = this;
@@ -56,6 +70,7 @@ export class Fetcher {
       // the database less than many small ones.
       const busy = inHand > 0;
       if (room <= 0 || (busy && room < Math.min(maxBatch, Math.ceil(capacity / 2)))) {
+        await this.lanes?.noRoom();
         await slots.waitForSlot();
         // Slots free one by one as a burst of short handlers finishes within this turn of the
         // event loop; count the room after the burst, so one claim takes it all rather than
@@ -65,7 +80,7 @@ export class Fetcher {
       }
       let messages: ReceivedMessage[];
       try {
-        messages = await this.receiveMany(room, ctx.opts.receiveWaitSeconds ?? 20);
+        messages = this.lanes ? await this.lanes.receive(room) : await this.receiveMany(room, ctx.opts.receiveWaitSeconds ?? 20);
         failures = 0;
       } catch (err) {
         failures++;
@@ -99,6 +114,7 @@ export class Fetcher {
         await sleep(Math.min(30_000, 200 * 2 ** Math.min(failures, 8)), ctx.stopAc.signal);
       }
     }
+    await this.lanes?.stop();
   }
 
   /** Close the database gate: no receiving until the database answers (also called by the heartbeat). */
@@ -137,18 +153,18 @@ export class Fetcher {
   }
 
   /**
-   * Up to `want` messages: one long-polling receive of 10 and, when more are wanted, parallel
-   * receives that do not wait, so a busy queue fills a large claim and an idle one costs one
-   * long poll.
+   * Up to `want` messages from the one queue every lane shares: one long-polling receive of 10
+   * and, when more are wanted, parallel receives that do not wait, so a busy queue fills a large
+   * claim and an idle one costs one long poll.
    */
   private async receiveMany(want: number, waitSeconds: number): Promise<ReceivedMessage[]> {
-    const { queue } = this.ctx.opts;
+    const { queue } = this.ctx;
     const signal = this.ctx.stopAc.signal;
     const sizes: number[] = [];
     for (let left = want; left > 0; left -= SQS_BATCH_LIMIT) sizes.push(Math.min(SQS_BATCH_LIMIT, left));
-    const first = await queue.receive(sizes[0]!, waitSeconds, signal);
+    const first = await queue.receiveFrom('bulk', sizes[0]!, waitSeconds, signal);
     if (sizes.length === 1 || first.length < sizes[0]!) return first;
-    const more = await Promise.allSettled(sizes.slice(1).map((n) => queue.receive(n, 0, signal)));
+    const more = await Promise.allSettled(sizes.slice(1).map((n) => queue.receiveFrom('bulk', n, 0, signal)));
     return [...first, ...more.flatMap((r) => (r.status === 'fulfilled' ? r.value : []))];
   }
 
@@ -282,7 +298,9 @@ export class Fetcher {
       if (!failure) return;
     }
     try {
-      await this.ctx.opts.queue.send([{ body: jobMessageBody(job.id, job.type), delaySeconds: Math.min(SQS_MAX_DELAY_SECONDS, seconds) }]);
+      await this.ctx.queue.send([
+        { body: jobMessageBody(job.id, job.type), delaySeconds: Math.min(SQS_MAX_DELAY_SECONDS, seconds), lane: job.lane },
+      ]);
       this.messages.delete(m, 're-published for a later due time');
     } catch (err) {
       this.ctx.log.warn({ err, jobId: job.id }, 're-publish for a later due time failed; the message will return');

@@ -11,14 +11,16 @@ import type { JobRegistry } from '../handlers/registry.ts';
 import { JobClient } from '../store/client.ts';
 import type { Logger } from '../observability/log.ts';
 import type { Metrics } from '../observability/metrics.ts';
+import { asLanes, type LaneQueues } from '../queue/lanes.ts';
 import type { JobQueue, ReceivedMessage } from '../queue/types.ts';
 import { JobStore, type ClaimedJob, type LeaseToken } from '../store/job-store.ts';
 import type { Publisher } from '../store/outbox.ts';
 
 export interface WorkerOptions {
   pool: pg.Pool;
+  /** The job queue: a LaneQueues (one queue per priority lane), or one queue every lane shares. */
   queue: JobQueue;
-  /** Where the worker sends what it cannot handle and dead jobs, with the reason. */
+  /** Where the worker sends what it cannot handle and dead jobs, with the reason: each lane's DLQ (LaneQueues), or one. */
   dlq: JobQueue;
   registry: JobRegistry;
   publisher: Publisher;
@@ -37,6 +39,11 @@ export interface WorkerOptions {
   /** Most jobs claimed in one statement (received in parallel batches of 10); default: the whole capacity, at most 500. */
   maxClaimBatch?: number;
   random?: () => number;
+  /**
+   * The handler slots bulk jobs keep while urgent work waits (worker/lane-choice.ts); default a
+   * fifth of the concurrency, at least 1.
+   */
+  bulkSlots?: number;
   /** Called when the worker starts and stops holding jobs (ECS task scale-in protection). */
   onBusyChange?: (busy: boolean) => void;
   /** Observer of job events (live view); must not throw. */
@@ -81,6 +88,9 @@ export class WorkerContext {
   /** Publishes a concurrency key's next job when a job of the key ends or is blocked here. */
   readonly keyWake: KeyWake;
   private children: JobClient | null = null;
+  /** The job queue and the DLQ by lane (every receipt the worker holds is marked with its queue). */
+  readonly queue: LaneQueues;
+  readonly dlq: LaneQueues;
 
   constructor(
     readonly opts: WorkerOptions,
@@ -89,7 +99,9 @@ export class WorkerContext {
     this.store = new JobStore(opts.pool);
     this.log = opts.log.child({ workerId });
     this.metrics = opts.metrics ?? noopMetrics;
-    this.keyWake = new KeyWake(opts.pool, opts.queue, this.log);
+    this.queue = asLanes(opts.queue);
+    this.dlq = asLanes(opts.dlq);
+    this.keyWake = new KeyWake(opts.pool, this.queue, this.log);
   }
 
   /** The enqueue rules and publisher for handlers' child jobs (ctx.enqueue), made on first use. */

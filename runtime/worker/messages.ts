@@ -17,10 +17,9 @@ export class QueueMessages {
   private readonly deletes: Batcher<PendingDelete, void>;
 
   constructor(private readonly ctx: WorkerContext) {
-    const { opts } = ctx;
     this.deletes = new Batcher<PendingDelete, void>(
       async (items) => {
-        const failures = await opts.queue.delete(items.map((d) => d.message.receipt));
+        const failures = await ctx.queue.delete(items.map((d) => d.message.receipt));
         for (const f of failures) {
           const d = items.find((i) => i.message.receipt === f.receipt);
           this.ctx.log.warn(
@@ -51,7 +50,7 @@ export class QueueMessages {
     const out: EntryFailure[] = [];
     for (const batch of chunk(changes, SQS_BATCH_LIMIT)) {
       try {
-        out.push(...(await this.ctx.opts.queue.changeVisibility(batch)));
+        out.push(...(await this.ctx.queue.changeVisibility(batch)));
       } catch (err) {
         this.ctx.log.warn({ err, count: batch.length }, 'visibility change failed');
         out.push(...batch.map((c) => ({ receipt: c.receipt, code: 'RequestFailed', message: String(err), stale: false })));

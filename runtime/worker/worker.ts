@@ -29,6 +29,7 @@ import type { ClaimedJob, JobStore } from '../store/job-store.ts';
 import { Completer } from './completer.ts';
 import { DeadLetters } from './dead-letter.ts';
 import { JobExecutor } from './executor.ts';
+import { defaultBulkSlots, nextWaiting } from './lane-choice.ts';
 import { Fetcher } from './fetcher.ts';
 import { Heartbeat } from './heartbeat.ts';
 import { WorkerContext, type Held, type WorkerOptions } from './held.ts';
@@ -57,6 +58,9 @@ export class Worker {
   protected readonly waiting: Held[] = [];
   /** Handlers running now (a handler with its own transaction counts until it commits). */
   private active = 0;
+  /** Of those, bulk-lane ones; and the slots bulk keeps while urgent work waits (lane-choice.ts). */
+  private activeBulk = 0;
+  private readonly bulkSlots: number;
   private busy = false;
 
   constructor(private readonly opts: WorkerOptions) {
@@ -68,11 +72,19 @@ export class Worker {
     this.beat = new Heartbeat(ctx, this.messages, (err) => this.fetcher.databaseUnavailable(err));
     this.completer = new Completer(ctx, this.messages, this.deadLetters, this.beat, (h) => this.freeSlot(h));
     this.executor = new JobExecutor(ctx, this.completer, this.beat);
-    this.fetcher = new Fetcher(ctx, this.messages, this.deadLetters, {
-      inHand: () => this.waiting.length + this.active,
-      waitForSlot: () => new Promise<void>((r) => this.slotWaiters.push(r)),
-      start: (job, message, claimSentAt) => this.startJob(job, message, claimSentAt),
-    });
+    this.bulkSlots = opts.bulkSlots ?? defaultBulkSlots(opts.timings.concurrency);
+    this.fetcher = new Fetcher(
+      ctx,
+      this.messages,
+      this.deadLetters,
+      {
+        inHand: () => this.waiting.length + this.active,
+        waitForSlot: () => new Promise<void>((r) => this.slotWaiters.push(r)),
+        start: (job, message, claimSentAt) => this.startJob(job, message, claimSentAt),
+        bulkInHand: () => this.activeBulk + this.waiting.filter((h) => h.job.lane !== 'urgent').length,
+      },
+      this.bulkSlots,
+    );
   }
 
   get runningJobs(): { id: string; attempt: number; type: string }[] {
@@ -84,7 +96,15 @@ export class Worker {
     const t = this.opts.timings;
     this.loopPromise = this.registerTypes().then(() => this.fetcher.receiveLoop());
     this.beat.start();
-    this.ctx.log.info({ concurrency: t.concurrency, leaseSeconds: t.leaseSeconds, heartbeatSeconds: t.heartbeatSeconds }, 'worker started');
+    this.ctx.log.info(
+      { concurrency: t.concurrency, leaseSeconds: t.leaseSeconds, heartbeatSeconds: t.heartbeatSeconds, bulkSlots: this.bulkSlots },
+      'worker started',
+    );
+    if (this.ctx.queue.shared) {
+      this.ctx.log.info(
+        'one queue for every lane (no JOBS_URGENT_QUEUE_URL): urgent jobs share the bulk queue, so they are preferred only among the jobs this worker has claimed',
+      );
+    }
   }
 
   /**
@@ -191,13 +211,14 @@ export class Worker {
     this.dispatch();
   }
 
-  /** Start waiting jobs while handler slots are free. */
+  /** Start waiting jobs while handler slots are free: urgent first, bulk keeping its slots (lane-choice.ts). */
   private dispatch(): void {
     const t = this.opts.timings;
     while (this.active < t.concurrency && this.waiting.length > 0 && !this.ctx.stopping) {
-      const h = this.waiting.shift()!;
+      const [h] = this.waiting.splice(nextWaiting(this.waiting, this.activeBulk, this.bulkSlots), 1);
       this.active++;
-      h.done = this.runJob(h);
+      if (h!.job.lane !== 'urgent') this.activeBulk++;
+      h!.done = this.runJob(h!);
     }
   }
 
@@ -222,6 +243,7 @@ export class Worker {
     if (h.slotFreed) return;
     h.slotFreed = true;
     this.active--;
+    if (h.job.lane !== 'urgent') this.activeBulk--;
     this.dispatch();
     this.wakeSlotWaiters();
   }

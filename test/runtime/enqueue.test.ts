@@ -155,7 +155,7 @@ describe('enqueue', () => {
     const [r] = await p.client.store.insertMany(p.db.pool, [
       { type: 'ledger.post', payload: { batch: 'B-FAIL', entries: 1 }, maxAttempts: 3 },
     ]);
-    await publisher.publish([{ outboxId: r!.outboxId!, jobId: r!.job.id }]);
+    await publisher.publish([{ outboxId: r!.outboxId!, jobId: r!.job.id, lane: 'bulk' }]);
     await publisher.flush();
     const { rows } = await p.db.pool.query('SELECT count(*)::int AS n FROM jobs.outbox WHERE job_id = $1', [r!.job.id]);
     expect(rows[0].n).toBe(1);

@@ -1,0 +1,147 @@
+// The queues of the priority lanes (runtime/domain/lanes.ts) as one JobQueue. A message goes to
+// its lane's queue (OutgoingMessage.lane; bulk when it names none); a received message carries the
+// lane it came from, and its receipt is marked with it, so a visibility change or a delete goes
+// back to the queue the message came from whoever makes it. The worker receives lane by lane
+// (receiveFrom); receive() is for readers that do not care (the test kit, a drain): the lanes in
+// order, highest first.
+//
+// When the urgent lane has no queue of its own (JOBS_URGENT_QUEUE_URL unset), it shares the bulk
+// queue: `queues` then has one entry and every message goes there (a one-queue setup keeps working,
+// without the preference; the worker says so at start). The same holds for the DLQs.
+
+import type { SQSClient } from '@aws-sdk/client-sqs';
+import type { SqsSettings } from '../config/sqs.ts';
+import { DEFAULT_LANE, LANES, type Lane } from '../domain/lanes.ts';
+import { createSqsClient, SqsQueue } from './sqs.ts';
+import type { EntryFailure, JobQueue, OutgoingMessage, ReceivedMessage, VisibilityChange } from './types.ts';
+
+/** Between the lane and the queue's own receipt handle (an SQS handle is base64: never a `|`). */
+const MARK = '|';
+
+export class LaneQueues implements JobQueue {
+  /** The distinct queues, highest lane first, each with the lane that names it; one entry when the lanes share a queue. */
+  readonly queues: { lane: Lane; queue: JobQueue; lanes: Lane[] }[];
+  private readonly byLane: Record<Lane, JobQueue>;
+
+  constructor(queues: { bulk: JobQueue; urgent?: JobQueue | null }) {
+    this.byLane = { bulk: queues.bulk, urgent: queues.urgent ?? queues.bulk };
+    this.queues = [];
+    for (const lane of LANES) {
+      const queue = this.byLane[lane];
+      const same = this.queues.find((q) => q.queue === queue);
+      if (same) same.lanes.push(lane);
+      else this.queues.push({ lane, queue, lanes: [lane] });
+    }
+    // The queue a shared lane uses is named after the lowest lane on it (bulk): a receipt's mark.
+    for (const q of this.queues) q.lane = q.lanes.at(-1)!;
+  }
+
+  /** True when every lane uses one queue (no preference between lanes is possible). */
+  get shared(): boolean {
+    return this.queues.length === 1;
+  }
+
+  /** The queue of `lane`. */
+  queue(lane: Lane): JobQueue {
+    return this.byLane[lane];
+  }
+
+  /** The lane that names `lane`'s queue: itself, or bulk when it shares the bulk queue. */
+  queueLane(lane: Lane): Lane {
+    return this.queues.find((q) => q.lanes.includes(lane))!.lane;
+  }
+
+  async send(messages: OutgoingMessage[]): Promise<void> {
+    const groups = new Map<JobQueue, OutgoingMessage[]>();
+    for (const m of messages) {
+      const q = this.byLane[m.lane ?? DEFAULT_LANE];
+      groups.set(q, [...(groups.get(q) ?? []), m]);
+    }
+    await Promise.all([...groups].map(([q, ms]) => q.send(ms)));
+  }
+
+  /** Long-poll the queue of `lane` (the lane's own, or the one it shares). */
+  async receiveFrom(lane: Lane, max: number, waitSeconds: number, signal?: AbortSignal): Promise<ReceivedMessage[]> {
+    const mark = this.queueLane(lane);
+    const got = await this.byLane[mark].receive(max, waitSeconds, signal);
+    return got.map((m) => ({ ...m, receipt: `${mark}${MARK}${m.receipt}`, lane: mark }));
+  }
+
+  /** Up to `max` messages, the lanes in order (highest first); only the last queue is long-polled. */
+  async receive(max: number, waitSeconds: number, signal?: AbortSignal): Promise<ReceivedMessage[]> {
+    const out: ReceivedMessage[] = [];
+    for (const [i, q] of this.queues.entries()) {
+      if (out.length >= max) break;
+      const last = i === this.queues.length - 1;
+      out.push(...(await this.receiveFrom(q.lane, max - out.length, last && out.length === 0 ? waitSeconds : 0, signal)));
+    }
+    return out;
+  }
+
+  async changeVisibility(changes: VisibilityChange[]): Promise<EntryFailure[]> {
+    const out: EntryFailure[] = [];
+    for (const [lane, group] of this.byMark(changes, (c) => c.receipt)) {
+      const failures = await this.byLane[lane].changeVisibility(group.map(({ item, inner }) => ({ ...item, receipt: inner })));
+      out.push(...failures.map((f) => ({ ...f, receipt: `${lane}${MARK}${f.receipt}` })));
+    }
+    return out;
+  }
+
+  async delete(receipts: string[]): Promise<EntryFailure[]> {
+    const out: EntryFailure[] = [];
+    for (const [lane, group] of this.byMark(receipts, (r) => r)) {
+      const failures = await this.byLane[lane].delete(group.map((g) => g.inner));
+      out.push(...failures.map((f) => ({ ...f, receipt: `${lane}${MARK}${f.receipt}` })));
+    }
+    return out;
+  }
+
+  /** Messages the lanes' queues hold together (each queue once), for readers that count them all. */
+  async approximateCount(): Promise<number> {
+    let n = 0;
+    for (const { queue } of this.queues)
+      n += (await (queue as JobQueue & { approximateCount?: () => Promise<number> }).approximateCount?.()) ?? 0;
+    return n;
+  }
+
+  /** Receipts grouped by the lane marked on them; an unmarked one (not received here) goes to the bulk queue. */
+  private byMark<T>(items: T[], receipt: (t: T) => string): Map<Lane, { item: T; inner: string }[]> {
+    const out = new Map<Lane, { item: T; inner: string }[]>();
+    for (const item of items) {
+      const r = receipt(item);
+      const at = r.indexOf(MARK);
+      const head = at > 0 ? r.slice(0, at) : '';
+      const lane: Lane = (LANES as readonly string[]).includes(head) ? (head as Lane) : DEFAULT_LANE;
+      const inner = lane === head ? r.slice(at + 1) : r;
+      out.set(lane, [...(out.get(lane) ?? []), { item, inner }]);
+    }
+    return out;
+  }
+}
+
+/** `queue` as lanes: itself when it already is, else one queue every lane shares. */
+export function asLanes(queue: JobQueue): LaneQueues {
+  return queue instanceof LaneQueues ? queue : new LaneQueues({ bulk: queue });
+}
+
+/**
+ * The lanes' SQS queues from the settings (config/sqs.ts): the bulk queue, and the urgent one when
+ * configured; the same for the DLQs when given. One SQS client for all of them.
+ */
+export function sqsLanes(
+  s: SqsSettings,
+  opts: { client?: SQSClient; wrap?: (q: SqsQueue) => JobQueue } = {},
+): { queue: LaneQueues; dlq: LaneQueues | null; client: SQSClient; sqsQueues: SqsQueue[] } {
+  const client = opts.client ?? createSqsClient({ region: s.region, ...(s.endpoint ? { endpoint: s.endpoint } : {}) });
+  const bulk = new SqsQueue({ queueUrl: s.queueUrl, client });
+  const urgent = s.urgentQueueUrl ? new SqsQueue({ queueUrl: s.urgentQueueUrl, client }) : null;
+  const wrap = opts.wrap ?? ((q: SqsQueue) => q);
+  const queue = new LaneQueues({ bulk: wrap(bulk), urgent: urgent ? wrap(urgent) : null });
+  const dlq = s.dlqUrl
+    ? new LaneQueues({
+        bulk: new SqsQueue({ queueUrl: s.dlqUrl, client }),
+        urgent: s.urgentDlqUrl ? new SqsQueue({ queueUrl: s.urgentDlqUrl, client }) : null,
+      })
+    : null;
+  return { queue, dlq, client, sqsQueues: urgent ? [urgent, bulk] : [bulk] };
+}

@@ -1,0 +1,154 @@
+// How a worker chooses between the priority lanes (runtime/domain/lanes.ts). The rule:
+//
+//   Urgent first. While both lanes have work, bulk keeps `bulkSlots` of the worker's handler
+//   slots (default: a fifth of JOBS_CONCURRENCY, at least 1), and urgent takes every other slot.
+//   When one lane is empty, the other takes every slot.
+//
+// So bulk is never starved (at least bulkSlots bulk jobs are in hand, and run, whenever bulk has
+// work), and an urgent flood waits behind at most bulkSlots bulk jobs once the bulk jobs it found
+// running end (a running job keeps its slot: nothing is preempted). The rule is applied twice:
+// here, when the worker decides how many messages to take from each lane's queue, and in the
+// coordinator (worker.ts), when a free slot picks the next of the claimed jobs waiting for one.
+//
+// Receiving, without raising the SQS calls per job. A lane that had messages on the last receive
+// is *busy*: it is received from without waiting (an empty answer makes it idle). An idle lane has
+// one long poll (20 s) open in the background; when it brings messages the lane is busy again and
+// they are claimed on the next pass, or handed back at once (visibility 0) if the worker has no
+// room for them by then. When every lane is idle, the worker waits on their long polls, all at once:
+// idle, a worker makes one receive per lane per 20 s; busy with one lane, the other lane's long
+// poll adds one call per 20 s. With one queue for every lane (JOBS_URGENT_QUEUE_URL unset) the
+// fetcher receives as before and only the slot rule applies, to the jobs already claimed.
+
+import { LANES, type Lane } from '../domain/lanes.ts';
+import { SQS_BATCH_LIMIT, type ReceivedMessage } from '../queue/types.ts';
+import type { WorkerContext } from './held.ts';
+import type { QueueMessages } from './messages.ts';
+
+/** The slots bulk keeps while urgent work waits: a fifth of the concurrency, at least 1. */
+export function defaultBulkSlots(concurrency: number): number {
+  return Math.max(1, Math.floor(concurrency / 5));
+}
+
+/**
+ * The next of the jobs waiting for a slot (their lanes, in claim order): the first urgent one,
+ * unless bulk runs fewer than its slots and a bulk job waits; with no urgent job waiting, the
+ * first. -1 when none waits.
+ */
+export function nextWaiting(waiting: readonly { job: { lane: Lane } }[], bulkRunning: number, bulkSlots: number): number {
+  if (waiting.length === 0) return -1;
+  const urgent = waiting.findIndex((h) => h.job.lane === 'urgent');
+  if (urgent < 0) return 0;
+  if (bulkRunning < bulkSlots) {
+    const bulk = waiting.findIndex((h) => h.job.lane !== 'urgent');
+    if (bulk >= 0) return bulk;
+  }
+  return urgent;
+}
+
+interface LaneState {
+  lane: Lane;
+  /** The last receive brought messages: receive without waiting. */
+  busy: boolean;
+  /** The background long poll of an idle lane. */
+  poll: Promise<void> | null;
+  /** What a background poll brought, for the next pass. */
+  ready: ReceivedMessage[];
+  /** A background poll failed: the next pass throws it (the fetcher backs off). */
+  error: unknown;
+}
+
+/** The fetcher's receives when the lanes have queues of their own. */
+export class LaneReceiver {
+  private readonly lanes: LaneState[];
+  /** The fetcher waits for a slot: messages a background poll brings go straight back. */
+  private roomless = false;
+
+  constructor(
+    private readonly ctx: WorkerContext,
+    private readonly messages: QueueMessages,
+    private readonly opts: { bulkSlots: number; waitSeconds: number; bulkInHand: () => number },
+  ) {
+    this.lanes = LANES.map((lane) => ({ lane, busy: true, poll: null, ready: [], error: undefined }));
+  }
+
+  /**
+   * Up to `room` messages, urgent first, bulk's slots kept (the rule above). Returns [] after
+   * waiting on the idle lanes' long polls when every lane is idle; the caller comes back.
+   */
+  async receive(room: number): Promise<ReceivedMessage[]> {
+    this.roomless = false;
+    const failed = this.lanes.find((s) => s.error !== undefined);
+    if (failed) {
+      const err = failed.error;
+      failed.error = undefined;
+      throw err;
+    }
+    const [urgent, bulk] = this.lanes as [LaneState, LaneState];
+    const got = { urgent: urgent.ready.splice(0), bulk: bulk.ready.splice(0) };
+    // Bulk's share: what it lacks of its slots, when it has work.
+    const bulkWork = bulk.busy || got.bulk.length > 0;
+    const reserve = bulkWork ? Math.max(0, Math.min(room, this.opts.bulkSlots - this.opts.bulkInHand() - got.bulk.length)) : 0;
+    const urgentWant = room - reserve - got.urgent.length - got.bulk.length;
+    if (urgent.busy && !urgent.poll && urgentWant > 0) got.urgent.push(...(await this.receiveBusy(urgent, urgentWant)));
+    const bulkWant = room - got.urgent.length - got.bulk.length;
+    if (bulk.busy && !bulk.poll && bulkWant > 0) got.bulk.push(...(await this.receiveBusy(bulk, bulkWant)));
+    if (this.ctx.stopping) {
+      await this.handBack([...got.urgent, ...got.bulk]);
+      return [];
+    }
+    for (const s of this.lanes) if (!s.busy && !s.poll) this.startPoll(s, Math.min(SQS_BATCH_LIMIT, Math.max(1, room)));
+    const all = [...got.urgent, ...got.bulk];
+    if (all.length > room) await this.handBack(all.splice(room));
+    if (all.length > 0) return all;
+    const open = this.lanes.map((s) => s.poll).filter((p): p is Promise<void> => p !== null);
+    if (open.length > 0) await Promise.race(open);
+    return [];
+  }
+
+  /** The worker has no room: what the background polls brought goes back to the queue now. */
+  async noRoom(): Promise<void> {
+    this.roomless = true;
+    const ready = this.lanes.flatMap((s) => s.ready.splice(0));
+    if (ready.length > 0) await this.handBack(ready);
+  }
+
+  /** On stop: wait for the open polls (the stop aborts them) and hand back whatever they brought. */
+  async stop(): Promise<void> {
+    await Promise.all(this.lanes.map((s) => s.poll));
+    await this.noRoom();
+  }
+
+  /** A busy lane: up to `want` without waiting (parallel receives of 10 when the first is full). */
+  private async receiveBusy(s: LaneState, want: number): Promise<ReceivedMessage[]> {
+    const q = this.ctx.queue;
+    const signal = this.ctx.stopAc.signal;
+    const first = await q.receiveFrom(s.lane, Math.min(SQS_BATCH_LIMIT, want), 0, signal);
+    s.busy = first.length > 0;
+    if (want <= SQS_BATCH_LIMIT || first.length < SQS_BATCH_LIMIT) return first;
+    const sizes: number[] = [];
+    for (let left = want - SQS_BATCH_LIMIT; left > 0; left -= SQS_BATCH_LIMIT) sizes.push(Math.min(SQS_BATCH_LIMIT, left));
+    const more = await Promise.allSettled(sizes.map((n) => q.receiveFrom(s.lane, n, 0, signal)));
+    return [...first, ...more.flatMap((r) => (r.status === 'fulfilled' ? r.value : []))];
+  }
+
+  private startPoll(s: LaneState, max: number): void {
+    s.poll = this.ctx.queue
+      .receiveFrom(s.lane, max, this.opts.waitSeconds, this.ctx.stopAc.signal)
+      .then(async (got) => {
+        if (got.length === 0) return;
+        s.busy = true;
+        if (this.ctx.stopping || this.roomless) await this.handBack(got);
+        else s.ready.push(...got);
+      })
+      .catch((err: unknown) => {
+        s.error = err;
+      })
+      .finally(() => {
+        s.poll = null;
+      });
+  }
+
+  private async handBack(ms: ReceivedMessage[]): Promise<void> {
+    if (ms.length > 0) await this.messages.changeVisibility(ms.map((m) => ({ receipt: m.receipt, seconds: 0 })));
+  }
+}
