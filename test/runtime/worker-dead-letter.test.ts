@@ -31,6 +31,7 @@ describe('dead letters', () => {
       Reason: 'attempts-exhausted',
       JobId: job.id,
       JobType: 'ledger.post',
+      Lane: 'bulk',
       Attempts: '1',
       ErrorMessage: 'ledger locked',
       LastOwner: 'owner-1',

@@ -88,7 +88,7 @@ describe('fetcher: settling a message whose job it could not claim, by the job r
     const m = await receiveFor(p, job.id);
     const send = vi.spyOn(p.queue, 'send');
     await u.fetcher.handleBatch([{ ...m, receiveCount: FAST_RECEIVE_LIMIT }]);
-    expect(send).toHaveBeenCalledWith([{ body: jobMessageBody(job.id, 'ledger.post'), delaySeconds: expect.any(Number) }]);
+    expect(send).toHaveBeenCalledWith([{ body: jobMessageBody(job.id, 'ledger.post'), delaySeconds: expect.any(Number), lane: 'bulk' }]);
     await u.messages.drain();
     expect(p.queue.peek().every((x) => x.receiveCount === 0)).toBe(true);
   });
