@@ -17,6 +17,7 @@ import { NotifyEventSink } from '../runtime/live/events.ts';
 import { FAULTS_TOKEN_ENV, FAULTS_URL_ENV } from '../runtime/http/live.ts';
 import { silentLogger } from '../runtime/observability/log.ts';
 import { SqsQueue } from '../runtime/queue/sqs.ts';
+import { sqsLanes } from '../runtime/queue/lanes.ts';
 import { Publisher } from '../runtime/store/outbox.ts';
 import type { DbProxy } from './db-proxy.ts';
 import { FAULT_KINDS, FaultError, FaultInjector, LocalWorkers } from './faults.ts';
@@ -39,7 +40,8 @@ export async function startFaultControl(opts: {
 }): Promise<FaultControl> {
   const queue = new SqsQueue(sqsFromEnv(opts.env));
   const pool = createPool({ url: opts.databaseUrl, max: 4, applicationName: 'jobs-local faults' });
-  const publisher = new Publisher(pool, queue, silentLogger);
+  // Enqueues go to each job's lane's queue; the faults act on the bulk (job) queue.
+  const publisher = new Publisher(pool, sqsLanes(sqsFromEnv(opts.env)).queue, silentLogger);
   const client = new JobClient({ pool, registry: defaultRegistry(), publisher, defaultMaxAttempts: opts.timings.maxAttempts });
   const sink = new NotifyEventSink(pool, { flushMs: 50 });
   const workers = new LocalWorkers(opts.spawnWorker);

@@ -13,12 +13,12 @@ import { sqsFromEnv } from '../runtime/config/sqs.ts';
 import { createPool } from '../runtime/db/pool.ts';
 import { defaultRegistry } from '../runtime/handlers/index.ts';
 import { silentLogger } from '../runtime/observability/log.ts';
-import { SqsQueue } from '../runtime/queue/sqs.ts';
+import { sqsLanes } from '../runtime/queue/lanes.ts';
 import { Publisher } from '../runtime/store/outbox.ts';
 
 const spec = JSON.parse(process.argv[2] ?? '{}') as EnqueueSpec;
 const pool = createPool({ url: databaseUrlFromEnv(process.env), max: 1, applicationName: 'jobs-local publisher-child' });
-const queue = new SqsQueue(sqsFromEnv(process.env));
+const queue = sqsLanes(sqsFromEnv(process.env)).queue;
 const client = new JobClient({
   pool,
   registry: defaultRegistry(),

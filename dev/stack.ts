@@ -150,6 +150,8 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       [ENV.databaseAdminUrl]: databaseUrl,
       JOBS_QUEUE_URL: sqs.queueUrl,
       JOBS_DLQ_URL: sqs.dlqUrl,
+      JOBS_URGENT_QUEUE_URL: sqs.urgentQueueUrl,
+      JOBS_URGENT_DLQ_URL: sqs.urgentDlqUrl,
       JOBS_SQS_ENDPOINT: sqs.endpoint,
       AWS_REGION: LOCAL_SQS_REGION,
       API_URL: apiUrl,

@@ -46,7 +46,12 @@ export class Fetcher {
     this.lanes = ctx.queue.shared
       ? null
       : new LaneReceiver(ctx, messages, {
-          bulkSlots,
+          // Bulk's share of the jobs in hand, prefetched ones included, so that a bulk job waits
+          // for the slot a finishing bulk job frees (with prefetch, that slot would go to urgent).
+          bulkInHandTarget: Math.ceil(
+            (bulkSlots * (ctx.opts.timings.concurrency + (ctx.opts.prefetch ?? ctx.opts.timings.concurrency))) /
+              ctx.opts.timings.concurrency,
+          ),
           waitSeconds: ctx.opts.receiveWaitSeconds ?? 20,
           bulkInHand: () => slots.bulkInHand?.() ?? 0,
         });
@@ -188,6 +193,8 @@ export class Fetcher {
     const sentAt = Date.now();
     const claimed = await ctx.store.claim(ids, ctx.workerId, ctx.opts.timings.leaseSeconds);
     const misses = new Set(ids);
+    // Urgent first: each start takes a free slot at once, before the rest of the batch is in hand.
+    claimed.sort((a, b) => Number(b.lane === 'urgent') - Number(a.lane === 'urgent'));
     for (const job of claimed) {
       misses.delete(job.id);
       this.startClaimed(job, byJob, sentAt);

@@ -4,11 +4,12 @@
 //   slots (default: a fifth of JOBS_CONCURRENCY, at least 1), and urgent takes every other slot.
 //   When one lane is empty, the other takes every slot.
 //
-// So bulk is never starved (at least bulkSlots bulk jobs are in hand, and run, whenever bulk has
-// work), and an urgent flood waits behind at most bulkSlots bulk jobs once the bulk jobs it found
-// running end (a running job keeps its slot: nothing is preempted). The rule is applied twice:
-// here, when the worker decides how many messages to take from each lane's queue, and in the
-// coordinator (worker.ts), when a free slot picks the next of the claimed jobs waiting for one.
+// So bulk is never starved (bulkSlots bulk jobs run whenever bulk has work), and an urgent flood
+// waits behind at most bulkSlots bulk jobs once the bulk jobs it found running end (a running job
+// keeps its slot: nothing is preempted). The rule is applied twice: here, when the worker decides
+// how many messages to take from each lane's queue (bulk's share of the jobs in hand, prefetched
+// ones included, so a bulk job is waiting when a bulk slot frees), and in the coordinator
+// (worker.ts), when a free slot picks the next of the claimed jobs waiting for one.
 //
 // Receiving, without raising the SQS calls per job. A lane that had messages on the last receive
 // is *busy*: it is received from without waiting (an empty answer makes it idle). An idle lane has
@@ -66,7 +67,7 @@ export class LaneReceiver {
   constructor(
     private readonly ctx: WorkerContext,
     private readonly messages: QueueMessages,
-    private readonly opts: { bulkSlots: number; waitSeconds: number; bulkInHand: () => number },
+    private readonly opts: { bulkInHandTarget: number; waitSeconds: number; bulkInHand: () => number },
   ) {
     this.lanes = LANES.map((lane) => ({ lane, busy: true, poll: null, ready: [], error: undefined }));
   }
@@ -87,7 +88,7 @@ export class LaneReceiver {
     const got = { urgent: urgent.ready.splice(0), bulk: bulk.ready.splice(0) };
     // Bulk's share: what it lacks of its slots, when it has work.
     const bulkWork = bulk.busy || got.bulk.length > 0;
-    const reserve = bulkWork ? Math.max(0, Math.min(room, this.opts.bulkSlots - this.opts.bulkInHand() - got.bulk.length)) : 0;
+    const reserve = bulkWork ? Math.max(0, Math.min(room, this.opts.bulkInHandTarget - this.opts.bulkInHand() - got.bulk.length)) : 0;
     const urgentWant = room - reserve - got.urgent.length - got.bulk.length;
     if (urgent.busy && !urgent.poll && urgentWant > 0) got.urgent.push(...(await this.receiveBusy(urgent, urgentWant)));
     const bulkWant = room - got.urgent.length - got.bulk.length;

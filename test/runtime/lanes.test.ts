@@ -1,0 +1,336 @@
+// Priority lanes (issue 14) over the in-process queues (a MemoryQueue per lane, each with its own
+// DLQ and redrive) and a real PostgreSQL: with both lanes full the worker starts urgent jobs first
+// and bulk jobs still make progress; every path that sends a job's message sends it to its lane's
+// queue (enqueue, the outbox relay, a key's next job, the rescuer, the reconciler, a redrive) and
+// a dead job's report to its lane's DLQ; one queue for every lane keeps working; a bad lane and a
+// bad lane configuration are refused, naming the field or the variable.
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ConfigError } from '../../runtime/config/rules.ts';
+import { sqsFromEnv } from '../../runtime/config/sqs.ts';
+import { ValidationError } from '../../runtime/domain/errors.ts';
+import { JobRegistry } from '../../runtime/handlers/registry.ts';
+import { defineJob } from '../../runtime/handlers/types.ts';
+import { pause } from '../../runtime/handlers/validate.ts';
+import { Reconciler } from '../../runtime/maintenance/reconciler.ts';
+import { Rescuer } from '../../runtime/maintenance/rescuer.ts';
+import { silentLogger } from '../../runtime/observability/log.ts';
+import { DeadJobService } from '../../runtime/oncall/dead-jobs.ts';
+import { LaneQueues } from '../../runtime/queue/lanes.ts';
+import { MemoryQueue } from '../../runtime/queue/memory.ts';
+import { parseJobMessage } from '../../runtime/queue/message.ts';
+import { JobClient } from '../../runtime/store/client.ts';
+import { JobStore } from '../../runtime/store/job-store.ts';
+import { OutboxRelay, Publisher } from '../../runtime/store/outbox.ts';
+import { NonRetryableError } from '../../runtime/domain/errors.ts';
+import { TestWorker } from 'erp-jobs/testing';
+import { createTestDb, type TestDb } from '../support/db.ts';
+import { FAST_TIMINGS, waitFor } from '../support/platform.ts';
+
+/** Handler starts, in the order the worker started them (the payload's tag). */
+const started: string[] = [];
+const registry = new JobRegistry([
+  defineJob<{ tag: string; ms?: number }, null>({
+    type: 'test.work',
+    description: 'records its start, then works a little',
+    parse: (p) => p as { tag: string; ms?: number },
+    async run(p, ctx) {
+      started.push(p.tag);
+      await pause(p.ms ?? 10, ctx.signal);
+      return null;
+    },
+  }),
+  defineJob<Record<string, never>, null>({
+    type: 'test.close',
+    description: 'month-end close: urgent by default',
+    lane: 'urgent',
+    parse: () => ({}),
+    run: async () => null,
+  }),
+  defineJob<Record<string, never>, null>({
+    type: 'test.fatal',
+    description: 'fails for good',
+    parse: () => ({}),
+    async run() {
+      throw new NonRetryableError('period closed');
+    },
+  }),
+]);
+
+interface Lanes {
+  db: TestDb;
+  urgent: MemoryQueue;
+  bulk: MemoryQueue;
+  urgentDlq: MemoryQueue;
+  bulkDlq: MemoryQueue;
+  queue: LaneQueues;
+  dlq: LaneQueues;
+  client: JobClient;
+  store: JobStore;
+  workers: TestWorker[];
+  worker(concurrency: number, o?: { bulkSlots?: number; prefetch?: number }): TestWorker;
+}
+
+let l: Lanes;
+async function lanes(shared = false): Promise<Lanes> {
+  const db = await createTestDb();
+  const mem = (dlq?: MemoryQueue) =>
+    new MemoryQueue({
+      visibilityTimeoutSeconds: FAST_TIMINGS.visibilityTimeoutSeconds,
+      maxReceiveCount: 10,
+      ...(dlq ? { deadLetterQueue: dlq } : {}),
+    });
+  const urgentDlq = new MemoryQueue({ visibilityTimeoutSeconds: 30 });
+  const bulkDlq = new MemoryQueue({ visibilityTimeoutSeconds: 30 });
+  const urgent = mem(urgentDlq);
+  const bulk = mem(bulkDlq);
+  const queue = new LaneQueues({ bulk, urgent: shared ? null : urgent });
+  const dlq = new LaneQueues({ bulk: bulkDlq, urgent: shared ? null : urgentDlq });
+  const publisher = new Publisher(db.pool, queue, silentLogger);
+  const workers: TestWorker[] = [];
+  return {
+    db,
+    urgent,
+    bulk,
+    urgentDlq,
+    bulkDlq,
+    queue,
+    dlq,
+    client: new JobClient({ pool: db.pool, registry, publisher, defaultMaxAttempts: 3 }),
+    store: new JobStore(db.pool),
+    workers,
+    worker(concurrency, o = {}) {
+      const pool = db.newPool(concurrency + 2);
+      const w = new TestWorker({
+        pool,
+        queue,
+        dlq,
+        registry,
+        publisher: new Publisher(pool, queue, silentLogger),
+        log: silentLogger,
+        receiveWaitSeconds: 0.2,
+        ...o,
+        timings: { ...FAST_TIMINGS, concurrency },
+      });
+      workers.push(w);
+      return w;
+    },
+  };
+}
+beforeEach(() => {
+  started.length = 0;
+});
+afterEach(async () => {
+  await Promise.all(l.workers.map((w) => w.crash().catch(() => undefined)));
+  for (const q of [l.urgent, l.bulk, l.urgentDlq, l.bulkDlq]) q.close();
+  await l.db.drop();
+});
+
+const ids = (q: MemoryQueue) => q.peek().map((m) => (parseJobMessage(m.body) as { ok: true; message: { jobId: string } }).message?.jobId);
+const sentIds = (q: MemoryQueue) => q.sentLog.map((m) => JSON.parse(m.body).jobId as string);
+
+describe('lanes: the worker prefers urgent and never starves bulk', () => {
+  it('200 bulk and 50 urgent queued before the worker starts: urgent jobs start first, bulk jobs still run meanwhile', async () => {
+    l = await lanes();
+    const bulkSpecs = Array.from({ length: 200 }, (_, i) => ({ type: 'test.work', payload: { tag: `b${i}` } }));
+    const urgentSpecs = Array.from({ length: 50 }, (_, i) => ({ type: 'test.work', payload: { tag: `u${i}` }, lane: 'urgent' as const }));
+    // Bulk first: without lanes, every bulk job would start before any urgent one.
+    for (let i = 0; i < bulkSpecs.length; i += 50) await l.client.enqueueNow(bulkSpecs.slice(i, i + 50));
+    await l.client.enqueueNow(urgentSpecs);
+    expect(l.urgent.depth().total).toBe(50);
+    expect(l.bulk.depth().total).toBe(200);
+
+    // Concurrency 4: bulk keeps max(1, 4 / 5) = 1 slot while urgent work waits.
+    const w = l.worker(4);
+    w.start();
+    await waitFor(
+      async () => (await l.db.pool.query("SELECT count(*)::int AS n FROM jobs.job WHERE state = 'succeeded'")).rows[0].n === 250,
+      60_000,
+      'all 250 jobs done',
+    );
+
+    expect(started).toHaveLength(250);
+    const lastUrgent = started.findLastIndex((t) => t.startsWith('u'));
+    const bulkBeforeLastUrgent = started.slice(0, lastUrgent).filter((t) => t.startsWith('b')).length;
+    // Urgent first: the 50 urgent jobs have all started within the first 50 + the bulk share…
+    expect(lastUrgent).toBeLessThan(100);
+    expect(started.slice(0, 20).filter((t) => t.startsWith('u')).length).toBeGreaterThanOrEqual(14);
+    // …and bulk was not starved meanwhile: about one start in four (its slot of four) went to bulk.
+    expect(bulkBeforeLastUrgent).toBeGreaterThanOrEqual(8);
+    expect(bulkBeforeLastUrgent).toBeLessThanOrEqual(40);
+
+    // The database says the same: urgent jobs' median start is before bulk's.
+    const { rows } = await l.db.pool.query(
+      `SELECT lane, percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at)) AS median FROM jobs.job GROUP BY lane`,
+    );
+    const median = Object.fromEntries(rows.map((r) => [r.lane, Number(r.median)]));
+    expect(median.urgent).toBeLessThan(median.bulk!);
+    // Nothing left anywhere; nothing dead-lettered.
+    expect(l.urgent.depth().total + l.bulk.depth().total + l.urgentDlq.depth().total + l.bulkDlq.depth().total).toBe(0);
+  }, 90_000);
+
+  it('one queue for every lane (no urgent queue): urgent jobs go to the shared queue and run', async () => {
+    l = await lanes(true);
+    const [r] = await l.client.enqueueNow({ type: 'test.work', payload: { tag: 'u-shared' }, lane: 'urgent' });
+    expect(r!.job.lane).toBe('urgent');
+    expect(ids(l.bulk)).toEqual([r!.job.id]);
+    expect(l.urgent.sentLog).toHaveLength(0);
+    l.worker(2).start();
+    await waitFor(async () => (await l.store.get(r!.job.id))!.state === 'succeeded', 10_000, 'urgent job done');
+  });
+});
+
+describe("lanes: every message of a job goes to its lane's queue", () => {
+  beforeEach(async () => {
+    l = await lanes();
+  });
+
+  it("enqueue: the enqueuer's lane, else the type's, else bulk", async () => {
+    const [a, b, c, d] = await l.client.enqueueNow([
+      { type: 'test.work', payload: { tag: 'a' }, lane: 'urgent' },
+      { type: 'test.work', payload: { tag: 'b' } },
+      { type: 'test.close', payload: {} },
+      { type: 'test.close', payload: {}, lane: 'bulk' },
+    ]);
+    expect([a, b, c, d].map((r) => r!.job.lane)).toEqual(['urgent', 'bulk', 'urgent', 'bulk']);
+    expect(new Set(ids(l.urgent))).toEqual(new Set([a!.job.id, c!.job.id]));
+    expect(new Set(ids(l.bulk))).toEqual(new Set([b!.job.id, d!.job.id]));
+    expect((await l.store.get(a!.job.id))!.lane).toBe('urgent');
+  });
+
+  it('a bad lane is refused naming the field and the allowed values', () => {
+    expect(() => l.client.validate({ type: 'test.work', payload: { tag: 'x' }, lane: 'fast' as never })).toThrow(ValidationError);
+    try {
+      l.client.validate({ type: 'test.work', payload: { tag: 'x' }, lane: 'fast' as never });
+    } catch (err) {
+      expect((err as ValidationError).field).toBe('lane');
+      expect((err as ValidationError).message).toMatch(/must be one of urgent, bulk \(got "fast"\)/);
+    }
+  });
+
+  it('the outbox relay publishes a committed job whose enqueuer died to its lane', async () => {
+    const [u, b] = await l.store.insertMany(l.db.pool, [
+      { type: 'test.work', payload: { tag: 'r1' }, maxAttempts: 3, lane: 'urgent' },
+      { type: 'test.work', payload: { tag: 'r2' }, maxAttempts: 3 },
+    ]);
+    const relay = new OutboxRelay(l.db.pool, l.queue, silentLogger, { minAgeSeconds: 0, intervalMs: 1000, batchSize: 100 });
+    expect(await relay.runOnce()).toBe(2);
+    expect(ids(l.urgent)).toEqual([u!.job.id]);
+    expect(ids(l.bulk)).toEqual([b!.job.id]);
+  });
+
+  it("a concurrency key's next job (relay_now) goes to the urgent queue, and a dead urgent job's report to the urgent DLQ", async () => {
+    const keyed = await l.client.enqueueNow(
+      Array.from({ length: 3 }, (_, i) => ({
+        type: 'test.work',
+        payload: { tag: `k${i}`, ms: 30 },
+        lane: 'urgent' as const,
+        concurrencyKey: 'ledger:7',
+      })),
+    );
+    const [fatal] = await l.client.enqueueNow({ type: 'test.fatal', payload: {}, lane: 'urgent' });
+    l.worker(3).start();
+    await waitFor(async () => (await l.store.get(fatal!.job.id))!.state === 'dead', 10_000, 'fatal job dead');
+    for (const k of keyed) await waitFor(async () => (await l.store.get(k.job.id))!.state === 'succeeded', 10_000, 'keyed job done');
+    // The blocked ones were published again when the key had room: on the urgent queue, never the bulk one.
+    expect(sentIds(l.urgent).filter((id) => keyed.some((k) => k.job.id === id)).length).toBeGreaterThan(3);
+    expect(l.bulk.sentLog).toHaveLength(0);
+    expect(l.urgentDlq.peek().map((m) => m.attributes.JobId)).toEqual([fatal!.job.id]);
+    expect(l.urgentDlq.peek()[0]!.attributes.Lane).toBe('urgent');
+    expect(l.bulkDlq.depth().total).toBe(0);
+  });
+
+  it('the rescuer re-queues an expired urgent job to the urgent queue', async () => {
+    const [r] = await l.client.enqueueNow({ type: 'test.work', payload: { tag: 'x' }, lane: 'urgent' });
+    await l.store.claim([r!.job.id], 'dead-worker', 0.05);
+    l.urgent.purge();
+    const rescuer = new Rescuer(l.store, new Publisher(l.db.pool, l.queue, silentLogger), silentLogger, {
+      graceSeconds: 0,
+      intervalMs: 1000,
+      batchSize: 10,
+    });
+    await new Promise((res) => setTimeout(res, 100));
+    expect((await rescuer.runOnce()).map((j) => j.id)).toEqual([r!.job.id]);
+    expect(ids(l.urgent)).toEqual([r!.job.id]);
+    expect(l.bulk.sentLog).toHaveLength(0);
+  });
+
+  it('the reconciler heals a purged urgent queue from urgent jobs, not from the bulk backlog', async () => {
+    const bulkJobs = await l.client.enqueueNow(Array.from({ length: 5 }, (_, i) => ({ type: 'test.work', payload: { tag: `b${i}` } })));
+    const urgentJobs = await l.client.enqueueNow(
+      Array.from({ length: 3 }, (_, i) => ({ type: 'test.work', payload: { tag: `u${i}` }, lane: 'urgent' as const })),
+    );
+    // Older than the reconciler's minimum age, and the urgent queue loses every message.
+    await l.db.pool.query("UPDATE jobs.job SET created_at = created_at - interval '1 hour', run_after = run_after - interval '1 hour'");
+    await waitFor(
+      async () => (await l.db.pool.query('SELECT count(*)::int AS n FROM jobs.outbox')).rows[0].n === 0,
+      5000,
+      'outbox emptied',
+    );
+    l.urgent.purge();
+    const reconciler = new Reconciler({
+      pool: l.db.pool,
+      publisher: new Publisher(l.db.pool, l.queue, silentLogger),
+      queues: l.queue.queues.map((q) => ({ lanes: q.lanes, countMessages: () => (q.queue as MemoryQueue).approximateCount() })),
+      log: silentLogger,
+      timings: { intervalMs: 1000, minAgeSeconds: 1, republishWindowSeconds: 60 },
+    });
+    expect((await reconciler.runOnce()).deficit).toBe(3); // seen once: not acted on yet
+    expect((await reconciler.runOnce()).republished).toBe(3);
+    expect(new Set(ids(l.urgent))).toEqual(new Set(urgentJobs.map((r) => r.job.id)));
+    expect(l.bulk.sentLog).toHaveLength(bulkJobs.length); // the enqueue's own, nothing more
+  });
+
+  it('a redriven dead urgent job goes back to the urgent queue', async () => {
+    const [r] = await l.client.enqueueNow({ type: 'test.fatal', payload: {}, lane: 'urgent' });
+    const [c] = await l.store.claim([r!.job.id], 'w', 30);
+    await l.store.fail({ id: c!.id, attempt: c!.attempt }, { name: 'Error', message: 'no', retryable: false }, 0, true);
+    l.urgent.purge();
+    const report = await new DeadJobService(l.db.pool, new Publisher(l.db.pool, l.queue, silentLogger)).redrive({
+      ids: [r!.job.id],
+      by: 'test',
+      reason: 'fixed',
+    });
+    expect(report.jobs.map((j) => j.id)).toEqual([r!.job.id]);
+    expect(ids(l.urgent)).toEqual([r!.job.id]);
+    expect(l.bulk.sentLog).toHaveLength(0);
+  });
+});
+
+describe('lanes: configuration', () => {
+  const base = {
+    JOBS_QUEUE_URL: 'https://sqs.eu-west-1.amazonaws.com/1/q',
+    JOBS_DLQ_URL: 'https://sqs.eu-west-1.amazonaws.com/1/dlq',
+    AWS_REGION: 'eu-west-1',
+  };
+  const refused = (env: Record<string, string>, needs?: { dlq: true }) => {
+    try {
+      sqsFromEnv(env, needs);
+    } catch (err) {
+      if (err instanceof ConfigError) return err.message;
+      throw err;
+    }
+    return null;
+  };
+
+  it('the urgent queue is optional; given, the worker needs its DLQ too', () => {
+    expect(sqsFromEnv(base, { dlq: true }).urgentQueueUrl).toBeUndefined();
+    const urgent = { ...base, JOBS_URGENT_QUEUE_URL: 'https://sqs.eu-west-1.amazonaws.com/1/uq' };
+    expect(refused(urgent, { dlq: true })).toMatch(/JOBS_URGENT_DLQ_URL is required/);
+    expect(sqsFromEnv(urgent).urgentQueueUrl).toBe(urgent.JOBS_URGENT_QUEUE_URL);
+    const both = { ...urgent, JOBS_URGENT_DLQ_URL: 'https://sqs.eu-west-1.amazonaws.com/1/udlq' };
+    expect(sqsFromEnv(both, { dlq: true })).toMatchObject({
+      urgentQueueUrl: urgent.JOBS_URGENT_QUEUE_URL,
+      urgentDlqUrl: both.JOBS_URGENT_DLQ_URL,
+    });
+  });
+
+  it('bad lane settings are refused naming the variable', () => {
+    expect(refused({ ...base, JOBS_URGENT_QUEUE_URL: 'not a url', JOBS_URGENT_DLQ_URL: 'https://x/udlq' })).toMatch(
+      /JOBS_URGENT_QUEUE_URL = "not a url" is not a URL/,
+    );
+    expect(refused({ ...base, JOBS_URGENT_DLQ_URL: 'https://x/udlq' })).toMatch(/JOBS_URGENT_DLQ_URL is set without JOBS_URGENT_QUEUE_URL/);
+    expect(refused({ ...base, JOBS_URGENT_QUEUE_URL: base.JOBS_QUEUE_URL })).toMatch(
+      /JOBS_URGENT_QUEUE_URL must differ from JOBS_QUEUE_URL/,
+    );
+  });
+});
