@@ -23,6 +23,7 @@ export function formatJob(j: Job, around: JobSurroundings = {}): string {
     `job       ${j.id}`,
     `type      ${j.type}`,
     `state     ${j.state}`,
+    `lane      ${j.lane}`,
     `attempt   ${attemptReading(j)}`,
     `created   ${j.createdAt.toISOString()}`,
   ];

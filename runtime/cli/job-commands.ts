@@ -9,6 +9,7 @@ import { createPool } from '../db/pool.ts';
 import { isJobId } from '../domain/ids.ts';
 import type { Job, JobState } from '../domain/job.ts';
 import { JOB_STATES } from '../domain/job.ts';
+import { isLane, LANES, type Lane } from '../domain/lanes.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import { waitingFor } from '../domain/reading.ts';
 import { payloadFields } from '../handlers/types.ts';
@@ -96,6 +97,7 @@ export async function jobCommand(
           'run-at': { type: 'string' },
           'concurrency-key': { type: 'string' },
           'concurrency-limit': { type: 'string' },
+          lane: { type: 'string' },
           json: { type: 'boolean' },
         },
       });
@@ -121,6 +123,8 @@ export async function jobCommand(
           runAt: values['run-at'] ?? null,
           concurrencyKey: values['concurrency-key'] ?? null,
           concurrencyLimit: values['concurrency-limit'] ? Number(values['concurrency-limit']) : null,
+          // Checked by the enqueue rules (a bad lane is refused naming the allowed ones).
+          lane: (values.lane as Lane | undefined) ?? null,
         }),
       );
       if (values.json) out(JSON.stringify({ ...r!.job, duplicate: r!.duplicate }));
@@ -187,29 +191,36 @@ export async function jobCommand(
         options: {
           state: { type: 'string' },
           type: { type: 'string' },
+          lane: { type: 'string' },
           limit: { type: 'string', default: '20' },
           json: { type: 'boolean' },
         },
       });
       if (values.state && !JOB_STATES.includes(values.state as JobState))
         throw new UsageError(`--state must be one of ${JOB_STATES.join(', ')} (got ${values.state})`);
+      if (values.lane && !isLane(values.lane)) throw new UsageError(`--lane must be one of ${LANES.join(', ')} (got ${values.lane})`);
       const limit = Number(values.limit);
       if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
         throw new UsageError(`--limit must be a whole number from 1 to 1000 (got ${values.limit})`);
       const env = await resolveEnv();
       const jobs = await withClient(env, ({ store }) =>
-        store.list({ limit, ...(values.state ? { state: values.state as JobState } : {}), ...(values.type ? { type: values.type } : {}) }),
+        store.list({
+          limit,
+          ...(values.state ? { state: values.state as JobState } : {}),
+          ...(values.type ? { type: values.type } : {}),
+          ...(values.lane ? { lane: values.lane as Lane } : {}),
+        }),
       );
       if (values.json) {
         out(JSON.stringify(jobs));
         return 0;
       }
-      out(`${'id'.padEnd(36)}  ${'type'.padEnd(16)}  ${'state'.padEnd(9)}  att  ${'created'.padEnd(24)}  note`);
+      out(`${'id'.padEnd(36)}  ${'type'.padEnd(16)}  ${'state'.padEnd(9)}  ${'lane'.padEnd(6)}  att  ${'created'.padEnd(24)}  note`);
       for (const j of jobs) {
         // A blocked job says what it waits for; any other, its last error.
         const note = j.blockedSince && j.state === 'pending' ? `waiting ${waitingFor(j)}` : (j.lastError?.message.slice(0, 60) ?? '');
         out(
-          `${j.id}  ${j.type.padEnd(16)}  ${j.state.padEnd(9)}  ${String(j.attempt).padStart(3)}  ${j.createdAt.toISOString().padEnd(24)}  ${note}`,
+          `${j.id}  ${j.type.padEnd(16)}  ${j.state.padEnd(9)}  ${j.lane.padEnd(6)}  ${String(j.attempt).padStart(3)}  ${j.createdAt.toISOString().padEnd(24)}  ${note}`,
         );
       }
       if (jobs.length === 0) out('(no jobs)');

@@ -20,10 +20,10 @@ Usage:
   jobs migrate                                apply database migrations (idempotent, under a lock)
   jobs api                                    run the HTTP API service
   jobs worker                                 run a worker process
-  jobs enqueue TYPE --payload JSON [--key K] [--max-attempts N] [--run-at ISO] [--concurrency-key K [--concurrency-limit N]]
+  jobs enqueue TYPE --payload JSON [--key K] [--max-attempts N] [--run-at ISO] [--concurrency-key K [--concurrency-limit N]] [--lane urgent|bulk]
   jobs show ID [--json] [--watch [--interval S]]   --watch: live progress bar, attempt, lease owner and time left, until the job ends
   jobs cancel ID [--by WHO]                   cancel a pending or running job (a running handler is aborted at its next heartbeat)
-  jobs list [--state S] [--type T] [--limit N] [--json]
+  jobs list [--state S] [--type T] [--lane L] [--limit N] [--json]
   jobs types [--describe] [--json]            list the job types this build knows; --describe: each payload field
 
 On-call (docs/runbooks/README.md):
@@ -32,9 +32,9 @@ On-call (docs/runbooks/README.md):
   jobs dead redrive (ID… | --type T | --since T | --until T | --all) [--by WHO] [--reason R] [--max-attempts N] [--from-scratch] [--dry-run]
                                               back to pending with a fresh attempt budget, re-published, recorded
   jobs dead discard (ID… | --type T | --since T | --until T | --all) --reason R [--by WHO]
-  jobs dlq list [--poison] [--limit N] [--json]   the DLQ's messages, each with what a redrive would do
-  jobs dlq redrive [--dry-run] [--move] [--rate N] [--limit N] [--by WHO]   move dead letters back, reconciled with the job table
-  jobs dlq discard MESSAGE_ID… --reason R [--by WHO]
+  jobs dlq list [--poison] [--lane L] [--limit N] [--json]   every lane's DLQ (or one), each message with its lane and what a redrive would do
+  jobs dlq redrive [--lane L] [--dry-run] [--move] [--rate N] [--limit N] [--by WHO]   move dead letters back to their lane's queue, reconciled with the job table
+  jobs dlq discard MESSAGE_ID… --reason R [--lane L] [--by WHO]
   jobs dlq move-status                        the DLQ's SQS message move tasks (AWS)
   jobs dlq move-cancel TASK_HANDLE [--by WHO]   stop a running move task (AWS): what it moved stays moved, the rest stays in the DLQ
   jobs poison list [--reason R] [--since T] [--resolved] [--limit N] [--json]

@@ -1,10 +1,12 @@
 // `jobs dlq`: list, redrive (receive-and-resend, or SQS's move with --move), discard, and the
-// move tasks' status and cancel, over runtime/oncall/dlq.ts. Every dead letter is printed with
-// its verdict and why. Exit 1 when a move was refused, a message not found or a cancel refused.
+// move tasks' status and cancel, over runtime/oncall/dlq.ts, on every priority lane's DLQ
+// (oncall/dlq-lanes.ts; `--lane urgent|bulk` for one). Every dead letter is printed with its lane,
+// verdict and why. Exit 1 when a move was refused, a message not found or a cancel refused.
 
 import { parseArgs } from 'node:util';
 import { ENV } from '../config/env.ts';
 import { ConfigError } from '../config/rules.ts';
+import { isLane, LANES, type Lane } from '../domain/lanes.ts';
 import { MoveCancelError, type DlqPassReport, type ReconciledLetter } from '../oncall/dlq.ts';
 import type { OpsServices } from '../oncall/services.ts';
 import { UsageError } from './format.ts';
@@ -22,11 +24,18 @@ function needDlq(ops: OpsServices) {
   return ops.deadLetters;
 }
 
+/** --lane: one lane's DLQ (default: every lane's). */
+function laneFlag(v: string | undefined): Lane | undefined {
+  if (v === undefined) return undefined;
+  if (!isLane(v)) throw new UsageError(`--lane must be one of ${LANES.join(', ')} (got ${v}); leave it out for every lane's DLQ`);
+  return v;
+}
+
 function letterLine(l: ReconciledLetter): string {
   const job = l.jobId ? `job ${l.jobId}${l.jobType ? ` (${l.jobType})` : ''} ${l.jobState ?? 'missing'}` : 'no job';
   const sent = l.sentAt ? l.sentAt.toISOString() : '?';
   const done = l.done ? `${l.done}: ` : `${l.verdict}: `;
-  return `${l.messageId}  ${sent}  ${l.reason.padEnd(27)}  ${job}\n    ${done}${l.why}${l.detail ? `\n    detail: ${l.detail.slice(0, 200)}` : ''}${l.kind === 'poison' ? `\n    body (${l.body.length} bytes): ${JSON.stringify(l.body.slice(0, 300))}${l.senderId ? `\n    sender: ${l.senderId}` : ''}` : ''}`;
+  return `${l.messageId}  ${l.lane.padEnd(6)}  ${sent}  ${l.reason.padEnd(27)}  ${job}\n    ${done}${l.why}${l.detail ? `\n    detail: ${l.detail.slice(0, 200)}` : ''}${l.kind === 'poison' ? `\n    body (${l.body.length} bytes): ${JSON.stringify(l.body.slice(0, 300))}${l.senderId ? `\n    sender: ${l.senderId}` : ''}` : ''}`;
 }
 
 function passSummary(r: DlqPassReport): string {
@@ -40,10 +49,16 @@ export async function dlqCommand(argv: string[], env: Env, out: Out): Promise<nu
     case 'list': {
       const { values } = parseArgs({
         args: rest,
-        options: { limit: { type: 'string', default: '1000' }, poison: { type: 'boolean' }, json: { type: 'boolean' } },
+        options: {
+          limit: { type: 'string', default: '1000' },
+          poison: { type: 'boolean' },
+          lane: { type: 'string' },
+          json: { type: 'boolean' },
+        },
       });
       const limit = intFlag('--limit', values.limit, 1, 100_000)!;
-      const r = await withOps(env, (ops) => needDlq(ops).look(limit));
+      const lane = laneFlag(values.lane);
+      const r = await withOps(env, (ops) => needDlq(ops).look(limit, lane));
       const letters = values.poison ? r.letters.filter((l) => l.verdict === 'keep' && l.jobState === null) : r.letters;
       if (values.json) {
         out(JSON.stringify({ ...r, letters }));
@@ -64,14 +79,17 @@ export async function dlqCommand(argv: string[], env: Env, out: Out): Promise<nu
           rate: { type: 'string' },
           limit: { type: 'string', default: '1000' },
           by: { type: 'string' },
+          lane: { type: 'string' },
           json: { type: 'boolean' },
         },
       });
       const limit = intFlag('--limit', values.limit, 1, 100_000)!;
       const rate = intFlag('--rate', values.rate, 1, 500);
       const by = whoAsked(values.by);
+      const lane = laneFlag(values.lane);
       const r = await withOps(env, (ops) =>
         needDlq(ops).redrive({
+          ...(lane ? { lane } : {}),
           by,
           dryRun: values['dry-run'] ?? false,
           move: values.move ?? false,
@@ -87,7 +105,7 @@ export async function dlqCommand(argv: string[], env: Env, out: Out): Promise<nu
       out(`${r.dryRun ? 'dry run: ' : ''}${passSummary(r)}`);
       for (const l of r.letters) out(letterLine(l));
       for (const n of r.notes.filter((x) => !/local SQS endpoint/.test(x))) out(`note: ${n}`);
-      if (r.moveTask) out(`move task ${r.moveTask.taskHandle}: ${r.moveTask.dlqArn} → ${r.moveTask.queueArn}`);
+      for (const t of r.moveTasks ?? []) out(`move task ${t.taskHandle} (${t.lane}): ${t.dlqArn} → ${t.queueArn}`);
       if (r.refused) {
         process.stderr.write(`refused: ${r.refused}\n`);
         return 1;
@@ -99,12 +117,15 @@ export async function dlqCommand(argv: string[], env: Env, out: Out): Promise<nu
       const { values, positionals } = parseArgs({
         args: rest,
         allowPositionals: true,
-        options: { reason: { type: 'string' }, by: { type: 'string' }, json: { type: 'boolean' } },
+        options: { reason: { type: 'string' }, by: { type: 'string' }, lane: { type: 'string' }, json: { type: 'boolean' } },
       });
       if (positionals.length === 0) throw new UsageError('jobs dlq discard MESSAGE_ID…: name the message ids (see jobs dlq list)');
       if (!values.reason?.trim()) throw new UsageError('jobs dlq discard: --reason is required (why are these dead letters thrown away?)');
       const by = whoAsked(values.by);
-      const r = await withOps(env, (ops) => needDlq(ops).discard({ messageIds: positionals, by, reason: values.reason! }));
+      const lane = laneFlag(values.lane);
+      const r = await withOps(env, (ops) =>
+        needDlq(ops).discard({ messageIds: positionals, by, reason: values.reason!, ...(lane ? { lane } : {}) }),
+      );
       if (values.json) {
         out(JSON.stringify(r));
         return r.notFound.length > 0 ? 1 : 0;
@@ -125,7 +146,7 @@ export async function dlqCommand(argv: string[], env: Env, out: Out): Promise<nu
       if (local) out('the local SQS endpoint has no message move tasks: `jobs dlq redrive` moves by receive and resend');
       for (const t of tasks) {
         out(
-          `${t.taskHandle ?? '?'}  ${t.status}  ${t.moved}${t.toMove !== null ? ` of ${t.toMove}` : ''} moved  started ${t.startedAt?.toISOString() ?? '?'}${t.failureReason ? `  failed: ${t.failureReason}` : ''}`,
+          `${t.taskHandle ?? '?'}  ${t.lane}  ${t.status}  ${t.moved}${t.toMove !== null ? ` of ${t.toMove}` : ''} moved  started ${t.startedAt?.toISOString() ?? '?'}${t.failureReason ? `  failed: ${t.failureReason}` : ''}`,
         );
       }
       if (!local && tasks.length === 0) out('(no move tasks)');

@@ -3,9 +3,9 @@
 // delete the DLQ's messages through the DLQ service (oncall/dlq.ts); an API started without
 // JOBS_DLQ_URL answers them 501:
 //
-//   GET  /v1/dlq/messages?limit=&poison=     the DLQ's messages, each judged by its job (holds them a moment)
-//   POST /v1/dlq/redrive                     { dryRun?, move?, limit?, rate?, by? }
-//   POST /v1/dlq/discard                     { messageIds, reason, by? }
+//   GET  /v1/dlq/messages?limit=&poison=&lane=   every lane's DLQ (or one), each message judged by its job (holds them a moment)
+//   POST /v1/dlq/redrive                     { lane?, dryRun?, move?, limit?, rate?, by? }   to each job's lane's queue
+//   POST /v1/dlq/discard                     { messageIds, reason, lane?, by? }
 //   GET  /v1/dlq/move-tasks                  SQS message move tasks of the DLQ (AWS)
 //   POST /v1/dlq/move-tasks/cancel           { taskHandle, by? }   stop a running move (AWS); 404 no such running task, 403 SQS refused, 409 local
 
@@ -25,6 +25,7 @@ import {
   type Route,
   type RouteContext,
 } from './kernel.ts';
+import { LANES } from '../domain/lanes.ts';
 import { MoveCancelError, type DlqPassReport } from '../oncall/dlq.ts';
 import type { OpsServices } from '../oncall/services.ts';
 
@@ -43,8 +44,12 @@ function dlqView(r: DlqPassReport) {
 
 const messageIdsError = 'must be an array of 1 to 1000 message ids (see GET /v1/dlq/messages)';
 
-const DlqQuery = z.object({ limit: listLimit(10_000, 1000), poison: optional(flagParam()) });
+const laneError = (iss: { input?: unknown }) => `must be one of ${LANES.join(', ')} (got ${JSON.stringify(iss.input)?.slice(0, 40)})`;
+/** One lane's DLQ; absent: every lane's. */
+const lane = () => optional(z.enum(LANES, { error: laneError }).meta({ description: "one lane's DLQ; default every lane's" }));
+const DlqQuery = z.object({ limit: listLimit(10_000, 1000), poison: optional(flagParam()), lane: lane() });
 const DlqRedrive = z.strictObject({
+  lane: lane(),
   dryRun: optional(flag()),
   move: optional(flag()),
   limit: optional(wholeNumber(1, 100_000)),
@@ -59,6 +64,7 @@ const DlqDiscard = z.strictObject({
     .min(1, { error: messageIdsError })
     .max(1000, { error: messageIdsError }),
   reason: text(1000),
+  lane: lane(),
   by: by(100),
 });
 const MoveCancel = z.strictObject({ taskHandle: text(2048), by: by(100) });
@@ -127,7 +133,7 @@ export class DlqRoutes {
   }
 
   private async dlqLook(c: Ctx<In<typeof DlqQuery>>): Promise<OpsReply> {
-    const report = await this.dlq().look(c.query.limit ?? 1000);
+    const report = await this.dlq().look(c.query.limit ?? 1000, c.query.lane);
     const letters = c.query.poison ? report.letters.filter((l) => l.verdict === 'keep' && l.jobState === null) : report.letters;
     return { status: 200, body: dlqView({ ...report, letters }) };
   }
@@ -135,6 +141,7 @@ export class DlqRoutes {
   private async dlqRedrive(c: Ctx<unknown, In<typeof DlqRedrive>>): Promise<OpsReply> {
     const b = c.body;
     const report = await this.dlq().redrive({
+      ...(b.lane ? { lane: b.lane } : {}),
       by: this.who(c.req, b.by),
       dryRun: b.dryRun ?? false,
       move: b.move ?? false,
@@ -148,7 +155,12 @@ export class DlqRoutes {
   }
 
   private async dlqDiscard(c: Ctx<unknown, In<typeof DlqDiscard>>): Promise<OpsReply> {
-    const report = await this.dlq().discard({ messageIds: c.body.messageIds, by: this.who(c.req, c.body.by), reason: c.body.reason });
+    const report = await this.dlq().discard({
+      messageIds: c.body.messageIds,
+      by: this.who(c.req, c.body.by),
+      reason: c.body.reason,
+      ...(c.body.lane ? { lane: c.body.lane } : {}),
+    });
     return { status: 200, body: { ...dlqView(report), notFound: report.notFound } };
   }
 

@@ -11,6 +11,7 @@ import * as z from 'zod';
 import { pendingMigrations } from '../db/migrate.ts';
 import { isJobId, parseIsoTime } from '../domain/ids.ts';
 import { JOB_STATES, type Job, type JobState } from '../domain/job.ts';
+import { LANES } from '../domain/lanes.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import { payloadFields } from '../handlers/types.ts';
 import type { Logger } from '../observability/log.ts';
@@ -99,6 +100,9 @@ export function jobRouteTable(opts: JobRoutesOptions): RouteTable {
       })
       .optional(),
     type: z.string().max(100, { error: typeError }).regex(TYPE_NAME, { error: typeError }).optional(),
+    lane: z
+      .enum(LANES, { error: (iss) => `must be one of ${LANES.join(', ')} (got ${JSON.stringify(String(iss.input).slice(0, 40))})` })
+      .optional(),
     limit: z
       .string()
       .regex(/^\d{1,6}$/, {
@@ -280,7 +284,7 @@ export function jobRouteTable(opts: JobRoutesOptions): RouteTable {
   }
 
   async function listJobs(ctx: RouteContext<z.output<typeof listQuery>>): Promise<Reply> {
-    const { state, type, cursor } = ctx.query;
+    const { state, type, lane, cursor } = ctx.query;
     const limit = ctx.query.limit ?? DEFAULT_PAGE_SIZE;
     const after = cursor !== undefined && cursor !== '' ? decodeCursor(cursor) : undefined;
     // One row more than asked tells whether there is a next page, without an empty last page.
@@ -288,6 +292,7 @@ export function jobRouteTable(opts: JobRoutesOptions): RouteTable {
       limit: limit + 1,
       ...(state !== undefined ? { state: state as JobState } : {}),
       ...(type !== undefined ? { type } : {}),
+      ...(lane !== undefined ? { lane } : {}),
       ...(after ? { after } : {}),
     });
     const page = rows.slice(0, limit);

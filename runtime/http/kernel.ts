@@ -54,6 +54,8 @@ export interface JobView {
   createdAt: string;
   startedAt: string | null;
   finishedAt: string | null;
+  /** Its priority lane (urgent or bulk). */
+  lane: Job['lane'];
   duplicate?: boolean;
 }
 
@@ -74,6 +76,7 @@ export function jobView(job: Job, extra: { duplicate?: boolean } = {}): JobView 
     createdAt: job.createdAt.toISOString(),
     startedAt: job.startedAt?.toISOString() ?? null,
     finishedAt: job.finishedAt?.toISOString() ?? null,
+    lane: job.lane,
     ...extra,
   };
 }
