@@ -22,6 +22,15 @@ afterAll(async () => {
 const ok = { type: 'ledger.post', payload: { batch: 'RULES', entries: 1 } };
 
 describe('one set of enqueue rules for the API and the library', () => {
+  it('a bad lane: 400 naming lane and the allowed lanes', async () => {
+    const r = await call(api.url, 'POST', '/v1/jobs', { json: { ...ok, lane: 'fast' } });
+    expect({ status: r.status, field: r.body.error.field, message: r.body.error.message }).toEqual({
+      status: 400,
+      field: 'lane',
+      message: 'lane: must be one of urgent, bulk (got "fast")',
+    });
+  });
+
   it.each([
     ['no type', { payload: ok.payload }],
     ['an empty type', { ...ok, type: '' }],
@@ -41,6 +50,8 @@ describe('one set of enqueue rules for the API and the library', () => {
     ['runAt without an offset', { ...ok, runAt: '2026-12-01T06:00:00' }],
     ['runAt before 1970', { ...ok, runAt: '1969-12-31T23:59:59Z' }],
     ['runAt as a number', { ...ok, runAt: 1767225600000 }],
+    ['an unknown lane', { ...ok, lane: 'fast' }],
+    ['a lane that is not a string', { ...ok, lane: 1 }],
   ])('%s: the same field, status and message', async (_name, spec) => {
     const err = await p.client.enqueueNow(spec as never).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ValidationError);
