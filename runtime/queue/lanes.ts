@@ -7,7 +7,8 @@
 //
 // When the urgent lane has no queue of its own (JOBS_URGENT_QUEUE_URL unset), it shares the bulk
 // queue: `queues` then has one entry and every message goes there (a one-queue setup keeps working,
-// without the preference; the worker says so at start). The same holds for the DLQs.
+// without the preference; the worker says so at start), and receipts pass unmarked. The same holds
+// for the DLQs.
 
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { SqsSettings } from '../config/sqs.ts';
@@ -64,6 +65,8 @@ export class LaneQueues implements JobQueue {
   async receiveFrom(lane: Lane, max: number, waitSeconds: number, signal?: AbortSignal): Promise<ReceivedMessage[]> {
     const mark = this.queueLane(lane);
     const got = await this.byLane[mark].receive(max, waitSeconds, signal);
+    // One queue for every lane: its receipts are its own (nothing to route).
+    if (this.shared) return got.map((m) => ({ ...m, lane: mark }));
     return got.map((m) => ({ ...m, receipt: `${mark}${MARK}${m.receipt}`, lane: mark }));
   }
 
@@ -79,6 +82,7 @@ export class LaneQueues implements JobQueue {
   }
 
   async changeVisibility(changes: VisibilityChange[]): Promise<EntryFailure[]> {
+    if (this.shared) return this.byLane.bulk.changeVisibility(changes);
     const out: EntryFailure[] = [];
     for (const [lane, group] of this.byMark(changes, (c) => c.receipt)) {
       const failures = await this.byLane[lane].changeVisibility(group.map(({ item, inner }) => ({ ...item, receipt: inner })));
@@ -88,6 +92,7 @@ export class LaneQueues implements JobQueue {
   }
 
   async delete(receipts: string[]): Promise<EntryFailure[]> {
+    if (this.shared) return this.byLane.bulk.delete(receipts);
     const out: EntryFailure[] = [];
     for (const [lane, group] of this.byMark(receipts, (r) => r)) {
       const failures = await this.byLane[lane].delete(group.map((g) => g.inner));

@@ -22,6 +22,7 @@ const JOB_KEYS = [
   'finishedAt',
   'id',
   'idempotencyKey',
+  'lane',
   'lastError',
   'maxAttempts',
   'payload',
@@ -240,7 +241,7 @@ describe('jobs API', () => {
         code: 'invalid_field',
         field: 'idempotency_key',
         message:
-          /^idempotency_key: is not a field of a job \(allowed: type, payload, idempotencyKey, maxAttempts, runAt, concurrencyKey, concurrencyLimit\)/,
+          /^idempotency_key: is not a field of a job \(allowed: type, payload, idempotencyKey, maxAttempts, runAt, concurrencyKey, concurrencyLimit, lane\)/,
       },
       { name: 'no type', json: { payload: {} }, status: 400, code: 'invalid_field', field: 'type', message: /^type: is required/ },
       {
@@ -528,7 +529,7 @@ describe('jobs API', () => {
       [`cursor=${Buffer.from('{"t":"x","i":"y"}').toString('base64url')}`, 'cursor', /^cursor: is not a cursor/],
       ['type=Ledger%20Post', 'type', /^type: must be a job type name/],
       ['type=a%00b', 'type', /^type: must be a job type name/],
-      ['status=dead', 'status', /^status: is not a parameter of this list \(allowed: state, type, limit, cursor\)/],
+      ['status=dead', 'status', /^status: is not a parameter of this list \(allowed: state, type, lane, limit, cursor\)/],
       ['state=dead&state=pending', 'state', /^state: given more than once/],
     ])('?%s → 400 naming %s', async (qs, field, message) => {
       const r = await call(api.url, 'GET', `/v1/jobs?${qs}`);

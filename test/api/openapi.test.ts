@@ -116,6 +116,7 @@ describe('GET /v1/openapi.json', () => {
       'concurrencyKey',
       'concurrencyLimit',
       'idempotencyKey',
+      'lane',
       'maxAttempts',
       'payload',
       'runAt',
