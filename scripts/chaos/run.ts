@@ -430,8 +430,9 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       unpublished,
       jobs,
       ...effects,
-      dlq: stack.sqs.inspect(stack.sqs.dlqName).bodies,
-      queue: stack.sqs.inspect(stack.sqs.queueName).bodies,
+      // Both priority lanes' queues and DLQs (the load is bulk; an urgent message would be a misroute to see).
+      dlq: [...stack.sqs.inspect(stack.sqs.dlqName).bodies, ...stack.sqs.inspect(stack.sqs.urgentDlqName).bodies],
+      queue: [...stack.sqs.inspect(stack.sqs.queueName).bodies, ...stack.sqs.inspect(stack.sqs.urgentQueueName).bodies],
       claimedJobIds: [...claimed],
       faults,
       events,
