@@ -134,3 +134,15 @@ it('urgent and bulk jobs over their own SQS queues: each runs once, dead letters
     'both queues empty',
   );
 }, 60_000);
+
+it('the local stack’s urgent queue has the bulk queue’s redrive policy, toward its own DLQ', async () => {
+  const { GetQueueAttributesCommand } = await import('@aws-sdk/client-sqs');
+  const attrs = async (url: string) =>
+    (await lanes.client.send(new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: ['All'] }))).Attributes ?? {};
+  const [urgent, bulk, urgentDlq] = await Promise.all([attrs(sqs.urgentQueueUrl), attrs(sqs.queueUrl), attrs(sqs.urgentDlqUrl)]);
+  const policy = (a: Record<string, string>) =>
+    JSON.parse(a.RedrivePolicy ?? '{}') as { deadLetterTargetArn?: string; maxReceiveCount?: number };
+  expect(policy(urgent)).toEqual({ deadLetterTargetArn: urgentDlq.QueueArn, maxReceiveCount: policy(bulk).maxReceiveCount });
+  expect(Number(policy(urgent).maxReceiveCount)).toBe(timings.maxReceiveCount);
+  expect(urgent.VisibilityTimeout).toBe(bulk.VisibilityTimeout);
+});
