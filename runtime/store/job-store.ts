@@ -357,18 +357,6 @@ export class JobStore {
     return rows.map((r) => ({ job: rowToJob(r), outboxId: r.outbox_id == null ? null : String(r.outbox_id) }));
   }
 
-  /** Queue a (re-)publish of existing jobs, in `db`'s transaction. */
-  async outboxInsert(db: Queryable, jobIds: string[]): Promise<{ outboxId: string; jobId: string; type?: string; lane: Lane }[]> {
-    if (jobIds.length === 0) return [];
-    const { rows } = await run(db, 'outboxInsert', [jobIds]);
-    return rows.map((r) => ({
-      outboxId: String(r.outbox_id),
-      jobId: r.job_id as string,
-      ...(r.type ? { type: r.type as string } : {}),
-      lane: (r.lane as Lane | null) ?? DEFAULT_LANE,
-    }));
-  }
-
   async get(id: string, db: Queryable = this.pool): Promise<Job | null> {
     const { rows } = await run(db, 'jobGet', [id]);
     return rows[0] ? rowToJob(rows[0]) : null;

@@ -20,7 +20,7 @@ import { jobMessageBody } from '../queue/message.ts';
 import { chunk, SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type JobQueue } from '../queue/types.ts';
 import { MaintenanceLoop } from '../support/maintenance-loop.ts';
 import { withTransaction } from '../db/transaction.ts';
-import { run } from './job-store.ts';
+import { run, type Queryable } from './job-store.ts';
 
 export interface PublishEntry {
   outboxId: string;
@@ -30,6 +30,16 @@ export interface PublishEntry {
   lane: Lane;
   /** When the job is due; a future time becomes the message's delay (capped at SQS's 900 s). */
   runAfter?: Date;
+}
+
+/**
+ * Queue a (re-)publish of existing jobs in `db`'s transaction (a message the worker could not
+ * reposition): their outbox rows, as entries to publish after COMMIT, each with its job's lane.
+ */
+export async function outboxInsert(db: Queryable, jobIds: string[]): Promise<PublishEntry[]> {
+  if (jobIds.length === 0) return [];
+  const { rows } = await run(db, 'outboxInsert', [jobIds]);
+  return rows.map((r) => ({ outboxId: String(r.outbox_id), jobId: r.job_id as string, type: r.type ?? undefined, lane: r.lane ?? 'bulk' }));
 }
 
 export function delayFor(runAfter: Date | undefined, now = Date.now()): number {

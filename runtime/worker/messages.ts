@@ -4,6 +4,7 @@
 
 import { chunk, SQS_BATCH_LIMIT, type EntryFailure, type ReceivedMessage } from '../queue/types.ts';
 import { Batcher } from './batcher.ts';
+import { outboxInsert } from '../store/outbox.ts';
 import type { Held, WorkerContext } from './held.ts';
 
 /** A message to delete, and why (for the log line if the delete fails). */
@@ -63,7 +64,7 @@ export class QueueMessages {
   async republish(jobIds: string[], runAfter?: Date): Promise<boolean> {
     if (jobIds.length === 0) return true;
     try {
-      const rows = await this.ctx.store.outboxInsert(this.ctx.opts.pool, jobIds);
+      const rows = await outboxInsert(this.ctx.opts.pool, jobIds);
       // Durable from here: the relay publishes what this send does not.
       await this.ctx.opts.publisher.publish(rows.map((r) => ({ ...r, ...(runAfter ? { runAfter } : {}) })));
       return true;
