@@ -95,6 +95,7 @@ export const LIVE_PAGE_SCRIPT = String.raw`
     renderRecent();
     renderWaiting();
   }
+  function laneCount(d) { return d.visible === null ? 'n/a' : d.visible; }
   function depth(name, d, alarm) {
     var n = $('n-' + name), x = $('x-' + name), tile = $(name + '-tile');
     if (!d || d.visible === null) {
@@ -106,7 +107,7 @@ export const LIVE_PAGE_SCRIPT = String.raw`
     n.textContent = d.visible;
     x.textContent = alarm ? (d.visible > 0 ? 'on-call is paged' : 'empty') : d.inFlight + ' in flight · ' + d.delayed + ' delayed';
     // Priority lanes with queues of their own: the count is both lanes', each lane's own beside.
-    if (d.byLane) x.textContent += ' · urgent ' + d.byLane.urgent.visible + ', bulk ' + d.byLane.bulk.visible;
+    if (d.byLane) x.textContent += ' · urgent ' + laneCount(d.byLane.urgent) + ', bulk ' + laneCount(d.byLane.bulk);
     tile.classList.toggle('alarm', alarm && d.visible > 0);
   }
   function renderLeases() {
