@@ -45,8 +45,7 @@ export interface NewJob extends KeyedJob {
   concurrencyLimit?: number | null;
   /** The job whose handler enqueued this one (ctx.enqueue). */
   parentId?: string | null;
-  /** Its priority lane (default bulk): the queue its messages go to. */
-  lane?: Lane | null;
+  lane?: Lane | null; // its priority lane (default bulk): the queue its messages go to
 }
 
 export interface Inserted {

@@ -315,11 +315,9 @@ ${CLAIM_RETURNING}`,
   reconcileCount: `
     SELECT pg_try_advisory_xact_lock($1::bigint) AS locked,
            -- A job blocked by its concurrency key has no message by design (it is published when the key has room).
-           (SELECT count(*) FILTER (WHERE state = 'pending' AND blocked_since IS NULL) FROM jobs.job
-             WHERE finished_at IS NULL AND lane = ANY($2::text[]))::int AS pending,
+           (SELECT count(*) FILTER (WHERE state = 'pending' AND blocked_since IS NULL) FROM jobs.job WHERE finished_at IS NULL AND lane = ANY($2))::int AS pending,
            (SELECT count(*) FILTER (WHERE state = 'running') FROM jobs.job WHERE finished_at IS NULL AND lane = ANY($2::text[]))::int AS running,
-           (SELECT count(*) FROM jobs.outbox o LEFT JOIN jobs.job j ON j.id = o.job_id
-             WHERE coalesce(j.lane, 'bulk') = ANY($2::text[]))::int AS outbox`,
+           (SELECT count(*) FROM jobs.outbox o LEFT JOIN jobs.job j ON j.id = o.job_id WHERE coalesce(j.lane, 'bulk') = ANY($2))::int AS outbox`,
 
   /**
    * Re-publish up to $3 pending jobs whose message the queue lost, through the outbox, in the
@@ -350,10 +348,7 @@ ${CLAIM_RETURNING}`,
     )
     SELECT m.id, m.type, m.run_after, m.lane, o.outbox_id FROM marked m JOIN outboxed o ON o.job_id = m.id`,
 
-  /**
-   * Queue a publish for existing jobs (re-publish after a lost message, redrive), in the caller's
-   * transaction; with each job's type and lane, the queue its message goes to.
-   */
+  /** Queue a publish for existing jobs in the caller's transaction, with each job's type and lane (its message's queue). */
   outboxInsert: `
     WITH outboxed AS (INSERT INTO jobs.outbox (job_id) SELECT unnest($1::uuid[]) RETURNING id, job_id)
     SELECT o.id AS outbox_id, o.job_id, j.type, j.lane FROM outboxed o LEFT JOIN jobs.job j ON j.id = o.job_id`,
