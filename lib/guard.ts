@@ -123,8 +123,8 @@ export const GUARD_ACKNOWLEDGEMENTS: readonly GuardAcknowledgement[] = [
     rule: 'sqs_dlq_check',
     control: 'CT.SQS.PR.1',
     reason:
-      'This queue is the dead-letter queue: on-call triages it (alarms on depth and age) and nothing consumes it automatically, so a dead-letter queue of its own would only hide dead letters.',
-    where: (p) => [p.data.queues.deadLetterQueue],
+      "These queues are the lanes' dead-letter queues (one per lane): on-call triages them (alarms on depth and age) and nothing consumes them automatically, so a dead-letter queue of their own would only hide dead letters.",
+    where: (p) => p.data.queues.all().map((l) => l.deadLetterQueue),
   },
   {
     rule: 'alb_http_to_https_redirection_check',

@@ -1,10 +1,12 @@
 // The alarms that page on-call, all in this file, each to the on-call topic. Every description
 // says what the alarm means in this system and names the runbook section to open
-// (docs/runbooks/README.md#<anchor>). The platform's own failure metrics are watched by the names
+// (docs/runbooks/README.md#<anchor>). Each priority lane's queues have their own alarms (the
+// bulk lane's keep the names they had before lanes; the urgent lane's say "urgent" and open
+// their own, more pressing runbook sections). The platform's own failure metrics are watched by the names
 // the worker emits them under (runtime/observability/metric-names.ts), with no dimensions. Beyond the queue:
 // the database (CPU, storage, memory, connections against the connection budget), the API
 // (5xx, unhealthy targets, tasks below the minimum) and a worker fleet at its maximum with a
-// backlog. The API's 5xx and unhealthy-target alarms are its ECS deployment alarms: a deployment
+// backlog across every lane. The API's 5xx and unhealthy-target alarms are its ECS deployment alarms: a deployment
 // that sets them off rolls back.
 
 import { Duration } from 'aws-cdk-lib';
@@ -35,8 +37,11 @@ export interface JobAlarmsProps {
 
 export type JobAlarmName =
   | 'dlqNotEmpty'
+  | 'urgentDlqNotEmpty'
   | 'dlqOldestMessageAge'
+  | 'urgentDlqOldestMessageAge'
   | 'queueOldestMessageAge'
+  | 'urgentQueueOldestMessageAge'
   | 'leasesLost'
   | 'jobsDeadLettered'
   | 'api5xx'
@@ -104,12 +109,13 @@ export class JobAlarms extends Construct {
     const freeStorageBytes = Math.round(c.databaseFreeStorageFraction * dbc.allocatedStorageGiB * GIB);
     const freeMemoryBytes = Math.round(c.databaseFreeableMemoryFraction * memoryGib * GIB);
     const atMaxPeriods = Math.max(1, Math.round(c.workerAtMaximumMinutes / 5));
+    const urgent = queues.lanes.urgent;
 
     this.alarms = {
       dlqNotEmpty: make('dlqNotEmpty', {
         alarmName: `${prefix} DLQ not empty`,
         alarmDescription: describe(
-          'the dead-letter queue holds at least one message. A job reached its attempt cap or failed non-retryably, or the worker met a message it cannot handle (unparseable body, unknown job, crash loop past maxReceiveCount). Nothing retries a dead letter: triage it.',
+          "the bulk (default) lane's dead-letter queue holds at least one message. A job reached its attempt cap or failed non-retryably, or the worker met a message it cannot handle (unparseable body, unknown job, crash loop past maxReceiveCount). Nothing retries a dead letter: triage it.",
           RUNBOOK_SECTION.dlqNotEmpty,
         ),
         metric: queues.deadLetterQueue.metricApproximateNumberOfMessagesVisible({ period: Duration.minutes(1), statistic: 'Maximum' }),
@@ -119,10 +125,22 @@ export class JobAlarms extends Construct {
         // SQS stops reporting an idle, empty queue: no data means nothing arrived.
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       }),
+      urgentDlqNotEmpty: make('urgentDlqNotEmpty', {
+        alarmName: `${prefix} urgent DLQ not empty`,
+        alarmDescription: describe(
+          "the URGENT lane's dead-letter queue holds at least one message: urgent work (what the ERP marked must not wait, e.g. month-end postings) died or could not be handled, and nothing retries it. Triage it before anything in the bulk DLQ: jobs dlq list --lane urgent.",
+          RUNBOOK_SECTION.urgentDlqNotEmpty,
+        ),
+        metric: urgent.deadLetterQueue.metricApproximateNumberOfMessagesVisible({ period: Duration.minutes(1), statistic: 'Maximum' }),
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        threshold: 0,
+        evaluationPeriods: 1,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
       dlqOldestMessageAge: make('dlqOldestMessageAge', {
         alarmName: `${prefix} DLQ oldest message age`,
         alarmDescription: describe(
-          `a dead letter has waited more than ${minutes(c.deadLetterOldestMessageAgeSeconds)} minutes without triage; the DLQ expires messages after its retention, and the reason then exists only in the job row.`,
+          `a dead letter of the bulk lane has waited more than ${minutes(c.deadLetterOldestMessageAgeSeconds)} minutes without triage; the DLQ expires messages after its retention, and the reason then exists only in the job row.`,
           RUNBOOK_SECTION.dlqOldestMessageAge,
         ),
         metric: queues.deadLetterQueue.metricApproximateAgeOfOldestMessage({ period: Duration.minutes(5), statistic: 'Maximum' }),
@@ -131,13 +149,38 @@ export class JobAlarms extends Construct {
         evaluationPeriods: 1,
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       }),
+      urgentDlqOldestMessageAge: make('urgentDlqOldestMessageAge', {
+        alarmName: `${prefix} urgent DLQ oldest message age`,
+        alarmDescription: describe(
+          `an urgent dead letter has waited more than ${minutes(c.deadLetterOldestMessageAgeSeconds)} minutes without triage: urgent work has been stopped all that time, and the DLQ expires messages after its retention.`,
+          RUNBOOK_SECTION.urgentDlqOldestMessageAge,
+        ),
+        metric: urgent.deadLetterQueue.metricApproximateAgeOfOldestMessage({ period: Duration.minutes(5), statistic: 'Maximum' }),
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        threshold: c.deadLetterOldestMessageAgeSeconds,
+        evaluationPeriods: 1,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
       queueOldestMessageAge: make('queueOldestMessageAge', {
         alarmName: `${prefix} job queue oldest message age`,
         alarmDescription: describe(
-          `the oldest job message is more than ${minutes(c.queueOldestMessageAgeSeconds)} minutes old (running jobs keep their message, so this includes the longest job). Workers are not keeping up, are stuck, or a job runs far past its expected time.`,
+          `the oldest message of the bulk (default) lane's job queue is more than ${minutes(c.queueOldestMessageAgeSeconds)} minutes old (running jobs keep their message, so this includes the longest job). Workers are not keeping up, are stuck, or a job runs far past its expected time.`,
           RUNBOOK_SECTION.queueOldestMessageAge,
         ),
         metric: queues.queue.metricApproximateAgeOfOldestMessage({ period: Duration.minutes(5), statistic: 'Maximum' }),
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        threshold: c.queueOldestMessageAgeSeconds,
+        evaluationPeriods: 3,
+        datapointsToAlarm: 3,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
+      urgentQueueOldestMessageAge: make('urgentQueueOldestMessageAge', {
+        alarmName: `${prefix} urgent job queue oldest message age`,
+        alarmDescription: describe(
+          `the oldest message of the URGENT lane's job queue is more than ${minutes(c.queueOldestMessageAgeSeconds)} minutes old (running jobs keep their message, so this includes the longest urgent job). Workers take urgent jobs first, so this is not a bulk backlog: no worker is claiming, the fleet is saturated by urgent work alone, or an urgent job runs far past its expected time.`,
+          RUNBOOK_SECTION.urgentQueueOldestMessageAge,
+        ),
+        metric: urgent.queue.metricApproximateAgeOfOldestMessage({ period: Duration.minutes(5), statistic: 'Maximum' }),
         comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
         threshold: c.queueOldestMessageAgeSeconds,
         evaluationPeriods: 3,
@@ -238,7 +281,7 @@ export class JobAlarms extends Construct {
       workerAtMaximum: make('workerAtMaximum', {
         alarmName: `${prefix} worker at maximum with backlog`,
         alarmDescription: describe(
-          `the worker has run at its maximum of ${worker.maxTasks} tasks with more than ${worker.backlogPerTaskTarget} waiting messages per task for ${atMaxPeriods * 5} minutes: scaling has nothing left, the backlog grows, and jobs wait. Raise worker.maxTasks within the connection budget, or find what slowed the jobs.`,
+          `the worker has run at its maximum of ${worker.maxTasks} tasks with more than ${worker.backlogPerTaskTarget} waiting messages per task (every lane's) for ${atMaxPeriods * 5} minutes: scaling has nothing left, the backlog grows, and jobs wait. Raise worker.maxTasks within the connection budget, or find what slowed the jobs.`,
           RUNBOOK_SECTION.workerAtMaximum,
         ),
         metric: new cloudwatch.MathExpression({

@@ -1,4 +1,4 @@
-// One CloudWatch dashboard per environment: the job queue and its DLQ, the platform's own job
+// One CloudWatch dashboard per environment: each lane's job queue and DLQ, the platform's own job
 // metrics, the worker's scaling signal and tasks, and the API behind its load balancer, with the
 // alarms on top. Reads left to right in the order a job flows: API → queue → worker → outcome.
 
@@ -61,32 +61,40 @@ export class JobsDashboard extends Construct {
     );
     d.addWidgets(
       new cloudwatch.GraphWidget({
-        title: 'Job queue',
-        left: [
-          queues.queue.metricApproximateNumberOfMessagesVisible({ period: p, statistic: 'Maximum', label: 'Visible (waiting)' }),
-          queues.queue.metricApproximateNumberOfMessagesNotVisible({
+        title: 'Job queues (per lane)',
+        left: queues.all().flatMap(({ lane, queue }) => [
+          queue.metricApproximateNumberOfMessagesVisible({ period: p, statistic: 'Maximum', label: `${lane}: visible (waiting)` }),
+          queue.metricApproximateNumberOfMessagesNotVisible({
             period: p,
             statistic: 'Maximum',
-            label: 'In flight (running or backing off)',
+            label: `${lane}: in flight (running or backing off)`,
           }),
-        ],
-        right: [queues.queue.metricApproximateAgeOfOldestMessage({ period: p, statistic: 'Maximum', label: 'Oldest message age (s)' })],
+        ]),
+        right: queues
+          .all()
+          .map(({ lane, queue }) =>
+            queue.metricApproximateAgeOfOldestMessage({ period: p, statistic: 'Maximum', label: `${lane}: oldest message age (s)` }),
+          ),
         width: 8,
       }),
       new cloudwatch.GraphWidget({
-        title: 'Dead-letter queue',
-        left: [queues.deadLetterQueue.metricApproximateNumberOfMessagesVisible({ period: p, statistic: 'Maximum', label: 'Dead letters' })],
-        right: [
-          queues.deadLetterQueue.metricApproximateAgeOfOldestMessage({
+        title: 'Dead-letter queues (per lane)',
+        left: queues
+          .all()
+          .map(({ lane, deadLetterQueue }) =>
+            deadLetterQueue.metricApproximateNumberOfMessagesVisible({ period: p, statistic: 'Maximum', label: `${lane}: dead letters` }),
+          ),
+        right: queues.all().map(({ lane, deadLetterQueue }) =>
+          deadLetterQueue.metricApproximateAgeOfOldestMessage({
             period: p,
             statistic: 'Maximum',
-            label: 'Oldest dead letter age (s)',
+            label: `${lane}: oldest dead letter age (s)`,
           }),
-        ],
+        ),
         width: 8,
       }),
       new cloudwatch.GraphWidget({
-        title: 'Worker scaling: backlog per task and running tasks',
+        title: 'Worker scaling: backlog per task (all lanes) and running tasks',
         left: [worker.metricBacklogPerTask(p)],
         right: [worker.metricRunningTasks(p).with({ label: 'Running worker tasks' })],
         width: 8,

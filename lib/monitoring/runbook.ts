@@ -6,8 +6,11 @@ export const RUNBOOK_PATH = 'docs/runbooks/README.md';
 
 export const RUNBOOK_SECTION = {
   dlqNotEmpty: 'dlq-not-empty',
+  urgentDlqNotEmpty: 'urgent-dlq-not-empty',
   dlqOldestMessageAge: 'dlq-oldest-message-age',
+  urgentDlqOldestMessageAge: 'urgent-dlq-oldest-message-age',
   queueOldestMessageAge: 'queue-oldest-message-age',
+  urgentQueueOldestMessageAge: 'urgent-queue-oldest-message-age',
   leasesLost: 'leases-lost',
   jobsDeadLettered: 'jobs-dead-lettered',
   api5xx: 'api-5xx',

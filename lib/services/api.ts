@@ -3,9 +3,10 @@
 // otherwise, which only dev may do (config.ts refuses it elsewhere). Deletion protection where
 // the environment asks. The task count belongs to the scaling target: the service has no
 // DesiredCount, so a deployment never resets it. Access logs go to an encrypted, TLS-only bucket. The target
-// group checks GET /healthz. On SQS the task may publish job messages, and work the DLQ for the
-// on-call routes (read, delete, resend to the job queue, SQS's move task back to it); the database
-// secret, the API token and the on-call operator token arrive as ECS secrets.
+// group checks GET /healthz. On SQS the task may publish job messages to every lane, and work
+// every lane's DLQ for the on-call routes (read, delete, resend to the job queue, SQS's move task
+// back to it), never consume a job queue; the database secret, the API token and the on-call
+// operator token arrive as ECS secrets.
 
 import { Annotations, Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -284,8 +285,8 @@ export class ApiService extends Construct {
     // The ingress rule for this service lives under its security group; tasks wait for it.
     service.node.addDependency(serviceSecurityGroup);
     props.queues.grantPublish(taskDefinition.taskRole);
-    // The on-call DLQ routes (runtime/oncall/dlq.ts): look at, delete and resend dead letters, and
-    // `move` them back server-side. Resends and the move's destination use grantPublish above.
+    // The on-call DLQ routes (runtime/oncall/dlq.ts), on every lane's DLQ: look at, delete and resend
+    // dead letters, and `move` them back server-side. Resends and the move's destination use grantPublish above.
     props.queues.grantDeadLetterRedrive(taskDefinition.taskRole);
 
     this.service = service;

@@ -1,8 +1,9 @@
-// The worker on Fargate. It scales on backlog per task — visible job messages ÷ running tasks —
-// between the environment's bounds (target tracking on a metric-math expression). Its stop
+// The worker on Fargate. It scales on backlog per task — visible job messages of every lane ÷
+// running tasks — between the environment's bounds (target tracking on a metric-math expression). Its stop
 // timeout covers the drain plus the release, so a stopping task hands its unfinished jobs back
 // before ECS kills it; while it runs jobs it sets ECS task protection, so scale-in picks idle
-// tasks. On SQS it may consume and publish job messages and send dead letters, nothing wider;
+// tasks. On SQS it may consume and publish job messages and send dead letters, on every lane's
+// queues, nothing wider;
 // it puts metrics into its environment's namespace only. The task count belongs to the scaling
 // target (no DesiredCount: a deployment never resets a scaled-out fleet). The container's health
 // check replaces a task whose node process is gone, stopped (SIGSTOP) or a zombie.
@@ -23,7 +24,7 @@ import type { EnvironmentName, LogRetentionDays, WorkerConfig } from '../config.
 import type { JobDatabase } from '../database.ts';
 import { acknowledge } from '../nag.ts';
 import type { Network } from '../network.ts';
-import type { JobQueues } from '../queues.ts';
+import type { JobLane, JobQueues } from '../queues.ts';
 import { CONTAINER_INSIGHTS_NAMESPACE } from './cluster.ts';
 import {
   CPU_ARCHITECTURE,
@@ -97,7 +98,8 @@ export class WorkerService extends Construct {
   readonly maxTasks: number;
   readonly backlogPerTaskTarget: number;
   private readonly clusterName: string;
-  private readonly queueName: string;
+  /** Each lane's job queue name, highest lane first: the backlog counts them all. */
+  private readonly laneQueueNames: { lane: JobLane; queueName: string }[];
 
   constructor(scope: Construct, id: string, props: WorkerServiceProps) {
     super(scope, id);
@@ -106,7 +108,7 @@ export class WorkerService extends Construct {
     this.maxTasks = c.maxTasks;
     this.backlogPerTaskTarget = c.backlogPerTaskTarget;
     this.clusterName = props.cluster.clusterName;
-    this.queueName = props.queues.queue.queueName;
+    this.laneQueueNames = props.queues.all().map((l) => ({ lane: l.lane, queueName: l.queue.queueName }));
 
     const logGroup = new logs.LogGroup(this, 'Logs', {
       retention: props.logRetentionDays as logs.RetentionDays,
@@ -249,19 +251,21 @@ export class WorkerService extends Construct {
         scaleInCooldown: c.scaleInCooldownSeconds,
         customizedMetricSpecification: {
           metrics: [
-            {
-              id: 'visible',
-              label: 'Visible job messages',
+            ...this.laneQueueNames.map(({ lane, queueName }) => ({
+              id: visibleId(lane),
+              label: `Visible job messages (${lane})`,
               returnData: false,
               metricStat: {
                 metric: {
                   namespace: 'AWS/SQS',
                   metricName: 'ApproximateNumberOfMessagesVisible',
-                  dimensions: [{ name: 'QueueName', value: this.queueName }],
+                  dimensions: [{ name: 'QueueName', value: queueName }],
                 },
                 stat: 'Sum',
               },
-            },
+            })),
+            // The backlog is every lane's: urgent work needs workers as much as bulk work does.
+            { id: 'visible', label: 'Visible job messages (all lanes)', expression: this.visibleExpression(), returnData: false },
             {
               id: 'running',
               label: 'Running worker tasks',
@@ -297,15 +301,33 @@ export class WorkerService extends Construct {
     });
   }
 
-  /** Visible (waiting) job messages: the backlog the scaling divides by running tasks. */
-  metricVisibleMessages(period: Duration = Duration.minutes(1)): cloudwatch.Metric {
-    return new cloudwatch.Metric({
-      namespace: 'AWS/SQS',
-      metricName: 'ApproximateNumberOfMessagesVisible',
-      dimensionsMap: { QueueName: this.queueName },
-      statistic: 'Sum',
+  /**
+   * Visible (waiting) job messages of every lane: the backlog the scaling divides by running tasks.
+   * FILL: a lane with no data point (SQS stops reporting a queue idle for hours) counts as empty
+   * instead of blanking the sum.
+   */
+  metricVisibleMessages(period: Duration = Duration.minutes(1)): cloudwatch.IMetric {
+    return new cloudwatch.MathExpression({
+      expression: this.visibleExpression(),
+      usingMetrics: Object.fromEntries(
+        this.laneQueueNames.map(({ lane, queueName }) => [
+          visibleId(lane),
+          new cloudwatch.Metric({
+            namespace: 'AWS/SQS',
+            metricName: 'ApproximateNumberOfMessagesVisible',
+            dimensionsMap: { QueueName: queueName },
+            statistic: 'Sum',
+            period,
+          }),
+        ]),
+      ),
+      label: 'Visible job messages (all lanes)',
       period,
     });
+  }
+
+  private visibleExpression(): string {
+    return this.laneQueueNames.map(({ lane }) => `FILL(${visibleId(lane)}, 0)`).join(' + ');
   }
 
   /** The scaling signal, for the dashboard. */
@@ -320,4 +342,9 @@ export class WorkerService extends Construct {
       period,
     });
   }
+}
+
+/** The metric-math ID of a lane's visible messages (`visibleUrgent`, `visibleBulk`). */
+function visibleId(lane: JobLane): string {
+  return `visible${lane.charAt(0).toUpperCase()}${lane.slice(1)}`;
 }

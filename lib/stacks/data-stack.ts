@@ -67,6 +67,11 @@ export class JobsDataStack extends Stack {
     new CfnOutput(this, 'JobQueueUrl', { value: this.queues.queue.queueUrl });
     new CfnOutput(this, 'DeadLetterQueueUrl', { value: this.queues.deadLetterQueue.queueUrl });
     new CfnOutput(this, 'DeadLetterQueueArn', { value: this.queues.deadLetterQueue.queueArn });
+    // The urgent lane's (the three above are the bulk lane's, under their names from before lanes).
+    const urgent = this.queues.lanes.urgent;
+    new CfnOutput(this, 'UrgentJobQueueUrl', { value: urgent.queue.queueUrl });
+    new CfnOutput(this, 'UrgentDeadLetterQueueUrl', { value: urgent.deadLetterQueue.queueUrl });
+    new CfnOutput(this, 'UrgentDeadLetterQueueArn', { value: urgent.deadLetterQueue.queueArn });
     new CfnOutput(this, 'DatabaseSecretArn', {
       value: this.database.secret.secretArn,
       description: 'Master user: migrations only (the schema bootstrap, `jobs migrate`)',

@@ -71,8 +71,8 @@ describe('on-call topic', () => {
 });
 
 describe('alarms', () => {
-  it('are the fifteen on-call alarms, no more', () => {
-    expect(alarms).toHaveLength(15);
+  it('are the eighteen on-call alarms, no more', () => {
+    expect(alarms).toHaveLength(18);
   });
 
   it.each(alarms.map((a) => [a.AlarmName as string, a] as const))('%s notifies the on-call topic when it fires and clears', (_name, a) => {
@@ -98,7 +98,7 @@ describe('alarms', () => {
   it('each runbook section the alarms use exists, one per alarm', () => {
     for (const s of Object.values(RUNBOOK_SECTION)) expect(sections.has(s), s).toBe(true);
     const cited = alarms.map((a) => /#([a-z0-9-]+)$/.exec(a.AlarmDescription as string)![1]);
-    expect(new Set(cited).size).toBe(15);
+    expect(new Set(cited).size).toBe(18);
   });
 
   it('DLQ not empty: any visible message, missing data not breaching', () => {
@@ -112,6 +112,7 @@ describe('alarms', () => {
       EvaluationPeriods: 1,
     });
     expect(JSON.stringify(a.Dimensions)).toContain('QueuesDeadLetterQueue');
+    expect(JSON.stringify(a.Dimensions)).not.toContain('Urgent');
   });
 
   it("DLQ oldest message age: the config's threshold on the DLQ", () => {
@@ -128,6 +129,67 @@ describe('alarms', () => {
     const a = alarmNamed('job queue oldest message age');
     expect(a).toMatchObject({ MetricName: 'ApproximateAgeOfOldestMessage', Threshold: c.alarms.queueOldestMessageAgeSeconds });
     expect(JSON.stringify(a.Dimensions)).toContain('QueuesJobQueue');
+  });
+
+  describe('the urgent lane (issue 14)', () => {
+    const urgentDims = (a: AlarmProps, q: 'queue' | 'deadLetterQueue') =>
+      expect(a.Dimensions).toEqual([
+        {
+          Name: 'QueueName',
+          Value: {
+            'Fn::ImportValue': expect.stringContaining(
+              `ExportsOutputFnGetAtt${idOf(prod.data.queues.lanes.urgent[q].node.defaultChild!)}QueueName`,
+            ),
+          },
+        },
+      ]);
+
+    it('urgent DLQ not empty: its own alarm on the urgent DLQ, any visible message, paging on-call; its runbook section says what to run', () => {
+      const a = alarmNamed('urgent DLQ not empty');
+      expect(a).toMatchObject({
+        Namespace: 'AWS/SQS',
+        MetricName: 'ApproximateNumberOfMessagesVisible',
+        ComparisonOperator: 'GreaterThanThreshold',
+        Threshold: 0,
+        TreatMissingData: 'notBreaching',
+        EvaluationPeriods: 1,
+        AlarmActions: [{ Ref: topicId }],
+        OKActions: [{ Ref: topicId }],
+      });
+      urgentDims(a, 'deadLetterQueue');
+      expect(a.AlarmDescription).toMatch(/URGENT lane.*--lane urgent.*Runbook: docs\/runbooks\/README\.md#urgent-dlq-not-empty$/s);
+      const section = runbook.slice(runbook.indexOf('## Urgent DLQ not empty'));
+      expect(section.slice(0, section.indexOf('\n## ', 3))).toMatch(
+        /jobs\.ts dlq list --lane urgent[\s\S]*jobs\.ts dlq redrive --lane urgent/,
+      );
+    });
+
+    it("urgent DLQ oldest message age and urgent job queue oldest message age: the bulk lane's thresholds on the urgent queues", () => {
+      const dlqAge = alarmNamed('urgent DLQ oldest message age');
+      expect(dlqAge).toMatchObject({ MetricName: 'ApproximateAgeOfOldestMessage', Threshold: c.alarms.deadLetterOldestMessageAgeSeconds });
+      urgentDims(dlqAge, 'deadLetterQueue');
+      const queueAge = alarmNamed('urgent job queue oldest message age');
+      expect(queueAge).toMatchObject({
+        MetricName: 'ApproximateAgeOfOldestMessage',
+        Threshold: c.alarms.queueOldestMessageAgeSeconds,
+        EvaluationPeriods: 3,
+      });
+      urgentDims(queueAge, 'queue');
+    });
+
+    it('every queue of every lane has its depth or age alarm: the DLQs both, the job queues both', () => {
+      const watched = (q: { node: { defaultChild?: unknown } }) =>
+        alarms
+          .filter((a) => JSON.stringify([a.Dimensions, a.Metrics]).includes(`${idOf(q.node.defaultChild as never)}QueueName`))
+          .map((a) => a.MetricName as string);
+      for (const l of prod.data.queues.all()) {
+        expect(watched(l.deadLetterQueue).sort(), `${l.lane} DLQ`).toEqual([
+          'ApproximateAgeOfOldestMessage',
+          'ApproximateNumberOfMessagesVisible',
+        ]);
+        expect(watched(l.queue), `${l.lane} job queue`).toContain('ApproximateAgeOfOldestMessage');
+      }
+    });
   });
 
   it("leases lost: the worker's metric by its imported name, in the environment namespace, no dimensions", () => {
@@ -196,7 +258,7 @@ describe('alarms', () => {
 });
 
 describe('dashboard', () => {
-  it('shows the queue, the DLQ, the job metrics and both services', () => {
+  it("shows both lanes' queues and DLQs, the job metrics and both services", () => {
     const body = JSON.stringify(only(t, 'AWS::CloudWatch::Dashboard').props.DashboardBody);
     for (const needle of [
       'ApproximateNumberOfMessagesVisible',
@@ -209,6 +271,10 @@ describe('dashboard', () => {
       'RunningTaskCount',
       'HTTPCode_Target_5XX_Count',
       'AlarmsDlqNotEmpty',
+      // Both lanes (issue 14).
+      'QueuesUrgentJobQueue',
+      'QueuesUrgentDeadLetterQueue',
+      'AlarmsUrgentDlqNotEmpty',
     ]) {
       expect(body, needle).toContain(needle);
     }
@@ -241,7 +307,7 @@ describe('alarm delivery (issue 12)', () => {
       },
     ]);
     // Every alarm's ARN, in the order they were made, and nothing else.
-    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(15);
+    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(18);
   });
 
   it('the key lets CloudWatch use it under the same conditions, and allows grants only for AWS services', () => {
@@ -354,10 +420,24 @@ describe('alarms beyond the queue (issue 12)', () => {
     expect(JSON.stringify(a.Dimensions)).toContain(idOf(prod.services.api.service));
   });
 
-  it('worker at maximum with backlog: running tasks at worker.maxTasks and backlog per task above its target', () => {
+  it('worker at maximum with backlog: running tasks at worker.maxTasks and backlog per task (both lanes) above its target', () => {
     const a = alarmNamed('worker at maximum with backlog');
-    const expr = (a.Metrics as { Id: string; Expression?: string }[]).find((m) => m.Expression)!;
+    const metrics = a.Metrics as {
+      Id: string;
+      Expression?: string;
+      ReturnData?: boolean;
+      MetricStat?: { Metric: { Dimensions?: unknown } };
+    }[];
+    const expr = metrics.find((m) => m.Expression && m.ReturnData !== false)!;
     expect(expr.Expression).toBe(`IF(running >= ${c.worker.maxTasks} AND visible / running > ${c.worker.backlogPerTaskTarget}, 1, 0)`);
+    // `visible` is the backlog of both lanes, a lane without data counting as empty.
+    expect(metrics.find((m) => m.Id === 'visible')?.Expression).toBe('FILL(visibleUrgent, 0) + FILL(visibleBulk, 0)');
+    for (const l of prod.data.queues.all()) {
+      const id = `visible${l.lane.charAt(0).toUpperCase()}${l.lane.slice(1)}`;
+      expect(JSON.stringify(metrics.find((m) => m.Id === id)?.MetricStat?.Metric.Dimensions), id).toContain(
+        `${idOf(l.queue.node.defaultChild!)}QueueName`,
+      );
+    }
     expect(a).toMatchObject({
       Threshold: 1,
       ComparisonOperator: 'GreaterThanOrEqualToThreshold',

@@ -11,7 +11,7 @@ import { metricNamespace } from '../../runtime/observability/metric-names.ts';
 import { ENVIRONMENTS, withOverrides } from '../../lib/config.ts';
 import { LAMBDA_AMAZON_CA_BUNDLE, migrationsHash } from '../../lib/schema-bootstrap.ts';
 import { API_HEALTH_CHECK_PATH, API_PORT } from '../../lib/services/api.ts';
-import { PG_OPTIONS_VARIABLE, pgOptions, SERVICE_USER, TMP_PATH } from '../../lib/services/container-config.ts';
+import { PG_OPTIONS_VARIABLE, pgOptions, SERVICE_USER, TMP_PATH, URGENT_LANE_ENV } from '../../lib/services/container-config.ts';
 import { WORKER_HEALTH_CHECK_SCRIPT } from '../../lib/services/worker.ts';
 import { idOf, only, resourcesOfType, synthConfig, synthEnv, TEST_CERTIFICATE_ARN, withChanges } from './support.ts';
 
@@ -39,6 +39,19 @@ const container = (name: string) => {
 };
 const envOf = (name: string) => Object.fromEntries((container(name).Environment ?? []).map((e) => [e.Name, e.Value]));
 const secretsOf = (name: string) => Object.fromEntries((container(name).Secrets ?? []).map((e) => [e.Name, e.ValueFrom]));
+
+type QueueLike = { node: { defaultChild?: unknown } };
+/** The export a services-stack statement names a data-stack queue's ARN by. */
+const arnExport = (q: QueueLike) => `ExportsOutputFnGetAtt${idOf(q.node.defaultChild as never)}Arn`;
+/** The SQS actions statements allow on one queue, whichever statement (CDK merges those sharing actions) grants them. */
+const allowedOn = (statements: { Action: string | string[]; Resource: unknown }[], q: QueueLike): string[] => [
+  ...new Set(
+    statements
+      .filter((s) => [s.Resource].flat().some((r) => JSON.stringify(r).includes(arnExport(q))))
+      .flatMap((s) => [s.Action].flat())
+      .sort(),
+  ),
+];
 
 describe('schema bootstrap', () => {
   const cr = only(t, 'Custom::JobsSchema');
@@ -150,6 +163,22 @@ describe('containers', () => {
       expect(JSON.stringify(env[ENV.dlqUrl])).toContain('QueuesDeadLetterQueue');
     }
     expect(envOf('api')).toMatchObject({ [ENV.port]: String(API_PORT), [ENV.apiPoolSize]: String(c.api.poolSize) });
+  });
+
+  it("both get both lanes' queue URLs: the bulk lane as JOBS_QUEUE_URL / JOBS_DLQ_URL, the urgent lane beside them (plain environment)", () => {
+    const ref = (q: { node: { defaultChild?: unknown } }) => ({
+      'Fn::ImportValue': expect.stringContaining(`ExportsOutputRef${idOf(q.node.defaultChild as never)}`),
+    });
+    const lanes = dev.data.queues.lanes;
+    expect(URGENT_LANE_ENV).toEqual({ queueUrl: 'JOBS_URGENT_QUEUE_URL', dlqUrl: 'JOBS_URGENT_DLQ_URL' });
+    for (const name of ['api', 'worker']) {
+      const env = envOf(name);
+      expect(env[ENV.queueUrl], name).toEqual(ref(lanes.bulk.queue));
+      expect(env[ENV.dlqUrl], name).toEqual(ref(lanes.bulk.deadLetterQueue));
+      expect(env.JOBS_URGENT_QUEUE_URL, name).toEqual(ref(lanes.urgent.queue));
+      expect(env.JOBS_URGENT_DLQ_URL, name).toEqual(ref(lanes.urgent.deadLetterQueue));
+      expect(Object.keys(secretsOf(name)).filter((k) => k.includes('QUEUE') || k.includes('DLQ'))).toEqual([]);
+    }
   });
 
   it('give the worker JOBS_PREFETCH only when the environment sets worker.prefetch (else the worker uses its concurrency)', () => {
@@ -291,22 +320,33 @@ describe('worker', () => {
     );
   const actions = (s: { Action: string | string[] }) => (Array.isArray(s.Action) ? s.Action : [s.Action]);
 
-  it('may consume and publish job messages and send dead letters, nothing wider on SQS', () => {
+  it("may consume and publish job messages and send dead letters, on both lanes' queues, nothing wider on SQS", () => {
     const sqs = statements.filter((s) => actions(s).some((a) => a.startsWith('sqs:')));
-    const onQueue = sqs.filter((s) => JSON.stringify(s.Resource).includes('QueuesJobQueue'));
-    const onDlq = sqs.filter((s) => JSON.stringify(s.Resource).includes('QueuesDeadLetterQueue'));
-    expect(onQueue.length + onDlq.length).toBe(sqs.length);
-    expect(onQueue.flatMap(actions).sort()).toEqual(
-      [
-        'sqs:ChangeMessageVisibility',
-        'sqs:DeleteMessage',
+    const lanes = dev.data.queues.lanes;
+    const four = Object.values(lanes).flatMap((l) => [l.queue, l.deadLetterQueue]);
+    // Every SQS statement names only those four queues (CDK merges statements that share actions).
+    for (const st of sqs)
+      for (const r of [st.Resource].flat())
+        expect(
+          four.some((q) => JSON.stringify(r).includes(arnExport(q))),
+          JSON.stringify(r),
+        ).toBe(true);
+    const consumeAndPublish = [
+      'sqs:ChangeMessageVisibility',
+      'sqs:DeleteMessage',
+      'sqs:GetQueueAttributes',
+      'sqs:GetQueueUrl',
+      'sqs:ReceiveMessage',
+      'sqs:SendMessage',
+    ].sort();
+    for (const lane of ['bulk', 'urgent'] as const) {
+      expect(allowedOn(sqs, lanes[lane].queue), `${lane} job queue`).toEqual(consumeAndPublish);
+      expect(allowedOn(sqs, lanes[lane].deadLetterQueue), `${lane} DLQ`).toEqual([
         'sqs:GetQueueAttributes',
         'sqs:GetQueueUrl',
-        'sqs:ReceiveMessage',
         'sqs:SendMessage',
-      ].sort(),
-    );
-    expect(onDlq.flatMap(actions).sort()).toEqual(['sqs:GetQueueAttributes', 'sqs:GetQueueUrl', 'sqs:SendMessage']);
+      ]);
+    }
     expect(sqs.flatMap(actions)).not.toContain('sqs:*');
   });
 
@@ -322,7 +362,7 @@ describe('worker', () => {
     expect(JSON.stringify(prot!.Resource)).toContain(`":task/",{"Ref":"${clusterId}"},"/*"`);
   });
 
-  it("scales on visible messages ÷ running tasks between the config's bounds", () => {
+  it("scales on visible messages of both lanes ÷ running tasks between the config's bounds", () => {
     const targetId = Object.entries(resourcesOfType(t, 'AWS::ApplicationAutoScaling::ScalableTarget')).find(([, r]) =>
       JSON.stringify((r.Properties as { ResourceId: unknown }).ResourceId).includes(idOf(dev.services.worker.service)),
     )?.[0];
@@ -355,14 +395,31 @@ describe('worker', () => {
         ScaleOutCooldown: c.worker.scaleOutCooldownSeconds,
         CustomizedMetricSpecification: {
           Metrics: [
-            Match.objectLike({
-              Id: 'visible',
-              ReturnData: false,
-              MetricStat: {
-                Stat: 'Sum',
-                Metric: Match.objectLike({ Namespace: 'AWS/SQS', MetricName: 'ApproximateNumberOfMessagesVisible' }),
-              },
-            }),
+            ...(['urgent', 'bulk'] as const).map((lane) =>
+              Match.objectLike({
+                Id: lane === 'urgent' ? 'visibleUrgent' : 'visibleBulk',
+                ReturnData: false,
+                MetricStat: {
+                  Stat: 'Sum',
+                  Metric: {
+                    Namespace: 'AWS/SQS',
+                    MetricName: 'ApproximateNumberOfMessagesVisible',
+                    Dimensions: [
+                      {
+                        Name: 'QueueName',
+                        Value: {
+                          'Fn::ImportValue': Match.stringLikeRegexp(
+                            `ExportsOutputFnGetAtt${idOf(dev.data.queues.lanes[lane].queue.node.defaultChild!)}QueueName`,
+                          ),
+                        },
+                      },
+                    ],
+                  },
+                },
+              }),
+            ),
+            // The backlog counts every lane; a lane without a data point counts as empty.
+            Match.objectLike({ Id: 'visible', ReturnData: false, Expression: 'FILL(visibleUrgent, 0) + FILL(visibleBulk, 0)' }),
             Match.objectLike({
               Id: 'running',
               ReturnData: false,
@@ -404,43 +461,44 @@ describe('API', () => {
           ).PolicyDocument.Statement,
       );
   const actionsOf = (s: { Action: string | string[] }) => (Array.isArray(s.Action) ? s.Action : [s.Action]);
-  const dlqArn = () => ({ 'Fn::ImportValue': expect.stringMatching(/QueuesDeadLetterQueue.*Arn/) });
-  const queueArn = () => ({ 'Fn::ImportValue': expect.stringMatching(/QueuesJobQueue.*Arn/) });
 
-  it('may publish job messages, and work the DLQ for the on-call routes (receive, hold, delete, move back), nothing wider', () => {
+  it("may publish job messages to both lanes, and work both lanes' DLQs for the on-call routes (receive, hold, delete, move back), nothing wider", () => {
     const statements = apiStatements();
-    // Every statement: Allow, named SQS actions (no wildcard), no condition, on exactly one queue's ARN.
+    const lanes = dev.data.queues.lanes;
+    const four = Object.values(lanes).flatMap((l) => [l.queue, l.deadLetterQueue]);
+    // Every statement: Allow, named SQS actions (no wildcard), no condition, on those four queues' ARNs only.
     for (const s of statements) {
       expect(s.Effect).toBe('Allow');
       expect(s.Condition).toBeUndefined();
       for (const a of actionsOf(s)) expect(a).toMatch(/^sqs:[A-Za-z]+$/);
-      expect([queueArn(), dlqArn()]).toContainEqual(s.Resource);
+      for (const r of [s.Resource].flat())
+        expect(
+          four.some((q) => JSON.stringify(r).includes(arnExport(q))),
+          JSON.stringify(r),
+        ).toBe(true);
     }
-    const on = (arn: 'job' | 'dlq') =>
-      statements
-        .filter((s) => JSON.stringify(s.Resource).includes(arn === 'job' ? 'QueuesJobQueue' : 'QueuesDeadLetterQueue'))
-        .flatMap(actionsOf)
-        .sort();
-    // The job queue: publish (resends and the move's destination need SendMessage there), never consume.
-    expect(on('job')).toEqual(['sqs:GetQueueAttributes', 'sqs:GetQueueUrl', 'sqs:SendMessage']);
-    // The DLQ: consume (look, hold, delete), and SQS's message move task from it; never send to it.
-    expect(on('dlq')).toEqual(
-      [
-        'sqs:ChangeMessageVisibility',
-        'sqs:DeleteMessage',
+    for (const lane of ['bulk', 'urgent'] as const) {
+      // The job queue: publish (resends and the move's destination need SendMessage there), never consume.
+      expect(allowedOn(statements, lanes[lane].queue), `${lane} job queue`).toEqual([
         'sqs:GetQueueAttributes',
         'sqs:GetQueueUrl',
-        'sqs:ReceiveMessage',
-        'sqs:StartMessageMoveTask',
-        'sqs:ListMessageMoveTasks',
-        'sqs:CancelMessageMoveTask',
-      ].sort(),
-    );
-    // StartMessageMoveTask needs ReceiveMessage, DeleteMessage and GetQueueAttributes on its source.
-    const move = statements.find((s) => actionsOf(s).includes('sqs:StartMessageMoveTask'))!;
-    expect(move.Resource).toEqual(dlqArn());
-    const dlqActions = on('dlq');
-    for (const a of ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes']) expect(dlqActions).toContain(a);
+        'sqs:SendMessage',
+      ]);
+      // The DLQ: consume (look, hold, delete), and SQS's message move task from it (which needs
+      // ReceiveMessage, DeleteMessage and GetQueueAttributes on its source); never send to it.
+      expect(allowedOn(statements, lanes[lane].deadLetterQueue), `${lane} DLQ`).toEqual(
+        [
+          'sqs:ChangeMessageVisibility',
+          'sqs:DeleteMessage',
+          'sqs:GetQueueAttributes',
+          'sqs:GetQueueUrl',
+          'sqs:ReceiveMessage',
+          'sqs:StartMessageMoveTask',
+          'sqs:ListMessageMoveTasks',
+          'sqs:CancelMessageMoveTask',
+        ].sort(),
+      );
+    }
   });
 
   it('checks GET /healthz on the task port', () => {

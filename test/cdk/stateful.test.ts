@@ -1,10 +1,12 @@
-// The stateful stack: queues (redrive, retention, TLS, encryption, visibility), the database
+// The stateful stack: each lane's queues (redrive, retention, TLS, encryption, visibility; the bulk
+// lane's logical IDs from before lanes), the database
 // (isolated subnets, encryption, generated secret, per-environment protection, who may connect)
 // and the stack's termination protection.
 
 import { Match } from 'aws-cdk-lib/assertions';
 import { describe, expect, it } from 'vitest';
 import { ENVIRONMENTS } from '../../lib/config.ts';
+import { JOB_LANES } from '../../lib/queues.ts';
 import { CLOUDFORMATION_EXECUTION_ROLE, ONLY_NAMED_READERS_SID, serviceRoleNames } from '../../lib/secret-readers.ts';
 import { idOf, only, resourcesOfType, synthEnv } from './support.ts';
 
@@ -12,12 +14,14 @@ const dev = synthEnv('dev');
 const prod = synthEnv('prod');
 
 describe.each([
-  ['dev', dev],
-  ['prod', prod],
-] as const)('queues (%s)', (name, s) => {
+  ['dev', 'bulk', dev],
+  ['dev', 'urgent', dev],
+  ['prod', 'bulk', prod],
+  ['prod', 'urgent', prod],
+] as const)('queues (%s, %s lane)', (name, lane, s) => {
   const c = ENVIRONMENTS[name];
-  const queueId = idOf(s.data.queues.queue.node.defaultChild!);
-  const dlqId = idOf(s.data.queues.deadLetterQueue.node.defaultChild!);
+  const queueId = idOf(s.data.queues.lanes[lane].queue.node.defaultChild!);
+  const dlqId = idOf(s.data.queues.lanes[lane].deadLetterQueue.node.defaultChild!);
   const queues = resourcesOfType(s.dataTemplate, 'AWS::SQS::Queue');
   const queue = queues[queueId]!.Properties as Record<string, any>;
   const dlq = queues[dlqId]!.Properties as Record<string, any>;
@@ -63,6 +67,62 @@ describe.each([
         ]),
       },
     });
+  });
+});
+
+describe('priority lanes (issue 14)', () => {
+  it.each([
+    ['dev', dev],
+    ['prod', prod],
+  ] as const)('%s: two job queues, each redriving to a DLQ of its own, and nothing else', (_name, s) => {
+    const queues = resourcesOfType(s.dataTemplate, 'AWS::SQS::Queue');
+    const redriving = Object.entries(queues).filter(([, q]) => q.Properties?.RedrivePolicy !== undefined);
+    expect(redriving).toHaveLength(2);
+    const targets = redriving.map(
+      ([, q]) => (q.Properties!.RedrivePolicy as { deadLetterTargetArn: { 'Fn::GetAtt': [string] } }).deadLetterTargetArn['Fn::GetAtt'][0],
+    );
+    expect(new Set(targets).size).toBe(2);
+    // Every other queue is one of those DLQs.
+    expect(Object.keys(queues).sort()).toEqual([...redriving.map(([id]) => id), ...targets].sort());
+    expect(JOB_LANES).toEqual(['urgent', 'bulk']);
+    expect(JSON.stringify(s.data.queues.all().map((l) => l.lane))).toBe('["urgent","bulk"]');
+  });
+
+  it('the bulk lane is the queue, DLQ and redrive-allow resource the stack had before lanes (same logical IDs and exports: no replacement)', () => {
+    // Pinned from the template before lanes: a changed ID here would replace the deployed queue and lose its messages.
+    expect(idOf(dev.data.queues.queue.node.defaultChild!)).toBe('QueuesJobQueue86E32A12');
+    expect(idOf(dev.data.queues.deadLetterQueue.node.defaultChild!)).toBe('QueuesDeadLetterQueue82AA3FB7');
+    expect(dev.data.queues.lanes.bulk.queue).toBe(dev.data.queues.queue);
+    expect(dev.data.queues.lanes.bulk.deadLetterQueue).toBe(dev.data.queues.deadLetterQueue);
+    const redriveAllow = Object.entries(resourcesOfType(dev.dataTemplate, 'Custom::AWS')).find(([, r]) =>
+      JSON.stringify(r.Properties!.Create).includes('{"Ref":"QueuesDeadLetterQueue82AA3FB7"}'),
+    );
+    expect(redriveAllow?.[0]).toBe('QueuesDeadLetterQueueRedriveAllowPolicy6AEFFEE3');
+    expect(JSON.stringify(redriveAllow![1].Properties!.Create)).toContain('\\"id\\":\\"dead-letter-queue-redrive-allow-policy\\"');
+    // The services stack imports these; deleting an export it still imports fails the data stack's deployment.
+    const exports = Object.values(dev.dataTemplate.toJSON().Outputs as Record<string, { Export?: { Name: string } }>).map(
+      (o) => o.Export?.Name,
+    );
+    for (const name of [
+      'ExportsOutputFnGetAttQueuesDeadLetterQueue82AA3FB7Arn5FCA0D42',
+      'ExportsOutputFnGetAttQueuesDeadLetterQueue82AA3FB7QueueNameDA004602',
+      'ExportsOutputFnGetAttQueuesJobQueue86E32A12Arn8A0393FD',
+      'ExportsOutputFnGetAttQueuesJobQueue86E32A12QueueNameC4B608BD',
+      'ExportsOutputRefQueuesDeadLetterQueue82AA3FB7B59449E8',
+      'ExportsOutputRefQueuesJobQueue86E32A129DF52369',
+    ])
+      expect(exports, name).toContain(`ErpJobs-dev-Data:${name}`);
+  });
+
+  it('the urgent lane has its own queue, DLQ and outputs; on-call looks the URLs up there', () => {
+    const urgent = dev.data.queues.lanes.urgent;
+    expect(idOf(urgent.queue.node.defaultChild!)).toMatch(/^QueuesUrgentJobQueue[0-9A-F]{8}$/);
+    expect(idOf(urgent.deadLetterQueue.node.defaultChild!)).toMatch(/^QueuesUrgentDeadLetterQueue[0-9A-F]{8}$/);
+    const outputs = dev.dataTemplate.toJSON().Outputs as Record<string, { Value: unknown }>;
+    expect(outputs.UrgentJobQueueUrl!.Value).toEqual({ Ref: idOf(urgent.queue.node.defaultChild!) });
+    expect(outputs.UrgentDeadLetterQueueUrl!.Value).toEqual({ Ref: idOf(urgent.deadLetterQueue.node.defaultChild!) });
+    expect(outputs.UrgentDeadLetterQueueArn!.Value).toEqual({ 'Fn::GetAtt': [idOf(urgent.deadLetterQueue.node.defaultChild!), 'Arn'] });
+    expect(outputs.JobQueueUrl!.Value).toEqual({ Ref: 'QueuesJobQueue86E32A12' });
   });
 });
 
@@ -220,27 +280,37 @@ describe('network (issue 12)', () => {
 
 describe('DLQ redrive-allow policy', () => {
   it.each([
-    ['dev', dev],
-    ['prod', prod],
-  ] as const)('%s: only the job queue may dead-letter into the DLQ (set after both exist)', (_name, s) => {
-    const queueId = idOf(s.data.queues.queue.node.defaultChild!);
-    const dlqId = idOf(s.data.queues.deadLetterQueue.node.defaultChild!);
-    const [call] = Object.values(resourcesOfType(s.dataTemplate, 'Custom::AWS')).filter((r) =>
+    ['dev', 'bulk', dev],
+    ['dev', 'urgent', dev],
+    ['prod', 'bulk', prod],
+    ['prod', 'urgent', prod],
+  ] as const)("%s, %s lane: only the lane's job queue may dead-letter into its DLQ (set after both exist)", (_name, lane, s) => {
+    const queueId = idOf(s.data.queues.lanes[lane].queue.node.defaultChild!);
+    const dlqId = idOf(s.data.queues.lanes[lane].deadLetterQueue.node.defaultChild!);
+    const calls = Object.values(resourcesOfType(s.dataTemplate, 'Custom::AWS')).filter((r) =>
       JSON.stringify(r.Properties).includes('setQueueAttributes'),
     );
+    expect(calls).toHaveLength(2);
+    const call = calls.find((r) => JSON.stringify(r.Properties!.Create).includes(`"Ref":"${dlqId}"`));
     expect(call).toBeDefined();
     const create = JSON.stringify(call!.Properties!.Create);
     expect(create).toContain('"service\\":\\"SQS\\"');
     expect(create).toContain('RedriveAllowPolicy');
     expect(create).toContain('\\\\\\"redrivePermission\\\\\\":\\\\\\"byQueue\\\\\\"');
     expect(create).toContain(`"Fn::GetAtt":["${queueId}","Arn"]`);
-    expect(create).toContain(`"Ref":"${dlqId}"`);
+    // No other queue's ARN: not even the other lane's job queue may dead-letter here.
+    const otherQueues = s.data.queues
+      .all()
+      .filter((l) => l.lane !== lane)
+      .map((l) => idOf(l.queue.node.defaultChild!));
+    for (const other of otherQueues) expect(create).not.toContain(other);
     expect(JSON.stringify(call!.Properties!.Update)).toBe(create);
-    // The function may set attributes on the DLQ only.
-    const policy = Object.values(resourcesOfType(s.dataTemplate, 'AWS::IAM::Policy')).find((p) =>
+    // The function may set attributes on this DLQ only, through this call's own policy.
+    const policies = Object.values(resourcesOfType(s.dataTemplate, 'AWS::IAM::Policy')).filter((p) =>
       JSON.stringify(p.Properties).includes('sqs:SetQueueAttributes'),
-    )!;
-    expect((policy.Properties as any).PolicyDocument.Statement).toEqual([
+    );
+    expect(policies).toHaveLength(2);
+    expect(policies.map((p) => (p.Properties as any).PolicyDocument.Statement)).toContainEqual([
       { Action: 'sqs:SetQueueAttributes', Effect: 'Allow', Resource: { 'Fn::GetAtt': [dlqId, 'Arn'] } },
     ]);
   });
