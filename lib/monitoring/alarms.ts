@@ -2,12 +2,12 @@
 // says what the alarm means in this system and names the runbook section to open
 // (docs/runbooks/README.md#<anchor>). Each priority lane's queues have their own alarms (the
 // bulk lane's keep the names they had before lanes; the urgent lane's say "urgent" and open
-// their own, more pressing runbook sections). The platform's own failure metrics are watched by the names
-// the worker emits them under (runtime/observability/metric-names.ts), with no dimensions. Beyond the queue:
-// the database (CPU, storage, memory, connections against the connection budget), the API
-// (5xx, unhealthy targets, tasks below the minimum) and a worker fleet at its maximum with a
-// backlog across every lane. The API's 5xx and unhealthy-target alarms are its ECS deployment alarms: a deployment
-// that sets them off rolls back.
+// their own, more pressing runbook sections). The platform's own failure metrics are watched by
+// the names the worker emits them under (runtime/observability/metric-names.ts), with no
+// dimensions. Beyond the queues: the database (CPU, storage, memory, connections against the
+// connection budget), the API (5xx, unhealthy targets, tasks below the minimum) and a worker
+// fleet at its maximum with a backlog across every lane. The API's 5xx and unhealthy-target
+// alarms are its ECS deployment alarms: a deployment that sets them off rolls back.
 
 import { Duration } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';

@@ -285,8 +285,9 @@ export class ApiService extends Construct {
     // The ingress rule for this service lives under its security group; tasks wait for it.
     service.node.addDependency(serviceSecurityGroup);
     props.queues.grantPublish(taskDefinition.taskRole);
-    // The on-call DLQ routes (runtime/oncall/dlq.ts), on every lane's DLQ: look at, delete and resend
-    // dead letters, and `move` them back server-side. Resends and the move's destination use grantPublish above.
+    // The on-call DLQ routes (runtime/oncall/dlq.ts), on every lane's DLQ: look at, delete and
+    // resend dead letters, and `move` them back server-side. Resends and the move's destination
+    // (the lane's job queue) use grantPublish above.
     props.queues.grantDeadLetterRedrive(taskDefinition.taskRole);
 
     this.service = service;

@@ -1,12 +1,12 @@
 // The worker on Fargate. It scales on backlog per task — visible job messages of every lane ÷
-// running tasks — between the environment's bounds (target tracking on a metric-math expression). Its stop
-// timeout covers the drain plus the release, so a stopping task hands its unfinished jobs back
-// before ECS kills it; while it runs jobs it sets ECS task protection, so scale-in picks idle
-// tasks. On SQS it may consume and publish job messages and send dead letters, on every lane's
-// queues, nothing wider;
-// it puts metrics into its environment's namespace only. The task count belongs to the scaling
-// target (no DesiredCount: a deployment never resets a scaled-out fleet). The container's health
-// check replaces a task whose node process is gone, stopped (SIGSTOP) or a zombie.
+// running tasks — between the environment's bounds (target tracking on a metric-math
+// expression). Its stop timeout covers the drain plus the release, so a stopping task hands its
+// unfinished jobs back before ECS kills it; while it runs jobs it sets ECS task protection, so
+// scale-in picks idle tasks. On SQS it may consume and publish job messages and send dead
+// letters, on every lane's queues, nothing wider; it puts metrics into its environment's
+// namespace only. The task count belongs to the scaling target (no DesiredCount: a deployment
+// never resets a scaled-out fleet). The container's health check replaces a task whose node
+// process is gone, stopped (SIGSTOP) or a zombie.
 
 import { ArnFormat, Duration, type RemovalPolicy, Stack } from 'aws-cdk-lib';
 import * as appscaling from 'aws-cdk-lib/aws-applicationautoscaling';
