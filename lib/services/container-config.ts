@@ -39,12 +39,6 @@ export function pgOptions(idleInTransactionTimeoutSeconds: number): string {
   return `-c idle_in_transaction_session_timeout=${idleInTransactionTimeoutSeconds}s`;
 }
 
-/**
- * The urgent lane's queue URLs (issue 14), beside JOBS_QUEUE_URL / JOBS_DLQ_URL, which stay the bulk
- * (default) lane's. The names are the contract with the runtime (runtime/config/env.ts reads them).
- */
-export const URGENT_LANE_ENV = { queueUrl: 'JOBS_URGENT_QUEUE_URL', dlqUrl: 'JOBS_URGENT_DLQ_URL' } as const;
-
 /** Plain, non-secret configuration both services read. */
 export function jobEnvironment(p: JobEnvironmentProps): Record<string, string> {
   const t = p.jobTimings;
@@ -53,8 +47,8 @@ export function jobEnvironment(p: JobEnvironmentProps): Record<string, string> {
     [ENV.queueUrl]: p.queues.queue.queueUrl,
     [ENV.dlqUrl]: p.queues.deadLetterQueue.queueUrl,
     // URLs are not secrets: plain environment, as the bulk lane's.
-    [URGENT_LANE_ENV.queueUrl]: urgent.queue.queueUrl,
-    [URGENT_LANE_ENV.dlqUrl]: urgent.deadLetterQueue.queueUrl,
+    [ENV.urgentQueueUrl]: urgent.queue.queueUrl,
+    [ENV.urgentDlqUrl]: urgent.deadLetterQueue.queueUrl,
     [ENV.region]: Aws.REGION,
     [ENV.leaseSeconds]: String(t.leaseSeconds),
     [ENV.heartbeatSeconds]: String(t.heartbeatSeconds),

@@ -11,7 +11,7 @@ import { metricNamespace } from '../../runtime/observability/metric-names.ts';
 import { ENVIRONMENTS, withOverrides } from '../../lib/config.ts';
 import { LAMBDA_AMAZON_CA_BUNDLE, migrationsHash } from '../../lib/schema-bootstrap.ts';
 import { API_HEALTH_CHECK_PATH, API_PORT } from '../../lib/services/api.ts';
-import { PG_OPTIONS_VARIABLE, pgOptions, SERVICE_USER, TMP_PATH, URGENT_LANE_ENV } from '../../lib/services/container-config.ts';
+import { PG_OPTIONS_VARIABLE, pgOptions, SERVICE_USER, TMP_PATH } from '../../lib/services/container-config.ts';
 import { WORKER_HEALTH_CHECK_SCRIPT } from '../../lib/services/worker.ts';
 import { idOf, only, resourcesOfType, synthConfig, synthEnv, TEST_CERTIFICATE_ARN, withChanges } from './support.ts';
 
@@ -170,7 +170,8 @@ describe('containers', () => {
       'Fn::ImportValue': expect.stringContaining(`ExportsOutputRef${idOf(q.node.defaultChild as never)}`),
     });
     const lanes = dev.data.queues.lanes;
-    expect(URGENT_LANE_ENV).toEqual({ queueUrl: 'JOBS_URGENT_QUEUE_URL', dlqUrl: 'JOBS_URGENT_DLQ_URL' });
+    // The names the runtime reads (runtime/config/env.ts).
+    expect([ENV.urgentQueueUrl, ENV.urgentDlqUrl]).toEqual(['JOBS_URGENT_QUEUE_URL', 'JOBS_URGENT_DLQ_URL']);
     for (const name of ['api', 'worker']) {
       const env = envOf(name);
       expect(env[ENV.queueUrl], name).toEqual(ref(lanes.bulk.queue));
