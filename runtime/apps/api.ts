@@ -11,6 +11,7 @@ import { runService } from './entry.ts';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
+import { registerJobTypes } from '../store/job-types.ts';
 import { JobClient } from '../store/client.ts';
 import { databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv, redact } from '../config/env.ts';
 import { keepFinishedDaysFromEnv } from '../config/retention.ts';
@@ -265,9 +266,15 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
   }
   relay.start();
   // What SQL callers may enqueue (jobs.enqueue): this build's types. Not awaited: serving does not wait on it.
-  client.store
-    .registerJobTypes(registry, config.defaultMaxAttempts, 'api')
-    .catch((err) => log.warn({ err }, 'could not register the job types for jobs.enqueue; those registered before stay'));
+  registerJobTypes(
+    pool,
+    registry,
+    {
+      maxAttempts: config.defaultMaxAttempts,
+      ...(config.defaultKeepFinishedDays ? { keepFinishedDays: config.defaultKeepFinishedDays } : {}),
+    },
+    'api',
+  ).catch((err) => log.warn({ err }, 'could not register the job types for jobs.enqueue; those registered before stay'));
   scheduler.start();
   const port = (server.address() as AddressInfo).port;
   for (const warning of authWarnings(config)) log.warn(warning);

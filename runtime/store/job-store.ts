@@ -3,7 +3,6 @@
 // hold; the rest run on the pool.
 
 import type pg from 'pg';
-import type { JobRegistry } from '../handlers/registry.ts';
 import { keepDaysOf, keyHolder, type KeyedJob } from './idempotency.ts';
 import { SQL, type SqlName } from './sql.ts';
 import { withTransaction } from '../db/transaction.ts';
@@ -235,23 +234,6 @@ export class JobStore {
         limit: byKey ? r.kl : r.tl,
       };
     });
-  }
-
-  /**
-   * Record the job types this process runs or enqueues, with the defaults jobs.enqueue (SQL,
-   * migration 0012) applies: the attempt cap, the default concurrency key's template. At the
-   * start of every API and worker task; the last to start decides.
-   */
-  async registerJobTypes(registry: JobRegistry, defaultMaxAttempts: number, by: string): Promise<void> {
-    const defs = registry.types().map((t) => registry.get(t)!);
-    await run(this.pool, 'jobTypesRegister', [
-      defs.map((d) => d.type),
-      defs.map((d) => d.maxAttempts ?? defaultMaxAttempts),
-      defs.map((d) => (typeof d.concurrency?.key === 'string' ? d.concurrency.key : null)),
-      defs.map((d) => d.concurrency?.limit ?? null),
-      defs.map((d) => typeof d.concurrency?.key === 'function'),
-      by,
-    ]);
   }
 
   /** The fleet limit in force for `type`, or null. */

@@ -113,15 +113,6 @@ const WORKER_SQL = {
 
   jobGet: `SELECT ${JOB_COLUMNS} FROM jobs.job WHERE id = $1`,
 
-  /** The registered job types and their enqueue defaults (jobs.job_type, migration 0012). */
-  jobTypesRegister: `
-    INSERT INTO jobs.job_type (type, default_max_attempts, concurrency_key_template, concurrency_limit, key_from_code, registered_by)
-    SELECT t, m, k, l, f, $6 FROM unnest($1::text[], $2::int[], $3::text[], $4::int[], $5::boolean[]) AS u(t, m, k, l, f)
-    ON CONFLICT (type) DO UPDATE
-       SET default_max_attempts = excluded.default_max_attempts, concurrency_key_template = excluded.concurrency_key_template,
-           concurrency_limit = excluded.concurrency_limit, key_from_code = excluded.key_from_code,
-           registered_at = now(), registered_by = excluded.registered_by`,
-
   /** A job's children, oldest first (jobs show; the job_parent index, migration 0011). */
   jobChildren: `SELECT id, type, state FROM jobs.job WHERE parent_id = $1 ORDER BY id LIMIT $2`,
   jobChildCount: `SELECT count(*)::int AS n FROM jobs.job WHERE parent_id = $1`,

@@ -34,6 +34,7 @@ import { Fetcher } from './fetcher.ts';
 import { Heartbeat } from './heartbeat.ts';
 import { WorkerContext, type Held, type WorkerOptions } from './held.ts';
 import { QueueMessages } from './messages.ts';
+import { registerJobTypes } from '../store/job-types.ts';
 
 export type { DeadLetterReason, WorkerEvent, WorkerEventKind } from '../domain/events.ts';
 export type { WorkerOptions } from './held.ts';
@@ -116,7 +117,15 @@ export class Worker {
     const { registry } = this.opts;
     const limits = registry.types().map((type) => ({ type, maxRunning: registry.get(type)!.maxRunning ?? null }));
     try {
-      await this.store.registerJobTypes(registry, this.opts.timings.maxAttempts, this.workerId);
+      await registerJobTypes(
+        this.opts.pool,
+        registry,
+        {
+          maxAttempts: this.opts.timings.maxAttempts,
+          ...(this.opts.keepFinishedDays ? { keepFinishedDays: this.opts.keepFinishedDays } : {}),
+        },
+        this.workerId,
+      );
       const changed = await this.store.syncTypeLimits(limits, this.workerId);
       if (changed.length > 0) {
         this.ctx.log.info({ types: changed, limits: limits.filter((l) => changed.includes(l.type)) }, 'job type fleet limits changed');

@@ -5,6 +5,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../runtime/observability/log.ts';
+import { registerJobTypes } from '../../runtime/store/job-types.ts';
 import { OutboxRelay } from '../../runtime/store/outbox.ts';
 import { createPlatform, type Platform, waitFor } from '../support/platform.ts';
 
@@ -14,7 +15,7 @@ describe('jobs.enqueue, the SQL function', () => {
   let relay: OutboxRelay;
   beforeAll(async () => {
     p = await createPlatform();
-    await p.store.registerJobTypes(p.registry, 3, 'test');
+    await registerJobTypes(p.db.pool, p.registry, { maxAttempts: 3 }, 'test');
     erp = new pg.Client({ connectionString: p.db.url });
     erp.on('error', () => undefined);
     await erp.connect();
@@ -67,11 +68,45 @@ describe('jobs.enqueue, the SQL function', () => {
     const { rows: posted } = await p.db.pool.query('SELECT count(*)::int AS n FROM ledger_entries WHERE batch = $1', ['SQL-2']);
     expect(posted[0].n).toBe(2);
 
-    // Again with the same key while active, or after: a duplicate only while the job is active.
+    // ledger.post keeps its keys after its jobs end: posting SQL-2 again returns the job that posted it.
     const again = await erp.query(`SELECT * FROM jobs.enqueue('ledger.post', '{"batch": "SQL-2", "entries": 2}', 'sql-b-2')`);
-    expect(again.rows[0].job_id).not.toBe(rows[0].job_id);
-    const dup = await erp.query(`SELECT * FROM jobs.enqueue('ledger.post', '{"batch": "SQL-2", "entries": 2}', 'sql-b-2')`);
-    expect(dup.rows[0]).toEqual({ job_id: again.rows[0].job_id, duplicate: true });
+    expect(again.rows[0]).toEqual({ job_id: rows[0].job_id, duplicate: true });
+    expect((await p.db.pool.query('SELECT count(*)::int AS n FROM jobs.job WHERE idempotency_key = $1', ['sql-b-2'])).rows[0].n).toBe(1);
+  });
+
+  it("a type's keys: unique among active jobs for inventory.cost, for good for ledger.post, as through the TypeScript client", async () => {
+    const cost = `SELECT * FROM jobs.enqueue('inventory.cost', '{"store": "S-9", "period": "2026-11"}', 'cost-k')`;
+    const first = (await erp.query(cost)).rows[0];
+    expect((await erp.query(cost)).rows[0]).toEqual({ job_id: first.job_id, duplicate: true });
+    await p.store.cancel(first.job_id, 'test');
+    expect((await erp.query(cost)).rows[0].duplicate).toBe(false); // its key is free once the job ended
+    // A key the TypeScript client took for ledger.post is the same key here.
+    const [viaClient] = await p.client.enqueueNow({
+      type: 'ledger.post',
+      payload: { batch: 'TS-1', entries: 1 },
+      idempotencyKey: 'shared-k',
+    });
+    await p.store.cancel(viaClient!.job.id, 'test');
+    const viaSql = await erp.query(`SELECT * FROM jobs.enqueue('ledger.post', '{"batch": "TS-1", "entries": 1}', 'shared-k')`);
+    expect(viaSql.rows[0]).toEqual({ job_id: viaClient!.job.id, duplicate: true });
+    // Concurrent enqueues of one new key on separate connections: one job.
+    const racers = await Promise.all(
+      Array.from({ length: 8 }, () =>
+        p.db.pool.query(`SELECT * FROM jobs.enqueue('ledger.post', '{"batch": "R", "entries": 1}', 'race-k')`),
+      ),
+    );
+    expect(new Set(racers.map((r) => r.rows[0].job_id)).size).toBe(1);
+    expect(racers.filter((r) => !r.rows[0].duplicate)).toHaveLength(1);
+  });
+
+  it("a job's lane: the caller's, else its type's default (bulk)", async () => {
+    const bulk = (await erp.query(`SELECT * FROM jobs.enqueue('ledger.post', '{"batch": "L-1", "entries": 1}')`)).rows[0];
+    const urgent = (await erp.query(`SELECT * FROM jobs.enqueue('ledger.post', '{"batch": "L-2", "entries": 1}', lane => 'urgent')`))
+      .rows[0];
+    const lanes = await p.db.pool.query('SELECT id, lane FROM jobs.job WHERE id = ANY($1::uuid[]) ORDER BY id', [
+      [bulk.job_id, urgent.job_id],
+    ]);
+    expect(lanes.rows.map((r) => r.lane)).toEqual(['bulk', 'urgent']);
   });
 
   it("applies the type's defaults: its attempt cap and its concurrency key's template", async () => {
@@ -91,6 +126,7 @@ describe('jobs.enqueue, the SQL function', () => {
     [`SELECT * FROM jobs.enqueue('ledger.post', '{}', idempotency_key => '')`, [], 'idempotency_key', /1 to 200 characters/],
     [`SELECT * FROM jobs.enqueue('ledger.post', '{}', max_attempts => 0)`, [], 'max_attempts', /from 1 to 100 \(got 0\)/],
     [`SELECT * FROM jobs.enqueue('ledger.post', '{}', concurrency_limit => 2)`, [], 'concurrency_limit', /give one too/],
+    [`SELECT * FROM jobs.enqueue('ledger.post', '{}', lane => 'fast')`, [], 'lane', /must be urgent or bulk \(got 'fast'\)/],
     [
       `SELECT * FROM jobs.enqueue('inventory.cost', '{"period": "2026-11"}')`,
       [],

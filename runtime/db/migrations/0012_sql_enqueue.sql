@@ -20,6 +20,12 @@ CREATE TABLE jobs.job_type (
   concurrency_key_template text,
   concurrency_limit        integer CHECK (concurrency_limit BETWEEN 1 AND 1000),
   key_from_code            boolean NOT NULL DEFAULT false,
+  -- The type's lane when the caller names none (0008).
+  default_lane             text NOT NULL DEFAULT 'bulk' CHECK (default_lane IN ('urgent', 'bulk')),
+  -- How long the type's idempotency keys outlive their jobs, in days ('Infinity': forever), or
+  -- null: unique among active jobs only (0009). And how long its finished jobs are kept.
+  key_keep_days            float8 CHECK (key_keep_days >= 1),
+  keep_finished_days       float8 NOT NULL DEFAULT 30 CHECK (keep_finished_days >= 1),
   registered_at            timestamptz NOT NULL DEFAULT now(),
   registered_by            text NOT NULL
 );
@@ -39,6 +45,7 @@ CREATE FUNCTION jobs.enqueue(
   max_attempts      integer DEFAULT NULL,
   concurrency_key   text DEFAULT NULL,
   concurrency_limit integer DEFAULT NULL,
+  lane              text DEFAULT NULL,
   OUT job_id uuid,
   OUT duplicate boolean
 ) LANGUAGE plpgsql VOLATILE AS $$
@@ -49,6 +56,13 @@ DECLARE
   k text := concurrency_key;
   missing text;
   f text;
+  ln text;
+  kd float8;
+  keep float8;
+  new_id uuid;
+  key_job uuid;
+  key_found boolean;
+  key_expired boolean;
 BEGIN
   SELECT * INTO t FROM jobs.job_type jt WHERE jt.type = enqueue.type;
   IF NOT FOUND THEN
@@ -92,17 +106,50 @@ BEGIN
   ELSIF k IS NULL AND t.key_from_code THEN
     PERFORM jobs.enqueue_refuse('concurrency_key', format('is required: job type %s derives its key from the payload in its TypeScript definition, which the database cannot run', t.type));
   END IF;
+  ln := coalesce(lane, t.default_lane);
+  IF ln NOT IN ('urgent', 'bulk') THEN
+    PERFORM jobs.enqueue_refuse('lane', format('must be urgent or bulk (got %s)', quote_literal(ln)));
+  END IF;
   IF concurrency_limit IS NOT NULL AND k IS NULL THEN
     PERFORM jobs.enqueue_refuse('concurrency_limit', format('limits the jobs of a concurrency_key: give one too (job type %s has no default key)', t.type));
   END IF;
 
-  -- As the TypeScript client's jobInsertMany: the job, its outbox row, or the active job holding
-  -- the idempotency key. A key whose job finishes between the two statements is free again: try
-  -- once more.
+  -- As the TypeScript client's jobInsertMany (runtime/store/sql.ts) and its rare path
+  -- (runtime/store/idempotency.ts): for a type that keeps its keys, the key row first (its primary
+  -- key decides between concurrent enqueues) and an existing key returns its job while its window
+  -- lasts; then the job, its outbox row, or the active job holding the key. A key freed between
+  -- two statements (its job ended, its window passed) is tried again.
+  kd := CASE WHEN idempotency_key IS NOT NULL THEN t.key_keep_days END;
+  keep := greatest(t.keep_finished_days, coalesce(kd, 0));
   FOR tries IN 1..5 LOOP
-    INSERT INTO jobs.job (id, type, payload, idempotency_key, max_attempts, run_after, concurrency_key, concurrency_limit)
-    VALUES (jobs.uuid_v7(), t.type, p, idempotency_key, coalesce(max_attempts, t.default_max_attempts),
-            coalesce(run_at, statement_timestamp()), k, CASE WHEN k IS NOT NULL THEN coalesce(concurrency_limit, t.concurrency_limit, 1) END)
+    new_id := jobs.uuid_v7();
+    IF kd IS NOT NULL THEN
+      INSERT INTO jobs.idempotency_key (type, key, job_id, keep_days)
+      VALUES (t.type, idempotency_key, new_id, CASE WHEN kd = 'Infinity' THEN NULL ELSE kd::int END)
+      ON CONFLICT (type, key) DO NOTHING
+      RETURNING job_id INTO key_job;
+      IF key_job IS NULL THEN
+        SELECT k2.job_id, j.id IS NOT NULL,
+               coalesce(k2.keep_days IS NOT NULL AND j.finished_at + k2.keep_days * interval '1 day' < statement_timestamp(), false)
+          INTO key_job, key_found, key_expired
+          FROM jobs.idempotency_key k2 LEFT JOIN jobs.job j ON j.id = k2.job_id
+         WHERE k2.type = t.type AND k2.key = enqueue.idempotency_key;
+        IF key_found AND NOT key_expired THEN
+          job_id := key_job;
+          duplicate := true;
+          RETURN;
+        END IF;
+        -- Its window passed, or it names no job: the key is free; take it on the next try.
+        DELETE FROM jobs.idempotency_key k2 WHERE k2.type = t.type AND k2.key = enqueue.idempotency_key AND k2.job_id = key_job;
+        CONTINUE;
+      END IF;
+    END IF;
+    INSERT INTO jobs.job (id, type, payload, idempotency_key, max_attempts, run_after, concurrency_key, concurrency_limit, lane,
+                          keep_days, prune_after)
+    VALUES (new_id, t.type, p, idempotency_key, coalesce(max_attempts, t.default_max_attempts),
+            coalesce(run_at, statement_timestamp()), k, CASE WHEN k IS NOT NULL THEN coalesce(concurrency_limit, t.concurrency_limit, 1) END,
+            ln, CASE WHEN keep = 'Infinity' THEN NULL ELSE keep::int END,
+            CASE WHEN keep = 'Infinity' THEN 'infinity'::timestamptz ELSE statement_timestamp() + keep * interval '1 day' END)
     ON CONFLICT (type, idempotency_key) WHERE idempotency_key IS NOT NULL AND finished_at IS NULL DO NOTHING
     RETURNING id INTO job_id;
     IF job_id IS NOT NULL THEN
@@ -113,13 +160,21 @@ BEGIN
     SELECT j.id INTO job_id FROM jobs.job j
      WHERE j.type = t.type AND j.idempotency_key = enqueue.idempotency_key AND j.finished_at IS NULL;
     IF job_id IS NOT NULL THEN
+      -- An active job from before its type kept keys: the key row just written names it.
+      IF kd IS NOT NULL THEN
+        UPDATE jobs.idempotency_key k2 SET job_id = enqueue.job_id
+         WHERE k2.type = t.type AND k2.key = enqueue.idempotency_key AND k2.job_id = new_id;
+      END IF;
       duplicate := true;
       RETURN;
+    END IF;
+    IF kd IS NOT NULL THEN
+      DELETE FROM jobs.idempotency_key k2 WHERE k2.type = t.type AND k2.key = enqueue.idempotency_key AND k2.job_id = new_id;
     END IF;
   END LOOP;
   RAISE EXCEPTION 'jobs.enqueue: idempotency key % of type % kept changing hands; try again', idempotency_key, t.type
     USING ERRCODE = '40001';
 END $$;
 
-COMMENT ON FUNCTION jobs.enqueue(text, jsonb, text, timestamptz, integer, text, integer) IS
+COMMENT ON FUNCTION jobs.enqueue(text, jsonb, text, timestamptz, integer, text, integer, text) IS
   'Enqueue a job in the caller''s transaction; published after COMMIT by the outbox relay. Returns (job_id, duplicate). README: Enqueue from your ERP.';

@@ -1,0 +1,48 @@
+// The job types the deployed code registers, in the database (jobs.job_type, migration 0012):
+// what jobs.enqueue — the SQL function an ERP in another language calls — accepts, and the
+// defaults it applies as the TypeScript client would: the attempt cap, the lane, the default
+// concurrency key's template, how long the type's idempotency keys and finished jobs are kept.
+// Every API and worker task writes them at its start; the last to start decides.
+
+import type { JobRegistry } from '../handlers/registry.ts';
+import { DEFAULT_KEEP_FINISHED_DAYS } from './idempotency.ts';
+import type { Queryable } from './job-store.ts';
+
+const REGISTER = `
+  INSERT INTO jobs.job_type (type, default_max_attempts, concurrency_key_template, concurrency_limit, key_from_code,
+                             default_lane, key_keep_days, keep_finished_days, registered_by)
+  SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::int[], $5::boolean[], $6::text[], $7::float8[], $8::float8[]),
+                (VALUES ($9::text)) AS by(name)
+  ON CONFLICT (type) DO UPDATE
+     SET default_max_attempts = excluded.default_max_attempts, concurrency_key_template = excluded.concurrency_key_template,
+         concurrency_limit = excluded.concurrency_limit, key_from_code = excluded.key_from_code, default_lane = excluded.default_lane,
+         key_keep_days = excluded.key_keep_days, keep_finished_days = excluded.keep_finished_days,
+         registered_at = now(), registered_by = excluded.registered_by`;
+
+export interface JobTypeDefaults {
+  /** JOBS_MAX_ATTEMPTS: the cap of a type that sets none. */
+  maxAttempts: number;
+  /** JOBS_KEEP_FINISHED_DAYS: how long a type that says nothing keeps its finished jobs. */
+  keepFinishedDays?: number;
+}
+
+/** Record `registry`'s types with the defaults jobs.enqueue applies to each. */
+export async function registerJobTypes(db: Queryable, registry: JobRegistry, defaults: JobTypeDefaults, by: string): Promise<void> {
+  const types = registry.types();
+  const defs = types.map((t) => registry.get(t)!);
+  await db.query({
+    name: 'jobTypesRegister',
+    text: REGISTER,
+    values: [
+      types,
+      defs.map((d) => d.maxAttempts ?? defaults.maxAttempts),
+      defs.map((d) => (typeof d.concurrency?.key === 'string' ? d.concurrency.key : null)),
+      defs.map((d) => d.concurrency?.limit ?? null),
+      defs.map((d) => typeof d.concurrency?.key === 'function'),
+      defs.map((d) => d.lane ?? 'bulk'),
+      types.map((t) => registry.keyKeepDays(t)),
+      defs.map((d) => d.keepFinishedDays ?? defaults.keepFinishedDays ?? DEFAULT_KEEP_FINISHED_DAYS),
+      by,
+    ],
+  });
+}
