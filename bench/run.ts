@@ -437,6 +437,25 @@ async function killToResume(
 function fmt(n: number, digits = 0): string {
   return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
 }
+/** The cost columns of a table row, one table or another: commits and WAL per job, worker and PostgreSQL CPU per 1,000 jobs. */
+function costCells(
+  ss: { commitsPerJob: number; walBytesPerJob: number; cpuSecondsPer1000: number; pgCpuSecondsPer1000: number | null }[],
+): string {
+  const pg = ss.every((s) => s.pgCpuSecondsPer1000 !== null)
+    ? range(
+        ss.map((s) => s.pgCpuSecondsPer1000!),
+        3,
+      )
+    : 'n/a (remote)';
+  return `${range(
+    ss.map((s) => s.commitsPerJob),
+    3,
+  )} | ${range(ss.map((s) => s.walBytesPerJob))} | ${range(
+    ss.map((s) => s.cpuSecondsPer1000),
+    3,
+  )} | ${pg}`;
+}
+
 function range(xs: number[], digits = 0): string {
   return `${fmt(median(xs), digits)} (${fmt(Math.min(...xs), digits)}–${fmt(Math.max(...xs), digits)})`;
 }
@@ -552,20 +571,7 @@ async function main(): Promise<void> {
     for (const [key, ss] of groups) {
       const [kind, transport, c, pf] = key.split('|');
       out.push(
-        `| ${kind} | ${transport === 'memory' ? 'in-process' : 'local SQS'} | ${c} | ${pf} | ${range(ss.map((s) => s.processPerSec))} | ${range(ss.map((s) => s.enqueuePerSec))} | ${range(
-          ss.map((s) => s.commitsPerJob),
-          3,
-        )} | ${range(ss.map((s) => s.walBytesPerJob))} | ${range(
-          ss.map((s) => s.cpuSecondsPer1000),
-          3,
-        )} | ${
-          ss.every((s) => s.pgCpuSecondsPer1000 !== null)
-            ? range(
-                ss.map((s) => s.pgCpuSecondsPer1000!),
-                3,
-              )
-            : 'n/a (remote)'
-        } |`,
+        `| ${kind} | ${transport === 'memory' ? 'in-process' : 'local SQS'} | ${c} | ${pf} | ${range(ss.map((s) => s.processPerSec))} | ${range(ss.map((s) => s.enqueuePerSec))} | ${costCells(ss)} |`,
       );
     }
     if (keyed.length > 0) {
@@ -580,22 +586,7 @@ async function main(): Promise<void> {
       for (const k of KEYS) {
         const ss = keyed.filter((s) => s.keys === k);
         const ratio = base.length > 0 ? `${(median(ss.map((s) => s.processPerSec)) / median(base)).toFixed(2)}×` : 'n/a';
-        out.push(
-          `| ${k === 0 ? 'none' : fmt(k)} | ${range(ss.map((s) => s.processPerSec))} | ${ratio} | ${range(
-            ss.map((s) => s.commitsPerJob),
-            3,
-          )} | ${range(ss.map((s) => s.walBytesPerJob))} | ${range(
-            ss.map((s) => s.cpuSecondsPer1000),
-            3,
-          )} | ${
-            ss.every((s) => s.pgCpuSecondsPer1000 !== null)
-              ? range(
-                  ss.map((s) => s.pgCpuSecondsPer1000!),
-                  3,
-                )
-              : 'n/a (remote)'
-          } |`,
-        );
+        out.push(`| ${k === 0 ? 'none' : fmt(k)} | ${range(ss.map((s) => s.processPerSec))} | ${ratio} | ${costCells(ss)} |`);
       }
     }
     if (backlog.length > 0) {
