@@ -12,6 +12,9 @@
 //   npm run bench -- --profile                    # WAL per statement (pg_stat_statements) and a CPU profile of the process phase
 //   npm run bench -- --keys 0,1,10                # keyed no-op jobs (limit 1 per key) over that many keys, 0 = unkeyed, same run
 //   npm run bench -- --key-backlog 500,2000       # one key with N jobs waiting: does a key's backlog slow its claims?
+//   npm run bench -- --sqs-latency-ms 0,15        # every SQS call 15 ms slower (a delaying proxy), beside 0 ms
+//   npm run bench -- --workers 1,2,4,8            # also separate worker processes, as deployed (bench/deployed.ts)
+//   npm run bench -- --workers 1 --rounds 4       # consecutive drains on one database: does the platform slow as tables grow?
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
@@ -25,6 +28,9 @@ import { createPool } from '../runtime/db/pool.ts';
 import { ledgerPost } from '../runtime/handlers/ledger-post.ts';
 import { JobRegistry } from '../runtime/handlers/registry.ts';
 import { defineJob } from '../runtime/handlers/types.ts';
+import { benchNoop } from './jobs.ts';
+import { drainWithWorkers, type DrainResult } from './deployed.ts';
+import { callsBetween, proxyCalls } from './sqs-proxy.ts';
 import { METRIC } from '../runtime/observability/metric-names.ts';
 import { startEmbeddedPg, withDatabase } from '../dev/embedded-pg.ts';
 import { silentLogger } from '../runtime/observability/log.ts';
@@ -64,6 +70,14 @@ const { values: args } = parseArgs({
     'keyed-concurrency': { type: 'string', default: '10' },
     /** Comma-separated backlogs: one key, limit 1, N jobs enqueued at once (off by default). */
     'key-backlog': { type: 'string', default: '' },
+    /** Milliseconds the proxy in front of the local SQS endpoint adds to every call; comma-separated values are each measured. */
+    'sqs-latency-ms': { type: 'string', default: '0' },
+    /** Comma-separated counts of separate worker processes (the deployed shape) to drain each backlog; empty skips it. */
+    workers: { type: 'string', default: '' },
+    /** Consecutive drains of --jobs jobs on one database and queue, fresh worker processes each (with --workers). */
+    rounds: { type: 'string', default: '1' },
+    /** The worker processes' LOG_LEVEL (production: info). */
+    'worker-log-level': { type: 'string', default: 'info' },
   },
 });
 
@@ -77,6 +91,9 @@ const KEYS = args.keys ? args.keys.split(',').map(Number) : [];
 const KEYED_N = Number(args['keyed-jobs']);
 const KEYED_C = Number(args['keyed-concurrency']);
 const KEY_BACKLOGS = args['key-backlog'] ? args['key-backlog'].split(',').map(Number) : [];
+const SQS_LATENCIES = args['sqs-latency-ms']!.split(',').map(Number);
+const WORKERS = args.workers ? args.workers.split(',').map(Number) : [];
+const ROUNDS = Number(args.rounds);
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
 // Timings for the benchmark: production-like lease and heartbeat.
@@ -89,7 +106,6 @@ const TIMINGS: JobTimings = {
   maxReceiveCount: 10,
 };
 
-const noop = defineJob<unknown, null>({ type: 'bench.noop', description: 'does nothing', parse: (p) => p, run: async () => null });
 let onStart: ((seq: number) => void) | null = null;
 const probe = defineJob<{ seq: number }, null>({
   type: 'bench.probe',
@@ -100,7 +116,10 @@ const probe = defineJob<{ seq: number }, null>({
     return null;
   },
 });
-const registry = new JobRegistry([noop, probe, ledgerPost]);
+const registry = new JobRegistry([benchNoop, probe, ledgerPost]);
+
+/** One drain by separate worker processes (bench/deployed.ts). */
+type Drain = DrainResult & { kind: string; sqsLatencyMs: number; round: number; pgCpuSecondsPer1000: number | null };
 
 interface Sample {
   kind: string;
@@ -108,6 +127,11 @@ interface Sample {
   keys: number;
   prefetch: number;
   transport: string;
+  /** Milliseconds added to every SQS call (local SQS only). */
+  sqsLatencyMs: number;
+  /** SQS calls per job in the process phase (local SQS only). */
+  sqsCallsPerJob: number | null;
+  sqsCalls: Record<string, number> | null;
   concurrency: number;
   jobs: number;
   enqueuePerSec: number;
@@ -146,10 +170,13 @@ async function freshDb(adminUrl: string, name: string): Promise<string> {
   return url;
 }
 
-async function startSqsChild(visibilitySeconds = 60): Promise<{ child: ChildProcess; endpoint: string; queueUrl: string; dlqUrl: string }> {
+async function startSqsChild(
+  visibilitySeconds = 60,
+  latencyMs = 0,
+): Promise<{ child: ChildProcess; endpoint: string; queueUrl: string; dlqUrl: string }> {
   const child = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, 'sqs-child.ts')], {
     stdio: ['ignore', 'pipe', 'inherit'],
-    env: { ...process.env, BENCH_VISIBILITY: String(visibilitySeconds) },
+    env: { ...process.env, BENCH_VISIBILITY: String(visibilitySeconds), BENCH_SQS_LATENCY_MS: String(latencyMs) },
   });
   const line = await new Promise<string>((resolve, reject) => {
     let buf = '';
@@ -169,7 +196,7 @@ function spec(kind: 'noop' | 'ledger', i: number, keys: number) {
   return keys > 0 ? { ...job, concurrencyKey: `bench:key-${i % keys}` } : job;
 }
 
-async function enqueueAll(url: string, queue: JobQueue, kind: 'noop' | 'ledger', n: number, keys: number): Promise<number> {
+async function enqueueAll(url: string, queue: JobQueue, kind: 'noop' | 'ledger', n: number, keys: number, round = 0): Promise<number> {
   const pool = createPool({ url, max: 2, applicationName: 'bench enqueue' });
   const publisher = new Publisher(pool, queue, silentLogger, { deleteBatchDelayMs: 50 });
   const client = new JobClient({ pool, registry, publisher, defaultMaxAttempts: TIMINGS.maxAttempts });
@@ -182,7 +209,7 @@ async function enqueueAll(url: string, queue: JobQueue, kind: 'noop' | 'ledger',
       await c.query('BEGIN');
       const r = await client.enqueue(
         c,
-        Array.from({ length: Math.min(batch, n - i) }, (_, k) => spec(kind, i + k, keys)),
+        Array.from({ length: Math.min(batch, n - i) }, (_, k) => spec(kind, round * n + i + k, keys)),
       );
       await c.query('COMMIT');
       after = r.afterCommit;
@@ -265,12 +292,13 @@ async function throughput(
   concurrency: number,
   prefetch: number | null,
   profileTo: string | null,
-  { n = N, keys = 0 }: { n?: number; keys?: number } = {},
+  { n = N, keys = 0, sqsLatencyMs = 0 }: { n?: number; keys?: number; sqsLatencyMs?: number } = {},
 ): Promise<Sample> {
   const url = await freshDb(adminUrl, dbName);
   let queue: JobQueue;
   let dlq: JobQueue;
   let child: ChildProcess | null = null;
+  let endpoint: string | null = null;
   if (transport === 'memory') {
     const d = new MemoryQueue({ visibilityTimeoutSeconds: 60 });
     queue = new MemoryQueue({
@@ -280,13 +308,15 @@ async function throughput(
     });
     dlq = d;
   } else {
-    const s = await startSqsChild();
+    const s = await startSqsChild(60, sqsLatencyMs);
     child = s.child;
+    endpoint = s.endpoint;
     queue = new SqsQueue({ queueUrl: s.queueUrl, endpoint: s.endpoint });
     dlq = new SqsQueue({ queueUrl: s.dlqUrl, endpoint: s.endpoint });
   }
   try {
     const enq = await meter.measure(() => enqueueAll(url, queue, kind, n, keys), { statements: args.profile });
+    const calls0 = endpoint ? await proxyCalls(endpoint) : null;
     const work = () => processAll(url, queue, dlq, n, concurrency, prefetch);
     const proc = await meter.measure(
       profileTo
@@ -298,6 +328,7 @@ async function throughput(
         : work,
       { statements: args.profile },
     );
+    const calls = endpoint && calls0 ? callsBetween(calls0, await proxyCalls(endpoint)) : null;
     await verify(url, kind, n);
     const commits = enq.cost.commits + proc.cost.commits;
     const wal = enq.cost.walBytes + proc.cost.walBytes;
@@ -306,6 +337,9 @@ async function throughput(
       keys,
       prefetch: prefetch ?? concurrency,
       transport,
+      sqsLatencyMs: transport === 'sqs' ? sqsLatencyMs : 0,
+      sqsCallsPerJob: calls ? calls.total / n : null,
+      sqsCalls: calls?.byOp ?? null,
       concurrency,
       jobs: n,
       enqueuePerSec: enq.result,
@@ -327,6 +361,7 @@ async function throughput(
 const WARMUP_MS = 1000;
 
 interface Latency {
+  transport: 'memory' | 'sqs';
   rate: number;
   seconds: number;
   /** Every job. */
@@ -340,10 +375,21 @@ interface Latency {
   warmup: { n: number; max: number };
 }
 
-async function latency(adminUrl: string): Promise<Latency> {
+async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<Latency> {
   const url = await freshDb(adminUrl, 'bench_latency');
-  const d = new MemoryQueue({ visibilityTimeoutSeconds: 60 });
-  const queue = new MemoryQueue({ visibilityTimeoutSeconds: 60, deadLetterQueue: d, maxReceiveCount: 10 });
+  let queue: JobQueue;
+  let d: JobQueue;
+  let child: ChildProcess | null = null;
+  if (transport === 'memory') {
+    const dead = new MemoryQueue({ visibilityTimeoutSeconds: 60 });
+    d = dead;
+    queue = new MemoryQueue({ visibilityTimeoutSeconds: 60, deadLetterQueue: dead, maxReceiveCount: 10 });
+  } else {
+    const s = await startSqsChild(60, 0);
+    child = s.child;
+    queue = new SqsQueue({ queueUrl: s.queueUrl, endpoint: s.endpoint });
+    d = new SqsQueue({ queueUrl: s.dlqUrl, endpoint: s.endpoint });
+  }
   const pool = createPool({ url, max: workerPoolSize(10) + 4, applicationName: 'bench latency' });
   const publisher = new Publisher(pool, queue, silentLogger);
   const client = new JobClient({ pool, registry, publisher, defaultMaxAttempts: 3 });
@@ -383,17 +429,22 @@ async function latency(adminUrl: string): Promise<Latency> {
   while (lat.length < total && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
   await worker.stop(0);
   await pool.end();
+  child?.kill('SIGTERM');
   onStart = null;
   const steady = lat.filter((_, i) => enqueuedAt.get(i)! >= WARMUP_MS);
   const warm = lat.filter((_, i) => enqueuedAt.get(i)! < WARMUP_MS);
   return {
+    transport,
     rate,
     seconds,
     n: lat.length,
     p50: pct(lat, 50),
     p99: pct(lat, 99),
     max: Math.max(...lat),
-    steady: { n: steady.length, p50: pct(steady, 50), p99: pct(steady, 99), p999: pct(steady, 99.9), max: Math.max(...steady) },
+    steady:
+      steady.length > 0
+        ? { n: steady.length, p50: pct(steady, 50), p99: pct(steady, 99), p999: pct(steady, 99.9), max: Math.max(...steady) }
+        : { n: 0, p50: NaN, p99: NaN, p999: NaN, max: NaN },
     warmup: { n: warm.length, max: Math.max(...warm) },
   };
 }
@@ -536,32 +587,76 @@ async function main(): Promise<void> {
     for (let run = 0; run < RUNS; run++) {
       for (const kind of KINDS) {
         for (const transport of TRANSPORTS) {
-          for (const c of CONCURRENCIES)
-            for (const pf of PREFETCHES) {
-              log(`run ${run + 1}/${RUNS}: ${kind} via ${transport}, concurrency ${c}, prefetch ${pf ?? c}, ${N} jobs…`);
-              const profileTo =
-                args.profile && run === 0 ? join(resultsDir, `${stamp}-${kind}-${transport}-c${c}-p${pf ?? c}.cpuprofile`) : null;
-              const s = await throughput(adminUrl, 'bench_tp', meter, kind, transport, c, pf, profileTo);
-              const pgCpu = s.pgCpuSecondsPer1000 === null ? '' : `, PostgreSQL ${s.pgCpuSecondsPer1000.toFixed(3)} CPU s/1000`;
-              log(
-                `  ${fmt(s.processPerSec)} jobs/s, ${s.commitsPerJob.toFixed(3)} commits/job, ${fmt(s.walBytesPerJob)} WAL B/job, worker ${s.cpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}`,
-              );
-              if (args.profile && run === 0) {
-                for (const [phase, cost] of [
-                  ['enqueue', s.enqueueCost],
-                  ['process', s.processCost],
-                ] as const) {
-                  for (const st of cost.statements ?? [])
-                    log(
-                      `    [${phase}] ${fmt(st.walBytes / N)} WAL B/job  ${st.walRecords} rec  ${st.walFpi} fpi  ${st.calls} calls  ${fmt(st.totalMs)} ms  ${st.query}`,
-                    );
+          for (const delay of transport === 'sqs' ? SQS_LATENCIES : [0])
+            for (const c of CONCURRENCIES)
+              for (const pf of PREFETCHES) {
+                const via = transport === 'sqs' ? `local SQS + ${delay} ms` : transport;
+                log(`run ${run + 1}/${RUNS}: ${kind} via ${via}, concurrency ${c}, prefetch ${pf ?? c}, ${N} jobs…`);
+                const profileTo =
+                  args.profile && run === 0
+                    ? join(
+                        resultsDir,
+                        `${stamp}-${kind}-${transport}${transport === 'sqs' ? `-${delay}ms` : ''}-c${c}-p${pf ?? c}.cpuprofile`,
+                      )
+                    : null;
+                const s = await throughput(adminUrl, 'bench_tp', meter, kind, transport, c, pf, profileTo, { sqsLatencyMs: delay });
+                const pgCpu = s.pgCpuSecondsPer1000 === null ? '' : `, PostgreSQL ${s.pgCpuSecondsPer1000.toFixed(3)} CPU s/1000`;
+                const calls = s.sqsCallsPerJob === null ? '' : `, ${s.sqsCallsPerJob.toFixed(3)} SQS calls/job`;
+                log(
+                  `  ${fmt(s.processPerSec)} jobs/s, ${s.commitsPerJob.toFixed(3)} commits/job, ${fmt(s.walBytesPerJob)} WAL B/job, worker ${s.cpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}${calls}`,
+                );
+                if (args.profile && run === 0) {
+                  for (const [phase, cost] of [
+                    ['enqueue', s.enqueueCost],
+                    ['process', s.processCost],
+                  ] as const) {
+                    for (const st of cost.statements ?? [])
+                      log(
+                        `    [${phase}] ${fmt(st.walBytes / N)} WAL B/job  ${st.walRecords} rec  ${st.walFpi} fpi  ${st.calls} calls  ${fmt(st.totalMs)} ms  ${st.query}`,
+                      );
+                  }
                 }
+                samples.push(s);
               }
-              samples.push(s);
-            }
         }
       }
     }
+    // The deployed shape: separate worker processes draining a backlog through the local SQS endpoint.
+    const drains: Drain[] = [];
+    for (let run = 0; run < RUNS; run++)
+      for (const kind of KINDS)
+        for (const delay of SQS_LATENCIES)
+          for (const c of CONCURRENCIES)
+            for (const w of WORKERS) {
+              const url = await freshDb(adminUrl, 'bench_tp');
+              const sqs = await startSqsChild(60, delay);
+              try {
+                const queue = new SqsQueue({ queueUrl: sqs.queueUrl, endpoint: sqs.endpoint });
+                for (let round = 0; round < ROUNDS; round++) {
+                  const what = `${kind} via local SQS + ${delay} ms, ${w} worker process${w === 1 ? '' : 'es'} × concurrency ${c}`;
+                  log(`run ${run + 1}/${RUNS}: ${what}, ${N} jobs${ROUNDS > 1 ? `, round ${round + 1}/${ROUNDS}` : ''}…`);
+                  await enqueueAll(url, queue, kind, N, 0, round);
+                  const { result: d, cost } = await meter.measure(() =>
+                    drainWithWorkers({ url, sqs, workers: w, concurrency: c, logLevel: args['worker-log-level']! }),
+                  );
+                  await verify(url, kind, N * (round + 1));
+                  const pgCpu =
+                    cost.pgCpuSeconds !== undefined ? `, PostgreSQL ${((cost.pgCpuSeconds / N) * 1000).toFixed(3)} CPU s/1000` : '';
+                  log(
+                    `  ${fmt(d.perSec)} jobs/s (tenths ${d.tenths.map((t) => fmt(t)).join(' ')}), started in ${fmt(d.startMs)} ms, worker ${d.workerCpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}, ${d.sqsCallsPerJob.toFixed(3)} SQS calls/job, ${d.connectionsPeak} connections`,
+                  );
+                  drains.push({
+                    ...d,
+                    kind,
+                    sqsLatencyMs: delay,
+                    round,
+                    pgCpuSecondsPer1000: cost.pgCpuSeconds !== undefined ? (cost.pgCpuSeconds / N) * 1000 : null,
+                  });
+                }
+              } finally {
+                sqs.child.kill('SIGTERM');
+              }
+            }
     // Keyed jobs against unkeyed, same run: no-op, in-process, one worker at KEYED_C.
     const keyed: Sample[] = [];
     const backlog: Sample[] = [];
@@ -581,15 +676,18 @@ async function main(): Promise<void> {
         backlog.push(s);
       }
     }
-    log(`latency: ${args.rate} jobs/s for ${args['latency-seconds']} s…`);
-    const lat = await latency(adminUrl);
+    const lats: Latency[] = [];
+    for (const transport of TRANSPORTS) {
+      log(`latency: ${args.rate} jobs/s for ${args['latency-seconds']} s via ${transport === 'sqs' ? 'local SQS' : 'in-process'}…`);
+      lats.push(await latency(adminUrl, transport));
+    }
     log('kill -9 → resumption…');
     const kill = Number(args.kills) > 0 ? await killToResume(adminUrl, Number(args.kills)) : null;
 
     // ---- report
     const groups = new Map<string, Sample[]>();
     for (const s of samples) {
-      const key = `${s.kind}|${s.transport}|${s.concurrency}|${s.prefetch}`;
+      const key = `${s.kind}|${s.transport}|${s.sqsLatencyMs}|${s.concurrency}|${s.prefetch}`;
       groups.set(key, [...(groups.get(key) ?? []), s]);
     }
     const out: string[] = [];
@@ -598,14 +696,86 @@ async function main(): Promise<void> {
     );
     out.push('');
     out.push(
-      '| job | transport | concurrency | prefetch | jobs/s | enqueue jobs/s | commits/job | WAL bytes/job | worker CPU s/1000 jobs | PostgreSQL CPU s/1000 jobs |',
+      '| job | transport | concurrency | prefetch | jobs/s | enqueue jobs/s | SQS calls/job | commits/job | WAL bytes/job | worker CPU s/1000 jobs | PostgreSQL CPU s/1000 jobs |',
     );
-    out.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|');
+    out.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
     for (const [key, ss] of groups) {
-      const [kind, transport, c, pf] = key.split('|');
+      const [kind, transport, delay, c, pf] = key.split('|');
+      const via = transport === 'memory' ? 'in-process' : `local SQS${delay === '0' ? '' : ` + ${delay} ms`}`;
+      const calls =
+        transport === 'memory'
+          ? '–'
+          : range(
+              ss.map((s) => s.sqsCallsPerJob ?? 0),
+              3,
+            );
       out.push(
-        `| ${kind} | ${transport === 'memory' ? 'in-process' : 'local SQS'} | ${c} | ${pf} | ${range(ss.map((s) => s.processPerSec))} | ${range(ss.map((s) => s.enqueuePerSec))} | ${costCells(ss)} |`,
+        `| ${kind} | ${via} | ${c} | ${pf} | ${range(ss.map((s) => s.processPerSec))} | ${range(ss.map((s) => s.enqueuePerSec))} | ${calls} | ${costCells(ss)} |`,
       );
+    }
+    const delayed = SQS_LATENCIES.filter((d) => d > 0);
+    if (TRANSPORTS.includes('sqs') && SQS_LATENCIES.includes(0) && delayed.length > 0) {
+      out.push('');
+      out.push(
+        'Hiding SQS latency: one worker through the local SQS endpoint, every call delayed, against the same without delay (medians):',
+      );
+      out.push('');
+      out.push('| job | concurrency | SQS delay | jobs/s | of 0 ms | SQS calls/job |');
+      out.push('|---|---:|---:|---:|---:|---:|');
+      for (const kind of KINDS)
+        for (const c of CONCURRENCIES)
+          for (const d of delayed) {
+            const at = (ms: number) =>
+              samples.filter((s) => s.kind === kind && s.transport === 'sqs' && s.concurrency === c && s.sqsLatencyMs === ms);
+            const base = median(at(0).map((s) => s.processPerSec));
+            const ss = at(d);
+            if (ss.length === 0) continue;
+            const m = median(ss.map((s) => s.processPerSec));
+            out.push(
+              `| ${kind} | ${c} | ${d} ms | ${range(ss.map((s) => s.processPerSec))} | ${Math.round((100 * m) / base)} % | ${range(
+                ss.map((s) => s.sqsCallsPerJob ?? 0),
+                3,
+              )} |`,
+            );
+          }
+    }
+    if (drains.length > 0) {
+      out.push('');
+      out.push(
+        `Separate worker processes, as deployed (bench/worker-child.ts: the worker service, LOG_LEVEL=${args['worker-log-level']}), draining ${fmt(N)} jobs already in the local SQS queue; jobs/s from the last process ready to the last job finished:`,
+      );
+      out.push('');
+      out.push(
+        '| job | SQS delay | concurrency | processes | round | rows before | jobs/s | of in-bench | per process | worker CPU s/1000 jobs | PostgreSQL CPU s/1000 jobs | connections held | SQS calls/job |',
+      );
+      out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+      const seen = new Set<string>();
+      for (const d of drains) {
+        const key = `${d.kind}|${d.sqsLatencyMs}|${d.concurrency}|${d.workers}|${d.round}`;
+        if (seen.has(key)) continue;
+        seen.add(key);
+        const ds = drains.filter((x) => `${x.kind}|${x.sqsLatencyMs}|${x.concurrency}|${x.workers}|${x.round}` === key);
+        const inBench = samples.filter(
+          (s) => s.kind === d.kind && s.transport === 'sqs' && s.sqsLatencyMs === d.sqsLatencyMs && s.concurrency === d.concurrency,
+        );
+        const m = median(ds.map((x) => x.perSec));
+        const ofBench = inBench.length > 0 ? `${Math.round((100 * m) / median(inBench.map((s) => s.processPerSec)))} %` : 'n/a';
+        const pgCpu = ds.every((x) => x.pgCpuSecondsPer1000 !== null)
+          ? range(
+              ds.map((x) => x.pgCpuSecondsPer1000!),
+              3,
+            )
+          : 'n/a (remote)';
+        out.push(
+          `| ${d.kind} | ${d.sqsLatencyMs} ms | ${d.concurrency} | ${d.workers} | ${d.round + 1} | ${fmt(d.tableRows)} | ${range(ds.map((x) => x.perSec))} | ${ofBench} | ${fmt(m / d.workers)} | ${range(
+            ds.map((x) => x.workerCpuSecondsPer1000),
+            3,
+          )} | ${pgCpu} | ${range(ds.map((x) => x.connectionsPeak))} | ${range(
+            ds.map((x) => x.sqsCallsPerJob),
+            3,
+          )} |`,
+        );
+      }
     }
     if (keyed.length > 0) {
       const base = keyed.filter((s) => s.keys === 0).map((s) => s.processPerSec);
@@ -646,12 +816,14 @@ async function main(): Promise<void> {
       }
     }
     out.push('');
-    out.push(
-      `Enqueue → start at a steady ${lat.rate} jobs/s for ${lat.seconds} s (in-process, concurrency 10, one transaction per enqueue): p50 ${lat.p50.toFixed(1)} ms, p99 ${lat.p99.toFixed(1)} ms, max ${lat.max.toFixed(1)} ms (${lat.n} jobs).`,
-    );
-    out.push(
-      `  after the first ${WARMUP_MS / 1000} s (steady state, ${lat.steady.n} jobs): p50 ${lat.steady.p50.toFixed(1)} ms, p99 ${lat.steady.p99.toFixed(1)} ms, p99.9 ${lat.steady.p999.toFixed(1)} ms, max ${lat.steady.max.toFixed(1)} ms; the first ${WARMUP_MS / 1000} s (warm-up: new connections, statements parsed, code compiled, ${lat.warmup.n} jobs): max ${lat.warmup.max.toFixed(1)} ms.`,
-    );
+    for (const lat of lats) {
+      out.push(
+        `Enqueue → start at a steady ${lat.rate} jobs/s for ${lat.seconds} s (${lat.transport === 'sqs' ? 'local SQS' : 'in-process'}, concurrency 10, one transaction per enqueue): p50 ${lat.p50.toFixed(1)} ms, p99 ${lat.p99.toFixed(1)} ms, max ${lat.max.toFixed(1)} ms (${lat.n} jobs).`,
+      );
+      out.push(
+        `  after the first ${WARMUP_MS / 1000} s (steady state, ${lat.steady.n} jobs): p50 ${lat.steady.p50.toFixed(1)} ms, p99 ${lat.steady.p99.toFixed(1)} ms, p99.9 ${lat.steady.p999.toFixed(1)} ms, max ${lat.steady.max.toFixed(1)} ms; the first ${WARMUP_MS / 1000} s (warm-up, ${lat.warmup.n} jobs): max ${lat.warmup.max.toFixed(1)} ms.`,
+      );
+    }
     if (kill)
       out.push(
         `kill -9 of a worker process → its job running again on another (lease ${kill.leaseSeconds} s, heartbeat ${kill.heartbeatSeconds} s, local SQS): median ${(median(kill.samplesMs) / 1000).toFixed(1)} s, max ${(Math.max(...kill.samplesMs) / 1000).toFixed(1)} s over ${kill.samplesMs.length} kills.`,
@@ -680,7 +852,8 @@ async function main(): Promise<void> {
           samples,
           keyed,
           keyBacklog: backlog,
-          latency: lat,
+          drains,
+          latency: lats,
           kill,
           peers: peerRows,
         },

@@ -1,6 +1,9 @@
 // Runs the local SQS endpoint in its own process for the benchmark, so the worker's CPU figure
-// does not include the emulator's. Prints one JSON line with the endpoint and queue URLs.
+// does not include the emulator's (or the delaying proxy's). Prints one JSON line with the
+// endpoint and queue URLs. The endpoint is always the proxy (bench/sqs-proxy.ts), which counts
+// the calls; BENCH_SQS_LATENCY_MS adds that many milliseconds to each (default 0).
 import { startLocalSqs } from '../dev/fauxqs.ts';
+import { startSqsProxy } from './sqs-proxy.ts';
 
 // BENCH_VISIBILITY: the queue's visibility timeout. A worker killed with SIGKILL may leave a long
 // poll that the endpoint still answers; the message it takes comes back after this long.
@@ -8,5 +11,6 @@ const sqs = await startLocalSqs({
   timings: { visibilityTimeoutSeconds: Number(process.env.BENCH_VISIBILITY ?? 60), maxReceiveCount: 10 },
   prefix: 'bench',
 });
-process.stdout.write(`${JSON.stringify({ endpoint: sqs.endpoint, queueUrl: sqs.queueUrl, dlqUrl: sqs.dlqUrl })}\n`);
-process.on('SIGTERM', () => void sqs.stop().then(() => process.exit(0)));
+const proxy = await startSqsProxy(sqs.endpoint, Number(process.env.BENCH_SQS_LATENCY_MS ?? 0));
+process.stdout.write(`${JSON.stringify({ endpoint: proxy.endpoint, queueUrl: sqs.queueUrl, dlqUrl: sqs.dlqUrl })}\n`);
+process.on('SIGTERM', () => void Promise.all([proxy.stop(), sqs.stop()]).then(() => process.exit(0)));

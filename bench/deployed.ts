@@ -1,0 +1,170 @@
+// The deployed shape (`npm run bench -- --workers 1,2,4,8`): separate worker processes, as ECS
+// runs them (bench/worker-child.ts: the worker service, production log level, configuration from
+// the environment), draining a backlog already in the queue, against one PostgreSQL.
+//
+// What is measured, and how:
+//  - throughput: the jobs that finished after the last worker said it was ready, over the time
+//    from that moment to the last job's finished_at (the database's clock), so process start-up
+//    (loading the code, opening the pool) is not counted but everything after it is;
+//  - the drain in tenths: each tenth's rate, so a slowdown as the drain goes on shows;
+//  - worker CPU per 1,000 jobs: every worker process's user + system time from /proc over the
+//    same span;
+//  - database connections: the most the workers held at once (pg_stat_activity, sampled);
+//  - SQS calls per job: counted by the benchmark's proxy over the whole drain.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import pg from 'pg';
+import { callsBetween, proxyCalls } from './sqs-proxy.ts';
+
+export interface LocalSqsEndpoint {
+  endpoint: string;
+  queueUrl: string;
+  dlqUrl: string;
+}
+
+export interface DrainResult {
+  workers: number;
+  concurrency: number;
+  /** Jobs of the drain (pending when the workers started). */
+  jobs: number;
+  /** Rows in jobs.job when the drain started (earlier rounds' jobs included). */
+  tableRows: number;
+  perSec: number;
+  /** Rate in each tenth of the jobs finished after the workers were ready. */
+  tenths: number[];
+  /** From the first spawn to the last worker ready. */
+  startMs: number;
+  windowJobs: number;
+  windowSeconds: number;
+  workerCpuSecondsPer1000: number;
+  /** The most connections the worker processes held at once. */
+  connectionsPeak: number;
+  sqsCallsPerJob: number;
+  sqsCalls: Record<string, number>;
+}
+
+const CLOCK_TICKS = 100; // Linux USER_HZ: /proc/<pid>/stat counts CPU time in 1/100 s.
+
+function cpuTicks(pid: number): number {
+  try {
+    // Fields after the command name (which may hold spaces, so split after its closing parenthesis).
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return Number(f[11]) + Number(f[12]); // utime, stime
+  } catch {
+    return 0;
+  }
+}
+
+/** Start `n` worker processes; resolves when every one has logged that it started. */
+async function startWorkers(
+  n: number,
+  env: Record<string, string>,
+): Promise<{ children: ChildProcess[]; ready: Promise<void>; exited: Promise<unknown>[] }> {
+  const children: ChildProcess[] = [];
+  const readies: Promise<void>[] = [];
+  const exited: Promise<unknown>[] = [];
+  for (let i = 0; i < n; i++) {
+    const child = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, 'worker-child.ts')], {
+      env: { ...process.env, ...env, JOBS_WORKER_ID: `bench-worker-${i + 1}` },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    children.push(child);
+    exited.push(new Promise((r) => child.once('exit', r)));
+    readies.push(
+      new Promise<void>((resolve, reject) => {
+        // The log goes where ECS sends it (a pipe read by the log driver); here it is read and dropped.
+        const lines = createInterface({ input: child.stdout! });
+        lines.on('line', (line) => {
+          if (line.includes('"worker service started"')) resolve();
+        });
+        child.once('exit', (code) => reject(new Error(`worker process ${i + 1} exited with ${code} before it was ready`)));
+      }),
+    );
+  }
+  return { children, ready: Promise.all(readies).then(() => undefined), exited };
+}
+
+/**
+ * Drain what the queue holds with `workers` worker processes of `concurrency` each; resolves
+ * when no job is pending or running, the processes stopped (SIGTERM, graceful).
+ */
+export async function drainWithWorkers(opts: {
+  url: string;
+  sqs: LocalSqsEndpoint;
+  workers: number;
+  concurrency: number;
+  logLevel: string;
+}): Promise<DrainResult> {
+  const db = new pg.Client({ connectionString: opts.url, application_name: 'bench drain' });
+  db.on('error', () => undefined);
+  await db.connect();
+  const before = (await db.query('SELECT count(*) FILTER (WHERE finished_at IS NULL)::int AS jobs, count(*)::int AS total FROM jobs.job'))
+    .rows[0] as { jobs: number; total: number };
+  const calls0 = await proxyCalls(opts.sqs.endpoint);
+  const t0 = performance.now();
+  const { children, ready, exited } = await startWorkers(opts.workers, {
+    DATABASE_URL: opts.url,
+    JOBS_QUEUE_URL: opts.sqs.queueUrl,
+    JOBS_DLQ_URL: opts.sqs.dlqUrl,
+    JOBS_SQS_ENDPOINT: opts.sqs.endpoint,
+    AWS_REGION: 'us-east-1',
+    JOBS_CONCURRENCY: String(opts.concurrency),
+    // As the stack sets them (lib/config.ts): the queue's visibility timeout is the child's 60 s.
+    JOBS_VISIBILITY_TIMEOUT_SECONDS: '60',
+    LOG_LEVEL: opts.logLevel,
+    AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
+  });
+  try {
+    await ready;
+    const startMs = performance.now() - t0;
+    const readyAt = (await db.query('SELECT clock_timestamp() AS t')).rows[0].t as Date;
+    const cpu0 = children.map((c) => cpuTicks(c.pid!));
+    let connectionsPeak = 0;
+    for (;;) {
+      const { rows } = await db.query(
+        `SELECT (SELECT count(*)::int FROM jobs.job WHERE finished_at IS NULL) AS active,
+                (SELECT count(*)::int FROM pg_stat_activity WHERE application_name LIKE 'jobs-worker%') AS connections`,
+      );
+      connectionsPeak = Math.max(connectionsPeak, rows[0].connections);
+      if (rows[0].active === 0) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const cpu = children.reduce((s, c, i) => s + cpuTicks(c.pid!) - cpu0[i]!, 0) / CLOCK_TICKS;
+    const calls = callsBetween(calls0, await proxyCalls(opts.sqs.endpoint));
+    const { rows } = await db.query(
+      `SELECT extract(epoch FROM finished_at - $1::timestamptz)::float8 AS s FROM jobs.job
+        WHERE finished_at > $1 ORDER BY finished_at`,
+      [readyAt],
+    );
+    const secs = rows.map((r) => r.s as number);
+    const windowSeconds = secs.at(-1) ?? 0;
+    const tenths: number[] = [];
+    for (let k = 0; k < 10 && secs.length >= 10; k++) {
+      const from = k === 0 ? 0 : secs[Math.floor((k * secs.length) / 10) - 1]!;
+      const to = secs[Math.floor(((k + 1) * secs.length) / 10) - 1]!;
+      tenths.push(secs.length / 10 / Math.max(to - from, 1e-6));
+    }
+    return {
+      workers: opts.workers,
+      concurrency: opts.concurrency,
+      jobs: before.jobs,
+      tableRows: before.total,
+      perSec: secs.length / Math.max(windowSeconds, 1e-6),
+      tenths,
+      startMs,
+      windowJobs: secs.length,
+      windowSeconds,
+      workerCpuSecondsPer1000: (cpu / Math.max(secs.length, 1)) * 1000,
+      connectionsPeak,
+      sqsCallsPerJob: calls.total / Math.max(before.jobs, 1),
+      sqsCalls: calls.byOp,
+    };
+  } finally {
+    for (const c of children) c.kill('SIGTERM');
+    await Promise.all(exited);
+    await db.end();
+  }
+}
