@@ -17,6 +17,8 @@ import type { DeadLetters } from './dead-letter.ts';
 import { sleep, type WorkerContext } from './held.ts';
 import { defaultBulkSlots, LaneReceiver } from './lane-choice.ts';
 import type { QueueMessages } from './messages.ts';
+import { Batcher } from './batcher.ts';
+import { Pace } from './pace.ts';
 
 /** What the fetcher asks of the coordinator, which owns the handler slots. */
 export interface Slots {
@@ -28,6 +30,8 @@ export interface Slots {
   start(job: ClaimedJob, message: ReceivedMessage, claimSentAt: number): void;
   /** Bulk-lane jobs waiting for a slot plus bulk handlers running (lane-choice.ts). */
   bulkInHand?(): number;
+  /** Handler slots freed since the worker started: how fast jobs finish (pace.ts). */
+  finished(): number;
 }
 
 export class Fetcher {
@@ -35,6 +39,20 @@ export class Fetcher {
   private databaseDownSince: number | null = null;
   /** Receives lane by lane when the lanes have queues of their own; null when one queue serves every lane. */
   private readonly lanes: LaneReceiver | null;
+  /** Messages asked for by receives in flight, and received ones being claimed. */
+  private asked = 0;
+  private claiming = 0;
+  /** The last receive came back full: the queue has more. Idle at start: one long poll until it brings a full batch. */
+  private queueBusy = false;
+  private receiveFailures = 0;
+  private claimFailures = 0;
+  /** No receive before this (Date.now()): backing off after a failure. */
+  private backoffUntil = 0;
+  private readonly pace: Pace;
+  /** Receives that end in the same turn of the event loop are claimed together. */
+  private readonly claims = new Batcher<ReceivedMessage[], undefined>((batches) => this.claimArrivals(batches), { maxItems: 50, delayMs: 0 });
+  /** Fires when a receive (and its claim) ends: the loop counts the room again. */
+  private readonly arrival = new Signal();
 
   constructor(
     private readonly ctx: WorkerContext,
@@ -43,6 +61,7 @@ export class Fetcher {
     private readonly slots: Slots,
     bulkSlots = defaultBulkSlots(ctx.opts.timings.concurrency),
   ) {
+    this.pace = new Pace(() => slots.finished());
     this.lanes = ctx.queue.shared
       ? null
       : new LaneReceiver(ctx, messages, {
@@ -59,7 +78,6 @@ export class Fetcher {
 
   async receiveLoop(): Promise<void> {
     const { ctx, slots } = this;
-    let failures = 0;
     const t = ctx.opts.timings;
     const capacity = t.concurrency + (ctx.opts.prefetch ?? t.concurrency);
     const maxBatch = ctx.opts.maxClaimBatch ?? Math.min(500, capacity);
@@ -67,59 +85,111 @@ export class Fetcher {
     // commits; they do not take claim room, so the next claim overlaps that commit. The bound on
     // held jobs keeps a slow database from piling up completions.
     const maxHeld = capacity + maxBatch;
+    const receives = new Set<Promise<void>>();
     while (!ctx.stopping) {
       if (this.databaseDownSince !== null && !(await this.databaseAnswers())) continue;
+      if (this.backoffUntil > Date.now()) {
+        await sleep(this.backoffUntil - Date.now(), ctx.stopAc.signal);
+        continue;
+      }
       const inHand = slots.inHand();
-      const room = Math.min(capacity - inHand, maxHeld - ctx.held.size, maxBatch);
-      // While jobs are in hand, wait until half the capacity is free: a few large claims cost
-      // the database less than many small ones.
-      const busy = inHand > 0;
-      if (room <= 0 || (busy && room < Math.min(maxBatch, Math.ceil(capacity / 2)))) {
-        await this.lanes?.noRoom();
-        await slots.waitForSlot();
+      const coming = this.asked + this.claiming;
+      // Receive for the free slots and for those expected to free while the receive is on its
+      // way (pace.ts): receives overlap each other, the claims and the handlers.
+      const ahead = this.pace.ahead(capacity);
+      const room = Math.min(capacity + ahead - inHand, maxHeld + ahead - ctx.held.size) - coming;
+      // While jobs are in hand or on the way, wait until half the capacity is free: a few large
+      // claims cost the database less than many small ones.
+      const busy = inHand + coming > 0;
+      // An idle queue gets one receive at a time (it long-polls): idle, a worker costs one call per wait.
+      if (room <= 0 || (busy && room < Math.min(maxBatch, Math.ceil(capacity / 2))) || (!this.queueBusy && receives.size > 0)) {
+        if (coming === 0) await this.lanes?.noRoom();
+        await Promise.race([slots.waitForSlot(), this.arrival.wait()]);
         // Slots free one by one as a burst of short handlers finishes within this turn of the
         // event loop; count the room after the burst, so one claim takes it all rather than
         // the first half of it.
         await new Promise<void>((r) => setImmediate(r));
         continue;
       }
-      let messages: ReceivedMessage[];
-      try {
-        messages = this.lanes ? await this.lanes.receive(room) : await this.receiveMany(room, ctx.opts.receiveWaitSeconds ?? 20);
-        failures = 0;
-      } catch (err) {
-        failures++;
-        const wait = Math.min(30_000, 200 * 2 ** Math.min(failures, 8)) * (0.5 + Math.random() / 2);
-        ctx.log.warn({ err, retryInMs: Math.round(wait) }, 'receive failed; retrying');
-        await sleep(wait, ctx.stopAc.signal);
-        continue;
-      }
-      if (messages.length === 0) continue;
-      if (ctx.stopping) {
-        // Received while stopping: hand them straight back.
-        await this.messages.changeVisibility(messages.map((m) => ({ receipt: m.receipt, seconds: 0 })));
-        break;
-      }
-      try {
-        await this.handleBatch(messages);
-        failures = 0;
-      } catch (err) {
-        if (isDatabaseUnavailable(err)) {
-          // A failover: nothing can be claimed. Hand back what we did not start, so another
-          // worker (or this one, once the database answers) takes it at once instead of after
-          // the visibility timeout, and stop receiving until the database answers: a gated
-          // receive loop spends no SQS receives toward maxReceiveCount meanwhile.
-          this.databaseUnavailable(err);
-          await this.handBack(messages);
-          continue;
-        }
-        failures++;
-        // The messages reappear after their visibility timeout; nothing is lost.
-        ctx.log.error({ err, messages: messages.length }, 'could not handle received messages; they will be redelivered');
-        await sleep(Math.min(30_000, 200 * 2 ** Math.min(failures, 8)), ctx.stopAc.signal);
+      // A busy queue gets every receive the room needs at once; an idle one (its last receive
+      // came back short) one.
+      // Full receives only while there is room for one: a receive costs the same for 1 message as for 10.
+      const want = Math.min(room, maxBatch);
+      const sizes: number[] = [];
+      if (!this.queueBusy || want < SQS_BATCH_LIMIT) sizes.push(Math.min(want, SQS_BATCH_LIMIT));
+      else for (let k = Math.floor(want / SQS_BATCH_LIMIT); k > 0; k--) sizes.push(SQS_BATCH_LIMIT);
+      for (const n of sizes) {
+        const p: Promise<void> = this.receiveAndClaim(n).finally(() => {
+          receives.delete(p);
+          this.arrival.fire();
+        });
+        receives.add(p);
       }
     }
+    // Stopping: the receives in flight are aborted (or hand back what they bring); wait for them and their claims.
+    while (receives.size > 0) await Promise.allSettled([...receives]);
+    await this.claims.drain();
     await this.lanes?.stop();
+  }
+
+  /** One receive of up to `n` messages, then their claim (batched with others that arrive together). */
+  private async receiveAndClaim(n: number): Promise<void> {
+    const { ctx } = this;
+    this.asked += n;
+    const t0 = performance.now();
+    let messages: ReceivedMessage[];
+    try {
+      messages = this.lanes
+        ? await this.lanes.receive(n)
+        : await ctx.queue.receiveFrom('bulk', n, ctx.opts.receiveWaitSeconds ?? 20, ctx.stopAc.signal);
+      this.receiveFailures = 0;
+    } catch (err) {
+      this.receiveFailures++;
+      const wait = Math.min(30_000, 200 * 2 ** Math.min(this.receiveFailures, 8)) * (0.5 + Math.random() / 2);
+      this.backoffUntil = Math.max(this.backoffUntil, Date.now() + wait);
+      ctx.log.warn({ err, retryInMs: Math.round(wait) }, 'receive failed; retrying');
+      return;
+    } finally {
+      this.asked -= n;
+    }
+    this.queueBusy = messages.length >= n;
+    if (messages.length === 0) return;
+    if (ctx.stopping) {
+      // Received while stopping: hand them straight back.
+      await this.messages.changeVisibility(messages.map((m) => ({ receipt: m.receipt, seconds: 0 })));
+      return;
+    }
+    this.claiming += messages.length;
+    try {
+      await this.claims.add(messages);
+    } finally {
+      this.claiming -= messages.length;
+    }
+    this.pace.receive(n, messages.length, performance.now() - t0);
+  }
+
+  /** Claim what the receives that arrived together brought, in one statement; never rejects. */
+  private async claimArrivals(batches: ReceivedMessage[][]): Promise<undefined[]> {
+    const messages = batches.flat();
+    try {
+      await this.handleBatch(messages);
+      this.claimFailures = 0;
+    } catch (err) {
+      if (isDatabaseUnavailable(err)) {
+        // A failover: nothing can be claimed. Hand back what we did not start, so another
+        // worker (or this one, once the database answers) takes it at once instead of after
+        // the visibility timeout, and stop receiving until the database answers: a gated
+        // receive loop spends no SQS receives toward maxReceiveCount meanwhile.
+        this.databaseUnavailable(err);
+        await this.handBack(messages);
+      } else {
+        this.claimFailures++;
+        // The messages reappear after their visibility timeout; nothing is lost.
+        this.ctx.log.error({ err, messages: messages.length }, 'could not handle received messages; they will be redelivered');
+        this.backoffUntil = Math.max(this.backoffUntil, Date.now() + Math.min(30_000, 200 * 2 ** Math.min(this.claimFailures, 8)));
+      }
+    }
+    return batches.map(() => undefined);
   }
 
   /** Close the database gate: no receiving until the database answers (also called by the heartbeat). */
@@ -155,22 +225,6 @@ export class Fetcher {
     const started = new Set([...this.ctx.held.values()].map((h) => h.message));
     const back = messages.filter((m) => !started.has(m));
     if (back.length > 0) await this.messages.changeVisibility(back.map((m) => ({ receipt: m.receipt, seconds: 0 })));
-  }
-
-  /**
-   * Up to `want` messages from the one queue every lane shares: one long-polling receive of 10
-   * and, when more are wanted, parallel receives that do not wait, so a busy queue fills a large
-   * claim and an idle one costs one long poll.
-   */
-  private async receiveMany(want: number, waitSeconds: number): Promise<ReceivedMessage[]> {
-    const { queue } = this.ctx;
-    const signal = this.ctx.stopAc.signal;
-    const sizes: number[] = [];
-    for (let left = want; left > 0; left -= SQS_BATCH_LIMIT) sizes.push(Math.min(SQS_BATCH_LIMIT, left));
-    const first = await queue.receiveFrom('bulk', sizes[0]!, waitSeconds, signal);
-    if (sizes.length === 1 || first.length < sizes[0]!) return first;
-    const more = await Promise.allSettled(sizes.slice(1).map((n) => queue.receiveFrom('bulk', n, 0, signal)));
-    return [...first, ...more.flatMap((r) => (r.status === 'fulfilled' ? r.value : []))];
   }
 
   /** Claim the jobs of messages received together in one statement, then settle the rest. */
@@ -312,5 +366,18 @@ export class Fetcher {
     } catch (err) {
       this.ctx.log.warn({ err, jobId: job.id }, 're-publish for a later due time failed; the message will return');
     }
+  }
+}
+
+/** Wakes whoever waits on it, each time it fires. */
+class Signal {
+  private waiters: (() => void)[] = [];
+  wait(): Promise<void> {
+    return new Promise<void>((r) => this.waiters.push(r));
+  }
+  fire(): void {
+    const w = this.waiters;
+    this.waiters = [];
+    for (const f of w) f();
   }
 }

@@ -30,10 +30,13 @@ export class QueueMessages {
         }
         return [];
       },
-      // SqsQueue.delete sends these in batches of 10 itself.
+      // One DeleteMessageBatch per 10 deletes: a full batch goes at once, a partial one waits up to
+      // 50 ms for more (jobs that commit one by one, like ledger.post, finish a few per 5 ms). A
+      // message whose job ended but is not yet deleted is harmless: if it comes back, its settlement
+      // is "job terminal: delete".
       {
-        maxItems: 100,
-        delayMs: 5,
+        maxItems: SQS_BATCH_LIMIT,
+        delayMs: 50,
         onError: (err, items) =>
           this.ctx.log.warn(
             { err, messages: items.length, why: [...new Set(items.map((d) => d.why))] },

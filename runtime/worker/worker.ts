@@ -63,6 +63,8 @@ export class Worker {
   private activeBulk = 0;
   private readonly bulkSlots: number;
   private busy = false;
+  /** Handler slots freed since start (the fetcher's pace.ts reads how fast jobs finish). */
+  private slotsFreed = 0;
 
   constructor(private readonly opts: WorkerOptions) {
     this.workerId = opts.workerId ?? `${hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`;
@@ -83,6 +85,7 @@ export class Worker {
         waitForSlot: () => new Promise<void>((r) => this.slotWaiters.push(r)),
         start: (job, message, claimSentAt) => this.startJob(job, message, claimSentAt),
         bulkInHand: () => this.activeBulk + this.waiting.filter((h) => h.job.lane !== 'urgent').length,
+        finished: () => this.slotsFreed,
       },
       this.bulkSlots,
     );
@@ -251,6 +254,7 @@ export class Worker {
   private freeSlot(h: Held): void {
     if (h.slotFreed) return;
     h.slotFreed = true;
+    this.slotsFreed++;
     this.active--;
     if (h.job.lane !== 'urgent') this.activeBulk--;
     this.dispatch();

@@ -55,6 +55,7 @@ export function workerUnits(p: Platform, over: Partial<WorkerOptions> = {}, work
     inHand: () => 0,
     waitForSlot: () => new Promise<void>((r) => setTimeout(r, 10)),
     start: (job, message, claimSentAt) => started.push(hold(ctx, job, message, claimSentAt)),
+    finished: () => 0,
   };
   const fetcher = new Fetcher(ctx, messages, deadLetters, slots);
   return { ctx, messages, deadLetters, heartbeat, completer, executor, fetcher, started, freed, databaseDown };
