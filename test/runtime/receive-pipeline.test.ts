@@ -1,0 +1,122 @@
+// The fetcher's receives over a queue whose every call takes a round trip (SQS in a region:
+// 10–20 ms): on a busy queue receives overlap each other and the claims, full batches of 10, so a
+// worker does not sit idle one round trip per batch; on an idle queue it keeps a single long poll
+// open (no more calls than before); a stop with receives in flight loses nothing and hands back
+// what it prefetched. Real PostgreSQL; the queue is the in-process one behind a delay.
+import { afterEach, describe, expect, it } from 'vitest';
+import { JobRegistry } from '../../runtime/handlers/registry.ts';
+import { defineJob } from '../../runtime/handlers/types.ts';
+import { pause } from '../../runtime/handlers/validate.ts';
+import type { JobQueue, OutgoingMessage, ReceivedMessage, VisibilityChange } from '../../runtime/queue/types.ts';
+import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
+
+/** A queue whose calls each take `delayMs` more, counting receives and how many were in flight at once. */
+class SlowQueue implements JobQueue {
+  receives = 0;
+  fullReceives = 0;
+  inFlight = 0;
+  maxInFlight = 0;
+  constructor(
+    private readonly inner: JobQueue,
+    private readonly delayMs: number,
+  ) {}
+  private later<T>(f: () => Promise<T>): Promise<T> {
+    return new Promise((r) => setTimeout(r, this.delayMs)).then(f);
+  }
+  send(messages: OutgoingMessage[]): Promise<void> {
+    return this.inner.send(messages);
+  }
+  async receive(max: number, waitSeconds: number, signal?: AbortSignal): Promise<ReceivedMessage[]> {
+    this.receives++;
+    this.maxInFlight = Math.max(this.maxInFlight, ++this.inFlight);
+    try {
+      const got = await this.later(() => this.inner.receive(max, waitSeconds, signal));
+      if (got.length === 10) this.fullReceives++;
+      return got;
+    } finally {
+      this.inFlight--;
+    }
+  }
+  changeVisibility(changes: VisibilityChange[]) {
+    return this.later(() => this.inner.changeVisibility(changes));
+  }
+  delete(receipts: string[]) {
+    return this.later(() => this.inner.delete(receipts));
+  }
+}
+
+const runs = new Map<number, number>();
+const registry = new JobRegistry([
+  defineJob<{ n: number; ms?: number }, null>({
+    type: 'test.step',
+    description: 'counts its runs, works a little',
+    parse: (p) => p as { n: number; ms?: number },
+    async run(p, ctx) {
+      runs.set(p.n, (runs.get(p.n) ?? 0) + 1);
+      if (p.ms) await pause(p.ms, ctx.signal);
+      return null;
+    },
+  }),
+]);
+
+let p: Platform;
+afterEach(async () => {
+  await p.close();
+  runs.clear();
+});
+
+const succeeded = async () =>
+  (await p.db.pool.query("SELECT count(*)::int AS n FROM jobs.job WHERE state = 'succeeded'")).rows[0].n as number;
+
+describe('receiving over a queue with a round trip', () => {
+  it('a busy queue: receives overlap (several in flight), full batches of 10, every job once', async () => {
+    p = await createPlatform({ registry, timings: { concurrency: 10 } });
+    const n = 600;
+    for (let i = 0; i < n; i += 200)
+      await p.client.enqueueNow(Array.from({ length: 200 }, (_, k) => ({ type: 'test.step', payload: { n: i + k } })));
+    const slow = new SlowQueue(p.queue, 25);
+    const w = p.worker({ queue: slow });
+    w.start();
+    await waitFor(async () => (await succeeded()) === n, 60_000, `all ${n} jobs done`);
+    // One receive at a time would leave the slots empty one round trip per batch.
+    expect(slow.maxInFlight).toBeGreaterThanOrEqual(2);
+    // Full batches: about one receive per 10 jobs (the last, short ones and the idle poll after the drain aside).
+    expect(slow.receives).toBeLessThanOrEqual(n / 10 + 6);
+    expect(slow.fullReceives).toBeGreaterThanOrEqual(n / 10 - 2);
+    expect([...runs.values()].every((c) => c === 1)).toBe(true);
+    expect(runs.size).toBe(n);
+  }, 90_000);
+
+  it('an idle queue: one long poll at a time', async () => {
+    p = await createPlatform({ registry, timings: { concurrency: 10 } });
+    const slow = new SlowQueue(p.queue, 25);
+    const w = p.worker({ queue: slow, receiveWaitSeconds: 0.2 });
+    w.start();
+    await waitFor(() => slow.receives >= 5, 10_000, 'five polls');
+    expect(slow.maxInFlight).toBe(1);
+    // A job now is picked up by that one poll.
+    await p.client.enqueueNow({ type: 'test.step', payload: { n: 1 } });
+    await waitFor(async () => (await succeeded()) === 1, 10_000, 'the job done');
+    expect(slow.maxInFlight).toBe(1);
+  }, 30_000);
+
+  it('a stop with receives in flight and jobs prefetched loses nothing: the next worker runs every job, none dead', async () => {
+    p = await createPlatform({ registry, timings: { concurrency: 4 } });
+    const n = 120;
+    await p.client.enqueueNow(Array.from({ length: n }, (_, k) => ({ type: 'test.step', payload: { n: k, ms: 20 } })));
+    const slow = new SlowQueue(p.queue, 25);
+    const first = p.worker({ queue: slow });
+    first.start();
+    await waitFor(() => runs.size >= 20, 20_000, '20 jobs started');
+    await first.stop(0);
+    // Stopped: what it held is released (running ones aborted and released, prefetched ones handed back).
+    const { rows } = await p.db.pool.query("SELECT count(*)::int AS n FROM jobs.job WHERE state = 'running'");
+    expect(rows[0].n).toBe(0);
+    const second = p.worker({ queue: new SlowQueue(p.queue, 25) });
+    second.start();
+    await waitFor(async () => (await succeeded()) === n, 60_000, `all ${n} jobs done`);
+    expect(p.dlq.depth().total).toBe(0);
+    const dead = (await p.db.pool.query("SELECT count(*)::int AS n FROM jobs.job WHERE state <> 'succeeded'")).rows[0].n;
+    expect(dead).toBe(0);
+  }, 90_000);
+});
