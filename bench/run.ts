@@ -24,7 +24,7 @@ import pg from 'pg';
 import { JobClient } from '../runtime/store/client.ts';
 import { DEFAULT_JOB_TIMINGS, workerPoolSize, type JobTimings } from '../runtime/config/rules.ts';
 import { migrate } from '../runtime/db/migrate.ts';
-import { createPool } from '../runtime/db/pool.ts';
+import { createPool, warmPool } from '../runtime/db/pool.ts';
 import { ledgerPost } from '../runtime/handlers/ledger-post.ts';
 import { JobRegistry } from '../runtime/handlers/registry.ts';
 import { defineJob } from '../runtime/handlers/types.ts';
@@ -411,6 +411,8 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
     enqueuedAt.set(lat.length - 1, t0s.get(seq)! - start);
   };
   let start = performance.now();
+  // As the API does before it listens (the worker does the same for its own before its first receive).
+  await warmPool(pool, workerPoolSize(10) + 4);
   worker.start();
   const rate = Number(args.rate);
   const seconds = Number(args['latency-seconds']);

@@ -17,7 +17,7 @@ import { databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsF
 import { keepFinishedDaysFromEnv } from '../config/retention.ts';
 import { ConfigError, type RuleViolation } from '../config/rules.ts';
 import { sqsFromEnv } from '../config/sqs.ts';
-import { createPool } from '../db/pool.ts';
+import { createPool, SERVICE_IDLE_TIMEOUT_MS, warmPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import { checkSchedules, type ScheduleDefinition } from '../handlers/schedule.ts';
@@ -178,6 +178,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
     max: config.poolSize,
     applicationName: 'jobs-api',
     statementTimeoutMs: STATEMENT_TIMEOUT_MS,
+    idleTimeoutMs: SERVICE_IDLE_TIMEOUT_MS,
     onError: (err) => log.warn({ err }, 'database connection dropped; it will be replaced'),
   });
   // Each lane's queue: an urgent job's message goes to the urgent queue (the bulk one when it has none).
@@ -251,6 +252,10 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
     ops,
   });
 
+  // The connections the first requests need, before the load balancer sends any (best effort: a
+  // database that does not answer within 5 s is connected to on demand, as before).
+  const warmed = await warmPool(pool, config.poolSize);
+  log.debug({ opened: warmed.opened, ms: Math.round(warmed.ms) }, 'database connections opened');
   try {
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);

@@ -10,7 +10,7 @@ import { databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsF
 import { retentionFromEnv } from '../config/retention.ts';
 import { MAX_PREFETCH, workerPoolSize } from '../config/rules.ts';
 import { sqsFromEnv } from '../config/sqs.ts';
-import { createPool } from '../db/pool.ts';
+import { createPool, SERVICE_IDLE_TIMEOUT_MS } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import { checkSchedules, type ScheduleDefinition } from '../handlers/schedule.ts';
@@ -69,6 +69,7 @@ export async function startWorkerService(
     url: databaseUrl,
     max: workerPoolSize(timings.concurrency),
     applicationName: `jobs-worker ${workerId}`.slice(0, 63),
+    idleTimeoutMs: SERVICE_IDLE_TIMEOUT_MS,
     onError: (err) => log.warn({ err }, 'database connection dropped; it will be replaced'),
   });
   // Live view (JOBS_EVENTS=notify, local stack): worker events on a PostgreSQL NOTIFY channel.

@@ -35,6 +35,8 @@ import { Heartbeat } from './heartbeat.ts';
 import { WorkerContext, type Held, type WorkerOptions } from './held.ts';
 import { QueueMessages } from './messages.ts';
 import { registerJobTypes } from '../store/job-types.ts';
+import { workerPoolSize } from '../config/rules.ts';
+import { warmPool } from '../db/pool.ts';
 
 export type { DeadLetterReason, WorkerEvent, WorkerEventKind } from '../domain/events.ts';
 export type { WorkerOptions } from './held.ts';
@@ -98,7 +100,9 @@ export class Worker {
   start(): void {
     if (this.loopPromise) return;
     const t = this.opts.timings;
-    this.loopPromise = this.registerTypes().then(() => this.fetcher.receiveLoop());
+    this.loopPromise = this.registerTypes()
+      .then(() => this.warm())
+      .then(() => this.fetcher.receiveLoop());
     this.beat.start();
     this.ctx.log.info(
       { concurrency: t.concurrency, leaseSeconds: t.leaseSeconds, heartbeatSeconds: t.heartbeatSeconds, bulkSlots: this.bulkSlots },
@@ -109,6 +113,14 @@ export class Worker {
         'one queue for every lane (no JOBS_URGENT_QUEUE_URL): urgent jobs share the bulk queue, so they are preferred only among the jobs this worker has claimed',
       );
     }
+  }
+
+  /** Open the connections the first claims and jobs will need before the first receive (db/pool.ts warmPool). */
+  private async warm(): Promise<void> {
+    if (this.ctx.stopping) return;
+    const n = Math.min(this.opts.pool.options.max ?? 10, workerPoolSize(this.opts.timings.concurrency));
+    const { opened, ms } = await warmPool(this.opts.pool, n);
+    this.ctx.log.debug({ opened, ms: Math.round(ms) }, 'database connections opened');
   }
 
   /**
