@@ -50,7 +50,10 @@ export class Fetcher {
   private backoffUntil = 0;
   private readonly pace: Pace;
   /** Receives that end in the same turn of the event loop are claimed together. */
-  private readonly claims = new Batcher<ReceivedMessage[], undefined>((batches) => this.claimArrivals(batches), { maxItems: 50, delayMs: 0 });
+  private readonly claims = new Batcher<ReceivedMessage[], undefined>((batches) => this.claimArrivals(batches), {
+    maxItems: 50,
+    delayMs: 0,
+  });
   /** Fires when a receive (and its claim) ends: the loop counts the room again. */
   private readonly arrival = new Signal();
 
@@ -103,8 +106,10 @@ export class Fetcher {
       const busy = inHand + coming > 0;
       // An idle queue gets one receive at a time (it long-polls): idle, a worker costs one call per wait.
       if (room <= 0 || (busy && room < Math.min(maxBatch, Math.ceil(capacity / 2))) || (!this.queueBusy && receives.size > 0)) {
+        // Waiting starts before anything is awaited, so a receive ending meanwhile is not missed.
+        const woken = Promise.race([slots.waitForSlot(), this.arrival.wait()]);
         if (coming === 0) await this.lanes?.noRoom();
-        await Promise.race([slots.waitForSlot(), this.arrival.wait()]);
+        await woken;
         // Slots free one by one as a burst of short handlers finishes within this turn of the
         // event loop; count the room after the burst, so one claim takes it all rather than
         // the first half of it.
