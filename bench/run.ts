@@ -13,7 +13,7 @@
 //   npm run bench -- --keys 0,1,10                # keyed no-op jobs (limit 1 per key) over that many keys, 0 = unkeyed, same run
 //   npm run bench -- --key-backlog 500,2000       # one key with N jobs waiting: does a key's backlog slow its claims?
 //   npm run bench -- --sqs-latency-ms 0,15        # every SQS call 15 ms slower (a delaying proxy), beside 0 ms
-//   npm run bench -- --workers 1,2,4,8            # also separate worker processes, as deployed (bench/deployed.ts)
+//   npm run bench -- --workers 1,2,4,8            # also separate worker processes, as deployed (bench/deployed.ts), --worker-concurrency 10
 //   npm run bench -- --workers 1 --rounds 4       # consecutive drains on one database: does the platform slow as tables grow?
 
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -76,6 +76,10 @@ const { values: args } = parseArgs({
     workers: { type: 'string', default: '' },
     /** Consecutive drains of --jobs jobs on one database and queue, fresh worker processes each (with --workers). */
     rounds: { type: 'string', default: '1' },
+    /** JOBS_CONCURRENCY of each worker process (--workers); default 10, the production default. */
+    'worker-concurrency': { type: 'string', default: '10' },
+    /** SQS delay for the worker-process drains; default the largest of --sqs-latency-ms. */
+    'worker-sqs-latency-ms': { type: 'string' },
     /** The worker processes' LOG_LEVEL (production: info). */
     'worker-log-level': { type: 'string', default: 'info' },
   },
@@ -94,6 +98,8 @@ const KEY_BACKLOGS = args['key-backlog'] ? args['key-backlog'].split(',').map(Nu
 const SQS_LATENCIES = args['sqs-latency-ms']!.split(',').map(Number);
 const WORKERS = args.workers ? args.workers.split(',').map(Number) : [];
 const ROUNDS = Number(args.rounds);
+const WORKER_C = Number(args['worker-concurrency']);
+const WORKER_DELAY = args['worker-sqs-latency-ms'] !== undefined ? Number(args['worker-sqs-latency-ms']) : Math.max(...SQS_LATENCIES);
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
 // Timings for the benchmark: production-like lease and heartbeat.
@@ -627,8 +633,8 @@ async function main(): Promise<void> {
     const drains: Drain[] = [];
     for (let run = 0; run < RUNS; run++)
       for (const kind of KINDS)
-        for (const delay of SQS_LATENCIES)
-          for (const c of CONCURRENCIES)
+        for (const delay of [WORKER_DELAY])
+          for (const c of [WORKER_C])
             for (const w of WORKERS) {
               const url = await freshDb(adminUrl, 'bench_tp');
               const sqs = await startSqsChild(60, delay);
