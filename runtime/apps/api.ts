@@ -50,6 +50,8 @@ export interface ApiConfig {
   urgentQueueUrl?: string;
   region: string;
   sqsEndpoint?: string;
+  /** JOBS_SQS_MAX_ATTEMPTS, when set. */
+  sqsMaxAttempts?: number;
   apiToken?: string;
   /** The on-call operator's token (API_OPERATOR_TOKEN): the on-call routes need it when set. */
   operatorToken?: string;
@@ -112,6 +114,7 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
     ...(sqs!.urgentQueueUrl ? { urgentQueueUrl: sqs!.urgentQueueUrl } : {}),
     region: sqs!.region,
     ...(sqs!.endpoint ? { sqsEndpoint: sqs!.endpoint } : {}),
+    ...(sqs!.maxAttempts !== undefined ? { sqsMaxAttempts: sqs!.maxAttempts } : {}),
     ...(apiToken ? { apiToken } : {}),
     ...(operatorToken ? { operatorToken } : {}),
     port: port!,
@@ -187,6 +190,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
     ...(config.urgentQueueUrl ? { urgentQueueUrl: config.urgentQueueUrl } : {}),
     region: config.region,
     ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}),
+    ...(config.sqsMaxAttempts !== undefined ? { maxAttempts: config.sqsMaxAttempts } : {}),
   };
   const queue = deps.queue ?? sqsLanes(sqsSettings).queue;
   const publisher = new Publisher(pool, queue, log);

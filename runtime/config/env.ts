@@ -26,6 +26,8 @@ export const ENV = {
   urgentDlqUrl: 'JOBS_URGENT_DLQ_URL',
   region: 'AWS_REGION',
   sqsEndpoint: 'JOBS_SQS_ENDPOINT',
+  /** Attempts per SQS call (the first included) before the error reaches the caller; default 5. */
+  sqsMaxAttempts: 'JOBS_SQS_MAX_ATTEMPTS',
   leaseSeconds: 'JOBS_LEASE_SECONDS',
   heartbeatSeconds: 'JOBS_HEARTBEAT_SECONDS',
   visibilityTimeoutSeconds: 'JOBS_VISIBILITY_TIMEOUT_SECONDS',

@@ -8,8 +8,11 @@
 // Priority lanes: JOBS_QUEUE_URL / JOBS_DLQ_URL are the bulk lane's; JOBS_URGENT_QUEUE_URL /
 // JOBS_URGENT_DLQ_URL the urgent lane's. Without an urgent queue the urgent lane shares the bulk
 // queue and DLQ; with one, whoever needs the DLQ needs the urgent DLQ too.
+//
+// JOBS_SQS_MAX_ATTEMPTS: attempts per SQS call before its error reaches the caller (the SDK
+// client's maxAttempts, which the wire takes too); unset, the client's default of 5.
 
-import { ENV, requiredUrl } from './env.ts';
+import { ENV, intFromEnv, requiredUrl } from './env.ts';
 import { ConfigError, type RuleViolation } from './rules.ts';
 
 type Env = Record<string, string | undefined>;
@@ -30,7 +33,12 @@ export interface SqsSettings {
   endpoint?: string;
   /** AWS_REGION, or LOCAL_SQS_REGION next to a local endpoint. */
   region: string;
+  /** JOBS_SQS_MAX_ATTEMPTS, when set: attempts per SQS call, the first included. */
+  maxAttempts?: number;
 }
+
+/** The bounds of JOBS_SQS_MAX_ATTEMPTS: one attempt at least; past 10 the backoff (capped at 20 s) holds a caller for minutes. */
+export const SQS_MAX_ATTEMPTS_RANGE = { min: 1, max: 10 } as const;
 
 export interface SqsNeeds {
   /** JOBS_DLQ_URL must be set (the worker sends dead letters there); otherwise it is optional and checked when set. */
@@ -78,6 +86,15 @@ export function sqsFromEnv(env: Env, needs: SqsNeeds = {}): SqsSettings {
     });
   }
   const endpoint = url(ENV.sqsEndpoint, false);
+  let maxAttempts: number | undefined;
+  if (env[ENV.sqsMaxAttempts]?.trim()) {
+    try {
+      maxAttempts = intFromEnv(env, ENV.sqsMaxAttempts, 5, SQS_MAX_ATTEMPTS_RANGE.min, SQS_MAX_ATTEMPTS_RANGE.max);
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      violations.push(...err.violations);
+    }
+  }
   const region = env[ENV.region]?.trim() || (env[ENV.sqsEndpoint]?.trim() ? LOCAL_SQS_REGION : undefined);
   if (!region) {
     violations.push({
@@ -93,6 +110,7 @@ export function sqsFromEnv(env: Env, needs: SqsNeeds = {}): SqsSettings {
     ...(urgentDlqUrl ? { urgentDlqUrl } : {}),
     ...(endpoint ? { endpoint } : {}),
     region: region!,
+    ...(maxAttempts !== undefined ? { maxAttempts } : {}),
   };
 }
 
