@@ -4,11 +4,13 @@
 
 import { ENV } from '../config/env.ts';
 import type { SqsSettings } from '../config/sqs.ts';
-import { sqsLanes } from '../queue/lanes.ts';
+import { sqsClientOptions, sqsLanes } from '../queue/lanes.ts';
+import { createSqsClient } from '../queue/sqs.ts';
 import type { JobQueue } from '../queue/types.ts';
 
 export function cliQueue(sqs: SqsSettings | null | undefined): JobQueue {
-  if (sqs) return sqsLanes(sqs).queue;
+  // A one-shot command: its few calls stay on the SDK (the client handed in says so, queue/sqs.ts).
+  if (sqs) return sqsLanes(sqs, { client: createSqsClient(sqsClientOptions(sqs)) }).queue;
   return {
     send: async () => {
       throw new Error(`${ENV.queueUrl} is not set: the outbox relay will publish`);

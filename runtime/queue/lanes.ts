@@ -14,6 +14,7 @@ import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { SqsSettings } from '../config/sqs.ts';
 import { DEFAULT_LANE, LANES, type Lane } from '../domain/lanes.ts';
 import { createSqsClient, SqsQueue } from './sqs.ts';
+import { SqsWire } from './sqs-wire.ts';
 import type { EntryFailure, JobQueue, OutgoingMessage, ReceivedMessage, VisibilityChange } from './types.ts';
 
 /** Between the lane and the queue's own receipt handle (an SQS handle is base64: never a `|`). */
@@ -131,22 +132,29 @@ export function asLanes(queue: JobQueue): LaneQueues {
 
 /**
  * The lanes' SQS queues from the settings (config/sqs.ts): the bulk queue, and the urgent one when
- * configured; the same for the DLQs when given. One SQS client for all of them.
+ * configured; the same for the DLQs when given. One SQS client for all of them and, unless a client
+ * is handed in (the jobs command keeps the SDK: sqs.ts's rule), one wire for their hot path.
  */
 export function sqsLanes(
   s: SqsSettings,
   opts: { client?: SQSClient; wrap?: (q: SqsQueue) => JobQueue } = {},
-): { queue: LaneQueues; dlq: LaneQueues | null; client: SQSClient; sqsQueues: SqsQueue[] } {
-  const client = opts.client ?? createSqsClient({ region: s.region, ...(s.endpoint ? { endpoint: s.endpoint } : {}) });
-  const bulk = new SqsQueue({ queueUrl: s.queueUrl, client });
-  const urgent = s.urgentQueueUrl ? new SqsQueue({ queueUrl: s.urgentQueueUrl, client }) : null;
+): { queue: LaneQueues; dlq: LaneQueues | null; client: SQSClient; wire: SqsWire | null; sqsQueues: SqsQueue[] } {
+  const client = opts.client ?? createSqsClient(sqsClientOptions(s));
+  const wire = opts.client ? null : SqsWire.forClient(client);
+  const sqsQueue = (queueUrl: string) => new SqsQueue({ queueUrl, client, ...(wire ? { wire } : {}) });
+  const bulk = sqsQueue(s.queueUrl);
+  const urgent = s.urgentQueueUrl ? sqsQueue(s.urgentQueueUrl) : null;
   const wrap = opts.wrap ?? ((q: SqsQueue) => q);
   const queue = new LaneQueues({ bulk: wrap(bulk), urgent: urgent ? wrap(urgent) : null });
-  const dlq = s.dlqUrl
-    ? new LaneQueues({
-        bulk: new SqsQueue({ queueUrl: s.dlqUrl, client }),
-        urgent: s.urgentDlqUrl ? new SqsQueue({ queueUrl: s.urgentDlqUrl, client }) : null,
-      })
-    : null;
-  return { queue, dlq, client, sqsQueues: urgent ? [urgent, bulk] : [bulk] };
+  const dlq = s.dlqUrl ? new LaneQueues({ bulk: sqsQueue(s.dlqUrl), urgent: s.urgentDlqUrl ? sqsQueue(s.urgentDlqUrl) : null }) : null;
+  return { queue, dlq, client, wire, sqsQueues: urgent ? [urgent, bulk] : [bulk] };
+}
+
+/** What createSqsClient takes from the settings: region, the local endpoint, JOBS_SQS_MAX_ATTEMPTS. */
+export function sqsClientOptions(s: SqsSettings): { region: string; endpoint?: string; maxAttempts?: number } {
+  return {
+    region: s.region,
+    ...(s.endpoint ? { endpoint: s.endpoint } : {}),
+    ...(s.maxAttempts !== undefined ? { maxAttempts: s.maxAttempts } : {}),
+  };
 }

@@ -1,11 +1,19 @@
-// The JobQueue on Amazon SQS (or a local SQS endpoint) through @aws-sdk/client-sqs.
-// Batches of 10, long polling, and per-entry failures reported back so the worker can tell a
-// stale receipt handle (the message was delivered again) from a transient error.
+// The JobQueue on Amazon SQS (or a local SQS endpoint). Batches of 10, long polling, and
+// per-entry failures reported back so the worker can tell a stale receipt handle (the message was
+// delivered again) from a transient error.
 //
-// Retries: the SDK's standard retry strategy (exponential backoff with jitter) covers
-// throttling, 5xx and network errors; JOBS_SQS_MAX_ATTEMPTS raises or lowers it. What still
-// fails reaches the worker, which logs it and tries again on its next pass; nothing is lost,
-// because the job row, not the message, is the truth.
+// Two ways to SQS, one rule: the four hot-path operations (ReceiveMessage, DeleteMessageBatch,
+// ChangeMessageVisibilityBatch, SendMessageBatch) go over the wire (sqs-wire.ts: the same
+// guarantees at a fraction of the SDK's CPU) unless the queue was handed an SQSClient and no wire.
+// So `new SqsQueue({ queueUrl, endpoint })` and sqsLanes (the worker, the API, the publisher, the
+// bench) speak the wire; `new SqsQueue({ queueUrl, client })` (the jobs command's queues, tests
+// that mock the SDK with aws-sdk-client-mock) sends every call through that client. Everything
+// else (GetQueueAttributes here, the DLQ tools, the CLI) uses the SDK client.
+//
+// Retries: the standard retry mode on either path (exponential backoff with jitter) covers
+// throttling, 5xx and network errors; JOBS_SQS_MAX_ATTEMPTS (config/sqs.ts) raises or lowers it.
+// What still fails reaches the worker, which logs it and tries again on its next pass; nothing is
+// lost, because the job row, not the message, is the truth.
 
 import {
   ChangeMessageVisibilityBatchCommand,
@@ -16,6 +24,7 @@ import {
   SQSClient,
   type MessageAttributeValue,
 } from '@aws-sdk/client-sqs';
+import { type SqsHotPath, SqsWire } from './sqs-wire.ts';
 import {
   chunk,
   SQS_BATCH_LIMIT,
@@ -31,7 +40,10 @@ export interface SqsQueueOptions {
   region?: string;
   /** Local endpoint (fauxqs); requests go here instead of the queue URL's host. */
   endpoint?: string;
+  /** The SDK client; given without `wire`, every call goes through it (the rule above). */
   client?: SQSClient;
+  /** The wire for the hot path (sqsLanes shares one, built on `client`, across its queues). */
+  wire?: SqsWire;
   maxAttempts?: number;
 }
 
@@ -56,6 +68,7 @@ export class SqsBatchError extends Error {
   }
 }
 
+/** The SDK client for these settings; the wire (SqsWire.forClient) takes its credentials, region, attempt cap and endpoint. */
 export function createSqsClient(opts: { region?: string; endpoint?: string; maxAttempts?: number }): SQSClient {
   return new SQSClient({
     region: opts.region ?? process.env.AWS_REGION ?? 'us-east-1',
@@ -74,10 +87,13 @@ export function createSqsClient(opts: { region?: string; endpoint?: string; maxA
 export class SqsQueue implements JobQueue {
   readonly queueUrl: string;
   readonly client: SQSClient;
+  /** Where the four hot-path operations go: an SqsWire, or the SDK client. */
+  readonly hotPath: SqsHotPath;
 
   constructor(opts: SqsQueueOptions) {
     this.queueUrl = opts.queueUrl;
     this.client = opts.client ?? createSqsClient(opts);
+    this.hotPath = opts.wire ?? (opts.client ? sdkHotPath(opts.client) : SqsWire.forClient(this.client));
   }
 
   /**
@@ -101,17 +117,15 @@ export class SqsQueue implements JobQueue {
 
   async send(messages: OutgoingMessage[]): Promise<void> {
     for (const batch of chunk(messages, SQS_BATCH_LIMIT)) {
-      const out = await this.client.send(
-        new SendMessageBatchCommand({
-          QueueUrl: this.queueUrl,
-          Entries: batch.map((m, i) => ({
-            Id: String(i),
-            MessageBody: m.body,
-            ...(m.delaySeconds ? { DelaySeconds: Math.min(900, Math.max(0, Math.round(m.delaySeconds))) } : {}),
-            ...(m.attributes && Object.keys(m.attributes).length > 0 ? { MessageAttributes: toAttributes(m.attributes) } : {}),
-          })),
-        }),
-      );
+      const out = await this.hotPath.sendMessageBatch({
+        QueueUrl: this.queueUrl,
+        Entries: batch.map((m, i) => ({
+          Id: String(i),
+          MessageBody: m.body,
+          ...(m.delaySeconds ? { DelaySeconds: Math.min(900, Math.max(0, Math.round(m.delaySeconds))) } : {}),
+          ...(m.attributes && Object.keys(m.attributes).length > 0 ? { MessageAttributes: toAttributes(m.attributes) } : {}),
+        })),
+      });
       if (out.Failed && out.Failed.length > 0) {
         throw new SqsBatchError(
           'SendMessageBatch',
@@ -124,15 +138,15 @@ export class SqsQueue implements JobQueue {
   async receive(max: number, waitSeconds: number, signal?: AbortSignal): Promise<ReceivedMessage[]> {
     if (signal?.aborted) return [];
     try {
-      const out = await this.client.send(
-        new ReceiveMessageCommand({
+      const out = await this.hotPath.receiveMessage(
+        {
           QueueUrl: this.queueUrl,
           MaxNumberOfMessages: Math.max(1, Math.min(SQS_BATCH_LIMIT, max)),
           WaitTimeSeconds: Math.max(0, Math.min(20, Math.ceil(waitSeconds))),
           MessageSystemAttributeNames: ['ApproximateReceiveCount', 'SentTimestamp'],
           MessageAttributeNames: ['All'],
-        }),
-        signal ? { abortSignal: signal } : {},
+        },
+        signal,
       );
       return (out.Messages ?? []).map((m) => ({
         messageId: m.MessageId ?? '',
@@ -150,16 +164,14 @@ export class SqsQueue implements JobQueue {
   async changeVisibility(changes: VisibilityChange[]): Promise<EntryFailure[]> {
     const failures: EntryFailure[] = [];
     for (const batch of chunk(changes, SQS_BATCH_LIMIT)) {
-      const out = await this.client.send(
-        new ChangeMessageVisibilityBatchCommand({
-          QueueUrl: this.queueUrl,
-          Entries: batch.map((c, i) => ({
-            Id: String(i),
-            ReceiptHandle: c.receipt,
-            VisibilityTimeout: Math.max(0, Math.min(43_200, Math.round(c.seconds))),
-          })),
-        }),
-      );
+      const out = await this.hotPath.changeMessageVisibilityBatch({
+        QueueUrl: this.queueUrl,
+        Entries: batch.map((c, i) => ({
+          Id: String(i),
+          ReceiptHandle: c.receipt,
+          VisibilityTimeout: Math.max(0, Math.min(43_200, Math.round(c.seconds))),
+        })),
+      });
       for (const f of out.Failed ?? []) failures.push(toFailure(batch[Number(f.Id)]!.receipt, f.Code, f.Message));
     }
     return failures;
@@ -168,13 +180,24 @@ export class SqsQueue implements JobQueue {
   async delete(receipts: string[]): Promise<EntryFailure[]> {
     const failures: EntryFailure[] = [];
     for (const batch of chunk(receipts, SQS_BATCH_LIMIT)) {
-      const out = await this.client.send(
-        new DeleteMessageBatchCommand({ QueueUrl: this.queueUrl, Entries: batch.map((r, i) => ({ Id: String(i), ReceiptHandle: r })) }),
-      );
+      const out = await this.hotPath.deleteMessageBatch({
+        QueueUrl: this.queueUrl,
+        Entries: batch.map((r, i) => ({ Id: String(i), ReceiptHandle: r })),
+      });
       for (const f of out.Failed ?? []) failures.push(toFailure(batch[Number(f.Id)]!, f.Code, f.Message));
     }
     return failures;
   }
+}
+
+/** The hot path through the SDK client: the same four operations as SqsWire, as commands. */
+function sdkHotPath(client: SQSClient): SqsHotPath {
+  return {
+    receiveMessage: (input, signal) => client.send(new ReceiveMessageCommand(input), signal ? { abortSignal: signal } : {}),
+    deleteMessageBatch: (input) => client.send(new DeleteMessageBatchCommand(input)),
+    changeMessageVisibilityBatch: (input) => client.send(new ChangeMessageVisibilityBatchCommand(input)),
+    sendMessageBatch: (input) => client.send(new SendMessageBatchCommand(input)),
+  };
 }
 
 function toFailure(receipt: string, code: string | undefined, message: string | undefined): EntryFailure {

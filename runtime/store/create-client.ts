@@ -173,6 +173,7 @@ export function createJobClient<D extends JobDefinition<any, any, any> = Registe
         await publisher.flush();
         await pool.end();
         sqsClient?.client.destroy();
+        sqsClient?.wire?.destroy();
       })();
       return closed;
     },

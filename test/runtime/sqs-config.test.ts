@@ -4,6 +4,8 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError } from '../../runtime/config/rules.ts';
 import { dlqUrlFromEnv, LOCAL_SQS_REGION, sqsFromEnv, sqsFromEnvIfSet } from '../../runtime/config/sqs.ts';
+import { sqsClientOptions, sqsLanes } from '../../runtime/queue/lanes.ts';
+import { createSqsClient } from '../../runtime/queue/sqs.ts';
 
 const QUEUE = 'https://sqs.eu-west-1.amazonaws.com/123456789012/jobs';
 const DLQ = 'https://sqs.eu-west-1.amazonaws.com/123456789012/jobs-dlq';
@@ -58,6 +60,22 @@ describe('sqsFromEnv', () => {
     const err = configError(() => sqsFromEnv({ JOBS_QUEUE_URL: QUEUE, AWS_REGION: 'eu-west-1' }, { dlq: true }));
     expect(err.violations).toEqual([{ rule: 'jobs_dlq_url-set', message: 'JOBS_DLQ_URL is required' }]);
     expect(sqsFromEnv({ JOBS_QUEUE_URL: QUEUE, JOBS_DLQ_URL: DLQ, AWS_REGION: 'eu-west-1' }, { dlq: true }).dlqUrl).toBe(DLQ);
+  });
+
+  it('reads JOBS_SQS_MAX_ATTEMPTS, which the SDK client and the wire both take, and refuses it out of range', async () => {
+    const env = { JOBS_QUEUE_URL: QUEUE, AWS_REGION: 'eu-west-1' };
+    expect(sqsFromEnv(env).maxAttempts).toBeUndefined();
+    const settings = sqsFromEnv({ ...env, JOBS_SQS_MAX_ATTEMPTS: '3' });
+    expect(settings.maxAttempts).toBe(3);
+    const lanes = sqsLanes(settings);
+    expect(await lanes.client.config.maxAttempts()).toBe(3);
+    expect(await createSqsClient(sqsClientOptions(sqsFromEnv(env))).config.maxAttempts()).toBe(5);
+    for (const bad of ['0', '11', '2.5', 'five']) {
+      const err = configError(() => sqsFromEnv({ ...env, JOBS_SQS_MAX_ATTEMPTS: bad }));
+      expect(err.violations).toEqual([
+        { rule: 'jobs_sqs_max_attempts-range', message: `JOBS_SQS_MAX_ATTEMPTS = "${bad}" must be a whole number between 1 and 10` },
+      ]);
+    }
   });
 });
 
