@@ -31,6 +31,7 @@ import { defineJob } from '../runtime/handlers/types.ts';
 import { benchNoop } from './jobs.ts';
 import { drainWithWorkers, type DrainResult } from './deployed.ts';
 import { callsBetween, proxyCalls } from './sqs-proxy.ts';
+import { startSqsChild } from './sqs-local.ts';
 import { METRIC } from '../runtime/observability/metric-names.ts';
 import { startEmbeddedPg, withDatabase } from '../dev/embedded-pg.ts';
 import { silentLogger } from '../runtime/observability/log.ts';
@@ -174,26 +175,6 @@ async function freshDb(adminUrl: string, name: string): Promise<string> {
   await pool.query('CHECKPOINT');
   await pool.end();
   return url;
-}
-
-async function startSqsChild(
-  visibilitySeconds = 60,
-  latencyMs = 0,
-): Promise<{ child: ChildProcess; endpoint: string; queueUrl: string; dlqUrl: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, 'sqs-child.ts')], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-    env: { ...process.env, BENCH_VISIBILITY: String(visibilitySeconds), BENCH_SQS_LATENCY_MS: String(latencyMs) },
-  });
-  const line = await new Promise<string>((resolve, reject) => {
-    let buf = '';
-    child.stdout!.on('data', (d: Buffer) => {
-      buf += d.toString();
-      const nl = buf.indexOf('\n');
-      if (nl >= 0) resolve(buf.slice(0, nl));
-    });
-    child.once('exit', (code) => reject(new Error(`local SQS exited with ${code}`)));
-  });
-  return { child, ...JSON.parse(line) };
 }
 
 function spec(kind: 'noop' | 'ledger', i: number, keys: number) {

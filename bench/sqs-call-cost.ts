@@ -1,0 +1,79 @@
+// CPU per SQS call on the hot path, through the SDK and over the wire (runtime/queue/sqs-wire.ts),
+// measured in this process against the local SQS endpoint running in its own (bench/sqs-local.ts),
+// so the figures are the client's alone. Each operation is SqsQueue's, as the worker calls it:
+// send 10 (to the DLQ, which fills), receive up to 10 (no wait, from the job queue, empty), change
+// visibility of 10 and delete 10 (handles the queue does not know: SQS answers per entry, as for a
+// stale handle). The two
+// transports alternate in rounds, so a change in the machine's load falls on both.
+//
+//   npx tsx bench/sqs-call-cost.ts                # 3 rounds of 1,000 calls per operation and transport
+//   npx tsx bench/sqs-call-cost.ts --calls 2000 --rounds 5
+
+import { parseArgs } from 'node:util';
+import { createSqsClient, SqsQueue } from '../runtime/queue/sqs.ts';
+import { startSqsChild } from './sqs-local.ts';
+
+process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
+
+const { values: args } = parseArgs({
+  options: { calls: { type: 'string', default: '1000' }, rounds: { type: 'string', default: '3' } },
+});
+const CALLS = Number(args.calls);
+const ROUNDS = Number(args.rounds);
+
+const sqs = await startSqsChild();
+try {
+  // Handed a client: the SDK path (queue/sqs.ts's rule); built from the endpoint: the wire.
+  const client = createSqsClient({ endpoint: sqs.endpoint, region: 'us-east-1' });
+  const sdk = (queueUrl: string) => new SqsQueue({ queueUrl, client });
+  const wire = (queueUrl: string) => new SqsQueue({ queueUrl, endpoint: sqs.endpoint, region: 'us-east-1' });
+  const transports = {
+    sdk: { queue: sdk(sqs.queueUrl), dlq: sdk(sqs.dlqUrl) },
+    wire: { queue: wire(sqs.queueUrl), dlq: wire(sqs.dlqUrl) },
+  };
+  type Queues = (typeof transports)['sdk'];
+  const handles = Array.from({ length: 10 }, (_, i) => `unknown-handle-${i}`);
+  const operations: Record<string, (q: Queues) => Promise<unknown>> = {
+    'SendMessageBatch (10)': (q) => q.dlq.send(handles.map((h) => ({ body: JSON.stringify({ jobId: h }) }))),
+    'ReceiveMessage (empty)': (q) => q.queue.receive(10, 0),
+    'ChangeMessageVisibilityBatch (10)': (q) => q.queue.changeVisibility(handles.map((receipt) => ({ receipt, seconds: 30 }))),
+    'DeleteMessageBatch (10)': (q) => q.queue.delete(handles),
+  };
+  const cpu: Record<string, Record<string, number[]>> = {};
+  const wall: Record<string, Record<string, number[]>> = {};
+  // A first round untimed: connections, JIT (a few hundred calls are not enough for the first operation).
+  for (let round = -1; round < ROUNDS; round++) {
+    for (const [op, call] of Object.entries(operations)) {
+      for (const [name, q] of Object.entries(transports)) {
+        if (round < 0) {
+          for (let i = 0; i < CALLS; i++) await call(q);
+          continue;
+        }
+        const c0 = process.cpuUsage();
+        const t0 = performance.now();
+        for (let i = 0; i < CALLS; i++) await call(q);
+        const c = process.cpuUsage(c0);
+        ((cpu[op] ??= {})[name] ??= []).push((c.user + c.system) / CALLS);
+        ((wall[op] ??= {})[name] ??= []).push(((performance.now() - t0) * 1000) / CALLS);
+      }
+    }
+  }
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  const f = (n: number) => Math.round(n).toLocaleString('en-US');
+  const out = [
+    `Node ${process.version}, ${CALLS} calls per operation and transport, ${ROUNDS} rounds alternating; median (min–max) µs per call`,
+    '',
+    '| operation | SDK CPU | wire CPU | SDK ÷ wire | SDK wall | wire wall |',
+    '|---|---:|---:|---:|---:|---:|',
+  ];
+  for (const op of Object.keys(operations)) {
+    const [s, w] = [cpu[op]!.sdk!, cpu[op]!.wire!];
+    const range = (xs: number[]) => `${f(median(xs))} (${f(Math.min(...xs))}–${f(Math.max(...xs))})`;
+    out.push(
+      `| ${op} | ${range(s)} | ${range(w)} | ${(median(s) / median(w)).toFixed(1)}× | ${f(median(wall[op]!.sdk!))} | ${f(median(wall[op]!.wire!))} |`,
+    );
+  }
+  process.stdout.write(`${out.join('\n')}\n`);
+} finally {
+  sqs.child.kill('SIGTERM');
+}
