@@ -1,6 +1,7 @@
 // The queue as the runtime needs it: a delivery mechanism with SQS's semantics, never a source
 // of truth. Two implementations: MemoryQueue (in-process, tests and benchmarks) and SqsQueue
-// (@aws-sdk/client-sqs, production and the local stack).
+// (production and the local stack: its hot path over sqs-wire.ts, the rest through
+// @aws-sdk/client-sqs).
 //
 // SQS semantics both keep:
 //  - at-least-once: a message can be delivered twice, even concurrently;
