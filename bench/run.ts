@@ -666,10 +666,13 @@ async function main(): Promise<void> {
       }
     }
     const lats: Latency[] = [];
-    for (const transport of TRANSPORTS) {
-      log(`latency: ${args.rate} jobs/s for ${args['latency-seconds']} s via ${transport === 'sqs' ? 'local SQS' : 'in-process'}…`);
-      lats.push(await latency(adminUrl, transport));
-    }
+    for (let run = 0; run < RUNS; run++)
+      for (const transport of TRANSPORTS) {
+        log(
+          `run ${run + 1}/${RUNS}: latency, ${args.rate} jobs/s for ${args['latency-seconds']} s via ${transport === 'sqs' ? 'local SQS' : 'in-process'}…`,
+        );
+        lats.push(await latency(adminUrl, transport));
+      }
     log('kill -9 → resumption…');
     const kill = Number(args.kills) > 0 ? await killToResume(adminUrl, Number(args.kills)) : null;
 
@@ -805,13 +808,22 @@ async function main(): Promise<void> {
       }
     }
     out.push('');
-    for (const lat of lats) {
+    if (lats.length > 0) {
+      out.push('');
       out.push(
-        `Enqueue → start at a steady ${lat.rate} jobs/s for ${lat.seconds} s (${lat.transport === 'sqs' ? 'local SQS' : 'in-process'}, concurrency 10, one transaction per enqueue): p50 ${lat.p50.toFixed(1)} ms, p99 ${lat.p99.toFixed(1)} ms, max ${lat.max.toFixed(1)} ms (${lat.n} jobs).`,
+        `Enqueue → start at a steady ${lats[0]!.rate} jobs/s for ${lats[0]!.seconds} s per run (concurrency 10, one transaction per enqueue), ms; steady state = jobs enqueued after the first ${WARMUP_MS / 1000} s, warm-up = the first ${WARMUP_MS / 1000} s of a fresh process:`,
       );
-      out.push(
-        `  after the first ${WARMUP_MS / 1000} s (steady state, ${lat.steady.n} jobs): p50 ${lat.steady.p50.toFixed(1)} ms, p99 ${lat.steady.p99.toFixed(1)} ms, p99.9 ${lat.steady.p999.toFixed(1)} ms, max ${lat.steady.max.toFixed(1)} ms; the first ${WARMUP_MS / 1000} s (warm-up, ${lat.warmup.n} jobs): max ${lat.warmup.max.toFixed(1)} ms.`,
-      );
+      out.push('');
+      out.push('| transport | run | steady p50 | steady p99 | steady p99.9 | steady max | warm-up max | whole run p99 |');
+      out.push('|---|---:|---:|---:|---:|---:|---:|---:|');
+      const runOf = new Map<string, number>();
+      for (const lat of lats) {
+        const k = (runOf.get(lat.transport) ?? 0) + 1;
+        runOf.set(lat.transport, k);
+        out.push(
+          `| ${lat.transport === 'sqs' ? 'local SQS' : 'in-process'} | ${k} | ${lat.steady.p50.toFixed(1)} | ${lat.steady.p99.toFixed(1)} | ${lat.steady.p999.toFixed(1)} | ${lat.steady.max.toFixed(1)} | ${lat.warmup.max.toFixed(1)} | ${lat.p99.toFixed(1)} |`,
+        );
+      }
     }
     if (kill)
       out.push(
