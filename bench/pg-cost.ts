@@ -19,7 +19,7 @@ export interface Cost {
   /** CPU seconds PostgreSQL spent in the window, when the server is local (see above). */
   pgCpuSeconds?: number;
   /** Per statement (pg_stat_statements), when the extension is loaded: where the WAL goes. */
-  statements?: { query: string; calls: number; walBytes: number; walRecords: number; walFpi: number; totalMs: number }[];
+  statements?: { query: string; calls: number; rows: number; walBytes: number; walRecords: number; walFpi: number; totalMs: number }[];
 }
 
 export class CostMeter {
@@ -100,8 +100,8 @@ export class CostMeter {
     return { commits: Number(rows[0].c), rollbacks: Number(rows[0].r), lsn: rows[0].lsn };
   }
 
-  /** Run `phase` inside a measured window. */
-  async measure<T>(phase: () => Promise<T>, opts: { statements?: boolean } = {}): Promise<{ result: T; cost: Cost }> {
+  /** Run `phase` inside a measured window; `statements`: its top statements by WAL (true) or by execution time ('time'). */
+  async measure<T>(phase: () => Promise<T>, opts: { statements?: boolean | 'time' } = {}): Promise<{ result: T; cost: Cost }> {
     await this.quiet();
     if (opts.statements) await this.resetStatements();
     const before = await this.read();
@@ -117,7 +117,7 @@ export class CostMeter {
       walBytes: Number(wal.rows[0].b),
     };
     if (ticks0 !== null && ticks1 !== null) cost.pgCpuSeconds = (ticks1 - ticks0) / 100;
-    if (opts.statements) cost.statements = await this.statements();
+    if (opts.statements) cost.statements = await this.statements(opts.statements === 'time' ? 'total_exec_time' : 'wal_bytes');
     return { result, cost };
   }
 
@@ -125,18 +125,19 @@ export class CostMeter {
     await this.admin.query('SELECT pg_stat_statements_reset()').catch(() => undefined);
   }
 
-  private async statements(): Promise<Cost['statements']> {
+  private async statements(order: 'wal_bytes' | 'total_exec_time'): Promise<Cost['statements']> {
     try {
       const { rows } = await this.admin.query(
-        `SELECT left(regexp_replace(s.query, '\\s+', ' ', 'g'), 90) AS query, s.calls::bigint AS calls, s.wal_bytes::bigint AS wal_bytes,
+        `SELECT left(regexp_replace(s.query, '\\s+', ' ', 'g'), 160) AS query, s.calls::bigint AS calls, s.rows::bigint AS rows, s.wal_bytes::bigint AS wal_bytes,
                 s.wal_records::bigint AS wal_records, s.wal_fpi::bigint AS wal_fpi, s.total_exec_time AS ms
            FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
-          WHERE d.datname = $1 ORDER BY s.wal_bytes DESC LIMIT 12`,
+          WHERE d.datname = $1 ORDER BY s.${order} DESC LIMIT 12`,
         [this.database],
       );
       return rows.map((r) => ({
         query: r.query,
         calls: Number(r.calls),
+        rows: Number(r.rows),
         walBytes: Number(r.wal_bytes),
         walRecords: Number(r.wal_records),
         walFpi: Number(r.wal_fpi),

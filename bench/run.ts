@@ -15,6 +15,7 @@
 //   npm run bench -- --sqs-latency-ms 0,15        # every SQS call 15 ms slower (a delaying proxy), beside 0 ms
 //   npm run bench -- --workers 1,2,4,8            # also separate worker processes, as deployed (bench/deployed.ts), --worker-concurrency 10
 //   npm run bench -- --workers 1 --rounds 4       # consecutive drains on one database: does the platform slow as tables grow?
+//   npm run bench -- --workers 1 --rounds 4 --matrix false --profile   # only the drains, with each drain's statements by time
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
@@ -83,6 +84,8 @@ const { values: args } = parseArgs({
     'worker-sqs-latency-ms': { type: 'string' },
     /** The worker processes' LOG_LEVEL (production: info). */
     'worker-log-level': { type: 'string', default: 'info' },
+    /** `--matrix false` skips the in-bench drains (the first table), e.g. to measure only --workers rounds. */
+    matrix: { type: 'string', default: 'true' },
   },
 });
 
@@ -573,7 +576,7 @@ async function main(): Promise<void> {
   const resultsDir = join('bench', 'results');
   await mkdir(resultsDir, { recursive: true });
   try {
-    for (let run = 0; run < RUNS; run++) {
+    for (let run = 0; run < (args.matrix === 'false' ? 0 : RUNS); run++) {
       for (const kind of KINDS) {
         for (const transport of TRANSPORTS) {
           for (const delay of transport === 'sqs' ? SQS_LATENCIES : [0])
@@ -625,8 +628,9 @@ async function main(): Promise<void> {
                   const what = `${kind} via local SQS + ${delay} ms, ${w} worker process${w === 1 ? '' : 'es'} × concurrency ${c}`;
                   log(`run ${run + 1}/${RUNS}: ${what}, ${N} jobs${ROUNDS > 1 ? `, round ${round + 1}/${ROUNDS}` : ''}…`);
                   await enqueueAll(url, queue, kind, N, 0, round);
-                  const { result: d, cost } = await meter.measure(() =>
-                    drainWithWorkers({ url, sqs, workers: w, concurrency: c, logLevel: args['worker-log-level']! }),
+                  const { result: d, cost } = await meter.measure(
+                    () => drainWithWorkers({ url, sqs, workers: w, concurrency: c, logLevel: args['worker-log-level']! }),
+                    { statements: args.profile ? 'time' : false },
                   );
                   await verify(url, kind, N * (round + 1));
                   const pgCpu =
@@ -634,6 +638,10 @@ async function main(): Promise<void> {
                   log(
                     `  ${fmt(d.perSec)} jobs/s (tenths ${d.tenths.map((t) => fmt(t)).join(' ')}), started in ${fmt(d.startMs)} ms, worker ${d.workerCpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}, ${d.sqsCallsPerJob.toFixed(3)} SQS calls/job, ${d.connectionsPeak} connections`,
                   );
+                  for (const st of cost.statements ?? [])
+                    log(
+                      `    ${fmt(st.totalMs)} ms  ${st.calls} calls  ${fmt(st.totalMs / Math.max(st.calls, 1), 3)} ms/call  ${fmt(st.rows / Math.max(st.calls, 1), 1)} rows/call  ${st.query}`,
+                    );
                   drains.push({
                     ...d,
                     kind,
