@@ -21,6 +21,7 @@ export class TestWorker extends Worker {
     this.unrenewed ??= this.heldTokens();
     ctx.stopping = true;
     ctx.stopAc.abort();
+    ctx.receiveAc.abort();
     this.beat.halt();
     for (const h of ctx.held.values()) {
       h.released = true; // "released" here only means: this process will write nothing more

@@ -131,7 +131,7 @@ export class Fetcher {
         receives.add(p);
       }
     }
-    // Stopping: the receives in flight are aborted (or hand back what they bring); wait for them and their claims.
+    // Stopping: the receives in flight return by themselves or are aborted at the drain deadline (Worker.stop), and hand back what they bring; wait for them and their claims.
     while (receives.size > 0) await Promise.allSettled([...receives]);
     await this.claims.drain();
     await this.lanes?.stop();
@@ -146,7 +146,7 @@ export class Fetcher {
     try {
       messages = this.lanes
         ? await this.lanes.receive(n)
-        : await ctx.queue.receiveFrom('bulk', n, ctx.opts.receiveWaitSeconds ?? 20, ctx.stopAc.signal);
+        : await ctx.queue.receiveFrom('bulk', n, ctx.opts.receiveWaitSeconds ?? 20, ctx.receiveAc.signal);
       this.receiveFailures = 0;
     } catch (err) {
       this.receiveFailures++;

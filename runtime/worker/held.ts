@@ -83,7 +83,14 @@ export class WorkerContext {
   readonly metrics: Metrics;
   /** The jobs this worker holds, running, waiting for a slot or waiting for their batched completion. */
   readonly held = new Map<string, Held>();
+  /** Aborted when the worker stops: its sleeps and slot waits end at once. */
   readonly stopAc = new AbortController();
+  /**
+   * Aborts the worker's receives. On a graceful stop only after an open long poll had its chance
+   * to return (Worker.stop): SQS hands messages to a long poll whose client has gone away, and
+   * they stay hidden for the visibility timeout.
+   */
+  readonly receiveAc = new AbortController();
   stopping = false;
   /** Publishes a concurrency key's next job when a job of the key ends or is blocked here. */
   readonly keyWake: KeyWake;

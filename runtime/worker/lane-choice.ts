@@ -113,7 +113,7 @@ export class LaneReceiver {
     if (ready.length > 0) await this.handBack(ready);
   }
 
-  /** On stop: wait for the open polls (the stop aborts them) and hand back whatever they brought. */
+  /** On stop: wait for the open polls (they return by themselves, or the stop aborts them at its deadline) and hand back whatever they brought. */
   async stop(): Promise<void> {
     await Promise.all(this.lanes.map((s) => s.poll));
     await this.noRoom();
@@ -122,7 +122,7 @@ export class LaneReceiver {
   /** A busy lane: up to `want` without waiting (parallel receives of 10 when the first is full). */
   private async receiveBusy(s: LaneState, want: number): Promise<ReceivedMessage[]> {
     const q = this.ctx.queue;
-    const signal = this.ctx.stopAc.signal;
+    const signal = this.ctx.receiveAc.signal;
     const first = await q.receiveFrom(s.lane, Math.min(SQS_BATCH_LIMIT, want), 0, signal);
     s.busy = first.length > 0;
     if (want <= SQS_BATCH_LIMIT || first.length < SQS_BATCH_LIMIT) return first;
@@ -134,7 +134,7 @@ export class LaneReceiver {
 
   private startPoll(s: LaneState, max: number): void {
     s.poll = this.ctx.queue
-      .receiveFrom(s.lane, max, this.opts.waitSeconds, this.ctx.stopAc.signal)
+      .receiveFrom(s.lane, max, this.opts.waitSeconds, this.ctx.receiveAc.signal)
       .then(async (got) => {
         if (got.length === 0) return;
         s.busy = true;

@@ -154,6 +154,14 @@ export class Worker {
   /**
    * Graceful stop (DESIGN 10): stop receiving, let running jobs finish for `drainSeconds`,
    * then abort and release the rest (fenced, visibility 0) so another worker starts them at once.
+   *
+   * An open long poll is not aborted at once: SQS still answers a poll whose client has gone
+   * away, and the messages it hands out then stay hidden for the queue's visibility timeout
+   * (the local endpoint does the same). Measured with consecutive drains: the stopped worker's
+   * last poll took the next backlog's first 10 messages, which ran 60 s late. So the poll may
+   * return by itself (within its wait, at most 20 s) and what it brought goes straight back
+   * (visibility 0); only at the drain deadline is it aborted. An idle worker therefore takes up
+   * to one poll's wait to stop; a worker with running jobs drains meanwhile.
    */
   stop(drainSeconds = this.opts.timings.drainSeconds): Promise<void> {
     this.stopPromise ??= this.doStop(drainSeconds);
@@ -162,21 +170,25 @@ export class Worker {
 
   private async doStop(drainSeconds: number): Promise<void> {
     const { ctx } = this;
+    const deadline = Date.now() + drainSeconds * 1000;
     ctx.stopping = true;
     ctx.stopAc.abort();
     this.wakeSlotWaiters();
+    // The open receive returns by itself, or is aborted at the drain deadline (see above).
+    const abortReceive = setTimeout(() => ctx.receiveAc.abort(), Math.max(0, drainSeconds * 1000));
+    // Prefetched jobs never started: hand them back now rather than after the drain (and
+    // again once the receive loop has ended, for those a claim under way when the stop came added).
+    await this.releaseWaiting();
     await this.loopPromise;
-    // Prefetched jobs never started: hand them back now rather than after the drain.
-    const queued = this.waiting.splice(0);
-    if (queued.length > 0) {
-      await this.completer.release(queued);
-      for (const h of queued) ctx.held.delete(h.job.id);
-    }
+    clearTimeout(abortReceive);
+    ctx.receiveAc.abort();
+    await this.releaseWaiting();
     const running = () => [...ctx.held.values()].map((h) => h.done);
     if (ctx.held.size > 0) {
-      ctx.log.info({ jobs: ctx.held.size, drainSeconds }, 'draining running jobs');
+      const left = Math.max(0, deadline - Date.now());
+      ctx.log.info({ jobs: ctx.held.size, drainSecondsLeft: Math.round(left / 100) / 10 }, 'draining running jobs');
       let timer: NodeJS.Timeout | undefined;
-      await Promise.race([Promise.allSettled(running()), new Promise((r) => (timer = setTimeout(r, drainSeconds * 1000)))]);
+      await Promise.race([Promise.allSettled(running()), new Promise((r) => (timer = setTimeout(r, left)))]);
       clearTimeout(timer);
     }
     const left = [...ctx.held.values()].filter((h) => !h.lost && !h.released);
@@ -189,6 +201,14 @@ export class Worker {
     await this.opts.publisher.flush();
     this.setBusy(false);
     ctx.log.info('worker stopped');
+  }
+
+  /** Claimed jobs that never got a handler slot go back (fenced release, visibility 0). */
+  private async releaseWaiting(): Promise<void> {
+    const queued = this.waiting.splice(0);
+    if (queued.length === 0) return;
+    await this.completer.release(queued);
+    for (const h of queued) this.ctx.held.delete(h.job.id);
   }
 
   /** Claim the jobs of messages received together in one statement, then settle the rest (see fetcher.ts). */

@@ -1,6 +1,7 @@
 // The worker through @aws-sdk/client-sqs against a local SQS endpoint: completion and delete,
 // visibility extension of a long job, duplicate deliveries, explicit dead-lettering with the
-// reason, and a worker that keeps working through SQS and database faults.
+// reason, a worker that keeps working through SQS and database faults, and a graceful stop that
+// leaves no message to a long poll nobody reads.
 import type pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { JobClient } from '../../runtime/store/client.ts';
@@ -160,6 +161,51 @@ describe('worker over SQS (local endpoint)', () => {
       jobId: job.id,
       error: { message: expect.stringMatching(/simulated failure/) },
     });
+    await queueEmpty();
+  });
+
+  it('a graceful stop lets the open long poll return and hands back what it brought: no message hidden for a visibility timeout', async () => {
+    // An aborted long poll is still answered by SQS (and the local endpoint): the next message
+    // goes to a client that has gone away and stays hidden for the visibility timeout. Measured
+    // before this: a stopped worker's last poll took the next backlog's first 10 messages.
+    // The earlier tests' workers were stopped with stop(0), which aborts at once: their last polls
+    // (1 s) are still open at the endpoint and would take the message. Let them run out.
+    await new Promise((r) => setTimeout(r, 1200));
+    let pollOpen!: () => void;
+    const polling = new Promise<void>((r) => (pollOpen = r));
+    class Watched extends SqsQueue {
+      override receive(max: number, waitSeconds: number, signal?: AbortSignal) {
+        if (waitSeconds > 0) pollOpen();
+        return super.receive(max, waitSeconds, signal);
+      }
+    }
+    const watched = new Watched({ queueUrl: sqs.queueUrl, endpoint: sqs.endpoint });
+    const pool = db.newPool(timings.concurrency + 2);
+    const w = new Worker({
+      pool,
+      queue: watched,
+      dlq,
+      registry: defaultRegistry(),
+      publisher: new Publisher(pool, watched, silentLogger),
+      timings: { ...timings, visibilityTimeoutSeconds: 60, drainSeconds: 10 },
+      log: silentLogger,
+      receiveWaitSeconds: 3,
+    });
+    w.start();
+    await polling;
+    await new Promise((r) => setTimeout(r, 200)); // the request is at the endpoint
+    const t0 = Date.now();
+    const stopped = w.stop();
+    const job = await enqueue({ batch: 'S-STOP', entries: 1 });
+    await stopped;
+    await pool.end();
+    // Within one poll's wait, not the drain deadline; and the message is back in the queue, visible.
+    expect(Date.now() - t0).toBeLessThan(3500);
+    const q = sqs.inspect(sqs.queueName);
+    expect({ ready: q.ready, inflight: q.inflight }).toEqual({ ready: 1, inflight: 0 });
+    expect((await state(job.id)).state).toBe('pending');
+    startWorker();
+    await until(job.id, 'succeeded', 5000);
     await queueEmpty();
   });
 
