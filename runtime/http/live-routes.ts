@@ -10,7 +10,8 @@
 // /live/* sits behind the same bearer token as /v1/* (the page sends it from a field). The fault
 // routes exist only when the local stack passed JOBS_LIVE_FAULTS_URL; otherwise they are 404,
 // as in production. Snapshots are computed once per second for all open streams together, and
-// only while one is open.
+// only while one is open; the finished states' counts, which read the whole table, are spaced
+// out as it grows (live/counts.ts).
 
 import type http from 'node:http';
 import type pg from 'pg';
@@ -22,6 +23,7 @@ import * as z from 'zod';
 import { HttpError, route, type Reply, type Route, type RouteTable } from './kernel.ts';
 import { LIVE_PAGE_HTML } from './live-page.ts';
 import type { QueueDepth } from '../live/queue-depth.ts';
+import { liveStateCounts } from '../live/counts.ts';
 import { LIVE_SQL } from '../live/sql.ts';
 import { type WorkerView, workerViews } from '../live/workers.ts';
 import { attemptReading, capWarning, errorReading, waitingFor } from '../domain/reading.ts';
@@ -110,9 +112,11 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
   let ticker: NodeJS.Timeout | null = null;
   let unsubscribeFeed: (() => void) | null = null;
 
+  const countJobs = liveStateCounts(o.store);
+
   async function snapshot(): Promise<LiveSnapshot> {
     const [jobs, leaseRows, recent, waiting, queue, dlq] = await Promise.all([
-      o.store.countByState(),
+      countJobs(),
       o.pool.query(LIVE_SQL.leases, [200]),
       o.store.list({ limit: 12 }),
       o.store.waiting(10),

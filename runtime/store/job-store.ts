@@ -354,6 +354,15 @@ export class JobStore {
     return rows.map((r) => rowToJob(r));
   }
 
+  /** Pending and running jobs only, from job_active: cheap however many jobs have ever run. */
+  async countActive(): Promise<{ pending: number; running: number }> {
+    const { rows } = await run(this.pool, 'jobCountActive', []);
+    const out = { pending: 0, running: 0 };
+    for (const r of rows) out[r.state as 'pending' | 'running'] = r.count as number;
+    return out;
+  }
+
+  /** Every state: a count of the whole table, which grows with it (the live view spaces these out). */
   async countByState(): Promise<Record<JobState, number>> {
     const { rows } = await run(this.pool, 'jobCountByState', []);
     const out: Record<JobState, number> = { pending: 0, running: 0, succeeded: 0, dead: 0, cancelled: 0 };
