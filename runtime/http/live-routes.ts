@@ -24,6 +24,7 @@ import { HttpError, route, type Reply, type Route, type RouteTable } from './ker
 import { LIVE_PAGE_HTML } from './live-page.ts';
 import type { QueueDepth } from '../live/queue-depth.ts';
 import { liveStateCounts } from '../live/counts.ts';
+import { onActiveJobs } from '../store/active-jobs.ts';
 import { LIVE_SQL } from '../live/sql.ts';
 import { type WorkerView, workerViews } from '../live/workers.ts';
 import { attemptReading, capWarning, errorReading, waitingFor } from '../domain/reading.ts';
@@ -117,7 +118,7 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
   async function snapshot(): Promise<LiveSnapshot> {
     const [jobs, leaseRows, recent, waiting, queue, dlq] = await Promise.all([
       countJobs(),
-      o.pool.query(LIVE_SQL.leases, [200]),
+      onActiveJobs(o.pool, (c) => c.query(LIVE_SQL.leases, [200])),
       o.store.list({ limit: 12 }),
       o.store.waiting(10),
       o.queueDepth ? o.queueDepth() : Promise.resolve(null),

@@ -46,6 +46,7 @@ import type { Logger } from '../observability/log.ts';
 import type { Metrics } from '../observability/metrics.ts';
 import { LANES, type Lane } from '../domain/lanes.ts';
 import { chunk } from '../queue/types.ts';
+import { ACTIVE_JOBS_PLAN } from '../store/active-jobs.ts';
 import { run } from '../store/job-store.ts';
 import { DEFAULT_RELAY, type Publisher, type PublishEntry } from '../store/outbox.ts';
 
@@ -134,6 +135,8 @@ export class Reconciler {
     const reading: ReconcilePass = { skipped: false, messages: 0, pending: 0, running: 0, outbox: 0, deficit: 0, republished: 0 };
     try {
       await client.query('BEGIN');
+      // Its reads of the active jobs go through job_active, not the whole table (store/active-jobs.ts).
+      await client.query(ACTIVE_JOBS_PLAN);
       for (const [i, q] of this.queues.entries()) {
         const one = await this.reconcileQueue(client, i, q, entries);
         if (one.skipped) {

@@ -22,7 +22,7 @@ import {
 import type { JobRegistry } from '../handlers/registry.ts';
 import { METRIC } from '../observability/metric-names.ts';
 import type { Logger } from '../observability/log.ts';
-import type { Queryable } from '../store/job-store.ts';
+import { onActiveJobs } from '../store/active-jobs.ts';
 import { rowToOpsJob, runOps, type OpsJob } from './db.ts';
 
 // The thresholds' shape, defaults and variable names live in config/stuck-thresholds.ts, which the
@@ -78,9 +78,12 @@ function expectedByType(registry: JobRegistry): { types: string[]; seconds: numb
   return { types, seconds };
 }
 
-export async function findStuckJobs(db: Queryable, registry: JobRegistry, t: StuckThresholds, limit = 100): Promise<StuckJob[]> {
+/** Both read the active jobs through job_active, however many jobs have ever run (store/active-jobs.ts). */
+export async function findStuckJobs(pool: pg.Pool, registry: JobRegistry, t: StuckThresholds, limit = 100): Promise<StuckJob[]> {
   const e = expectedByType(registry);
-  const { rows } = await runOps(db, 'stuckJobList', [e.types, e.seconds, t.runningSeconds, t.pendingSeconds, limit]);
+  const { rows } = await onActiveJobs(pool, (c) =>
+    runOps(c, 'stuckJobList', [e.types, e.seconds, t.runningSeconds, t.pendingSeconds, limit]),
+  );
   return rows.map((r) => ({
     job: rowToOpsJob(r),
     reason: r.reason as StuckReason,
@@ -93,12 +96,12 @@ export async function findStuckJobs(db: Queryable, registry: JobRegistry, t: Stu
 }
 
 export async function countStuckJobs(
-  db: Queryable,
+  pool: pg.Pool,
   registry: JobRegistry,
   t: StuckThresholds,
 ): Promise<{ total: number; byReason: Record<StuckReason, number> }> {
   const e = expectedByType(registry);
-  const { rows } = await runOps(db, 'stuckJobCount', [e.types, e.seconds, t.runningSeconds, t.pendingSeconds]);
+  const { rows } = await onActiveJobs(pool, (c) => runOps(c, 'stuckJobCount', [e.types, e.seconds, t.runningSeconds, t.pendingSeconds]));
   const byReason: Record<StuckReason, number> = { 'running-too-long': 0, 'pending-too-long': 0, 'lease-expired': 0 };
   for (const r of rows) byReason[r.reason as StuckReason] = r.count as number;
   return { total: Object.values(byReason).reduce((a, b) => a + b, 0), byReason };

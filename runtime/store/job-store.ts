@@ -2,6 +2,7 @@
 // prepared statement. Callers that need a transaction (enqueue, complete) pass the client they
 // hold; the rest run on the pool.
 
+import { onActiveJobs } from './active-jobs.ts';
 import type pg from 'pg';
 import { keepDaysOf, keyHolder, type KeyedJob } from './idempotency.ts';
 import { SQL, type SqlName } from './sql.ts';
@@ -221,7 +222,7 @@ export class JobStore {
 
   /** What blocked jobs wait for, longest waiting first, at most `limit` groups (see WaitingGroup). */
   async waiting(limit: number): Promise<WaitingGroup[]> {
-    const { rows } = await run(this.pool, 'waitingGroups', [limit]);
+    const { rows } = await onActiveJobs(this.pool, (c) => run(c, 'waitingGroups', [limit]));
     return rows.map((r) => {
       const byKey = r.k !== null && ((r.key_holders as string[]).length >= (r.kl as number) || r.tl === null);
       return {
@@ -334,7 +335,7 @@ export class JobStore {
 
   /** The rescuer's transition (see sql.ts): returns the jobs moved, with their outbox row when re-queued. */
   async rescueExpired(graceSeconds: number, limit: number): Promise<{ job: Job; outboxId: string | null }[]> {
-    const { rows } = await run(this.pool, 'jobRescueExpired', [graceSeconds, limit]);
+    const { rows } = await onActiveJobs(this.pool, (c) => run(c, 'jobRescueExpired', [graceSeconds, limit]));
     return rows.map((r) => ({ job: rowToJob(r), outboxId: r.outbox_id == null ? null : String(r.outbox_id) }));
   }
 
@@ -354,9 +355,9 @@ export class JobStore {
     return rows.map((r) => rowToJob(r));
   }
 
-  /** Pending and running jobs only, from job_active: cheap however many jobs have ever run. */
+  /** Pending and running jobs only, from job_active (active-jobs.ts): cheap however many jobs have ever run. */
   async countActive(): Promise<{ pending: number; running: number }> {
-    const { rows } = await run(this.pool, 'jobCountActive', []);
+    const { rows } = await onActiveJobs(this.pool, (c) => run(c, 'jobCountActive', []));
     const out = { pending: 0, running: 0 };
     for (const r of rows) out[r.state as 'pending' | 'running'] = r.count as number;
     return out;
