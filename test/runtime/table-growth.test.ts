@@ -8,6 +8,7 @@
 // live view's count of the finished states, which must read the whole table, spaced out as it grows.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { migrate } from '../../runtime/db/migrate.ts';
 import { defaultRegistry } from '../../runtime/handlers/index.ts';
 import { FINISHED_COUNT_SPACING, liveStateCounts } from '../../runtime/live/counts.ts';
 import { LIVE_SQL } from '../../runtime/live/sql.ts';
@@ -32,12 +33,16 @@ let db: TestDb;
 let tablePages = 0;
 
 beforeAll(async () => {
-  db = await createTestDb();
-  await db.pool.query('ALTER TABLE jobs.job SET (autovacuum_enabled = false)');
+  db = await createTestDb({ migrate: false });
+  // Migrated and filled through a pool of its own, ended before the tests: a session's table-scan
+  // counters reach the statistics when it ends, so none of the setup's can land in a test's count.
+  const setup = new pg.Pool({ connectionString: db.url, max: 2, application_name: 'table-growth setup' });
+  await migrate(setup);
+  await setup.query('ALTER TABLE jobs.job SET (autovacuum_enabled = false)');
   const client = new JobClient({
-    pool: db.pool,
+    pool: setup,
     registry: defaultRegistry(),
-    publisher: new Publisher(db.pool, new MemoryQueue({ visibilityTimeoutSeconds: 60 }), silentLogger),
+    publisher: new Publisher(setup, new MemoryQueue({ visibilityTimeoutSeconds: 60 }), silentLogger),
     defaultMaxAttempts: 3,
   });
   const total = FINISHED + PENDING + RUNNING;
@@ -45,9 +50,9 @@ beforeAll(async () => {
     await client.enqueueNow(
       Array.from({ length: Math.min(1000, total - i) }, (_, k) => ({ type: 'ledger.post', payload: { batch: `G-${i + k}`, entries: 1 } })),
     );
-  await db.pool.query('ANALYZE jobs.job'); // while every job is pending
+  await setup.query('ANALYZE jobs.job'); // while every job is pending
   // The oldest finish (as a drain leaves them), the newest wait or run.
-  await db.pool.query(
+  await setup.query(
     `WITH ranked AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM jobs.job)
      UPDATE jobs.job j SET attempt = 1, started_at = statement_timestamp(), claimed_at = statement_timestamp(),
             state = CASE WHEN r.n <= $1::int THEN 'succeeded'::jobs.job_state ELSE 'running'::jobs.job_state END,
@@ -57,6 +62,7 @@ beforeAll(async () => {
        FROM ranked r WHERE r.id = j.id AND r.n <= $1::int + $2::int`,
     [FINISHED, RUNNING],
   );
+  await ended(setup, 'table-growth setup');
   tablePages = Number((await db.pool.query("SELECT pg_relation_size('jobs.job') / 8192 AS n")).rows[0].n);
 }, 120_000);
 afterAll(async () => {
@@ -103,13 +109,19 @@ async function tableScansBy(work: (pool: pg.Pool) => Promise<unknown>): Promise<
   const before = await read();
   const pool = new pg.Pool({ connectionString: db.url, max: 2, application_name: 'table-growth probe' });
   await work(pool);
+  await ended(pool, 'table-growth probe');
+  return (await read()) - before;
+}
+
+/** End a pool and wait until its sessions are gone (their statistics are in then). */
+async function ended(pool: pg.Pool, applicationName: string): Promise<void> {
   await pool.end();
-  for (let i = 0; i < 100; i++) {
-    const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'table-growth probe'");
-    if (rows[0].n === 0) break;
+  for (let i = 0; i < 250; i++) {
+    const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1', [applicationName]);
+    if (rows[0].n === 0) return;
     await new Promise((r) => setTimeout(r, 20));
   }
-  return (await read()) - before;
+  throw new Error(`sessions of ${applicationName} still open`);
 }
 
 describe('periodic reads on a table of 20,000 finished jobs and 100 active ones', () => {
