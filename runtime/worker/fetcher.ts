@@ -99,7 +99,7 @@ export class Fetcher {
       const coming = this.asked + this.claiming;
       // Receive for the free slots and for those expected to free while the receive is on its
       // way (pace.ts): receives overlap each other, the claims and the handlers.
-      const ahead = this.pace.ahead(capacity);
+      const ahead = this.pace.ahead(2 * capacity);
       const room = Math.min(capacity + ahead - inHand, maxHeld + ahead - ctx.held.size) - coming;
       // While jobs are in hand or on the way, wait until half the capacity is free: a few large
       // claims cost the database less than many small ones.

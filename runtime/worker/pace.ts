@@ -15,6 +15,13 @@
 const RATE_WINDOW_MS = 250;
 /** Weight of a new sample in the moving averages. */
 const ALPHA = 0.3;
+/**
+ * Ask for this many times what the recent rate needs: the rate is measured from what the worker
+ * already does, so asking for exactly that would hold it where it is. Measured (no-op jobs,
+ * concurrency 10, 15 ms per SQS call): 1,525 → 2,086 jobs/s with 2× (the fetcher caps it at twice
+ * the capacity).
+ */
+const HEADROOM = 2;
 
 export class Pace {
   /** Moving average of a full receive's round trip plus its claim, ms. */
@@ -45,6 +52,6 @@ export class Pace {
       this.sampledAt = now;
       this.sampledCount = count;
     }
-    return Math.min(cap, Math.floor(this.rate * this.roundTripMs));
+    return Math.min(cap, Math.floor(HEADROOM * this.rate * this.roundTripMs));
   }
 }
