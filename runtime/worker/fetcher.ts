@@ -34,6 +34,9 @@ export interface Slots {
   finished(): number;
 }
 
+/** Receiving ahead (pace.ts) asks for at most this many capacities: the bound guards the estimate. */
+const AHEAD_CAPACITIES = 2;
+
 export class Fetcher {
   /** Since when the database has been unreachable (a failover): no receiving until it answers. */
   private databaseDownSince: number | null = null;
@@ -99,7 +102,7 @@ export class Fetcher {
       const coming = this.asked + this.claiming;
       // Receive for the free slots and for those expected to free while the receive is on its
       // way (pace.ts): receives overlap each other, the claims and the handlers.
-      const ahead = this.pace.ahead(2 * capacity);
+      const ahead = this.pace.ahead(AHEAD_CAPACITIES * capacity);
       const room = Math.min(capacity + ahead - inHand, maxHeld + ahead - ctx.held.size) - coming;
       // While jobs are in hand or on the way, wait until half the capacity is free: a few large
       // claims cost the database less than many small ones.
@@ -116,9 +119,8 @@ export class Fetcher {
         await new Promise<void>((r) => setImmediate(r));
         continue;
       }
-      // A busy queue gets every receive the room needs at once; an idle one (its last receive
-      // came back short) one.
-      // Full receives only while there is room for one: a receive costs the same for 1 message as for 10.
+      // A busy queue gets every full receive (10) the room holds at once — a receive costs the same
+      // for 1 message as for 10 — and an idle one (its last receive came back short) one.
       const want = Math.min(room, maxBatch);
       const sizes: number[] = [];
       if (!this.queueBusy || want < SQS_BATCH_LIMIT) sizes.push(Math.min(want, SQS_BATCH_LIMIT));
