@@ -127,25 +127,34 @@ export class Completer {
       h.released = true;
       ctx.abortHandler(h, new Error('worker stopping: job released to another worker'));
     }
-    let released = new Set<string>();
     try {
-      released = await ctx.store.release(
-        left.map((h) => h.token),
-        `worker ${ctx.workerId} stopped before the job finished`,
-      );
+      await this.handBack(left, `worker ${ctx.workerId} stopped before the job finished`, 'worker stopping');
     } catch (err) {
       ctx.log.error({ err }, 'release failed; the jobs will be reclaimed when their leases expire');
-      return;
     }
-    const mine = left.filter((h) => released.has(h.job.id));
+  }
+
+  /**
+   * Hand claimed jobs back (fenced release in the database, then their messages visible at once,
+   * or re-published when a receipt no longer works); returns the ids released. Throws when the
+   * database could not be asked (nothing was released then).
+   */
+  async handBack(jobs: Held[], reason: string, detail: string): Promise<Set<string>> {
+    const { ctx } = this;
+    const released = await ctx.store.release(
+      jobs.map((h) => h.token),
+      reason,
+    );
+    const mine = jobs.filter((h) => released.has(h.job.id));
     const visible = mine.filter((h) => !h.receiptStale);
     const failures = await this.messages.changeVisibility(visible.map((h) => ({ receipt: h.message.receipt, seconds: 0 })));
     const republish = mine.filter((h) => h.receiptStale || failures.some((f) => f.receipt === h.message.receipt));
     await this.messages.republish(republish.map((h) => h.job.id));
     for (const h of mine) {
-      ctx.log.info({ jobId: h.job.id, type: h.job.type, attempt: h.token.attempt }, 'job released');
-      ctx.emit('released', h.job, 'worker stopping');
+      ctx.log.info({ jobId: h.job.id, type: h.job.type, attempt: h.token.attempt, why: detail }, 'job released');
+      ctx.emit('released', h.job, detail);
     }
+    return released;
   }
 
   /** Commit the completions still batched. */

@@ -3,36 +3,50 @@
 // empty for that long, every time. By Little's law the messages in flight must cover
 // throughput × round trip, so the fetcher also asks for the slots it expects to free while its
 // receive is on the way: the rate at which handlers have been finishing lately × the recent
-// round trip, never more than the worker's capacity.
+// round trip, within a bound the fetcher sets.
 //
 // Measured only where it means something: the round trip from receives that came back full (the
 // queue had messages, so the time was the network's and not a long poll waiting), and the rate
-// from slots freed over the last few hundred milliseconds. Long jobs finish rarely, so a worker
-// running them asks ahead for nothing, and its idle peers get the messages instead. In-process
-// (tests, the benchmark's memory transport) the round trip is a few microseconds: nothing ahead.
+// from slots freed over the last 100 ms window, not averaged: the worker's own rate is what it
+// asked ahead for, so an average that lags a rise holds it back for seconds (a drain of 5,000
+// no-op jobs spent 2 s of its 2.5 s climbing from 10 to 80 messages ahead), and one that lags a
+// fall claims fast jobs' worth of long ones. A gap between calls (the loop waited: the queue
+// idle, or every slot busy) starts from nothing. Long jobs finish rarely, so a worker running
+// them asks ahead for nothing, and its idle peers get the messages instead. In-process (tests,
+// the benchmark's memory transport) the round trip is a few microseconds: nothing ahead.
 
 /** How long a rate sample spans. */
-const RATE_WINDOW_MS = 250;
-/** Weight of a new sample in the moving averages. */
+const RATE_WINDOW_MS = 100;
+/** Weight of a new sample in the round trip's moving average. */
 const ALPHA = 0.3;
+/**
+ * The round trip counted at most this long: one slow receive (a pause, a retried call) must not
+ * make the worker claim seconds of work ahead. With HEADROOM, at most 200 ms of work at the
+ * recent rate is asked ahead.
+ */
+const MAX_ROUND_TRIP_MS = 100;
 /**
  * Ask for this many times what the recent rate needs: the rate is measured from what the worker
  * already does, so asking for exactly that would hold it where it is. Measured (no-op jobs,
- * concurrency 10, 15 ms per SQS call): 1,525 → 2,086 jobs/s with 2× (the fetcher caps it at twice
- * the capacity).
+ * concurrency 10, 15 ms per SQS call): 1,525 → 2,086 jobs/s with 2×.
  */
 const HEADROOM = 2;
 
 export class Pace {
   /** Moving average of a full receive's round trip plus its claim, ms. */
   private roundTripMs = 0;
-  /** Moving average of handler slots freed per ms. */
+  /** Handler slots freed per ms over the last window. */
   private rate = 0;
-  private sampledAt = performance.now();
+  private sampledAt: number;
   private sampledCount = 0;
 
   /** `finished`: how many handler slots have freed since the worker started (monotonic). */
-  constructor(private readonly finished: () => number) {}
+  constructor(
+    private readonly finished: () => number,
+    private readonly now: () => number = () => performance.now(),
+  ) {
+    this.sampledAt = now();
+  }
 
   /** A receive that asked for `asked` and got `got` in `ms` (through its claim). */
   receive(asked: number, got: number, ms: number): void {
@@ -42,16 +56,16 @@ export class Pace {
 
   /** The slots expected to free within one round trip, at most `cap`. */
   ahead(cap: number): number {
-    const now = performance.now();
+    const now = this.now();
     const elapsed = now - this.sampledAt;
     if (elapsed >= RATE_WINDOW_MS) {
       const count = this.finished();
-      const r = (count - this.sampledCount) / elapsed;
-      // A gap much longer than the window (idle) starts afresh rather than averaging a stale rate.
-      this.rate = elapsed > 4 * RATE_WINDOW_MS ? r : this.rate + ALPHA * (r - this.rate);
+      // A gap much longer than the window (the loop waited: idle, or every slot busy with long
+      // jobs) says nothing about the rate now: start from nothing, the next window measures it.
+      this.rate = elapsed > 2 * RATE_WINDOW_MS ? 0 : (count - this.sampledCount) / elapsed;
       this.sampledAt = now;
       this.sampledCount = count;
     }
-    return Math.min(cap, Math.floor(HEADROOM * this.rate * this.roundTripMs));
+    return Math.min(cap, Math.floor(HEADROOM * this.rate * Math.min(this.roundTripMs, MAX_ROUND_TRIP_MS)));
   }
 }

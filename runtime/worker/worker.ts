@@ -42,6 +42,11 @@ export type { DeadLetterReason, WorkerEvent, WorkerEventKind } from '../domain/e
 export type { WorkerOptions } from './held.ts';
 export { sleep } from './held.ts';
 
+/** How often the worker looks for jobs claimed ahead that will not start soon (releaseSurplus). */
+const SURPLUS_CHECK_MS = 250;
+/** The first job in line waited this long: the line is not moving. */
+const SURPLUS_WAIT_MS = 1_000;
+
 export class Worker {
   readonly workerId: string;
   readonly store: JobStore;
@@ -67,6 +72,8 @@ export class Worker {
   private busy = false;
   /** Handler slots freed since start (the fetcher's pace.ts reads how fast jobs finish). */
   private slotsFreed = 0;
+  /** Checks whether jobs claimed ahead wait in a line that stopped moving (releaseSurplus). */
+  private surplusTimer: NodeJS.Timeout | null = null;
 
   constructor(private readonly opts: WorkerOptions) {
     this.workerId = opts.workerId ?? `${hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`;
@@ -104,6 +111,8 @@ export class Worker {
       .then(() => this.warm())
       .then(() => this.fetcher.receiveLoop());
     this.beat.start();
+    this.surplusTimer = setInterval(() => void this.releaseSurplus(), SURPLUS_CHECK_MS);
+    this.surplusTimer.unref();
     this.ctx.log.info(
       { concurrency: t.concurrency, leaseSeconds: t.leaseSeconds, heartbeatSeconds: t.heartbeatSeconds, bulkSlots: this.bulkSlots },
       'worker started',
@@ -173,6 +182,7 @@ export class Worker {
     const deadline = Date.now() + drainSeconds * 1000;
     ctx.stopping = true;
     ctx.stopAc.abort();
+    if (this.surplusTimer) clearInterval(this.surplusTimer);
     this.wakeSlotWaiters();
     // The open receive returns by itself, or is aborted at the drain deadline (see above).
     const abortReceive = setTimeout(() => ctx.receiveAc.abort(), Math.max(0, drainSeconds * 1000));
@@ -209,6 +219,56 @@ export class Worker {
     if (queued.length === 0) return;
     await this.completer.release(queued);
     for (const h of queued) this.ctx.held.delete(h.job.id);
+  }
+
+  /**
+   * Jobs claimed ahead (pace.ts) that will not start soon go back to the queue for an idle peer.
+   * The fetcher receives ahead by the rate at which jobs have been finishing; when long jobs
+   * follow fast ones, the receives already on their way bring long jobs at the fast ones' pace
+   * (up to 8 capacities: fetcher.ts). When the first job in line has waited SURPLUS_WAIT_MS,
+   * the line is not moving: what waits beyond the prefetch is released (fenced, its attempt not
+   * counted) and its message made visible. Not a message near its receive limit: one more
+   * receive would send a healthy job to the DLQ, so it stays and runs here.
+   */
+  private async releaseSurplus(): Promise<void> {
+    const { ctx } = this;
+    const t = this.opts.timings;
+    const surplus = this.waiting.length - (this.opts.prefetch ?? t.concurrency);
+    if (surplus <= 0 || ctx.stopping || Date.now() - this.waiting[0]!.claimedAt < SURPLUS_WAIT_MS) return;
+    const out: Held[] = [];
+    for (let i = this.waiting.length - 1; i >= 0 && out.length < surplus; i--) {
+      const h = this.waiting[i]!;
+      if (h.message.receiveCount >= t.maxReceiveCount - 1) continue;
+      this.waiting.splice(i, 1);
+      h.released = true; // the heartbeat leaves it alone from here
+      out.push(h);
+    }
+    if (out.length === 0) return;
+    let released = new Set<string>();
+    try {
+      released = await this.completer.handBack(
+        out,
+        `worker ${ctx.workerId} claimed it ahead and had no slot for it`,
+        'no slot soon: handed to another worker',
+      );
+    } catch (err) {
+      ctx.log.warn({ err, jobs: out.length }, 'could not release jobs claimed ahead; they stay and run here');
+    }
+    for (const h of out) {
+      if (released.has(h.job.id)) ctx.held.delete(h.job.id);
+      else {
+        h.released = false;
+        this.waiting.push(h);
+      }
+    }
+    if (released.size > 0)
+      ctx.log.info(
+        { jobs: released.size, waiting: this.waiting.length },
+        'jobs claimed ahead handed to other workers: long jobs followed fast ones',
+      );
+    if (ctx.held.size === 0) this.setBusy(false);
+    this.dispatch();
+    this.wakeSlotWaiters();
   }
 
   /** Claim the jobs of messages received together in one statement, then settle the rest (see fetcher.ts). */

@@ -1,0 +1,71 @@
+// How far ahead a worker receives (runtime/worker/pace.ts), on a clock the test moves: the rate
+// is followed within one 100 ms window both ways (a drain must not spend seconds climbing to its
+// pace, long jobs after fast ones must not be claimed at the fast ones' pace), a gap starts from
+// nothing, and only full receives measure the round trip (a long poll that waited is not the
+// network's time).
+import { describe, expect, it } from 'vitest';
+import { Pace } from '../../runtime/worker/pace.ts';
+
+function paced() {
+  let t = 0;
+  let finished = 0;
+  const pace = new Pace(
+    () => finished,
+    () => t,
+  );
+  /** `n` slots freed over the next `ms`. */
+  const run = (n: number, ms: number) => {
+    finished += n;
+    t += ms;
+  };
+  return { pace, run };
+}
+
+describe('asking ahead', () => {
+  it('follows a rising rate within one 100 ms window', () => {
+    const { pace, run } = paced();
+    pace.receive(10, 10, 20); // full receives take 20 ms
+    expect(pace.ahead(1000)).toBe(0);
+    run(30, 100); // 0.3 jobs/ms
+    expect(pace.ahead(1000)).toBe(12); // 2 × 0.3/ms × 20 ms
+    run(300, 100); // ten times faster
+    expect(pace.ahead(1000)).toBe(120); // at once, not a tenth of the way per window
+  });
+
+  it('never more than the bound it is given, nor 200 ms of work when a receive was slow', () => {
+    const { pace, run } = paced();
+    pace.receive(10, 10, 2_000); // one receive that took two seconds (a pause, a retried call)
+    run(400, 100); // 4 jobs/ms
+    expect(pace.ahead(160)).toBe(160);
+    expect(pace.ahead(10_000)).toBe(800); // 2 × 4/ms × 100 ms, not × 2,000 ms
+  });
+
+  it('long jobs after fast ones ask nothing ahead within one window', () => {
+    const { pace, run } = paced();
+    pace.receive(10, 10, 20);
+    run(400, 100);
+    expect(pace.ahead(1000)).toBe(160);
+    run(0, 100); // nothing finishes: every slot holds a long job
+    expect(pace.ahead(1000)).toBe(0);
+  });
+
+  it('after a gap (the loop waited: idle, or every slot busy) it starts from nothing', () => {
+    const { pace, run } = paced();
+    pace.receive(10, 10, 20);
+    run(400, 100);
+    expect(pace.ahead(1000)).toBe(160);
+    run(200, 1_000); // the burst's tail, then a long poll that waited
+    expect(pace.ahead(1000)).toBe(0);
+    run(300, 100); // busy again: measured within the next window
+    expect(pace.ahead(1000)).toBe(120);
+  });
+
+  it('only full receives measure the round trip: a long poll that waited does not', () => {
+    const { pace, run } = paced();
+    pace.receive(10, 3, 20_000); // came back short after waiting 20 s
+    run(300, 100);
+    expect(pace.ahead(1000)).toBe(0);
+    pace.receive(10, 10, 15);
+    expect(pace.ahead(1000)).toBe(90); // 2 × 3/ms × 15 ms
+  });
+});
