@@ -674,14 +674,15 @@ async function main(): Promise<void> {
       }
     }
     const lats: Latency[] = [];
-    for (let run = 0; run < RUNS; run++)
+    // --latency-seconds 0: no latency runs.
+    for (let run = 0; run < (Number(args['latency-seconds']) > 0 ? RUNS : 0); run++)
       for (const transport of TRANSPORTS) {
         log(
           `run ${run + 1}/${RUNS}: latency, ${args.rate} jobs/s for ${args['latency-seconds']} s via ${transport === 'sqs' ? 'local SQS' : 'in-process'}…`,
         );
         lats.push(await latency(adminUrl, transport));
       }
-    log('kill -9 → resumption…');
+    if (Number(args.kills) > 0) log('kill -9 → resumption…');
     const kill = Number(args.kills) > 0 ? await killToResume(adminUrl, Number(args.kills)) : null;
 
     // ---- report
@@ -817,6 +818,8 @@ async function main(): Promise<void> {
     }
     out.push('');
     if (lats.length > 0) {
+      // A run no longer than the warm-up has no steady state: "–" rather than NaN.
+      const ms = (v: number | undefined) => (v === undefined || Number.isNaN(v) ? '–' : v.toFixed(1));
       out.push('');
       out.push(
         `Enqueue → start at a steady ${lats[0]!.rate} jobs/s for ${lats[0]!.seconds} s per run (concurrency 10, one transaction per enqueue), ms; steady state = jobs enqueued after the first ${WARMUP_MS / 1000} s, warm-up = the first ${WARMUP_MS / 1000} s of a fresh process:`,
@@ -829,7 +832,7 @@ async function main(): Promise<void> {
         const k = (runOf.get(lat.transport) ?? 0) + 1;
         runOf.set(lat.transport, k);
         out.push(
-          `| ${lat.transport === 'sqs' ? 'local SQS' : 'in-process'} | ${k} | ${lat.steady.p50.toFixed(1)} | ${lat.steady.p99.toFixed(1)} | ${lat.steady.p999.toFixed(1)} | ${lat.steady.max.toFixed(1)} | ${lat.warmup.max.toFixed(1)} | ${lat.p99.toFixed(1)} |`,
+          `| ${lat.transport === 'sqs' ? 'local SQS' : 'in-process'} | ${k} | ${ms(lat.steady?.p50)} | ${ms(lat.steady?.p99)} | ${ms(lat.steady?.p999)} | ${ms(lat.steady?.max)} | ${ms(lat.warmup?.max)} | ${ms(lat.p99)} |`,
         );
       }
     }

@@ -2,6 +2,7 @@
 // does to a held job (emit an event, abort its handler). The coordinator (worker.ts) makes one
 // WorkerContext per worker and hands it to the fetcher, executor, completer and heartbeat.
 
+import { setMaxListeners } from 'node:events';
 import { KeyWake } from './key-wake.ts';
 import type pg from 'pg';
 import type { JobTimings } from '../config/rules.ts';
@@ -103,6 +104,9 @@ export class WorkerContext {
     readonly opts: WorkerOptions,
     readonly workerId: string,
   ) {
+    // Every receive in flight listens on these (up to the ask-ahead's 16 capacities / 10 at
+    // once, fetcher.ts): without a higher limit Node warns of a listener leak past 10.
+    setMaxListeners(1000, this.stopAc.signal, this.receiveAc.signal);
     this.store = new JobStore(opts.pool);
     this.log = opts.log.child({ workerId });
     this.metrics = opts.metrics ?? noopMetrics;
