@@ -14,7 +14,17 @@ export class Batcher<T, R> {
 
   constructor(
     private readonly flushFn: (items: T[]) => Promise<R[]>,
-    private readonly opts: { maxItems: number; delayMs: number; onError?: (err: unknown, items: T[]) => void },
+    private readonly opts: {
+      maxItems: number;
+      delayMs: number;
+      /**
+       * Flushes in flight at once (default: no limit). Under load, what arrives while the limit
+       * is reached waits and goes in the next flush, when one ends: batches grow with the load
+       * instead of the statements multiplying (group commit). Idle, nothing waits.
+       */
+      maxInFlight?: number;
+      onError?: (err: unknown, items: T[]) => void;
+    },
   ) {}
 
   add(item: T): Promise<R> {
@@ -29,7 +39,10 @@ export class Batcher<T, R> {
   /** Flush what is queued and wait for every flush in flight. */
   async drain(): Promise<void> {
     this.flushNow();
-    while (this.inflight.size > 0) await Promise.allSettled([...this.inflight]);
+    while (this.inflight.size > 0 || this.items.length > 0) {
+      await Promise.allSettled([...this.inflight]);
+      this.flushNow();
+    }
   }
 
   private enqueue(item: T, resolve: Settle<R>, reject: (e: unknown) => void): void {
@@ -49,7 +62,8 @@ export class Batcher<T, R> {
       else clearTimeout(this.timer as NodeJS.Timeout);
       this.timer = null;
     }
-    while (this.items.length > 0) {
+    const limit = this.opts.maxInFlight ?? Number.POSITIVE_INFINITY;
+    while (this.items.length > 0 && this.inflight.size < limit) {
       const n = Math.min(this.items.length, this.opts.maxItems);
       const items = this.items.splice(0, n);
       const resolvers = this.resolvers.splice(0, n);
@@ -63,7 +77,11 @@ export class Batcher<T, R> {
           for (const reject of rejecters) reject(err);
         },
       );
-      const tracked = p.finally(() => this.inflight.delete(tracked));
+      const tracked = p.finally(() => {
+        this.inflight.delete(tracked);
+        // What waited for a flush to end goes now, together.
+        if (this.items.length > 0 && !this.timer) this.flushNow();
+      });
       this.inflight.add(tracked);
     }
   }

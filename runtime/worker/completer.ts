@@ -41,7 +41,7 @@ export class Completer {
         const lost = await ctx.store.completeMany(items);
         return items.map((i) => !lost.has(i.id));
       },
-      { maxItems: 500, delayMs: 0 },
+      { maxItems: 500, delayMs: 0, maxInFlight: 2 },
     );
   }
 

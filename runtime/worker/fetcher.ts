@@ -65,6 +65,7 @@ export class Fetcher {
   private readonly claims = new Batcher<ReceivedMessage[], undefined>((batches) => this.claimArrivals(batches), {
     maxItems: 50,
     delayMs: 0,
+    maxInFlight: 2,
   });
   /** Fires when a receive (and its claim) ends: the loop counts the room again. */
   private readonly arrival = new Signal();
