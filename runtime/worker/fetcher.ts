@@ -35,14 +35,11 @@ export interface Slots {
 }
 
 /**
- * Receiving ahead (pace.ts) asks for at most this many capacities (concurrency + prefetch; 320
- * messages at concurrency 10), a bound on memory; pace.ts bounds the time (at most 200 ms of work
- * at the recent rate). What it costs when the estimate is wrong (long jobs right after fast
- * ones): jobs claimed and waiting for a slot, heartbeated, handed to an idle peer when the line
- * has not moved for a second (worker.ts releaseSurplus) and back on stop like prefetched ones.
- * Measured (no-op jobs, concurrency 10, 15 ms per SQS call; on 2 shared cores the round trip
- * under load is 25–40 ms, so 100–150 messages are in flight at 4,000 jobs/s), share of the
- * zero-delay figure: 2 capacities 65 %, 4: 79 %, 8: 81 %, 16: 88 % (medians of 3).
+ * Receiving ahead (pace.ts: at most 200 ms of work) asks for at most this many capacities
+ * (concurrency + prefetch), a bound on memory. Too much ahead (long jobs right after fast ones)
+ * is handed to idle peers (worker.ts releaseSurplus). Measured (no-op, concurrency 10, 15 ms per
+ * SQS call, 100–150 messages in flight at 4,000 jobs/s here), share of the zero-delay rate:
+ * 2 capacities 65 %, 4: 79 %, 8: 81 %, 16: 88 % (medians of 3).
  */
 const AHEAD_CAPACITIES = 16;
 

@@ -76,6 +76,8 @@ export class Worker {
   private slotsFreed = 0;
   /** Checks whether jobs claimed ahead wait in a line that stopped moving (releaseSurplus). */
   private surplusTimer: NodeJS.Timeout | null = null;
+  /** A releaseSurplus pass is under way (one at a time). */
+  private releasing = false;
 
   constructor(private readonly opts: WorkerOptions) {
     this.workerId = opts.workerId ?? `${hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`;
@@ -234,7 +236,7 @@ export class Worker {
    * Jobs claimed ahead (pace.ts) that will not start soon go back to the queue for an idle peer.
    * The fetcher receives ahead by the rate at which jobs have been finishing; when long jobs
    * follow fast ones, the receives already on their way bring long jobs at the fast ones' pace
-   * (up to 8 capacities: fetcher.ts). When the first job in line has waited SURPLUS_WAIT_MS,
+   * (up to 16 capacities: fetcher.ts). When the first job in line has waited SURPLUS_WAIT_MS,
    * the line is not moving: what waits beyond the prefetch is released (fenced, its attempt not
    * counted) and its message made visible. Not a message near its receive limit: one more
    * receive would send a healthy job to the DLQ, so it stays and runs here.
@@ -243,7 +245,18 @@ export class Worker {
     const { ctx } = this;
     const t = this.opts.timings;
     const surplus = this.waiting.length - (this.opts.prefetch ?? t.concurrency);
-    if (surplus <= 0 || ctx.stopping || Date.now() - this.waiting[0]!.claimedAt < SURPLUS_WAIT_MS) return;
+    if (this.releasing || surplus <= 0 || ctx.stopping || Date.now() - this.waiting[0]!.claimedAt < SURPLUS_WAIT_MS) return;
+    this.releasing = true;
+    try {
+      await this.handSurplusBack(surplus);
+    } finally {
+      this.releasing = false;
+    }
+  }
+
+  private async handSurplusBack(surplus: number): Promise<void> {
+    const { ctx } = this;
+    const t = this.opts.timings;
     const out: Held[] = [];
     for (let i = this.waiting.length - 1; i >= 0 && out.length < surplus; i--) {
       const h = this.waiting[i]!;
@@ -260,15 +273,13 @@ export class Worker {
         `worker ${ctx.workerId} claimed it ahead and had no slot for it`,
         'no slot soon: handed to another worker',
       );
+      // Released, or no longer this worker's (the fenced release found another attempt): either way not held here.
+      for (const h of out) ctx.held.delete(h.job.id);
     } catch (err) {
+      // The database could not be asked: nothing was released, the jobs stay in line here.
       ctx.log.warn({ err, jobs: out.length }, 'could not release jobs claimed ahead; they stay and run here');
-    }
-    for (const h of out) {
-      if (released.has(h.job.id)) ctx.held.delete(h.job.id);
-      else {
-        h.released = false;
-        this.waiting.push(h);
-      }
+      for (const h of out) h.released = false;
+      this.waiting.push(...out);
     }
     if (released.size > 0)
       ctx.log.info(
