@@ -142,6 +142,37 @@ describe('receiving over a queue with a round trip', () => {
     expect([...runs.values()].every((c) => c === 1)).toBe(true);
   }, 60_000);
 
+  it('a job claimed ahead whose message is one receive from the DLQ is not handed back: it runs here', async () => {
+    p = await createPlatform({ registry, timings: { concurrency: 4 } });
+    await p.client.enqueueNow(Array.from({ length: 300 }, (_, k) => ({ type: 'test.step', payload: { n: k } })));
+    // This worker's redrive limit: 2 receives, so every message it holds (received once) is one
+    // receive from the DLQ.
+    let released = 0;
+    const a = p.worker({
+      queue: new SlowQueue(p.queue, 25),
+      timings: { maxReceiveCount: 2 },
+      onEvent: (e) => {
+        if (e.kind === 'released') released++;
+      },
+    });
+    a.start();
+    await waitFor(async () => (await succeeded()) >= 250, 30_000, 'most fast jobs done');
+    const n = 24;
+    await p.client.enqueueNow(Array.from({ length: n }, (_, k) => ({ type: 'test.step', payload: { n: 1000 + k, ms: 300 } })));
+    let most = 0;
+    while ((await succeeded()) < 300 + n) {
+      const { rows } = await p.db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM jobs.job WHERE state = 'running'");
+      most = Math.max(most, rows[0]?.n ?? 0);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    // It claimed beyond its capacity of 8 (the situation a hand-back is for), handed none back, and
+    // nothing reached the DLQ.
+    expect(most).toBeGreaterThan(8);
+    expect(released).toBe(0);
+    expect(p.dlq.depth().total).toBe(0);
+    expect([...runs.values()].every((c) => c === 1)).toBe(true);
+  }, 60_000);
+
   it('a stop with receives in flight and jobs prefetched loses nothing: the next worker runs every job, none dead', async () => {
     p = await createPlatform({ registry, timings: { concurrency: 4 } });
     const n = 120;
