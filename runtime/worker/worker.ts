@@ -246,17 +246,6 @@ export class Worker {
     const t = this.opts.timings;
     const surplus = this.waiting.length - (this.opts.prefetch ?? t.concurrency);
     if (this.releasing || surplus <= 0 || ctx.stopping || Date.now() - this.waiting[0]!.claimedAt < SURPLUS_WAIT_MS) return;
-    this.releasing = true;
-    try {
-      await this.handSurplusBack(surplus);
-    } finally {
-      this.releasing = false;
-    }
-  }
-
-  private async handSurplusBack(surplus: number): Promise<void> {
-    const { ctx } = this;
-    const t = this.opts.timings;
     const out: Held[] = [];
     for (let i = this.waiting.length - 1; i >= 0 && out.length < surplus; i--) {
       const h = this.waiting[i]!;
@@ -266,6 +255,7 @@ export class Worker {
       out.push(h);
     }
     if (out.length === 0) return;
+    this.releasing = true;
     let released = new Set<string>();
     try {
       released = await this.completer.handBack(
@@ -280,6 +270,8 @@ export class Worker {
       ctx.log.warn({ err, jobs: out.length }, 'could not release jobs claimed ahead; they stay and run here');
       for (const h of out) h.released = false;
       this.waiting.push(...out);
+    } finally {
+      this.releasing = false;
     }
     if (released.size > 0)
       ctx.log.info(

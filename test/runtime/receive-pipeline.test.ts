@@ -68,6 +68,30 @@ afterEach(async () => {
 const succeeded = async () =>
   (await p.db.pool.query("SELECT count(*)::int AS n FROM jobs.job WHERE state = 'succeeded'")).rows[0].n as number;
 
+/**
+ * A burst of 300 fast jobs for `a` (it asks ahead at their pace), then `n` jobs of `ms` each
+ * right after, which the receives already on their way bring at that pace too. Returns the long
+ * jobs' ids.
+ */
+async function longJobsAfterFastOnes(a: { start(): void }, n: number, ms: number): Promise<Set<string>> {
+  await p.client.enqueueNow(Array.from({ length: 300 }, (_, k) => ({ type: 'test.step', payload: { n: k } })));
+  a.start();
+  await waitFor(async () => (await succeeded()) >= 250, 30_000, 'most fast jobs done');
+  const long = await p.client.enqueueNow(Array.from({ length: n }, (_, k) => ({ type: 'test.step', payload: { n: 1000 + k, ms } })));
+  return new Set(long.map((r) => r.job.id));
+}
+
+/** Until every job has succeeded: the running jobs per lease owner, every 20 ms. */
+async function sampleRunning(total: number, sample: (perOwner: number[]) => void): Promise<void> {
+  while ((await succeeded()) < total) {
+    const { rows } = await p.db.pool.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM jobs.job WHERE state = 'running' GROUP BY lease_owner",
+    );
+    sample(rows.map((r) => r.n));
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 describe('receiving over a queue with a round trip', () => {
   it('a busy queue: receives overlap (several in flight), full batches of 10, every job once', async () => {
     p = await createPlatform({ registry, timings: { concurrency: 10 } });
@@ -105,17 +129,7 @@ describe('receiving over a queue with a round trip', () => {
   it('long jobs right after fast ones: what the receives ahead brought goes to the idle peer within about a second', async () => {
     p = await createPlatform({ registry, timings: { concurrency: 4 } });
     const n = 40;
-    // A burst of fast jobs first: the worker asks ahead at their pace, and the long jobs that
-    // arrive right after are received at that pace too.
-    await p.client.enqueueNow(Array.from({ length: 300 }, (_, k) => ({ type: 'test.step', payload: { n: k } })));
-    const a = p.worker({ queue: new SlowQueue(p.queue, 25) });
-    a.start();
-    await waitFor(async () => (await succeeded()) >= 250, 30_000, 'most fast jobs done');
-    const long = new Set(
-      (await p.client.enqueueNow(Array.from({ length: n }, (_, k) => ({ type: 'test.step', payload: { n: 1000 + k, ms: 500 } })))).map(
-        (r) => r.job.id,
-      ),
-    );
+    const long = await longJobsAfterFastOnes(p.worker({ queue: new SlowQueue(p.queue, 25) }), n, 500);
     const t0 = Date.now();
     const ranByB = new Set<string>();
     const b = p.worker({
@@ -126,14 +140,10 @@ describe('receiving over a queue with a round trip', () => {
     });
     b.start();
     let lastOver = 0;
-    while ((await succeeded()) < 300 + n) {
-      const { rows } = await p.db.pool.query<{ n: number }>(
-        "SELECT count(*)::int AS n FROM jobs.job WHERE state = 'running' GROUP BY lease_owner",
-      );
-      // Capacity = concurrency 4 + prefetch 4: running or waiting for a slot.
-      if (rows.some((r) => r.n > 8)) lastOver = Date.now() - t0;
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    // Capacity = concurrency 4 + prefetch 4: running or waiting for a slot.
+    await sampleRunning(300 + n, (perOwner) => {
+      if (perOwner.some((k) => k > 8)) lastOver = Date.now() - t0;
+    });
     // The peer ran its share of the long jobs (with all 40 kept by one worker, none).
     expect(ranByB.size).toBeGreaterThanOrEqual(12);
     // No worker held more than its capacity past the check (1 s of a line that does not move,
@@ -144,7 +154,6 @@ describe('receiving over a queue with a round trip', () => {
 
   it('a job claimed ahead whose message is one receive from the DLQ is not handed back: it runs here', async () => {
     p = await createPlatform({ registry, timings: { concurrency: 4 } });
-    await p.client.enqueueNow(Array.from({ length: 300 }, (_, k) => ({ type: 'test.step', payload: { n: k } })));
     // This worker's redrive limit: 2 receives, so every message it holds (received once) is one
     // receive from the DLQ.
     let released = 0;
@@ -155,16 +164,12 @@ describe('receiving over a queue with a round trip', () => {
         if (e.kind === 'released') released++;
       },
     });
-    a.start();
-    await waitFor(async () => (await succeeded()) >= 250, 30_000, 'most fast jobs done');
     const n = 24;
-    await p.client.enqueueNow(Array.from({ length: n }, (_, k) => ({ type: 'test.step', payload: { n: 1000 + k, ms: 300 } })));
+    await longJobsAfterFastOnes(a, n, 300);
     let most = 0;
-    while ((await succeeded()) < 300 + n) {
-      const { rows } = await p.db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM jobs.job WHERE state = 'running'");
-      most = Math.max(most, rows[0]?.n ?? 0);
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    await sampleRunning(300 + n, (perOwner) => {
+      most = Math.max(most, ...perOwner);
+    });
     // It claimed beyond its capacity of 8 (the situation a hand-back is for), handed none back, and
     // nothing reached the DLQ.
     expect(most).toBeGreaterThan(8);
