@@ -9,6 +9,7 @@
 //   npx tsx bench/sqs-call-cost.ts                # 3 rounds of 1,000 calls per operation and transport
 //   npx tsx bench/sqs-call-cost.ts --calls 2000 --rounds 5
 
+import http from 'node:http';
 import { parseArgs } from 'node:util';
 import { createSqsClient, SqsQueue } from '../runtime/queue/sqs.ts';
 import { startSqsChild } from './sqs-local.ts';
@@ -32,6 +33,35 @@ try {
     wire: { queue: wire(sqs.queueUrl), dlq: wire(sqs.dlqUrl) },
   };
   type Queues = (typeof transports)['sdk'];
+  // The floor: the same endpoint over the same kind of keep-alive agent, a body of the size the
+  // wire sends, nothing signed, nothing parsed. What a call costs this machine before any client.
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const endpoint = new URL(sqs.endpoint);
+  const bare = (body: string) =>
+    new Promise<void>((resolve, reject) => {
+      const req = http.request(
+        {
+          host: endpoint.hostname,
+          port: endpoint.port,
+          method: 'POST',
+          path: '/',
+          agent,
+          headers: {
+            'content-type': 'application/x-amz-json-1.0',
+            'x-amz-target': 'AmazonSQS.GetQueueUrl',
+            'content-length': Buffer.byteLength(body),
+          },
+        },
+        (res) => {
+          res.on('data', () => undefined);
+          res.on('end', resolve);
+          res.on('error', reject);
+        },
+      );
+      req.on('error', reject);
+      req.end(body);
+    });
+  const bareBody = JSON.stringify({ QueueName: 'x'.repeat(600) });
   const handles = Array.from({ length: 10 }, (_, i) => `unknown-handle-${i}`);
   const operations: Record<string, (q: Queues) => Promise<unknown>> = {
     'SendMessageBatch (10)': (q) => q.dlq.send(handles.map((h) => ({ body: JSON.stringify({ jobId: h }) }))),
@@ -44,14 +74,15 @@ try {
   // A first round untimed: connections, JIT (a few hundred calls are not enough for the first operation).
   for (let round = -1; round < ROUNDS; round++) {
     for (const [op, call] of Object.entries(operations)) {
-      for (const [name, q] of Object.entries(transports)) {
+      for (const name of [...Object.keys(transports), 'bare'] as const) {
+        const once = name === 'bare' ? () => bare(bareBody) : () => call(transports[name as keyof typeof transports]);
         if (round < 0) {
-          for (let i = 0; i < CALLS; i++) await call(q);
+          for (let i = 0; i < CALLS; i++) await once();
           continue;
         }
         const c0 = process.cpuUsage();
         const t0 = performance.now();
-        for (let i = 0; i < CALLS; i++) await call(q);
+        for (let i = 0; i < CALLS; i++) await once();
         const c = process.cpuUsage(c0);
         ((cpu[op] ??= {})[name] ??= []).push((c.user + c.system) / CALLS);
         ((wall[op] ??= {})[name] ??= []).push(((performance.now() - t0) * 1000) / CALLS);
@@ -63,14 +94,14 @@ try {
   const out = [
     `Node ${process.version}, ${CALLS} calls per operation and transport, ${ROUNDS} rounds alternating; median (min–max) µs per call`,
     '',
-    '| operation | SDK CPU | wire CPU | SDK ÷ wire | SDK wall | wire wall |',
-    '|---|---:|---:|---:|---:|---:|',
+    '| operation | SDK CPU | wire CPU | SDK ÷ wire | bare HTTP CPU | wire ÷ bare | SDK wall | wire wall |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|',
   ];
   for (const op of Object.keys(operations)) {
-    const [s, w] = [cpu[op]!.sdk!, cpu[op]!.wire!];
+    const [s, w, b] = [cpu[op]!.sdk!, cpu[op]!.wire!, cpu[op]!.bare!];
     const range = (xs: number[]) => `${f(median(xs))} (${f(Math.min(...xs))}–${f(Math.max(...xs))})`;
     out.push(
-      `| ${op} | ${range(s)} | ${range(w)} | ${(median(s) / median(w)).toFixed(1)}× | ${f(median(wall[op]!.sdk!))} | ${f(median(wall[op]!.wire!))} |`,
+      `| ${op} | ${range(s)} | ${range(w)} | ${(median(s) / median(w)).toFixed(1)}× | ${range(b)} | ${(median(w) / median(b)).toFixed(1)}× | ${f(median(wall[op]!.sdk!))} | ${f(median(wall[op]!.wire!))} |`,
     );
   }
   process.stdout.write(`${out.join('\n')}\n`);

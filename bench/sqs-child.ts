@@ -11,6 +11,7 @@ const sqs = await startLocalSqs({
   timings: { visibilityTimeoutSeconds: Number(process.env.BENCH_VISIBILITY ?? 60), maxReceiveCount: 10 },
   prefix: 'bench',
 });
-const proxy = await startSqsProxy(sqs.endpoint, Number(process.env.BENCH_SQS_LATENCY_MS ?? 0));
-process.stdout.write(`${JSON.stringify({ endpoint: proxy.endpoint, queueUrl: sqs.queueUrl, dlqUrl: sqs.dlqUrl })}\n`);
-process.on('SIGTERM', () => void Promise.all([proxy.stop(), sqs.stop()]).then(() => process.exit(0)));
+// BENCH_SQS_PROXY=0: no proxy (nothing counted, nothing delayed), the endpoint itself.
+const proxy = process.env.BENCH_SQS_PROXY === '0' ? null : await startSqsProxy(sqs.endpoint, Number(process.env.BENCH_SQS_LATENCY_MS ?? 0));
+process.stdout.write(`${JSON.stringify({ endpoint: proxy?.endpoint ?? sqs.endpoint, queueUrl: sqs.queueUrl, dlqUrl: sqs.dlqUrl })}\n`);
+process.on('SIGTERM', () => void Promise.all([proxy?.stop(), sqs.stop()]).then(() => process.exit(0)));

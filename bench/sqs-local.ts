@@ -6,10 +6,17 @@ import { join } from 'node:path';
 export async function startSqsChild(
   visibilitySeconds = 60,
   latencyMs = 0,
+  /** false: the endpoint itself, no counting proxy in between (the latency runs: production has no proxy hop). */
+  proxy = true,
 ): Promise<{ child: ChildProcess; endpoint: string; queueUrl: string; dlqUrl: string }> {
   const child = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, 'sqs-child.ts')], {
     stdio: ['ignore', 'pipe', 'inherit'],
-    env: { ...process.env, BENCH_VISIBILITY: String(visibilitySeconds), BENCH_SQS_LATENCY_MS: String(latencyMs) },
+    env: {
+      ...process.env,
+      BENCH_VISIBILITY: String(visibilitySeconds),
+      BENCH_SQS_LATENCY_MS: String(latencyMs),
+      BENCH_SQS_PROXY: proxy ? '1' : '0',
+    },
   });
   const line = await new Promise<string>((resolve, reject) => {
     let buf = '';
