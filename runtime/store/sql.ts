@@ -126,8 +126,9 @@ const WORKER_SQL = {
    * is no longer claimable, so of 50 concurrent claimers exactly one updates it. The ids arrive
    * sorted and the primary-key scan visits them in key order, so two workers claiming overlapping
    * batches lock rows in the same order. No SELECT … FOR UPDATE first: that would write a lock
-   * record per row to the WAL on top of the update. No indexed column changes here, so the
-   * claim is a HOT update (see the index rule in 0001_job_table.sql). The claim increments
+   * record per row to the WAL on top of the update. No indexed column changes here and the page
+   * has room for the new version (fill factor 40, 0013), so the claim is a HOT update (see the
+   * index rule in 0001_job_table.sql; test/runtime/write-cost.test.ts). The claim increments
    * attempt: the new (id, attempt) is this owner's fencing token.
    */
   jobClaim: `
