@@ -19,6 +19,7 @@
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
@@ -153,6 +154,20 @@ interface Sample {
   cpuSecondsPer1000: number;
   /** PostgreSQL's CPU in the process phase, when the server is local (the enqueue's is in enqueueCost). */
   pgCpuSecondsPer1000: number | null;
+  /** The local SQS endpoint's process (emulator and delaying proxy) in the process phase: CPU the worker's calls cost on the same cores. */
+  endpointCpuSecondsPer1000: number | null;
+}
+
+/** CPU seconds a local process has used (/proc/<pid>/stat utime + stime), or null. */
+function processCpuSeconds(pid: number | undefined): number | null {
+  if (pid === undefined) return null;
+  try {
+    const st = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = st.slice(st.lastIndexOf(')') + 2).split(' ');
+    return (Number(f[11]) + Number(f[12])) / 100;
+  } catch {
+    return null;
+  }
 }
 
 const median = (xs: number[]) => {
@@ -307,6 +322,7 @@ async function throughput(
   try {
     const enq = await meter.measure(() => enqueueAll(url, queue, kind, n, keys), { statements: args.profile });
     const calls0 = endpoint ? await proxyCalls(endpoint) : null;
+    const endpointCpu0 = processCpuSeconds(child?.pid);
     const work = () => processAll(url, queue, dlq, n, concurrency, prefetch);
     const proc = await meter.measure(
       profileTo
@@ -318,6 +334,7 @@ async function throughput(
         : work,
       { statements: args.profile },
     );
+    const endpointCpu1 = processCpuSeconds(child?.pid);
     const calls = endpoint && calls0 ? callsBetween(calls0, await proxyCalls(endpoint)) : null;
     await verify(url, kind, n);
     const commits = enq.cost.commits + proc.cost.commits;
@@ -340,6 +357,7 @@ async function throughput(
       processCost: proc.cost,
       cpuSecondsPer1000: (proc.result.cpuSeconds / n) * 1000,
       pgCpuSecondsPer1000: proc.cost.pgCpuSeconds !== undefined ? (proc.cost.pgCpuSeconds / n) * 1000 : null,
+      endpointCpuSecondsPer1000: endpointCpu0 !== null && endpointCpu1 !== null ? ((endpointCpu1 - endpointCpu0) / n) * 1000 : null,
     };
   } finally {
     child?.kill('SIGTERM');
@@ -594,7 +612,10 @@ async function main(): Promise<void> {
                     : null;
                 const s = await throughput(adminUrl, 'bench_tp', meter, kind, transport, c, pf, profileTo, { sqsLatencyMs: delay });
                 const pgCpu = s.pgCpuSecondsPer1000 === null ? '' : `, PostgreSQL ${s.pgCpuSecondsPer1000.toFixed(3)} CPU s/1000`;
-                const calls = s.sqsCallsPerJob === null ? '' : `, ${s.sqsCallsPerJob.toFixed(3)} SQS calls/job`;
+                const calls =
+                  s.sqsCallsPerJob === null
+                    ? ''
+                    : `, ${s.sqsCallsPerJob.toFixed(3)} SQS calls/job, local endpoint ${s.endpointCpuSecondsPer1000?.toFixed(3) ?? '?'} CPU s/1000`;
                 log(
                   `  ${fmt(s.processPerSec)} jobs/s, ${s.commitsPerJob.toFixed(3)} commits/job, ${fmt(s.walBytesPerJob)} WAL B/job, worker ${s.cpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}${calls}`,
                 );
@@ -722,8 +743,10 @@ async function main(): Promise<void> {
         'Hiding SQS latency: one worker through the local SQS endpoint, every call delayed, against the same without delay (medians):',
       );
       out.push('');
-      out.push('| job | concurrency | SQS delay | jobs/s | of 0 ms | SQS calls/job |');
-      out.push('|---|---:|---:|---:|---:|---:|');
+      out.push(
+        '| job | concurrency | SQS delay | jobs/s | of 0 ms | SQS calls/job | local endpoint CPU s/1000 jobs, 0 ms → delayed | worker + PostgreSQL + endpoint, cores busy |',
+      );
+      out.push('|---|---:|---:|---:|---:|---:|---:|---:|');
       for (const kind of KINDS)
         for (const c of CONCURRENCIES)
           for (const d of delayed) {
@@ -733,11 +756,18 @@ async function main(): Promise<void> {
             const ss = at(d);
             if (ss.length === 0) continue;
             const m = median(ss.map((s) => s.processPerSec));
+            // The endpoint shares the machine's cores with the worker and PostgreSQL: how busy all three kept them.
+            const endpointCpu = (xs: Sample[]) => median(xs.map((s) => s.endpointCpuSecondsPer1000 ?? NaN));
+            const busy = median(
+              ss.map(
+                (s) => ((s.cpuSecondsPer1000 + (s.pgCpuSecondsPer1000 ?? 0) + (s.endpointCpuSecondsPer1000 ?? 0)) * s.processPerSec) / 1000,
+              ),
+            );
             out.push(
               `| ${kind} | ${c} | ${d} ms | ${range(ss.map((s) => s.processPerSec))} | ${Math.round((100 * m) / base)} % | ${range(
                 ss.map((s) => s.sqsCallsPerJob ?? 0),
                 3,
-              )} |`,
+              )} | ${fmt(endpointCpu(at(0)), 3)} → ${fmt(endpointCpu(ss), 3)} | ${fmt(busy, 2)} |`,
             );
           }
     }
