@@ -102,9 +102,27 @@ const LEDGERS = [
 ] as const;
 
 /** Apply every migration not yet applied, the platform's then the application's. Safe to run from many processes at once. */
+/**
+ * How a migration waits for its table locks. An ALTER of jobs.job needs the table to itself; while
+ * it waits in PostgreSQL's lock queue, every claim, heartbeat and enqueue queues behind it, so a
+ * deploy behind one long transaction (a report reading jobs.job, an ERP request that enqueued and
+ * has not committed) would stop the whole fleet for as long as that transaction lasts. So each
+ * migration waits at most `lockTimeoutMs` for a lock (the fleet stalls at most that long), gives
+ * way, and tries again after a backoff, `lockAttempts` times in all (about 3 minutes by default,
+ * inside the bootstrap function's 10), then fails naming the sessions that held the tables.
+ */
+export interface MigrationLockWait {
+  lockTimeoutMs?: number;
+  lockAttempts?: number;
+  /** First backoff between attempts (doubling, at most 10 s). */
+  lockRetryDelayMs?: number;
+}
+
+export const MIGRATION_LOCK_WAIT = { lockTimeoutMs: 2000, lockAttempts: 20, lockRetryDelayMs: 500 } as const;
+
 export async function migrate(
   pool: pg.Pool,
-  opts: { dir?: string; appDir?: string; log?: (msg: string) => void } = {},
+  opts: { dir?: string; appDir?: string; log?: (msg: string) => void } & MigrationLockWait = {},
 ): Promise<MigrateResult> {
   const sets = [await loadMigrations(opts.dir), await loadAppMigrations(opts.appDir)];
   const client = await pool.connect();
@@ -116,7 +134,7 @@ export async function migrate(
       const applied: string[] = [];
       let alreadyApplied = 0;
       for (const [i, ledger] of LEDGERS.entries()) {
-        const r = await applySet(client, sets[i]!, ledger, opts.log);
+        const r = await applySet(client, sets[i]!, ledger, { ...MIGRATION_LOCK_WAIT, ...opts });
         applied.push(...r.applied);
         alreadyApplied += r.alreadyApplied;
       }
@@ -133,8 +151,9 @@ async function applySet(
   client: pg.PoolClient,
   migrations: Migration[],
   ledger: (typeof LEDGERS)[number],
-  log?: (msg: string) => void,
+  opts: Required<MigrationLockWait> & { log?: (msg: string) => void },
 ): Promise<MigrateResult> {
+  const { log } = opts;
   const { rows } = await client.query<{ version: number; name: string; checksum: string }>(
     `SELECT version, name, checksum FROM ${ledger.table} ORDER BY version`,
   );
@@ -152,19 +171,71 @@ async function applySet(
       }
       continue;
     }
-    await client.query('BEGIN');
-    try {
-      await client.query(m.sql);
-      await client.query(`INSERT INTO ${ledger.table} (version, name, checksum) VALUES ($1, $2, $3)`, [m.version, m.name, m.checksum]);
-      await client.query('COMMIT');
-    } catch (err) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      throw new Error(`migration ${name} failed: ${(err as Error).message}`, { cause: err });
+    for (let attempt = 1; ; attempt++) {
+      await client.query('BEGIN');
+      try {
+        await client.query("SELECT set_config('lock_timeout', $1, true)", [`${opts.lockTimeoutMs}ms`]);
+        await client.query(m.sql);
+        await client.query(`INSERT INTO ${ledger.table} (version, name, checksum) VALUES ($1, $2, $3)`, [m.version, m.name, m.checksum]);
+        await client.query('COMMIT');
+        break;
+      } catch (err) {
+        await client.query('ROLLBACK').catch(() => undefined);
+        if ((err as { code?: string }).code !== LOCK_NOT_AVAILABLE)
+          throw new Error(`migration ${name} failed: ${(err as Error).message}`, { cause: err });
+        const holders = await lockHolders(client);
+        if (attempt >= opts.lockAttempts) {
+          throw new Error(
+            `migration ${name} could not take its table locks: ${attempt} tries of ${opts.lockTimeoutMs} ms each, given way every time so ` +
+              `that claims and heartbeats were not held behind it. Holding locks on the job tables: ${holders}. ` +
+              'Let those transactions finish (or end them with pg_terminate_backend) and deploy again.',
+            { cause: err },
+          );
+        }
+        const delay = Math.min(10_000, opts.lockRetryDelayMs * 2 ** (attempt - 1));
+        log?.(
+          `migration ${name}: a lock was not free within ${opts.lockTimeoutMs} ms (held by ${holders}); try ${attempt + 1} of ${opts.lockAttempts} in ${delay} ms`,
+        );
+        await new Promise((r) => setTimeout(r, delay));
+      }
     }
     log?.(`applied ${name}`);
     applied.push(name);
   }
   return { applied, alreadyApplied: migrations.length - applied.length };
+}
+
+/** PostgreSQL's lock_not_available: lock_timeout ran out. */
+const LOCK_NOT_AVAILABLE = '55P03';
+
+/** The other sessions holding locks on tables of the platform's or the application's schema, oldest transaction first, for the message. */
+async function lockHolders(client: pg.PoolClient): Promise<string> {
+  let rows: Record<string, unknown>[];
+  try {
+    ({ rows } = await client.query(
+      `SELECT a.pid, a.application_name AS app, a.usename AS usr, a.state,
+              round(extract(epoch FROM statement_timestamp() - a.xact_start))::int AS xact_s,
+              left(regexp_replace(a.query, '\\s+', ' ', 'g'), 120) AS query,
+              string_agg(DISTINCT n.nspname || '.' || c.relname || ' ' || l.mode, ', ') AS locks
+         FROM pg_locks l
+         JOIN pg_class c ON c.oid = l.relation
+         JOIN pg_namespace n ON n.oid = c.relnamespace
+         JOIN pg_stat_activity a ON a.pid = l.pid
+        WHERE l.granted AND l.pid <> pg_backend_pid() AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND n.nspname IN ('jobs', $1)
+        GROUP BY 1, 2, 3, 4, 5, 6, a.xact_start ORDER BY a.xact_start NULLS LAST LIMIT 5`,
+      [APP_SCHEMA],
+    ));
+  } catch (err) {
+    return `unknown (reading pg_locks failed: ${(err as Error).message})`;
+  }
+  if (rows.length === 0) return 'no session now (the holder has finished)';
+  return rows
+    .map(
+      (r) =>
+        `pid ${r.pid} (${r.app || 'no application_name'}, user ${r.usr}, ${r.state}, transaction open ${r.xact_s} s, ${r.locks}: ${r.query})`,
+    )
+    .join('; ');
 }
 
 /** Names of migrations not yet applied, the platform's and the application's (empty when the schema is current). Used by /readyz. */
