@@ -19,7 +19,7 @@ export const OPERATOR_SQL = {
   jobCancel: `
     UPDATE jobs.job
        SET state = 'cancelled', cancelled_by = $2, finished_at = statement_timestamp(),
-           lease_owner = NULL, lease_expires_at = NULL
+           lease_owner = NULL, lease_expires_at = NULL, type_slot = false
      WHERE id = $1 AND state IN ('pending', 'running')
     RETURNING ${JOB_COLUMNS}`,
 

@@ -18,6 +18,10 @@
 //    version (EvalPlanQual), which is what makes the single-statement transitions safe.
 //  - "Attempts used" is attempt - releases: a graceful release hands a claim back without
 //    spending the job's attempt budget, while the token stays monotonic.
+//  - Every transition out of `running` sets type_slot = false: a job of a limited type gives its
+//    slot back in the same row version (what the statement returns says so), and the trigger
+//    job_left_type_slot (0013) wakes the type's next blocked job at COMMIT (and clears a slot a
+//    statement left set).
 
 import { CLAIM_RETURNING, CLAIM_SET, JOB_COLUMNS } from './sql-fragments.ts';
 import { KEY_SQL } from './sql-keys.ts';
@@ -172,7 +176,7 @@ ${CLAIM_RETURNING}`,
   jobComplete: `
     UPDATE jobs.job
        SET state = 'succeeded', result = $3::jsonb, finished_at = statement_timestamp(),
-           lease_owner = NULL, lease_expires_at = NULL,
+           lease_owner = NULL, lease_expires_at = NULL, type_slot = false,
            progress = coalesce($4::jsonb, progress)
      WHERE id = $1 AND attempt = $2 AND state = 'running'
     RETURNING id`,
@@ -195,7 +199,7 @@ ${CLAIM_RETURNING}`,
     WITH completed AS (
       UPDATE jobs.job j
          SET state = 'succeeded', finished_at = statement_timestamp(),
-             lease_owner = NULL, lease_expires_at = NULL,
+             lease_owner = NULL, lease_expires_at = NULL, type_slot = false,
              result = CASE WHEN $4::jsonb[] IS NULL THEN NULL
                            ELSE ($4::jsonb[])[array_position($1::uuid[], j.id)] END,
              progress = CASE WHEN $5::jsonb[] IS NULL THEN j.progress
@@ -221,7 +225,7 @@ ${CLAIM_RETURNING}`,
            attempt_log = attempt_log || jsonb_build_array($5::jsonb || jsonb_build_object(
              'attempt', attempt, 'owner', lease_owner, 'at', statement_timestamp(),
              'outcome', CASE WHEN $4::boolean OR attempt - releases >= max_attempts THEN 'dead' ELSE 'retry' END)),
-           lease_owner = NULL, lease_expires_at = NULL
+           lease_owner = NULL, lease_expires_at = NULL, type_slot = false
      WHERE id = $1 AND attempt = $2 AND state = 'running'
     RETURNING ${JOB_COLUMNS}`,
 
@@ -235,7 +239,7 @@ ${CLAIM_RETURNING}`,
            attempt_log = j.attempt_log || jsonb_build_array(jsonb_build_object(
              'attempt', j.attempt, 'owner', j.lease_owner, 'at', statement_timestamp(), 'outcome', 'released',
              'message', $3::text)),
-           lease_owner = NULL, lease_expires_at = NULL
+           lease_owner = NULL, lease_expires_at = NULL, type_slot = false
       FROM unnest($1::uuid[], $2::int[]) AS r(id, attempt)
      WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running'
     RETURNING j.id`,
@@ -253,7 +257,7 @@ ${CLAIM_RETURNING}`,
            attempt_log = attempt_log || jsonb_build_array(jsonb_build_object(
              'attempt', attempt, 'owner', lease_owner, 'at', statement_timestamp(), 'outcome', 'dead',
              'name', 'LeaseExpired', 'message', 'lease expired on the final attempt')),
-           lease_owner = NULL, lease_expires_at = NULL
+           lease_owner = NULL, lease_expires_at = NULL, type_slot = false
      WHERE id = ANY($1::uuid[]) AND state = 'running' AND lease_expires_at < statement_timestamp()
        AND attempt - releases >= max_attempts
     RETURNING ${JOB_COLUMNS}`,
@@ -285,7 +289,7 @@ ${CLAIM_RETURNING}`,
                'attempt', j.attempt, 'owner', j.lease_owner, 'at', statement_timestamp(),
                'outcome', CASE WHEN j.attempt - j.releases >= j.max_attempts THEN 'dead' ELSE 'rescued' END,
                'name', 'LeaseExpired', 'message', 'lease expired')),
-             lease_owner = NULL, lease_expires_at = NULL
+             lease_owner = NULL, lease_expires_at = NULL, type_slot = false
         FROM expired e
        WHERE j.id = e.id
       RETURNING ${JOB_COLUMNS.split(',')

@@ -140,6 +140,49 @@ describe('limits per job type', () => {
     ]);
   });
 
+  it('the other ways out — a batched completion of several holders, a release, a rescue, a dead-letter — free their slots, each says so in what it returns, and the freed slots go to blocked jobs', async () => {
+    await store.syncTypeLimits([{ type: 'ways.batch', maxRunning: 3 }], 'test');
+    const ids = await enqueue(Array.from({ length: 9 }, (_, i) => ({ type: 'ways.batch', payload: { i }, maxAttempts: 1 })));
+    const slots = async () =>
+      (await pool.query("SELECT count(*)::int AS n FROM jobs.job WHERE type = 'ways.batch' AND type_slot")).rows[0].n as number;
+    const claimThree = async () => {
+      const r = await store.claimKeyed(ids, 'w', 30);
+      expect(r.claimed).toHaveLength(3);
+      expect(await slots()).toBe(3);
+      await outbox(); // the wake-ups of the slots freed before this claim
+      return r.claimed;
+    };
+
+    // Three holders completed in one statement: three slots free, three blocked jobs published.
+    let held = await claimThree();
+    expect(await store.completeMany(held.map((j) => ({ id: j.id, attempt: j.attempt, result: null })))).toEqual(new Set());
+    expect(await slots()).toBe(0);
+    expect(await outbox()).toHaveLength(3);
+
+    // A graceful stop's release: back to pending, slot free.
+    held = await claimThree();
+    expect(await store.release([{ id: held[0]!.id, attempt: held[0]!.attempt }], 'stopping')).toEqual(new Set([held[0]!.id]));
+    expect(await slots()).toBe(2);
+
+    // The rescuer (lease long expired, attempts left? none: maxAttempts 1, so dead) and the dead-letter of a final attempt.
+    await pool.query("UPDATE jobs.job SET lease_expires_at = now() - interval '1 hour' WHERE id = ANY($1::uuid[])", [
+      [held[1]!.id, held[2]!.id],
+    ]);
+    const dead = await store.deadLetterExpired([held[1]!.id]);
+    expect(dead.map((j) => [j.state, j.typeSlot])).toEqual([['dead', false]]);
+    const rescued = await store.rescueExpired(0, 10);
+    expect(rescued.map((r) => [r.job.id, r.job.state, r.job.typeSlot])).toEqual([[held[2]!.id, 'dead', false]]);
+    expect(await slots()).toBe(0);
+
+    // A failure and a cancel say so too (the rows they return are what the API and `jobs` print).
+    held = await claimThree();
+    const failed = await store.fail({ id: held[0]!.id, attempt: held[0]!.attempt }, { message: 'boom' } as never, 0, false);
+    expect([failed?.state, failed?.typeSlot]).toEqual(['dead', false]);
+    const cancelled = await store.cancel(held[1]!.id, 'controller');
+    expect([cancelled?.state, cancelled?.typeSlot]).toEqual(['cancelled', false]);
+    expect(await slots()).toBe(1);
+  });
+
   it('raising a limit publishes as many blocked jobs as it frees; removing it publishes them all and the plain claim takes them', async () => {
     await store.syncTypeLimits([{ type: 'sync.costing', maxRunning: 1 }], 'test');
     const ids = await enqueue(Array.from({ length: 5 }, (_, i) => ({ type: 'sync.costing', payload: { i }, maxAttempts: 3 })));

@@ -15,7 +15,9 @@ let store: JobStore;
 let walinspect = false;
 beforeAll(async () => {
   db = await createTestDb();
-  pool = db.pool;
+  // One connection for everything: statistics reach pg_stat_user_tables when the session that
+  // made them reports them, and pg_stat_force_next_flush() reports only its own session's.
+  pool = db.newPool(1);
   store = new JobStore(pool);
   await pool.query('CREATE TABLE wal_flush (x int)');
   walinspect = await pool.query('CREATE EXTENSION IF NOT EXISTS pg_walinspect').then(
@@ -69,6 +71,14 @@ async function hotCounts(): Promise<{ upd: number; hot: number }> {
 }
 
 describe('what a claim and a completion write', () => {
+  it('jobs.job has no BEFORE row trigger (PostgreSQL would lock every row an UPDATE changes before firing it)', async () => {
+    const { rows } = await pool.query(
+      // tgtype bits: 1 = FOR EACH ROW, 2 = BEFORE (pg_trigger.h).
+      "SELECT tgname FROM pg_trigger WHERE tgrelid = 'jobs.job'::regclass AND NOT tgisinternal AND (tgtype & 3) = 3",
+    );
+    expect(rows).toEqual([]);
+  });
+
   for (const [kind, make] of [
     ['no-op', (_i: number): NewJob => ({ type: 'bench.noop', payload: {}, maxAttempts: 5 })],
     ['ledger.post', (i: number): NewJob => ({ type: 'ledger.post', payload: { batch: `month-end-${i}`, entries: 5 }, maxAttempts: 5 })],
