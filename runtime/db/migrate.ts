@@ -101,40 +101,62 @@ const LEDGERS = [
   { table: 'jobs.app_schema_migrations', prefix: APP_PREFIX },
 ] as const;
 
-/** Apply every migration not yet applied, the platform's then the application's. Safe to run from many processes at once. */
 /**
- * How a migration waits for its table locks. An ALTER of jobs.job needs the table to itself; while
+ * How migrations wait for their table locks. An ALTER of jobs.job needs the table to itself; while
  * it waits in PostgreSQL's lock queue, every claim, heartbeat and enqueue queues behind it, so a
  * deploy behind one long transaction (a report reading jobs.job, an ERP request that enqueued and
- * has not committed) would stop the whole fleet for as long as that transaction lasts. So each
- * migration waits at most `lockTimeoutMs` for a lock (the fleet stalls at most that long), gives
- * way, and tries again after a backoff, `lockAttempts` times in all (about 3 minutes by default,
- * inside the bootstrap function's 10), then fails naming the sessions that held the tables.
+ * has not committed) would stop the whole fleet for as long as that transaction lasts. So a
+ * migration waits at most `lockTimeoutMs` for a lock, gives way (and the workers' statements go
+ * through), and tries again after a backoff, until `lockWaitMs` have passed for the whole run
+ * (3 minutes by default, inside the bootstrap function's 10); then the run fails naming the
+ * sessions that held the tables. The trade: a deploy never holds the fleet for longer than one
+ * try, and one behind a transaction that lasts longer than the whole wait fails instead of
+ * waiting it out.
  */
 export interface MigrationLockWait {
   lockTimeoutMs?: number;
-  lockAttempts?: number;
-  /** First backoff between attempts (doubling, at most 10 s). */
+  lockWaitMs?: number;
+  /** First backoff between tries (doubling, at most 10 s). */
   lockRetryDelayMs?: number;
 }
 
-export const MIGRATION_LOCK_WAIT = { lockTimeoutMs: 2000, lockAttempts: 20, lockRetryDelayMs: 500 } as const;
+export const MIGRATION_LOCK_WAIT = { lockTimeoutMs: 2000, lockWaitMs: 180_000, lockRetryDelayMs: 500 } as const;
 
+/** PostgreSQL's lock_not_available (lock_timeout ran out) and deadlock_detected: both worth another try. */
+const LOCK_RETRY_CODES = new Set(['55P03', '40P01']);
+
+function lockWait(opts: MigrationLockWait): Required<MigrationLockWait> {
+  const out = {
+    lockTimeoutMs: opts.lockTimeoutMs ?? MIGRATION_LOCK_WAIT.lockTimeoutMs,
+    lockWaitMs: opts.lockWaitMs ?? MIGRATION_LOCK_WAIT.lockWaitMs,
+    lockRetryDelayMs: opts.lockRetryDelayMs ?? MIGRATION_LOCK_WAIT.lockRetryDelayMs,
+  };
+  for (const [k, v] of Object.entries(out)) {
+    if (!Number.isInteger(v) || v < 1) throw new TypeError(`migrate: ${k} must be a whole number of milliseconds ≥ 1, got ${v}`);
+  }
+  return out;
+}
+
+/** Apply every migration not yet applied, the platform's then the application's. Safe to run from many processes at once. */
 export async function migrate(
   pool: pg.Pool,
   opts: { dir?: string; appDir?: string; log?: (msg: string) => void } & MigrationLockWait = {},
 ): Promise<MigrateResult> {
+  const wait = lockWait(opts);
   const sets = [await loadMigrations(opts.dir), await loadAppMigrations(opts.appDir)];
   const client = await pool.connect();
   try {
     // Session-level lock: held across the per-migration transactions below, released in finally.
     await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY]);
     try {
+      // One budget for the whole run (every file), counted from here: waiting for the advisory
+      // lock (another migrator) holds up nobody else.
+      const deadline = Date.now() + wait.lockWaitMs;
       await client.query(LEDGER_DDL);
       const applied: string[] = [];
       let alreadyApplied = 0;
       for (const [i, ledger] of LEDGERS.entries()) {
-        const r = await applySet(client, sets[i]!, ledger, { ...MIGRATION_LOCK_WAIT, ...opts });
+        const r = await applySet(client, sets[i]!, ledger, wait, deadline, opts.log);
         applied.push(...r.applied);
         alreadyApplied += r.alreadyApplied;
       }
@@ -151,9 +173,10 @@ async function applySet(
   client: pg.PoolClient,
   migrations: Migration[],
   ledger: (typeof LEDGERS)[number],
-  opts: Required<MigrationLockWait> & { log?: (msg: string) => void },
+  wait: Required<MigrationLockWait>,
+  deadline: number,
+  log?: (msg: string) => void,
 ): Promise<MigrateResult> {
-  const { log } = opts;
   const { rows } = await client.query<{ version: number; name: string; checksum: string }>(
     `SELECT version, name, checksum FROM ${ledger.table} ORDER BY version`,
   );
@@ -172,29 +195,32 @@ async function applySet(
       continue;
     }
     for (let attempt = 1; ; attempt++) {
-      await client.query('BEGIN');
       try {
-        await client.query("SELECT set_config('lock_timeout', $1, true)", [`${opts.lockTimeoutMs}ms`]);
+        await client.query('BEGIN');
+        await client.query("SELECT set_config('lock_timeout', $1, true)", [`${wait.lockTimeoutMs}ms`]);
         await client.query(m.sql);
         await client.query(`INSERT INTO ${ledger.table} (version, name, checksum) VALUES ($1, $2, $3)`, [m.version, m.name, m.checksum]);
         await client.query('COMMIT');
         break;
       } catch (err) {
         await client.query('ROLLBACK').catch(() => undefined);
-        if ((err as { code?: string }).code !== LOCK_NOT_AVAILABLE)
+        if (!LOCK_RETRY_CODES.has((err as { code?: string }).code ?? '')) {
           throw new Error(`migration ${name} failed: ${(err as Error).message}`, { cause: err });
-        const holders = await lockHolders(client);
-        if (attempt >= opts.lockAttempts) {
+        }
+        const holders = await lockHolders(client, wait.lockTimeoutMs);
+        const delay = Math.min(10_000, wait.lockRetryDelayMs * 2 ** (attempt - 1));
+        if (Date.now() + delay >= deadline) {
           throw new Error(
-            `migration ${name} could not take its table locks: ${attempt} tries of ${opts.lockTimeoutMs} ms each, given way every time so ` +
-              `that claims and heartbeats were not held behind it. Holding locks on the job tables: ${holders}. ` +
-              'Let those transactions finish (or end them with pg_terminate_backend) and deploy again.',
+            `migration ${name} could not take its table locks: ${attempt} tries of ${wait.lockTimeoutMs} ms, giving way after each so ` +
+              `that claims and heartbeats were not held behind it, until the run's ${wait.lockWaitMs / 1000} s were up. ` +
+              `Holding locks on the job tables for longer than a try: ${holders}. ` +
+              'Let those transactions finish (or end them with SELECT pg_terminate_backend(pid)) and deploy again.',
             { cause: err },
           );
         }
-        const delay = Math.min(10_000, opts.lockRetryDelayMs * 2 ** (attempt - 1));
         log?.(
-          `migration ${name}: a lock was not free within ${opts.lockTimeoutMs} ms (held by ${holders}); try ${attempt + 1} of ${opts.lockAttempts} in ${delay} ms`,
+          `migration ${name}: ${(err as { code?: string }).code === '40P01' ? 'deadlocked' : `a lock was not free within ${wait.lockTimeoutMs} ms`} ` +
+            `(held by ${holders}); try ${attempt + 1} in ${delay} ms`,
         );
         await new Promise((r) => setTimeout(r, delay));
       }
@@ -205,36 +231,30 @@ async function applySet(
   return { applied, alreadyApplied: migrations.length - applied.length };
 }
 
-/** PostgreSQL's lock_not_available: lock_timeout ran out. */
-const LOCK_NOT_AVAILABLE = '55P03';
-
 /** The other sessions holding locks on tables of the platform's or the application's schema, oldest transaction first, for the message. */
-async function lockHolders(client: pg.PoolClient): Promise<string> {
+async function lockHolders(client: pg.PoolClient, olderThanMs: number): Promise<string> {
   let rows: Record<string, unknown>[];
   try {
     ({ rows } = await client.query(
+      // No statement text: it can carry data, and this goes to the deploy's logs and events.
       `SELECT a.pid, a.application_name AS app, a.usename AS usr, a.state,
               round(extract(epoch FROM statement_timestamp() - a.xact_start))::int AS xact_s,
-              left(regexp_replace(a.query, '\\s+', ' ', 'g'), 120) AS query,
               string_agg(DISTINCT n.nspname || '.' || c.relname || ' ' || l.mode, ', ') AS locks
          FROM pg_locks l
          JOIN pg_class c ON c.oid = l.relation
          JOIN pg_namespace n ON n.oid = c.relnamespace
          JOIN pg_stat_activity a ON a.pid = l.pid
         WHERE l.granted AND l.pid <> pg_backend_pid() AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-          AND n.nspname IN ('jobs', $1)
-        GROUP BY 1, 2, 3, 4, 5, 6, a.xact_start ORDER BY a.xact_start NULLS LAST LIMIT 5`,
-      [APP_SCHEMA],
+          AND c.relkind IN ('r', 'p') AND n.nspname IN ('jobs', $1) AND a.xact_start < statement_timestamp() - $2 * interval '1 millisecond'
+        GROUP BY 1, 2, 3, 4, 5, a.xact_start ORDER BY a.xact_start LIMIT 5`,
+      [APP_SCHEMA, olderThanMs],
     ));
   } catch (err) {
     return `unknown (reading pg_locks failed: ${(err as Error).message})`;
   }
-  if (rows.length === 0) return 'no session now (the holder has finished)';
+  if (rows.length === 0) return 'no transaction open that long now (it has finished, or the lock was on a row or an advisory lock)';
   return rows
-    .map(
-      (r) =>
-        `pid ${r.pid} (${r.app || 'no application_name'}, user ${r.usr}, ${r.state}, transaction open ${r.xact_s} s, ${r.locks}: ${r.query})`,
-    )
+    .map((r) => `pid ${r.pid} (${r.app || 'no application_name'}, user ${r.usr}, ${r.state}, transaction open ${r.xact_s} s, ${r.locks})`)
     .join('; ');
 }
 

@@ -49,14 +49,18 @@ describe('migrate', () => {
 // has not committed) must not stop the fleet: the migration gives way and tries again.
 describe('migrate behind a long transaction', () => {
   let db: TestDb;
-  let dir: string;
   beforeAll(async () => {
     db = await createTestDb();
-    dir = await mkdtemp(join(tmpdir(), 'mig-'));
-    await cp(defaultMigrationsDir(), dir, { recursive: true });
-    await writeFile(join(dir, '9998_alter_job.sql'), 'ALTER TABLE jobs.job ADD COLUMN deploy_test integer;');
   });
   afterAll(() => db.drop());
+
+  /** The platform's migrations plus `extra` (file name → SQL), in a folder of their own. */
+  async function migrationsWith(extra: Record<string, string>): Promise<string> {
+    const dir = await mkdtemp(join(tmpdir(), 'mig-'));
+    await cp(defaultMigrationsDir(), dir, { recursive: true });
+    for (const [name, sql] of Object.entries(extra)) await writeFile(join(dir, name), sql);
+    return dir;
+  }
 
   /** A session with a transaction open that has read jobs.job, as a long report does. */
   async function openReport(): Promise<pg.Client> {
@@ -82,44 +86,55 @@ describe('migrate behind a long transaction', () => {
   }
 
   it('waits for its lock a short while at a time, so the workers keep writing, and applies once the transaction ends', async () => {
+    // Two statements: the first has run when the second times out, and each try must undo it.
+    const dir = await migrationsWith({
+      '9998_alter_job.sql': 'CREATE TABLE jobs.deploy_side (id int);\nALTER TABLE jobs.job ADD COLUMN deploy_test integer;',
+    });
     const report = await openReport();
     const lines: string[] = [];
-    const migrating = migrate(db.pool, { dir, lockTimeoutMs: 300, lockAttempts: 100, lockRetryDelayMs: 50, log: (l) => lines.push(l) });
-    let applied = false;
-    void migrating.then(() => (applied = true));
-    // The ALTER is in PostgreSQL's lock queue behind the report: writes to jobs.job still go
-    // through, one after another (each may wait out one short try).
-    const altering = async () =>
-      (
-        await db.pool.query(
-          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'ALTER TABLE jobs.job ADD COLUMN deploy_test%'",
-        )
-      ).rows[0].n as number;
-    await expect.poll(altering, { timeout: 10_000, interval: 20 }).toBe(1);
-    for (let i = 0; i < 5; i++) await writeJob(3000); // without lock_timeout: stuck behind the ALTER until the report ends
-    expect(applied).toBe(false);
-    await expect.poll(() => lines.length).toBeGreaterThan(0);
-    expect(lines[0]).toMatch(
-      /9998_alter_job\.sql: a lock was not free within 300 ms \(held by pid \d+ \(month-end-report, .*jobs\.job AccessShareLock/,
+    const migrating = migrate(db.pool, { dir, lockTimeoutMs: 300, lockWaitMs: 60_000, lockRetryDelayMs: 50, log: (l) => lines.push(l) });
+    let settled = false;
+    migrating.then(
+      () => (settled = true),
+      () => (settled = true),
     );
-    await report.query('COMMIT');
-    await report.end();
+    try {
+      // The ALTER is in PostgreSQL's lock queue behind the report: writes to jobs.job still go
+      // through, one after another (each may wait out one short try).
+      const altering = async () =>
+        (
+          await db.pool.query(
+            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ALTER TABLE jobs.job ADD COLUMN deploy_test%'",
+          )
+        ).rows[0].n as number;
+      await expect.poll(altering, { timeout: 10_000, interval: 20 }).toBe(1);
+      for (let i = 0; i < 5; i++) await writeJob(3000); // without lock_timeout: stuck behind the ALTER until the report ends
+      expect(settled).toBe(false);
+      await expect.poll(() => lines.length).toBeGreaterThan(0);
+      expect(lines[0]).toMatch(
+        /9998_alter_job\.sql: a lock was not free within 300 ms \(held by pid \d+ \(month-end-report, .*jobs\.job AccessShareLock/,
+      );
+      expect(lines[0]).not.toContain('SELECT count(*)'); // no statement text: it may carry data
+    } finally {
+      await report.query('COMMIT');
+      await report.end();
+    }
     const result = await migrating;
     expect(result.applied).toEqual(['9998_alter_job.sql']);
     const { rows } = await db.pool.query(
-      "SELECT count(*)::int AS n FROM information_schema.columns WHERE table_schema = 'jobs' AND table_name = 'job' AND column_name = 'deploy_test'",
+      "SELECT (SELECT count(*)::int FROM information_schema.columns WHERE table_schema = 'jobs' AND table_name = 'job' AND column_name = 'deploy_test') AS col, to_regclass('jobs.deploy_side') IS NOT NULL AS side",
     );
-    expect(rows[0].n).toBe(1);
+    expect(rows[0]).toEqual({ col: 1, side: true });
   });
 
-  it('fails the deploy after its tries, naming the session that held the table', async () => {
-    await writeFile(join(dir, '9999_alter_job_again.sql'), 'ALTER TABLE jobs.job ADD COLUMN deploy_test_2 integer;');
+  it('fails the deploy when its time is up, naming the session that held the table, and leaves the migration pending', async () => {
+    const dir = await migrationsWith({ '9997_alter_job_again.sql': 'ALTER TABLE jobs.job ADD COLUMN deploy_test_2 integer;' });
     const report = await openReport();
     try {
-      await expect(migrate(db.pool, { dir, lockTimeoutMs: 100, lockAttempts: 3, lockRetryDelayMs: 10 })).rejects.toThrow(
-        /migration 9999_alter_job_again\.sql could not take its table locks: 3 tries of 100 ms .*month-end-report.*pg_terminate_backend/s,
+      await expect(migrate(db.pool, { dir, lockTimeoutMs: 100, lockWaitMs: 400, lockRetryDelayMs: 10 })).rejects.toThrow(
+        /migration 9997_alter_job_again\.sql could not take its table locks: \d+ tries of 100 ms, .*month-end-report.*pg_terminate_backend/s,
       );
-      expect(await pendingMigrations(db.pool, dir)).toEqual(['9999_alter_job_again.sql']);
+      expect(await pendingMigrations(db.pool, dir)).toEqual(['9997_alter_job_again.sql']);
     } finally {
       await report.query('ROLLBACK');
       await report.end();
