@@ -147,6 +147,8 @@ interface Sample {
   jobs: number;
   enqueuePerSec: number;
   processPerSec: number;
+  /** The rate between the 10th and the 90th percent of the drain: without the worker's start and the last stragglers. */
+  steadyPerSec: number;
   commitsPerJob: number;
   walBytesPerJob: number;
   enqueueCost: Cost;
@@ -236,9 +238,11 @@ async function processAll(
   n: number,
   concurrency: number,
   prefetch: number | null,
-): Promise<{ perSec: number; cpuSeconds: number }> {
+): Promise<{ perSec: number; steadyPerSec: number; cpuSeconds: number }> {
   const pool = createPool({ url, max: workerPoolSize(concurrency), applicationName: 'bench worker' });
   let done = 0;
+  let t10 = 0;
+  let t90 = 0;
   let resolveDone!: () => void;
   const allDone = new Promise<void>((r) => (resolveDone = r));
   const worker = new Worker({
@@ -254,7 +258,11 @@ async function processAll(
     // Counted through the metrics sink the worker feeds anyway (no event objects per job).
     metrics: {
       count: (name, k = 1) => {
-        if (name === METRIC.jobsSucceeded && (done += k) >= n) resolveDone();
+        if (name !== METRIC.jobsSucceeded) return;
+        done += k;
+        if (t10 === 0 && done >= n / 10) t10 = performance.now();
+        if (t90 === 0 && done >= (n * 9) / 10) t90 = performance.now();
+        if (done >= n) resolveDone();
       },
       timing: () => undefined,
     },
@@ -267,7 +275,7 @@ async function processAll(
   const cpu = process.cpuUsage(cpu0);
   await worker.stop(0);
   await pool.end();
-  return { perSec: n / seconds, cpuSeconds: (cpu.user + cpu.system) / 1e6 };
+  return { perSec: n / seconds, steadyPerSec: (0.8 * n * 1000) / (t90 - t10), cpuSeconds: (cpu.user + cpu.system) / 1e6 };
 }
 
 async function verify(url: string, kind: 'noop' | 'ledger', n: number): Promise<void> {
@@ -351,6 +359,7 @@ async function throughput(
       jobs: n,
       enqueuePerSec: enq.result,
       processPerSec: proc.result.perSec,
+      steadyPerSec: proc.result.steadyPerSec,
       commitsPerJob: commits / n,
       walBytesPerJob: wal / n,
       enqueueCost: enq.cost,
@@ -617,7 +626,7 @@ async function main(): Promise<void> {
                     ? ''
                     : `, ${s.sqsCallsPerJob.toFixed(3)} SQS calls/job, local endpoint ${s.endpointCpuSecondsPer1000?.toFixed(3) ?? '?'} CPU s/1000`;
                 log(
-                  `  ${fmt(s.processPerSec)} jobs/s, ${s.commitsPerJob.toFixed(3)} commits/job, ${fmt(s.walBytesPerJob)} WAL B/job, worker ${s.cpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}${calls}`,
+                  `  ${fmt(s.processPerSec)} jobs/s (steady ${fmt(s.steadyPerSec)}), ${s.commitsPerJob.toFixed(3)} commits/job, ${fmt(s.walBytesPerJob)} WAL B/job, worker ${s.cpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}${calls}`,
                 );
                 if (args.profile && run === 0) {
                   for (const [phase, cost] of [
@@ -744,9 +753,9 @@ async function main(): Promise<void> {
       );
       out.push('');
       out.push(
-        '| job | concurrency | SQS delay | jobs/s | of 0 ms | SQS calls/job | local endpoint CPU s/1000 jobs, 0 ms → delayed | worker + PostgreSQL + endpoint, cores busy |',
+        '| job | concurrency | SQS delay | jobs/s | of 0 ms | steady jobs/s (10–90 % of the drain) | steady, of 0 ms | SQS calls/job | local endpoint CPU s/1000 jobs, 0 ms → delayed | worker + PostgreSQL + endpoint, cores busy |',
       );
-      out.push('|---|---:|---:|---:|---:|---:|---:|---:|');
+      out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
       for (const kind of KINDS)
         for (const c of CONCURRENCIES)
           for (const d of delayed) {
@@ -756,6 +765,8 @@ async function main(): Promise<void> {
             const ss = at(d);
             if (ss.length === 0) continue;
             const m = median(ss.map((s) => s.processPerSec));
+            const steady = median(ss.map((s) => s.steadyPerSec));
+            const steadyBase = median(at(0).map((s) => s.steadyPerSec));
             // The endpoint shares the machine's cores with the worker and PostgreSQL: how busy all three kept them.
             const endpointCpu = (xs: Sample[]) => median(xs.map((s) => s.endpointCpuSecondsPer1000 ?? NaN));
             const busy = median(
@@ -765,6 +776,8 @@ async function main(): Promise<void> {
             );
             out.push(
               `| ${kind} | ${c} | ${d} ms | ${range(ss.map((s) => s.processPerSec))} | ${Math.round((100 * m) / base)} % | ${range(
+                ss.map((s) => s.steadyPerSec),
+              )} | ${Math.round((100 * steady) / steadyBase)} % | ${range(
                 ss.map((s) => s.sqsCallsPerJob ?? 0),
                 3,
               )} | ${fmt(endpointCpu(at(0)), 3)} → ${fmt(endpointCpu(ss), 3)} | ${fmt(busy, 2)} |`,
