@@ -33,8 +33,9 @@ try {
     wire: { queue: wire(sqs.queueUrl), dlq: wire(sqs.dlqUrl) },
   };
   type Queues = (typeof transports)['sdk'];
-  // The floor: the same endpoint over the same kind of keep-alive agent, a body of the size the
-  // wire sends, nothing signed, nothing parsed. What a call costs this machine before any client.
+  // The floor: the same endpoint over the same kind of keep-alive agent, a body of about the size
+  // the wire sends (an unknown queue name: the endpoint answers with a short error), nothing
+  // signed, nothing parsed. What a call costs this machine before any client.
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   const endpoint = new URL(sqs.endpoint);
   const bare = (body: string) =>
