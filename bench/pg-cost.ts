@@ -150,7 +150,7 @@ export class CostMeter {
 }
 
 /** /proc/<pid>/stat split after the command name: [state, ppid, …], or null if unreadable. */
-function procStat(pid: number): string[] | null {
+export function procStat(pid: number): string[] | null {
   try {
     const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
     return s.slice(s.lastIndexOf(')') + 2).split(' ');

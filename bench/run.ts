@@ -19,7 +19,6 @@
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
-import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
@@ -44,7 +43,7 @@ import type { JobQueue } from '../runtime/queue/types.ts';
 import { Publisher } from '../runtime/store/outbox.ts';
 import { Worker } from '../runtime/worker/worker.ts';
 import { profileCpu } from './cpu-profile.ts';
-import { CostMeter, type Cost } from './pg-cost.ts';
+import { CostMeter, type Cost, procStat } from './pg-cost.ts';
 import { runPeers, type PeerRow } from './peers.ts';
 
 // Known and only noise here (the images run Node 22): the AWS SDK's Node 22 notice, off for this process and its children.
@@ -161,16 +160,10 @@ interface Sample {
   endpointCpuSecondsPer1000: number | null;
 }
 
-/** CPU seconds a local process has used (/proc/<pid>/stat utime + stime), or null. */
+/** CPU seconds a local process has used (utime + stime, clock ticks of 1/100 s), or null. */
 function processCpuSeconds(pid: number | undefined): number | null {
-  if (pid === undefined) return null;
-  try {
-    const st = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = st.slice(st.lastIndexOf(')') + 2).split(' ');
-    return (Number(f[11]) + Number(f[12])) / 100;
-  } catch {
-    return null;
-  }
+  const f = pid === undefined ? null : procStat(pid);
+  return f ? (Number(f[11]) + Number(f[12])) / 100 : null;
 }
 
 const median = (xs: number[]) => {
