@@ -33,7 +33,7 @@ import { defineJob } from '../runtime/handlers/types.ts';
 import { benchNoop } from './jobs.ts';
 import { drainWithWorkers, type DrainResult } from './deployed.ts';
 import { callsBetween, proxyCalls } from './sqs-proxy.ts';
-import { startSqsChild } from './sqs-local.ts';
+import { startSqsChild, warmQueue } from './sqs-local.ts';
 import { METRIC } from '../runtime/observability/metric-names.ts';
 import { startEmbeddedPg, withDatabase } from '../dev/embedded-pg.ts';
 import { silentLogger } from '../runtime/observability/log.ts';
@@ -407,15 +407,8 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
     child = s.child;
     queue = new SqsQueue({ queueUrl: s.queueUrl, endpoint: s.endpoint });
     d = new SqsQueue({ queueUrl: s.dlqUrl, endpoint: s.endpoint });
-    // SQS itself is a warm service; the emulator is a fresh Node process compiling its code: warm
-    // it (and this process's client) with the calls a job makes before anything is measured.
-    for (let i = 0; i < 300; i++) {
-      await queue.send(Array.from({ length: 10 }, (_, k) => ({ body: JSON.stringify({ warm: i * 10 + k }) })));
-      const got = await queue.receive(10, 0);
-      if (got.length > 0) await queue.delete(got.map((m) => m.receipt));
-    }
-    for (let got = await queue.receive(10, 0); got.length > 0; got = await queue.receive(10, 0))
-      await queue.delete(got.map((m) => m.receipt));
+    // The endpoint's child warmed the emulator (sqs-local.ts warmQueue); this warms this process's client too.
+    await warmQueue(queue);
   }
   const pool = createPool({ url, max: workerPoolSize(10) + 4, applicationName: 'bench latency' });
   const publisher = new Publisher(pool, queue, silentLogger);
