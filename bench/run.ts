@@ -685,7 +685,7 @@ async function main(): Promise<void> {
                   const pgCpu =
                     cost.pgCpuSeconds !== undefined ? `, PostgreSQL ${((cost.pgCpuSeconds / N) * 1000).toFixed(3)} CPU s/1000` : '';
                   log(
-                    `  ${fmt(d.perSec)} jobs/s (tenths ${d.tenths.map((t) => fmt(t)).join(' ')}), started in ${fmt(d.startMs)} ms, worker ${d.workerCpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}, ${d.sqsCallsPerJob.toFixed(3)} SQS calls/job, ${d.connectionsPeak} connections`,
+                    `  ${fmt(d.perSec)} jobs/s (steady ${fmt(d.steadyPerSec)}; tenths ${d.tenths.map((t) => fmt(t)).join(' ')}), started in ${fmt(d.startMs)} ms, worker ${d.workerCpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}, ${d.sqsCallsPerJob.toFixed(3)} SQS calls/job, ${d.connectionsPeak} connections`,
                   );
                   for (const st of cost.statements ?? [])
                     log(
@@ -809,9 +809,9 @@ async function main(): Promise<void> {
       );
       out.push('');
       out.push(
-        '| job | SQS delay | concurrency | processes | round | rows before | jobs/s | of in-bench | per process | worker CPU s/1000 jobs | PostgreSQL CPU s/1000 jobs | connections held | SQS calls/job |',
+        '| job | SQS delay | concurrency | processes | round | rows before | jobs/s | of in-bench | steady jobs/s (10–90 %) | steady, of in-bench steady | per process | worker CPU s/1000 jobs | PostgreSQL CPU s/1000 jobs | connections held | SQS calls/job |',
       );
-      out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+      out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
       const seen = new Set<string>();
       for (const d of drains) {
         const key = `${d.kind}|${d.sqsLatencyMs}|${d.concurrency}|${d.workers}|${d.round}`;
@@ -823,6 +823,8 @@ async function main(): Promise<void> {
         );
         const m = median(ds.map((x) => x.perSec));
         const ofBench = inBench.length > 0 ? `${Math.round((100 * m) / median(inBench.map((s) => s.processPerSec)))} %` : 'n/a';
+        const steady = median(ds.map((x) => x.steadyPerSec));
+        const steadyOfBench = inBench.length > 0 ? `${Math.round((100 * steady) / median(inBench.map((s) => s.steadyPerSec)))} %` : 'n/a';
         const pgCpu = ds.every((x) => x.pgCpuSecondsPer1000 !== null)
           ? range(
               ds.map((x) => x.pgCpuSecondsPer1000!),
@@ -830,7 +832,7 @@ async function main(): Promise<void> {
             )
           : 'n/a (remote)';
         out.push(
-          `| ${d.kind} | ${d.sqsLatencyMs} ms | ${d.concurrency} | ${d.workers} | ${d.round + 1} | ${fmt(d.tableRows)} | ${range(ds.map((x) => x.perSec))} | ${ofBench} | ${fmt(m / d.workers)} | ${range(
+          `| ${d.kind} | ${d.sqsLatencyMs} ms | ${d.concurrency} | ${d.workers} | ${d.round + 1} | ${fmt(d.tableRows)} | ${range(ds.map((x) => x.perSec))} | ${ofBench} | ${range(ds.map((x) => x.steadyPerSec))} | ${steadyOfBench} | ${fmt(m / d.workers)} | ${range(
             ds.map((x) => x.workerCpuSecondsPer1000),
             3,
           )} | ${pgCpu} | ${range(ds.map((x) => x.connectionsPeak))} | ${range(
