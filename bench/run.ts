@@ -622,7 +622,8 @@ async function main(): Promise<void> {
   const resultsDir = join('bench', 'results');
   await mkdir(resultsDir, { recursive: true });
   try {
-    for (let run = 0; run < (args.matrix === 'false' ? 0 : RUNS); run++) {
+    // One run of the in-bench matrix: one worker in this process, every kind, transport and setting.
+    const matrixRun = async (run: number): Promise<void> => {
       for (const kind of KINDS) {
         for (const transport of TRANSPORTS) {
           for (const delay of transport === 'sqs' ? SQS_LATENCIES : [0])
@@ -661,10 +662,10 @@ async function main(): Promise<void> {
               }
         }
       }
-    }
+    };
     // The deployed shape: separate worker processes draining a backlog through the local SQS endpoint.
     const drains: Drain[] = [];
-    for (let run = 0; run < RUNS; run++)
+    const drainRun = async (run: number): Promise<void> => {
       for (const kind of KINDS)
         for (const delay of [WORKER_DELAY])
           for (const c of [WORKER_C])
@@ -703,6 +704,14 @@ async function main(): Promise<void> {
                 sqs.child.kill('SIGTERM');
               }
             }
+    };
+    // The matrix and the drains run by turns, so a drain's figure and the in-bench one it is
+    // compared with ("of in-bench") are minutes apart, not a quarter of an hour: this machine's
+    // speed drifts more than that between the first phase and the last.
+    for (let run = 0; run < RUNS; run++) {
+      if (args.matrix !== 'false') await matrixRun(run);
+      await drainRun(run);
+    }
     // Keyed jobs against unkeyed, same run: no-op, in-process, one worker at KEYED_C.
     const keyed: Sample[] = [];
     const backlog: Sample[] = [];
