@@ -74,16 +74,15 @@ export class Fetcher {
     private readonly slots: Slots,
     bulkSlots = defaultBulkSlots(ctx.opts.timings.concurrency),
   ) {
-    this.pace = new Pace(() => slots.finished());
+    const t = ctx.opts.timings;
+    const capacity = t.concurrency + (ctx.opts.prefetch ?? t.concurrency);
+    this.pace = new Pace(() => slots.finished(), undefined, capacity);
     this.lanes = ctx.queue.shared
       ? null
       : new LaneReceiver(ctx, messages, {
           // Bulk's share of the jobs in hand, prefetched ones included, so that a bulk job waits
           // for the slot a finishing bulk job frees (with prefetch, that slot would go to urgent).
-          bulkInHandTarget: Math.ceil(
-            (bulkSlots * (ctx.opts.timings.concurrency + (ctx.opts.prefetch ?? ctx.opts.timings.concurrency))) /
-              ctx.opts.timings.concurrency,
-          ),
+          bulkInHandTarget: Math.ceil((bulkSlots * capacity) / t.concurrency),
           waitSeconds: ctx.opts.receiveWaitSeconds ?? 20,
           bulkInHand: () => slots.bulkInHand?.() ?? 0,
         });

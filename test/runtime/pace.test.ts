@@ -6,12 +6,13 @@
 import { describe, expect, it } from 'vitest';
 import { Pace } from '../../runtime/worker/pace.ts';
 
-function paced() {
+function paced(windowCount?: number) {
   let t = 0;
   let finished = 0;
   const pace = new Pace(
     () => finished,
     () => t,
+    windowCount,
   );
   /** `n` slots freed over the next `ms`. */
   const run = (n: number, ms: number) => {
@@ -30,6 +31,21 @@ describe('asking ahead', () => {
     expect(pace.ahead(1000)).toBe(12); // 2 × 0.3/ms × 20 ms
     run(300, 100); // ten times faster
     expect(pace.ahead(1000)).toBe(120); // at once, not a tenth of the way per window
+  });
+
+  it("a window that counted a capacity's worth closes after 20 ms: a starting drain climbs in steps of 20 ms, not 100", () => {
+    const { pace, run } = paced(20); // capacity 20
+    pace.receive(10, 10, 30);
+    run(20, 10); // a capacity's worth, but not 20 ms yet
+    expect(pace.ahead(1000)).toBe(0);
+    run(0, 10); // 20 ms: 1 job/ms measured now
+    expect(pace.ahead(1000)).toBe(60); // 2 × 1/ms × 30 ms
+    run(60, 20); // 3 jobs/ms
+    expect(pace.ahead(1000)).toBe(180);
+    run(10, 20); // fewer than a capacity: the window stays open until 100 ms
+    expect(pace.ahead(1000)).toBe(180);
+    run(5, 80); // 15 slots over 100 ms
+    expect(pace.ahead(1000)).toBe(9); // 2 × 0.15/ms × 30 ms
   });
 
   it('never more than the bound it is given, nor 200 ms of work when a receive was slow', () => {
