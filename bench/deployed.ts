@@ -84,7 +84,7 @@ async function startWorkers(
     child.stdout!.resume();
     readies.push(
       new Promise<void>((resolve, reject) => {
-        child.once('message', (m) => {
+        child.on('message', (m) => {
           if (m === 'ready') resolve();
         });
         child.once('exit', (code) => reject(new Error(`worker process ${i + 1} exited with ${code} before it was ready`)));

@@ -405,10 +405,11 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
     // The endpoint itself: at 0 ms the counting proxy is only an extra hop production does not have.
     const s = await startSqsChild(60, 0, false);
     child = s.child;
-    queue = new SqsQueue({ queueUrl: s.queueUrl, endpoint: s.endpoint });
+    const sqsQueue = new SqsQueue({ queueUrl: s.queueUrl, endpoint: s.endpoint });
+    queue = sqsQueue;
     d = new SqsQueue({ queueUrl: s.dlqUrl, endpoint: s.endpoint });
     // The endpoint's child warmed the emulator (sqs-local.ts warmQueue); this warms this process's client too.
-    await warmQueue(queue);
+    await warmQueue(sqsQueue);
   }
   const pool = createPool({ url, max: workerPoolSize(10) + 4, applicationName: 'bench latency' });
   const publisher = new Publisher(pool, queue, silentLogger);

@@ -7,27 +7,35 @@
 //
 // Measured only where it means something: the round trip from receives that came back full (the
 // queue had messages, so the time was the network's and not a long poll waiting), and the rate
-// from slots freed over the last window (100 ms, or 20 ms once a capacity's worth freed), not averaged: the worker's own rate is what it
-// asked ahead for, so an average that lags a rise holds it back for seconds (a drain of 5,000
-// no-op jobs spent 2 s of its 2.5 s climbing from 10 to 80 messages ahead), and one that lags a
-// fall claims fast jobs' worth of long ones. A gap between calls (the loop waited: the queue
-// idle, or every slot busy) starts from nothing. Long jobs finish rarely, so a worker running
-// them asks ahead for nothing, and its idle peers get the messages instead. In-process (tests,
-// the benchmark's memory transport) the round trip is a few microseconds: nothing ahead.
+// from slots freed over the last window (100 ms; at least 20 ms once a capacity's worth freed),
+// not averaged: the worker's own rate is what it asked ahead for, so an average that lags a rise
+// holds it back for seconds (a drain of 5,000 no-op jobs spent 2 s of its 2.5 s climbing from 10
+// to 80 messages ahead), and one that lags a fall claims fast jobs' worth of long ones. A gap
+// between calls (the loop waited: the queue idle, or every slot busy) starts from nothing. Long
+// jobs finish rarely, so a worker running them asks ahead for nothing, and its idle peers get the
+// messages instead. In-process (tests, the benchmark's memory transport) the round trip is the
+// claim statement's alone, a few milliseconds: little ahead.
 
 /** How long a rate sample spans at most. */
 const RATE_WINDOW_MS = 100;
 /**
- * A window that has counted a capacity's worth of freed slots (`windowCount`) closes after this
- * long instead: a worker climbing to its pace measures each step as soon as it means something,
- * rather than once per 100 ms. Each window can raise what is asked ahead about twofold (HEADROOM),
- * so with 100 ms windows the start of a backlog (no-op jobs, concurrency 10, 15 ms per SQS call)
- * took 300–400 ms to reach its pace, a third of a 5,000-job drain. Measured in 4 A/B pairs of 3
- * runs each: with 15 ms per call the whole drain's rate went from a median of 4,515 to 4,784
- * jobs/s and its share of the zero-delay rate from 85 to 90 %. Long jobs free slots rarely, so
- * their windows still last 100 ms.
+ * A window that has counted a capacity's worth of freed slots (`windowCount`) closes at the first
+ * look after this long instead: a worker climbing to its pace measures each step as soon as it
+ * means something, rather than once per 100 ms. Each window can raise what is asked ahead about
+ * twofold (HEADROOM), so with 100 ms windows the start of a backlog (no-op jobs, concurrency 10,
+ * 15 ms per SQS call) took 300–400 ms to reach its pace, a third of a 5,000-job drain. Measured in
+ * 4 A/B pairs of 3 runs each: with 15 ms per call the whole drain's rate went from a median of
+ * 4,515 to 4,784 jobs/s and its share of the zero-delay rate from 85 to 90 % (the pairs' ranges
+ * overlap: 83–97 % before, 87–94 % after). Long jobs free slots rarely, so their windows still
+ * last 100 ms.
  */
 const MIN_WINDOW_MS = 20;
+/**
+ * ...and at least this many freed slots, whatever the capacity: a worker of concurrency 1 would
+ * otherwise close a window at its next completion and measure one job's run time as its rate
+ * (the whole receive-and-run cycle is what it must cover), asking twice as much ahead.
+ */
+const MIN_WINDOW_COUNT = 20;
 /** Weight of a new sample in the round trip's moving average. */
 const ALPHA = 0.3;
 /**
@@ -50,16 +58,19 @@ export class Pace {
   private rate = 0;
   private sampledAt: number;
   private sampledCount = 0;
+  private readonly windowCount: number;
 
   /**
    * `finished`: how many handler slots have freed since the worker started (monotonic).
-   * `windowCount`: freed slots that close a window early (after MIN_WINDOW_MS): the worker's capacity.
+   * `windowCount`: freed slots that close a window early (after MIN_WINDOW_MS): the worker's
+   * capacity (at least MIN_WINDOW_COUNT).
    */
   constructor(
     private readonly finished: () => number,
     private readonly now: () => number = () => performance.now(),
-    private readonly windowCount = Number.POSITIVE_INFINITY,
+    windowCount = Number.POSITIVE_INFINITY,
   ) {
+    this.windowCount = Math.max(windowCount, MIN_WINDOW_COUNT);
     this.sampledAt = now();
   }
 

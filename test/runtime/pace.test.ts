@@ -48,6 +48,26 @@ describe('asking ahead', () => {
     expect(pace.ahead(1000)).toBe(9); // 2 × 0.15/ms × 30 ms
   });
 
+  it('a small capacity still needs 20 freed slots to close a window early: one completion is not a rate', () => {
+    const { pace, run } = paced(1); // concurrency 1, prefetch 0
+    pace.receive(1, 1, 20);
+    run(1, 25); // one 20 ms job after a 20 ms round trip... measured over one job alone it would read 0.04/ms
+    expect(pace.ahead(1000)).toBe(0);
+    run(1, 75); // the window closes at 100 ms: 2 jobs in 100 ms
+    expect(pace.ahead(1000)).toBe(0); // 2 × 0.02/ms × 20 ms = 0.8, rounded down
+  });
+
+  it('with early windows, long jobs after fast ones still ask nothing ahead within one window', () => {
+    const { pace, run } = paced(20);
+    pace.receive(10, 10, 20);
+    run(100, 20); // 5 jobs/ms, closed early
+    expect(pace.ahead(1000)).toBe(200);
+    run(5, 30); // long jobs now: fewer than a capacity freed, the window stays open
+    expect(pace.ahead(1000)).toBe(200);
+    run(0, 70); // 100 ms: 5 slots over the window
+    expect(pace.ahead(1000)).toBe(2); // 2 × 0.05/ms × 20 ms
+  });
+
   it('never more than the bound it is given, nor 200 ms of work when a receive was slow', () => {
     const { pace, run } = paced();
     pace.receive(10, 10, 2_000); // one receive that took two seconds (a pause, a retried call)
