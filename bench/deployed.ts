@@ -39,7 +39,7 @@ export interface DrainResult {
    * of a 5,000-job drain at a third of the later ones), which a task running for hours pays once.
    */
   steadyPerSec: number;
-  /** Rate in each tenth of the jobs finished after the workers were ready. */
+  /** Rate in each tenth of the jobs finished after the workers were ready (NaN: the tenth finished at one instant). */
   tenths: number[];
   /** From the first spawn to the last worker ready. */
   startMs: number;
@@ -158,7 +158,8 @@ export async function drainWithWorkers(opts: {
     for (let k = 0; k < 10 && secs.length >= 10; k++) {
       const from = k === 0 ? 0 : secs[Math.floor((k * secs.length) / 10) - 1]!;
       const to = secs[Math.floor(((k + 1) * secs.length) / 10) - 1]!;
-      tenths.push(secs.length / 10 / Math.max(to - from, 1e-6));
+      // A tenth whose jobs all finished in one batched completion has no span (one timestamp): no rate.
+      tenths.push(to > from ? secs.length / 10 / (to - from) : Number.NaN);
     }
     return {
       workers: opts.workers,

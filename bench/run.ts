@@ -687,7 +687,7 @@ async function main(): Promise<void> {
                   const pgCpu =
                     cost.pgCpuSeconds !== undefined ? `, PostgreSQL ${((cost.pgCpuSeconds / N) * 1000).toFixed(3)} CPU s/1000` : '';
                   log(
-                    `  ${fmt(d.perSec)} jobs/s (steady ${fmt(d.steadyPerSec)}; tenths ${d.tenths.map((t) => fmt(t)).join(' ')}), started in ${fmt(d.startMs)} ms, worker ${d.workerCpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}, ${d.sqsCallsPerJob.toFixed(3)} SQS calls/job, ${d.connectionsPeak} connections`,
+                    `  ${fmt(d.perSec)} jobs/s (steady ${fmt(d.steadyPerSec)}; tenths ${d.tenths.map((t) => (Number.isFinite(t) ? fmt(t) : '–')).join(' ')}), started in ${fmt(d.startMs)} ms, worker ${d.workerCpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}, ${d.sqsCallsPerJob.toFixed(3)} SQS calls/job, ${d.connectionsPeak} connections`,
                   );
                   for (const st of cost.statements ?? [])
                     log(
