@@ -13,10 +13,10 @@
 //  - database connections: the most the workers held at once (pg_stat_activity, sampled);
 //  - SQS calls per job: counted by the benchmark's proxy over the whole drain.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
 import { ACTIVE_JOBS_PLAN } from '../runtime/store/active-jobs.ts';
+import { processCpuSeconds } from './pg-cost.ts';
 import { callsBetween, proxyCalls } from './sqs-proxy.ts';
 
 export interface LocalSqsEndpoint {
@@ -52,18 +52,8 @@ export interface DrainResult {
   sqsCalls: Record<string, number>;
 }
 
-const CLOCK_TICKS = 100; // Linux USER_HZ: /proc/<pid>/stat counts CPU time in 1/100 s.
-
-function cpuTicks(pid: number): number {
-  try {
-    // Fields after the command name (which may hold spaces, so split after its closing parenthesis).
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return Number(f[11]) + Number(f[12]); // utime, stime
-  } catch {
-    return 0;
-  }
-}
+/** A worker process's CPU seconds so far (0 once it is gone). */
+const cpuSeconds = (pid: number): number => processCpuSeconds(pid) ?? 0;
 
 /** Start `n` worker processes; resolves when every one has logged that it started. */
 async function startWorkers(
@@ -128,7 +118,7 @@ export async function drainWithWorkers(opts: {
     await ready;
     const startMs = performance.now() - t0;
     const readyAt = (await db.query('SELECT clock_timestamp() AS t')).rows[0].t as Date;
-    const cpu0 = children.map((c) => cpuTicks(c.pid!));
+    const cpu0 = children.map((c) => cpuSeconds(c.pid!));
     let connectionsPeak = 0;
     for (;;) {
       // On the active jobs' plan, as the platform's own periodic reads (store/active-jobs.ts): a
@@ -145,7 +135,7 @@ export async function drainWithWorkers(opts: {
       if (!rows[0].active) break;
       await new Promise((r) => setTimeout(r, 200));
     }
-    const cpu = children.reduce((s, c, i) => s + cpuTicks(c.pid!) - cpu0[i]!, 0) / CLOCK_TICKS;
+    const cpu = children.reduce((s, c, i) => s + cpuSeconds(c.pid!) - cpu0[i]!, 0);
     const calls = callsBetween(calls0, await proxyCalls(opts.sqs.endpoint));
     const { rows } = await db.query(
       `SELECT extract(epoch FROM finished_at - $1::timestamptz)::float8 AS s FROM jobs.job

@@ -159,6 +159,12 @@ export function procStat(pid: number): string[] | null {
   }
 }
 
+/** CPU seconds a local process has used (utime + stime, clock ticks of 1/100 s), or null if unreadable. */
+export function processCpuSeconds(pid: number | undefined): number | null {
+  const f = pid === undefined ? null : procStat(pid);
+  return f ? (Number(f[11]) + Number(f[12])) / 100 : null;
+}
+
 function readComm(pid: number): string | null {
   try {
     return readFileSync(`/proc/${pid}/comm`, 'utf8').trim();

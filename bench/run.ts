@@ -43,7 +43,7 @@ import type { JobQueue } from '../runtime/queue/types.ts';
 import { Publisher } from '../runtime/store/outbox.ts';
 import { Worker } from '../runtime/worker/worker.ts';
 import { profileCpu } from './cpu-profile.ts';
-import { CostMeter, type Cost, procStat } from './pg-cost.ts';
+import { CostMeter, type Cost, processCpuSeconds } from './pg-cost.ts';
 import { runPeers, type PeerRow } from './peers.ts';
 
 // Known and only noise here (the images run Node 22): the AWS SDK's Node 22 notice, off for this process and its children.
@@ -158,12 +158,6 @@ interface Sample {
   pgCpuSecondsPer1000: number | null;
   /** The local SQS endpoint's process (emulator and delaying proxy) in the process phase: CPU the worker's calls cost on the same cores. */
   endpointCpuSecondsPer1000: number | null;
-}
-
-/** CPU seconds a local process has used (utime + stime, clock ticks of 1/100 s), or null. */
-function processCpuSeconds(pid: number | undefined): number | null {
-  const f = pid === undefined ? null : procStat(pid);
-  return f ? (Number(f[11]) + Number(f[12])) / 100 : null;
 }
 
 const median = (xs: number[]) => {

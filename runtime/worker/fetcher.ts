@@ -58,6 +58,8 @@ export class Fetcher {
   /** No receive before this (Date.now()): backing off after a failure. */
   private backoffUntil = 0;
   private readonly pace: Pace;
+  /** Handler slots plus prefetch: the jobs the worker holds in hand at most, before asking ahead. */
+  private readonly capacity: number;
   /** Receives that end in the same turn of the event loop are claimed together. */
   private readonly claims = new Batcher<ReceivedMessage[], undefined>((batches) => this.claimArrivals(batches), {
     maxItems: 50,
@@ -75,23 +77,21 @@ export class Fetcher {
     bulkSlots = defaultBulkSlots(ctx.opts.timings.concurrency),
   ) {
     const t = ctx.opts.timings;
-    const capacity = t.concurrency + (ctx.opts.prefetch ?? t.concurrency);
-    this.pace = new Pace(() => slots.finished(), undefined, capacity);
+    this.capacity = t.concurrency + (ctx.opts.prefetch ?? t.concurrency);
+    this.pace = new Pace(() => slots.finished(), undefined, this.capacity);
     this.lanes = ctx.queue.shared
       ? null
       : new LaneReceiver(ctx, messages, {
           // Bulk's share of the jobs in hand, prefetched ones included, so that a bulk job waits
           // for the slot a finishing bulk job frees (with prefetch, that slot would go to urgent).
-          bulkInHandTarget: Math.ceil((bulkSlots * capacity) / t.concurrency),
+          bulkInHandTarget: Math.ceil((bulkSlots * this.capacity) / t.concurrency),
           waitSeconds: ctx.opts.receiveWaitSeconds ?? 20,
           bulkInHand: () => slots.bulkInHand?.() ?? 0,
         });
   }
 
   async receiveLoop(): Promise<void> {
-    const { ctx, slots } = this;
-    const t = ctx.opts.timings;
-    const capacity = t.concurrency + (ctx.opts.prefetch ?? t.concurrency);
+    const { ctx, slots, capacity } = this;
     const maxBatch = ctx.opts.maxClaimBatch ?? Math.min(500, capacity);
     // Jobs whose handler finished stay held (and heartbeated) until their batched completion
     // commits; they do not take claim room, so the next claim overlaps that commit. The bound on

@@ -84,8 +84,8 @@ export class Pace {
   ahead(cap: number): number {
     const now = this.now();
     const elapsed = now - this.sampledAt;
-    const count = this.finished();
-    if (elapsed >= RATE_WINDOW_MS || (elapsed >= MIN_WINDOW_MS && count - this.sampledCount >= this.windowCount)) {
+    const count = elapsed >= MIN_WINDOW_MS ? this.finished() : this.sampledCount;
+    if (elapsed >= RATE_WINDOW_MS || count - this.sampledCount >= this.windowCount) {
       // A gap much longer than the window (the loop waited: idle, or every slot busy with long
       // jobs) says nothing about the rate now: start from nothing, the next window measures it.
       this.rate = elapsed > 2 * RATE_WINDOW_MS ? 0 : (count - this.sampledCount) / elapsed;
