@@ -46,6 +46,8 @@ export interface DrainResult {
   windowJobs: number;
   windowSeconds: number;
   workerCpuSecondsPer1000: number;
+  /** PostgreSQL's CPU over the same span (null: the server is not local). */
+  pgCpuSecondsPer1000: number | null;
   /** The most connections the worker processes held at once. */
   connectionsPeak: number;
   sqsCallsPerJob: number;
@@ -84,9 +86,28 @@ async function startWorkers(
   return { children, ready: Promise.all(readies).then(() => undefined), exited };
 }
 
+export interface DeployedDrains {
+  /** Processes started with the backlog already queued: a deploy in the middle of a backlog. */
+  cold: DrainResult;
+  /**
+   * The same processes, after that drain, given a second backlog of the same size: a task that
+   * has been running (connections open, code compiled by V8's optimizing tier), which is what
+   * ECS runs for hours and what the in-bench drains (one long-lived process) compare with.
+   * null without `refill`.
+   */
+  warm: DrainResult | null;
+}
+
 /**
- * Drain what the queue holds with `workers` worker processes of `concurrency` each; resolves
- * when no job is pending or running, the processes stopped (SIGTERM, graceful).
+ * Drain what the queue holds with `workers` worker processes of `concurrency` each, then, with
+ * `refill`, a second backlog with the same processes; resolves when no job is pending or running,
+ * the processes stopped (SIGTERM, graceful).
+ *
+ * The processes are frozen (SIGSTOP) while `refill` enqueues the second backlog and thawed
+ * (SIGCONT) once it is all queued: the backlog is there at once, as it was for the first drain,
+ * and the enqueue's CPU does not compete with the drain it precedes. A frozen process loses
+ * nothing: a receive answered meanwhile waits in its socket, its jobs' leases (30 s) and the
+ * messages' visibility (60 s) outlast the second or two the enqueue takes.
  */
 export async function drainWithWorkers(opts: {
   url: string;
@@ -94,12 +115,20 @@ export async function drainWithWorkers(opts: {
   workers: number;
   concurrency: number;
   logLevel: string;
-}): Promise<DrainResult> {
+  refill?: () => Promise<void>;
+  /** PostgreSQL's CPU seconds so far (CostMeter.pgCpuSeconds). */
+  pgCpu: () => Promise<number | null>;
+}): Promise<DeployedDrains> {
   const db = new pg.Client({ connectionString: opts.url, application_name: 'bench drain' });
   db.on('error', () => undefined);
   await db.connect();
-  const before = (await db.query('SELECT count(*) FILTER (WHERE finished_at IS NULL)::int AS jobs, count(*)::int AS total FROM jobs.job'))
-    .rows[0] as { jobs: number; total: number };
+  const pending = async () =>
+    (await db.query('SELECT count(*) FILTER (WHERE finished_at IS NULL)::int AS jobs, count(*)::int AS total FROM jobs.job')).rows[0] as {
+      jobs: number;
+      total: number;
+    };
+  const now = async () => (await db.query('SELECT clock_timestamp() AS t')).rows[0].t as Date;
+  const before = await pending();
   const calls0 = await proxyCalls(opts.sqs.endpoint);
   const t0 = performance.now();
   const { children, ready, exited } = await startWorkers(opts.workers, {
@@ -117,62 +146,92 @@ export async function drainWithWorkers(opts: {
   try {
     await ready;
     const startMs = performance.now() - t0;
-    const readyAt = (await db.query('SELECT clock_timestamp() AS t')).rows[0].t as Date;
-    const cpu0 = children.map((c) => cpuSeconds(c.pid!));
-    let connectionsPeak = 0;
-    for (;;) {
-      // On the active jobs' plan, as the platform's own periodic reads (store/active-jobs.ts): a
-      // count every 200 ms through the dead entries of job_active cost PostgreSQL up to 18 ms a
-      // time by the fourth round of a soak, CPU the drain it measures competes for.
-      await db.query('BEGIN');
-      await db.query(ACTIVE_JOBS_PLAN);
-      const { rows } = await db.query(
-        `SELECT EXISTS (SELECT 1 FROM jobs.job WHERE finished_at IS NULL) AS active,
-                (SELECT count(*)::int FROM pg_stat_activity WHERE application_name LIKE 'jobs-worker%') AS connections`,
-      );
-      await db.query('COMMIT');
-      connectionsPeak = Math.max(connectionsPeak, rows[0].connections);
-      if (!rows[0].active) break;
-      await new Promise((r) => setTimeout(r, 200));
-    }
-    const cpu = children.reduce((s, c, i) => s + cpuSeconds(c.pid!) - cpu0[i]!, 0);
-    const calls = callsBetween(calls0, await proxyCalls(opts.sqs.endpoint));
-    const { rows } = await db.query(
-      `SELECT extract(epoch FROM finished_at - $1::timestamptz)::float8 AS s FROM jobs.job
-        WHERE finished_at > $1 ORDER BY finished_at`,
-      [readyAt],
-    );
-    const secs = rows.map((r) => r.s as number);
-    const windowSeconds = secs.at(-1) ?? 0;
-    const tenths: number[] = [];
-    for (let k = 0; k < 10 && secs.length >= 10; k++) {
-      const from = k === 0 ? 0 : secs[Math.floor((k * secs.length) / 10) - 1]!;
-      const to = secs[Math.floor(((k + 1) * secs.length) / 10) - 1]!;
-      // A tenth whose jobs all finished in one batched completion has no span (one timestamp): no rate.
-      tenths.push(to > from ? secs.length / 10 / (to - from) : Number.NaN);
-    }
-    return {
-      workers: opts.workers,
-      concurrency: opts.concurrency,
-      jobs: before.jobs,
-      tableRows: before.total,
-      perSec: secs.length / Math.max(windowSeconds, 1e-6),
-      steadyPerSec:
-        secs.length >= 10
-          ? (0.8 * secs.length) / Math.max(secs[Math.floor(0.9 * secs.length) - 1]! - secs[Math.floor(0.1 * secs.length) - 1]!, 1e-6)
-          : 0,
-      tenths,
-      startMs,
-      windowJobs: secs.length,
-      windowSeconds,
-      workerCpuSecondsPer1000: (cpu / Math.max(secs.length, 1)) * 1000,
-      connectionsPeak,
-      sqsCallsPerJob: calls.total / Math.max(before.jobs, 1),
-      sqsCalls: calls.byOp,
+    const cold = await measure(db, children, opts, { readyAt: await now(), calls0, before, startMs });
+    if (!opts.refill) return { cold, warm: null };
+    for (const c of children) c.kill('SIGSTOP');
+    await opts.refill();
+    const again = await pending();
+    const calls1 = await proxyCalls(opts.sqs.endpoint);
+    const readyAt = await now();
+    // Thawed once the CPU counters are read.
+    const thaw = () => {
+      for (const c of children) c.kill('SIGCONT');
     };
+    const warm = await measure(db, children, opts, { readyAt, calls0: calls1, before: again, startMs: 0, go: thaw });
+    return { cold, warm };
   } finally {
-    for (const c of children) c.kill('SIGTERM');
+    for (const c of children) {
+      c.kill('SIGTERM');
+      // A frozen process (refill failed) gets its SIGTERM only once thawed.
+      c.kill('SIGCONT');
+    }
     await Promise.all(exited);
     await db.end();
   }
+}
+
+/** Wait until no job is pending or running; the figures for the jobs finished after `readyAt`. */
+async function measure(
+  db: pg.Client,
+  children: ChildProcess[],
+  opts: { sqs: LocalSqsEndpoint; workers: number; concurrency: number; pgCpu: () => Promise<number | null> },
+  at: { readyAt: Date; calls0: Record<string, number>; before: { jobs: number; total: number }; startMs: number; go?: () => void },
+): Promise<DrainResult> {
+  const { readyAt, calls0, before, startMs } = at;
+  const cpu0 = children.map((c) => cpuSeconds(c.pid!));
+  const pg0 = await opts.pgCpu();
+  at.go?.();
+  let connectionsPeak = 0;
+  for (;;) {
+    // On the active jobs' plan, as the platform's own periodic reads (store/active-jobs.ts): a
+    // count every 200 ms through the dead entries of job_active cost PostgreSQL up to 18 ms a
+    // time by the fourth round of a soak, CPU the drain it measures competes for.
+    await db.query('BEGIN');
+    await db.query(ACTIVE_JOBS_PLAN);
+    const { rows } = await db.query(
+      `SELECT EXISTS (SELECT 1 FROM jobs.job WHERE finished_at IS NULL) AS active,
+              (SELECT count(*)::int FROM pg_stat_activity WHERE application_name LIKE 'jobs-worker%') AS connections`,
+    );
+    await db.query('COMMIT');
+    connectionsPeak = Math.max(connectionsPeak, rows[0].connections);
+    if (!rows[0].active) break;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  const cpu = children.reduce((s, c, i) => s + cpuSeconds(c.pid!) - cpu0[i]!, 0);
+  const pg1 = await opts.pgCpu();
+  const calls = callsBetween(calls0, await proxyCalls(opts.sqs.endpoint));
+  const { rows } = await db.query(
+    `SELECT extract(epoch FROM finished_at - $1::timestamptz)::float8 AS s FROM jobs.job
+      WHERE finished_at > $1 ORDER BY finished_at`,
+    [readyAt],
+  );
+  const secs = rows.map((r) => r.s as number);
+  const windowSeconds = secs.at(-1) ?? 0;
+  const tenths: number[] = [];
+  for (let k = 0; k < 10 && secs.length >= 10; k++) {
+    const from = k === 0 ? 0 : secs[Math.floor((k * secs.length) / 10) - 1]!;
+    const to = secs[Math.floor(((k + 1) * secs.length) / 10) - 1]!;
+    // A tenth whose jobs all finished in one batched completion has no span (one timestamp): no rate.
+    tenths.push(to > from ? secs.length / 10 / (to - from) : Number.NaN);
+  }
+  return {
+    workers: opts.workers,
+    concurrency: opts.concurrency,
+    jobs: before.jobs,
+    tableRows: before.total,
+    perSec: secs.length / Math.max(windowSeconds, 1e-6),
+    steadyPerSec:
+      secs.length >= 10
+        ? (0.8 * secs.length) / Math.max(secs[Math.floor(0.9 * secs.length) - 1]! - secs[Math.floor(0.1 * secs.length) - 1]!, 1e-6)
+        : 0,
+    tenths,
+    startMs,
+    windowJobs: secs.length,
+    windowSeconds,
+    workerCpuSecondsPer1000: (cpu / Math.max(secs.length, 1)) * 1000,
+    pgCpuSecondsPer1000: pg0 !== null && pg1 !== null ? ((pg1 - pg0) / Math.max(secs.length, 1)) * 1000 : null,
+    connectionsPeak,
+    sqsCallsPerJob: calls.total / Math.max(before.jobs, 1),
+    sqsCalls: calls.byOp,
+  };
 }

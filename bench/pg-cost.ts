@@ -78,6 +78,12 @@ export class CostMeter {
     return { ticks, children: children.join(','), reaped };
   }
 
+  /** CPU seconds the server's processes have used so far (null when the server is not local): take two and subtract. */
+  async pgCpuSeconds(): Promise<number | null> {
+    const t = await this.pgTicks();
+    return t === null ? null : t / 100;
+  }
+
   async close(): Promise<void> {
     await this.admin.end();
   }

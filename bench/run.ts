@@ -77,7 +77,7 @@ const { values: args } = parseArgs({
     'sqs-latency-ms': { type: 'string', default: '0' },
     /** Comma-separated counts of separate worker processes (the deployed shape) to drain each backlog; empty skips it. */
     workers: { type: 'string', default: '' },
-    /** Consecutive drains of --jobs jobs on one database and queue, fresh worker processes each (with --workers). */
+    /** Consecutive drains of --jobs jobs on one database and queue, fresh worker processes each (with --workers), each followed by a warm drain of --jobs more by the same processes. */
     rounds: { type: 'string', default: '1' },
     /** JOBS_CONCURRENCY of each worker process (--workers); default 10, the production default. */
     'worker-concurrency': { type: 'string', default: '10' },
@@ -130,7 +130,13 @@ const probe = defineJob<{ seq: number }, null>({
 const registry = new JobRegistry([benchNoop, probe, ledgerPost]);
 
 /** One drain by separate worker processes (bench/deployed.ts). */
-type Drain = DrainResult & { kind: string; sqsLatencyMs: number; round: number; pgCpuSecondsPer1000: number | null };
+type Drain = DrainResult & {
+  kind: string;
+  sqsLatencyMs: number;
+  round: number;
+  /** cold: processes started with the backlog queued; warm: the same processes' second drain. */
+  phase: 'cold' | 'warm';
+};
 
 interface Sample {
   kind: string;
@@ -191,7 +197,8 @@ function spec(kind: 'noop' | 'ledger', i: number, keys: number) {
   return keys > 0 ? { ...job, concurrencyKey: `bench:key-${i % keys}` } : job;
 }
 
-async function enqueueAll(url: string, queue: JobQueue, kind: 'noop' | 'ledger', n: number, keys: number, round = 0): Promise<number> {
+/** Enqueue `n` jobs, numbered from `from` (a ledger batch's name), in transactions of 500. */
+async function enqueueAll(url: string, queue: JobQueue, kind: 'noop' | 'ledger', n: number, keys: number, from = 0): Promise<number> {
   const pool = createPool({ url, max: 2, applicationName: 'bench enqueue' });
   const publisher = new Publisher(pool, queue, silentLogger, { deleteBatchDelayMs: 50 });
   const client = new JobClient({ pool, registry, publisher, defaultMaxAttempts: TIMINGS.maxAttempts });
@@ -204,7 +211,7 @@ async function enqueueAll(url: string, queue: JobQueue, kind: 'noop' | 'ledger',
       await c.query('BEGIN');
       const r = await client.enqueue(
         c,
-        Array.from({ length: Math.min(batch, n - i) }, (_, k) => spec(kind, round * n + i + k, keys)),
+        Array.from({ length: Math.min(batch, n - i) }, (_, k) => spec(kind, from + i + k, keys)),
       );
       await c.query('COMMIT');
       after = r.afterCommit;
@@ -669,31 +676,44 @@ async function main(): Promise<void> {
               const sqs = await startSqsChild(60, delay);
               try {
                 const queue = new SqsQueue({ queueUrl: sqs.queueUrl, endpoint: sqs.endpoint });
+                let queued = 0;
+                const fill = async () => {
+                  await enqueueAll(url, queue, kind, N, 0, queued);
+                  queued += N;
+                };
                 for (let round = 0; round < ROUNDS; round++) {
                   const what = `${kind} via local SQS + ${delay} ms, ${w} worker process${w === 1 ? '' : 'es'} × concurrency ${c}`;
-                  log(`run ${run + 1}/${RUNS}: ${what}, ${N} jobs${ROUNDS > 1 ? `, round ${round + 1}/${ROUNDS}` : ''}…`);
-                  await enqueueAll(url, queue, kind, N, 0, round);
-                  const { result: d, cost } = await meter.measure(
-                    () => drainWithWorkers({ url, sqs, workers: w, concurrency: c, logLevel: args['worker-log-level']! }),
+                  log(`run ${run + 1}/${RUNS}: ${what}, ${N} jobs${ROUNDS > 1 ? `, round ${round + 1}/${ROUNDS}` : ''}, then ${N} more…`);
+                  await fill();
+                  const { result, cost } = await meter.measure(
+                    () =>
+                      drainWithWorkers({
+                        url,
+                        sqs,
+                        workers: w,
+                        concurrency: c,
+                        logLevel: args['worker-log-level']!,
+                        refill: fill,
+                        pgCpu: () => meter.pgCpuSeconds(),
+                      }),
                     { statements: args.profile ? 'time' : false },
                   );
-                  await verify(url, kind, N * (round + 1));
-                  const pgCpu =
-                    cost.pgCpuSeconds !== undefined ? `, PostgreSQL ${((cost.pgCpuSeconds / N) * 1000).toFixed(3)} CPU s/1000` : '';
-                  log(
-                    `  ${fmt(d.perSec)} jobs/s (steady ${fmt(d.steadyPerSec)}; tenths ${d.tenths.map((t) => (Number.isFinite(t) ? fmt(t) : '–')).join(' ')}), started in ${fmt(d.startMs)} ms, worker ${d.workerCpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}, ${d.sqsCallsPerJob.toFixed(3)} SQS calls/job, ${d.connectionsPeak} connections`,
-                  );
+                  await verify(url, kind, queued);
+                  for (const [phase, d] of [
+                    ['cold', result.cold],
+                    ['warm', result.warm!],
+                  ] as const) {
+                    const pgCpu = d.pgCpuSecondsPer1000 !== null ? `, PostgreSQL ${d.pgCpuSecondsPer1000.toFixed(3)} CPU s/1000` : '';
+                    const started = phase === 'cold' ? `started in ${fmt(d.startMs)} ms` : 'the same processes again';
+                    log(
+                      `  ${phase}: ${fmt(d.perSec)} jobs/s (steady ${fmt(d.steadyPerSec)}; tenths ${d.tenths.map((t) => (Number.isFinite(t) ? fmt(t) : '–')).join(' ')}), ${started}, worker ${d.workerCpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}, ${d.sqsCallsPerJob.toFixed(3)} SQS calls/job, ${d.connectionsPeak} connections`,
+                    );
+                    drains.push({ ...d, kind, sqsLatencyMs: delay, round, phase });
+                  }
                   for (const st of cost.statements ?? [])
                     log(
                       `    ${fmt(st.totalMs)} ms  ${st.calls} calls  ${fmt(st.totalMs / Math.max(st.calls, 1), 3)} ms/call  ${fmt(st.rows / Math.max(st.calls, 1), 1)} rows/call  ${st.query}`,
                     );
-                  drains.push({
-                    ...d,
-                    kind,
-                    sqsLatencyMs: delay,
-                    round,
-                    pgCpuSecondsPer1000: cost.pgCpuSeconds !== undefined ? (cost.pgCpuSeconds / N) * 1000 : null,
-                  });
                 }
               } finally {
                 sqs.child.kill('SIGTERM');
@@ -809,19 +829,20 @@ async function main(): Promise<void> {
     if (drains.length > 0) {
       out.push('');
       out.push(
-        `Separate worker processes, as deployed (bench/worker-child.ts: the worker service, LOG_LEVEL=${args['worker-log-level']}), draining ${fmt(N)} jobs already in the local SQS queue; jobs/s from the last process ready to the last job finished:`,
+        `Separate worker processes, as deployed (bench/worker-child.ts: the worker service, LOG_LEVEL=${args['worker-log-level']}), each drain ${fmt(N)} jobs already in the local SQS queue; jobs/s from the last process ready to the last job finished. cold: processes started with the backlog queued (a deploy in the middle of a backlog); warm: the same processes given a second backlog once the first is done (a task that has been running, as ECS keeps them and as the in-bench drains run):`,
       );
       out.push('');
       out.push(
-        '| job | SQS delay | concurrency | processes | round | rows before | jobs/s | of in-bench | steady jobs/s (10–90 %) | steady, of in-bench steady | per process | worker CPU s/1000 jobs | PostgreSQL CPU s/1000 jobs | connections held | SQS calls/job |',
+        '| job | SQS delay | concurrency | processes | round | drain | rows before | jobs/s | of in-bench | steady jobs/s (10–90 %) | steady, of in-bench steady | per process | worker CPU s/1000 jobs | PostgreSQL CPU s/1000 jobs | connections held | SQS calls/job |',
       );
-      out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+      out.push('|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+      const keyOf = (x: Drain) => `${x.kind}|${x.sqsLatencyMs}|${x.concurrency}|${x.workers}|${x.round}|${x.phase}`;
       const seen = new Set<string>();
       for (const d of drains) {
-        const key = `${d.kind}|${d.sqsLatencyMs}|${d.concurrency}|${d.workers}|${d.round}`;
+        const key = keyOf(d);
         if (seen.has(key)) continue;
         seen.add(key);
-        const ds = drains.filter((x) => `${x.kind}|${x.sqsLatencyMs}|${x.concurrency}|${x.workers}|${x.round}` === key);
+        const ds = drains.filter((x) => keyOf(x) === key);
         const inBench = samples.filter(
           (s) => s.kind === d.kind && s.transport === 'sqs' && s.sqsLatencyMs === d.sqsLatencyMs && s.concurrency === d.concurrency,
         );
@@ -836,7 +857,7 @@ async function main(): Promise<void> {
             )
           : 'n/a (remote)';
         out.push(
-          `| ${d.kind} | ${d.sqsLatencyMs} ms | ${d.concurrency} | ${d.workers} | ${d.round + 1} | ${fmt(d.tableRows)} | ${range(ds.map((x) => x.perSec))} | ${ofBench} | ${range(ds.map((x) => x.steadyPerSec))} | ${steadyOfBench} | ${fmt(m / d.workers)} | ${range(
+          `| ${d.kind} | ${d.sqsLatencyMs} ms | ${d.concurrency} | ${d.workers} | ${d.round + 1} | ${d.phase} | ${fmt(d.tableRows)} | ${range(ds.map((x) => x.perSec))} | ${ofBench} | ${range(ds.map((x) => x.steadyPerSec))} | ${steadyOfBench} | ${fmt(m / d.workers)} | ${range(
             ds.map((x) => x.workerCpuSecondsPer1000),
             3,
           )} | ${pgCpu} | ${range(ds.map((x) => x.connectionsPeak))} | ${range(
