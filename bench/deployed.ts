@@ -1,15 +1,17 @@
 // The deployed shape (`npm run bench -- --workers 1,2,4,8`): separate worker processes, as ECS
 // runs them (bench/worker-child.ts: the worker service, production log level, configuration from
-// the environment), draining a backlog already in the queue, against one PostgreSQL.
+// the environment), draining a backlog already in the queue, against one PostgreSQL: once just
+// started (cold), then, with `refill`, a second backlog with the same processes (warm).
 //
 // What is measured, and how:
-//  - throughput: the jobs that finished after the last worker said it was ready, over the time
-//    from that moment to the last job's finished_at (the database's clock), so process start-up
-//    (loading the code, opening the pool) is not counted but everything after it is;
+//  - throughput: the jobs that finished after the last worker said it was ready (warm: after
+//    the processes were thawed), over the time from that moment to the last job's finished_at
+//    (the database's clock), so process start-up (loading the code, opening the pool) is not
+//    counted but everything after it is;
 //  - the drain in tenths: each tenth's rate, so a slowdown as the drain goes on shows, and the
 //    steady rate, from the 10th to the 90th percent of the jobs (the in-bench drains' measure);
 //  - worker CPU per 1,000 jobs: every worker process's user + system time from /proc over the
-//    same span;
+//    same span, and PostgreSQL's (every server process, when the server is local);
 //  - database connections: the most the workers held at once (pg_stat_activity, sampled);
 //  - SQS calls per job: counted by the benchmark's proxy over the whole drain.
 import { spawn, type ChildProcess } from 'node:child_process';

@@ -14,7 +14,7 @@
 //   npm run bench -- --key-backlog 500,2000       # one key with N jobs waiting: does a key's backlog slow its claims?
 //   npm run bench -- --sqs-latency-ms 0,15        # every SQS call 15 ms slower (a delaying proxy), beside 0 ms
 //   npm run bench -- --workers 1,2,4,8            # also separate worker processes, as deployed (bench/deployed.ts), --worker-concurrency 10
-//   npm run bench -- --workers 1 --rounds 4       # consecutive drains on one database: does the platform slow as tables grow?
+//   npm run bench -- --workers 1 --rounds 4 --warm false   # consecutive drains on one database, new processes each: does the platform slow as tables grow?
 //   npm run bench -- --workers 1 --rounds 4 --matrix false --profile   # only the drains, with each drain's statements by time
 
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -79,6 +79,8 @@ const { values: args } = parseArgs({
     workers: { type: 'string', default: '' },
     /** Consecutive drains of --jobs jobs on one database and queue, fresh worker processes each (with --workers), each followed by a warm drain of --jobs more by the same processes. */
     rounds: { type: 'string', default: '1' },
+    /** `--warm false`: no second (warm) drain by the same worker processes after each cold one. */
+    warm: { type: 'string', default: 'true' },
     /** JOBS_CONCURRENCY of each worker process (--workers); default 10, the production default. */
     'worker-concurrency': { type: 'string', default: '10' },
     /** SQS delay for the worker-process drains; default the largest of --sqs-latency-ms. */
@@ -683,7 +685,9 @@ async function main(): Promise<void> {
                 };
                 for (let round = 0; round < ROUNDS; round++) {
                   const what = `${kind} via local SQS + ${delay} ms, ${w} worker process${w === 1 ? '' : 'es'} × concurrency ${c}`;
-                  log(`run ${run + 1}/${RUNS}: ${what}, ${N} jobs${ROUNDS > 1 ? `, round ${round + 1}/${ROUNDS}` : ''}, then ${N} more…`);
+                  log(
+                    `run ${run + 1}/${RUNS}: ${what}, ${N} jobs${ROUNDS > 1 ? `, round ${round + 1}/${ROUNDS}` : ''}${args.warm === 'false' ? '' : `, then ${N} more`}…`,
+                  );
                   await fill();
                   const { result, cost } = await meter.measure(
                     () =>
@@ -693,7 +697,7 @@ async function main(): Promise<void> {
                         workers: w,
                         concurrency: c,
                         logLevel: args['worker-log-level']!,
-                        refill: fill,
+                        refill: args.warm === 'false' ? undefined : fill,
                         pgCpu: () => meter.pgCpuSeconds(),
                       }),
                     { statements: args.profile ? 'time' : false },
@@ -701,8 +705,9 @@ async function main(): Promise<void> {
                   await verify(url, kind, queued);
                   for (const [phase, d] of [
                     ['cold', result.cold],
-                    ['warm', result.warm!],
+                    ['warm', result.warm],
                   ] as const) {
+                    if (!d) continue;
                     const pgCpu = d.pgCpuSecondsPer1000 !== null ? `, PostgreSQL ${d.pgCpuSecondsPer1000.toFixed(3)} CPU s/1000` : '';
                     const started = phase === 'cold' ? `started in ${fmt(d.startMs)} ms` : 'the same processes again';
                     log(
