@@ -27,6 +27,7 @@ import { JobClient } from '../runtime/store/client.ts';
 import { DEFAULT_JOB_TIMINGS, workerPoolSize, type JobTimings } from '../runtime/config/rules.ts';
 import { migrate } from '../runtime/db/migrate.ts';
 import { createPool, warmPool } from '../runtime/db/pool.ts';
+import { parseJobMessage } from '../runtime/queue/message.ts';
 import { ledgerPost } from '../runtime/handlers/ledger-post.ts';
 import { JobRegistry } from '../runtime/handlers/registry.ts';
 import { defineJob } from '../runtime/handlers/types.ts';
@@ -393,6 +394,22 @@ interface Latency {
    * A late loop with no long pause is the process waiting for a core, not doing its own work.
    */
   loop: { delayP99: number; delayMax: number; gcPausesOver5: number[] };
+  /**
+   * The steady jobs at the p99 and slower: medians of where their time went, ms. `transaction`:
+   * from the enqueue call to its COMMIT (a pool connection, the job and outbox rows, the WAL
+   * flush); `send`: the publish (SQS: the SendMessage call; in-process: nothing); `toStart`: from
+   * the publish to the handler's start (the receive, the claim and its COMMIT, a free slot).
+   */
+  slowest: Split | null;
+  /** The same medians over every steady job, to compare with. */
+  typical: Split | null;
+}
+
+interface Split {
+  n: number;
+  transaction: number;
+  send: number;
+  toStart: number;
 }
 
 async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<Latency> {
@@ -415,6 +432,20 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
     await warmQueue(sqsQueue);
   }
   const pool = createPool({ url, max: workerPoolSize(10) + 4, applicationName: 'bench latency' });
+  // When each job's message was sent: the publish of the enqueue that made it (Latency.slowest).
+  const sendAt = new Map<string, [number, number]>();
+  const origSend = queue.send.bind(queue);
+  queue.send = async (msgs) => {
+    const a = performance.now();
+    await origSend(msgs);
+    const b = performance.now();
+    for (const m of msgs) {
+      const p = parseJobMessage(m.body);
+      if (p.ok) sendAt.set(p.message.jobId, [a, b]);
+    }
+  };
+  const seqJob = new Map<number, string>();
+  const startAt = new Map<number, number>();
   const publisher = new Publisher(pool, queue, silentLogger);
   const client = new JobClient({ pool, registry, publisher, defaultMaxAttempts: 3 });
   const worker = new Worker({
@@ -431,6 +462,7 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
   const lat: number[] = [];
   const enqueuedAt = new Map<number, number>();
   onStart = (seq) => {
+    startAt.set(seq, performance.now());
     lat.push(performance.now() - t0s.get(seq)!);
     enqueuedAt.set(lat.length - 1, t0s.get(seq)! - start);
   };
@@ -455,7 +487,7 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
     const wait = due - performance.now();
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     t0s.set(seq, performance.now());
-    inflight.push(client.enqueueNow({ type: 'bench.probe', payload: { seq } }));
+    inflight.push(client.enqueueNow({ type: 'bench.probe', payload: { seq } }).then((r) => seqJob.set(seq, r[0]!.job.id)));
   }
   await Promise.all(inflight);
   const deadline = Date.now() + 30_000;
@@ -468,6 +500,21 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
   child?.kill('SIGTERM');
   onStart = null;
   const steady = lat.filter((_, i) => enqueuedAt.get(i)! >= WARMUP_MS);
+  const p99 = pct(steady, 99);
+  const split = (slowerThan: number): Split | null => {
+    const js = [...startAt.keys()]
+      .filter((q) => t0s.get(q)! - start >= WARMUP_MS && startAt.get(q)! - t0s.get(q)! >= slowerThan)
+      .map((q) => ({ t0: t0s.get(q)!, sent: sendAt.get(seqJob.get(q)!)!, started: startAt.get(q)! }))
+      .filter((x) => x.sent !== undefined);
+    return js.length === 0
+      ? null
+      : {
+          n: js.length,
+          transaction: median(js.map((x) => x.sent[0] - x.t0)),
+          send: median(js.map((x) => x.sent[1] - x.sent[0])),
+          toStart: median(js.map((x) => x.started - x.sent[1])),
+        };
+  };
   const warm = lat.filter((_, i) => enqueuedAt.get(i)! < WARMUP_MS);
   return {
     transport,
@@ -488,6 +535,8 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
       delayMax: Math.max(0, loopDelay.max / 1e6 - 5),
       gcPausesOver5: gcPauses,
     },
+    slowest: split(p99),
+    typical: split(0),
   };
 }
 
@@ -914,21 +963,22 @@ async function main(): Promise<void> {
     if (lats.length > 0) {
       // A run no longer than the warm-up has no steady state: "–" rather than NaN.
       const ms = (v: number | undefined) => (v === undefined || Number.isNaN(v) ? '–' : v.toFixed(1));
+      const splitCell = (x: Split | null) => (x ? `${ms(x.transaction)} / ${ms(x.send)} / ${ms(x.toStart)}` : '–');
       out.push('');
       out.push(
         `Enqueue → start at a steady ${lats[0]!.rate} jobs/s for ${lats[0]!.seconds} s per run (concurrency 10, one transaction per enqueue), ms; steady state = jobs enqueued after the first ${WARMUP_MS / 1000} s, warm-up = the first ${WARMUP_MS / 1000} s of a fresh process:`,
       );
       out.push('');
       out.push(
-        '| transport | run | steady p50 | steady p99 | steady p99.9 | steady max | warm-up max | whole run p99 | event loop late, p99 / max | GC pauses > 5 ms |',
+        '| transport | run | steady p50 | steady p99 | steady p99.9 | steady max | warm-up max | whole run p99 | event loop late, p99 / max | GC pauses > 5 ms | enqueue transaction / send / send to start, median of the p99 and slower (of all) |',
       );
-      out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+      out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
       const runOf = new Map<string, number>();
       for (const lat of lats) {
         const k = (runOf.get(lat.transport) ?? 0) + 1;
         runOf.set(lat.transport, k);
         out.push(
-          `| ${lat.transport === 'sqs' ? 'local SQS' : 'in-process'} | ${k} | ${ms(lat.steady?.p50)} | ${ms(lat.steady?.p99)} | ${ms(lat.steady?.p999)} | ${ms(lat.steady?.max)} | ${ms(lat.warmup?.max)} | ${ms(lat.p99)} | ${ms(lat.loop?.delayP99)} / ${ms(lat.loop?.delayMax)} | ${lat.loop ? lat.loop.gcPausesOver5.join(', ') || 'none' : '–'} |`,
+          `| ${lat.transport === 'sqs' ? 'local SQS' : 'in-process'} | ${k} | ${ms(lat.steady?.p50)} | ${ms(lat.steady?.p99)} | ${ms(lat.steady?.p999)} | ${ms(lat.steady?.max)} | ${ms(lat.warmup?.max)} | ${ms(lat.p99)} | ${ms(lat.loop?.delayP99)} / ${ms(lat.loop?.delayMax)} | ${lat.loop ? lat.loop.gcPausesOver5.join(', ') || 'none' : '–'} | ${splitCell(lat.slowest)} (${splitCell(lat.typical)}) |`,
         );
       }
     }
