@@ -50,6 +50,11 @@ export interface DrainResult {
   workerCpuSecondsPer1000: number;
   /** PostgreSQL's CPU over the same span (null: the server is not local). */
   pgCpuSecondsPer1000: number | null;
+  /**
+   * Jobs of the drain that took more than one claim: a job handed back (a stopping worker, or
+   * jobs claimed ahead handed to idle peers) and claimed again, or a failed attempt retried.
+   */
+  retried: number;
   /** The most connections the worker processes held at once. */
   connectionsPeak: number;
   sqsCallsPerJob: number;
@@ -129,7 +134,6 @@ export async function drainWithWorkers(opts: {
       jobs: number;
       total: number;
     };
-  const now = async () => (await db.query('SELECT clock_timestamp() AS t')).rows[0].t as Date;
   const before = await pending();
   const calls0 = await proxyCalls(opts.sqs.endpoint);
   const t0 = performance.now();
@@ -145,43 +149,53 @@ export async function drainWithWorkers(opts: {
     LOG_LEVEL: opts.logLevel,
     AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
   });
+  // Should this process exit while they are frozen, they must not stay stopped, holding connections.
+  const release = () => {
+    for (const c of children) {
+      c.kill('SIGTERM');
+      c.kill('SIGCONT');
+    }
+  };
+  process.once('exit', release);
   try {
     await ready;
     const startMs = performance.now() - t0;
-    const cold = await measure(db, children, opts, { readyAt: await now(), calls0, before, startMs });
+    const cold = await measure(db, children, opts, { calls0, before, startMs });
     if (!opts.refill) return { cold, warm: null };
     for (const c of children) c.kill('SIGSTOP');
     await opts.refill();
     const again = await pending();
     const calls1 = await proxyCalls(opts.sqs.endpoint);
-    const readyAt = await now();
     // Thawed once the CPU counters are read.
     const thaw = () => {
       for (const c of children) c.kill('SIGCONT');
     };
-    const warm = await measure(db, children, opts, { readyAt, calls0: calls1, before: again, startMs: 0, go: thaw });
+    const warm = await measure(db, children, opts, { calls0: calls1, before: again, startMs: 0, go: thaw });
     return { cold, warm };
   } finally {
-    for (const c of children) {
-      c.kill('SIGTERM');
-      // A frozen process (refill failed) gets its SIGTERM only once thawed.
-      c.kill('SIGCONT');
-    }
+    process.off('exit', release);
+    // A frozen process (refill failed) gets its SIGTERM only once thawed.
+    release();
     await Promise.all(exited);
     await db.end();
   }
 }
 
-/** Wait until no job is pending or running; the figures for the jobs finished after `readyAt`. */
+/**
+ * Read the baselines (the processes' CPU, PostgreSQL's, the clock), then `go` (thaw the
+ * processes), wait until no job is pending or running, and give the figures for the jobs that
+ * finished after the baselines were read.
+ */
 async function measure(
   db: pg.Client,
   children: ChildProcess[],
   opts: { sqs: LocalSqsEndpoint; workers: number; concurrency: number; pgCpu: () => Promise<number | null> },
-  at: { readyAt: Date; calls0: Record<string, number>; before: { jobs: number; total: number }; startMs: number; go?: () => void },
+  at: { calls0: Record<string, number>; before: { jobs: number; total: number }; startMs: number; go?: () => void },
 ): Promise<DrainResult> {
-  const { readyAt, calls0, before, startMs } = at;
+  const { calls0, before, startMs } = at;
   const cpu0 = children.map((c) => cpuSeconds(c.pid!));
   const pg0 = await opts.pgCpu();
+  const readyAt = (await db.query('SELECT clock_timestamp() AS t')).rows[0].t as Date;
   at.go?.();
   let connectionsPeak = 0;
   for (;;) {
@@ -203,11 +217,12 @@ async function measure(
   const pg1 = await opts.pgCpu();
   const calls = callsBetween(calls0, await proxyCalls(opts.sqs.endpoint));
   const { rows } = await db.query(
-    `SELECT extract(epoch FROM finished_at - $1::timestamptz)::float8 AS s FROM jobs.job
+    `SELECT extract(epoch FROM finished_at - $1::timestamptz)::float8 AS s, attempt <> 1 AS again FROM jobs.job
       WHERE finished_at > $1 ORDER BY finished_at`,
     [readyAt],
   );
   const secs = rows.map((r) => r.s as number);
+  const retried = rows.filter((r) => r.again).length;
   const windowSeconds = secs.at(-1) ?? 0;
   const tenths: number[] = [];
   for (let k = 0; k < 10 && secs.length >= 10; k++) {
@@ -233,6 +248,7 @@ async function measure(
     workerCpuSecondsPer1000: (cpu / Math.max(secs.length, 1)) * 1000,
     pgCpuSecondsPer1000: pg0 !== null && pg1 !== null ? ((pg1 - pg0) / Math.max(secs.length, 1)) * 1000 : null,
     connectionsPeak,
+    retried,
     sqsCallsPerJob: calls.total / Math.max(before.jobs, 1),
     sqsCalls: calls.byOp,
   };

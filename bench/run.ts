@@ -15,7 +15,7 @@
 //   npm run bench -- --sqs-latency-ms 0,15        # every SQS call 15 ms slower (a delaying proxy), beside 0 ms
 //   npm run bench -- --workers 1,2,4,8            # also separate worker processes, as deployed (bench/deployed.ts), --worker-concurrency 10
 //   npm run bench -- --workers 1 --rounds 4 --warm false   # consecutive drains on one database, new processes each: does the platform slow as tables grow?
-//   npm run bench -- --workers 1 --rounds 4 --matrix false --profile   # only the drains, with each drain's statements by time
+//   npm run bench -- --workers 1 --rounds 4 --matrix false --warm false --profile   # only the drains, with each drain's statements by time
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
@@ -80,7 +80,7 @@ const { values: args } = parseArgs({
     workers: { type: 'string', default: '' },
     /** Consecutive drains of --jobs jobs on one database and queue, fresh worker processes each (with --workers), each followed by a warm drain of --jobs more by the same processes. */
     rounds: { type: 'string', default: '1' },
-    /** `--warm false`: no second (warm) drain by the same worker processes after each cold one. */
+    /** `--warm false`: no second (warm) drain by the same worker processes after each cold one (with --profile, the statements then are the cold drain's alone). */
     warm: { type: 'string', default: 'true' },
     /** JOBS_CONCURRENCY of each worker process (--workers); default 10, the production default. */
     'worker-concurrency': { type: 'string', default: '10' },
@@ -441,7 +441,8 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
     const b = performance.now();
     for (const m of msgs) {
       const p = parseJobMessage(m.body);
-      if (p.ok) sendAt.set(p.message.jobId, [a, b]);
+      // The first send is the enqueue's publish (a relay's re-send would come later).
+      if (p.ok && !sendAt.has(p.message.jobId)) sendAt.set(p.message.jobId, [a, b]);
     }
   };
   const seqJob = new Map<number, string>();
@@ -760,7 +761,7 @@ async function main(): Promise<void> {
                     const pgCpu = d.pgCpuSecondsPer1000 !== null ? `, PostgreSQL ${d.pgCpuSecondsPer1000.toFixed(3)} CPU s/1000` : '';
                     const started = phase === 'cold' ? `started in ${fmt(d.startMs)} ms` : 'the same processes again';
                     log(
-                      `  ${phase}: ${fmt(d.perSec)} jobs/s (steady ${fmt(d.steadyPerSec)}; tenths ${d.tenths.map((t) => (Number.isFinite(t) ? fmt(t) : '–')).join(' ')}), ${started}, worker ${d.workerCpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}, ${d.sqsCallsPerJob.toFixed(3)} SQS calls/job, ${d.connectionsPeak} connections`,
+                      `  ${phase}: ${fmt(d.perSec)} jobs/s (steady ${fmt(d.steadyPerSec)}; tenths ${d.tenths.map((t) => (Number.isFinite(t) ? fmt(t) : '–')).join(' ')}), ${started}, worker ${d.workerCpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}, ${d.sqsCallsPerJob.toFixed(3)} SQS calls/job, ${d.connectionsPeak} connections, ${d.retried} jobs claimed more than once`,
                     );
                     drains.push({ ...d, kind, sqsLatencyMs: delay, round, phase });
                   }
@@ -887,9 +888,9 @@ async function main(): Promise<void> {
       );
       out.push('');
       out.push(
-        '| job | SQS delay | concurrency | processes | round | drain | rows before | jobs/s | of in-bench | steady jobs/s (10–90 %) | steady, of in-bench steady | per process | worker CPU s/1000 jobs | PostgreSQL CPU s/1000 jobs | connections held | SQS calls/job |',
+        '| job | SQS delay | concurrency | processes | round | drain | rows before | jobs/s | of in-bench | steady jobs/s (10–90 %) | steady, of in-bench steady | per process | worker CPU s/1000 jobs | PostgreSQL CPU s/1000 jobs | connections held | SQS calls/job | jobs claimed more than once |',
       );
-      out.push('|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+      out.push('|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
       const keyOf = (x: Drain) => `${x.kind}|${x.sqsLatencyMs}|${x.concurrency}|${x.workers}|${x.round}|${x.phase}`;
       const seen = new Set<string>();
       for (const d of drains) {
@@ -917,7 +918,7 @@ async function main(): Promise<void> {
           )} | ${pgCpu} | ${range(ds.map((x) => x.connectionsPeak))} | ${range(
             ds.map((x) => x.sqsCallsPerJob),
             3,
-          )} |`,
+          )} | ${range(ds.map((x) => x.retried))} |`,
         );
       }
     }
@@ -963,7 +964,7 @@ async function main(): Promise<void> {
     if (lats.length > 0) {
       // A run no longer than the warm-up has no steady state: "–" rather than NaN.
       const ms = (v: number | undefined) => (v === undefined || Number.isNaN(v) ? '–' : v.toFixed(1));
-      const splitCell = (x: Split | null) => (x ? `${ms(x.transaction)} / ${ms(x.send)} / ${ms(x.toStart)}` : '–');
+      const splitCell = (x: Split | null) => (x ? `${ms(x.transaction)} / ${ms(x.send)} / ${ms(x.toStart)}, ${x.n} jobs` : '–');
       out.push('');
       out.push(
         `Enqueue → start at a steady ${lats[0]!.rate} jobs/s for ${lats[0]!.seconds} s per run (concurrency 10, one transaction per enqueue), ms; steady state = jobs enqueued after the first ${WARMUP_MS / 1000} s, warm-up = the first ${WARMUP_MS / 1000} s of a fresh process:`,
