@@ -31,6 +31,8 @@ export class CostMeter {
     private readonly database: string,
   ) {
     this.admin = new pg.Client({ connectionString: adminUrl });
+    // A server stopped under it (Ctrl-C stops the embedded one) must not crash the benchmark.
+    this.admin.on('error', () => undefined);
   }
 
   async connect(): Promise<void> {

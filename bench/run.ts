@@ -646,6 +646,15 @@ async function main(): Promise<void> {
     adminUrl ??= peers.pgUrl;
     stopPg = peers.stopPg;
   }
+  // Ctrl-C or a SIGTERM stops the embedded PostgreSQL, then exits: the exit stops the local SQS
+  // endpoints and the worker processes (sqs-local.ts, deployed.ts), which would otherwise outlive
+  // the benchmark, holding their ports and connections.
+  for (const signal of ['SIGINT', 'SIGTERM'] as const)
+    process.once(signal, () => {
+      interrupted = true;
+      log(`${signal}: stopping PostgreSQL and the benchmark's processes…`);
+      void (stopPg?.() ?? Promise.resolve()).finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
+    });
   if (!adminUrl) {
     log('starting embedded PostgreSQL (durable: fsync=on, synchronous_commit=on, full_page_writes=on)…');
     const embedded = await startEmbeddedPg({
@@ -1027,4 +1036,7 @@ async function main(): Promise<void> {
   }
 }
 
-await main();
+/** A signal is stopping the benchmark: what fails meanwhile (the server going away) is expected. */
+let interrupted = false;
+// Interrupted, the signal handler exits once PostgreSQL has stopped; until then, wait.
+await main().catch((err: unknown) => (interrupted ? new Promise(() => undefined) : Promise.reject(err)));

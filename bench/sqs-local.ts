@@ -43,6 +43,10 @@ export async function startSqsChild(
       BENCH_SQS_PROXY: proxy ? '1' : '0',
     },
   });
+  // Should the benchmark exit first (an error, Ctrl-C), the endpoint must not outlive it.
+  const kill = () => child.kill('SIGTERM');
+  process.once('exit', kill);
+  child.once('exit', () => process.off('exit', kill));
   const line = await new Promise<string>((resolve, reject) => {
     let buf = '';
     child.stdout!.on('data', (d: Buffer) => {
