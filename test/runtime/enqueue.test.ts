@@ -95,6 +95,25 @@ describe('enqueue', () => {
     expect(rows[0].n).toBe(0);
   });
 
+  it('enqueueNow of a batch without keys is all or nothing: a job PostgreSQL refuses leaves none of the batch and sends nothing', async () => {
+    const sentBefore = p.queue.sentLog.length;
+    // Valid for the handler's schema; jsonb refuses the NUL character, so the statement fails at the database.
+    const err = await p.client
+      .enqueueNow([ledger('B-ATOMIC-1'), ledger('B-ATOMIC-2'), ledger('B-ATOMIC-\u0000')])
+      .catch((e: unknown) => e as { code?: string });
+    expect(err).toMatchObject({ code: '22P05' });
+    const { rows } = await p.db.pool.query(
+      `SELECT (SELECT count(*)::int FROM jobs.job WHERE payload->>'batch' LIKE 'B-ATOMIC-%') AS jobs,
+              (SELECT count(*)::int FROM jobs.outbox o WHERE NOT EXISTS (SELECT 1 FROM jobs.job j WHERE j.id = o.job_id)) AS orphans`,
+    );
+    expect(rows[0]).toEqual({ jobs: 0, orphans: 0 });
+    expect(p.queue.sentLog.length).toBe(sentBefore);
+    // The same batch without the refused job goes in whole.
+    const ok = await p.client.enqueueNow([ledger('B-ATOMIC-1'), ledger('B-ATOMIC-2')]);
+    expect(ok.map((r) => r.duplicate)).toEqual([false, false]);
+    expect(ok.every((r) => messagesFor(p, r.job.id).length === 1)).toBe(true);
+  });
+
   it('a job committed but never published (the process died after COMMIT) is published by the relay', async () => {
     const c = await p.db.pool.connect();
     let jobId: string;
