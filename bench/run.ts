@@ -446,6 +446,7 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
     }
   };
   const seqJob = new Map<number, string>();
+  /** When each job's handler started, by its seq. */
   const startAt = new Map<number, number>();
   const publisher = new Publisher(pool, queue, silentLogger);
   const client = new JobClient({ pool, registry, publisher, defaultMaxAttempts: 3 });
@@ -460,12 +461,8 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
     receiveWaitSeconds: 1,
   });
   const t0s = new Map<number, number>();
-  const lat: number[] = [];
-  const enqueuedAt = new Map<number, number>();
   onStart = (seq) => {
     startAt.set(seq, performance.now());
-    lat.push(performance.now() - t0s.get(seq)!);
-    enqueuedAt.set(lat.length - 1, t0s.get(seq)! - start);
   };
   let start = performance.now();
   // As the API does before it listens (the worker does the same for its own before its first receive).
@@ -492,7 +489,7 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
   }
   await Promise.all(inflight);
   const deadline = Date.now() + 30_000;
-  while (lat.length < total && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  while (startAt.size < total && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
   clearTimeout(watchLoop);
   loopDelay.disable();
   gcWatch.disconnect();
@@ -500,13 +497,23 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
   await pool.end();
   child?.kill('SIGTERM');
   onStart = null;
-  const steady = lat.filter((_, i) => enqueuedAt.get(i)! >= WARMUP_MS);
+  // Every started job: its enqueue → start, and whether it was enqueued after the warm-up.
+  const jobs = [...startAt].map(([seq, started]) => ({
+    seq,
+    t0: t0s.get(seq)!,
+    started,
+    ms: started - t0s.get(seq)!,
+    steady: t0s.get(seq)! - start >= WARMUP_MS,
+  }));
+  const lat = jobs.map((j) => j.ms);
+  const steady = jobs.filter((j) => j.steady).map((j) => j.ms);
+  const warm = jobs.filter((j) => !j.steady).map((j) => j.ms);
   const p99 = pct(steady, 99);
   const split = (slowerThan: number): Split | null => {
-    const js = [...startAt.keys()]
-      .filter((q) => t0s.get(q)! - start >= WARMUP_MS && startAt.get(q)! - t0s.get(q)! >= slowerThan)
-      .map((q) => ({ t0: t0s.get(q)!, sent: sendAt.get(seqJob.get(q)!)!, started: startAt.get(q)! }))
-      .filter((x) => x.sent !== undefined);
+    const js = jobs
+      .filter((j) => j.steady && j.ms >= slowerThan)
+      .map((j) => ({ ...j, sent: sendAt.get(seqJob.get(j.seq)!) }))
+      .filter((x): x is typeof x & { sent: [number, number] } => x.sent !== undefined);
     return js.length === 0
       ? null
       : {
@@ -516,7 +523,6 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
           toStart: median(js.map((x) => x.started - x.sent[1])),
         };
   };
-  const warm = lat.filter((_, i) => enqueuedAt.get(i)! < WARMUP_MS);
   return {
     transport,
     rate,
