@@ -1,7 +1,8 @@
 // The worker service: what ECS runs in the worker image and `jobs worker` runs locally.
 // Reads and checks its configuration, then runs the worker with its maintenance loops (outbox
-// relay, rescuer, reconciler, pruner, scheduler), CloudWatch metrics and ECS task protection, until SIGTERM: then it drains
-// (DESIGN 10) and exits 0. A bad configuration exits 1 before touching anything.
+// relay, rescuer, dead-report sweeper, reconciler, pruner, scheduler), CloudWatch metrics and
+// ECS task protection, until SIGTERM: then it drains (DESIGN 10) and exits 0. A bad
+// configuration exits 1 before touching anything.
 
 import { runService } from './entry.ts';
 import { randomBytes } from 'node:crypto';
@@ -25,6 +26,7 @@ import { JobClient } from '../store/client.ts';
 import { sqsLanes } from '../queue/lanes.ts';
 import { JobStore } from '../store/job-store.ts';
 import { DEFAULT_RELAY, OutboxRelay, Publisher } from '../store/outbox.ts';
+import { DeadReportSweeper, deadReportTimings } from '../maintenance/dead-reports.ts';
 import { Pruner } from '../maintenance/pruner.ts';
 import { Reconciler, reconcilerTimings } from '../maintenance/reconciler.ts';
 import { Rescuer } from '../maintenance/rescuer.ts';
@@ -128,6 +130,14 @@ export async function startWorkerService(
     },
   });
 
+  // Dead jobs whose report never reached the DLQ (their worker died first, or the DLQ refused it): reported now.
+  const deadReports = new DeadReportSweeper({
+    pool,
+    report: (job, reason) => worker.reportDeadJob(job, reason),
+    log,
+    timings: deadReportTimings(timings),
+  });
+
   // Messages the queue lost (a purge, expiry, a stray consumer): published again from the job table.
   const reconciler = new Reconciler({
     pool,
@@ -169,6 +179,7 @@ export async function startWorkerService(
   worker.start();
   relay.start();
   rescuer.start();
+  deadReports.start();
   reconciler.start();
   stuck.start();
   pruner.start();
@@ -195,7 +206,15 @@ export async function startWorkerService(
       shuttingDown ??= (async () => {
         log.info({ reason, drainSeconds: timings.drainSeconds }, 'shutting down');
         await worker.stop(timings.drainSeconds);
-        await Promise.all([relay.stop(), rescuer.stop(), reconciler.stop(), stuck.stop(), pruner.stop(), scheduler.stop()]);
+        await Promise.all([
+          relay.stop(),
+          rescuer.stop(),
+          deadReports.stop(),
+          reconciler.stop(),
+          stuck.stop(),
+          pruner.stop(),
+          scheduler.stop(),
+        ]);
         await publisher.flush();
         await protection.release();
         await cloudwatch?.stop();

@@ -34,6 +34,16 @@ export const DEAD_JOB_REASONS: ReadonlySet<string> = new Set<DeadLetterReason>([
   'non-retryable',
   'lease-expired-final-attempt',
 ]);
+/**
+ * Why a dead job died, as its dead letter names it, read from the row alone (for a report sent
+ * after the fact, runtime/maintenance/dead-reports.ts): its lease ran out on the final attempt,
+ * its handler said not to retry, or it used its attempts.
+ */
+export function deadJobReason(job: Pick<Job, 'lastError'>): 'attempts-exhausted' | 'non-retryable' | 'lease-expired-final-attempt' {
+  if (job.lastError?.name === 'LeaseExpired') return 'lease-expired-final-attempt';
+  return job.lastError?.retryable === false ? 'non-retryable' : 'attempts-exhausted';
+}
+
 /** The reasons the worker writes on messages it could not handle at all. */
 export const POISON_REASONS: ReadonlySet<string> = new Set<DeadLetterReason>(['unparseable-body', 'unknown-job']);
 

@@ -7,6 +7,7 @@ import { attemptsUsed, type Job } from '../domain/job.ts';
 import { DEFAULT_LANE, type Lane } from '../domain/lanes.ts';
 import { METRIC } from '../observability/metric-names.ts';
 import type { ReceivedMessage } from '../queue/types.ts';
+import { markDeadJobReported } from '../store/dead-reports.ts';
 import { recordPoisonMessage, type PoisonReason } from '../store/poison.ts';
 import { sleep, type Held, type WorkerContext } from './held.ts';
 import type { QueueMessages } from './messages.ts';
@@ -62,9 +63,10 @@ export class DeadLetters {
   }
 
   /**
-   * Put a dead job on the DLQ with its reason (error, attempts, last owner). Also used for jobs
-   * that died without a message in hand (the rescuer found them). Returns false if the DLQ
-   * could not be reached.
+   * Put a dead job on the DLQ with its reason (error, attempts, last owner), and mark its death
+   * reported. Also used for jobs that died without a message in hand (the rescuer found them)
+   * and for deaths whose report never went out (the sweeper). Returns false if the DLQ could not
+   * be reached.
    */
   async reportDeadJob(job: Job, reason: DeadLetterReason, sourceMessageId?: string): Promise<boolean> {
     const last = job.attemptLog.at(-1);
@@ -78,7 +80,7 @@ export class DeadLetters {
       lastOwner: last?.owner ?? null,
       deadAt: job.finishedAt?.toISOString() ?? new Date().toISOString(),
     });
-    return this.send({
+    const sent = await this.send({
       body,
       lane: job.lane,
       attributes: {
@@ -92,6 +94,13 @@ export class DeadLetters {
         ...(sourceMessageId ? { SourceMessageId: sourceMessageId } : {}),
       },
     });
+    // Marked so the sweeper (maintenance/dead-reports.ts) does not send it again. Unmarked — the
+    // DLQ refused every try, the database is away, this process dies now — it is sent again.
+    if (sent)
+      await markDeadJobReported(this.ctx.opts.pool, job).catch((err: unknown) =>
+        this.ctx.log.warn({ err, jobId: job.id }, 'could not mark the dead job reported; the sweeper will send its report again'),
+      );
+    return sent;
   }
 
   /** To the DLQ of `msg.lane` (the job's lane, or for a poison message the lane it came from). */

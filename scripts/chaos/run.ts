@@ -17,6 +17,8 @@ import { startLocalStack } from '../../dev/stack.ts';
 import { SQS_FAULTS_ENV } from '../../runtime/queue/fault-injection.ts';
 import { jobMessageBody } from '../../runtime/queue/message.ts';
 import { SqsQueue } from '../../runtime/queue/sqs.ts';
+import { deadReportTimings } from '../../runtime/maintenance/dead-reports.ts';
+import { countUnreportedDeaths } from '../../runtime/store/dead-reports.ts';
 import { collectEffects, collectJobs } from './collect.ts';
 import { KeySampler } from './keys-sampler.ts';
 import { enqueueViaApi, groupSize, pickKind, seeded, specFor } from './load.ts';
@@ -414,8 +416,10 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       if (rows[0]!.n === 0 || Date.now() > drainBy || aborted()) break;
       await sleep(500, signal);
     }
-    // Dead-letter reports follow the state change; give the last ones a moment.
-    await sleep(1500, signal);
+    // Dead-letter reports follow the state change: wait until every death is marked reported
+    // (by its worker, or by a sweeper a grace period later when its worker could not send it).
+    const reportsBy = Date.now() + (deadReportTimings(CHAOS_TIMINGS).graceSeconds + 20) * 1000;
+    while ((await countUnreportedDeaths(db)) > 0 && Date.now() < reportsBy && !aborted()) await sleep(500, signal);
     await tracker.stop();
     await keySampler.stop();
     const drainSeconds = (Date.now() - drainStart) / 1000;

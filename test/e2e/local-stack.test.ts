@@ -1,6 +1,6 @@
 // End to end on the local stack, with real processes: the API process enqueues, worker
 // processes complete through the local SQS endpoint, a job past its cap reaches the DLQ with
-// its reason, SIGTERM drains a worker and another finishes its job at once, and stopping the
+// its reason (also when its worker died before sending it), SIGTERM drains a worker and another finishes its job at once, and stopping the
 // stack leaves no process behind.
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -9,6 +9,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SqsQueue } from '../../runtime/queue/sqs.ts';
 import { ENV } from '../../runtime/config/env.ts';
+import { JobStore } from '../../runtime/store/job-store.ts';
 import { LOCAL_APP_ROLE, startLocalStack, type LocalStack } from '../../dev/stack.ts';
 import { waitFor } from '../support/platform.ts';
 
@@ -96,6 +97,34 @@ describe('local stack end to end', () => {
     expect(msgs.attributes).toMatchObject({ Reason: 'attempts-exhausted', Attempts: '2' });
     expect(msgs.attributes.ErrorMessage).toMatch(/simulated failure/);
   });
+
+  it("a job that died in a worker SIGKILLed before it sent the report still reaches the DLQ: another worker's sweeper sends it", async () => {
+    // This test plays the killed worker: it claims the job and records its last failure, COMMIT,
+    // and sends nothing. The job's message (published by the relay) finds the job dead and is
+    // deleted; only the sweeper, a grace period (10 s here) after the death, can page on-call.
+    const store = new JobStore(db);
+    const [ins] = await store.insertMany(db, [{ type: 'ledger.post', payload: { batch: 'E2E-UNREPORTED', entries: 1 }, maxAttempts: 1 }]);
+    const [claimed] = await store.claim([ins!.job.id], 'killed-worker', 30);
+    const dead = await store.fail(
+      { id: claimed!.id, attempt: claimed!.attempt },
+      { name: 'Error', message: 'ledger locked when its worker was killed', retryable: true },
+      1,
+      false,
+    );
+    expect(dead!.state).toBe('dead');
+    const dlq = new SqsQueue({ queueUrl: stack.env.JOBS_DLQ_URL!, endpoint: stack.env.JOBS_SQS_ENDPOINT! });
+    const letter = await waitFor(
+      async () => (await dlq.receive(10, 1)).find((m) => m.attributes.JobId === ins!.job.id),
+      30_000,
+      'the dead job on the DLQ',
+    );
+    expect(letter.attributes).toMatchObject({
+      Reason: 'attempts-exhausted',
+      LastOwner: 'killed-worker',
+      ErrorMessage: 'ledger locked when its worker was killed',
+    });
+    expect((await db.query('SELECT reported_at FROM jobs.dead_job WHERE job_id = $1', [ins!.job.id])).rows[0].reported_at).not.toBeNull();
+  }, 45_000);
 
   it('SIGTERM drains a worker: its running job is released and another worker finishes it at once', async () => {
     const created = await post('ledger.post', { batch: 'E2E-DRAIN', entries: 5, workMs: 4000 });

@@ -1,0 +1,72 @@
+// Whether a dead job's report reached the DLQ (migration 0014). The sender marks it once the DLQ
+// accepted it; the sweeper (runtime/maintenance/dead-reports.ts) claims the deaths still unmarked
+// a grace period later and reports them itself, so a worker killed between the job's death and
+// its report, or a DLQ that refused every try, never leaves a dead job without a page.
+
+import type pg from 'pg';
+import { rowToJob, type Job } from '../domain/job.ts';
+import type { Queryable } from './job-store.ts';
+import { JOB } from './sql-fragments.ts';
+
+const DEAD_REPORT_SQL = {
+  /**
+   * The report of the death at $2 went out. Matched on the time of death within a millisecond (a
+   * JavaScript Date has no microseconds): a report of an earlier death never marks a later one,
+   * after a redrive, as sent.
+   */
+  deadJobReported: `
+    UPDATE jobs.dead_job SET reported_at = statement_timestamp()
+     WHERE job_id = $1::uuid AND reported_at IS NULL
+       AND dead_at BETWEEN $2::timestamptz - interval '1 millisecond' AND $2::timestamptz + interval '1 millisecond'`,
+
+  /**
+   * Claim deaths that died more than $1 seconds ago with no report yet, not tried by a sweeper in
+   * the last $2 seconds, oldest first, at most $3: each is marked tried (SKIP LOCKED: two sweepers
+   * never claim the same one) and returned with its job row. Discarded jobs are left: on-call
+   * already decided about them.
+   */
+  deadJobClaimUnreported: `
+    WITH due AS (
+      SELECT job_id FROM jobs.dead_job
+       WHERE reported_at IS NULL AND discarded_at IS NULL
+         AND dead_at < statement_timestamp() - $1::float8 * interval '1 second'
+         AND (report_tried_at IS NULL OR report_tried_at < statement_timestamp() - $2::float8 * interval '1 second')
+       ORDER BY dead_at
+       LIMIT $3
+       FOR UPDATE SKIP LOCKED
+    ), claimed AS (
+      UPDATE jobs.dead_job d SET report_tried_at = statement_timestamp() FROM due WHERE d.job_id = due.job_id RETURNING d.job_id
+    )
+    SELECT ${JOB('j')} FROM jobs.job j JOIN claimed c ON c.job_id = j.id WHERE j.state = 'dead'`,
+
+  /** Deaths whose report has not gone out (on-call's count; the chaos run waits for 0). */
+  deadJobUnreportedCount: `
+    SELECT count(*)::int AS n FROM jobs.dead_job WHERE reported_at IS NULL AND discarded_at IS NULL`,
+} as const;
+
+async function runDeadReport<R extends pg.QueryResultRow = pg.QueryResultRow>(
+  db: Queryable,
+  name: keyof typeof DEAD_REPORT_SQL,
+  values: unknown[],
+): Promise<pg.QueryResult<R>> {
+  return (await db.query({ name: `deadReport.${name}`, text: DEAD_REPORT_SQL[name], values })) as pg.QueryResult<R>;
+}
+
+/** The DLQ accepted the report of `job`'s death (its finishedAt is the time of death). */
+export async function markDeadJobReported(db: Queryable, job: Pick<Job, 'id' | 'finishedAt'>): Promise<boolean> {
+  if (!job.finishedAt) return false;
+  const { rowCount } = await runDeadReport(db, 'deadJobReported', [job.id, job.finishedAt]);
+  return (rowCount ?? 0) > 0;
+}
+
+/** Claim up to `limit` deaths still unreported `graceSeconds` after, not tried in the last `retrySeconds`. */
+export async function claimUnreportedDeaths(db: Queryable, graceSeconds: number, retrySeconds: number, limit: number): Promise<Job[]> {
+  const { rows } = await runDeadReport(db, 'deadJobClaimUnreported', [graceSeconds, retrySeconds, limit]);
+  return rows.map((r) => rowToJob(r));
+}
+
+/** How many deaths have no report on the DLQ yet (discarded ones aside). */
+export async function countUnreportedDeaths(db: Queryable): Promise<number> {
+  const { rows } = await runDeadReport<{ n: number }>(db, 'deadJobUnreportedCount', []);
+  return rows[0]!.n;
+}

@@ -1,0 +1,151 @@
+// Every dead job's report reaches the DLQ (DESIGN 9), also when the worker that killed the job
+// could not send it: killed between the COMMIT and the send, or the DLQ refused every try. The
+// death stays unreported in jobs.dead_job (migration 0014) and a sweeper
+// (runtime/maintenance/dead-reports.ts) reports it a grace period later, once. Real PostgreSQL,
+// MemoryQueue DLQ. Found by the chaos run: a dead job with no report on the DLQ.
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { deadJobReason } from '../../runtime/domain/settlement.ts';
+import { DeadReportSweeper, deadReportTimings, type DeadReportTimings } from '../../runtime/maintenance/dead-reports.ts';
+import { DeadJobService } from '../../runtime/oncall/dead-jobs.ts';
+import { countUnreportedDeaths, markDeadJobReported } from '../../runtime/store/dead-reports.ts';
+import { createPlatform, type Platform } from '../support/platform.ts';
+import { silentLogger } from '../../runtime/observability/log.ts';
+import { workerUnits, type Units } from '../support/worker-units.ts';
+
+let p: Platform;
+let u: Units;
+beforeEach(async () => {
+  p = await createPlatform();
+  u = workerUnits(p);
+});
+afterEach(async () => {
+  await u.messages.drain();
+  await p.close();
+});
+
+const GRACE = 0.3;
+const sweeper = (t: Partial<DeadReportTimings> = {}) =>
+  new DeadReportSweeper({
+    pool: p.db.pool,
+    report: (job, reason) => u.deadLetters.reportDeadJob(job, reason),
+    log: silentLogger,
+    timings: { intervalMs: 60_000, graceSeconds: GRACE, retrySeconds: 60, batchSize: 100, ...t },
+  });
+
+/** A job that died on its only attempt; its worker sent no report (as if SIGKILLed right after the COMMIT). */
+async function deadJob(batch: string, error = { name: 'Error', message: 'ledger locked', retryable: true }) {
+  const [r] = await p.client.enqueueNow({ type: 'ledger.post', payload: { batch, entries: 1 }, maxAttempts: 1 });
+  const [c] = await p.store.claim([r!.job.id], 'owner-1', 30);
+  return (await p.store.fail({ id: c!.id, attempt: c!.attempt }, error, 1, !error.retryable))!;
+}
+
+const lettersFor = (id: string) => p.dlq.peek().filter((m) => m.attributes.JobId === id);
+const afterGrace = () => new Promise((r) => setTimeout(r, GRACE * 1000 + 50));
+
+describe('dead-job reports', () => {
+  it('a death its worker never reported is reported by the sweeper after the grace, once, with its reason', async () => {
+    const job = await deadJob('R-1');
+    expect(await countUnreportedDeaths(p.db.pool)).toBe(1);
+    const s = sweeper();
+    // Within the grace the death is its own sender's: nothing sent.
+    expect(await s.runOnce()).toEqual({ claimed: 0, reported: 0 });
+    expect(lettersFor(job.id)).toEqual([]);
+
+    await afterGrace();
+    expect(await s.runOnce()).toEqual({ claimed: 1, reported: 1 });
+    const [letter] = lettersFor(job.id);
+    expect(letter!.attributes).toMatchObject({ Reason: 'attempts-exhausted', ErrorMessage: 'ledger locked', LastOwner: 'owner-1' });
+    expect(JSON.parse(letter!.body)).toMatchObject({ jobId: job.id, reason: 'attempts-exhausted', attempts: 1 });
+    expect(await countUnreportedDeaths(p.db.pool)).toBe(0);
+
+    // Later passes send nothing more.
+    expect(await s.runOnce()).toEqual({ claimed: 0, reported: 0 });
+    expect(lettersFor(job.id)).toHaveLength(1);
+  });
+
+  it('a death its worker reported is never reported again', async () => {
+    const job = await deadJob('R-2');
+    expect(await u.deadLetters.reportDeadJob(job, 'attempts-exhausted')).toBe(true);
+    expect(await countUnreportedDeaths(p.db.pool)).toBe(0);
+    await afterGrace();
+    expect(await sweeper().runOnce()).toEqual({ claimed: 0, reported: 0 });
+    expect(lettersFor(job.id)).toHaveLength(1);
+  });
+
+  it('a DLQ that refuses every try: the death stays unreported, is tried again after the retry interval, and reported once the DLQ is back', async () => {
+    const job = await deadJob('R-3');
+    const send = vi.spyOn(p.dlq, 'send').mockRejectedValue(new Error('DLQ unreachable'));
+    // The worker's own three tries fail.
+    expect(await u.deadLetters.reportDeadJob(job, 'attempts-exhausted')).toBe(false);
+    expect(await countUnreportedDeaths(p.db.pool)).toBe(1);
+    await afterGrace();
+    expect(await sweeper({ retrySeconds: 30 }).runOnce()).toEqual({ claimed: 1, reported: 0 });
+    // Claimed and failed: not tried again before the retry interval, not even by another sweeper.
+    expect(await sweeper({ retrySeconds: 30 }).runOnce()).toEqual({ claimed: 0, reported: 0 });
+    send.mockRestore();
+    // The retry interval over (0 here): tried again, and the DLQ takes it.
+    expect(await sweeper({ retrySeconds: 0 }).runOnce()).toEqual({ claimed: 1, reported: 1 });
+    expect(lettersFor(job.id)).toHaveLength(1);
+    expect(await countUnreportedDeaths(p.db.pool)).toBe(0);
+  });
+
+  it('sweepers in several workers at once report each death exactly once', async () => {
+    const jobs = await Promise.all(Array.from({ length: 30 }, (_, i) => deadJob(`R-4-${i}`)));
+    await afterGrace();
+    // Three sweepers, each on its own pool connection, claiming in small batches at the same time.
+    const sweepers = [1, 2, 3].map(() => sweeper({ batchSize: 4 }));
+    for (let round = 0; round < 10 && (await countUnreportedDeaths(p.db.pool)) > 0; round++)
+      await Promise.all(sweepers.map((s) => s.runOnce()));
+    expect(await countUnreportedDeaths(p.db.pool)).toBe(0);
+    for (const j of jobs) expect(lettersFor(j.id)).toHaveLength(1);
+    expect(p.dlq.peek()).toHaveLength(30);
+  });
+
+  it('a job redriven and dead again is unreported again; the late mark of its first death does not cover the second', async () => {
+    const first = await deadJob('R-5');
+    const ops = new DeadJobService(p.db.pool, p.publisher);
+    await ops.redrive({ ids: [first.id], by: 'ops@example', reason: 'ledger unlocked' });
+    const [c] = await p.store.claim([first.id], 'owner-2', 30);
+    const second = (await p.store.fail(
+      { id: c!.id, attempt: c!.attempt },
+      { name: 'Error', message: 'locked again', retryable: true },
+      1,
+      false,
+    ))!;
+    expect(second.state).toBe('dead');
+    // The first death's sender, late: its mark names the first death and changes nothing.
+    expect(await markDeadJobReported(p.db.pool, first)).toBe(false);
+    expect(await countUnreportedDeaths(p.db.pool)).toBe(1);
+    expect(await markDeadJobReported(p.db.pool, second)).toBe(true);
+    expect(await countUnreportedDeaths(p.db.pool)).toBe(0);
+  });
+
+  it('a discarded death is left alone: on-call already decided', async () => {
+    const job = await deadJob('R-6');
+    await new DeadJobService(p.db.pool, p.publisher).discard({ ids: [job.id], by: 'ops@example', reason: 'posted by hand' });
+    await afterGrace();
+    expect(await sweeper().runOnce()).toEqual({ claimed: 0, reported: 0 });
+    expect(lettersFor(job.id)).toEqual([]);
+  });
+
+  it('the reason comes from the row: a final lease that ran out, a handler that said not to retry, attempts used', async () => {
+    expect(deadJobReason({ lastError: { name: 'LeaseExpired', message: 'x', retryable: false } })).toBe('lease-expired-final-attempt');
+    expect(deadJobReason({ lastError: { name: 'LeaseExpired', message: 'x', retryable: true } })).toBe('lease-expired-final-attempt');
+    expect(deadJobReason({ lastError: { name: 'ValidationError', message: 'x', retryable: false } })).toBe('non-retryable');
+    expect(deadJobReason({ lastError: { name: 'Error', message: 'x', retryable: true } })).toBe('attempts-exhausted');
+    const job = await deadJob('R-7', { name: 'BadBatch', message: 'unbalanced', retryable: false });
+    await afterGrace();
+    await sweeper().runOnce();
+    expect(lettersFor(job.id)[0]!.attributes.Reason).toBe('non-retryable');
+  });
+
+  it('timings: a grace and retry of one lease (10 s at least), a pass per heartbeat', () => {
+    expect(deadReportTimings({ leaseSeconds: 60, heartbeatSeconds: 15 })).toEqual({
+      intervalMs: 10_000,
+      graceSeconds: 60,
+      retrySeconds: 60,
+      batchSize: 100,
+    });
+    expect(deadReportTimings({ leaseSeconds: 3, heartbeatSeconds: 1 })).toMatchObject({ intervalMs: 1000, graceSeconds: 10 });
+  });
+});
