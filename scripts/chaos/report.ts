@@ -81,7 +81,8 @@ export function formatReport(r: ChaosResult, wallSeconds: number): string {
         [
           'dead, reason on the DLQ',
           f.dead,
-          f.deadByFaults ? `${f.deadByFaults} planned to succeed, attempts used up by faults` : 'all planned to fail past their cap',
+          (f.deadByFaults ? `${f.deadByFaults} planned to succeed, attempts used up by faults` : 'all planned to fail past their cap') +
+            (f.deadReportedBySweeper ? `; ${f.deadReportedBySweeper} reported by a sweeper (their worker could not)` : ''),
         ],
         ['idempotency keys (concurrent bursts of 4)', f.keys, `${f.duplicatesReturned} enqueues answered with the existing job`],
         ['inventory runs resumed from a checkpoint', f.resumedFromCheckpoint],

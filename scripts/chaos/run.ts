@@ -420,6 +420,11 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     // (by its worker, or by a sweeper a grace period later when its worker could not send it).
     const reportsBy = Date.now() + (deadReportTimings(CHAOS_TIMINGS).graceSeconds + 20) * 1000;
     while ((await countUnreportedDeaths(db)) > 0 && Date.now() < reportsBy && !aborted()) await sleep(500, signal);
+    // A sweeper reports only deaths older than its grace; a worker reports its own within seconds.
+    const { rows: late } = await db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM jobs.dead_job WHERE reported_at >= dead_at + $1::float8 * interval '1 second'`,
+      [deadReportTimings(CHAOS_TIMINGS).graceSeconds],
+    );
     await tracker.stop();
     await keySampler.stop();
     const drainSeconds = (Date.now() - drainStart) / 1000;
@@ -444,6 +449,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       failoverToClaim: failovers,
       purgeToHealed: purges,
       keySamples: keySampler.result(),
+      deadReportedBySweeper: late[0]!.n,
       // Every worker that exited was one the kill fault SIGKILLed; the API never exits.
       unexpectedExits: [
         ...workers

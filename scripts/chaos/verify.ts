@@ -108,6 +108,8 @@ export interface Observations {
   unexpectedExits: string[];
   /** The running jobs per concurrency key, sampled while the load ran. */
   keySamples?: KeySamples;
+  /** Dead jobs whose report a sweeper sent (their worker was killed first, or the DLQ refused it). */
+  deadReportedBySweeper?: number;
 }
 
 export interface Check {
@@ -124,6 +126,7 @@ export interface Figures {
   succeeded: number;
   dead: number;
   deadByFaults: number;
+  deadReportedBySweeper: number;
   doubleEffects: number;
   missingEffects: number;
   lost: number;
@@ -396,6 +399,7 @@ export function verify(o: Observations): Verdict {
     succeeded: o.planned.filter((p) => byId.get(p.id)?.state === 'succeeded').length,
     dead: o.planned.filter((p) => byId.get(p.id)?.state === 'dead').length,
     deadByFaults,
+    deadReportedBySweeper: o.deadReportedBySweeper ?? 0,
     doubleEffects,
     missingEffects,
     lost: lost.length,
