@@ -5,6 +5,7 @@
 // against the database instance class. A bad combination fails `cdk synth` with the values,
 // the rule and the knob to turn.
 
+import { DEFAULT_RETENTION, retentionViolations, type Retention } from '../runtime/config/retention.ts';
 import { DEFAULT_STUCK_THRESHOLDS, MAX_STUCK_SECONDS, type StuckThresholds } from '../runtime/config/stuck-thresholds.ts';
 import {
   assertJobTimings,
@@ -174,6 +175,12 @@ export interface EnvironmentConfig {
   queues: QueueConfig;
   database: DatabaseConfig;
   jobTimings: JobTimings;
+  /**
+   * How long the job table keeps what has ended, given to both services as JOBS_KEEP_*: finished
+   * jobs (for a type without its own keepFinishedDays), discarded dead jobs, poison messages' records
+   * and the operators' trail, in days. The workers' pruner deletes what is older. README "Retention".
+   */
+  jobRetention: Retention;
   api: ApiConfig;
   worker: WorkerConfig;
   alarms: AlarmConfig;
@@ -234,6 +241,7 @@ const dev: EnvironmentConfig = {
   },
   jobTimings: { ...DEFAULT_JOB_TIMINGS, concurrency: 4, maxAttempts: 3, maxReceiveCount: 8, drainSeconds: 30 },
   // No certificate in dev: plain HTTP, allowed here only.
+  jobRetention: { ...DEFAULT_RETENTION },
   api: {
     cpu: 256,
     memoryMiB: 512,
@@ -294,6 +302,7 @@ const staging: EnvironmentConfig = {
   },
   jobTimings: { ...DEFAULT_JOB_TIMINGS },
   // certificateArn: set here or pass -c apiCertificateArn=ARN; synth refuses without one.
+  jobRetention: { ...DEFAULT_RETENTION },
   api: {
     cpu: 512,
     memoryMiB: 1024,
@@ -356,6 +365,7 @@ const prod: EnvironmentConfig = {
   },
   jobTimings: { ...DEFAULT_JOB_TIMINGS },
   // certificateArn: set here or pass -c apiCertificateArn=ARN; synth refuses without one.
+  jobRetention: { ...DEFAULT_RETENTION },
   api: {
     cpu: 1024,
     memoryMiB: 2048,
@@ -548,6 +558,7 @@ export function checkEnvironment(c: EnvironmentConfig): RuleViolation[] {
       });
     }
   }
+  out.push(...retentionViolations(c.jobRetention, (key) => `jobRetention.${key}`));
   if (c.worker.backlogPerTaskTarget <= 0) {
     out.push({ rule: 'worker-backlog-target', message: `worker.backlogPerTaskTarget = ${c.worker.backlogPerTaskTarget} must be positive` });
   }

@@ -21,6 +21,7 @@ import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { Construct, type IDependable } from 'constructs';
 import { ENV } from '../../runtime/config/env.ts';
 import type { JobTimings } from '../../runtime/config/rules.ts';
+import type { Retention } from '../../runtime/config/retention.ts';
 import type { StuckThresholds } from '../../runtime/config/stuck-thresholds.ts';
 import type { ApiConfig, EnvironmentName, LogRetentionDays } from '../config.ts';
 import type { JobDatabase } from '../database.ts';
@@ -85,6 +86,8 @@ export interface ApiServiceProps {
   jobTimings: JobTimings;
   /** When a job counts as stuck (alarms.stuckJobs). */
   stuckJobs: StuckThresholds;
+  /** jobRetention (JOBS_KEEP_*). */
+  retention: Retention;
   network: Network;
   cluster: ecs.ICluster;
   queues: JobQueues;
@@ -224,6 +227,7 @@ export class ApiService extends Construct {
           jobTimings: props.jobTimings,
           queues: props.queues,
           stuckJobs: props.stuckJobs,
+          retention: props.retention,
           idleInTransactionTimeoutSeconds: props.idleInTransactionTimeoutSeconds,
         }),
         [ENV.port]: String(API_PORT),

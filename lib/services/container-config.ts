@@ -11,6 +11,7 @@ import { Platform } from 'aws-cdk-lib/aws-ecr-assets';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
 import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { ENV, RDS_CA_BUNDLE_PATH } from '../../runtime/config/env.ts';
+import { retentionEnv, type Retention } from '../../runtime/config/retention.ts';
 import type { JobTimings } from '../../runtime/config/rules.ts';
 import { metricNamespace } from '../../runtime/observability/metric-names.ts';
 import { STUCK_ENV, type StuckThresholds } from '../../runtime/config/stuck-thresholds.ts';
@@ -26,6 +27,8 @@ export interface JobEnvironmentProps {
   stuckJobs: StuckThresholds;
   /** database.idleInTransactionTimeoutSeconds: the services' sessions end a transaction left idle this long. */
   idleInTransactionTimeoutSeconds: number;
+  /** jobRetention: the API decides a new job's keep (JOBS_KEEP_FINISHED_DAYS), the workers' pruner all four. */
+  retention: Retention;
 }
 
 /**
@@ -65,6 +68,7 @@ export function jobEnvironment(p: JobEnvironmentProps): Record<string, string> {
     [STUCK_ENV.runningSeconds]: String(p.stuckJobs.runningSeconds),
     [STUCK_ENV.pendingSeconds]: String(p.stuckJobs.pendingSeconds),
     [PG_OPTIONS_VARIABLE]: pgOptions(p.idleInTransactionTimeoutSeconds),
+    ...retentionEnv(p.retention),
   };
 }
 

@@ -18,6 +18,7 @@ import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct, type IDependable } from 'constructs';
 import { ECS_MAX_STOP_TIMEOUT_SECONDS, RELEASE_MARGIN_SECONDS, type JobTimings } from '../../runtime/config/rules.ts';
 import { ENV } from '../../runtime/config/env.ts';
+import type { Retention } from '../../runtime/config/retention.ts';
 import type { StuckThresholds } from '../../runtime/config/stuck-thresholds.ts';
 import { metricNamespace } from '../../runtime/observability/metric-names.ts';
 import type { EnvironmentName, LogRetentionDays, WorkerConfig } from '../config.ts';
@@ -41,6 +42,8 @@ export interface WorkerServiceProps {
   jobTimings: JobTimings;
   /** When a job counts as stuck (alarms.stuckJobs). */
   stuckJobs: StuckThresholds;
+  /** jobRetention (JOBS_KEEP_*). */
+  retention: Retention;
   network: Network;
   cluster: ecs.ICluster;
   queues: JobQueues;
@@ -137,6 +140,7 @@ export class WorkerService extends Construct {
           jobTimings: props.jobTimings,
           queues: props.queues,
           stuckJobs: props.stuckJobs,
+          retention: props.retention,
           idleInTransactionTimeoutSeconds: props.idleInTransactionTimeoutSeconds,
         }),
         ...(c.prefetch !== undefined ? { [ENV.prefetch]: String(c.prefetch) } : {}),

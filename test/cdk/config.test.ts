@@ -164,6 +164,25 @@ describe('stuck jobs', () => {
   });
 });
 
+describe('job retention', () => {
+  it('fails synth for a retention the runtime would refuse, naming the knob, the value and the rule', () => {
+    for (const [key, bad, rule] of [
+      ['finishedDays', 0, /from 1 to 36500 \(a finished job is kept at least a day\)/],
+      ['poisonDays', 7, /from 14 to 36500 \(the DLQ may hold a poison message up to 14 days/],
+      ['operatorActionDays', 2.5, /from 30 to 36500/],
+      ['discardedDeadDays', 40_000, /from 1 to 36500/],
+    ] as const) {
+      const broken = withChanges('dev', (c) => (c.jobRetention[key] = bad));
+      expect(() => resolveConfig('dev', { dev: broken })).toThrow(
+        new RegExp(`jobRetention\\.${key} = ${bad} must be a whole number of days`),
+      );
+      expect(() => resolveConfig('dev', { dev: broken })).toThrow(rule);
+    }
+    // Years of job history, as an auditor may ask for: allowed.
+    expect(() => resolveConfig('dev', { dev: withChanges('dev', (c) => (c.jobRetention.finishedDays = 7 * 365)) })).not.toThrow();
+  });
+});
+
 describe('connection budget', () => {
   it('counts worker and API tasks at their deployment peak, each pool, and the bootstrap', () => {
     const c = ENVIRONMENTS.prod;

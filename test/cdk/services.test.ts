@@ -158,6 +158,11 @@ describe('containers', () => {
         // Both services judge stuck jobs: the worker's JobsStuck metric, the API's on-call route.
         [STUCK_ENV.runningSeconds]: String(c.alarms.stuckJobs.runningSeconds),
         [STUCK_ENV.pendingSeconds]: String(c.alarms.stuckJobs.pendingSeconds),
+        // jobRetention: the API decides a new job's keep, the workers' pruner deletes what is past it.
+        JOBS_KEEP_FINISHED_DAYS: String(c.jobRetention.finishedDays),
+        JOBS_KEEP_DISCARDED_DEAD_DAYS: String(c.jobRetention.discardedDeadDays),
+        JOBS_KEEP_POISON_DAYS: String(c.jobRetention.poisonDays),
+        JOBS_KEEP_OPERATOR_ACTIONS_DAYS: String(c.jobRetention.operatorActionDays),
       });
       expect(JSON.stringify(env[ENV.queueUrl])).toContain('QueuesJobQueue');
       expect(JSON.stringify(env[ENV.dlqUrl])).toContain('QueuesDeadLetterQueue');
