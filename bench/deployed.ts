@@ -55,6 +55,13 @@ export interface DrainResult {
    * jobs claimed ahead handed to idle peers) and claimed again, or a failed attempt retried.
    */
   retried: number;
+  /**
+   * How those claims came about, from each job's row (a job can count in several): `released`, a
+   * worker handed it back unstarted or stopped (releases); `leaseRanOut`, an attempt ended with no
+   * record, so its lease expired and another claim took the job (the owner stalled past its
+   * lease); `rescued`, the rescuer re-queued it; `failed`, an attempt failed and was retried.
+   */
+  retriedBy: { released: number; leaseRanOut: number; rescued: number; failed: number };
   /** The most connections the worker processes held at once. */
   connectionsPeak: number;
   sqsCallsPerJob: number;
@@ -217,12 +224,24 @@ async function measure(
   const pg1 = await opts.pgCpu();
   const calls = callsBetween(calls0, await proxyCalls(opts.sqs.endpoint));
   const { rows } = await db.query(
-    `SELECT extract(epoch FROM finished_at - $1::timestamptz)::float8 AS s, attempt <> 1 AS again FROM jobs.job
+    `SELECT extract(epoch FROM finished_at - $1::timestamptz)::float8 AS s, attempt <> 1 AS again,
+            releases > 0 AS released,
+            attempt - 1 > jsonb_array_length(attempt_log) AS lease_ran_out,
+            attempt_log @> '[{"outcome": "rescued"}]' AS rescued,
+            attempt_log @> '[{"outcome": "retry"}]' AS failed
+       FROM jobs.job
       WHERE finished_at > $1 ORDER BY finished_at`,
     [readyAt],
   );
   const secs = rows.map((r) => r.s as number);
   const retried = rows.filter((r) => r.again).length;
+  const count = (k: string) => rows.filter((r) => r[k]).length;
+  const retriedBy = {
+    released: count('released'),
+    leaseRanOut: count('lease_ran_out'),
+    rescued: count('rescued'),
+    failed: count('failed'),
+  };
   const windowSeconds = secs.at(-1) ?? 0;
   const tenths: number[] = [];
   for (let k = 0; k < 10 && secs.length >= 10; k++) {
@@ -249,6 +268,7 @@ async function measure(
     pgCpuSecondsPer1000: pg0 !== null && pg1 !== null ? ((pg1 - pg0) / Math.max(secs.length, 1)) * 1000 : null,
     connectionsPeak,
     retried,
+    retriedBy,
     sqsCallsPerJob: calls.total / Math.max(before.jobs, 1),
     sqsCalls: calls.byOp,
   };

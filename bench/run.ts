@@ -776,7 +776,7 @@ async function main(): Promise<void> {
                     const pgCpu = d.pgCpuSecondsPer1000 !== null ? `, PostgreSQL ${d.pgCpuSecondsPer1000.toFixed(3)} CPU s/1000` : '';
                     const started = phase === 'cold' ? `started in ${fmt(d.startMs)} ms` : 'the same processes again';
                     log(
-                      `  ${phase}: ${fmt(d.perSec)} jobs/s (steady ${fmt(d.steadyPerSec)}; tenths ${d.tenths.map((t) => (Number.isFinite(t) ? fmt(t) : '–')).join(' ')}), ${started}, worker ${d.workerCpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}, ${d.sqsCallsPerJob.toFixed(3)} SQS calls/job, ${d.connectionsPeak} connections, ${d.retried} jobs claimed more than once`,
+                      `  ${phase}: ${fmt(d.perSec)} jobs/s (steady ${fmt(d.steadyPerSec)}; tenths ${d.tenths.map((t) => (Number.isFinite(t) ? fmt(t) : '–')).join(' ')}), ${started}, worker ${d.workerCpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}, ${d.sqsCallsPerJob.toFixed(3)} SQS calls/job, ${d.connectionsPeak} connections, ${d.retried} jobs claimed more than once${d.retried > 0 ? ` (released ${d.retriedBy.released}, lease ran out ${d.retriedBy.leaseRanOut}, rescued ${d.retriedBy.rescued}, failed ${d.retriedBy.failed})` : ''}`,
                     );
                     drains.push({ ...d, kind, sqsLatencyMs: delay, round, phase });
                   }
