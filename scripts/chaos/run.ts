@@ -416,6 +416,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       if (rows[0]!.n === 0 || Date.now() > drainBy || aborted()) break;
       await sleep(500, signal);
     }
+    const drainSeconds = (Date.now() - drainStart) / 1000;
     // Dead-letter reports follow the state change: wait until every death is marked reported
     // (by its worker, or by a sweeper a grace period later when its worker could not send it).
     const reportsBy = Date.now() + (deadReportTimings(CHAOS_TIMINGS).graceSeconds + 20) * 1000;
@@ -427,7 +428,6 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     );
     await tracker.stop();
     await keySampler.stop();
-    const drainSeconds = (Date.now() - drainStart) / 1000;
 
     const [jobs, effects] = await Promise.all([collectJobs(db), collectEffects(db)]);
     const observations: Observations = {

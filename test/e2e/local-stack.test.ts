@@ -123,7 +123,12 @@ describe('local stack end to end', () => {
       LastOwner: 'killed-worker',
       ErrorMessage: 'ledger locked when its worker was killed',
     });
-    expect((await db.query('SELECT reported_at FROM jobs.dead_job WHERE job_id = $1', [ins!.job.id])).rows[0].reported_at).not.toBeNull();
+    // Marked once the DLQ took it: just after the send returns, so possibly after the receive above.
+    await waitFor(
+      async () => (await db.query('SELECT reported_at FROM jobs.dead_job WHERE job_id = $1', [ins!.job.id])).rows[0].reported_at,
+      10_000,
+      'the death marked reported',
+    );
   }, 45_000);
 
   it('SIGTERM drains a worker: its running job is released and another worker finishes it at once', async () => {

@@ -23,13 +23,13 @@ afterEach(async () => {
   await p.close();
 });
 
-const GRACE = 0.3;
 const sweeper = (t: Partial<DeadReportTimings> = {}) =>
   new DeadReportSweeper({
     pool: p.db.pool,
     report: (job, reason) => u.deadLetters.reportDeadJob(job, reason),
     log: silentLogger,
-    timings: { intervalMs: 60_000, graceSeconds: GRACE, retrySeconds: 60, batchSize: 100, ...t },
+    // Grace 0: every death is past it (a death within it: graceSeconds 3600).
+    timings: { intervalMs: 60_000, graceSeconds: 0, retrySeconds: 60, batchSize: 100, ...t },
   });
 
 /** A job that died on its only attempt; its worker sent no report (as if SIGKILLed right after the COMMIT). */
@@ -40,18 +40,16 @@ async function deadJob(batch: string, error = { name: 'Error', message: 'ledger 
 }
 
 const lettersFor = (id: string) => p.dlq.peek().filter((m) => m.attributes.JobId === id);
-const afterGrace = () => new Promise((r) => setTimeout(r, GRACE * 1000 + 50));
 
 describe('dead-job reports', () => {
   it('a death its worker never reported is reported by the sweeper after the grace, once, with its reason', async () => {
     const job = await deadJob('R-1');
     expect(await countUnreportedDeaths(p.db.pool)).toBe(1);
-    const s = sweeper();
     // Within the grace the death is its own sender's: nothing sent.
-    expect(await s.runOnce()).toEqual({ claimed: 0, reported: 0 });
+    expect(await sweeper({ graceSeconds: 3600 }).runOnce()).toEqual({ claimed: 0, reported: 0 });
     expect(lettersFor(job.id)).toEqual([]);
 
-    await afterGrace();
+    const s = sweeper();
     expect(await s.runOnce()).toEqual({ claimed: 1, reported: 1 });
     const [letter] = lettersFor(job.id);
     expect(letter!.attributes).toMatchObject({ Reason: 'attempts-exhausted', ErrorMessage: 'ledger locked', LastOwner: 'owner-1' });
@@ -67,7 +65,6 @@ describe('dead-job reports', () => {
     const job = await deadJob('R-2');
     expect(await u.deadLetters.reportDeadJob(job, 'attempts-exhausted')).toBe(true);
     expect(await countUnreportedDeaths(p.db.pool)).toBe(0);
-    await afterGrace();
     expect(await sweeper().runOnce()).toEqual({ claimed: 0, reported: 0 });
     expect(lettersFor(job.id)).toHaveLength(1);
   });
@@ -78,7 +75,6 @@ describe('dead-job reports', () => {
     // The worker's own three tries fail.
     expect(await u.deadLetters.reportDeadJob(job, 'attempts-exhausted')).toBe(false);
     expect(await countUnreportedDeaths(p.db.pool)).toBe(1);
-    await afterGrace();
     expect(await sweeper({ retrySeconds: 30 }).runOnce()).toEqual({ claimed: 1, reported: 0 });
     // Claimed and failed: not tried again before the retry interval, not even by another sweeper.
     expect(await sweeper({ retrySeconds: 30 }).runOnce()).toEqual({ claimed: 0, reported: 0 });
@@ -89,9 +85,23 @@ describe('dead-job reports', () => {
     expect(await countUnreportedDeaths(p.db.pool)).toBe(0);
   });
 
+  it('a stop during a DLQ outage ends the pass after the report being tried; the rest is tried again later', async () => {
+    for (const b of ['R-8a', 'R-8b', 'R-8c']) await deadJob(b);
+    const send = vi.spyOn(p.dlq, 'send').mockRejectedValue(new Error('DLQ unreachable'));
+    const s = sweeper();
+    const pass = s.runOnce();
+    await new Promise((r) => setTimeout(r, 100));
+    await s.stop();
+    // One report's three tries (1.4 s of backoff), not three reports' (4.2 s): the task's stop timeout is not spent here.
+    expect(await pass).toEqual({ claimed: 3, reported: 0 });
+    expect(send).toHaveBeenCalledTimes(3);
+    send.mockRestore();
+    expect(await countUnreportedDeaths(p.db.pool)).toBe(3);
+    expect(await sweeper({ retrySeconds: 0 }).runOnce()).toEqual({ claimed: 3, reported: 3 });
+  });
+
   it('sweepers in several workers at once report each death exactly once', async () => {
     const jobs = await Promise.all(Array.from({ length: 30 }, (_, i) => deadJob(`R-4-${i}`)));
-    await afterGrace();
     // Three sweepers, each on its own pool connection, claiming in small batches at the same time.
     const sweepers = [1, 2, 3].map(() => sweeper({ batchSize: 4 }));
     for (let round = 0; round < 10 && (await countUnreportedDeaths(p.db.pool)) > 0; round++)
@@ -123,7 +133,6 @@ describe('dead-job reports', () => {
   it('a discarded death is left alone: on-call already decided', async () => {
     const job = await deadJob('R-6');
     await new DeadJobService(p.db.pool, p.publisher).discard({ ids: [job.id], by: 'ops@example', reason: 'posted by hand' });
-    await afterGrace();
     expect(await sweeper().runOnce()).toEqual({ claimed: 0, reported: 0 });
     expect(lettersFor(job.id)).toEqual([]);
   });
@@ -134,7 +143,6 @@ describe('dead-job reports', () => {
     expect(deadJobReason({ lastError: { name: 'ValidationError', message: 'x', retryable: false } })).toBe('non-retryable');
     expect(deadJobReason({ lastError: { name: 'Error', message: 'x', retryable: true } })).toBe('attempts-exhausted');
     const job = await deadJob('R-7', { name: 'BadBatch', message: 'unbalanced', retryable: false });
-    await afterGrace();
     await sweeper().runOnce();
     expect(lettersFor(job.id)[0]!.attributes.Reason).toBe('non-retryable');
   });
