@@ -130,6 +130,7 @@ describe('architecture', () => {
       'runtime/config/env.ts',
       'runtime/config/rules.ts',
       'runtime/config/stuck-thresholds.ts',
+      'runtime/config/retention.ts',
       'runtime/observability/metric-names.ts',
       'runtime/bootstrap/handler.ts',
     ];
