@@ -71,8 +71,24 @@ export interface DrainResult {
 /** A worker process's CPU seconds so far (0 once it is gone). */
 const cpuSeconds = (pid: number): number => processCpuSeconds(pid) ?? 0;
 
+/** The environment of a worker process on the benchmark's database and local SQS endpoint, as the stack sets it. */
+export function workerEnv(o: { url: string; sqs: LocalSqsEndpoint; concurrency: number; logLevel: string }): Record<string, string> {
+  return {
+    DATABASE_URL: o.url,
+    JOBS_QUEUE_URL: o.sqs.queueUrl,
+    JOBS_DLQ_URL: o.sqs.dlqUrl,
+    JOBS_SQS_ENDPOINT: o.sqs.endpoint,
+    AWS_REGION: 'us-east-1',
+    JOBS_CONCURRENCY: String(o.concurrency),
+    // As the stack sets them (lib/config.ts): the queue's visibility timeout is the child's 60 s.
+    JOBS_VISIBILITY_TIMEOUT_SECONDS: '60',
+    LOG_LEVEL: o.logLevel,
+    AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
+  };
+}
+
 /** Start `n` worker processes; resolves when every one has logged that it started. */
-async function startWorkers(
+export async function startWorkers(
   n: number,
   env: Record<string, string>,
 ): Promise<{ children: ChildProcess[]; ready: Promise<void>; exited: Promise<unknown>[] }> {
@@ -97,6 +113,15 @@ async function startWorkers(
       }),
     );
   }
+  // Should this process exit first (Ctrl-C, a failure), they must not outlive it, nor stay frozen holding connections.
+  const release = () => {
+    for (const c of children) {
+      c.kill('SIGTERM');
+      c.kill('SIGCONT');
+    }
+  };
+  process.once('exit', release);
+  void Promise.all(exited).then(() => process.off('exit', release));
   return { children, ready: Promise.all(readies).then(() => undefined), exited };
 }
 
@@ -144,26 +169,13 @@ export async function drainWithWorkers(opts: {
   const before = await pending();
   const calls0 = await proxyCalls(opts.sqs.endpoint);
   const t0 = performance.now();
-  const { children, ready, exited } = await startWorkers(opts.workers, {
-    DATABASE_URL: opts.url,
-    JOBS_QUEUE_URL: opts.sqs.queueUrl,
-    JOBS_DLQ_URL: opts.sqs.dlqUrl,
-    JOBS_SQS_ENDPOINT: opts.sqs.endpoint,
-    AWS_REGION: 'us-east-1',
-    JOBS_CONCURRENCY: String(opts.concurrency),
-    // As the stack sets them (lib/config.ts): the queue's visibility timeout is the child's 60 s.
-    JOBS_VISIBILITY_TIMEOUT_SECONDS: '60',
-    LOG_LEVEL: opts.logLevel,
-    AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
-  });
-  // Should this process exit while they are frozen, they must not stay stopped, holding connections.
+  const { children, ready, exited } = await startWorkers(opts.workers, workerEnv(opts));
   const release = () => {
     for (const c of children) {
       c.kill('SIGTERM');
       c.kill('SIGCONT');
     }
   };
-  process.once('exit', release);
   try {
     await ready;
     const startMs = performance.now() - t0;
@@ -180,7 +192,6 @@ export async function drainWithWorkers(opts: {
     const warm = await measure(db, children, opts, { calls0: calls1, before: again, startMs: 0, go: thaw });
     return { cold, warm };
   } finally {
-    process.off('exit', release);
     // A frozen process (refill failed) gets its SIGTERM only once thawed.
     release();
     await Promise.all(exited);

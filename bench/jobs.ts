@@ -8,3 +8,18 @@ export const benchNoop = defineJob<unknown, null>({
   parse: (p) => p,
   run: async () => null,
 });
+
+/**
+ * The latency probe as a worker process runs it (bench/worker-child.ts): it tells the benchmark
+ * over the IPC channel when its handler started, on the wall clock in ms (sub-millisecond: the
+ * same machine's clock in both processes), so enqueue → start spans the two processes.
+ */
+export const benchProbeInProcess = defineJob<{ seq: number }, null>({
+  type: 'bench.probe',
+  description: 'reports when it started',
+  parse: (p) => p as { seq: number },
+  run: async (p) => {
+    process.send?.({ probe: p.seq, at: performance.timeOrigin + performance.now() });
+    return null;
+  },
+});

@@ -32,7 +32,7 @@ import { ledgerPost } from '../runtime/handlers/ledger-post.ts';
 import { JobRegistry } from '../runtime/handlers/registry.ts';
 import { defineJob } from '../runtime/handlers/types.ts';
 import { benchNoop } from './jobs.ts';
-import { drainWithWorkers, type DrainResult } from './deployed.ts';
+import { drainWithWorkers, startWorkers, workerEnv, type DrainResult } from './deployed.ts';
 import { callsBetween, proxyCalls } from './sqs-proxy.ts';
 import { startSqsChild, warmQueue } from './sqs-local.ts';
 import { METRIC } from '../runtime/observability/metric-names.ts';
@@ -59,6 +59,8 @@ const { values: args } = parseArgs({
     kinds: { type: 'string', default: 'noop,ledger' },
     'latency-seconds': { type: 'string', default: '10' },
     rate: { type: 'string', default: '200' },
+    /** Who works in the latency runs: in-bench (the benchmark's process), process (a separate worker process, SQS only), or both. */
+    'latency-shapes': { type: 'string', default: 'in-bench,process' },
     kills: { type: 'string', default: '3' },
     'pg-url': { type: 'string' },
     peers: { type: 'boolean', default: false },
@@ -104,6 +106,9 @@ const KEYED_N = Number(args['keyed-jobs']);
 const KEYED_C = Number(args['keyed-concurrency']);
 const KEY_BACKLOGS = args['key-backlog'] ? args['key-backlog'].split(',').map(Number) : [];
 const SQS_LATENCIES = args['sqs-latency-ms']!.split(',').map(Number);
+const LATENCY_SHAPES = args['latency-shapes']!.split(',').map((x) => x.trim()) as ('in-bench' | 'process')[];
+for (const x of LATENCY_SHAPES)
+  if (x !== 'in-bench' && x !== 'process') throw new Error(`--latency-shapes: "${x}" is neither in-bench nor process`);
 const WORKERS = args.workers ? args.workers.split(',').map(Number) : [];
 const ROUNDS = Number(args.rounds);
 const WORKER_C = Number(args['worker-concurrency']);
@@ -377,6 +382,12 @@ const WARMUP_MS = 1000;
 
 interface Latency {
   transport: 'memory' | 'sqs';
+  /**
+   * in-bench: the benchmark's process enqueues and works; process: it enqueues (as the API does)
+   * and a separate worker process works (the worker service, LOG_LEVEL=info, warmed on 2,000 jobs
+   * first: a task that has been running), as ECS runs them.
+   */
+  shape: 'in-bench' | 'process';
   rate: number;
   seconds: number;
   /** Every job. */
@@ -412,11 +423,18 @@ interface Split {
   toStart: number;
 }
 
-async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<Latency> {
+/** The wall clock in ms with sub-millisecond precision: the same in the benchmark and its worker process. */
+const clock = () => performance.timeOrigin + performance.now();
+/** Jobs a worker process drains before it is measured, so it runs as a task that has been running. */
+const PROCESS_WARMUP_JOBS = 2000;
+
+async function latency(adminUrl: string, transport: 'memory' | 'sqs', shape: 'in-bench' | 'process' = 'in-bench'): Promise<Latency> {
+  if (shape === 'process' && transport !== 'sqs') throw new Error('a separate worker process works through SQS only');
   const url = await freshDb(adminUrl, 'bench_latency');
   let queue: JobQueue;
   let d: JobQueue;
   let child: ChildProcess | null = null;
+  let endpoint: { endpoint: string; queueUrl: string; dlqUrl: string } | null = null;
   if (transport === 'memory') {
     const dead = new MemoryQueue({ visibilityTimeoutSeconds: 60 });
     d = dead;
@@ -425,6 +443,7 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
     // The endpoint itself: at 0 ms the counting proxy is only an extra hop production does not have.
     const s = await startSqsChild(60, 0, false);
     child = s.child;
+    endpoint = s;
     const sqsQueue = new SqsQueue({ queueUrl: s.queueUrl, endpoint: s.endpoint });
     queue = sqsQueue;
     d = new SqsQueue({ queueUrl: s.dlqUrl, endpoint: s.endpoint });
@@ -436,9 +455,9 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
   const sendAt = new Map<string, [number, number]>();
   const origSend = queue.send.bind(queue);
   queue.send = async (msgs) => {
-    const a = performance.now();
+    const a = clock();
     await origSend(msgs);
-    const b = performance.now();
+    const b = clock();
     for (const m of msgs) {
       const p = parseJobMessage(m.body);
       // The first send is the enqueue's publish (a relay's re-send would come later).
@@ -450,41 +469,59 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
   const startAt = new Map<number, number>();
   const publisher = new Publisher(pool, queue, silentLogger);
   const client = new JobClient({ pool, registry, publisher, defaultMaxAttempts: 3 });
-  const worker = new Worker({
-    pool,
-    queue,
-    dlq: d,
-    registry,
-    publisher,
-    timings: { ...TIMINGS, concurrency: 10 },
-    log: silentLogger,
-    receiveWaitSeconds: 1,
-  });
+  const worker =
+    shape === 'in-bench'
+      ? new Worker({
+          pool,
+          queue,
+          dlq: d,
+          registry,
+          publisher,
+          timings: { ...TIMINGS, concurrency: 10 },
+          log: silentLogger,
+          receiveWaitSeconds: 1,
+        })
+      : null;
   const t0s = new Map<number, number>();
   onStart = (seq) => {
-    startAt.set(seq, performance.now());
+    startAt.set(seq, clock());
   };
-  let start = performance.now();
   // As the API does before it listens (the worker does the same for its own before its first receive).
   await warmPool(pool, workerPoolSize(10) + 4);
-  worker.start();
+  let proc: Awaited<ReturnType<typeof startWorkers>> | null = null;
+  if (shape === 'process') {
+    proc = await startWorkers(1, workerEnv({ url, sqs: endpoint!, concurrency: 10, logLevel: 'info' }));
+    proc.children[0]!.on('message', (m: { probe?: number; at?: number }) => {
+      if (typeof m === 'object' && m.probe !== undefined && m.at !== undefined && !startAt.has(m.probe)) startAt.set(m.probe, m.at);
+    });
+    await proc.ready;
+    await client.enqueueNow(Array.from({ length: PROCESS_WARMUP_JOBS }, () => ({ type: 'bench.noop', payload: {} })));
+    for (let left = 1; left > 0; ) {
+      await new Promise((r) => setTimeout(r, 100));
+      left = (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM jobs.job WHERE finished_at IS NULL')).rows[0]!.n;
+    }
+    sendAt.clear();
+  }
+  worker?.start();
+  let start = clock();
   const rate = Number(args.rate);
   const seconds = Number(args['latency-seconds']);
   const total = rate * seconds;
-  start = performance.now();
+  start = clock();
   const loopDelay = monitorEventLoopDelay({ resolution: 5 });
   const gcPauses: number[] = [];
   const gcWatch = new PerformanceObserver((list) => {
-    for (const e of list.getEntries()) if (e.duration > 5 && e.startTime - start > WARMUP_MS) gcPauses.push(Math.round(e.duration));
+    for (const e of list.getEntries())
+      if (e.duration > 5 && performance.timeOrigin + e.startTime - start > WARMUP_MS) gcPauses.push(Math.round(e.duration));
   });
   gcWatch.observe({ entryTypes: ['gc'] });
   const watchLoop = setTimeout(() => loopDelay.enable(), WARMUP_MS);
   const inflight: Promise<unknown>[] = [];
   for (let seq = 0; seq < total; seq++) {
     const due = start + (seq * 1000) / rate;
-    const wait = due - performance.now();
+    const wait = due - clock();
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-    t0s.set(seq, performance.now());
+    t0s.set(seq, clock());
     inflight.push(client.enqueueNow({ type: 'bench.probe', payload: { seq } }).then((r) => seqJob.set(seq, r[0]!.job.id)));
   }
   await Promise.all(inflight);
@@ -493,7 +530,11 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
   clearTimeout(watchLoop);
   loopDelay.disable();
   gcWatch.disconnect();
-  await worker.stop(0);
+  await worker?.stop(0);
+  if (proc) {
+    for (const c of proc.children) c.kill('SIGTERM');
+    await Promise.all(proc.exited);
+  }
   await pool.end();
   child?.kill('SIGTERM');
   onStart = null;
@@ -525,6 +566,7 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs'): Promise<L
   };
   return {
     transport,
+    shape,
     rate,
     seconds,
     n: lat.length,
@@ -819,12 +861,14 @@ async function main(): Promise<void> {
     const lats: Latency[] = [];
     // --latency-seconds 0: no latency runs.
     for (let run = 0; run < (Number(args['latency-seconds']) > 0 ? RUNS : 0); run++)
-      for (const transport of TRANSPORTS) {
-        log(
-          `run ${run + 1}/${RUNS}: latency, ${args.rate} jobs/s for ${args['latency-seconds']} s via ${transport === 'sqs' ? 'local SQS' : 'in-process'}…`,
-        );
-        lats.push(await latency(adminUrl, transport));
-      }
+      for (const transport of TRANSPORTS)
+        for (const shape of LATENCY_SHAPES) {
+          if (shape === 'process' && transport !== 'sqs') continue;
+          log(
+            `run ${run + 1}/${RUNS}: latency, ${args.rate} jobs/s for ${args['latency-seconds']} s via ${transport === 'sqs' ? 'local SQS' : 'in-process'}${shape === 'process' ? ', a separate worker process' : ''}…`,
+          );
+          lats.push(await latency(adminUrl, transport, shape));
+        }
     if (Number(args.kills) > 0) log('kill -9 → resumption…');
     const kill = Number(args.kills) > 0 ? await killToResume(adminUrl, Number(args.kills)) : null;
 
@@ -982,7 +1026,7 @@ async function main(): Promise<void> {
       const splitCell = (x: Split | null) => (x ? `${ms(x.transaction)} / ${ms(x.send)} / ${ms(x.toStart)}, ${x.n} jobs` : '–');
       out.push('');
       out.push(
-        `Enqueue → start at a steady ${lats[0]!.rate} jobs/s for ${lats[0]!.seconds} s per run (concurrency 10, one transaction per enqueue), ms; steady state = jobs enqueued after the first ${WARMUP_MS / 1000} s, warm-up = the first ${WARMUP_MS / 1000} s of a fresh process:`,
+        `Enqueue → start at a steady ${lats[0]!.rate} jobs/s for ${lats[0]!.seconds} s per run (concurrency 10, one transaction per enqueue), ms; steady state = jobs enqueued after the first ${WARMUP_MS / 1000} s, warm-up = the first ${WARMUP_MS / 1000} s of a fresh process (in-bench) or of the load (worker process: a separate worker service, LOG_LEVEL=info, that has run ${fmt(PROCESS_WARMUP_JOBS)} jobs first; the benchmark's process enqueues, as the API does, and its event loop and GC are the columns'):`,
       );
       out.push('');
       out.push(
@@ -991,10 +1035,11 @@ async function main(): Promise<void> {
       out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
       const runOf = new Map<string, number>();
       for (const lat of lats) {
-        const k = (runOf.get(lat.transport) ?? 0) + 1;
-        runOf.set(lat.transport, k);
+        const label = `${lat.transport === 'sqs' ? 'local SQS' : 'in-process'}${lat.shape === 'process' ? ', worker process' : ''}`;
+        const k = (runOf.get(label) ?? 0) + 1;
+        runOf.set(label, k);
         out.push(
-          `| ${lat.transport === 'sqs' ? 'local SQS' : 'in-process'} | ${k} | ${ms(lat.steady?.p50)} | ${ms(lat.steady?.p99)} | ${ms(lat.steady?.p999)} | ${ms(lat.steady?.max)} | ${ms(lat.warmup?.max)} | ${ms(lat.p99)} | ${ms(lat.loop?.delayP99)} / ${ms(lat.loop?.delayMax)} | ${lat.loop ? lat.loop.gcPausesOver5.join(', ') || 'none' : '–'} | ${splitCell(lat.slowest)} (${splitCell(lat.typical)}) |`,
+          `| ${label} | ${k} | ${ms(lat.steady?.p50)} | ${ms(lat.steady?.p99)} | ${ms(lat.steady?.p999)} | ${ms(lat.steady?.max)} | ${ms(lat.warmup?.max)} | ${ms(lat.p99)} | ${ms(lat.loop?.delayP99)} / ${ms(lat.loop?.delayMax)} | ${lat.loop ? lat.loop.gcPausesOver5.join(', ') || 'none' : '–'} | ${splitCell(lat.slowest)} (${splitCell(lat.typical)}) |`,
         );
       }
     }
