@@ -14,6 +14,7 @@
 //   npm run bench -- --key-backlog 500,2000       # one key with N jobs waiting: does a key's backlog slow its claims?
 //   npm run bench -- --sqs-latency-ms 0,15        # every SQS call 15 ms slower (a delaying proxy), beside 0 ms
 //   npm run bench -- --workers 1,2,4,8            # also separate worker processes, as deployed (bench/deployed.ts), --worker-concurrency 10
+//   npm run bench -- --matrix false --transports sqs --latency-shapes process   # enqueue → start with a separate worker process working
 //   npm run bench -- --workers 1 --rounds 4 --warm false   # consecutive drains on one database, new processes each: does the platform slow as tables grow?
 //   npm run bench -- --workers 1 --rounds 4 --matrix false --warm false --profile   # only the drains, with each drain's statements by time
 
