@@ -2,18 +2,11 @@
 // return mapped once. Prepared-statement names are prefixed so they never collide with the job
 // store's own on a shared connection.
 
-import type pg from 'pg';
-import type { Queryable } from '../store/job-store.ts';
+import { namedStatements, type Queryable } from '../store/job-store.ts';
 import { rowToJob, type Job, type JobRow } from '../domain/job.ts';
 import { OPS_SQL, type OpsSqlName } from './sql.ts';
 
-export async function runOps<R extends pg.QueryResultRow = pg.QueryResultRow>(
-  db: Queryable,
-  name: OpsSqlName,
-  values: unknown[],
-): Promise<pg.QueryResult<R>> {
-  return (await db.query({ name: `ops.${name}`, text: OPS_SQL[name], values })) as pg.QueryResult<R>;
-}
+export const runOps = namedStatements<OpsSqlName>('ops', OPS_SQL);
 
 /** How on-call triaged a dead job (jobs.dead_job). */
 export interface DeadTriage {

@@ -3,9 +3,8 @@
 // a grace period later and reports them itself, so a worker killed between the job's death and
 // its report, or a DLQ that refused every try, never leaves a dead job without a page.
 
-import type pg from 'pg';
 import { rowToJob, type Job } from '../domain/job.ts';
-import type { Queryable } from './job-store.ts';
+import { namedStatements, type Queryable } from './job-store.ts';
 import { JOB } from './sql-fragments.ts';
 
 const DEAD_REPORT_SQL = {
@@ -44,13 +43,7 @@ const DEAD_REPORT_SQL = {
     SELECT count(*)::int AS n FROM jobs.dead_job WHERE reported_at IS NULL AND discarded_at IS NULL`,
 } as const;
 
-async function runDeadReport<R extends pg.QueryResultRow = pg.QueryResultRow>(
-  db: Queryable,
-  name: keyof typeof DEAD_REPORT_SQL,
-  values: unknown[],
-): Promise<pg.QueryResult<R>> {
-  return (await db.query({ name: `deadReport.${name}`, text: DEAD_REPORT_SQL[name], values })) as pg.QueryResult<R>;
-}
+const runDeadReport = namedStatements('deadReport', DEAD_REPORT_SQL);
 
 /** The DLQ accepted the report of `job`'s death (its finishedAt is the time of death). */
 export async function markDeadJobReported(db: Queryable, job: Pick<Job, 'id' | 'finishedAt'>): Promise<boolean> {

@@ -33,6 +33,12 @@ export async function run<R extends pg.QueryResultRow = pg.QueryResultRow>(
   return (await db.query({ name, text: SQL[name], values })) as pg.QueryResult<R>;
 }
 
+/** Runs the named statements of `sql` (poison, schedules, dead reports, on-call), each prepared per connection as `prefix.name`. */
+export function namedStatements<K extends string>(prefix: string, sql: Readonly<Record<K, string>>) {
+  return async <R extends pg.QueryResultRow = pg.QueryResultRow>(db: Queryable, name: K, values: unknown[]): Promise<pg.QueryResult<R>> =>
+    (await db.query({ name: `${prefix}.${name}`, text: sql[name], values })) as pg.QueryResult<R>;
+}
+
 /** A job to insert; its retention and its key's (KeyedJob: keepDays, keyKeepDays) the client decides (client.ts). */
 export interface NewJob extends KeyedJob {
   type: string;

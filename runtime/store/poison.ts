@@ -2,8 +2,7 @@
 // to the DLQ with its reason (DESIGN 9) and records it here, raw body included, so on-call can
 // list them apart from dead jobs and see what sent them — after the DLQ's retention too.
 
-import type pg from 'pg';
-import type { Queryable } from './job-store.ts';
+import { namedStatements, type Queryable } from './job-store.ts';
 
 /** The poison-message statements: the worker records, on-call lists and resolves. */
 const POISON_SQL = {
@@ -33,13 +32,7 @@ const POISON_SQL = {
     RETURNING source_message_id`,
 } as const;
 
-async function runPoison<R extends pg.QueryResultRow = pg.QueryResultRow>(
-  db: Queryable,
-  name: keyof typeof POISON_SQL,
-  values: unknown[],
-): Promise<pg.QueryResult<R>> {
-  return (await db.query({ name: `poison.${name}`, text: POISON_SQL[name], values })) as pg.QueryResult<R>;
-}
+const runPoison = namedStatements('poison', POISON_SQL);
 
 export type PoisonReason = 'unparseable-body' | 'unknown-job';
 

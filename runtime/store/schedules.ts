@@ -18,16 +18,10 @@ import {
   type ScheduleDefinition,
 } from '../handlers/schedule.ts';
 import type { EnqueueResult, JobClient } from './client.ts';
-import type { Queryable } from './job-store.ts';
+import { namedStatements, type Queryable } from './job-store.ts';
 import { SCHEDULE_SQL, type ScheduleSqlName } from './sql-schedules.ts';
 
-export async function runSchedule<R extends pg.QueryResultRow = pg.QueryResultRow>(
-  db: Queryable,
-  name: ScheduleSqlName,
-  values: unknown[],
-): Promise<pg.QueryResult<R>> {
-  return (await db.query({ name: `schedule.${name}`, text: SCHEDULE_SQL[name], values })) as pg.QueryResult<R>;
-}
+export const runSchedule = namedStatements<ScheduleSqlName>('schedule', SCHEDULE_SQL);
 
 /** An occurrence enqueued by a pass (or found already enqueued by the job's key: duplicate). */
 export interface FiredOccurrence {
