@@ -3,7 +3,13 @@
 // death stays unreported in jobs.dead_job (migration 0014) and a sweeper
 // (runtime/maintenance/dead-reports.ts) reports it a grace period later, once. Real PostgreSQL,
 // MemoryQueue DLQ. Found by the chaos run: a dead job with no report on the DLQ.
+import { cp, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { defaultMigrationsDir, migrate } from '../../runtime/db/migrate.ts';
+import { JobStore } from '../../runtime/store/job-store.ts';
+import { createTestDb } from '../support/db.ts';
 import { deadJobReason } from '../../runtime/domain/settlement.ts';
 import { DeadReportSweeper, deadReportTimings, type DeadReportTimings } from '../../runtime/maintenance/dead-reports.ts';
 import { DeadJobService } from '../../runtime/oncall/dead-jobs.ts';
@@ -155,5 +161,36 @@ describe('dead-job reports', () => {
       batchSize: 100,
     });
     expect(deadReportTimings({ leaseSeconds: 3, heartbeatSeconds: 1 })).toMatchObject({ intervalMs: 1000, graceSeconds: 10 });
+  });
+});
+
+describe('upgrading to migration 0014', () => {
+  it('marks the deaths already there as reported (nobody is paged for old deaths at deploy); a death after it is unreported', async () => {
+    const db = await createTestDb({ migrate: false });
+    const dir = await mkdtemp(join(tmpdir(), 'mig-0013-'));
+    try {
+      // The schema as it was before 0014, with a job that died under it.
+      await cp(defaultMigrationsDir(), dir, { recursive: true, filter: (src) => !/\/00(1[4-9]|[2-9]\d)_[^/]*\.sql$/.test(src) });
+      await migrate(db.pool, { dir });
+      const store = new JobStore(db.pool);
+      const die = async (batch: string) => {
+        const [ins] = await store.insertMany(db.pool, [{ type: 'ledger.post', payload: { batch, entries: 1 }, maxAttempts: 1 }]);
+        const [c] = await store.claim([ins!.job.id], 'old-worker', 30);
+        return (await store.fail({ id: c!.id, attempt: c!.attempt }, { name: 'Error', message: 'x', retryable: true }, 1, false))!;
+      };
+      const old = await die('OLD-1');
+      expect(old.state).toBe('dead');
+
+      expect((await migrate(db.pool)).applied).toContain('0014_dead_job_reports.sql');
+      const { rows } = await db.pool.query('SELECT reported_at = dead_at AS same FROM jobs.dead_job WHERE job_id = $1', [old.id]);
+      expect(rows).toEqual([{ same: true }]);
+      expect(await countUnreportedDeaths(db.pool)).toBe(0);
+
+      await die('NEW-1');
+      expect(await countUnreportedDeaths(db.pool)).toBe(1);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+      await db.drop();
+    }
   });
 });
