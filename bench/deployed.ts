@@ -91,7 +91,7 @@ export function workerEnv(o: { url: string; sqs: LocalSqsEndpoint; concurrency: 
 export async function startWorkers(
   n: number,
   env: Record<string, string>,
-): Promise<{ children: ChildProcess[]; ready: Promise<void>; exited: Promise<unknown>[] }> {
+): Promise<{ children: ChildProcess[]; ready: Promise<void>; exited: Promise<unknown>[]; stop: () => void }> {
   const children: ChildProcess[] = [];
   const readies: Promise<void>[] = [];
   const exited: Promise<unknown>[] = [];
@@ -113,16 +113,17 @@ export async function startWorkers(
       }),
     );
   }
-  // Should this process exit first (Ctrl-C, a failure), they must not outlive it, nor stay frozen holding connections.
-  const release = () => {
+  // SIGTERM (graceful), and SIGCONT for a frozen one. Also when this process exits first (Ctrl-C,
+  // a failure): they must not outlive it, nor stay frozen holding connections.
+  const stop = () => {
     for (const c of children) {
       c.kill('SIGTERM');
       c.kill('SIGCONT');
     }
   };
-  process.once('exit', release);
-  void Promise.all(exited).then(() => process.off('exit', release));
-  return { children, ready: Promise.all(readies).then(() => undefined), exited };
+  process.once('exit', stop);
+  void Promise.all(exited).then(() => process.off('exit', stop));
+  return { children, ready: Promise.all(readies).then(() => undefined), exited, stop };
 }
 
 export interface DeployedDrains {
@@ -169,13 +170,7 @@ export async function drainWithWorkers(opts: {
   const before = await pending();
   const calls0 = await proxyCalls(opts.sqs.endpoint);
   const t0 = performance.now();
-  const { children, ready, exited } = await startWorkers(opts.workers, workerEnv(opts));
-  const release = () => {
-    for (const c of children) {
-      c.kill('SIGTERM');
-      c.kill('SIGCONT');
-    }
-  };
+  const { children, ready, exited, stop } = await startWorkers(opts.workers, workerEnv(opts));
   try {
     await ready;
     const startMs = performance.now() - t0;
@@ -193,7 +188,7 @@ export async function drainWithWorkers(opts: {
     return { cold, warm };
   } finally {
     // A frozen process (refill failed) gets its SIGTERM only once thawed.
-    release();
+    stop();
     await Promise.all(exited);
     await db.end();
   }

@@ -533,7 +533,7 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs', shape: 'in
   gcWatch.disconnect();
   await worker?.stop(0);
   if (proc) {
-    for (const c of proc.children) c.kill('SIGTERM');
+    proc.stop();
     await Promise.all(proc.exited);
   }
   await pool.end();

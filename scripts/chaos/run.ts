@@ -419,12 +419,13 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     const drainSeconds = (Date.now() - drainStart) / 1000;
     // Dead-letter reports follow the state change: wait until every death is marked reported
     // (by its worker, or by a sweeper a grace period later when its worker could not send it).
-    const reportsBy = Date.now() + (deadReportTimings(CHAOS_TIMINGS).graceSeconds + 20) * 1000;
+    const reportGrace = deadReportTimings(CHAOS_TIMINGS).graceSeconds;
+    const reportsBy = Date.now() + (reportGrace + 20) * 1000;
     while ((await countUnreportedDeaths(db)) > 0 && Date.now() < reportsBy && !aborted()) await sleep(500, signal);
     // A sweeper reports only deaths older than its grace; a worker reports its own within seconds.
     const { rows: late } = await db.query<{ n: number }>(
       `SELECT count(*)::int AS n FROM jobs.dead_job WHERE reported_at >= dead_at + $1::float8 * interval '1 second'`,
-      [deadReportTimings(CHAOS_TIMINGS).graceSeconds],
+      [reportGrace],
     );
     await tracker.stop();
     await keySampler.stop();

@@ -20,14 +20,6 @@ import { workerUnits, type Units } from '../support/worker-units.ts';
 
 let p: Platform;
 let u: Units;
-beforeEach(async () => {
-  p = await createPlatform();
-  u = workerUnits(p);
-});
-afterEach(async () => {
-  await u.messages.drain();
-  await p.close();
-});
 
 const sweeper = (t: Partial<DeadReportTimings> = {}) =>
   new DeadReportSweeper({
@@ -48,6 +40,15 @@ async function deadJob(batch: string, error = { name: 'Error', message: 'ledger 
 const lettersFor = (id: string) => p.dlq.peek().filter((m) => m.attributes.JobId === id);
 
 describe('dead-job reports', () => {
+  beforeEach(async () => {
+    p = await createPlatform();
+    u = workerUnits(p);
+  });
+  afterEach(async () => {
+    await u.messages.drain();
+    await p.close();
+  });
+
   it('a death its worker never reported is reported by the sweeper after the grace, once, with its reason', async () => {
     const job = await deadJob('R-1');
     expect(await countUnreportedDeaths(p.db.pool)).toBe(1);
