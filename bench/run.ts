@@ -169,6 +169,8 @@ interface Sample {
   enqueueCost: Cost;
   processCost: Cost;
   cpuSecondsPer1000: number;
+  /** The part of cpuSecondsPer1000 spent in the kernel (system time): socket writes and, on loopback, the receiver's TCP work. */
+  kernelCpuSecondsPer1000: number;
   /** PostgreSQL's CPU in the process phase, when the server is local (the enqueue's is in enqueueCost). */
   pgCpuSecondsPer1000: number | null;
   /** The local SQS endpoint's process (emulator and delaying proxy) in the process phase: CPU the worker's calls cost on the same cores. */
@@ -242,7 +244,7 @@ async function processAll(
   n: number,
   concurrency: number,
   prefetch: number | null,
-): Promise<{ perSec: number; steadyPerSec: number; cpuSeconds: number }> {
+): Promise<{ perSec: number; steadyPerSec: number; cpuSeconds: number; kernelCpuSeconds: number }> {
   const pool = createPool({ url, max: workerPoolSize(concurrency), applicationName: 'bench worker' });
   let done = 0;
   let t10 = 0;
@@ -279,7 +281,12 @@ async function processAll(
   const cpu = process.cpuUsage(cpu0);
   await worker.stop(0);
   await pool.end();
-  return { perSec: n / seconds, steadyPerSec: (0.8 * n * 1000) / (t90 - t10), cpuSeconds: (cpu.user + cpu.system) / 1e6 };
+  return {
+    perSec: n / seconds,
+    steadyPerSec: (0.8 * n * 1000) / (t90 - t10),
+    cpuSeconds: (cpu.user + cpu.system) / 1e6,
+    kernelCpuSeconds: cpu.system / 1e6,
+  };
 }
 
 async function verify(url: string, kind: 'noop' | 'ledger', n: number): Promise<void> {
@@ -369,6 +376,7 @@ async function throughput(
       enqueueCost: enq.cost,
       processCost: proc.cost,
       cpuSecondsPer1000: (proc.result.cpuSeconds / n) * 1000,
+      kernelCpuSecondsPer1000: (proc.result.kernelCpuSeconds / n) * 1000,
       pgCpuSecondsPer1000: proc.cost.pgCpuSeconds !== undefined ? (proc.cost.pgCpuSeconds / n) * 1000 : null,
       endpointCpuSecondsPer1000: endpointCpu0 !== null && endpointCpu1 !== null ? ((endpointCpu1 - endpointCpu0) / n) * 1000 : null,
     };
@@ -757,7 +765,7 @@ async function main(): Promise<void> {
                     ? ''
                     : `, ${s.sqsCallsPerJob.toFixed(3)} SQS calls/job, local endpoint ${s.endpointCpuSecondsPer1000?.toFixed(3) ?? '?'} CPU s/1000`;
                 log(
-                  `  ${fmt(s.processPerSec)} jobs/s (steady ${fmt(s.steadyPerSec)}), ${s.commitsPerJob.toFixed(3)} commits/job, ${fmt(s.walBytesPerJob)} WAL B/job, worker ${s.cpuSecondsPer1000.toFixed(3)} CPU s/1000${pgCpu}${calls}`,
+                  `  ${fmt(s.processPerSec)} jobs/s (steady ${fmt(s.steadyPerSec)}), ${s.commitsPerJob.toFixed(3)} commits/job, ${fmt(s.walBytesPerJob)} WAL B/job, worker ${s.cpuSecondsPer1000.toFixed(3)} CPU s/1000 (kernel ${s.kernelCpuSecondsPer1000.toFixed(3)})${pgCpu}${calls}`,
                 );
                 if (args.profile && run === 0) {
                   for (const [phase, cost] of [
