@@ -47,6 +47,7 @@ export type JobAlarmName =
   | 'api5xx'
   | 'workerTasksBelowMinimum'
   | 'jobsStuck'
+  | 'scheduleFailing'
   | 'apiUnhealthyTargets'
   | 'apiTasksBelowMinimum'
   | 'workerAtMaximum'
@@ -67,6 +68,14 @@ const GIB = 1024 ** 3;
  * that finishes just past its limit from paging.
  */
 export const JOBS_STUCK_ALARM = { threshold: 1, periodMinutes: 5, evaluationPeriods: 2 } as const;
+
+/**
+ * A schedule whose due occurrence cannot be enqueued (runtime/maintenance/scheduler.ts): each
+ * failed pass, every 5 s per task, counts SchedulePassesFailed. A failover fails passes for a
+ * minute or two, which one or two periods hold; a failure in each of three 5-minute periods is a
+ * schedule that has not fired for 10–15 minutes and will not by itself.
+ */
+export const SCHEDULE_FAILING_ALARM = { periodMinutes: 5, evaluationPeriods: 3 } as const;
 
 /** A platform metric as the worker emits it: its environment's namespace, no dimensions. */
 export function jobMetric(
@@ -250,6 +259,20 @@ export class JobAlarms extends Construct {
         datapointsToAlarm: JOBS_STUCK_ALARM.evaluationPeriods,
         // Workers publish every minute, zero included; no data means no worker, which
         // "worker tasks below minimum" pages for.
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
+      scheduleFailing: make('scheduleFailing', {
+        alarmName: `${prefix} schedule failing`,
+        alarmDescription: describe(
+          `the workers' schedulers have failed to enqueue a schedule's due occurrence in each of ${SCHEDULE_FAILING_ALARM.evaluationPeriods} periods of ${SCHEDULE_FAILING_ALARM.periodMinutes} minutes: a scheduled job (the month-end close, say) has not been enqueued and will not be until the cause is fixed. The occurrence is not lost: it stays due and is enqueued by the first pass that succeeds. \`jobs schedules list\` shows which schedule is OVERDUE; the worker logs \`schedule <name>: pass failed\` with the error.`,
+          RUNBOOK_SECTION.scheduleFailing,
+        ),
+        metric: jobMetric(envName, METRIC.schedulePassesFailed, 'Sum', Duration.minutes(SCHEDULE_FAILING_ALARM.periodMinutes)),
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        threshold: 1,
+        evaluationPeriods: SCHEDULE_FAILING_ALARM.evaluationPeriods,
+        datapointsToAlarm: SCHEDULE_FAILING_ALARM.evaluationPeriods,
+        // The worker emits only when a pass fails.
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       }),
       apiUnhealthyTargets: make('apiUnhealthyTargets', {

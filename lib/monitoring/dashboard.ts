@@ -118,6 +118,7 @@ export class JobsDashboard extends Construct {
           sum(METRIC.duplicateDeliveries, 'Duplicate deliveries ignored'),
           sum(METRIC.claimMisses, 'Claim misses'),
           sum(METRIC.jobsStuck, 'Jobs stuck'),
+          sum(METRIC.schedulePassesFailed, 'Schedule passes failed'),
         ],
         width: 8,
       }),

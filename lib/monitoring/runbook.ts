@@ -16,6 +16,7 @@ export const RUNBOOK_SECTION = {
   api5xx: 'api-5xx',
   workerTasksBelowMinimum: 'worker-tasks-below-minimum',
   jobsStuck: 'jobs-stuck',
+  scheduleFailing: 'schedule-failing',
   apiUnhealthyTargets: 'api-unhealthy-targets',
   apiTasksBelowMinimum: 'api-tasks-below-minimum',
   workerAtMaximum: 'worker-at-maximum-with-backlog',

@@ -167,6 +167,7 @@ export async function startWorkerService(
     client: new JobClient({ pool, registry, publisher, defaultMaxAttempts: timings.maxAttempts }),
     schedules,
     log,
+    metrics,
     ...(eventsEnabled(env)
       ? {
           onFired: (def, f) =>

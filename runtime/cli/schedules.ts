@@ -48,6 +48,10 @@ export function describe(s: ScheduleView): string[] {
     `${s.name}  ${s.paused ? `PAUSED by ${s.paused.by} at ${s.paused.at}${s.paused.reason ? ` (${s.paused.reason})` : ''}` : 'active'}`,
     `    ${s.cron}  ${s.timeZone}  → ${s.type}  missed: ${s.missed}${s.description ? `  — ${s.description}` : ''}`,
   ];
+  if (s.overdue)
+    lines.push(
+      `    OVERDUE: ${s.overdue.label} not enqueued, ${fmtOverdue(s.overdue.seconds)} past due: the schedulers' passes fail (logs: "schedule ${s.name}: pass failed") or no task runs; runbook "Schedule failing"`,
+    );
   if (s.next.length > 0) lines.push(`    next: ${s.next.map((n) => n.label).join(', ')}${s.paused ? ' (not while paused)' : ''}`);
   if (s.last.length === 0) lines.push('    last: (none enqueued yet)');
   for (const l of s.last) {
@@ -93,4 +97,10 @@ async function change(action: 'pause' | 'resume' | 'trigger', argv: string[], en
       );
     return r.changed ? 0 : 1;
   });
+}
+
+function fmtOverdue(seconds: number): string {
+  if (seconds < 120) return `${seconds} s`;
+  if (seconds < 7200) return `${Math.floor(seconds / 60)} min`;
+  return `${Math.floor(seconds / 3600)} h ${Math.floor((seconds % 3600) / 60)} min`;
 }

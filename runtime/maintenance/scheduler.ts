@@ -12,6 +12,8 @@
 import type pg from 'pg';
 import { MAX_CATCH_UP, nextOccurrence, type ScheduleDefinition } from '../handlers/schedule.ts';
 import type { Logger } from '../observability/log.ts';
+import { METRIC } from '../observability/metric-names.ts';
+import type { Metrics } from '../observability/metrics.ts';
 import { MaintenanceLoop } from '../support/maintenance-loop.ts';
 import type { JobClient } from '../store/client.ts';
 import { ScheduleStore, type FiredOccurrence } from '../store/schedules.ts';
@@ -28,6 +30,8 @@ export interface SchedulerOptions {
   /** The time; default the system clock. */
   clock?: () => Date;
   intervalMs?: number;
+  /** Counts SchedulePassesFailed (the worker's CloudWatch metrics; the "schedule failing" alarm watches it). */
+  metrics?: Pick<Metrics, 'count'>;
   /** Called after the COMMIT for each occurrence enqueued (the live view's feed). Must not throw. */
   onFired?: (schedule: ScheduleDefinition, fired: FiredOccurrence) => void | Promise<void>;
 }
@@ -72,10 +76,16 @@ export class Scheduler {
     const now = this.clock();
     const out: SchedulerPass = { fired: [], busy: [], failed: [] };
     if (this.nextDue.size === 0 && this.opts.schedules.length > 0) {
-      const settled = await this.store.ensure(
-        this.opts.schedules.map((s) => s.name),
-        now,
-      );
+      const settled = await this.store
+        .ensure(
+          this.opts.schedules.map((s) => s.name),
+          now,
+        )
+        .catch((err: unknown) => {
+          // No schedule can fire until this works: counted as every schedule's pass failing.
+          this.opts.metrics?.count(METRIC.schedulePassesFailed, this.opts.schedules.length);
+          throw err;
+        });
       for (const s of this.opts.schedules) this.nextDue.set(s.name, nextOccurrence(s, settled.get(s.name) ?? now));
     }
     for (const def of this.opts.schedules) {
@@ -119,7 +129,13 @@ export class Scheduler {
         }
       } catch (err) {
         out.failed.push(def.name);
-        this.opts.log.warn({ err, schedule: def.name }, `schedule ${def.name}: pass failed; retrying at the next one`);
+        this.opts.metrics?.count(METRIC.schedulePassesFailed);
+        // The occurrence is not lost: it stays due, and the next pass tries it again.
+        const overdueSeconds = Math.max(0, Math.round((now.getTime() - due.getTime()) / 1000));
+        this.opts.log.warn(
+          { err, schedule: def.name, due: due.toISOString(), overdueSeconds },
+          `schedule ${def.name}: pass failed, its occurrence due ${due.toISOString()} not enqueued (${overdueSeconds} s overdue); retrying at the next pass`,
+        );
       }
     }
     return out;

@@ -32,6 +32,8 @@ export const METRIC = {
   databaseUnavailable: 'DatabaseUnavailable',
   /** Count: messages the reconciler published for jobs whose message the queue had lost (a purge, expiry). */
   jobsRepublished: 'JobsRepublished',
+  /** Count: passes in which a schedule's due occurrence could not be enqueued (retried at the next pass, seconds later). */
+  schedulePassesFailed: 'SchedulePassesFailed',
 } as const;
 
 export type MetricName = (typeof METRIC)[keyof typeof METRIC];

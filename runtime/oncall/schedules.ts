@@ -6,7 +6,7 @@
 
 import type pg from 'pg';
 import { ValidationError } from '../domain/errors.ts';
-import { nextOccurrences, occurrence, type ScheduleDefinition } from '../handlers/schedule.ts';
+import { nextOccurrence, nextOccurrences, occurrence, type ScheduleDefinition } from '../handlers/schedule.ts';
 import type { JobClient } from '../store/client.ts';
 import { ScheduleStore } from '../store/schedules.ts';
 import type { Job } from '../domain/job.ts';
@@ -27,7 +27,16 @@ export interface ScheduleView {
   last: { at: string; label: string; jobId: string | null; state: string | null; late: boolean; firedAt: string }[];
   /** Occurrences up to here are settled (enqueued, missed by policy, or before the schedule was first seen or resumed). */
   settledThrough: string | null;
+  /**
+   * The first unsettled occurrence, when it has been due for more than a minute and the schedule
+   * is not paused: no task has managed to enqueue it (its passes fail, or no task runs). Null
+   * otherwise.
+   */
+  overdue: { at: string; label: string; seconds: number } | null;
 }
+
+/** A due occurrence not enqueued after this long is shown overdue (the schedulers look every 5 s). */
+export const OVERDUE_AFTER_MS = 60_000;
 
 export class ScheduleService {
   private readonly store: ScheduleStore;
@@ -65,6 +74,8 @@ export class ScheduleService {
     );
     return this.schedules.map((def) => {
       const st = states.get(def.name);
+      const due = st && !st.paused ? nextOccurrence(def, st.settledThrough) : null;
+      const late = due ? now.getTime() - due.getTime() : 0;
       return {
         name: def.name,
         description: def.description ?? null,
@@ -83,6 +94,10 @@ export class ScheduleService {
           firedAt: o.firedAt.toISOString(),
         })),
         settledThrough: st?.settledThrough.toISOString() ?? null,
+        overdue:
+          due && late > OVERDUE_AFTER_MS
+            ? { at: due.toISOString(), label: occurrence(def, due).label, seconds: Math.floor(late / 1000) }
+            : null,
       };
     });
   }

@@ -8,7 +8,7 @@ import { Match } from 'aws-cdk-lib/assertions';
 import { describe, expect, it } from 'vitest';
 import { METRIC, metricNamespace } from '../../runtime/observability/metric-names.ts';
 import { connectionBudget, ENVIRONMENTS, INSTANCE_MEMORY_GIB } from '../../lib/config.ts';
-import { API_DEPLOYMENT_ALARMS, JOBS_STUCK_ALARM } from '../../lib/monitoring/alarms.ts';
+import { API_DEPLOYMENT_ALARMS, JOBS_STUCK_ALARM, SCHEDULE_FAILING_ALARM } from '../../lib/monitoring/alarms.ts';
 import { RUNBOOK_PATH, RUNBOOK_SECTION } from '../../lib/monitoring/runbook.ts';
 import { REPO_ROOT } from '../../lib/paths.ts';
 import { idOf, only, resourcesOfType, synthEnv } from './support.ts';
@@ -71,8 +71,8 @@ describe('on-call topic', () => {
 });
 
 describe('alarms', () => {
-  it('are the eighteen on-call alarms, no more', () => {
-    expect(alarms).toHaveLength(18);
+  it('are the nineteen on-call alarms, no more', () => {
+    expect(alarms).toHaveLength(19);
   });
 
   it.each(alarms.map((a) => [a.AlarmName as string, a] as const))('%s notifies the on-call topic when it fires and clears', (_name, a) => {
@@ -98,7 +98,7 @@ describe('alarms', () => {
   it('each runbook section the alarms use exists, one per alarm', () => {
     for (const s of Object.values(RUNBOOK_SECTION)) expect(sections.has(s), s).toBe(true);
     const cited = alarms.map((a) => /#([a-z0-9-]+)$/.exec(a.AlarmDescription as string)![1]);
-    expect(new Set(cited).size).toBe(18);
+    expect(new Set(cited).size).toBe(19);
   });
 
   it('DLQ not empty: any visible message, missing data not breaching', () => {
@@ -234,6 +234,23 @@ describe('alarms', () => {
     expect(a.AlarmDescription).toMatch(/expected maximum.*not picked up.*jobs stuck.*Runbook: docs\/runbooks\/README\.md#jobs-stuck$/s);
   });
 
+  it("schedule failing: the workers' SchedulePassesFailed by its imported name, a failure in each of three periods (a failover's minute does not page)", () => {
+    const a = alarmNamed('schedule failing');
+    expect(a).toMatchObject({
+      Namespace: metricNamespace('prod'),
+      MetricName: METRIC.schedulePassesFailed,
+      Statistic: 'Sum',
+      Period: SCHEDULE_FAILING_ALARM.periodMinutes * 60,
+      ComparisonOperator: 'GreaterThanOrEqualToThreshold',
+      Threshold: 1,
+      EvaluationPeriods: 3,
+      DatapointsToAlarm: 3,
+      TreatMissingData: 'notBreaching',
+    });
+    expect(a.Dimensions).toBeUndefined();
+    expect(a.AlarmDescription).toMatch(/not lost.*jobs schedules list.*OVERDUE.*Runbook: docs\/runbooks\/README\.md#schedule-failing$/s);
+  });
+
   it('API 5xx: load balancer plus target 5xx on the API load balancer', () => {
     const a = alarmNamed('API 5xx');
     expect(a.Threshold).toBe(c.alarms.api5xxPer5Minutes);
@@ -307,7 +324,7 @@ describe('alarm delivery (issue 12)', () => {
       },
     ]);
     // Every alarm's ARN, in the order they were made, and nothing else.
-    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(18);
+    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(19);
   });
 
   it('the key lets CloudWatch use it under the same conditions, and allows grants only for AWS services', () => {

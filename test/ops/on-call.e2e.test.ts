@@ -517,6 +517,7 @@ describe('docs/runbooks/README.md', () => {
       if (c.includes('<message-id>')) c = c.replaceAll('<message-id>', await poisonMessage(`runbook poison ${++seq}`));
       return c
         .replaceAll('<type>', 'ledger.post')
+        .replaceAll('<schedule>', 'month-end-close')
         .replaceAll('<you>', 'runbook-test')
         .replaceAll('<task-handle>', 'runbook-test-task-handle')
         .replace(/<[^<>"']*>/g, 'runbook test');

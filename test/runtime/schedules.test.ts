@@ -13,7 +13,10 @@ import { checkSchedules, defineSchedule, occurrence, type MissedPolicy, type Sch
 import { monthEndClose } from '../../runtime/handlers/schedules.ts';
 import { Scheduler } from '../../runtime/maintenance/scheduler.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
+import { METRIC } from '../../runtime/observability/metric-names.ts';
+import { CountingMetrics } from '../../runtime/observability/metrics.ts';
 import { ScheduleService } from '../../runtime/oncall/schedules.ts';
+import { describe as describeSchedule } from '../../runtime/cli/schedules.ts';
 import { JobClient } from '../../runtime/store/client.ts';
 import { Publisher } from '../../runtime/store/outbox.ts';
 import { ScheduleStore } from '../../runtime/store/schedules.ts';
@@ -38,7 +41,7 @@ function testClock(start: string) {
 }
 
 /** A scheduler with its own pool and client: one "task". */
-function task(defs: readonly ScheduleDefinition[], clock: () => Date, log = silentLogger) {
+function task(defs: readonly ScheduleDefinition[], clock: () => Date, log = silentLogger, metrics?: CountingMetrics) {
   const pool = p.db.newPool(3);
   const client = new JobClient({
     pool,
@@ -46,7 +49,7 @@ function task(defs: readonly ScheduleDefinition[], clock: () => Date, log = sile
     publisher: new Publisher(pool, p.queue, silentLogger),
     defaultMaxAttempts: 3,
   });
-  return new Scheduler({ pool, client, schedules: defs, log, clock });
+  return new Scheduler({ pool, client, schedules: defs, log, clock, ...(metrics ? { metrics } : {}) });
 }
 
 /** The jobs of schedule `name`, oldest first: their keys without the `schedule:<name>:` prefix. */
@@ -284,6 +287,98 @@ describe('pause, resume and trigger', () => {
       next: [{ label: '2026-06-03T13:00:00+02:00' }, { label: '2026-06-03T14:00:00+02:00' }, { label: '2026-06-03T15:00:00+02:00' }],
       last: [{ label: '2026-06-03T12:00:00+02:00', state: 'pending', late: false }],
     });
+  });
+});
+
+describe('a schedule whose pass fails', () => {
+  it('is counted and logged each pass, shown overdue, and its occurrence enqueued (late) by the first pass that succeeds', async () => {
+    let broken = true;
+    const def = defineSchedule({
+      ...schedule('fragile', '0 * * * *', 'latest', 'UTC'),
+      payload: (o) => {
+        if (broken) throw new Error('no exchange rate for this period yet');
+        return { batch: `fragile@${o.label}`, entries: 1 };
+      },
+    });
+    const clock = testClock('2026-06-04T09:59:50Z');
+    const lines: { level: number; msg: string; schedule?: string; overdueSeconds?: number }[] = [];
+    const log = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
+    const metrics = new CountingMetrics();
+    const t = task([def], clock.now, log, metrics);
+    const svc = new ScheduleService(p.db.pool, p.client, [def], clock.now);
+    await t.runOnce();
+
+    clock.set('2026-06-04T10:00:04Z');
+    expect((await t.runOnce()).failed).toEqual(['fragile']);
+    clock.set('2026-06-04T10:04:00Z');
+    expect((await t.runOnce()).failed).toEqual(['fragile']);
+    expect(metrics.get(METRIC.schedulePassesFailed)).toBe(2);
+    expect(lines.filter((l) => l.level === 40).map((l) => [l.msg, l.overdueSeconds])).toEqual([
+      [
+        'schedule fragile: pass failed, its occurrence due 2026-06-04T10:00:00.000Z not enqueued (4 s overdue); retrying at the next pass',
+        4,
+      ],
+      [
+        'schedule fragile: pass failed, its occurrence due 2026-06-04T10:00:00.000Z not enqueued (240 s overdue); retrying at the next pass',
+        240,
+      ],
+    ]);
+    expect(await occurrencesOf('fragile')).toEqual([]);
+    const [view] = await svc.list();
+    expect(view!.overdue).toEqual({ at: '2026-06-04T10:00:00.000Z', label: '2026-06-04T10:00:00+00:00', seconds: 240 });
+    expect(describeSchedule(view!)).toContainEqual(
+      expect.stringMatching(/^ {4}OVERDUE: 2026-06-04T10:00:00\+00:00 not enqueued, 4 min past due/),
+    );
+
+    broken = false; // the fix is deployed
+    clock.set('2026-06-04T10:05:00Z');
+    const pass = await t.runOnce();
+    expect(pass.fired.map((f) => [f.occurrence, f.late])).toEqual([['2026-06-04T10:00:00+00:00', true]]);
+    expect(metrics.get(METRIC.schedulePassesFailed)).toBe(2);
+    expect((await svc.list())[0]!.overdue).toBeNull();
+  });
+
+  it("the runbook's way to run it before the fix: pause, trigger, resume; the overdue occurrence does not run as well", async () => {
+    const def = defineSchedule({
+      ...schedule('fragile-2', '0 * * * *', 'all', 'UTC'),
+      payload: (o) => {
+        if (o.label.startsWith('2026-06-05T10')) throw new Error('this hour cannot be costed by the scheduler');
+        return { batch: `fragile-2@${o.label}`, entries: 1 };
+      },
+    });
+    const clock = testClock('2026-06-05T09:59:50Z');
+    const t = task([def], clock.now);
+    const svc = new ScheduleService(p.db.pool, p.client, [def], clock.now);
+    await t.runOnce();
+    clock.set('2026-06-05T10:03:00Z');
+    expect((await t.runOnce()).failed).toEqual(['fragile-2']);
+    expect((await svc.list())[0]!.overdue).toMatchObject({ label: '2026-06-05T10:00:00+00:00' });
+
+    await svc.pause('fragile-2', 'oncall (cli)', 'run it by hand');
+    expect((await svc.list())[0]!.overdue).toBeNull(); // paused: not overdue, on purpose
+    clock.set('2026-06-05T11:03:00Z');
+    const manual = await svc.trigger('fragile-2', 'oncall (cli)', 'run it by hand');
+    await svc.resume('fragile-2', 'oncall (cli)', 'fix deployed');
+    expect((await t.runOnce()).fired).toEqual([]);
+    clock.set('2026-06-05T12:00:03Z');
+    await t.runOnce();
+    expect(await occurrencesOf('fragile-2')).toEqual([`manual:${manual.key.split(':manual:')[1]}`, '2026-06-05T12:00:00+00:00']);
+  });
+
+  it('a database that refuses before the schedules are read counts a failed pass for each of them', async () => {
+    const defs = [schedule('refused-a', '0 * * * *', 'latest'), schedule('refused-b', '0 * * * *', 'latest')];
+    const metrics = new CountingMetrics();
+    const pool = p.db.newPool(1);
+    await pool.end();
+    const client = new JobClient({
+      pool,
+      registry: p.registry,
+      publisher: new Publisher(pool, p.queue, silentLogger),
+      defaultMaxAttempts: 3,
+    });
+    const t = new Scheduler({ pool, client, schedules: defs, log: silentLogger, metrics });
+    await expect(t.runOnce()).rejects.toThrow();
+    expect(metrics.get(METRIC.schedulePassesFailed)).toBe(2);
   });
 });
 
