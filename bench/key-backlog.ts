@@ -1,8 +1,10 @@
 // What one concurrency key's backlog costs its claims (issue 14), load-independent where it can
 // be: N jobs waiting on one key (limit 1), then the keyed claim of the oldest (it starts) and of
 // the next (blocked), each under EXPLAIN (ANALYZE, BUFFERS) and rolled back, and jobs.wake_key
-// with the oldest running (the key has no room: what every end of a keyed job pays). The claim
-// counts the key's active jobs (runtime/store/sql-keys.ts), so its buffers grow with N.
+// with the oldest running (the key has no room: what every end of a keyed job pays). Twice: with
+// the backlog draining (every job but the oldest blocked: the steady state, the figures at the
+// top level) and just enqueued (no job blocked yet: `justEnqueued`). Since migration 0015 the
+// draining figures do not grow with N.
 //
 //   npx tsx bench/key-backlog.ts [N,N,…]        default 250,1000,4000,16000; prints one JSON line per N
 import pg from 'pg';
@@ -54,40 +56,65 @@ try {
       return { ms: p['Execution Time'], buffers: bufs(p.Plan) };
     };
     const reps = 20;
-    let msStart = 0;
-    let msBlocked = 0;
-    let bStart = 0;
-    let bBlocked = 0;
-    for (let r = 0; r < reps; r++) {
-      const a = await plan(oldest);
-      msStart += a.ms;
-      bStart = a.buffers;
-      const b = await plan(ids[1].id);
-      msBlocked += b.ms;
-      bBlocked = b.buffers;
-    }
-    // wake_key with the oldest running (no room): the count over the key's active jobs.
-    await c.query(
-      "UPDATE jobs.job SET state = 'running', attempt = 1, lease_owner = 'w', lease_expires_at = now() + interval '1 hour', claimed_at = now() WHERE id = $1",
-      [oldest],
-    );
-    const t = performance.now();
-    for (let r = 0; r < reps; r++) {
-      await c.query('BEGIN');
-      await c.query("SELECT jobs.wake_key('k', 1)");
-      await c.query('ROLLBACK');
-    }
-    const wakeMs = (performance.now() - t) / reps;
+    const claims = async () => {
+      let msStart = 0;
+      let msBlocked = 0;
+      let bStart = 0;
+      let bBlocked = 0;
+      for (let r = 0; r < reps; r++) {
+        const a = await plan(oldest);
+        msStart += a.ms;
+        bStart = a.buffers;
+        const b = await plan(ids[1].id);
+        msBlocked += b.ms;
+        bBlocked = b.buffers;
+      }
+      return { msStart: msStart / reps, bStart, msBlocked: msBlocked / reps, bBlocked };
+    };
+    // wake_key with the oldest running (no room): what every end of a keyed job pays.
+    const wake = async () => {
+      await c.query(
+        "UPDATE jobs.job SET state = 'running', attempt = 1, lease_owner = 'w', lease_expires_at = now() + interval '1 hour', claimed_at = now() WHERE id = $1",
+        [oldest],
+      );
+      const t = performance.now();
+      for (let r = 0; r < reps; r++) {
+        await c.query('BEGIN');
+        await c.query("SELECT jobs.wake_key('k', 1)");
+        await c.query('ROLLBACK');
+      }
+      await c.query("UPDATE jobs.job SET state = 'pending', attempt = 0, lease_owner = NULL, lease_expires_at = NULL WHERE id = $1", [
+        oldest,
+      ]);
+      return (performance.now() - t) / reps;
+    };
+    // Just enqueued: every message still on its way, no job blocked yet (the first receives).
+    const fresh = await claims();
+    const freshWake = await wake();
+    // Draining: every job but the oldest blocked, as the worker leaves a key's backlog once it has
+    // received each job's message; the oldest was just woken and is claimed.
+    await c.query('UPDATE jobs.job SET blocked_since = now() WHERE id <> $1', [oldest]);
+    await c.query('VACUUM ANALYZE jobs.job');
+    const draining = await claims();
+    const drainingWake = await wake();
     c.release();
     await pool.end();
+    const r3 = (x: number) => +x.toFixed(3);
     console.log(
       JSON.stringify({
         n,
-        claimStartMs: +(msStart / reps).toFixed(3),
-        claimStartBuffers: bStart,
-        claimBlockedMs: +(msBlocked / reps).toFixed(3),
-        claimBlockedBuffers: bBlocked,
-        wakeKeyMs: +wakeMs.toFixed(3),
+        claimStartMs: r3(draining.msStart),
+        claimStartBuffers: draining.bStart,
+        claimBlockedMs: r3(draining.msBlocked),
+        claimBlockedBuffers: draining.bBlocked,
+        wakeKeyMs: r3(drainingWake),
+        justEnqueued: {
+          claimStartMs: r3(fresh.msStart),
+          claimStartBuffers: fresh.bStart,
+          claimBlockedMs: r3(fresh.msBlocked),
+          claimBlockedBuffers: fresh.bBlocked,
+          wakeKeyMs: r3(freshWake),
+        },
       }),
     );
   }

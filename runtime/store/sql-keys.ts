@@ -16,7 +16,9 @@
 //     of these keys that committed before (a claim needs the key's lock, which we hold). It
 //     counts, per candidate, the key's running jobs and — for a fresh start — the key's due
 //     pending jobs enqueued before it: a candidate starts only when that count is below the
-//     limit. A job that stops running meanwhile still counts as running (its COMMIT waits for our
+//     limit. The count stops at the limit, the older jobs first (they are the oldest in the key's
+//     index), and the running jobs are read from job_key_unblocked (migration 0015: a running job
+//     is never blocked), so a key's blocked backlog is not read at all. A job that stops running meanwhile still counts as running (its COMMIT waits for our
 //     lock): the count errs on the side of refusing, never of one too many. Candidates of one key
 //     in one claim each count the older ones as ahead of them, so together they stay within the
 //     limit, in order. A reclaim (running, lease expired) keeps the place it holds.
@@ -46,11 +48,17 @@ export const KEY_SQL = {
            OR (j.state = 'running' AND j.lease_expires_at < statement_timestamp()))
          AND j.attempt - j.releases < j.max_attempts
          AND (j.concurrency_key IS NULL
-           OR (SELECT count(*) FROM jobs.job o
-                WHERE o.concurrency_key = j.concurrency_key AND o.finished_at IS NULL AND o.id <> j.id
-                  AND (o.state = 'running'
-                    OR (j.state = 'pending' AND o.state = 'pending'
-                        AND o.run_after <= statement_timestamp() AND o.id < j.id))) < j.concurrency_limit)
+           OR (SELECT count(*) FROM (
+                (SELECT 1 FROM jobs.job o
+                  WHERE j.state = 'pending' AND o.concurrency_key = j.concurrency_key AND o.finished_at IS NULL
+                    AND o.id < j.id AND o.state = 'pending' AND o.run_after <= statement_timestamp()
+                  LIMIT j.concurrency_limit)
+                UNION ALL
+                (SELECT 1 FROM jobs.job o
+                  WHERE o.concurrency_key = j.concurrency_key AND o.finished_at IS NULL AND o.blocked_since IS NULL
+                    AND o.state = 'running' AND o.id <> j.id
+                  LIMIT j.concurrency_limit)
+                LIMIT j.concurrency_limit) ahead) < j.concurrency_limit)
     ), fresh AS (
       SELECT cid, row_number() OVER (PARTITION BY ctype ORDER BY cid) AS n,
              max_running - (SELECT count(*) FROM jobs.job s WHERE s.type = ctype AND s.type_slot) AS room
@@ -81,7 +89,7 @@ ${CLAIM_RETURNING}`,
 
   /** The jobs of a key running now (jobs show: what a blocked job waits for). */
   keyRunning: `
-    SELECT id FROM jobs.job WHERE concurrency_key = $1 AND finished_at IS NULL AND state = 'running' ORDER BY id`,
+    SELECT id FROM jobs.job WHERE concurrency_key = $1 AND finished_at IS NULL AND blocked_since IS NULL AND state = 'running' ORDER BY id`,
 
   /** After blocking: publish what the keys have room for (see 3 above). */
   keyWake: `SELECT coalesce(sum(jobs.wake_key(k, l)), 0)::int AS woken FROM unnest($1::text[], $2::int[]) AS t(k, l)`,
@@ -108,7 +116,8 @@ ${CLAIM_RETURNING}`,
     )
     SELECT g.k, g.kl, g.t, g.jobs, g.since, tl.max_running AS tl,
            ARRAY(SELECT o.id FROM jobs.job o
-                  WHERE o.concurrency_key = g.k AND o.finished_at IS NULL AND o.state = 'running' ORDER BY o.id LIMIT 5) AS key_holders,
+                  WHERE o.concurrency_key = g.k AND o.finished_at IS NULL AND o.blocked_since IS NULL AND o.state = 'running'
+                  ORDER BY o.id LIMIT 5) AS key_holders,
            ARRAY(SELECT s.id FROM jobs.job s WHERE s.type = g.t AND s.type_slot ORDER BY s.id LIMIT 5) AS type_holders
       FROM g LEFT JOIN jobs.type_limit tl ON tl.type = g.t
      ORDER BY g.since`,

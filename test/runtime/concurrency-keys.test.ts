@@ -3,13 +3,18 @@
 // jobs that share keys with limits 1 and 3 while a sampler reads the running jobs per key in a
 // tight loop; the messages are simulated (an inbox of job ids, the outbox drained into it) so
 // that only the database decides.
+import { cp, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { formatJob } from '../../runtime/cli/format.ts';
+import { defaultMigrationsDir, migrate } from '../../runtime/db/migrate.ts';
 import { withTransaction } from '../../runtime/db/transaction.ts';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
 import { JobStore, type NewJob } from '../../runtime/store/job-store.ts';
+import { KEY_SQL } from '../../runtime/store/sql-keys.ts';
 import { raceClaimers } from '../support/claim-race.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
 import { createPlatform, type Platform, waitFor } from '../support/platform.ts';
@@ -241,5 +246,104 @@ describe('concurrency keys through the workers', () => {
     for (let i = 1; i < r.length; i++) expect(r[i]!.s).toBeGreaterThanOrEqual(r[i - 1]!.e);
     // Reclaimed within about a lease (1 s) and the message's visibility (1 s) after the kill.
     expect(runs.get(first!.id)![1]!.start - killedAt).toBeLessThan(5_000);
+  });
+});
+
+describe("a key's backlog (migration 0015)", () => {
+  /** Buffers the keyed claim of `id` and jobs.wake_key read, each under EXPLAIN (ANALYZE, BUFFERS), rolled back. */
+  async function reads(key: string, id: string): Promise<{ claim: number; wake: number }> {
+    const c = await pool.connect();
+    c.on('error', () => undefined);
+    const buffers = (rows: { 'QUERY PLAN': { Plan: Record<string, number> }[] }[]) => {
+      const p = rows[0]!['QUERY PLAN'][0]!.Plan;
+      return (p['Shared Hit Blocks'] ?? 0) + (p['Shared Read Blocks'] ?? 0);
+    };
+    try {
+      await c.query('BEGIN');
+      await c.query(KEY_SQL.keyLockClaim, [[id]]);
+      const claim = buffers((await c.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${KEY_SQL.jobClaimKeyed}`, [[id], 'w', 30])).rows);
+      // The claimed job runs; an end of another job of the key asks for room: none.
+      const wake = buffers((await c.query('EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT jobs.wake_key($1, 1)', [key])).rows);
+      return { claim, wake };
+    } finally {
+      await c.query('ROLLBACK');
+      c.release();
+    }
+  }
+
+  it("what a claim and a wake read does not grow with the key's blocked backlog", async () => {
+    const key = 'backlog:store-9';
+    const add = (n: number) =>
+      enqueue(
+        Array.from({ length: n }, (_, i) => ({ type: 'x', payload: { i }, maxAttempts: 3, concurrencyKey: key, concurrencyLimit: 1 })),
+      );
+    const [oldest] = await add(300);
+    // Draining: the worker has received every message once and blocked all but the oldest.
+    await pool.query('UPDATE jobs.job SET blocked_since = now() WHERE concurrency_key = $1 AND id <> $2', [key, oldest]);
+    await pool.query('VACUUM ANALYZE jobs.job');
+    const small = await reads(key, oldest!);
+    await add(6000);
+    await pool.query('UPDATE jobs.job SET blocked_since = now() WHERE concurrency_key = $1 AND id <> $2', [key, oldest]);
+    await pool.query('VACUUM ANALYZE jobs.job');
+    const large = await reads(key, oldest!);
+    // 20 times the backlog: the same reads (a page more where the index grew a level). Before
+    // 0015 both counted every active job of the key: about 20 times as many buffers.
+    expect(large.claim).toBeLessThanOrEqual(small.claim + 3);
+    expect(large.wake).toBeLessThanOrEqual(small.wake + 3);
+    expect(large.claim).toBeLessThan(40);
+    const { rows } = await pool.query('SELECT state FROM jobs.job WHERE id = $1', [oldest]);
+    expect(rows[0].state).toBe('pending'); // rolled back
+    await pool.query('DELETE FROM jobs.job WHERE concurrency_key = $1', [key]);
+  });
+
+  it('a running job cannot be blocked: the constraint the counts rely on', async () => {
+    const [id] = await enqueue([{ type: 'x', payload: {}, maxAttempts: 3, concurrencyKey: 'backlog:store-10', concurrencyLimit: 1 }]);
+    await pool.query(
+      "UPDATE jobs.job SET state = 'running', attempt = 1, lease_owner = 'w', lease_expires_at = now() + interval '1 minute' WHERE id = $1",
+      [id],
+    );
+    await expect(pool.query('UPDATE jobs.job SET blocked_since = now() WHERE id = $1', [id])).rejects.toThrow(/job_running_not_blocked/);
+    await pool.query('DELETE FROM jobs.job WHERE id = $1', [id]);
+  });
+});
+
+describe('upgrading to migration 0015', () => {
+  it("a key's backlog in flight carries over: a running job left blocked is unblocked, the constraint holds, the next job is woken", async () => {
+    const old = await createTestDb({ migrate: false });
+    const dir = await mkdtemp(join(tmpdir(), 'mig-0014-'));
+    try {
+      await cp(defaultMigrationsDir(), dir, { recursive: true, filter: (src) => !/\/00(1[5-9]|[2-9]\d)_[^/]*\.sql$/.test(src) });
+      await migrate(old.pool, { dir });
+      const s = new JobStore(old.pool);
+      const key = 'upgrade:store-1';
+      const ids = (
+        await s.insertMany(
+          old.pool,
+          Array.from({ length: 20 }, (_, i) => ({ type: 'x', payload: { i }, maxAttempts: 3, concurrencyKey: key, concurrencyLimit: 1 })),
+        )
+      ).map((r) => r.job.id);
+      await old.pool.query(
+        "UPDATE jobs.job SET state = 'running', attempt = 1, lease_owner = 'w', lease_expires_at = now() + interval '1 minute', blocked_since = now() WHERE id = $1",
+        [ids[0]],
+      ); // the state 0015's constraint forbids, which nothing should ever have written
+      await old.pool.query('UPDATE jobs.job SET blocked_since = now() WHERE id = ANY($1::uuid[])', [ids.slice(1)]);
+      await old.pool.query('DELETE FROM jobs.outbox');
+
+      expect((await migrate(old.pool)).applied).toContain('0015_key_backlog.sql');
+      const { rows: fixed } = await old.pool.query('SELECT blocked_since FROM jobs.job WHERE id = $1', [ids[0]]);
+      expect(fixed).toEqual([{ blocked_since: null }]);
+      const { rows: con } = await old.pool.query("SELECT convalidated FROM pg_constraint WHERE conname = 'job_running_not_blocked'");
+      expect(con).toEqual([{ convalidated: true }]);
+      // The running job ends: at COMMIT its key wakes the oldest blocked job, exactly one.
+      await old.pool.query(
+        "UPDATE jobs.job SET state = 'succeeded', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL WHERE id = $1",
+        [ids[0]],
+      );
+      const { rows: woken } = await old.pool.query('SELECT job_id FROM jobs.outbox');
+      expect(woken).toEqual([{ job_id: ids[1] }]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+      await old.drop();
+    }
   });
 });
