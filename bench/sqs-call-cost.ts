@@ -9,7 +9,9 @@
 //   npx tsx bench/sqs-call-cost.ts                # 3 rounds of 1,000 calls per operation and transport
 //   npx tsx bench/sqs-call-cost.ts --calls 2000 --rounds 5
 
+import { once } from 'node:events';
 import http from 'node:http';
+import net from 'node:net';
 import { parseArgs } from 'node:util';
 import { createSqsClient, SqsQueue } from '../runtime/queue/sqs.ts';
 import { startSqsChild } from './sqs-local.ts';
@@ -63,6 +65,27 @@ try {
       req.end(body);
     });
   const bareBody = JSON.stringify({ QueueName: 'x'.repeat(600) });
+  // Below the floor: the same request written on a raw keep-alive socket and its answer read
+  // back, no HTTP client at all (what Node's HTTP client itself costs is bare minus raw).
+  const socket = net.connect(Number(endpoint.port), endpoint.hostname);
+  socket.setNoDelay(true);
+  await once(socket, 'connect');
+  const rawRequest = `POST / HTTP/1.1\r\nhost: ${endpoint.host}\r\ncontent-type: application/x-amz-json-1.0\r\nx-amz-target: AmazonSQS.GetQueueUrl\r\ncontent-length: ${Buffer.byteLength(bareBody)}\r\n\r\n${bareBody}`;
+  const raw = () =>
+    new Promise<void>((resolve) => {
+      let got = '';
+      const onData = (d: Buffer) => {
+        got += d.toString('latin1');
+        const head = got.indexOf('\r\n\r\n');
+        if (head < 0) return;
+        const length = Number(/content-length: *(\d+)/i.exec(got.slice(0, head))?.[1] ?? 0);
+        if (got.length - head - 4 < length) return;
+        socket.off('data', onData);
+        resolve();
+      };
+      socket.on('data', onData);
+      socket.write(rawRequest);
+    });
   const handles = Array.from({ length: 10 }, (_, i) => `unknown-handle-${i}`);
   const operations: Record<string, (q: Queues) => Promise<unknown>> = {
     'SendMessageBatch (10)': (q) => q.dlq.send(handles.map((h) => ({ body: JSON.stringify({ jobId: h }) }))),
@@ -75,15 +98,15 @@ try {
   // A first round untimed: connections, JIT (a few hundred calls are not enough for the first operation).
   for (let round = -1; round < ROUNDS; round++) {
     for (const [op, call] of Object.entries(operations)) {
-      for (const name of [...Object.keys(transports), 'bare'] as const) {
-        const once = name === 'bare' ? () => bare(bareBody) : () => call(transports[name as keyof typeof transports]);
+      for (const name of [...Object.keys(transports), 'bare', 'raw'] as const) {
+        const one = name === 'bare' ? () => bare(bareBody) : name === 'raw' ? raw : () => call(transports[name as keyof typeof transports]);
         if (round < 0) {
-          for (let i = 0; i < CALLS; i++) await once();
+          for (let i = 0; i < CALLS; i++) await one();
           continue;
         }
         const c0 = process.cpuUsage();
         const t0 = performance.now();
-        for (let i = 0; i < CALLS; i++) await once();
+        for (let i = 0; i < CALLS; i++) await one();
         const c = process.cpuUsage(c0);
         ((cpu[op] ??= {})[name] ??= []).push((c.user + c.system) / CALLS);
         ((wall[op] ??= {})[name] ??= []).push(((performance.now() - t0) * 1000) / CALLS);
@@ -95,17 +118,18 @@ try {
   const out = [
     `Node ${process.version}, ${CALLS} calls per operation and transport, ${ROUNDS} rounds alternating; median (min–max) µs per call`,
     '',
-    '| operation | SDK CPU | wire CPU | SDK ÷ wire | bare HTTP CPU | wire ÷ bare | SDK wall | wire wall |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|',
+    '| operation | SDK CPU | wire CPU | SDK ÷ wire | bare HTTP CPU | wire ÷ bare | raw socket CPU | SDK wall | wire wall |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   for (const op of Object.keys(operations)) {
-    const [s, w, b] = [cpu[op]!.sdk!, cpu[op]!.wire!, cpu[op]!.bare!];
+    const [s, w, b, r] = [cpu[op]!.sdk!, cpu[op]!.wire!, cpu[op]!.bare!, cpu[op]!.raw!];
     const range = (xs: number[]) => `${f(median(xs))} (${f(Math.min(...xs))}–${f(Math.max(...xs))})`;
     out.push(
-      `| ${op} | ${range(s)} | ${range(w)} | ${(median(s) / median(w)).toFixed(1)}× | ${range(b)} | ${(median(w) / median(b)).toFixed(1)}× | ${f(median(wall[op]!.sdk!))} | ${f(median(wall[op]!.wire!))} |`,
+      `| ${op} | ${range(s)} | ${range(w)} | ${(median(s) / median(w)).toFixed(1)}× | ${range(b)} | ${(median(w) / median(b)).toFixed(1)}× | ${range(r)} | ${f(median(wall[op]!.sdk!))} | ${f(median(wall[op]!.wire!))} |`,
     );
   }
   process.stdout.write(`${out.join('\n')}\n`);
+  socket.destroy();
 } finally {
   sqs.child.kill('SIGTERM');
 }

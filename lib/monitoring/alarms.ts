@@ -264,7 +264,7 @@ export class JobAlarms extends Construct {
       scheduleFailing: make('scheduleFailing', {
         alarmName: `${prefix} schedule failing`,
         alarmDescription: describe(
-          `the workers' schedulers have failed to enqueue a schedule's due occurrence in each of ${SCHEDULE_FAILING_ALARM.evaluationPeriods} periods of ${SCHEDULE_FAILING_ALARM.periodMinutes} minutes: a scheduled job (the month-end close, say) has not been enqueued and will not be until the cause is fixed. The occurrence is not lost: it stays due and is enqueued by the first pass that succeeds. \`jobs schedules list\` shows which schedule is OVERDUE; the worker logs \`schedule <name>: pass failed\` with the error.`,
+          `the workers' schedulers have failed to enqueue a schedule's due occurrence in each of ${SCHEDULE_FAILING_ALARM.evaluationPeriods} periods of ${SCHEDULE_FAILING_ALARM.periodMinutes} minutes: a scheduled job (the month-end close, say) has not been enqueued and will not be until the cause is fixed. The occurrence stays due: the first pass that succeeds enqueues it, late, as the schedule's missed policy says. \`jobs schedules list\` shows which schedule is OVERDUE; the worker logs \`schedule <name>: pass failed\` with the error.`,
           RUNBOOK_SECTION.scheduleFailing,
         ),
         metric: jobMetric(envName, METRIC.schedulePassesFailed, 'Sum', Duration.minutes(SCHEDULE_FAILING_ALARM.periodMinutes)),

@@ -248,7 +248,9 @@ describe('alarms', () => {
       TreatMissingData: 'notBreaching',
     });
     expect(a.Dimensions).toBeUndefined();
-    expect(a.AlarmDescription).toMatch(/not lost.*jobs schedules list.*OVERDUE.*Runbook: docs\/runbooks\/README\.md#schedule-failing$/s);
+    expect(a.AlarmDescription).toMatch(
+      /stays due.*missed policy.*jobs schedules list.*OVERDUE.*Runbook: docs\/runbooks\/README\.md#schedule-failing$/s,
+    );
   });
 
   it('API 5xx: load balancer plus target 5xx on the API load balancer', () => {

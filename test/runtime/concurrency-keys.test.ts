@@ -261,6 +261,10 @@ describe("a key's backlog (migration 0015)", () => {
     try {
       await c.query('BEGIN');
       await c.query(KEY_SQL.keyLockClaim, [[id]]);
+      // The function's first call on a connection also reads the catalogs: not what is measured.
+      await c.query('SAVEPOINT warm');
+      await c.query('SELECT jobs.wake_key($1, 1)', [key]);
+      await c.query('ROLLBACK TO SAVEPOINT warm');
       const claim = buffers((await c.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${KEY_SQL.jobClaimKeyed}`, [[id], 'w', 30])).rows);
       // The claimed job runs; an end of another job of the key asks for room: none.
       const wake = buffers((await c.query('EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT jobs.wake_key($1, 1)', [key])).rows);
@@ -294,6 +298,16 @@ describe("a key's backlog (migration 0015)", () => {
     const { rows } = await pool.query('SELECT state FROM jobs.job WHERE id = $1', [oldest]);
     expect(rows[0].state).toBe('pending'); // rolled back
     await pool.query('DELETE FROM jobs.job WHERE concurrency_key = $1', [key]);
+  });
+
+  it('the plain claim starts a job left blocked (its type lost its limit while wake_type skipped it) unblocked', async () => {
+    const [id] = await enqueue([{ type: 'x', payload: {}, maxAttempts: 3 }]);
+    await pool.query('UPDATE jobs.job SET blocked_since = now() WHERE id = $1', [id]);
+    const claimed = await store.claim([id!], 'w', 30);
+    expect(claimed.map((j) => j.id)).toEqual([id]);
+    const { rows } = await pool.query('SELECT state, blocked_since FROM jobs.job WHERE id = $1', [id]);
+    expect(rows).toEqual([{ state: 'running', blocked_since: null }]);
+    await pool.query('DELETE FROM jobs.job WHERE id = $1', [id]);
   });
 
   it('a running job cannot be blocked: the constraint the counts rely on', async () => {

@@ -5,8 +5,12 @@
 -- and draining one key of N jobs cost on the order of N² row visits (16,000 waiting: about 20 ms
 -- of claim and wake per job; bench/key-backlog.ts).
 --
--- 1. A running job is never blocked: the keyed claim clears blocked_since, and only due pending
---    jobs are blocked. The counts below rely on it, so a constraint now says it.
+-- 1. A running job is never blocked: the keyed claim clears blocked_since, only due pending jobs
+--    are blocked, and now the plain claim clears it too (sql.ts jobClaim: a job of a type whose
+--    limit was removed while it waited, skipped by wake_type because another transaction held its
+--    row, was claimed by the plain claim still blocked). The counts below rely on it, so a
+--    constraint now says it. It is added NOT VALID here and validated in 0016, in a transaction
+--    of its own, whose lock lets reads and writes go on during the scan.
 -- 2. job_key_unblocked: a key's active jobs that are not blocked, i.e. those running and those
 --    whose message is on its way. The running count reads it; the blocked backlog is not in it.
 --    It mentions no column the other indexes do not already (the index rule of 0001): claims
@@ -18,13 +22,13 @@
 --    it estimated hundreds of unblocked rows where there was one and read the whole table
 --    (test/runtime/concurrency-keys.test.ts caught it). Every statement in them has an index.
 
--- No path has ever left a running job blocked; should one have, it is running, so not blocked.
+-- A running job left blocked (the plain claim's case above) is running, so not blocked.
 UPDATE jobs.job SET blocked_since = NULL WHERE state = 'running' AND blocked_since IS NOT NULL;
-ALTER TABLE jobs.job ADD CONSTRAINT job_running_not_blocked CHECK (state <> 'running' OR blocked_since IS NULL) NOT VALID;
-ALTER TABLE jobs.job VALIDATE CONSTRAINT job_running_not_blocked;
 
+-- Writes wait while the index is built (a SHARE lock; reads go on), as for every index before it.
 CREATE INDEX job_key_unblocked ON jobs.job (concurrency_key, id)
   WHERE concurrency_key IS NOT NULL AND finished_at IS NULL AND blocked_since IS NULL;
+
 
 -- As in 0006, with the room counted over the key's unblocked jobs only (the running ones and the
 -- due ones whose message is on its way), and only up to the limit: right after a large enqueue
@@ -93,3 +97,6 @@ BEGIN
   GET DIAGNOSTICS woken = ROW_COUNT;
   RETURN woken;
 END $$;
+
+-- Last in the file: its ACCESS EXCLUSIVE lock is held only from here to the COMMIT, with no scan.
+ALTER TABLE jobs.job ADD CONSTRAINT job_running_not_blocked CHECK (state <> 'running' OR blocked_since IS NULL) NOT VALID;
