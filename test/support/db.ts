@@ -1,8 +1,11 @@
 // A fresh, migrated database per test file on the suite's PostgreSQL (see test/setup/global-pg.ts).
 import { randomBytes } from 'node:crypto';
+import { cp, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import pg from 'pg';
 import { inject } from 'vitest';
-import { migrate } from '../../runtime/db/migrate.ts';
+import { defaultMigrationsDir, migrate } from '../../runtime/db/migrate.ts';
 import { createPool } from '../../runtime/db/pool.ts';
 import { withDatabase } from '../../dev/embedded-pg.ts';
 
@@ -14,7 +17,11 @@ export interface TestDb {
   drop(): Promise<void>;
 }
 
-export async function createTestDb(opts: { migrate?: boolean } = {}): Promise<TestDb> {
+/**
+ * `migrate: false`: an empty database. `migrateThrough: N`: the migrations numbered up to N only,
+ * the schema a deployment had before a later one (upgrade tests then run `migrate` for the rest).
+ */
+export async function createTestDb(opts: { migrate?: boolean; migrateThrough?: number } = {}): Promise<TestDb> {
   const admin = inject('pgAdminUrl');
   const name = `t_${randomBytes(6).toString('hex')}`;
   const c = new pg.Client({ connectionString: admin });
@@ -29,7 +36,8 @@ export async function createTestDb(opts: { migrate?: boolean } = {}): Promise<Te
     return p;
   };
   const pool = newPool(20);
-  if (opts.migrate !== false) await migrate(pool);
+  if (opts.migrateThrough !== undefined) await migrateThrough(pool, opts.migrateThrough);
+  else if (opts.migrate !== false) await migrate(pool);
   return {
     url,
     pool,
@@ -42,4 +50,20 @@ export async function createTestDb(opts: { migrate?: boolean } = {}): Promise<Te
       await c2.end();
     },
   };
+}
+
+async function migrateThrough(pool: pg.Pool, last: number): Promise<void> {
+  const dir = await mkdtemp(join(tmpdir(), `mig-${last}-`));
+  try {
+    await cp(defaultMigrationsDir(), dir, {
+      recursive: true,
+      filter: (src) => {
+        const m = /(\d{4})_[^/]*\.sql$/.exec(src);
+        return !m || Number(m[1]) <= last;
+      },
+    });
+    await migrate(pool, { dir });
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 }
