@@ -130,7 +130,8 @@ export class Scheduler {
       } catch (err) {
         out.failed.push(def.name);
         this.opts.metrics?.count(METRIC.schedulePassesFailed);
-        // The occurrence is not lost: it stays due, and the next pass tries it again.
+        // The occurrence stays due and the next pass tries it again (once it is late, the
+        // schedule's missed policy decides whether it still runs).
         const overdueSeconds = Math.max(0, Math.round((now.getTime() - due.getTime()) / 1000));
         this.opts.log.warn(
           { err, schedule: def.name, due: due.toISOString(), overdueSeconds },

@@ -18,10 +18,10 @@
 //     pending jobs enqueued before it: a candidate starts only when that count is below the
 //     limit. The count stops at the limit, the older jobs first (they are the oldest in the key's
 //     index), and the running jobs are read from job_key_unblocked (migration 0015: a running job
-//     is never blocked), so a key's blocked backlog is not read at all. A job that stops running meanwhile still counts as running (its COMMIT waits for our
-//     lock): the count errs on the side of refusing, never of one too many. Candidates of one key
-//     in one claim each count the older ones as ahead of them, so together they stay within the
-//     limit, in order. A reclaim (running, lease expired) keeps the place it holds.
+//     is never blocked), so a key's blocked backlog is not read at all. A job that stops running
+//     meanwhile still counts as running (its COMMIT waits for our lock): the count errs on the
+//     side of refusing, never of one too many. Candidates of one key in one claim each count the
+//     older ones as ahead of them, so together they stay within the limit, in order. A reclaim (running, lease expired) keeps the place it holds.
 //  3. jobBlockKeyed marks the due candidates it did not start as blocked: the worker deletes
 //     their messages (no receives toward maxReceiveCount while they wait), and jobs.wake_key
 //     publishes the oldest blocked jobs of a key through the outbox when it has room: at the

@@ -29,7 +29,6 @@ UPDATE jobs.job SET blocked_since = NULL WHERE state = 'running' AND blocked_sin
 CREATE INDEX job_key_unblocked ON jobs.job (concurrency_key, id)
   WHERE concurrency_key IS NOT NULL AND finished_at IS NULL AND blocked_since IS NULL;
 
-
 -- As in 0006, with the room counted over the key's unblocked jobs only (the running ones and the
 -- due ones whose message is on its way), and only up to the limit: right after a large enqueue
 -- every job of the key is unblocked and due, and each claim that blocks one wakes the key. No
