@@ -73,10 +73,10 @@ const succeeded = async () =>
  * right after, which the receives already on their way bring at that pace too. Returns the long
  * jobs' ids.
  */
-async function longJobsAfterFastOnes(a: { start(): void }, n: number, ms: number): Promise<Set<string>> {
+async function longJobsAfterFastOnes(a: { start(): void }, n: number, ms: number, fastDoneFirst = 250): Promise<Set<string>> {
   await p.client.enqueueNow(Array.from({ length: 300 }, (_, k) => ({ type: 'test.step', payload: { n: k } })));
   a.start();
-  await waitFor(async () => (await succeeded()) >= 250, 30_000, 'most fast jobs done');
+  await waitFor(async () => (await succeeded()) >= fastDoneFirst, 30_000, `${fastDoneFirst} fast jobs done`);
   const long = await p.client.enqueueNow(Array.from({ length: n }, (_, k) => ({ type: 'test.step', payload: { n: 1000 + k, ms } })));
   return new Set(long.map((r) => r.job.id));
 }
@@ -165,7 +165,10 @@ describe('receiving over a queue with a round trip', () => {
       },
     });
     const n = 24;
-    await longJobsAfterFastOnes(a, n, 300);
+    // The long jobs are queued while half the fast ones are still to do, so several receives are
+    // in flight when they come up (with 250 done first, a loaded machine sometimes had the worker
+    // idle by then: one long poll, nothing claimed ahead, and the test proved nothing).
+    await longJobsAfterFastOnes(a, n, 300, 150);
     let most = 0;
     await sampleRunning(300 + n, (perOwner) => {
       most = Math.max(most, ...perOwner);
