@@ -56,13 +56,20 @@ export const DEAD_FILTER = `j.state = 'dead'
        AND ($3::timestamptz IS NULL OR d.dead_at >= $3::timestamptz)
        AND ($4::timestamptz IS NULL OR d.dead_at < $4::timestamptz)`;
 
-/** What a claim sets (the plain claim in sql.ts and the keyed one in sql-keys.ts). */
+/**
+ * What a claim sets (the plain claim in sql.ts and the keyed one in sql-keys.ts). A running job is
+ * never blocked (migration 0015's constraint): blocked_since is null already for almost every
+ * claim (no change, so still a HOT update), but not for a woken keyed job claimed in the same
+ * breath, nor for a job of a type whose limit was removed while it waited and that wake_type
+ * skipped (locked at that moment), which the plain claim then starts.
+ */
 export const CLAIM_SET = `       SET state = 'running',
            attempt = attempt + 1,
            lease_owner = $2,
            lease_expires_at = statement_timestamp() + $3::float8 * interval '1 second',
            started_at = coalesce(started_at, statement_timestamp()),
-           claimed_at = statement_timestamp()`;
+           claimed_at = statement_timestamp(),
+           blocked_since = NULL`;
 
 /** What a claim returns: the ClaimedJob row (job-store.ts). */
 export const CLAIM_RETURNING = `    RETURNING id, type, payload, attempt, releases, max_attempts, checkpoint, progress, concurrency_key, type_slot, lane,

@@ -66,7 +66,6 @@ export const KEY_SQL = {
     )
     UPDATE jobs.job j
 ${CLAIM_SET},
-           blocked_since = NULL,
            type_slot = j.type_slot OR c.max_running IS NOT NULL
       FROM cand c
      WHERE j.id = c.cid

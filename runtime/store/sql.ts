@@ -137,10 +137,7 @@ const WORKER_SQL = {
    */
   jobClaim: `
     UPDATE jobs.job
-${CLAIM_SET},
-           -- Null already, but for a job of a type whose limit was removed while it waited and
-           -- that wake_type skipped (locked at that moment): running is never blocked (0015).
-           blocked_since = NULL
+${CLAIM_SET}
      WHERE id = ANY($1::uuid[])
        AND ((state = 'pending' AND run_after <= statement_timestamp())
          OR (state = 'running' AND lease_expires_at < statement_timestamp()))

@@ -6,9 +6,9 @@
 -- of claim and wake per job; bench/key-backlog.ts).
 --
 -- 1. A running job is never blocked: the keyed claim clears blocked_since, only due pending jobs
---    are blocked, and now the plain claim clears it too (sql.ts jobClaim: a job of a type whose
---    limit was removed while it waited, skipped by wake_type because another transaction held its
---    row, was claimed by the plain claim still blocked). The counts below rely on it, so a
+--    are blocked, and now the plain claim clears it too (CLAIM_SET in sql-fragments.ts: a job of
+--    a type whose limit was removed while it waited, skipped by wake_type because another
+--    transaction held its row, was claimed by the plain claim still blocked). The counts below rely on it, so a
 --    constraint now says it. It is added NOT VALID here and validated in 0016, in a transaction
 --    of its own, whose lock lets reads and writes go on during the scan.
 -- 2. job_key_unblocked: a key's active jobs that are not blocked, i.e. those running and those
