@@ -20,6 +20,9 @@ export function serviceRoleNames(stackPrefix: string) {
   return {
     apiExecution: name('api-execution'),
     workerExecution: name('worker-execution'),
+    // The task roles read the database secret again while a task runs (runtime/db/credentials.ts).
+    apiTask: name('api-task'),
+    workerTask: name('worker-task'),
     schemaBootstrap: name('schema-bootstrap'),
   } as const;
 }

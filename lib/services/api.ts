@@ -32,6 +32,7 @@ import { CONTAINER_INSIGHTS_NAMESPACE } from './cluster.ts';
 import {
   CPU_ARCHITECTURE,
   databaseSecret,
+  databaseSecretRenewal,
   hardenContainer,
   hardenedContainerOptions,
   jobEnvironment,
@@ -99,6 +100,8 @@ export interface ApiServiceProps {
   operatorToken: secretsmanager.ISecret;
   /** The execution role's fixed name: the secrets' resource policies admit it by name (secret-readers.ts). */
   executionRoleName: string;
+  /** The task role's fixed name: the database secret's resource policy admits it too, to read the secret again (secret-readers.ts). */
+  taskRoleName: string;
   logRetentionDays: LogRetentionDays;
   logRemovalPolicy: RemovalPolicy;
   accessLogRetentionDays: number;
@@ -209,10 +212,16 @@ export class ApiService extends Construct {
       assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
       description: 'ERP jobs API: pull the image, write logs, read the database secret and the two tokens at task start',
     });
+    const taskRole = new iam.Role(this, 'TaskRole', {
+      roleName: props.taskRoleName,
+      assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
+      description: 'ERP jobs API tasks: publish jobs, redrive the DLQs, the database secret read again on rotation',
+    });
     const taskDefinition = new ecs.FargateTaskDefinition(this, 'Task', {
       cpu: c.cpu,
       memoryLimitMiB: c.memoryMiB,
       executionRole,
+      taskRole,
       runtimePlatform: { cpuArchitecture: CPU_ARCHITECTURE, operatingSystemFamily: ecs.OperatingSystemFamily.LINUX },
     });
     const container = taskDefinition.addContainer('api', {
@@ -232,6 +241,7 @@ export class ApiService extends Construct {
         }),
         [ENV.port]: String(API_PORT),
         [ENV.apiPoolSize]: String(c.poolSize),
+        ...databaseSecretRenewal(props.database.appSecret, taskRole),
       },
       secrets: {
         ...databaseSecret(props.database.appSecret),

@@ -9,6 +9,7 @@ import { Aws } from 'aws-cdk-lib';
 import { IgnoreMode } from 'aws-cdk-lib';
 import { Platform } from 'aws-cdk-lib/aws-ecr-assets';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
+import type * as iam from 'aws-cdk-lib/aws-iam';
 import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { ENV, RDS_CA_BUNDLE_PATH } from '../../runtime/config/env.ts';
 import { retentionEnv, type Retention } from '../../runtime/config/retention.ts';
@@ -96,6 +97,16 @@ export function hardenedContainerOptions(
 /** The whole RDS secret JSON as DATABASE_SECRET; the runtime builds its connection URL from it. */
 export function databaseSecret(secret: secretsmanager.ISecret): Record<string, ecs.Secret> {
   return { [ENV.databaseSecret]: ecs.Secret.fromSecretsManager(secret) };
+}
+
+/**
+ * The same secret's ARN as DATABASE_SECRET_ARN (an ARN is not a secret), and its read granted to
+ * the task role: a task reads the secret again when PostgreSQL refuses a login and every hour, so
+ * a rotated password reaches running tasks without a deployment (runtime/db/credentials.ts).
+ */
+export function databaseSecretRenewal(secret: secretsmanager.ISecret, taskRole: iam.IGrantable): Record<string, string> {
+  secret.grantRead(taskRole);
+  return { [ENV.databaseSecretArn]: secret.secretArn };
 }
 
 export type ServiceImageName = 'api' | 'worker';

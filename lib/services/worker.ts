@@ -30,6 +30,7 @@ import { CONTAINER_INSIGHTS_NAMESPACE } from './cluster.ts';
 import {
   CPU_ARCHITECTURE,
   databaseSecret,
+  databaseSecretRenewal,
   hardenContainer,
   hardenedContainerOptions,
   jobEnvironment,
@@ -52,6 +53,8 @@ export interface WorkerServiceProps {
   idleInTransactionTimeoutSeconds: number;
   /** The execution role's fixed name: the database secret's resource policy admits it by name (secret-readers.ts). */
   executionRoleName: string;
+  /** The task role's fixed name: the database secret's resource policy admits it too, to read the secret again (secret-readers.ts). */
+  taskRoleName: string;
   logRetentionDays: LogRetentionDays;
   logRemovalPolicy: RemovalPolicy;
   /** What must exist before the first task starts (the schema bootstrap). */
@@ -122,10 +125,16 @@ export class WorkerService extends Construct {
       assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
       description: 'ERP jobs worker: pull the image, write logs, read the database secret at task start',
     });
+    const taskRole = new iam.Role(this, 'TaskRole', {
+      roleName: props.taskRoleName,
+      assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
+      description: 'ERP jobs worker tasks: the job queues, job metrics, own task protection, the database secret read again on rotation',
+    });
     const taskDefinition = new ecs.FargateTaskDefinition(this, 'Task', {
       cpu: c.cpu,
       memoryLimitMiB: c.memoryMiB,
       executionRole,
+      taskRole,
       runtimePlatform: { cpuArchitecture: CPU_ARCHITECTURE, operatingSystemFamily: ecs.OperatingSystemFamily.LINUX },
     });
     const container = taskDefinition.addContainer('worker', {
@@ -144,6 +153,7 @@ export class WorkerService extends Construct {
           idleInTransactionTimeoutSeconds: props.idleInTransactionTimeoutSeconds,
         }),
         ...(c.prefetch !== undefined ? { [ENV.prefetch]: String(c.prefetch) } : {}),
+        ...databaseSecretRenewal(props.database.appSecret, taskRole),
       },
       secrets: databaseSecret(props.database.appSecret),
       stopTimeout: Duration.seconds(workerStopTimeoutSeconds(props.jobTimings)),
@@ -162,7 +172,6 @@ export class WorkerService extends Construct {
       'The environment holds only non-secret configuration (queue URLs, job timings, metrics namespace); the database secret is an ECS secret resolved from Secrets Manager.',
     );
 
-    const taskRole = taskDefinition.taskRole;
     props.queues.grantConsume(taskRole);
     props.queues.grantPublish(taskRole);
     props.queues.grantDeadLetter(taskRole);

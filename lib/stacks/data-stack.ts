@@ -45,7 +45,10 @@ export class JobsDataStack extends Stack {
       logRetentionDays: c.logRetentionDays,
       // The master secret: the bootstrap migrates with it. The services' secret: the bootstrap sets
       // the role's password from it, ECS hands it to both services through their execution roles.
-      readers: { master: [roles.schemaBootstrap], app: [roles.schemaBootstrap, roles.apiExecution, roles.workerExecution] },
+      readers: {
+        master: [roles.schemaBootstrap],
+        app: [roles.schemaBootstrap, roles.apiExecution, roles.workerExecution, roles.apiTask, roles.workerTask],
+      },
     });
     this.apiToken = new BearerToken(this, 'ApiToken', {
       description: 'Bearer token of the ERP jobs API (API_TOKEN)',

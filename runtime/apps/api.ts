@@ -13,10 +13,19 @@ import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { registerJobTypes } from '../store/job-types.ts';
 import { JobClient } from '../store/client.ts';
-import { databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv, redact } from '../config/env.ts';
+import {
+  databaseSecretArnFromEnv,
+  databaseTlsUnverified,
+  databaseUrlFromEnv,
+  ENV,
+  intFromEnv,
+  jobTimingsFromEnv,
+  redact,
+} from '../config/env.ts';
 import { keepFinishedDaysFromEnv } from '../config/retention.ts';
 import { ConfigError, type RuleViolation } from '../config/rules.ts';
 import { sqsFromEnv } from '../config/sqs.ts';
+import { databaseCredentialSource } from '../db/credentials.ts';
 import { createPool, SERVICE_IDLE_TIMEOUT_MS, warmPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
@@ -60,6 +69,8 @@ export interface ApiConfig {
   defaultMaxAttempts: number;
   /** Days a finished job is kept when its type does not say (JOBS_KEEP_FINISHED_DAYS). */
   defaultKeepFinishedDays?: number;
+  /** The secret DATABASE_SECRET came from (DATABASE_SECRET_ARN): read again when a login is refused and hourly. */
+  databaseSecretArn?: string;
   /** Set when the database certificate will not be verified (DATABASE_SECRET without DATABASE_CA_FILE): logged at start. */
   databaseTlsWarning?: string;
 }
@@ -79,6 +90,7 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
     }
   };
   const databaseUrl = check(() => databaseUrlFromEnv(env));
+  const databaseSecretArn = check(() => databaseSecretArnFromEnv(env));
   const sqs = check(() => sqsFromEnv(env));
   const port = check(() => intFromEnv(env, ENV.port, DEFAULT_API_PORT, 0, 65_535));
   const poolSize = check(() => intFromEnv(env, ENV.apiPoolSize, DEFAULT_API_POOL_SIZE, 1, 200));
@@ -122,6 +134,7 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
     defaultMaxAttempts: timings!.maxAttempts,
     defaultKeepFinishedDays: keepFinishedDays!,
     ...(tlsWarning ? { databaseTlsWarning: tlsWarning } : {}),
+    ...(databaseSecretArn ? { databaseSecretArn } : {}),
   };
 }
 
@@ -176,8 +189,14 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
   // The schedules go with the job types: a caller that brings its own types brings its own schedules.
   const schedules = deps.schedules ?? (deps.registry ? [] : defaultSchedules({}));
   checkSchedules(schedules, registry);
+  // A rotated password reaches new connections without a restart (db/credentials.ts).
+  const credentials = config.databaseSecretArn
+    ? databaseCredentialSource({ secretArn: config.databaseSecretArn, databaseUrl: config.databaseUrl, log })
+    : undefined;
+  credentials?.start();
   const pool = createPool({
     url: config.databaseUrl,
+    ...(credentials ? { credentials } : {}),
     max: config.poolSize,
     applicationName: 'jobs-api',
     statementTimeoutMs: STATEMENT_TIMEOUT_MS,
@@ -270,6 +289,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
     });
   } catch (err) {
     await live?.stop();
+    await credentials?.stop();
     await pool.end().catch(() => undefined);
     throw err;
   }
@@ -333,6 +353,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
         }
         await Promise.all([relay.stop(), scheduler.stop()]);
         await publisher.flush();
+        await credentials?.stop();
         await pool.end();
         log.info('shut down cleanly');
       })();

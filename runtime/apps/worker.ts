@@ -7,10 +7,11 @@
 import { runService } from './entry.ts';
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import { databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv } from '../config/env.ts';
+import { databaseSecretArnFromEnv, databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv } from '../config/env.ts';
 import { retentionFromEnv } from '../config/retention.ts';
 import { MAX_PREFETCH, workerPoolSize } from '../config/rules.ts';
 import { sqsFromEnv } from '../config/sqs.ts';
+import { databaseCredentialSource } from '../db/credentials.ts';
 import { createPool, SERVICE_IDLE_TIMEOUT_MS } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
@@ -54,6 +55,7 @@ export async function startWorkerService(
   // Everything from the environment first: a bad value stops the start before any connection.
   const timings = jobTimingsFromEnv(env);
   const databaseUrl = databaseUrlFromEnv(env);
+  const secretArn = databaseSecretArnFromEnv(env);
   const tlsWarning = databaseTlsUnverified(env);
   if (tlsWarning) log.warn(tlsWarning);
   const sqs = sqsFromEnv(env, { dlq: true });
@@ -67,8 +69,11 @@ export async function startWorkerService(
   // A schedule whose type this worker does not know, or whose payload its type refuses, stops the start.
   checkSchedules(schedules, registry);
 
+  // A rotated password reaches new connections without a restart (db/credentials.ts).
+  const credentials = secretArn ? databaseCredentialSource({ secretArn, databaseUrl, log }) : undefined;
   const pool = createPool({
     url: databaseUrl,
+    ...(credentials ? { credentials } : {}),
     max: workerPoolSize(timings.concurrency),
     applicationName: `jobs-worker ${workerId}`.slice(0, 63),
     idleTimeoutMs: SERVICE_IDLE_TIMEOUT_MS,
@@ -177,6 +182,7 @@ export async function startWorkerService(
   });
 
   cloudwatch?.start();
+  credentials?.start();
   worker.start();
   relay.start();
   rescuer.start();
@@ -220,6 +226,7 @@ export async function startWorkerService(
         await protection.release();
         await cloudwatch?.stop();
         await events?.stop();
+        await credentials?.stop();
         await pool.end();
         log.info('shut down cleanly');
       })();

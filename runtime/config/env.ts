@@ -10,6 +10,12 @@ export const ENV = {
   databaseUrl: 'DATABASE_URL',
   /** The RDS-generated Secrets Manager secret as JSON ({host, port, username, password, dbname}), injected by ECS. */
   databaseSecret: 'DATABASE_SECRET',
+  /**
+   * The ARN of the secret ECS injects as DATABASE_SECRET: with it the services read the secret
+   * again when PostgreSQL refuses a login and every hour, so a rotated password needs no restart
+   * (runtime/db/credentials.ts). Not a secret itself.
+   */
+  databaseSecretArn: 'DATABASE_SECRET_ARN',
   /** A URL for what administers the schema (`jobs migrate`) when DATABASE_URL is a role without DDL, as in the local stack. */
   databaseAdminUrl: 'DATABASE_ADMIN_URL',
   /**
@@ -132,6 +138,30 @@ export function databaseUrlFromEnv(env: Env): string {
       message: `set ${ENV.databaseUrl} (postgres://user:password@host:port/db) or ${ENV.databaseSecret} (the RDS secret JSON); locally, \`npm start\` runs a stack whose .jobs-local/env the jobs command reads`,
     },
   ]);
+}
+
+/**
+ * DATABASE_SECRET_ARN when set, checked: an ARN of Secrets Manager, beside the DATABASE_SECRET it
+ * renews (a DATABASE_URL would take precedence over both, so the pair with one is refused).
+ */
+export function databaseSecretArnFromEnv(env: Env): string | undefined {
+  const arn = env[ENV.databaseSecretArn]?.trim();
+  if (!arn) return undefined;
+  const violations: RuleViolation[] = [];
+  if (!/^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:.+$/.test(arn)) {
+    violations.push({
+      rule: 'database-secret-arn',
+      message: `${ENV.databaseSecretArn} must be a Secrets Manager secret ARN (arn:aws:secretsmanager:<region>:<account>:secret:<name>), got "${arn}"`,
+    });
+  }
+  if (env[ENV.databaseUrl]?.trim() || !env[ENV.databaseSecret]?.trim()) {
+    violations.push({
+      rule: 'database-secret-arn-pairs-secret',
+      message: `${ENV.databaseSecretArn} renews the credentials of ${ENV.databaseSecret}: set it with ${ENV.databaseSecret} and without ${ENV.databaseUrl}`,
+    });
+  }
+  if (violations.length > 0) throw new ConfigError('environment', violations);
+  return arn;
 }
 
 /** Where the service images keep the RDS CA bundle (docker/*.Dockerfile); the stack points DATABASE_CA_FILE at it. */

@@ -3,6 +3,8 @@
 // (failover, restart, a reset socket), idle or checked out, is logged and replaced instead of
 // crashing the process.
 import pg from 'pg';
+import type { DatabaseCredentialSource } from './credentials.ts';
+import { isAuthenticationFailure } from './unavailable.ts';
 
 // Keep timestamps and bigints exact: int8 (20) as string is pg's default; numeric (1700) too.
 export interface PoolOptions {
@@ -19,13 +21,19 @@ export interface PoolOptions {
    * connection a pool may hold, so holding them costs no budget.
    */
   idleTimeoutMs?: number;
+  /**
+   * Where each new connection takes its user and password (the ones in `url` are not used): the
+   * secret as last read (credentials.ts). A login PostgreSQL refuses makes the source read it again.
+   */
+  credentials?: DatabaseCredentialSource;
 }
 
 /** Idle timeout of the API's and the workers' pools (see PoolOptions.idleTimeoutMs). */
 export const SERVICE_IDLE_TIMEOUT_MS = 10 * 60_000;
 
 export function createPool(opts: PoolOptions): pg.Pool {
-  const pool = new pg.Pool({
+  const Pool = opts.credentials ? poolWith(opts.credentials) : pg.Pool;
+  const pool = new Pool({
     connectionString: opts.url,
     max: opts.max,
     application_name: opts.applicationName,
@@ -46,6 +54,51 @@ export function createPool(opts: PoolOptions): pg.Pool {
     client.on('error', (err) => opts.onError?.(err));
   });
   return pool;
+}
+
+/**
+ * A pool whose connections log in with the source's current credentials (pg reads user and
+ * password when it connects, from the parameters it parsed at construction, where the URL's win
+ * over the config's: so they are set after construction). A login PostgreSQL refuses reads the
+ * secret again (at most once per the source's interval) and, when that brings other credentials,
+ * is tried once more with them: a password rotated in the secret before the database is not seen
+ * by the callers at all.
+ */
+function poolWith(credentials: DatabaseCredentialSource): typeof pg.Pool {
+  class CredentialClient extends pg.Client {
+    constructor(config?: pg.ClientConfig) {
+      super(config);
+      const { user, password } = credentials.current();
+      const self = this as unknown as { user: string; password: string; connectionParameters: { user: string; password: string } };
+      self.user = self.connectionParameters.user = user;
+      self.password = self.connectionParameters.password = password;
+    }
+  }
+  return class extends pg.Pool {
+    constructor(config?: pg.PoolConfig) {
+      super({ ...config, Client: CredentialClient });
+    }
+
+    // pg-pool's own query() connects with a callback; callers use the promise. Both go through here
+    // (pg's two overloads in one body).
+    override connect(callback?: any): any {
+      const connected = (async () => {
+        const used = credentials.current();
+        try {
+          return await super.connect();
+        } catch (err) {
+          if (!isAuthenticationFailure(err) || !(await credentials.renewedSince(used))) throw err;
+          return await super.connect();
+        }
+      })();
+      if (!callback) return connected;
+      connected.then(
+        (client) => callback(undefined, client, client.release.bind(client)),
+        (err: unknown) => callback(err, undefined, () => undefined),
+      );
+      return undefined;
+    }
+  };
 }
 
 /**

@@ -33,3 +33,9 @@ export function isDatabaseUnavailable(err: unknown): boolean {
     (e.cause !== undefined && e.cause !== err && isDatabaseUnavailable(e.cause))
   );
 }
+
+/** PostgreSQL's answers to a login whose password (28P01) or user (28000) it refuses. */
+export function isAuthenticationFailure(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return code === '28P01' || code === '28000';
+}

@@ -206,10 +206,12 @@ describe('containers', () => {
       'DATABASE_PASSWORD',
     ];
     for (const name of ['api', 'worker']) {
-      const env = envOf(name);
+      const { [ENV.databaseSecretArn]: arn, ...env } = envOf(name);
       for (const k of forbidden) expect(env[k], `${name} ${k}`).toBeUndefined();
       const values = JSON.stringify(Object.values(env));
       expect(values).not.toMatch(/secretsmanager|Secret|resolve:/);
+      // The app secret's ARN (a reference, not its value): the task reads the secret again on rotation.
+      expect(JSON.stringify(arn), name).toMatch(/^\{"Fn::ImportValue":"[^"]*DatabaseAppSecretAttachment[^"]*"\}$/);
     }
     expect(Object.keys(secretsOf('api')).sort()).toEqual([ENV.apiToken, ENV.apiOperatorToken, ENV.databaseSecret].sort());
     expect(Object.keys(secretsOf('worker'))).toEqual([ENV.databaseSecret]);
@@ -226,6 +228,21 @@ describe('containers', () => {
     expect(JSON.stringify(secretsOf('api')[ENV.apiOperatorToken])).toContain('OperatorTokenSecret');
     expect(JSON.stringify(secretsOf('api')[ENV.apiOperatorToken])).not.toContain('ApiTokenSecret');
     expect(JSON.stringify(secretsOf('api')[ENV.apiOperatorToken])).toContain('Fn::ImportValue');
+  });
+
+  it("lets each task role read the services' database secret, and no other secret, to follow a rotation", () => {
+    for (const name of ['api', 'worker'] as const) {
+      const roleId = idOf(dev.services[name].service.taskDefinition.taskRole);
+      const reads = Object.values(resourcesOfType(t, 'AWS::IAM::Policy'))
+        .filter((p) => JSON.stringify((p.Properties as { Roles: unknown }).Roles).includes(roleId))
+        .flatMap(
+          (p) => (p.Properties as { PolicyDocument: { Statement: { Action: string[]; Resource: unknown }[] } }).PolicyDocument.Statement,
+        )
+        .filter((s) => JSON.stringify(s.Action).includes('secretsmanager'));
+      expect(reads, name).toHaveLength(1);
+      expect(reads[0]!.Action).toEqual(['secretsmanager:DescribeSecret', 'secretsmanager:GetSecretValue']);
+      expect(JSON.stringify(reads[0]!.Resource), name).toMatch(/^\{"Fn::ImportValue":"[^"]*DatabaseAppSecretAttachment[^"]*"\}$/);
+    }
   });
 
   it("lets only the API's execution role read the operator token", () => {
@@ -455,6 +472,7 @@ describe('worker', () => {
 describe('API', () => {
   const apiRoleId = idOf(dev.services.api.service.taskDefinition.taskRole);
 
+  // Its SQS statements (the database secret's read is the previous describe's).
   const apiStatements = () =>
     Object.values(resourcesOfType(t, 'AWS::IAM::Policy'))
       .filter((p) => JSON.stringify((p.Properties as { Roles: unknown }).Roles).includes(apiRoleId))
@@ -465,7 +483,8 @@ describe('API', () => {
               PolicyDocument: { Statement: { Effect: string; Action: string | string[]; Resource: unknown; Condition?: unknown }[] };
             }
           ).PolicyDocument.Statement,
-      );
+      )
+      .filter((s) => !JSON.stringify(s.Action).includes('secretsmanager:'));
   const actionsOf = (s: { Action: string | string[] }) => (Array.isArray(s.Action) ? s.Action : [s.Action]);
 
   it("may publish job messages to both lanes, and work both lanes' DLQs for the on-call routes (receive, hold, delete, move back), nothing wider", () => {

@@ -361,7 +361,14 @@ describe('secrets (issue 12)', () => {
         .filter((_, i) => i % 2 === 0);
     };
     expect(readersOf(ids.master)).toEqual([roles.schemaBootstrap, CLOUDFORMATION_EXECUTION_ROLE]);
-    expect(readersOf(ids.app)).toEqual([roles.schemaBootstrap, roles.apiExecution, roles.workerExecution, CLOUDFORMATION_EXECUTION_ROLE]);
+    expect(readersOf(ids.app)).toEqual([
+      roles.schemaBootstrap,
+      roles.apiExecution,
+      roles.workerExecution,
+      roles.apiTask,
+      roles.workerTask,
+      CLOUDFORMATION_EXECUTION_ROLE,
+    ]);
     expect(readersOf(ids.apiToken)).toEqual([
       roles.apiExecution,
       ...ENVIRONMENTS.prod.secretReaders.apiTokenRoleNames,
@@ -376,7 +383,9 @@ describe('secrets (issue 12)', () => {
     const named = Object.values(resourcesOfType(prod.servicesTemplate, 'AWS::IAM::Role'))
       .map((r) => r.Properties!.RoleName)
       .filter(Boolean);
-    expect(named.sort()).toEqual([roles.apiExecution, roles.schemaBootstrap, roles.workerExecution].sort());
+    expect(named.sort()).toEqual(
+      [roles.apiExecution, roles.apiTask, roles.schemaBootstrap, roles.workerExecution, roles.workerTask].sort(),
+    );
   });
 });
 

@@ -1,0 +1,160 @@
+// The services' database credentials, read again from Secrets Manager while the process runs, so
+// a password rotated in the secret reaches every task without a restart. ECS injects the secret's
+// JSON once, at task start (DATABASE_SECRET): that is where a task begins. With the secret's ARN
+// (DATABASE_SECRET_ARN, which the stack sets), the services also read it again
+//  - when PostgreSQL refuses a new connection's password (28P01) or its user (28000): the password
+//    changed and this task has not seen it yet (the pool then tries the login once more with what
+//    it read, db/pool.ts); at most once per `minIntervalMs`, so a wrong password does not turn
+//    into a stream of Secrets Manager calls;
+//  - and every `everyMs` (default an hour), so a task that opens no connection for a long time
+//    still follows the secret, including a change of user.
+// New connections take the credentials current when they are opened (createPool's `credentials`);
+// open ones keep theirs, which PostgreSQL does not revoke when a password changes. A read that
+// fails (Secrets Manager throttling or unreachable, the secret malformed) keeps the credentials
+// the task has and is logged: it never takes a working connection away.
+
+import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+
+export interface DatabaseCredentials {
+  user: string;
+  password: string;
+}
+
+export interface CredentialsLog {
+  info(fields: object, msg: string): void;
+  warn(fields: object, msg: string): void;
+}
+
+export interface DatabaseCredentialSourceOptions {
+  /** The credentials the task started with (from DATABASE_SECRET). */
+  initial: DatabaseCredentials;
+  /** Reads the secret now. */
+  read: () => Promise<DatabaseCredentials>;
+  log: CredentialsLog;
+  /** Where the credentials come from, for the log lines (the secret's ARN). */
+  source: string;
+  /** Read again this often even when nothing failed (default 1 hour). */
+  everyMs?: number;
+  /** A refused login reads the secret again at most this often (default 10 s). */
+  minIntervalMs?: number;
+}
+
+export class DatabaseCredentialSource {
+  private credentials: DatabaseCredentials;
+  private reading: Promise<void> | undefined;
+  private lastReadAt = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private readonly everyMs: number;
+  private readonly minIntervalMs: number;
+
+  constructor(private readonly o: DatabaseCredentialSourceOptions) {
+    this.credentials = o.initial;
+    this.everyMs = o.everyMs ?? 60 * 60_000;
+    this.minIntervalMs = o.minIntervalMs ?? 10_000;
+  }
+
+  /** What a connection opened now logs in with. */
+  current(): DatabaseCredentials {
+    return this.credentials;
+  }
+
+  /**
+   * A login with `used` was refused: are there other credentials to try? Read the secret again
+   * unless it was read within minIntervalMs (a read under way is waited for, not repeated).
+   */
+  async renewedSince(used: DatabaseCredentials): Promise<boolean> {
+    if (this.credentials !== used) return true;
+    if (this.reading) await this.reading;
+    else if (Date.now() - this.lastReadAt >= this.minIntervalMs) await this.refresh('PostgreSQL refused the login');
+    return this.credentials !== used;
+  }
+
+  /** Read the secret again now (one read at a time: a caller during a read waits for it). Never rejects. */
+  refresh(reason: string): Promise<void> {
+    this.reading ??= (async () => {
+      try {
+        const next = await this.o.read();
+        const before = this.credentials;
+        if (next.user !== before.user || next.password !== before.password) {
+          this.credentials = next;
+          this.o.log.info(
+            {
+              reason,
+              source: this.o.source,
+              user: next.user,
+              previousUser: before.user,
+              passwordChanged: next.password !== before.password,
+            },
+            'database credentials renewed from the secret: connections opened from now on use them',
+          );
+        }
+      } catch (err) {
+        this.o.log.warn({ err, reason, source: this.o.source }, 'could not read the database secret; keeping the current credentials');
+      } finally {
+        this.lastReadAt = Date.now();
+        this.reading = undefined;
+      }
+    })();
+    return this.reading;
+  }
+
+  /** Read again every `everyMs`. The timer does not keep the process alive. */
+  start(): void {
+    if (this.timer) return;
+    this.timer = setInterval(() => void this.refresh('periodic'), this.everyMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    this.timer = undefined;
+    await this.reading;
+  }
+}
+
+/** The username and password of an RDS secret's JSON ({host, port, username, password, dbname, …}). */
+export function credentialsFromSecretJson(json: string | undefined, source: string): DatabaseCredentials {
+  let s: Record<string, unknown>;
+  try {
+    s = JSON.parse(json ?? '') as Record<string, unknown>;
+  } catch {
+    throw new Error(`${source}: the secret is not JSON (expected the RDS secret: host, port, username, password, dbname)`);
+  }
+  if (typeof s.username !== 'string' || !s.username || typeof s.password !== 'string' || !s.password) {
+    throw new Error(`${source}: the secret lacks a username or a password`);
+  }
+  return { user: s.username, password: s.password };
+}
+
+/** Reads the secret's current version (AWSCURRENT) from Secrets Manager, with the task role's credentials. */
+export function secretsManagerReader(secretArn: string, client = new SecretsManagerClient({})): () => Promise<DatabaseCredentials> {
+  return async () => {
+    const out = await client.send(new GetSecretValueCommand({ SecretId: secretArn }));
+    return credentialsFromSecretJson(out.SecretString, secretArn);
+  };
+}
+
+/**
+ * The source for a service whose URL was built from DATABASE_SECRET and which was given the
+ * secret's ARN (env.ts databaseSecretArnFromEnv): it starts from the URL's user and password and
+ * reads the secret in the ARN's region.
+ */
+export function databaseCredentialSource(o: {
+  secretArn: string;
+  databaseUrl: string;
+  log: CredentialsLog;
+  client?: SecretsManagerClient;
+  everyMs?: number;
+  minIntervalMs?: number;
+}): DatabaseCredentialSource {
+  const url = new URL(o.databaseUrl);
+  const region = o.secretArn.split(':')[3];
+  return new DatabaseCredentialSource({
+    initial: { user: decodeURIComponent(url.username), password: decodeURIComponent(url.password) },
+    read: secretsManagerReader(o.secretArn, o.client ?? new SecretsManagerClient(region ? { region } : {})),
+    log: o.log,
+    source: o.secretArn,
+    ...(o.everyMs !== undefined ? { everyMs: o.everyMs } : {}),
+    ...(o.minIntervalMs !== undefined ? { minIntervalMs: o.minIntervalMs } : {}),
+  });
+}
