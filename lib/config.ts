@@ -68,6 +68,11 @@ export interface DatabaseConfig {
   /** Storage autoscaling ceiling. */
   maxAllocatedStorageGiB: number;
   multiAz: boolean;
+  /**
+   * Days between rotations of the services' database password (lib/password-rotation.ts:
+   * alternating users, no restart); 1–365. The first rotation runs when the schedule is created.
+   */
+  passwordRotationDays: number;
   /** Automated backup retention; 0 disables automated backups. */
   backupRetentionDays: number;
   deletionProtection: boolean;
@@ -235,6 +240,7 @@ const dev: EnvironmentConfig = {
     allocatedStorageGiB: 20,
     maxAllocatedStorageGiB: 50,
     multiAz: false,
+    passwordRotationDays: 30,
     backupRetentionDays: 1,
     deletionProtection: false,
     removal: 'destroy',
@@ -296,6 +302,7 @@ const staging: EnvironmentConfig = {
     allocatedStorageGiB: 50,
     maxAllocatedStorageGiB: 200,
     multiAz: false,
+    passwordRotationDays: 30,
     backupRetentionDays: 7,
     deletionProtection: true,
     removal: 'snapshot',
@@ -359,6 +366,7 @@ const prod: EnvironmentConfig = {
     allocatedStorageGiB: 100,
     maxAllocatedStorageGiB: 1_000,
     multiAz: true,
+    passwordRotationDays: 30,
     backupRetentionDays: 30,
     deletionProtection: true,
     removal: 'snapshot',
@@ -533,6 +541,13 @@ export function checkEnvironment(c: EnvironmentConfig): RuleViolation[] {
   }
   if (!Number.isInteger(c.api.poolSize) || c.api.poolSize < 1) {
     out.push({ rule: 'api-pool-size', message: `api.poolSize = ${c.api.poolSize} must be a whole number ≥ 1` });
+  }
+  const rotation = c.database.passwordRotationDays;
+  if (!Number.isInteger(rotation) || rotation < 1 || rotation > 365) {
+    out.push({
+      rule: 'password-rotation-days',
+      message: `database.passwordRotationDays = ${rotation} must be a whole number of days from 1 to 365 (the services' database password is rotated that often)`,
+    });
   }
   if (c.database.multiAz && c.database.backupRetentionDays < 1) {
     out.push({

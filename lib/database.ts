@@ -117,13 +117,13 @@ export class JobDatabase extends Construct {
     acknowledge(
       appSecret,
       'AwsSolutions-SMG4',
-      'No automatic rotation yet, for the same reason as the master secret: ECS resolves it only when a task starts. Rotate by a coordinated redeploy (docs/deploy.md).',
+      "Rotated every database.passwordRotationDays by the services stack's PasswordRotation (lib/password-rotation.ts, alternating users): its RotationSchedule lives in that stack, beside the function, where this rule, which looks within one stack, cannot see it.",
     );
 
     acknowledge(
       instance,
       'AwsSolutions-SMG4',
-      'No automatic rotation yet: ECS resolves the secret only when a task starts, so a single-user rotation would break every new connection of running tasks until they restart. Rotate by a coordinated redeploy (docs/deploy.md); automatic rotation comes with a runtime that re-reads the secret.',
+      "The master secret is read only by the schema bootstrap and the password rotation, afresh on each run, and it is the credential that repairs the services' roles: it is rotated by hand (docs/deploy.md#secrets), not by a function that could lock both out at once.",
     );
     acknowledge(
       instance,

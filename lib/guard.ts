@@ -34,6 +34,7 @@ const logGroups = (p: JobPlatform) => [
   child(p.data, 'Network', 'FlowLogs'),
   child(p.services, 'SchemaBootstrap', 'Logs'),
   child(p.services, 'SchemaBootstrap', 'ProviderLogs'),
+  child(p.services, 'PasswordRotation', 'Logs'),
   child(p.services, 'Api', 'Logs'),
   child(p.services, 'Worker', 'Logs'),
 ];
@@ -67,8 +68,19 @@ export const GUARD_ACKNOWLEDGEMENTS: readonly GuardAcknowledgement[] = [
     rule: 'lambda_inside_vpc_check',
     control: 'CT.LAMBDA.PR.3',
     reason:
-      "The schema bootstrap runs in the VPC's private subnets, which come from the data stack (Fn::ImportValue) and the rule only accepts literals or local references; the other functions are aws-cdk-lib's custom-resource frameworks, which call AWS APIs only and reach nothing in the VPC.",
-    where: (p) => [child(p.services, 'SchemaBootstrap', 'Function'), ...frameworkFunctions(p)],
+      "The schema bootstrap and the password rotation run in the VPC's private subnets, which come from the data stack (Fn::ImportValue) and the rule only accepts literals or local references; the other functions are aws-cdk-lib's custom-resource frameworks, which call AWS APIs only and reach nothing in the VPC.",
+    where: (p) => [
+      child(p.services, 'SchemaBootstrap', 'Function'),
+      child(p.services, 'PasswordRotation', 'Function'),
+      ...frameworkFunctions(p),
+    ],
+  },
+  {
+    rule: 'lambda_function_public_access_prohibited_check',
+    control: 'CT.LAMBDA.PR.2',
+    reason:
+      "Secrets Manager's permission to invoke the password rotation names the account (SourceAccount), as the rule asks, but as the stack's AWS::AccountId reference (the stacks are environment-agnostic), which the rule accepts only as a literal string.",
+    where: (p) => [child(p.services, 'PasswordRotation', 'Function')],
   },
   {
     rule: 'rds_instance_no_default_ports_check',

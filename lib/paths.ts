@@ -8,4 +8,5 @@ export const MIGRATIONS_DIR = join(REPO_ROOT, 'runtime', 'db', 'migrations');
 /** The ERP's own migrations (README "Your tables"): applied after the platform's, tables in the `erp` schema. */
 export const APP_MIGRATIONS_DIR = join(REPO_ROOT, 'migrations', 'app');
 export const BOOTSTRAP_ENTRY = join(REPO_ROOT, 'runtime', 'bootstrap', 'handler.ts');
+export const ROTATION_ENTRY = join(REPO_ROOT, 'runtime', 'rotation', 'handler.ts');
 export const LOCK_FILE = join(REPO_ROOT, 'package-lock.json');

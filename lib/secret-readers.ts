@@ -23,6 +23,8 @@ export function serviceRoleNames(stackPrefix: string) {
     // The task roles read the database secret again while a task runs (runtime/db/credentials.ts).
     apiTask: name('api-task'),
     workerTask: name('worker-task'),
+    // Rotates the services' secret, as the master user (lib/password-rotation.ts).
+    passwordRotation: name('password-rotation'),
     schemaBootstrap: name('schema-bootstrap'),
   } as const;
 }

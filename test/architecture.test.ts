@@ -1,5 +1,5 @@
 // The layering rule of runtime/, read from the import graph (static and dynamic imports alike).
-// Data flows one way: entry points (cli, bootstrap) → the services they start (apps) → the HTTP
+// Data flows one way: entry points (cli, bootstrap, rotation) → the services they start (apps) → the HTTP
 // layer → the workers, maintenance loops, on-call services and live view → the job store → the
 // queues, the database, the handlers and small support pieces → the domain, configuration and
 // observability. A folder
@@ -16,7 +16,7 @@ import { describe, expect, it } from 'vitest';
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 const LAYERS: string[][] = [
-  ['cli', 'bootstrap'],
+  ['cli', 'bootstrap', 'rotation'],
   ['apps'],
   ['http'],
   ['worker', 'maintenance', 'oncall', 'live'],

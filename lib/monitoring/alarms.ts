@@ -16,6 +16,7 @@ import { Construct } from 'constructs';
 import { METRIC, metricNamespace } from '../../runtime/observability/metric-names.ts';
 import { INSTANCE_MEMORY_GIB, type AlarmConfig, type ConnectionBudget, type DatabaseConfig, type EnvironmentName } from '../config.ts';
 import type { JobDatabase } from '../database.ts';
+import type { PasswordRotation } from '../password-rotation.ts';
 import type { JobQueues } from '../queues.ts';
 import type { ApiService } from '../services/api.ts';
 import type { WorkerService } from '../services/worker.ts';
@@ -30,6 +31,8 @@ export interface JobAlarmsProps {
   api: ApiService;
   worker: WorkerService;
   database: JobDatabase;
+  /** Its function's errors: a rotation step that failed. */
+  passwordRotation: PasswordRotation;
   databaseConfig: DatabaseConfig;
   /** The connection budget config.ts computes: the connections alarm watches its ceiling. */
   connectionBudget: ConnectionBudget;
@@ -48,6 +51,7 @@ export type JobAlarmName =
   | 'workerTasksBelowMinimum'
   | 'jobsStuck'
   | 'scheduleFailing'
+  | 'passwordRotationFailing'
   | 'apiUnhealthyTargets'
   | 'apiTasksBelowMinimum'
   | 'workerAtMaximum'
@@ -273,6 +277,20 @@ export class JobAlarms extends Construct {
         evaluationPeriods: SCHEDULE_FAILING_ALARM.evaluationPeriods,
         datapointsToAlarm: SCHEDULE_FAILING_ALARM.evaluationPeriods,
         // The worker emits only when a pass fails.
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
+      passwordRotationFailing: make('passwordRotationFailing', {
+        alarmName: `${prefix} database password rotation failing`,
+        alarmDescription: describe(
+          "a step of the services' database password rotation failed (the rotation function threw). The services are not affected: the secret stays as it was, and the user and password they hold stay valid. Secrets Manager retries the rotation; the function's log says which step failed and why.",
+          RUNBOOK_SECTION.passwordRotationFailing,
+        ),
+        metric: props.passwordRotation.metricErrors(Duration.minutes(5)),
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        threshold: 1,
+        evaluationPeriods: 1,
+        datapointsToAlarm: 1,
+        // The function runs once a rotation; no data is no rotation.
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       }),
       apiUnhealthyTargets: make('apiUnhealthyTargets', {

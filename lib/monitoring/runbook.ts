@@ -17,6 +17,7 @@ export const RUNBOOK_SECTION = {
   workerTasksBelowMinimum: 'worker-tasks-below-minimum',
   jobsStuck: 'jobs-stuck',
   scheduleFailing: 'schedule-failing',
+  passwordRotationFailing: 'database-password-rotation-failing',
   apiUnhealthyTargets: 'api-unhealthy-targets',
   apiTasksBelowMinimum: 'api-tasks-below-minimum',
   workerAtMaximum: 'worker-at-maximum-with-backlog',

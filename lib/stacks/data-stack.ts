@@ -46,8 +46,8 @@ export class JobsDataStack extends Stack {
       // The master secret: the bootstrap migrates with it. The services' secret: the bootstrap sets
       // the role's password from it, ECS hands it to both services through their execution roles.
       readers: {
-        master: [roles.schemaBootstrap],
-        app: [roles.schemaBootstrap, roles.apiExecution, roles.workerExecution, roles.apiTask, roles.workerTask],
+        master: [roles.schemaBootstrap, roles.passwordRotation],
+        app: [roles.schemaBootstrap, roles.apiExecution, roles.workerExecution, roles.apiTask, roles.workerTask, roles.passwordRotation],
       },
     });
     this.apiToken = new BearerToken(this, 'ApiToken', {

@@ -8,6 +8,7 @@ import { connectionBudget, type EnvironmentConfig } from '../config.ts';
 import { JobAlarms } from '../monitoring/alarms.ts';
 import { JobsDashboard } from '../monitoring/dashboard.ts';
 import { OnCallTopic } from '../monitoring/on-call-topic.ts';
+import { PasswordRotation } from '../password-rotation.ts';
 import { SchemaBootstrap } from '../schema-bootstrap.ts';
 import { ApiService } from '../services/api.ts';
 import { JobsCluster } from '../services/cluster.ts';
@@ -22,6 +23,7 @@ export interface JobsServicesStackProps extends StackProps {
 
 export class JobsServicesStack extends Stack {
   readonly bootstrap: SchemaBootstrap;
+  readonly passwordRotation: PasswordRotation;
   readonly api: ApiService;
   readonly worker: WorkerService;
   readonly alarms: JobAlarms;
@@ -43,6 +45,16 @@ export class JobsServicesStack extends Stack {
       logRetentionDays: c.logRetentionDays,
       logRemovalPolicy,
     });
+    // After the bootstrap: the first rotation (when the schedule is created) needs the role and the tables.
+    this.passwordRotation = new PasswordRotation(this, 'PasswordRotation', {
+      network,
+      database,
+      roleName: roles.passwordRotation,
+      rotationDays: c.database.passwordRotationDays,
+      logRetentionDays: c.logRetentionDays,
+      logRemovalPolicy,
+    });
+    this.passwordRotation.schedule.node.addDependency(this.bootstrap.resource);
     const { cluster } = new JobsCluster(this, 'Cluster', { vpc: network.vpc });
     this.api = new ApiService(this, 'Api', {
       envName: c.envName,
@@ -91,6 +103,7 @@ export class JobsServicesStack extends Stack {
       api: this.api,
       worker: this.worker,
       database,
+      passwordRotation: this.passwordRotation,
       databaseConfig: c.database,
       connectionBudget: connectionBudget(c),
     });
@@ -101,6 +114,10 @@ export class JobsServicesStack extends Stack {
     new CfnOutput(this, 'ApiServiceName', { value: this.api.service.serviceName });
     new CfnOutput(this, 'WorkerServiceName', { value: this.worker.service.serviceName });
     new CfnOutput(this, 'ApiTargetGroupArn', { value: this.api.targetGroup.targetGroupArn });
+    new CfnOutput(this, 'PasswordRotationLogGroup', {
+      value: this.passwordRotation.logGroup.logGroupName,
+      description: "Log of the services' database password rotation (docs/runbooks/README.md#database-password-rotation-failing)",
+    });
     new CfnOutput(this, 'OnCallTopicArn', { value: onCall.topic.topicArn, description: 'SNS topic the alarms publish to' });
     new CfnOutput(this, 'DlqAlarmName', {
       value: this.alarms.names.dlqNotEmpty!,

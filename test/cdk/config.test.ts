@@ -126,6 +126,17 @@ describe("job timings at synth (the worker's rules)", () => {
   });
 });
 
+describe('database', () => {
+  it('fails synth when the password rotation period is out of range', () => {
+    const broken = withChanges('prod', (c) => {
+      c.database.passwordRotationDays = 0;
+    });
+    expect(() => resolveConfig('prod', { prod: broken })).toThrow(
+      /\[password-rotation-days\] database\.passwordRotationDays = 0 must be a whole number of days from 1 to 365/,
+    );
+  });
+});
+
 describe('queues', () => {
   it('fails synth when the DLQ keeps messages no longer than the queue', () => {
     const broken = withChanges('dev', (c) => {

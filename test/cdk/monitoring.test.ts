@@ -71,8 +71,8 @@ describe('on-call topic', () => {
 });
 
 describe('alarms', () => {
-  it('are the nineteen on-call alarms, no more', () => {
-    expect(alarms).toHaveLength(19);
+  it('are the twenty on-call alarms, no more', () => {
+    expect(alarms).toHaveLength(20);
   });
 
   it.each(alarms.map((a) => [a.AlarmName as string, a] as const))('%s notifies the on-call topic when it fires and clears', (_name, a) => {
@@ -98,7 +98,7 @@ describe('alarms', () => {
   it('each runbook section the alarms use exists, one per alarm', () => {
     for (const s of Object.values(RUNBOOK_SECTION)) expect(sections.has(s), s).toBe(true);
     const cited = alarms.map((a) => /#([a-z0-9-]+)$/.exec(a.AlarmDescription as string)![1]);
-    expect(new Set(cited).size).toBe(19);
+    expect(new Set(cited).size).toBe(20);
   });
 
   it('DLQ not empty: any visible message, missing data not breaching', () => {
@@ -253,6 +253,24 @@ describe('alarms', () => {
     );
   });
 
+  it('database password rotation failing: any error of the rotation function, at once (the services are not affected, so no waiting on them)', () => {
+    const a = alarmNamed('database password rotation failing');
+    expect(a).toMatchObject({
+      Namespace: 'AWS/Lambda',
+      MetricName: 'Errors',
+      Statistic: 'Sum',
+      Period: 300,
+      ComparisonOperator: 'GreaterThanOrEqualToThreshold',
+      Threshold: 1,
+      EvaluationPeriods: 1,
+      TreatMissingData: 'notBreaching',
+    });
+    expect(JSON.stringify(a.Dimensions)).toContain('PasswordRotationFunction');
+    expect(a.AlarmDescription).toMatch(
+      /services are not affected.*Runbook: docs\/runbooks\/README\.md#database-password-rotation-failing$/s,
+    );
+  });
+
   it('API 5xx: load balancer plus target 5xx on the API load balancer', () => {
     const a = alarmNamed('API 5xx');
     expect(a.Threshold).toBe(c.alarms.api5xxPer5Minutes);
@@ -326,7 +344,7 @@ describe('alarm delivery (issue 12)', () => {
       },
     ]);
     // Every alarm's ARN, in the order they were made, and nothing else.
-    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(19);
+    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(20);
   });
 
   it('the key lets CloudWatch use it under the same conditions, and allows grants only for AWS services', () => {

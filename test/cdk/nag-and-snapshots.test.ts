@@ -57,8 +57,8 @@ describe.each(ENVIRONMENT_NAMES)('%s', (name) => {
   });
 });
 
-describe('bootstrap bundle', () => {
-  it('holds the ESM handler and the migrations beside it', () => {
+describe('Lambda bundles', () => {
+  it('the bootstrap holds the ESM handler and the migrations beside it; the password rotation its handler alone', () => {
     const s = synthEnv('dev', { bundle: true });
     const manifest = JSON.parse(readFileSync(join(s.assembly.directory, `${s.services.artifactId}.assets.json`), 'utf8')) as {
       files: Record<string, { source: { path: string; packaging: string } }>;
@@ -66,8 +66,16 @@ describe('bootstrap bundle', () => {
     const dirs = Object.values(manifest.files)
       .map((f) => join(s.assembly.directory, f.source.path))
       .filter((d) => existsSync(join(d, 'index.mjs')));
-    expect(dirs).toHaveLength(1);
-    const dir = dirs[0]!;
+    expect(dirs).toHaveLength(2);
+    const dir = dirs.find((d) => existsSync(join(d, 'migrations')))!;
+    // The rotation function: ESM, pg bundled, the AWS SDK left to the Lambda runtime, no migrations to apply.
+    const rotation = dirs.find((d) => d !== dir)!;
+    const rotationBundle = readFileSync(join(rotation, 'index.mjs'), 'utf8');
+    expect(rotationBundle).toContain('createRequire');
+    expect(rotationBundle).not.toMatch(/from ?["']pg["']/);
+    expect(rotationBundle).toMatch(/from ?["']@aws-sdk\/client-secrets-manager["']/);
+    expect(rotationBundle).toContain('finishSecret');
+    expect(existsSync(join(rotation, 'migrations'))).toBe(false);
     const bundle = readFileSync(join(dir, 'index.mjs'), 'utf8');
     expect(bundle).toContain('createRequire');
     expect(bundle).not.toMatch(/from ?["']pg["']/);

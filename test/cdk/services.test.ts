@@ -53,6 +53,59 @@ const allowedOn = (statements: { Action: string | string[]; Resource: unknown }[
   ),
 ];
 
+describe('password rotation', () => {
+  const fnId = idOf(dev.services.passwordRotation.function);
+
+  it("rotates the services' secret every passwordRotationDays with our function, after the schema is current", () => {
+    const schedule = only(t, 'AWS::SecretsManager::RotationSchedule');
+    expect(JSON.stringify(schedule.props.SecretId)).toMatch(/DatabaseAppSecretAttachment/);
+    expect(schedule.props.RotationLambdaARN).toEqual({ 'Fn::GetAtt': [fnId, 'Arn'] });
+    expect(schedule.props.RotationRules).toEqual({ ScheduleExpression: `rate(${ENVIRONMENTS.dev.database.passwordRotationDays} days)` });
+    expect(JSON.stringify(schedule.dependsOn)).toContain('SchemaBootstrapSchema');
+  });
+
+  it('runs in the VPC with the master secret named, and lets Secrets Manager of this account alone invoke it', () => {
+    const fn = resourcesOfType(t, 'AWS::Lambda::Function')[fnId]!.Properties as Record<string, any>;
+    expect(fn.VpcConfig.SubnetIds).toBeDefined();
+    expect(JSON.stringify(fn.Environment.Variables.MASTER_SECRET_ARN)).toContain('DatabaseInstanceSecretAttachment');
+    expect(fn.Environment.Variables[ENV.databaseCaFile]).toBe('/var/runtime/ca-cert.pem');
+    const permissions = Object.values(resourcesOfType(t, 'AWS::Lambda::Permission'))
+      .map((p) => p.Properties as Record<string, unknown>)
+      .filter((p) => JSON.stringify(p.FunctionName).includes(fnId));
+    expect(permissions).toEqual([
+      expect.objectContaining({
+        Principal: 'secretsmanager.amazonaws.com',
+        Action: 'lambda:InvokeFunction',
+        SourceAccount: { Ref: 'AWS::AccountId' },
+      }),
+    ]);
+  });
+
+  it("may write the services' secret and read the master's, nothing else of Secrets Manager but the unused random-password call", () => {
+    const roleId = idOf(dev.services.passwordRotation.function.role!);
+    const statements = Object.values(resourcesOfType(t, 'AWS::IAM::Policy'))
+      .filter((p) => JSON.stringify((p.Properties as { Roles: unknown }).Roles).includes(roleId))
+      .flatMap(
+        (p) =>
+          (p.Properties as { PolicyDocument: { Statement: { Action: string | string[]; Resource: unknown }[] } }).PolicyDocument.Statement,
+      )
+      .filter((s) => JSON.stringify(s.Action).includes('secretsmanager'));
+    const on = (needle: string) =>
+      statements
+        .filter((s) => JSON.stringify(s.Resource).includes(needle))
+        .flatMap((s) => [s.Action].flat())
+        .sort();
+    expect(on('DatabaseAppSecretAttachment')).toEqual([
+      'secretsmanager:DescribeSecret',
+      'secretsmanager:GetSecretValue',
+      'secretsmanager:PutSecretValue',
+      'secretsmanager:UpdateSecretVersionStage',
+    ]);
+    expect(on('DatabaseInstanceSecretAttachment')).toEqual(['secretsmanager:DescribeSecret', 'secretsmanager:GetSecretValue']);
+    expect(statements.filter((s) => s.Resource === '*').flatMap((s) => [s.Action].flat())).toEqual(['secretsmanager:GetRandomPassword']);
+  });
+});
+
 describe('schema bootstrap', () => {
   const cr = only(t, 'Custom::JobsSchema');
 
@@ -108,13 +161,14 @@ describe('schema bootstrap', () => {
     expect(JSON.stringify(cr.props.ServiceToken)).toContain('SchemaBootstrapProviderframeworkonEvent');
   });
 
-  it("is the only one that may read the master secret; the services' execution roles read their own secret only", () => {
+  it("is, with the password rotation, the only one that may read the master secret; the services' execution roles read their own secret only", () => {
     const policies = resourcesOfType(t, 'AWS::IAM::Policy');
     const readers = Object.entries(policies)
       .filter(([, p]) => JSON.stringify(p.Properties).includes('DatabaseInstanceSecretAttachment'))
       .map(([, p]) => JSON.stringify((p.Properties as { Roles: unknown }).Roles));
-    expect(readers).toHaveLength(1);
-    expect(readers[0]).toContain('SchemaBootstrapRole');
+    expect(readers).toHaveLength(2);
+    expect(readers.some((r) => r.includes('SchemaBootstrapRole'))).toBe(true);
+    expect(readers.some((r) => r.includes('PasswordRotationRole'))).toBe(true);
     const appReaders = Object.values(policies)
       .filter((p) => JSON.stringify(p.Properties).includes('DatabaseAppSecretAttachment'))
       .map((p) => JSON.stringify((p.Properties as { Roles: unknown }).Roles));
@@ -813,7 +867,7 @@ describe('log groups (issue 12)', () => {
       ...Object.values(resourcesOfType(s.servicesTemplate, 'AWS::Logs::LogGroup')),
       ...Object.values(resourcesOfType(s.dataTemplate, 'AWS::Logs::LogGroup')),
     ];
-    expect(groups.length).toBe(5);
+    expect(groups.length).toBe(6);
     for (const g of groups) expect((g as { DeletionPolicy?: string }).DeletionPolicy).toBe(policy);
   });
 });

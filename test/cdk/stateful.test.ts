@@ -170,7 +170,7 @@ describe('database', () => {
     expect(db.DeletionPolicy).toBe(c.removal === 'snapshot' ? 'Snapshot' : 'Delete');
   });
 
-  it('admits PostgreSQL only from the API, the worker and the schema bootstrap', () => {
+  it('admits PostgreSQL only from the API, the worker, the schema bootstrap and the password rotation', () => {
     const dbSg = only(dev.dataTemplate, 'AWS::RDS::DBInstance').props.VPCSecurityGroups as unknown[];
     expect(dbSg).toHaveLength(1);
     const dbSgId = (dbSg[0] as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
@@ -187,6 +187,7 @@ describe('database', () => {
       dev.services.api.service.connections.securityGroups[0]!,
       dev.services.worker.service.connections.securityGroups[0]!,
       dev.services.bootstrap.function.connections.securityGroups[0]!,
+      dev.services.passwordRotation.function.connections.securityGroups[0]!,
     ]
       .map((g) => idOf(g))
       .sort();
@@ -360,13 +361,14 @@ describe('secrets (issue 12)', () => {
         )
         .filter((_, i) => i % 2 === 0);
     };
-    expect(readersOf(ids.master)).toEqual([roles.schemaBootstrap, CLOUDFORMATION_EXECUTION_ROLE]);
+    expect(readersOf(ids.master)).toEqual([roles.schemaBootstrap, roles.passwordRotation, CLOUDFORMATION_EXECUTION_ROLE]);
     expect(readersOf(ids.app)).toEqual([
       roles.schemaBootstrap,
       roles.apiExecution,
       roles.workerExecution,
       roles.apiTask,
       roles.workerTask,
+      roles.passwordRotation,
       CLOUDFORMATION_EXECUTION_ROLE,
     ]);
     expect(readersOf(ids.apiToken)).toEqual([
@@ -384,7 +386,7 @@ describe('secrets (issue 12)', () => {
       .map((r) => r.Properties!.RoleName)
       .filter(Boolean);
     expect(named.sort()).toEqual(
-      [roles.apiExecution, roles.apiTask, roles.schemaBootstrap, roles.workerExecution, roles.workerTask].sort(),
+      [roles.apiExecution, roles.apiTask, roles.schemaBootstrap, roles.workerExecution, roles.workerTask, roles.passwordRotation].sort(),
     );
   });
 });
