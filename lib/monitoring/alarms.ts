@@ -52,6 +52,7 @@ export type JobAlarmName =
   | 'jobsStuck'
   | 'scheduleFailing'
   | 'passwordRotationFailing'
+  | 'databaseSecretUnreadable'
   | 'apiUnhealthyTargets'
   | 'apiTasksBelowMinimum'
   | 'workerAtMaximum'
@@ -80,6 +81,13 @@ export const JOBS_STUCK_ALARM = { threshold: 1, periodMinutes: 5, evaluationPeri
  * schedule that has not fired for 10–15 minutes and will not by itself.
  */
 export const SCHEDULE_FAILING_ALARM = { periodMinutes: 5, evaluationPeriods: 3 } as const;
+
+/**
+ * Workers that cannot read the database secret (runtime/db/credentials.ts reads it hourly): one
+ * failed hour is a Secrets Manager blip; three in a row is a task role or a route that lost
+ * Secrets Manager, which the rotation after next turns into refused logins.
+ */
+export const DATABASE_SECRET_UNREADABLE_ALARM = { periodMinutes: 60, evaluationPeriods: 3 } as const;
 
 /** A platform metric as the worker emits it: its environment's namespace, no dimensions. */
 export function jobMetric(
@@ -291,6 +299,25 @@ export class JobAlarms extends Construct {
         evaluationPeriods: 1,
         datapointsToAlarm: 1,
         // The function runs once a rotation; no data is no rotation.
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
+      databaseSecretUnreadable: make('databaseSecretUnreadable', {
+        alarmName: `${prefix} database secret unreadable`,
+        alarmDescription: describe(
+          `the workers have failed to read the services' database secret (DATABASE_SECRET_ARN) in each of ${DATABASE_SECRET_UNREADABLE_ALARM.evaluationPeriods} hours. Nothing fails yet: they keep the user and password they have. But they cannot follow a rotation: the rotation after next changes the password they hold, and from then their new connections are refused. The workers log \`could not read the database secret\` with the error.`,
+          RUNBOOK_SECTION.databaseSecretUnreadable,
+        ),
+        metric: jobMetric(
+          envName,
+          METRIC.databaseSecretReadsFailed,
+          'Sum',
+          Duration.minutes(DATABASE_SECRET_UNREADABLE_ALARM.periodMinutes),
+        ),
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        threshold: 1,
+        evaluationPeriods: DATABASE_SECRET_UNREADABLE_ALARM.evaluationPeriods,
+        datapointsToAlarm: DATABASE_SECRET_UNREADABLE_ALARM.evaluationPeriods,
+        // The workers emit only when a read fails.
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       }),
       apiUnhealthyTargets: make('apiUnhealthyTargets', {

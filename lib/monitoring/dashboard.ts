@@ -119,6 +119,7 @@ export class JobsDashboard extends Construct {
           sum(METRIC.claimMisses, 'Claim misses'),
           sum(METRIC.jobsStuck, 'Jobs stuck'),
           sum(METRIC.schedulePassesFailed, 'Schedule passes failed'),
+          sum(METRIC.databaseSecretReadsFailed, 'Database secret reads failed'),
         ],
         width: 8,
       }),

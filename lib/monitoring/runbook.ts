@@ -18,6 +18,7 @@ export const RUNBOOK_SECTION = {
   jobsStuck: 'jobs-stuck',
   scheduleFailing: 'schedule-failing',
   passwordRotationFailing: 'database-password-rotation-failing',
+  databaseSecretUnreadable: 'database-secret-unreadable',
   apiUnhealthyTargets: 'api-unhealthy-targets',
   apiTasksBelowMinimum: 'api-tasks-below-minimum',
   workerAtMaximum: 'worker-at-maximum-with-backlog',

@@ -69,8 +69,13 @@ export async function startWorkerService(
   // A schedule whose type this worker does not know, or whose payload its type refuses, stops the start.
   checkSchedules(schedules, registry);
 
+  const namespace = env[ENV.metricsNamespace]?.trim();
+  const cloudwatch = namespace ? new CloudWatchMetrics(namespace, log) : null;
+  const metrics: Metrics = cloudwatch ?? { count: () => undefined, timing: () => undefined };
   // A rotated password reaches new connections without a restart (db/credentials.ts).
-  const credentials = secretArn ? databaseCredentialSource({ secretArn, databaseUrl, log }) : undefined;
+  const credentials = secretArn
+    ? databaseCredentialSource({ secretArn, databaseUrl, log, onReadFailed: () => metrics.count(METRIC.databaseSecretReadsFailed) })
+    : undefined;
   const pool = createPool({
     url: databaseUrl,
     ...(credentials ? { credentials } : {}),
@@ -98,9 +103,6 @@ export async function startWorkerService(
   const queue = lanes.queue;
   const dlq = lanes.dlq!;
   const publisher = new Publisher(pool, queue, log);
-  const namespace = env[ENV.metricsNamespace]?.trim();
-  const cloudwatch = namespace ? new CloudWatchMetrics(namespace, log) : null;
-  const metrics: Metrics = cloudwatch ?? { count: () => undefined, timing: () => undefined };
   const protection = new TaskProtection(env.ECS_AGENT_URI, log);
   const worker = new Worker({
     pool,

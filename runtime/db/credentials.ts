@@ -37,6 +37,8 @@ export interface DatabaseCredentialSourceOptions {
   everyMs?: number;
   /** A refused login reads the secret again at most this often (default 10 s). */
   minIntervalMs?: number;
+  /** Each read that failed (the worker counts DatabaseSecretReadsFailed, which pages when it lasts). */
+  onReadFailed?: () => void;
 }
 
 export class DatabaseCredentialSource {
@@ -90,6 +92,7 @@ export class DatabaseCredentialSource {
         }
       } catch (err) {
         this.o.log.warn({ err, reason, source: this.o.source }, 'could not read the database secret; keeping the current credentials');
+        this.o.onReadFailed?.();
       } finally {
         this.lastReadAt = Date.now();
         this.reading = undefined;
@@ -146,6 +149,7 @@ export function databaseCredentialSource(o: {
   client?: SecretsManagerClient;
   everyMs?: number;
   minIntervalMs?: number;
+  onReadFailed?: () => void;
 }): DatabaseCredentialSource {
   const url = new URL(o.databaseUrl);
   const region = o.secretArn.split(':')[3];
@@ -156,5 +160,6 @@ export function databaseCredentialSource(o: {
     source: o.secretArn,
     ...(o.everyMs !== undefined ? { everyMs: o.everyMs } : {}),
     ...(o.minIntervalMs !== undefined ? { minIntervalMs: o.minIntervalMs } : {}),
+    ...(o.onReadFailed ? { onReadFailed: o.onReadFailed } : {}),
   });
 }

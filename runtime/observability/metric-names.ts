@@ -34,6 +34,8 @@ export const METRIC = {
   jobsRepublished: 'JobsRepublished',
   /** Count: passes in which a schedule's due occurrence could not be enqueued (retried at the next pass, seconds later). */
   schedulePassesFailed: 'SchedulePassesFailed',
+  /** Count: reads of the database secret that failed (runtime/db/credentials.ts: hourly, and on a refused login). */
+  databaseSecretReadsFailed: 'DatabaseSecretReadsFailed',
 } as const;
 
 export type MetricName = (typeof METRIC)[keyof typeof METRIC];

@@ -8,7 +8,12 @@ import { Match } from 'aws-cdk-lib/assertions';
 import { describe, expect, it } from 'vitest';
 import { METRIC, metricNamespace } from '../../runtime/observability/metric-names.ts';
 import { connectionBudget, ENVIRONMENTS, INSTANCE_MEMORY_GIB } from '../../lib/config.ts';
-import { API_DEPLOYMENT_ALARMS, JOBS_STUCK_ALARM, SCHEDULE_FAILING_ALARM } from '../../lib/monitoring/alarms.ts';
+import {
+  API_DEPLOYMENT_ALARMS,
+  DATABASE_SECRET_UNREADABLE_ALARM,
+  JOBS_STUCK_ALARM,
+  SCHEDULE_FAILING_ALARM,
+} from '../../lib/monitoring/alarms.ts';
 import { RUNBOOK_PATH, RUNBOOK_SECTION } from '../../lib/monitoring/runbook.ts';
 import { REPO_ROOT } from '../../lib/paths.ts';
 import { idOf, only, resourcesOfType, synthEnv } from './support.ts';
@@ -71,8 +76,8 @@ describe('on-call topic', () => {
 });
 
 describe('alarms', () => {
-  it('are the twenty on-call alarms, no more', () => {
-    expect(alarms).toHaveLength(20);
+  it('are the twenty-one on-call alarms, no more', () => {
+    expect(alarms).toHaveLength(21);
   });
 
   it.each(alarms.map((a) => [a.AlarmName as string, a] as const))('%s notifies the on-call topic when it fires and clears', (_name, a) => {
@@ -98,7 +103,7 @@ describe('alarms', () => {
   it('each runbook section the alarms use exists, one per alarm', () => {
     for (const s of Object.values(RUNBOOK_SECTION)) expect(sections.has(s), s).toBe(true);
     const cited = alarms.map((a) => /#([a-z0-9-]+)$/.exec(a.AlarmDescription as string)![1]);
-    expect(new Set(cited).size).toBe(20);
+    expect(new Set(cited).size).toBe(21);
   });
 
   it('DLQ not empty: any visible message, missing data not breaching', () => {
@@ -271,6 +276,22 @@ describe('alarms', () => {
     );
   });
 
+  it("database secret unreadable: the workers' DatabaseSecretReadsFailed by its imported name, in each of three hours", () => {
+    const a = alarmNamed('database secret unreadable');
+    expect(a).toMatchObject({
+      Namespace: metricNamespace('prod'),
+      MetricName: METRIC.databaseSecretReadsFailed,
+      Statistic: 'Sum',
+      Period: DATABASE_SECRET_UNREADABLE_ALARM.periodMinutes * 60,
+      ComparisonOperator: 'GreaterThanOrEqualToThreshold',
+      Threshold: 1,
+      EvaluationPeriods: 3,
+      DatapointsToAlarm: 3,
+      TreatMissingData: 'notBreaching',
+    });
+    expect(a.AlarmDescription).toMatch(/rotation after next.*Runbook: docs\/runbooks\/README\.md#database-secret-unreadable$/s);
+  });
+
   it('API 5xx: load balancer plus target 5xx on the API load balancer', () => {
     const a = alarmNamed('API 5xx');
     expect(a.Threshold).toBe(c.alarms.api5xxPer5Minutes);
@@ -344,7 +365,7 @@ describe('alarm delivery (issue 12)', () => {
       },
     ]);
     // Every alarm's ARN, in the order they were made, and nothing else.
-    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(20);
+    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(21);
   });
 
   it('the key lets CloudWatch use it under the same conditions, and allows grants only for AWS services', () => {

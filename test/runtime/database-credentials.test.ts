@@ -86,6 +86,7 @@ describe('database credentials that rotate while the services run', () => {
   ) {
     const log = captureLog();
     let reads = 0;
+    let failed = 0;
     const source = new DatabaseCredentialSource({
       initial: secret.value,
       read: async () => {
@@ -95,10 +96,11 @@ describe('database credentials that rotate while the services run', () => {
       log,
       source: ARN,
       minIntervalMs: o.minIntervalMs ?? 60_000,
+      onReadFailed: () => failed++,
     });
     const applicationName = `jobs-test rotation ${Math.random().toString(36).slice(2, 8)}`;
     const pool = createPool({ url: urlAs('ignored', 'ignored'), max: 4, applicationName, credentials: source });
-    return { pool, source, log, applicationName, reads: () => reads };
+    return { pool, source, log, applicationName, reads: () => reads, failedReads: () => failed };
   }
 
   it('the secret rotated first, then the database: new connections log in with the new password and nobody sees a refusal', async () => {
@@ -192,6 +194,7 @@ describe('database credentials that rotate while the services run', () => {
       expect(r.log.lines).toContainEqual(
         expect.objectContaining({ level: 'warn', msg: 'could not read the database secret; keeping the current credentials' }),
       );
+      expect(r.failedReads()).toBe(1);
     } finally {
       await r.pool.end();
     }
