@@ -113,6 +113,9 @@ export class PasswordRotation extends Construct {
       rotationLambda: fn,
       automaticallyAfter: Duration.days(props.rotationDays),
     });
+    // Creating the schedule starts the first rotation: its function's network rules (ingress to
+    // the database, egress to it and to Secrets Manager, all under this group) must exist by then.
+    this.schedule.node.addDependency(securityGroup);
     // Secrets Manager may invoke the function for this account's secrets only (the schedule's
     // grant names the service alone; Control Tower's CT.LAMBDA.PR.1 asks for the account too).
     for (const c of fn.node.findAll()) {

@@ -53,6 +53,7 @@ export type JobAlarmName =
   | 'scheduleFailing'
   | 'passwordRotationFailing'
   | 'databaseSecretUnreadable'
+  | 'databasePasswordNotRotated'
   | 'apiUnhealthyTargets'
   | 'apiTasksBelowMinimum'
   | 'workerAtMaximum'
@@ -88,6 +89,13 @@ export const SCHEDULE_FAILING_ALARM = { periodMinutes: 5, evaluationPeriods: 3 }
  * Secrets Manager, which the rotation after next turns into refused logins.
  */
 export const DATABASE_SECRET_UNREADABLE_ALARM = { periodMinutes: 60, evaluationPeriods: 3 } as const;
+
+/**
+ * A rotation that stopped happening (a failure nobody fixed, a rotation left pending, the schedule
+ * gone): the secret's current version older than the rotation period plus this many days, as the
+ * workers see it hourly (DatabaseSecretAgeMs).
+ */
+export const DATABASE_PASSWORD_NOT_ROTATED_GRACE_DAYS = 2;
 
 /** A platform metric as the worker emits it: its environment's namespace, no dimensions. */
 export function jobMetric(
@@ -318,6 +326,20 @@ export class JobAlarms extends Construct {
         evaluationPeriods: DATABASE_SECRET_UNREADABLE_ALARM.evaluationPeriods,
         datapointsToAlarm: DATABASE_SECRET_UNREADABLE_ALARM.evaluationPeriods,
         // The workers emit only when a read fails.
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
+      databasePasswordNotRotated: make('databasePasswordNotRotated', {
+        alarmName: `${prefix} database password not rotated`,
+        alarmDescription: describe(
+          `the services' database secret has not rotated for more than ${dbc.passwordRotationDays + DATABASE_PASSWORD_NOT_ROTATED_GRACE_DAYS} days (database.passwordRotationDays = ${dbc.passwordRotationDays}, plus ${DATABASE_PASSWORD_NOT_ROTATED_GRACE_DAYS}), as the workers read it every hour: rotations fail, one was left unfinished (Secrets Manager then refuses the next), or the schedule is gone. Nothing fails: the password simply stays the same.`,
+          RUNBOOK_SECTION.databasePasswordNotRotated,
+        ),
+        metric: jobMetric(envName, METRIC.databaseSecretAgeMs, 'Maximum', Duration.hours(1)),
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        threshold: (dbc.passwordRotationDays + DATABASE_PASSWORD_NOT_ROTATED_GRACE_DAYS) * 86_400_000,
+        evaluationPeriods: 1,
+        datapointsToAlarm: 1,
+        // Workers publish it hourly; none running is what "worker tasks below minimum" pages for.
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       }),
       apiUnhealthyTargets: make('apiUnhealthyTargets', {

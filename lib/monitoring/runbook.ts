@@ -19,6 +19,7 @@ export const RUNBOOK_SECTION = {
   scheduleFailing: 'schedule-failing',
   passwordRotationFailing: 'database-password-rotation-failing',
   databaseSecretUnreadable: 'database-secret-unreadable',
+  databasePasswordNotRotated: 'database-password-not-rotated',
   apiUnhealthyTargets: 'api-unhealthy-targets',
   apiTasksBelowMinimum: 'api-tasks-below-minimum',
   workerAtMaximum: 'worker-at-maximum-with-backlog',

@@ -226,6 +226,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
   const live = deps.live
     ? await startLive(deps.live, {
         databaseUrl: config.databaseUrl,
+        ...(credentials ? { credentials } : {}),
         pool,
         store: client.store,
         log,

@@ -74,7 +74,13 @@ export async function startWorkerService(
   const metrics: Metrics = cloudwatch ?? { count: () => undefined, timing: () => undefined };
   // A rotated password reaches new connections without a restart (db/credentials.ts).
   const credentials = secretArn
-    ? databaseCredentialSource({ secretArn, databaseUrl, log, onReadFailed: () => metrics.count(METRIC.databaseSecretReadsFailed) })
+    ? databaseCredentialSource({
+        secretArn,
+        databaseUrl,
+        log,
+        onReadFailed: () => metrics.count(METRIC.databaseSecretReadsFailed),
+        onAge: (ms) => metrics.timing(METRIC.databaseSecretAgeMs, ms),
+      })
     : undefined;
   const pool = createPool({
     url: databaseUrl,

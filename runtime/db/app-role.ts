@@ -6,8 +6,12 @@
 // migration bookkeeping.
 //
 // Utility statements (CREATE/ALTER ROLE, GRANT) take no bind parameters, so the names and the
-// password are quoted by the server (format %I / %L), never spliced in by the client.
+// password are quoted by the server (format %I / %L), never spliced in by the client. The password
+// never travels in the clear: the client sends its SCRAM-SHA-256 verifier (what PostgreSQL would
+// store anyway), so a statement the server logs (a slow one, a failed one, with its parameters)
+// shows a salted hash, not the password.
 
+import { createHash, createHmac, pbkdf2Sync, randomBytes } from 'node:crypto';
 import type pg from 'pg';
 import { APP_SCHEMA } from './migrate.ts';
 
@@ -24,6 +28,21 @@ export interface AppRole {
 }
 
 const ROLE_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+
+/**
+ * The SCRAM-SHA-256 verifier PostgreSQL stores for `password` (RFC 5802/7677, as its own
+ * pg_fe_scram_build_secret makes it: 4096 iterations, a 16-byte salt). ASCII passwords only, which
+ * SASLprep leaves as they are; the secrets' generated passwords are ASCII.
+ */
+export function scramVerifier(password: string, salt: Buffer = randomBytes(16), iterations = 4096): string {
+  if (!/^[\x20-\x7e]+$/.test(password))
+    throw new Error('the password has characters outside printable ASCII: its SCRAM verifier would need SASLprep');
+  const salted = pbkdf2Sync(password, salt, iterations, 32, 'sha256');
+  const clientKey = createHmac('sha256', salted).update('Client Key').digest();
+  const storedKey = createHash('sha256').update(clientKey).digest();
+  const serverKey = createHmac('sha256', salted).update('Server Key').digest();
+  return `SCRAM-SHA-256$${iterations}:${salt.toString('base64')}$${storedKey.toString('base64')}:${serverKey.toString('base64')}`;
+}
 
 /** Create the role if missing, (re)set its password, and grant it exactly the row access the services need. Idempotent. */
 export async function ensureAppRole(pool: pg.Pool, role: AppRole): Promise<{ created: boolean }> {
@@ -49,7 +68,7 @@ export async function ensureAppRole(pool: pg.Pool, role: AppRole): Promise<{ cre
         ? 'ALTER ROLE %I WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD %L'
         : 'CREATE ROLE %I WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD %L',
       role.username,
-      role.password,
+      scramVerifier(role.password),
     );
     const db = (await client.query<{ db: string }>('SELECT current_database() AS db')).rows[0]!.db;
     await exec('GRANT CONNECT ON DATABASE %I TO %I', db, role.username);

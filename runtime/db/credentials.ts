@@ -13,7 +13,7 @@
 // fails (Secrets Manager throttling or unreachable, the secret malformed) keeps the credentials
 // the task has and is logged: it never takes a working connection away.
 
-import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import { DescribeSecretCommand, GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 
 export interface DatabaseCredentials {
   user: string;
@@ -39,6 +39,10 @@ export interface DatabaseCredentialSourceOptions {
   minIntervalMs?: number;
   /** Each read that failed (the worker counts DatabaseSecretReadsFailed, which pages when it lasts). */
   onReadFailed?: () => void;
+  /** When the secret's current version was made (its last rotation); asked with each periodic read. */
+  rotatedAt?: () => Promise<Date | undefined>;
+  /** The current version's age at each periodic read (the worker publishes DatabaseSecretAgeMs: a rotation that stopped pages). */
+  onAge?: (ms: number) => void;
 }
 
 export class DatabaseCredentialSource {
@@ -90,6 +94,11 @@ export class DatabaseCredentialSource {
             'database credentials renewed from the secret: connections opened from now on use them',
           );
         }
+        // After the credentials: a failure here must not keep them from being used.
+        if (reason === 'periodic' && this.o.rotatedAt && this.o.onAge) {
+          const at = await this.o.rotatedAt();
+          if (at) this.o.onAge(Math.max(0, Date.now() - at.getTime()));
+        }
       } catch (err) {
         this.o.log.warn({ err, reason, source: this.o.source }, 'could not read the database secret; keeping the current credentials');
         this.o.onReadFailed?.();
@@ -137,6 +146,14 @@ export function secretsManagerReader(secretArn: string, client = new SecretsMana
   };
 }
 
+/** When the secret was last rotated (its creation, if never). */
+export function secretsManagerRotatedAt(secretArn: string, client = new SecretsManagerClient({})): () => Promise<Date | undefined> {
+  return async () => {
+    const out = await client.send(new DescribeSecretCommand({ SecretId: secretArn }));
+    return out.LastRotatedDate ?? out.CreatedDate;
+  };
+}
+
 /**
  * The source for a service whose URL was built from DATABASE_SECRET and which was given the
  * secret's ARN (env.ts databaseSecretArnFromEnv): it starts from the URL's user and password and
@@ -150,12 +167,15 @@ export function databaseCredentialSource(o: {
   everyMs?: number;
   minIntervalMs?: number;
   onReadFailed?: () => void;
+  onAge?: (ms: number) => void;
 }): DatabaseCredentialSource {
   const url = new URL(o.databaseUrl);
   const region = o.secretArn.split(':')[3];
+  const client = o.client ?? new SecretsManagerClient(region ? { region } : {});
   return new DatabaseCredentialSource({
     initial: { user: decodeURIComponent(url.username), password: decodeURIComponent(url.password) },
-    read: secretsManagerReader(o.secretArn, o.client ?? new SecretsManagerClient(region ? { region } : {})),
+    read: secretsManagerReader(o.secretArn, client),
+    ...(o.onAge ? { rotatedAt: secretsManagerRotatedAt(o.secretArn, client), onAge: o.onAge } : {}),
     log: o.log,
     source: o.secretArn,
     ...(o.everyMs !== undefined ? { everyMs: o.everyMs } : {}),

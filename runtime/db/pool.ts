@@ -56,6 +56,27 @@ export function createPool(opts: PoolOptions): pg.Pool {
   return pool;
 }
 
+/** A pg.Client that logs in as the source's current credentials say (see poolWith). */
+function clientWith(credentials: DatabaseCredentialSource): typeof pg.Client {
+  return class CredentialClient extends pg.Client {
+    constructor(config?: string | pg.ClientConfig) {
+      super(config);
+      const { user, password } = credentials.current();
+      const self = this as unknown as { user: string; password: string; connectionParameters: { user: string; password: string } };
+      self.user = self.connectionParameters.user = user;
+      self.password = self.connectionParameters.password = password;
+    }
+  };
+}
+
+/**
+ * One connection outside a pool (a LISTEN session), logging in as `credentials` say when given.
+ * Its holder handles a refused login: `credentials.renewedSince(what it used)` before it retries.
+ */
+export function createClient(config: pg.ClientConfig, credentials?: DatabaseCredentialSource): pg.Client {
+  return credentials ? new (clientWith(credentials))(config) : new pg.Client(config);
+}
+
 /**
  * A pool whose connections log in with the source's current credentials (pg reads user and
  * password when it connects, from the parameters it parsed at construction, where the URL's win
@@ -65,15 +86,7 @@ export function createPool(opts: PoolOptions): pg.Pool {
  * by the callers at all.
  */
 function poolWith(credentials: DatabaseCredentialSource): typeof pg.Pool {
-  class CredentialClient extends pg.Client {
-    constructor(config?: pg.ClientConfig) {
-      super(config);
-      const { user, password } = credentials.current();
-      const self = this as unknown as { user: string; password: string; connectionParameters: { user: string; password: string } };
-      self.user = self.connectionParameters.user = user;
-      self.password = self.connectionParameters.password = password;
-    }
-  }
+  const CredentialClient = clientWith(credentials);
   return class extends pg.Pool {
     constructor(config?: pg.PoolConfig) {
       super({ ...config, Client: CredentialClient });

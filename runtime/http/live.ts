@@ -8,6 +8,7 @@
 //   JOBS_LIVE_FAULTS_URL/TOKEN  the local stack's fault control (never set in production)
 
 import type pg from 'pg';
+import type { DatabaseCredentialSource } from '../db/credentials.ts';
 import { jobTimingsFromEnv } from '../config/env.ts';
 import { dlqUrlFromEnv, urgentDlqUrlFromEnv } from '../config/sqs.ts';
 import { createSqsClient } from '../queue/sqs.ts';
@@ -59,13 +60,17 @@ export async function startLive(
   config: LiveConfig,
   deps: {
     databaseUrl: string;
+    /** The services' credentials as last read (db/credentials.ts), for the feed's LISTEN session. */
+    credentials?: DatabaseCredentialSource;
     pool: pg.Pool;
     store: JobStore;
     log: Logger;
     sqs?: { queueUrl: string; urgentQueueUrl?: string; region: string; endpoint?: string };
   },
 ): Promise<RunningLive> {
-  const feed = config.events ? new LiveFeed({ url: deps.databaseUrl, log: deps.log }) : null;
+  const feed = config.events
+    ? new LiveFeed({ url: deps.databaseUrl, log: deps.log, ...(deps.credentials ? { credentials: deps.credentials } : {}) })
+    : null;
   await feed?.start();
   const client = deps.sqs
     ? createSqsClient({ region: deps.sqs.region, maxAttempts: 1, ...(deps.sqs.endpoint ? { endpoint: deps.sqs.endpoint } : {}) })

@@ -9,6 +9,9 @@
 
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
+import type { DatabaseCredentialSource } from '../db/credentials.ts';
+import { createClient } from '../db/pool.ts';
+import { isAuthenticationFailure } from '../db/unavailable.ts';
 import type { Logger } from '../observability/log.ts';
 import { LIVE_CHANNEL, type LiveEvent } from './events.ts';
 
@@ -26,6 +29,8 @@ export interface LiveFeedOptions {
   capacity?: number;
   log?: Logger;
   applicationName?: string;
+  /** The services' credentials as last read (db/credentials.ts): the session logs in with them, not the URL's. */
+  credentials?: DatabaseCredentialSource;
 }
 
 export class LiveFeed {
@@ -114,7 +119,12 @@ export class LiveFeed {
 
   private async connect(): Promise<void> {
     if (this.stopped) return;
-    const c = new pg.Client({ connectionString: this.opts.url, application_name: this.opts.applicationName ?? 'jobs-api live feed' });
+    const credentials = this.opts.credentials;
+    const used = credentials?.current();
+    const c = createClient(
+      { connectionString: this.opts.url, application_name: this.opts.applicationName ?? 'jobs-api live feed' },
+      credentials,
+    );
     c.on('error', (err) => {
       this.opts.log?.warn({ err }, 'live feed: LISTEN connection lost; reconnecting');
       this.dropped(c);
@@ -134,6 +144,8 @@ export class LiveFeed {
       await c.query(`LISTEN ${pg.escapeIdentifier(this.channel)}`);
     } catch (err) {
       await c.end().catch(() => undefined);
+      // A password rotated since: read the secret, so the next attempt logs in with the new one.
+      if (credentials && used && isAuthenticationFailure(err)) await credentials.renewedSince(used);
       throw err;
     }
     if (this.stopped) {

@@ -36,6 +36,8 @@ export const METRIC = {
   schedulePassesFailed: 'SchedulePassesFailed',
   /** Count: reads of the database secret that failed (runtime/db/credentials.ts: hourly, and on a refused login). */
   databaseSecretReadsFailed: 'DatabaseSecretReadsFailed',
+  /** Milliseconds: age of the database secret's current version (since its last rotation), at each hourly read. */
+  databaseSecretAgeMs: 'DatabaseSecretAgeMs',
 } as const;
 
 export type MetricName = (typeof METRIC)[keyof typeof METRIC];

@@ -63,7 +63,8 @@ export async function rotate(event: RotationEvent, deps: RotationDeps): Promise<
   const { SecretId: arn, ClientRequestToken: token, Step: step } = event;
   const { sm, log } = deps;
   const meta = await sm.send(new DescribeSecretCommand({ SecretId: arn }));
-  if (meta.RotationEnabled === false) throw new Error(`${arn}: rotation is not enabled on this secret`);
+  // Absent when rotation was never configured: only a rotation Secrets Manager runs may call the steps.
+  if (meta.RotationEnabled !== true) throw new Error(`${arn}: rotation is not enabled on this secret`);
   const stages = meta.VersionIdsToStages ?? {};
   if (!stages[token]) throw new Error(`${arn}: version ${token} is not a version of this secret`);
   if (stages[token].includes('AWSCURRENT')) {
@@ -155,10 +156,15 @@ export async function rotate(event: RotationEvent, deps: RotationDeps): Promise<
     }
     case 'testSecret': {
       const pending = await read(arn, 'AWSPENDING', token);
-      await withPool(pending.json, 'test', (pool) =>
-        pool.query("SELECT 1 FROM jobs.job WHERE id = '00000000-0000-0000-0000-000000000000'"),
-      );
-      log(`testSecret: ${pending.secret.username} logs in and reads the job table`);
+      // A login, a read of the job table, and the right to write what the services write.
+      const { rows } = await withPool(pending.json, 'test', async (pool) => {
+        await pool.query("SELECT 1 FROM jobs.job WHERE id = '00000000-0000-0000-0000-000000000000'");
+        return pool.query<{ writes: boolean }>(
+          "SELECT has_table_privilege('jobs.job', 'INSERT, UPDATE, DELETE') AND has_table_privilege('jobs.outbox', 'INSERT, DELETE') AS writes",
+        );
+      });
+      if (rows[0]?.writes !== true) throw new Error(`testSecret: ${pending.secret.username} logs in but may not write the job tables`);
+      log(`testSecret: ${pending.secret.username} logs in, reads the job table and may write the job tables`);
       return;
     }
     case 'finishSecret': {

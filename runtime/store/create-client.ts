@@ -16,10 +16,11 @@
 // (otherwise the relay would publish them again) and closes the pool.
 
 import type * as z from 'zod';
-import { databaseUrlFromEnv, ENV, jobTimingsFromEnv } from '../config/env.ts';
+import { databaseSecretArnFromEnv, databaseUrlFromEnv, ENV, jobTimingsFromEnv } from '../config/env.ts';
 import { keepFinishedDaysFromEnv } from '../config/retention.ts';
 import { ConfigError, type RuleViolation } from '../config/rules.ts';
 import { sqsFromEnv } from '../config/sqs.ts';
+import { databaseCredentialSource } from '../db/credentials.ts';
 import { createPool } from '../db/pool.ts';
 import { JOB_DEFINITIONS, type RegisteredJob } from '../handlers/index.ts';
 import { JobRegistry } from '../handlers/registry.ts';
@@ -90,6 +91,7 @@ export function createJobClient<D extends JobDefinition<any, any, any> = Registe
     }
   };
   const databaseUrl = check(() => databaseUrlFromEnv(env));
+  const secretArn = check(() => databaseSecretArnFromEnv(env));
   // No queue given: the job queue's settings, a missing region refused as the services refuse it.
   const sqs = opts.queue ? null : check(() => sqsFromEnv(env));
   // The attempt cap of a job that sets none: the JOBS_* timings the worker checks.
@@ -98,8 +100,12 @@ export function createJobClient<D extends JobDefinition<any, any, any> = Registe
   if (violations.length > 0) throw new ConfigError('environment', violations);
 
   const log = opts.log ?? createLogger('jobs-client', env[ENV.logLevel] || 'info', env.JOBS_LOG_FORMAT);
+  // DATABASE_SECRET with its ARN, as the services have them: a rotated password needs no restart here either.
+  const credentials = secretArn ? databaseCredentialSource({ secretArn, databaseUrl: databaseUrl!, log }) : undefined;
+  credentials?.start();
   const pool = createPool({
     url: databaseUrl!,
+    ...(credentials ? { credentials } : {}),
     max: opts.poolSize ?? 4,
     applicationName: 'jobs-client',
     onError: (err) => log.warn({ err }, 'database connection dropped; it will be replaced'),
@@ -171,6 +177,7 @@ export function createJobClient<D extends JobDefinition<any, any, any> = Registe
           );
         }
         await publisher.flush();
+        await credentials?.stop();
         await pool.end();
         sqsClient?.client.destroy();
         sqsClient?.wire?.destroy();

@@ -10,6 +10,7 @@ import { METRIC, metricNamespace } from '../../runtime/observability/metric-name
 import { connectionBudget, ENVIRONMENTS, INSTANCE_MEMORY_GIB } from '../../lib/config.ts';
 import {
   API_DEPLOYMENT_ALARMS,
+  DATABASE_PASSWORD_NOT_ROTATED_GRACE_DAYS,
   DATABASE_SECRET_UNREADABLE_ALARM,
   JOBS_STUCK_ALARM,
   SCHEDULE_FAILING_ALARM,
@@ -76,8 +77,8 @@ describe('on-call topic', () => {
 });
 
 describe('alarms', () => {
-  it('are the twenty-one on-call alarms, no more', () => {
-    expect(alarms).toHaveLength(21);
+  it('are the twenty-two on-call alarms, no more', () => {
+    expect(alarms).toHaveLength(22);
   });
 
   it.each(alarms.map((a) => [a.AlarmName as string, a] as const))('%s notifies the on-call topic when it fires and clears', (_name, a) => {
@@ -103,7 +104,7 @@ describe('alarms', () => {
   it('each runbook section the alarms use exists, one per alarm', () => {
     for (const s of Object.values(RUNBOOK_SECTION)) expect(sections.has(s), s).toBe(true);
     const cited = alarms.map((a) => /#([a-z0-9-]+)$/.exec(a.AlarmDescription as string)![1]);
-    expect(new Set(cited).size).toBe(21);
+    expect(new Set(cited).size).toBe(22);
   });
 
   it('DLQ not empty: any visible message, missing data not breaching', () => {
@@ -292,6 +293,22 @@ describe('alarms', () => {
     expect(a.AlarmDescription).toMatch(/rotation after next.*Runbook: docs\/runbooks\/README\.md#database-secret-unreadable$/s);
   });
 
+  it("database password not rotated: the secret's age as the workers read it, past the period plus the grace", () => {
+    const a = alarmNamed('database password not rotated');
+    expect(a).toMatchObject({
+      Namespace: metricNamespace('prod'),
+      MetricName: METRIC.databaseSecretAgeMs,
+      Statistic: 'Maximum',
+      Period: 3600,
+      ComparisonOperator: 'GreaterThanThreshold',
+      Threshold: (c.database.passwordRotationDays + DATABASE_PASSWORD_NOT_ROTATED_GRACE_DAYS) * 86_400_000,
+      TreatMissingData: 'notBreaching',
+    });
+    expect(a.AlarmDescription).toMatch(
+      /has not rotated for more than 32 days.*Runbook: docs\/runbooks\/README\.md#database-password-not-rotated$/s,
+    );
+  });
+
   it('API 5xx: load balancer plus target 5xx on the API load balancer', () => {
     const a = alarmNamed('API 5xx');
     expect(a.Threshold).toBe(c.alarms.api5xxPer5Minutes);
@@ -365,7 +382,7 @@ describe('alarm delivery (issue 12)', () => {
       },
     ]);
     // Every alarm's ARN, in the order they were made, and nothing else.
-    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(21);
+    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(22);
   });
 
   it('the key lets CloudWatch use it under the same conditions, and allows grants only for AWS services', () => {

@@ -4,7 +4,7 @@
 // or the database first) loses no job and needs no restart; open connections keep working; a
 // Secrets Manager that cannot be read takes nothing away; a wrong password does not become a
 // stream of reads.
-import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import { DescribeSecretCommand, GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { mockClient } from 'aws-sdk-client-mock';
 import type pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -13,6 +13,8 @@ import { databaseSecretArnFromEnv } from '../../runtime/config/env.ts';
 import { ensureAppRole } from '../../runtime/db/app-role.ts';
 import { type DatabaseCredentials, DatabaseCredentialSource, databaseCredentialSource } from '../../runtime/db/credentials.ts';
 import { createPool } from '../../runtime/db/pool.ts';
+import { NotifyEventSink } from '../../runtime/live/events.ts';
+import { LiveFeed } from '../../runtime/live/feed.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { MemoryQueue } from '../../runtime/queue/memory.ts';
 import { call } from '../api/support.ts';
@@ -105,9 +107,12 @@ describe('database credentials that rotate while the services run', () => {
 
   it('the secret rotated first, then the database: new connections log in with the new password and nobody sees a refusal', async () => {
     const secret = { value: { user: USER, password: pw(1) } };
-    const r = rotatingPool(secret);
+    const r = rotatingPool(secret, { minIntervalMs: 1000 });
     try {
       expect((await r.pool.query('SELECT current_user AS u')).rows[0].u).toBe(USER);
+      // The server stores a SCRAM verifier: the password itself was never sent in a statement.
+      const stored = await admin.query<{ p: string }>('SELECT rolpassword AS p FROM pg_authid WHERE rolname = $1', [USER]);
+      expect(stored.rows[0]!.p).toMatch(/^SCRAM-SHA-256\$4096:/);
       secret.value = { user: USER, password: pw(2) };
       await admin.query(`ALTER ROLE ${USER} PASSWORD '${pw(2)}'`);
       // The open connection keeps working: PostgreSQL checks a password only at login.
@@ -122,10 +127,15 @@ describe('database credentials that rotate while the services run', () => {
           fields: expect.objectContaining({ passwordChanged: true, reason: 'PostgreSQL refused the login' }),
         }),
       );
-      // Four connections at once after a failover: one read, not four.
+      // Rotated again, then four connections at once after a failover: all four are refused the
+      // old password, and the secret is read once for them, not four times.
+      await new Promise((resolve) => setTimeout(resolve, 1100));
+      secret.value = { user: USER, password: pw(7) };
+      await admin.query(`ALTER ROLE ${USER} PASSWORD '${pw(7)}'`);
       await terminate(r.applicationName, r.pool);
       await Promise.all(Array.from({ length: 4 }, () => r.pool.query('SELECT pg_sleep(0.05)')));
-      expect(r.reads()).toBe(1);
+      expect(r.reads()).toBe(2);
+      expect(r.source.current()).toEqual({ user: USER, password: pw(7) });
     } finally {
       await r.pool.end();
     }
@@ -164,8 +174,7 @@ describe('database credentials that rotate while the services run', () => {
     try {
       const held = await r.pool.connect();
       // What the multi-user rotation does: a second login role, member of the first, becomes current.
-      await admin.query(`CREATE ROLE ${CLONE} LOGIN PASSWORD '${pw(4)}'`);
-      await admin.query(`GRANT ${USER} TO ${CLONE}`);
+      await ensureAppRole(admin, { username: CLONE, password: pw(4) });
       secret.value = { user: CLONE, password: pw(4) };
       await r.source.refresh('periodic');
       const other = await r.pool.connect();
@@ -177,6 +186,46 @@ describe('database credentials that rotate while the services run', () => {
       other.release();
     } finally {
       await r.pool.end();
+    }
+  });
+
+  it("the live view's LISTEN session, outside any pool, follows a rotation too", async () => {
+    const secret = { value: { user: USER, password: pw(1) } };
+    let reads = 0;
+    const source = new DatabaseCredentialSource({
+      initial: secret.value,
+      read: async () => {
+        reads++;
+        return { ...secret.value };
+      },
+      log: captureLog(),
+      source: ARN,
+      minIntervalMs: 0,
+    });
+    const applicationName = 'jobs-test live rotation';
+    const feed = new LiveFeed({ url: urlAs('ignored', 'ignored'), credentials: source, applicationName });
+    await feed.start();
+    try {
+      expect(feed.connected).toBe(true);
+      secret.value = { user: USER, password: pw(8) };
+      await admin.query(`ALTER ROLE ${USER} PASSWORD '${pw(8)}'`);
+      await terminate(applicationName);
+      // Its first reconnect is refused the old password and reads the secret; the next one logs in.
+      await waitFor(() => feed.connected, 10_000, 'the feed back, logged in with the new password');
+      expect(reads).toBe(1);
+      const sink = new NotifyEventSink(admin, { flushMs: 10 });
+      sink.push({
+        kind: 'claimed',
+        workerId: 'w-1',
+        jobId: 'after-rotation',
+        type: 'ledger.post',
+        attempt: 1,
+        at: new Date().toISOString(),
+      });
+      await sink.stop();
+      await waitFor(() => feed.since(0).some((e) => e.jobId === 'after-rotation'), 5000, 'an event after the rotation');
+    } finally {
+      await feed.stop();
     }
   });
 
@@ -291,6 +340,33 @@ describe('DATABASE_SECRET_ARN', () => {
     expect(() =>
       apiConfigFromEnv({ DATABASE_SECRET: secret, DATABASE_SECRET_ARN: 'nope', JOBS_QUEUE_URL: 'http://127.0.0.1:1/q' }),
     ).toThrow(/database-secret-arn|DATABASE_SECRET_ARN must be/);
+  });
+
+  it("reports the secret's age (since its last rotation) at each periodic read, for the alarm on a rotation that stopped", async () => {
+    const sm = mockClient(SecretsManagerClient);
+    const rotated = Date.now() - 40 * 86_400_000;
+    sm.on(GetSecretValueCommand).resolves({ SecretString: secret });
+    sm.on(DescribeSecretCommand).resolves({ LastRotatedDate: new Date(rotated), CreatedDate: new Date(rotated - 86_400_000) });
+    const ages: number[] = [];
+    try {
+      const source = databaseCredentialSource({
+        secretArn: ARN,
+        databaseUrl: 'postgres://erp_jobs_app:x@db.internal:5432/erp_jobs',
+        log: captureLog(),
+        onAge: (ms) => ages.push(ms),
+      });
+      await source.refresh('PostgreSQL refused the login');
+      expect(ages).toEqual([]);
+      await source.refresh('periodic');
+      expect(ages).toHaveLength(1);
+      expect(Math.round(ages[0]! / 86_400_000)).toBe(40);
+      // Never rotated: its age is the secret's own.
+      sm.on(DescribeSecretCommand).resolves({ CreatedDate: new Date(rotated - 86_400_000) });
+      await source.refresh('periodic');
+      expect(Math.round(ages[1]! / 86_400_000)).toBe(41);
+    } finally {
+      sm.restore();
+    }
   });
 
   it("reads the secret in the ARN's region and starts from the URL's credentials", async () => {

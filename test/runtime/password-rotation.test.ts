@@ -41,10 +41,21 @@ class FakeSecrets {
     return [...this.versions.get(arn)!.values()].find((v) => v.stages.includes('AWSCURRENT'))!.value!;
   }
 
-  /** What RotateSecret does before it calls the function: a new version id, labelled AWSPENDING, with no value yet. */
+  rotationEnabled = true;
+
+  /**
+   * What RotateSecret does before it calls the function: a new version id, labelled AWSPENDING,
+   * with no value yet. Refused while another version is pending and not current (a rotation that
+   * did not finish), as Secrets Manager refuses it.
+   */
   startRotation(arn: string): string {
-    const id = randomUUID();
     const versions = this.versions.get(arn)!;
+    if ([...versions.values()].some((v) => v.stages.includes('AWSPENDING') && !v.stages.includes('AWSCURRENT'))) {
+      throw Object.assign(new Error('A previous rotation isn’t complete. That rotation will be reattempted.'), {
+        name: 'InvalidRequestException',
+      });
+    }
+    const id = randomUUID();
     for (const v of versions.values()) v.stages = v.stages.filter((s) => s !== 'AWSPENDING');
     versions.set(id, { stages: ['AWSPENDING'] });
     return id;
@@ -54,7 +65,7 @@ class FakeSecrets {
     const sm = mockClient(SecretsManagerClient);
     const notFound = (what: string) => Object.assign(new Error(`${what} not found`), { name: 'ResourceNotFoundException' });
     sm.on(DescribeSecretCommand).callsFake(async (i: { SecretId: string }) => ({
-      RotationEnabled: true,
+      ...(this.rotationEnabled ? { RotationEnabled: true } : {}),
       VersionIdsToStages: Object.fromEntries([...this.versions.get(i.SecretId)!].map(([id, v]) => [id, [...v.stages]])),
     }));
     sm.on(GetSecretValueCommand).callsFake(async (i: { SecretId: string; VersionStage?: string; VersionId?: string }) => {
@@ -72,12 +83,20 @@ class FakeSecrets {
         return {};
       },
     );
-    sm.on(UpdateSecretVersionStageCommand).callsFake(async (i: { SecretId: string; VersionStage: string; MoveToVersionId: string }) => {
-      const versions = this.versions.get(i.SecretId)!;
-      for (const v of versions.values()) v.stages = v.stages.filter((s) => s !== i.VersionStage);
-      versions.get(i.MoveToVersionId)!.stages.push(i.VersionStage);
-      return {};
-    });
+    sm.on(UpdateSecretVersionStageCommand).callsFake(
+      async (i: { SecretId: string; VersionStage: string; MoveToVersionId?: string; RemoveFromVersionId?: string }) => {
+        const versions = this.versions.get(i.SecretId)!;
+        if (i.RemoveFromVersionId) {
+          const from = versions.get(i.RemoveFromVersionId)!;
+          from.stages = from.stages.filter((s) => s !== i.VersionStage);
+        }
+        if (i.MoveToVersionId) {
+          for (const v of versions.values()) v.stages = v.stages.filter((s) => s !== i.VersionStage);
+          versions.get(i.MoveToVersionId)!.stages.push(i.VersionStage);
+        }
+        return {};
+      },
+    );
     return sm;
   }
 }
@@ -210,7 +229,7 @@ describe('the rotation function, alternating users', () => {
     }
   }, 60_000);
 
-  it('the schema bootstrap after a rotation sets the current user only: the other keeps its password', async () => {
+  it('ensureAppRole with the current version, as the schema bootstrap runs it after a rotation, leaves the other user its password', async () => {
     const current = JSON.parse(secrets.current(APP_ARN)) as { username: string; password: string };
     const other = alternateUser(current.username);
     const previous = [...secrets.versions.get(APP_ARN)!.values()]
@@ -223,23 +242,53 @@ describe('the rotation function, alternating users', () => {
     expect(await logsIn(current.username, current.password)).toBe(true);
   });
 
-  it('a rotation whose test fails throws, and leaves the secret and the user in use as they were', async () => {
+  it('a rotation whose test fails throws and leaves the secret and the user in use as they were; the runbook starts it over', async () => {
     const before = secrets.current(APP_ARN);
+    const inUse = JSON.parse(before) as { username: string; password: string };
+    const pendingUser = alternateUser(inUse.username);
     const token = secrets.startRotation(APP_ARN);
-    const broken = { ...deps(), urlFor: (json: string) => sqlUrl({ ...JSON.parse(json), port: 1 }) };
+    // The pending user's logins go nowhere (a route the test cannot take), the master's work: setSecret
+    // changes the other user's password, then testSecret fails.
+    const broken = {
+      ...deps(),
+      urlFor: (json: string) => {
+        const s = JSON.parse(json);
+        return sqlUrl(s.username === pendingUser ? { ...s, port: 1 } : s);
+      },
+    };
     await rotate({ SecretId: APP_ARN, ClientRequestToken: token, Step: 'createSecret' }, broken);
-    // setSecret cannot reach the database either (the same URL rule): the failure an alarm must report.
-    await expect(rotate({ SecretId: APP_ARN, ClientRequestToken: token, Step: 'setSecret' }, broken)).rejects.toThrow(
+    await rotate({ SecretId: APP_ARN, ClientRequestToken: token, Step: 'setSecret' }, broken);
+    await expect(rotate({ SecretId: APP_ARN, ClientRequestToken: token, Step: 'testSecret' }, broken)).rejects.toThrow(
       /ECONNREFUSED|connect/,
     );
+    // What the services use is as it was: the current version, and its user's login.
     expect(secrets.current(APP_ARN)).toBe(before);
-    const inUse = JSON.parse(before) as { username: string; password: string };
     expect(await logsIn(inUse.username, inUse.password)).toBe(true);
-    // And a step asked for a version that is not pending is refused, naming it.
+    // Secrets Manager refuses a new rotation while this one is unfinished; the runbook's way out:
+    // take AWSPENDING off the failed version, rotate again.
+    expect(() => secrets.startRotation(APP_ARN)).toThrow(/previous rotation isn’t complete/);
+    await new SecretsManagerClient({ region: 'eu-west-1' }).send(
+      new UpdateSecretVersionStageCommand({ SecretId: APP_ARN, VersionStage: 'AWSPENDING', RemoveFromVersionId: token }),
+    );
+    const after = await rotateNow();
+    expect(after.username).toBe(pendingUser);
+    expect(await logsIn(after.username, after.password)).toBe(true);
+    expect(await logsIn(inUse.username, inUse.password)).toBe(true);
+  });
+
+  it('refuses a step for a version that is not pending, or on a secret without rotation, naming it', async () => {
     const stray = randomUUID();
     await expect(rotate({ SecretId: APP_ARN, ClientRequestToken: stray, Step: 'finishSecret' }, deps())).rejects.toThrow(
       new RegExp(`version ${stray} is not a version of this secret`),
     );
+    secrets.rotationEnabled = false;
+    try {
+      await expect(rotate({ SecretId: APP_ARN, ClientRequestToken: stray, Step: 'createSecret' }, deps())).rejects.toThrow(
+        /rotation is not enabled on this secret/,
+      );
+    } finally {
+      secrets.rotationEnabled = true;
+    }
   });
 
   it('names the other user of the pair', () => {
