@@ -9,20 +9,16 @@
 
 import { Duration, type RemovalPolicy, Stack } from 'aws-cdk-lib';
 import type * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
-import * as ec2 from 'aws-cdk-lib/aws-ec2';
-import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
-import * as nodejs from 'aws-cdk-lib/aws-lambda-nodejs';
-import * as logs from 'aws-cdk-lib/aws-logs';
+import type * as logs from 'aws-cdk-lib/aws-logs';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { Construct } from 'constructs';
-import { ENV } from '../runtime/config/env.ts';
 import type { LogRetentionDays } from './config.ts';
 import type { JobDatabase } from './database.ts';
+import { databaseFunction, ESM_BUNDLING } from './database-function.ts';
 import { acknowledge } from './nag.ts';
 import type { Network } from './network.ts';
-import { LOCK_FILE, REPO_ROOT, ROTATION_ENTRY } from './paths.ts';
-import { LAMBDA_AMAZON_CA_BUNDLE } from './schema-bootstrap.ts';
+import { ROTATION_ENTRY } from './paths.ts';
 
 export interface PasswordRotationProps {
   network: Network;
@@ -43,69 +39,28 @@ export class PasswordRotation extends Construct {
 
   constructor(scope: Construct, id: string, props: PasswordRotationProps) {
     super(scope, id);
-    const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
-      vpc: props.network.vpc,
-      description: 'Database password rotation function: PostgreSQL to the job store, HTTPS to Secrets Manager',
-      allowAllOutbound: false,
-    });
-    props.network.allowHttpsToAws(securityGroup, 'the password rotation');
-    props.database.allowConnectionsFrom(securityGroup, 'the password rotation');
-
-    const role = new iam.Role(this, 'Role', {
+    const { fn, role, securityGroup, logGroup } = databaseFunction(this, {
+      network: props.network,
+      database: props.database,
+      who: 'the password rotation',
+      securityGroupDescription: 'Database password rotation function: PostgreSQL to the job store, HTTPS to Secrets Manager',
       roleName: props.roleName,
-      assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
-      description: "Database password rotation function: logs, VPC network interfaces, read the master secret, rotate the services' secret",
-      managedPolicies: [iam.ManagedPolicy.fromAwsManagedPolicyName('service-role/AWSLambdaVPCAccessExecutionRole')],
+      roleDescription:
+        "Database password rotation function: logs, VPC network interfaces, read the master secret, rotate the services' secret",
+      description: "Rotates the services' database password (alternating users; runtime/rotation/handler.ts)",
+      entry: ROTATION_ENTRY,
+      memorySize: 256,
+      timeout: Duration.minutes(1),
+      environment: { MASTER_SECRET_ARN: props.database.secret.secretArn },
+      bundling: ESM_BUNDLING,
+      runtimeReason:
+        'Pinned to Node.js 22, the runtime of the service images (node:22), so the rotation runs the app-role code on the Node version the runtime is tested on; moves with the images.',
+      logRetentionDays: props.logRetentionDays,
+      logRemovalPolicy: props.logRemovalPolicy,
     });
     // The master user creates and updates the services' two roles; the services' secret itself is granted by the schedule below.
     props.database.secret.grantRead(role);
-    acknowledge(
-      role,
-      'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole]',
-      "The AWS-managed policy Lambda documents for functions in a VPC: CloudWatch Logs plus the EC2 network-interface actions, which take no resource ARNs; AWS maintains it as Lambda's needs change.",
-    );
-
-    const logGroup = new logs.LogGroup(this, 'Logs', {
-      retention: props.logRetentionDays as logs.RetentionDays,
-      removalPolicy: props.logRemovalPolicy,
-    });
     this.logGroup = logGroup;
-    const fn = new nodejs.NodejsFunction(this, 'Function', {
-      description: "Rotates the services' database password (alternating users; runtime/rotation/handler.ts)",
-      entry: ROTATION_ENTRY,
-      handler: 'handler',
-      projectRoot: REPO_ROOT,
-      depsLockFilePath: LOCK_FILE,
-      runtime: lambda.Runtime.NODEJS_22_X,
-      architecture: lambda.Architecture.ARM_64,
-      memorySize: 256,
-      timeout: Duration.minutes(1),
-      vpc: props.network.vpc,
-      vpcSubnets: props.network.appSubnets,
-      securityGroups: [securityGroup],
-      role,
-      logGroup,
-      environment: {
-        NODE_OPTIONS: '--enable-source-maps',
-        MASTER_SECRET_ARN: props.database.secret.secretArn,
-        [ENV.databaseCaFile]: LAMBDA_AMAZON_CA_BUNDLE,
-      },
-      bundling: {
-        format: nodejs.OutputFormat.ESM,
-        target: 'node22',
-        mainFields: ['module', 'main'],
-        banner: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
-        // The Lambda runtime has the AWS SDK v3.
-        externalModules: ['pg-native', '@aws-sdk/*'],
-        sourceMap: true,
-        minify: true,
-      },
-    });
-    acknowledge(
-      fn,
-      'AwsSolutions-L1',
-      'Pinned to Node.js 22, the runtime of the service images (node:22), so the rotation runs the app-role code on the Node version the runtime is tested on; moves with the images.',
-    );
     this.function = fn;
 
     this.schedule = new secretsmanager.RotationSchedule(this, 'Schedule', {

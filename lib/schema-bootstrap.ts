@@ -9,23 +9,20 @@ import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CustomResource, Duration, type RemovalPolicy, Stack } from 'aws-cdk-lib';
-import * as ec2 from 'aws-cdk-lib/aws-ec2';
-import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
-import * as nodejs from 'aws-cdk-lib/aws-lambda-nodejs';
+import type * as nodejs from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as cr from 'aws-cdk-lib/custom-resources';
 import { Construct, type IDependable } from 'constructs';
 import type { BootstrapProperties } from '../runtime/bootstrap/handler.ts';
-import { ENV } from '../runtime/config/env.ts';
 import type { LogRetentionDays } from './config.ts';
 import type { JobDatabase } from './database.ts';
+import { databaseFunction, ESM_BUNDLING } from './database-function.ts';
 import { acknowledge } from './nag.ts';
 import type { Network } from './network.ts';
-import { APP_MIGRATIONS_DIR, BOOTSTRAP_ENTRY, LOCK_FILE, MIGRATIONS_DIR, REPO_ROOT } from './paths.ts';
+import { APP_MIGRATIONS_DIR, BOOTSTRAP_ENTRY, MIGRATIONS_DIR } from './paths.ts';
 
-/** The Amazon CA certificates (RDS's among them) in AWS Lambda's Node.js runtimes. */
-export const LAMBDA_AMAZON_CA_BUNDLE = '/var/runtime/ca-cert.pem';
+export { LAMBDA_AMAZON_CA_BUNDLE } from './database-function.ts';
 
 /**
  * sha256 over the migration files' names and contents, in order, the platform's then the
@@ -54,17 +51,9 @@ export function migrationsHash(dir: string = MIGRATIONS_DIR, appDir: string = AP
   return h.digest('hex');
 }
 
-/** esbuild settings shared with nothing else: the Lambda bundle is ESM (migrate() finds its folder via import.meta.url). */
+/** The shared ESM bundle, with the migrations copied beside it (the SDK is not used: the secret comes from the extension). */
 const BUNDLING: nodejs.BundlingOptions = {
-  format: nodejs.OutputFormat.ESM,
-  target: 'node22',
-  mainFields: ['module', 'main'],
-  // pg is CommonJS and requires node built-ins; give the ESM bundle a real `require`.
-  banner: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
-  // pg-native is an optional peer pg never loads unless asked; the SDK is not used (the secret comes from the extension).
-  externalModules: ['pg-native', '@aws-sdk/*'],
-  sourceMap: true,
-  minify: true,
+  ...ESM_BUNDLING,
   commandHooks: {
     beforeBundling: () => [],
     beforeInstall: () => [],
@@ -100,64 +89,28 @@ export class SchemaBootstrap extends Construct {
     super(scope, id);
     this.migrationsHash = migrationsHash();
 
-    const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
-      vpc: props.network.vpc,
-      description: 'Schema bootstrap function: PostgreSQL to the job store, HTTPS to Secrets Manager',
-      allowAllOutbound: false,
-    });
-    props.network.allowHttpsToAws(securityGroup, 'the schema bootstrap');
-    props.database.allowConnectionsFrom(securityGroup, 'the schema bootstrap');
-
-    const role = new iam.Role(this, 'Role', {
+    const { fn, role, securityGroup } = databaseFunction(this, {
+      network: props.network,
+      database: props.database,
+      who: 'the schema bootstrap',
+      securityGroupDescription: 'Schema bootstrap function: PostgreSQL to the job store, HTTPS to Secrets Manager',
       roleName: props.roleName,
-      assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
-      description: 'Schema bootstrap function: logs, VPC network interfaces, read the database secrets (master and services)',
-      managedPolicies: [iam.ManagedPolicy.fromAwsManagedPolicyName('service-role/AWSLambdaVPCAccessExecutionRole')],
-    });
-    props.database.grantSecretRead(role);
-    acknowledge(
-      role,
-      'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole]',
-      "The AWS-managed policy Lambda documents for functions in a VPC: CloudWatch Logs plus the EC2 network-interface actions, which take no resource ARNs; AWS maintains it as Lambda's needs change.",
-    );
-
-    const logGroup = new logs.LogGroup(this, 'Logs', {
-      retention: props.logRetentionDays as logs.RetentionDays,
-      removalPolicy: props.logRemovalPolicy,
-    });
-
-    const fn = new nodejs.NodejsFunction(this, 'Function', {
+      roleDescription: 'Schema bootstrap function: logs, VPC network interfaces, read the database secrets (master and services)',
       description: 'Applies runtime/db/migrations to the job store (custom resource)',
       entry: BOOTSTRAP_ENTRY,
-      handler: 'handler',
-      projectRoot: REPO_ROOT,
-      depsLockFilePath: LOCK_FILE,
-      runtime: lambda.Runtime.NODEJS_22_X,
-      architecture: lambda.Architecture.ARM_64,
       memorySize: 512,
       timeout: BOOTSTRAP_TIMEOUT,
-      vpc: props.network.vpc,
-      vpcSubnets: props.network.appSubnets,
-      securityGroups: [securityGroup],
-      role,
-      logGroup,
-      environment: {
-        NODE_OPTIONS: '--enable-source-maps',
-        // Verify the database's certificate and host name: the Node.js runtimes keep the Amazon
-        // CA certificates, RDS's among them, in this file (they no longer load them by default).
-        [ENV.databaseCaFile]: LAMBDA_AMAZON_CA_BUNDLE,
-      },
       paramsAndSecrets: lambda.ParamsAndSecretsLayerVersion.fromVersion(lambda.ParamsAndSecretsVersions.V1_0_103, {
         // Read once per deployment: a cache would only hide a freshly rotated password.
         cacheEnabled: false,
       }),
       bundling: BUNDLING,
+      runtimeReason:
+        'Pinned to Node.js 22, the runtime of the service images (node:22), so the migrations run on the Node version the runtime is tested on; moves with the images.',
+      logRetentionDays: props.logRetentionDays,
+      logRemovalPolicy: props.logRemovalPolicy,
     });
-    acknowledge(
-      fn,
-      'AwsSolutions-L1',
-      'Pinned to Node.js 22, the runtime of the service images (node:22), so the migrations run on the Node version the runtime is tested on; moves with the images.',
-    );
+    props.database.grantSecretRead(role);
     this.function = fn;
 
     const providerLogs = new logs.LogGroup(this, 'ProviderLogs', {
