@@ -339,8 +339,9 @@ export class JobAlarms extends Construct {
         threshold: (dbc.passwordRotationDays + DATABASE_PASSWORD_NOT_ROTATED_GRACE_DAYS) * 86_400_000,
         evaluationPeriods: 1,
         datapointsToAlarm: 1,
-        // Workers publish it hourly; none running is what "worker tasks below minimum" pages for.
-        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+        // Workers publish it at start and hourly; a gap (tasks replaced within the hour) keeps the
+        // alarm's state rather than clearing it, which would page again at the next reading.
+        treatMissingData: cloudwatch.TreatMissingData.IGNORE,
       }),
       apiUnhealthyTargets: make('apiUnhealthyTargets', {
         alarmName: `${prefix} API unhealthy targets`,

@@ -13,11 +13,13 @@
 // fails (Secrets Manager throttling or unreachable, the secret malformed) keeps the credentials
 // the task has and is logged: it never takes a working connection away.
 
-import { DescribeSecretCommand, GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 
 export interface DatabaseCredentials {
   user: string;
   password: string;
+  /** When the secret's version they came from was made (its last rotation), where known. */
+  createdAt?: Date;
 }
 
 export interface CredentialsLog {
@@ -39,16 +41,15 @@ export interface DatabaseCredentialSourceOptions {
   minIntervalMs?: number;
   /** Each read that failed (the worker counts DatabaseSecretReadsFailed, which pages when it lasts). */
   onReadFailed?: () => void;
-  /** When the secret's current version was made (its last rotation); asked with each periodic read. */
-  rotatedAt?: () => Promise<Date | undefined>;
-  /** The current version's age at each periodic read (the worker publishes DatabaseSecretAgeMs: a rotation that stopped pages). */
+  /** The current version's age (from its createdAt) at each periodic read (the worker publishes DatabaseSecretAgeMs: a rotation that stopped pages). */
   onAge?: (ms: number) => void;
 }
 
 export class DatabaseCredentialSource {
   private credentials: DatabaseCredentials;
   private reading: Promise<void> | undefined;
-  private lastReadAt = 0;
+  /** When a refused login last made a read (the periodic reads do not count: one just before a rotation must not delay the read it needs). */
+  private lastRefusalReadAt = 0;
   private timer: NodeJS.Timeout | undefined;
   private readonly everyMs: number;
   private readonly minIntervalMs: number;
@@ -66,12 +67,16 @@ export class DatabaseCredentialSource {
 
   /**
    * A login with `used` was refused: are there other credentials to try? Read the secret again
-   * unless it was read within minIntervalMs (a read under way is waited for, not repeated).
+   * unless a refused login made a read within minIntervalMs (a read under way is waited for, not
+   * repeated).
    */
   async renewedSince(used: DatabaseCredentials): Promise<boolean> {
     if (this.credentials !== used) return true;
     if (this.reading) await this.reading;
-    else if (Date.now() - this.lastReadAt >= this.minIntervalMs) await this.refresh('PostgreSQL refused the login');
+    else if (Date.now() - this.lastRefusalReadAt >= this.minIntervalMs) {
+      this.lastRefusalReadAt = Date.now();
+      await this.refresh('PostgreSQL refused the login');
+    }
     return this.credentials !== used;
   }
 
@@ -94,25 +99,21 @@ export class DatabaseCredentialSource {
             'database credentials renewed from the secret: connections opened from now on use them',
           );
         }
-        // After the credentials: a failure here must not keep them from being used.
-        if (reason === 'periodic' && this.o.rotatedAt && this.o.onAge) {
-          const at = await this.o.rotatedAt();
-          if (at) this.o.onAge(Math.max(0, Date.now() - at.getTime()));
-        }
+        if (reason === 'periodic' && next.createdAt) this.o.onAge?.(Math.max(0, Date.now() - next.createdAt.getTime()));
       } catch (err) {
         this.o.log.warn({ err, reason, source: this.o.source }, 'could not read the database secret; keeping the current credentials');
         this.o.onReadFailed?.();
       } finally {
-        this.lastReadAt = Date.now();
         this.reading = undefined;
       }
     })();
     return this.reading;
   }
 
-  /** Read again every `everyMs`. The timer does not keep the process alive. */
+  /** Read now and then every `everyMs` (the first read gives the secret's age at once). The timer does not keep the process alive. */
   start(): void {
     if (this.timer) return;
+    void this.refresh('periodic');
     this.timer = setInterval(() => void this.refresh('periodic'), this.everyMs);
     this.timer.unref();
   }
@@ -138,19 +139,14 @@ export function credentialsFromSecretJson(json: string | undefined, source: stri
   return { user: s.username, password: s.password };
 }
 
-/** Reads the secret's current version (AWSCURRENT) from Secrets Manager, with the task role's credentials. */
+/**
+ * Reads the secret's current version (AWSCURRENT) from Secrets Manager, with the task role's
+ * credentials; the version's CreatedDate is when a rotation made it (or the secret, if none has).
+ */
 export function secretsManagerReader(secretArn: string, client = new SecretsManagerClient({})): () => Promise<DatabaseCredentials> {
   return async () => {
     const out = await client.send(new GetSecretValueCommand({ SecretId: secretArn }));
-    return credentialsFromSecretJson(out.SecretString, secretArn);
-  };
-}
-
-/** When the secret was last rotated (its creation, if never). */
-export function secretsManagerRotatedAt(secretArn: string, client = new SecretsManagerClient({})): () => Promise<Date | undefined> {
-  return async () => {
-    const out = await client.send(new DescribeSecretCommand({ SecretId: secretArn }));
-    return out.LastRotatedDate ?? out.CreatedDate;
+    return { ...credentialsFromSecretJson(out.SecretString, secretArn), ...(out.CreatedDate ? { createdAt: out.CreatedDate } : {}) };
   };
 }
 
@@ -175,7 +171,7 @@ export function databaseCredentialSource(o: {
   return new DatabaseCredentialSource({
     initial: { user: decodeURIComponent(url.username), password: decodeURIComponent(url.password) },
     read: secretsManagerReader(o.secretArn, client),
-    ...(o.onAge ? { rotatedAt: secretsManagerRotatedAt(o.secretArn, client), onAge: o.onAge } : {}),
+    ...(o.onAge ? { onAge: o.onAge } : {}),
     log: o.log,
     source: o.secretArn,
     ...(o.everyMs !== undefined ? { everyMs: o.everyMs } : {}),

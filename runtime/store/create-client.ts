@@ -1,5 +1,6 @@
 // Enqueue from ERP code without assembling the platform (issue 18 §3): createJobClient() reads the
-// same environment as the services (DATABASE_URL or the RDS secret, JOBS_QUEUE_URL and JOBS_URGENT_QUEUE_URL, AWS_REGION,
+// same environment as the services (DATABASE_URL or the RDS secret, with DATABASE_SECRET_ARN to
+// follow its rotation: the process's role must be one the secret's policy admits; JOBS_QUEUE_URL and JOBS_URGENT_QUEUE_URL, AWS_REGION,
 // JOBS_SQS_ENDPOINT, JOBS_MAX_ATTEMPTS), refuses a bad or missing setting with its variable, value
 // and rule as they do, and builds the pool, the queue, the publisher and the client behind one
 // object whose `enqueue` is typed by the registered job definitions:
@@ -162,25 +163,29 @@ export function createJobClient<D extends JobDefinition<any, any, any> = Registe
         // Enqueued in a transaction that committed, but afterCommit() was never called: publish
         // now rather than wait for a relay. Rows of a transaction that rolled back (or is still
         // open) are not visible here and are left alone.
-        const pending = new Map([...unpublished].flat().map((j) => [j.id, j]));
-        unpublished.clear();
-        if (pending.size > 0) {
-          const { rows } = await pool.query<{ id: string; job_id: string }>(
-            'SELECT id::text AS id, job_id::text AS job_id FROM jobs.outbox WHERE job_id = ANY($1::uuid[])',
-            [[...pending.keys()]],
-          );
-          await publisher.publish(
-            rows.map((r): PublishEntry => {
-              const job = pending.get(r.job_id)!;
-              return { outboxId: r.id, jobId: job.id, type: job.type, lane: job.lane, runAfter: job.runAfter };
-            }),
-          );
+        try {
+          const pending = new Map([...unpublished].flat().map((j) => [j.id, j]));
+          unpublished.clear();
+          if (pending.size > 0) {
+            const { rows } = await pool.query<{ id: string; job_id: string }>(
+              'SELECT id::text AS id, job_id::text AS job_id FROM jobs.outbox WHERE job_id = ANY($1::uuid[])',
+              [[...pending.keys()]],
+            );
+            await publisher.publish(
+              rows.map((r): PublishEntry => {
+                const job = pending.get(r.job_id)!;
+                return { outboxId: r.id, jobId: job.id, type: job.type, lane: job.lane, runAfter: job.runAfter };
+              }),
+            );
+          }
+          await publisher.flush();
+        } finally {
+          // Closed whether or not the publishes went out (what did not stays in the outbox for the relay).
+          await credentials?.stop();
+          await pool.end();
+          sqsClient?.client.destroy();
+          sqsClient?.wire?.destroy();
         }
-        await publisher.flush();
-        await credentials?.stop();
-        await pool.end();
-        sqsClient?.client.destroy();
-        sqsClient?.wire?.destroy();
       })();
       return closed;
     },

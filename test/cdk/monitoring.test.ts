@@ -302,7 +302,7 @@ describe('alarms', () => {
       Period: 3600,
       ComparisonOperator: 'GreaterThanThreshold',
       Threshold: (c.database.passwordRotationDays + DATABASE_PASSWORD_NOT_ROTATED_GRACE_DAYS) * 86_400_000,
-      TreatMissingData: 'notBreaching',
+      TreatMissingData: 'ignore',
     });
     expect(a.AlarmDescription).toMatch(
       /has not rotated for more than 32 days.*Runbook: docs\/runbooks\/README\.md#database-password-not-rotated$/s,
