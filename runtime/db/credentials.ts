@@ -125,8 +125,16 @@ export class DatabaseCredentialSource {
   }
 }
 
-/** The username and password of an RDS secret's JSON ({host, port, username, password, dbname, …}). */
-export function credentialsFromSecretJson(json: string | undefined, source: string): DatabaseCredentials {
+/** An RDS secret's JSON, checked for a username and a password. */
+export interface DatabaseSecret {
+  username: string;
+  password: string;
+  host?: string;
+  [k: string]: unknown;
+}
+
+/** Parse an RDS secret's JSON ({host, port, username, password, dbname, …}); `source` names it in the errors. */
+export function parseDatabaseSecret(json: string | undefined, source: string): DatabaseSecret {
   let s: Record<string, unknown>;
   try {
     s = JSON.parse(json ?? '') as Record<string, unknown>;
@@ -136,6 +144,12 @@ export function credentialsFromSecretJson(json: string | undefined, source: stri
   if (typeof s.username !== 'string' || !s.username || typeof s.password !== 'string' || !s.password) {
     throw new Error(`${source}: the secret lacks a username or a password`);
   }
+  return s as DatabaseSecret;
+}
+
+/** The username and password of an RDS secret's JSON. */
+export function credentialsFromSecretJson(json: string | undefined, source: string): DatabaseCredentials {
+  const s = parseDatabaseSecret(json, source);
   return { user: s.username, password: s.password };
 }
 

@@ -28,6 +28,7 @@ import {
 } from '@aws-sdk/client-secrets-manager';
 import { databaseUrlFromEnv, ENV } from '../config/env.ts';
 import { ensureAppRole } from '../db/app-role.ts';
+import { type DatabaseSecret, parseDatabaseSecret } from '../db/credentials.ts';
 import { createPool } from '../db/pool.ts';
 
 export interface RotationEvent {
@@ -52,13 +53,6 @@ export function alternateUser(user: string): string {
   return user.endsWith(SUFFIX) ? user.slice(0, -SUFFIX.length) : `${user}${SUFFIX}`;
 }
 
-interface DbSecret {
-  username: string;
-  password: string;
-  host?: string;
-  [k: string]: unknown;
-}
-
 export async function rotate(event: RotationEvent, deps: RotationDeps): Promise<void> {
   const { SecretId: arn, ClientRequestToken: token, Step: step } = event;
   const { sm, log } = deps;
@@ -74,20 +68,12 @@ export async function rotate(event: RotationEvent, deps: RotationDeps): Promise<
   if (!stages[token].includes('AWSPENDING'))
     throw new Error(`${arn}: version ${token} is not pending rotation (stages: ${stages[token].join(', ')})`);
 
-  const read = async (secretId: string, stage: string, versionId?: string): Promise<{ json: string; secret: DbSecret }> => {
+  const read = async (secretId: string, stage: string, versionId?: string): Promise<{ json: string; secret: DatabaseSecret }> => {
     const out = await sm.send(
       new GetSecretValueCommand({ SecretId: secretId, VersionStage: stage, ...(versionId ? { VersionId: versionId } : {}) }),
     );
     const json = out.SecretString ?? '';
-    let secret: DbSecret;
-    try {
-      secret = JSON.parse(json) as DbSecret;
-    } catch {
-      throw new Error(`${secretId} (${stage}): not JSON (expected the RDS secret: host, port, username, password, dbname)`);
-    }
-    if (typeof secret.username !== 'string' || !secret.username || typeof secret.password !== 'string' || !secret.password) {
-      throw new Error(`${secretId} (${stage}): the secret lacks a username or a password`);
-    }
+    const secret = parseDatabaseSecret(json, `${secretId} (${stage})`);
     return { json, secret };
   };
   const urlFor =
@@ -118,7 +104,7 @@ export async function rotate(event: RotationEvent, deps: RotationDeps): Promise<
         log(`createSecret: pending version ${token} exists (user ${existing.secret.username})`);
         return;
       }
-      const next: DbSecret = {
+      const next: DatabaseSecret = {
         ...current.secret,
         username: alternateUser(current.secret.username),
         password: randomBytes(24).toString('base64url'),
