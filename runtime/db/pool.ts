@@ -3,7 +3,7 @@
 // (failover, restart, a reset socket), idle or checked out, is logged and replaced instead of
 // crashing the process.
 import pg from 'pg';
-import type { DatabaseCredentialSource } from './credentials.ts';
+import type { DatabaseCredentialSource, DatabaseCredentials } from './credentials.ts';
 import { isAuthenticationFailure } from './unavailable.ts';
 
 // Keep timestamps and bigints exact: int8 (20) as string is pg's default; numeric (1700) too.
@@ -56,22 +56,53 @@ export function createPool(opts: PoolOptions): pg.Pool {
   return pool;
 }
 
+/** The credentials a refused login was tried with, carried on its error (see clientWith). */
+const TRIED = Symbol('credentials tried');
+
+/**
+ * The credentials a failed connect of a client from `createClient`/`createPool` was tried with:
+ * what `credentials.renewedSince` must be asked about (not what was current when the caller asked
+ * for a connection: a pool's caller can wait for a free slot while the secret changes).
+ */
+export function credentialsTried(err: unknown): DatabaseCredentials | undefined {
+  return err && typeof err === 'object' ? (err as { [TRIED]?: DatabaseCredentials })[TRIED] : undefined;
+}
+
 /** A pg.Client that logs in as the source's current credentials say (see poolWith). */
 function clientWith(credentials: DatabaseCredentialSource): typeof pg.Client {
   return class CredentialClient extends pg.Client {
+    private readonly tried: DatabaseCredentials;
+
     constructor(config?: string | pg.ClientConfig) {
       super(config);
-      const { user, password } = credentials.current();
+      this.tried = credentials.current();
       const self = this as unknown as { user: string; password: string; connectionParameters: { user: string; password: string } };
-      self.user = self.connectionParameters.user = user;
-      self.password = self.connectionParameters.password = password;
+      self.user = self.connectionParameters.user = this.tried.user;
+      self.password = self.connectionParameters.password = this.tried.password;
+    }
+
+    // pg's two overloads in one body (pg-pool connects with a callback, createClient's holders with the promise).
+    override connect(callback?: any): any {
+      const tag = (err: unknown) => {
+        if (err && typeof err === 'object') (err as { [TRIED]?: DatabaseCredentials })[TRIED] = this.tried;
+      };
+      if (callback) {
+        return super.connect((err: Error) => {
+          if (err) tag(err);
+          callback(err);
+        });
+      }
+      return super.connect().catch((err: unknown) => {
+        tag(err);
+        throw err;
+      });
     }
   };
 }
 
 /**
  * One connection outside a pool (a LISTEN session), logging in as `credentials` say when given.
- * Its holder handles a refused login: `credentials.renewedSince(what it used)` before it retries.
+ * Its holder handles a refused login: `credentials.renewedSince(credentialsTried(err))` before it retries.
  */
 export function createClient(config: pg.ClientConfig, credentials?: DatabaseCredentialSource): pg.Client {
   return credentials ? new (clientWith(credentials))(config) : new pg.Client(config);
@@ -96,11 +127,11 @@ function poolWith(credentials: DatabaseCredentialSource): typeof pg.Pool {
     // (pg's two overloads in one body).
     override connect(callback?: any): any {
       const connected = (async () => {
-        const used = credentials.current();
+        const current = credentials.current();
         try {
           return await super.connect();
         } catch (err) {
-          if (!isAuthenticationFailure(err) || !(await credentials.renewedSince(used))) throw err;
+          if (!isAuthenticationFailure(err) || !(await credentials.renewedSince(credentialsTried(err) ?? current))) throw err;
           return await super.connect();
         }
       })();

@@ -10,7 +10,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import type { DatabaseCredentialSource } from '../db/credentials.ts';
-import { createClient } from '../db/pool.ts';
+import { createClient, credentialsTried } from '../db/pool.ts';
 import { isAuthenticationFailure } from '../db/unavailable.ts';
 import type { Logger } from '../observability/log.ts';
 import { LIVE_CHANNEL, type LiveEvent } from './events.ts';
@@ -120,7 +120,6 @@ export class LiveFeed {
   private async connect(): Promise<void> {
     if (this.stopped) return;
     const credentials = this.opts.credentials;
-    const used = credentials?.current();
     const c = createClient(
       { connectionString: this.opts.url, application_name: this.opts.applicationName ?? 'jobs-api live feed' },
       credentials,
@@ -145,7 +144,8 @@ export class LiveFeed {
     } catch (err) {
       await c.end().catch(() => undefined);
       // A password rotated since: read the secret, so the next attempt logs in with the new one.
-      if (credentials && used && isAuthenticationFailure(err)) await credentials.renewedSince(used);
+      const tried = credentialsTried(err);
+      if (credentials && tried && isAuthenticationFailure(err)) await credentials.renewedSince(tried);
       throw err;
     }
     if (this.stopped) {

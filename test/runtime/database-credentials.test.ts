@@ -170,6 +170,42 @@ describe('database credentials that rotate while the services run', () => {
     }
   });
 
+  it('credentials that changed while a caller waited for a free connection, and are refused, are not tried a second time', async () => {
+    const secret = { value: { user: USER, password: pw(1) } };
+    const r = rotatingPool(secret, { minIntervalMs: 0 });
+    // Counts the logins the pool attempts (each is a client constructed).
+    const internals = r.pool as unknown as { Client: typeof pg.Client };
+    let logins = 0;
+    const Client = internals.Client;
+    internals.Client = class extends Client {
+      constructor(config?: pg.ClientConfig) {
+        super(config);
+        logins++;
+      }
+    } as typeof pg.Client;
+    try {
+      await r.pool.query('SELECT 1');
+      const held = await Promise.all(Array.from({ length: 4 }, () => r.pool.connect()));
+      // Every slot taken: this caller waits, with the secret's first password current.
+      const waiting = r.pool.query('SELECT 1');
+      // The secret now has a password the database does not have yet, read while the caller waits.
+      secret.value = { user: USER, password: pw(5) };
+      await r.source.refresh('periodic');
+      const readsBefore = r.reads();
+      const loginsBefore = logins;
+      // A failover frees a slot: the waiting caller's new connection logs in with pw(5), refused.
+      for (const c of held) c.release(new Error('the connection was reset'));
+      await expect(waiting).rejects.toMatchObject({ code: '28P01' });
+      // One refused login, then the secret read again (it still has pw(5)): no second login with the same password.
+      expect(logins - loginsBefore).toBe(1);
+      expect(r.reads()).toBe(readsBefore + 1);
+      await admin.query(`ALTER ROLE ${USER} PASSWORD '${pw(5)}'`);
+      expect((await r.pool.query('SELECT current_user AS u')).rows[0].u).toBe(USER);
+    } finally {
+      await r.pool.end();
+    }
+  });
+
   it('alternating users (the other user now current): new connections log in as it, open ones stay on the first', async () => {
     const secret = { value: { user: USER, password: pw(1) } };
     const r = rotatingPool(secret);
