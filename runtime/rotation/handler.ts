@@ -53,7 +53,24 @@ export function alternateUser(user: string): string {
   return user.endsWith(SUFFIX) ? user.slice(0, -SUFFIX.length) : `${user}${SUFFIX}`;
 }
 
+/**
+ * Run one step. A step that fails logs one line naming the step, the secret, the version and the
+ * cause (the function's log is where the runbook sends on-call), and throws with the step's name
+ * in front of its message.
+ */
 export async function rotate(event: RotationEvent, deps: RotationDeps): Promise<void> {
+  try {
+    await runStep(event, deps);
+  } catch (err) {
+    const e = err instanceof Error ? err : new Error(String(err));
+    const cause = `${e.name && e.name !== 'Error' ? `${e.name}: ` : ''}${e.message}`;
+    deps.log(`${event.Step} FAILED for ${event.SecretId} version ${event.ClientRequestToken}: ${cause}`);
+    if (!e.message.startsWith(`${event.Step}:`)) e.message = `${event.Step}: ${e.message}`;
+    throw e;
+  }
+}
+
+async function runStep(event: RotationEvent, deps: RotationDeps): Promise<void> {
   const { SecretId: arn, ClientRequestToken: token, Step: step } = event;
   const { sm, log } = deps;
   const meta = await sm.send(new DescribeSecretCommand({ SecretId: arn }));

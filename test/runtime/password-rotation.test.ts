@@ -42,6 +42,8 @@ class FakeSecrets {
   }
 
   rotationEnabled = true;
+  /** Secrets whose values GetSecretValue refuses (a resource policy that no longer admits the caller). */
+  readonly denied = new Set<string>();
 
   /**
    * What RotateSecret does before it calls the function: a new version id, labelled AWSPENDING,
@@ -69,6 +71,16 @@ class FakeSecrets {
       VersionIdsToStages: Object.fromEntries([...this.versions.get(i.SecretId)!].map(([id, v]) => [id, [...v.stages]])),
     }));
     sm.on(GetSecretValueCommand).callsFake(async (i: { SecretId: string; VersionStage?: string; VersionId?: string }) => {
+      if (this.denied.has(i.SecretId)) {
+        throw Object.assign(
+          new Error(
+            `User: arn:aws:sts::123456789012:assumed-role/x is not authorized to perform: secretsmanager:GetSecretValue on resource: ${i.SecretId}`,
+          ),
+          {
+            name: 'AccessDeniedException',
+          },
+        );
+      }
       const versions = this.versions.get(i.SecretId);
       if (!versions) throw notFound(i.SecretId);
       const found = [...versions].find(
@@ -258,9 +270,14 @@ describe('the rotation function, alternating users', () => {
     };
     await rotate({ SecretId: APP_ARN, ClientRequestToken: token, Step: 'createSecret' }, broken);
     await rotate({ SecretId: APP_ARN, ClientRequestToken: token, Step: 'setSecret' }, broken);
+    logs.length = 0;
     await expect(rotate({ SecretId: APP_ARN, ClientRequestToken: token, Step: 'testSecret' }, broken)).rejects.toThrow(
-      /ECONNREFUSED|connect/,
+      /^testSecret: .*(ECONNREFUSED|connect)/,
     );
+    // The function's log names the step that failed, the secret, the version and the cause: where the runbook starts.
+    expect(logs).toEqual([
+      expect.stringMatching(new RegExp(`^testSecret FAILED for ${APP_ARN} version ${token}: .*(ECONNREFUSED|connect)`)),
+    ]);
     // What the services use is as it was: the current version, and its user's login.
     expect(secrets.current(APP_ARN)).toBe(before);
     expect(await logsIn(inUse.username, inUse.password)).toBe(true);
@@ -276,10 +293,33 @@ describe('the rotation function, alternating users', () => {
     expect(await logsIn(inUse.username, inUse.password)).toBe(true);
   });
 
+  it('a master secret the function may no longer read fails setSecret, named in the log, and takes nothing from the services', async () => {
+    const before = secrets.current(APP_ARN);
+    const token = secrets.startRotation(APP_ARN);
+    await rotate({ SecretId: APP_ARN, ClientRequestToken: token, Step: 'createSecret' }, deps());
+    secrets.denied.add(MASTER_ARN);
+    logs.length = 0;
+    try {
+      await expect(rotate({ SecretId: APP_ARN, ClientRequestToken: token, Step: 'setSecret' }, deps())).rejects.toMatchObject({
+        name: 'AccessDeniedException',
+        message: expect.stringMatching(/^setSecret: .*secretsmanager:GetSecretValue on resource: .*master/),
+      });
+      expect(logs).toEqual([expect.stringMatching(/^setSecret FAILED for .* version .*: AccessDeniedException: .*master/)]);
+    } finally {
+      secrets.denied.delete(MASTER_ARN);
+    }
+    expect(secrets.current(APP_ARN)).toBe(before);
+    // Access restored, Secrets Manager's retry of the step goes through and the rotation finishes.
+    for (const Step of ['setSecret', 'testSecret', 'finishSecret'] as const)
+      await rotate({ SecretId: APP_ARN, ClientRequestToken: token, Step }, deps());
+    const after = JSON.parse(secrets.current(APP_ARN)) as { username: string; password: string };
+    expect(await logsIn(after.username, after.password)).toBe(true);
+  });
+
   it('refuses a step for a version that is not pending, or on a secret without rotation, naming it', async () => {
     const stray = randomUUID();
     await expect(rotate({ SecretId: APP_ARN, ClientRequestToken: stray, Step: 'finishSecret' }, deps())).rejects.toThrow(
-      new RegExp(`version ${stray} is not a version of this secret`),
+      new RegExp(`^finishSecret: .*version ${stray} is not a version of this secret`),
     );
     secrets.rotationEnabled = false;
     try {
