@@ -84,7 +84,7 @@ export const JOBS_STUCK_ALARM = { threshold: 1, periodMinutes: 5, evaluationPeri
 export const SCHEDULE_FAILING_ALARM = { periodMinutes: 5, evaluationPeriods: 3 } as const;
 
 /**
- * Workers that cannot read the database secret (runtime/db/credentials.ts reads it hourly): one
+ * Tasks (workers, API) that cannot read the database secret (runtime/db/credentials.ts reads it hourly): one
  * failed hour is a Secrets Manager blip; three in a row is a task role or a route that lost
  * Secrets Manager, which the rotation after next turns into refused logins.
  */
@@ -93,7 +93,7 @@ export const DATABASE_SECRET_UNREADABLE_ALARM = { periodMinutes: 60, evaluationP
 /**
  * A rotation that stopped happening (a failure nobody fixed, a rotation left pending, the schedule
  * gone): the secret's current version older than the rotation period plus this many days, as the
- * workers see it hourly (DatabaseSecretAgeMs).
+ * tasks see it hourly (DatabaseSecretAgeMs).
  */
 export const DATABASE_PASSWORD_NOT_ROTATED_GRACE_DAYS = 2;
 
@@ -312,7 +312,7 @@ export class JobAlarms extends Construct {
       databaseSecretUnreadable: make('databaseSecretUnreadable', {
         alarmName: `${prefix} database secret unreadable`,
         alarmDescription: describe(
-          `the workers have failed to read the services' database secret (DATABASE_SECRET_ARN) in each of ${DATABASE_SECRET_UNREADABLE_ALARM.evaluationPeriods} hours. Nothing fails yet: they keep the user and password they have. But they cannot follow a rotation: the rotation after next changes the password they hold, and from then their new connections are refused. The workers log \`could not read the database secret\` with the error.`,
+          `worker or API tasks have failed to read the services' database secret (DATABASE_SECRET_ARN) in each of ${DATABASE_SECRET_UNREADABLE_ALARM.evaluationPeriods} hours. Nothing fails yet: they keep the user and password they have. But they cannot follow a rotation: the rotation after next changes the password they hold, and from then their new connections are refused. The tasks log \`could not read the database secret\` with the error.`,
           RUNBOOK_SECTION.databaseSecretUnreadable,
         ),
         metric: jobMetric(
@@ -331,7 +331,7 @@ export class JobAlarms extends Construct {
       databasePasswordNotRotated: make('databasePasswordNotRotated', {
         alarmName: `${prefix} database password not rotated`,
         alarmDescription: describe(
-          `the services' database secret has not rotated for more than ${dbc.passwordRotationDays + DATABASE_PASSWORD_NOT_ROTATED_GRACE_DAYS} days (database.passwordRotationDays = ${dbc.passwordRotationDays}, plus ${DATABASE_PASSWORD_NOT_ROTATED_GRACE_DAYS}), as the workers read it every hour: rotations fail, one was left unfinished (Secrets Manager then refuses the next), or the schedule is gone. Nothing fails: the password simply stays the same.`,
+          `the services' database secret has not rotated for more than ${dbc.passwordRotationDays + DATABASE_PASSWORD_NOT_ROTATED_GRACE_DAYS} days (database.passwordRotationDays = ${dbc.passwordRotationDays}, plus ${DATABASE_PASSWORD_NOT_ROTATED_GRACE_DAYS}), as the tasks read it every hour: rotations fail, one was left unfinished (Secrets Manager then refuses the next), or the schedule is gone. Nothing fails: the password simply stays the same.`,
           RUNBOOK_SECTION.databasePasswordNotRotated,
         ),
         metric: jobMetric(envName, METRIC.databaseSecretAgeMs, 'Maximum', Duration.hours(1)),

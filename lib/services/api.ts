@@ -36,6 +36,8 @@ import {
   hardenContainer,
   hardenedContainerOptions,
   jobEnvironment,
+  PUT_JOB_METRICS_ACK,
+  putJobMetricsStatement,
   serviceImage,
 } from './container-config.ts';
 
@@ -116,6 +118,8 @@ export class ApiService extends Construct {
   /** The URL clients use (scheme by the listener, host the load balancer's DNS name). */
   readonly url: string;
   readonly minTasks: number;
+  /** The tasks' log group (the stack's ApiLogGroup output). */
+  readonly logGroup: logs.LogGroup;
   private readonly clusterName: string;
 
   constructor(scope: Construct, id: string, props: ApiServiceProps) {
@@ -203,10 +207,10 @@ export class ApiService extends Construct {
     this.url = `${https ? 'https' : 'http'}://${alb.loadBalancerDnsName}`;
 
     // --- Task -------------------------------------------------------------------------------
-    const logGroup = new logs.LogGroup(this, 'Logs', {
+    const logGroup = (this.logGroup = new logs.LogGroup(this, 'Logs', {
       retention: props.logRetentionDays as logs.RetentionDays,
       removalPolicy: props.logRemovalPolicy,
-    });
+    }));
     const executionRole = new iam.Role(this, 'TaskExecutionRole', {
       roleName: props.executionRoleName,
       assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
@@ -215,7 +219,7 @@ export class ApiService extends Construct {
     const taskRole = new iam.Role(this, 'TaskRole', {
       roleName: props.taskRoleName,
       assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
-      description: 'ERP jobs API tasks: publish jobs, redrive the DLQs, the database secret read again on rotation',
+      description: 'ERP jobs API tasks: publish jobs, redrive the DLQs, the database secret read again on rotation, its reads counted',
     });
     const taskDefinition = new ecs.FargateTaskDefinition(this, 'Task', {
       cpu: c.cpu,
@@ -251,6 +255,11 @@ export class ApiService extends Construct {
       linuxParameters: new ecs.LinuxParameters(this, 'Linux', { initProcessEnabled: true }),
     });
     hardenContainer(taskDefinition, container);
+    // Its reads of the database secret that failed, and the secret's age (the "database secret
+    // unreadable" and "database password not rotated" alarms count the API's as the workers').
+    const metricsPolicy = new iam.Policy(this, 'MetricsPolicy', { statements: [putJobMetricsStatement(props.envName)] });
+    taskRole.attachInlinePolicy(metricsPolicy);
+    acknowledge(metricsPolicy, 'AwsSolutions-IAM5[Resource::*]', PUT_JOB_METRICS_ACK);
     acknowledge(
       taskDefinition.obtainExecutionRole(),
       'AwsSolutions-IAM5[Resource::*]',

@@ -9,7 +9,7 @@ import { Aws } from 'aws-cdk-lib';
 import { IgnoreMode } from 'aws-cdk-lib';
 import { Platform } from 'aws-cdk-lib/aws-ecr-assets';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
-import type * as iam from 'aws-cdk-lib/aws-iam';
+import * as iam from 'aws-cdk-lib/aws-iam';
 import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { ENV, RDS_CA_BUNDLE_PATH } from '../../runtime/config/env.ts';
 import { retentionEnv, type Retention } from '../../runtime/config/retention.ts';
@@ -108,6 +108,23 @@ export function databaseSecretRenewal(secret: secretsmanager.ISecret, taskRole: 
   secret.grantRead(taskRole);
   return { [ENV.databaseSecretArn]: secret.secretArn };
 }
+
+/**
+ * Lets a task publish this environment's job metrics (the worker its job counts, the API its
+ * database-secret reads): cloudwatch:PutMetricData takes no resource ARN, so the statement is
+ * scoped by the cloudwatch:namespace condition instead (PUT_JOB_METRICS_ACK says so to cdk-nag).
+ */
+export function putJobMetricsStatement(envName: EnvironmentName): iam.PolicyStatement {
+  return new iam.PolicyStatement({
+    sid: 'PutJobMetrics',
+    actions: ['cloudwatch:PutMetricData'],
+    resources: ['*'],
+    conditions: { StringEquals: { 'cloudwatch:namespace': metricNamespace(envName) } },
+  });
+}
+
+export const PUT_JOB_METRICS_ACK =
+  "cloudwatch:PutMetricData supports no resource ARNs; the statement is limited by the cloudwatch:namespace condition to this environment's job metrics namespace.";
 
 export type ServiceImageName = 'api' | 'worker';
 

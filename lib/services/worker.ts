@@ -20,7 +20,6 @@ import { ECS_MAX_STOP_TIMEOUT_SECONDS, RELEASE_MARGIN_SECONDS, type JobTimings }
 import { ENV } from '../../runtime/config/env.ts';
 import type { Retention } from '../../runtime/config/retention.ts';
 import type { StuckThresholds } from '../../runtime/config/stuck-thresholds.ts';
-import { metricNamespace } from '../../runtime/observability/metric-names.ts';
 import type { EnvironmentName, LogRetentionDays, WorkerConfig } from '../config.ts';
 import type { JobDatabase } from '../database.ts';
 import { acknowledge } from '../nag.ts';
@@ -34,6 +33,8 @@ import {
   hardenContainer,
   hardenedContainerOptions,
   jobEnvironment,
+  PUT_JOB_METRICS_ACK,
+  putJobMetricsStatement,
   serviceImage,
 } from './container-config.ts';
 
@@ -101,6 +102,8 @@ export const WORKER_HEALTH_CHECK = {
 export class WorkerService extends Construct {
   readonly service: ecs.FargateService;
   readonly minTasks: number;
+  /** The tasks' log group (the stack's WorkerLogGroup output). */
+  readonly logGroup: logs.LogGroup;
   readonly maxTasks: number;
   readonly backlogPerTaskTarget: number;
   private readonly clusterName: string;
@@ -116,10 +119,10 @@ export class WorkerService extends Construct {
     this.clusterName = props.cluster.clusterName;
     this.laneQueueNames = props.queues.all().map((l) => ({ lane: l.lane, queueName: l.queue.queueName }));
 
-    const logGroup = new logs.LogGroup(this, 'Logs', {
+    const logGroup = (this.logGroup = new logs.LogGroup(this, 'Logs', {
       retention: props.logRetentionDays as logs.RetentionDays,
       removalPolicy: props.logRemovalPolicy,
-    });
+    }));
     const executionRole = new iam.Role(this, 'TaskExecutionRole', {
       roleName: props.executionRoleName,
       assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
@@ -178,12 +181,7 @@ export class WorkerService extends Construct {
     const stack = Stack.of(this);
     const policy = new iam.Policy(this, 'WorkerPolicy', {
       statements: [
-        new iam.PolicyStatement({
-          sid: 'PutJobMetrics',
-          actions: ['cloudwatch:PutMetricData'],
-          resources: ['*'],
-          conditions: { StringEquals: { 'cloudwatch:namespace': metricNamespace(props.envName) } },
-        }),
+        putJobMetricsStatement(props.envName),
         new iam.PolicyStatement({
           sid: 'OwnTaskProtection',
           actions: ['ecs:UpdateTaskProtection', 'ecs:GetTaskProtection'],
@@ -199,11 +197,7 @@ export class WorkerService extends Construct {
       ],
     });
     taskRole.attachInlinePolicy(policy);
-    acknowledge(
-      policy,
-      'AwsSolutions-IAM5[Resource::*]',
-      "cloudwatch:PutMetricData supports no resource ARNs; the statement is limited by the cloudwatch:namespace condition to this environment's job metrics namespace.",
-    );
+    acknowledge(policy, 'AwsSolutions-IAM5[Resource::*]', PUT_JOB_METRICS_ACK);
     acknowledge(
       policy,
       `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task/<${stack.getLogicalId(props.cluster.node.defaultChild as ecs.CfnCluster)}>/*]`,

@@ -8,6 +8,7 @@
 // A bad configuration exits 1 before touching anything.
 
 import { runService } from './entry.ts';
+import { serviceCredentials } from './service-credentials.ts';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
@@ -25,7 +26,6 @@ import {
 import { keepFinishedDaysFromEnv } from '../config/retention.ts';
 import { ConfigError, type RuleViolation } from '../config/rules.ts';
 import { sqsFromEnv } from '../config/sqs.ts';
-import { databaseCredentialSource } from '../db/credentials.ts';
 import { createPool, SERVICE_IDLE_TIMEOUT_MS, warmPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
@@ -35,7 +35,9 @@ import { liveConfigFromEnv, startLive, type LiveConfig } from '../http/live.ts';
 import { announceCancel, announceScheduled } from '../live/events.ts';
 import { Scheduler } from '../maintenance/scheduler.ts';
 import type { Job } from '../domain/job.ts';
+import { CloudWatchMetrics } from '../observability/cloudwatch.ts';
 import { createLogger, type Logger } from '../observability/log.ts';
+import type { Metrics } from '../observability/metrics.ts';
 import { sqsLanes } from '../queue/lanes.ts';
 import type { JobQueue } from '../queue/types.ts';
 import { DEFAULT_RELAY, OutboxRelay, Publisher } from '../store/outbox.ts';
@@ -71,6 +73,11 @@ export interface ApiConfig {
   defaultKeepFinishedDays?: number;
   /** The secret DATABASE_SECRET came from (DATABASE_SECRET_ARN): read again when a login is refused and hourly. */
   databaseSecretArn?: string;
+  /**
+   * CloudWatch namespace (JOBS_METRICS_NAMESPACE) for what the API counts: the reads of that secret
+   * that failed, and its age (the "database secret unreadable" and "not rotated" alarms).
+   */
+  metricsNamespace?: string;
   /** Set when the database certificate will not be verified (DATABASE_SECRET without DATABASE_CA_FILE): logged at start. */
   databaseTlsWarning?: string;
 }
@@ -120,6 +127,7 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
   }
   if (violations.length > 0) throw new ConfigError('environment', violations);
   const tlsWarning = databaseTlsUnverified(env);
+  const metricsNamespace = env[ENV.metricsNamespace]?.trim();
   return {
     databaseUrl: databaseUrl!,
     queueUrl: sqs!.queueUrl,
@@ -135,6 +143,7 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
     defaultKeepFinishedDays: keepFinishedDays!,
     ...(tlsWarning ? { databaseTlsWarning: tlsWarning } : {}),
     ...(databaseSecretArn ? { databaseSecretArn } : {}),
+    ...(metricsNamespace ? { metricsNamespace } : {}),
   };
 }
 
@@ -180,6 +189,8 @@ export interface ApiDeps {
   ops?: OpsConfig;
   /** The schedules this task runs and on-call sees; default SCHEDULES (runtime/handlers/schedules.ts), none with a registry of the caller's own. */
   schedules?: readonly ScheduleDefinition[];
+  /** Where the API's metrics go; default CloudWatch when config.metricsNamespace is set, else nowhere. */
+  metrics?: Metrics;
 }
 
 export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Promise<RunningApi> {
@@ -189,10 +200,11 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
   // The schedules go with the job types: a caller that brings its own types brings its own schedules.
   const schedules = deps.schedules ?? (deps.registry ? [] : defaultSchedules({}));
   checkSchedules(schedules, registry);
-  // A rotated password reaches new connections without a restart (db/credentials.ts).
-  const credentials = config.databaseSecretArn
-    ? databaseCredentialSource({ secretArn: config.databaseSecretArn, databaseUrl: config.databaseUrl, log })
-    : undefined;
+  const cloudwatch = !deps.metrics && config.metricsNamespace ? new CloudWatchMetrics(config.metricsNamespace, log) : null;
+  const metrics = deps.metrics ?? cloudwatch;
+  cloudwatch?.start();
+  // A rotated password reaches new connections without a restart; failed reads are counted.
+  const credentials = serviceCredentials({ secretArn: config.databaseSecretArn, databaseUrl: config.databaseUrl, log, metrics });
   credentials?.start();
   const pool = createPool({
     url: config.databaseUrl,
@@ -291,6 +303,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
   } catch (err) {
     await live?.stop();
     await credentials?.stop();
+    await cloudwatch?.stop();
     await pool.end().catch(() => undefined);
     throw err;
   }
@@ -355,6 +368,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
         await Promise.all([relay.stop(), scheduler.stop()]);
         await publisher.flush();
         await credentials?.stop();
+        await cloudwatch?.stop();
         await pool.end();
         log.info('shut down cleanly');
       })();

@@ -4,14 +4,13 @@
 // ECS task protection, until SIGTERM: then it drains (DESIGN 10) and exits 0. A bad
 // configuration exits 1 before touching anything.
 
+import { defaultWorkerId, ecsTaskId } from './ecs-task.ts';
 import { runService } from './entry.ts';
-import { randomBytes } from 'node:crypto';
-import { hostname } from 'node:os';
+import { serviceCredentials } from './service-credentials.ts';
 import { databaseSecretArnFromEnv, databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv } from '../config/env.ts';
 import { retentionFromEnv } from '../config/retention.ts';
 import { MAX_PREFETCH, workerPoolSize } from '../config/rules.ts';
 import { sqsFromEnv } from '../config/sqs.ts';
-import { databaseCredentialSource } from '../db/credentials.ts';
 import { createPool, SERVICE_IDLE_TIMEOUT_MS } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
@@ -60,7 +59,8 @@ export async function startWorkerService(
   if (tlsWarning) log.warn(tlsWarning);
   const sqs = sqsFromEnv(env, { dlq: true });
   const { queueUrl, endpoint, region } = sqs;
-  const workerId = env[ENV.workerId]?.trim() || `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+  // In ECS, the task's id first: a job's owner names the task to stop (ecs-task.ts).
+  const workerId = env[ENV.workerId]?.trim() || defaultWorkerId(await ecsTaskId(env));
   // Short jobs go faster with a deeper prefetch; long ones want it small, so idle workers get them.
   const prefetch = intFromEnv(env, ENV.prefetch, timings.concurrency, 0, MAX_PREFETCH);
   const stuckThresholds = stuckThresholdsFromEnv(env);
@@ -72,16 +72,8 @@ export async function startWorkerService(
   const namespace = env[ENV.metricsNamespace]?.trim();
   const cloudwatch = namespace ? new CloudWatchMetrics(namespace, log) : null;
   const metrics: Metrics = cloudwatch ?? { count: () => undefined, timing: () => undefined };
-  // A rotated password reaches new connections without a restart (db/credentials.ts).
-  const credentials = secretArn
-    ? databaseCredentialSource({
-        secretArn,
-        databaseUrl,
-        log,
-        onReadFailed: () => metrics.count(METRIC.databaseSecretReadsFailed),
-        onAge: (ms) => metrics.timing(METRIC.databaseSecretAgeMs, ms),
-      })
-    : undefined;
+  // A rotated password reaches new connections without a restart; failed reads are counted.
+  const credentials = serviceCredentials({ secretArn, databaseUrl, log, metrics });
   const pool = createPool({
     url: databaseUrl,
     ...(credentials ? { credentials } : {}),

@@ -18,7 +18,7 @@ import { databaseUrlFromEnv, ENV } from '../config/env.ts';
 import { APP_SCHEMAS, ensureAppRole, type AppRole } from '../db/app-role.ts';
 import { migrate, type MigrateResult } from '../db/migrate.ts';
 import { createPool } from '../db/pool.ts';
-import { isDatabaseUnavailable } from '../db/unavailable.ts';
+import { isAuthenticationFailure, isDatabaseUnavailable } from '../db/unavailable.ts';
 
 /** The custom resource's properties (lib/schema-bootstrap.ts sets them). */
 export interface BootstrapProperties {
@@ -153,7 +153,7 @@ export async function migrateAt(
       if (opts.appRole) await ensureAppRole(pool, opts.appRole);
       return result;
     } catch (err) {
-      if (!isDatabaseUnavailable(err)) throw err;
+      if (!isDatabaseUnavailable(err) || isAuthenticationFailure(err)) throw err;
       if (attempt >= attempts)
         throw new Error(`schema bootstrap: the database was unreachable for ${attempt} attempts: ${(err as Error).message}`, {
           cause: err,

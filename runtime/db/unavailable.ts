@@ -1,8 +1,12 @@
-// Which errors mean "the database cannot be reached right now" (a failover, a restart, a reset
-// socket, a full connection table) as opposed to a fault in what we asked of it. One rule for
-// every service: the API answers these with 503 and Retry-After, the worker stops receiving
-// until the database answers again, the schema bootstrap retries. A retry may succeed; nothing
-// about the request was wrong.
+// Which errors mean "the database cannot be used right now" (a failover, a restart, a reset
+// socket, a full connection table, a login refused) as opposed to a fault in what we asked of it.
+// One rule for every service: the API answers these with 503 and Retry-After, the worker stops
+// receiving until the database answers again (so no message spends receives toward the DLQ
+// meanwhile). A retry may succeed; nothing about the request was wrong. A refused login counts:
+// the password rotated and this task has not followed yet (db/credentials.ts reads the secret
+// again), or it cannot read the secret, which pages on its own ("database secret unreadable").
+// The schema bootstrap retries the rest, not a refused login: its master password is read afresh
+// for each run, so a refusal there is not going to change by waiting.
 
 const CONNECTION_ERRORS = new Set([
   'ECONNREFUSED',
@@ -27,6 +31,7 @@ export function isDatabaseUnavailable(err: unknown): boolean {
     code.startsWith('08') ||
     /^57P0[123]$/.test(code) ||
     code === '53300' ||
+    isAuthenticationFailure(err) ||
     // node-postgres's own words: the pool's connect timeout, a socket that ended under a query,
     // and a client used again after its connection failed.
     /timeout exceeded when trying to connect|Connection terminated|not queryable|Connection ended|read ECONNRESET/i.test(message) ||

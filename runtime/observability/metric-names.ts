@@ -1,8 +1,8 @@
-// The worker's CloudWatch metric names: one module, imported by the worker that emits them and
-// by the CDK alarms and dashboard that watch them, so a rename cannot silently break an alarm.
+// The services' CloudWatch metric names: one module, imported by the worker and the API that emit
+// them and by the CDK alarms and dashboard that watch them, so a rename cannot silently break an alarm.
 // Pure constants: lib/ imports this file.
 
-/** Namespace per environment, e.g. `ErpJobs/prod`. The worker reads it from JOBS_METRICS_NAMESPACE. */
+/** Namespace per environment, e.g. `ErpJobs/prod`. The worker and the API read it from JOBS_METRICS_NAMESPACE. */
 export function metricNamespace(environment: string): string {
   return `ErpJobs/${environment}`;
 }
@@ -34,9 +34,9 @@ export const METRIC = {
   jobsRepublished: 'JobsRepublished',
   /** Count: passes in which a schedule's due occurrence could not be enqueued (retried at the next pass, seconds later). */
   schedulePassesFailed: 'SchedulePassesFailed',
-  /** Count: reads of the database secret that failed (runtime/db/credentials.ts: hourly, and on a refused login). */
+  /** Count: reads of the database secret that failed, by workers and API tasks (runtime/db/credentials.ts: hourly, and on a refused login). */
   databaseSecretReadsFailed: 'DatabaseSecretReadsFailed',
-  /** Milliseconds: age of the database secret's current version (since its last rotation), at each hourly read. */
+  /** Milliseconds: age of the database secret's current version (since its last rotation), at each task's start and hourly read (workers and API). */
   databaseSecretAgeMs: 'DatabaseSecretAgeMs',
 } as const;
 

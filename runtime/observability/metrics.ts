@@ -1,4 +1,4 @@
-// The worker's metrics sink. The names come from runtime/observability/metric-names.ts; the CloudWatch
+// The services' metrics sink (the worker's job counts, the API's database-secret reads). The names come from runtime/observability/metric-names.ts; the CloudWatch
 // implementation (batched PutMetricData) lives in cloudwatch.ts. In tests and locally a
 // counting sink records what would have been sent.
 import type { MetricName } from './metric-names.ts';

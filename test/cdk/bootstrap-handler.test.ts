@@ -108,6 +108,16 @@ describe('schema bootstrap handler', () => {
     await expect(onEvent(event('Update', 'h3'))).rejects.toThrow(/migration 9999_broken\.sql failed/);
   });
 
+  it('fails at once, without retrying, when the database refuses the master password (waiting would not change it)', async () => {
+    const wrong = new URL(db.url);
+    wrong.password = 'not-the-master-password';
+    const said: string[] = [];
+    await expect(migrateAt(wrong.toString(), { log: (m) => said.push(m), connectAttempts: 3, retryDelayMs: 60_000 })).rejects.toMatchObject(
+      { code: '28P01' },
+    );
+    expect(said.filter((m) => /unreachable/.test(m))).toEqual([]);
+  });
+
   it('fails without a secret ARN rather than guessing', async () => {
     const onEvent = createBootstrapHandler(deps);
     await expect(onEvent({ RequestType: 'Create', ResourceProperties: { MigrationsHash: 'x' } as never })).rejects.toThrow(

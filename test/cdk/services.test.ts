@@ -540,9 +540,17 @@ describe('API', () => {
       )
       .filter((s) => !JSON.stringify(s.Action).includes('secretsmanager:'));
   const actionsOf = (s: { Action: string | string[] }) => (Array.isArray(s.Action) ? s.Action : [s.Action]);
+  const isPutMetrics = (s: { Action: string | string[] }) => actionsOf(s).includes('cloudwatch:PutMetricData');
+
+  it("may put metrics (its database-secret reads) only into its environment's namespace, and nothing else of CloudWatch", () => {
+    const put = apiStatements().filter((s) => JSON.stringify(s.Action).includes('cloudwatch:'));
+    expect(put).toHaveLength(1);
+    expect(actionsOf(put[0]!)).toEqual(['cloudwatch:PutMetricData']);
+    expect(put[0]!.Condition).toEqual({ StringEquals: { 'cloudwatch:namespace': metricNamespace('dev') } });
+  });
 
   it("may publish job messages to both lanes, and work both lanes' DLQs for the on-call routes (receive, hold, delete, move back), nothing wider", () => {
-    const statements = apiStatements();
+    const statements = apiStatements().filter((s) => !isPutMetrics(s));
     const lanes = dev.data.queues.lanes;
     const four = Object.values(lanes).flatMap((l) => [l.queue, l.deadLetterQueue]);
     // Every statement: Allow, named SQS actions (no wildcard), no condition, on those four queues' ARNs only.

@@ -16,6 +16,8 @@ import { createPool } from '../../runtime/db/pool.ts';
 import { NotifyEventSink } from '../../runtime/live/events.ts';
 import { LiveFeed } from '../../runtime/live/feed.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
+import { METRIC } from '../../runtime/observability/metric-names.ts';
+import { CountingMetrics } from '../../runtime/observability/metrics.ts';
 import { MemoryQueue } from '../../runtime/queue/memory.ts';
 import { call } from '../api/support.ts';
 import { createPlatform, type Platform, waitFor } from '../support/platform.ts';
@@ -324,10 +326,55 @@ describe('database credentials that rotate while the services run', () => {
     }
   }, 40_000);
 
-  it('the API service reads the secret by DATABASE_SECRET_ARN: an enqueue after a rotation and a failover succeeds', async () => {
+  it('a worker whose logins are refused stops receiving and hands its messages back (none drifts to the DLQ), then resumes once the secret has the password', async () => {
+    const secret = { value: { user: USER, password: pw(1) } };
+    const r = rotatingPool(secret, { minIntervalMs: 100 });
+    const metrics = new CountingMetrics();
+    const w = p.worker({ pool: r.pool, workerId: 'refused', metrics });
+    w.start();
+    try {
+      await r.pool.query('SELECT 1');
+      // The database's password changed; the secret lags (a rotation half done, or a task that cannot read it).
+      await admin.query(`ALTER ROLE ${USER} PASSWORD '${pw(4)}'`);
+      // (Not waiting for the pool to empty: the worker's own reconnects, refused, come and go.)
+      await terminate(r.applicationName);
+      const jobs = await p.client.enqueueNow(
+        Array.from({ length: 5 }, (_, i) => ({ type: 'ledger.post', payload: { batch: `REFUSED-${i}`, entries: 1 } })),
+      );
+      // Received once, the claim refused: the messages are back in the queue at once, and stay
+      // there (no receive spent toward maxReceiveCount while logins are refused).
+      await waitFor(() => metrics.get(METRIC.databaseUnavailable) === 1, 10_000, 'the worker to stop receiving');
+      await waitFor(() => p.queue.depth().visible === 5, 10_000, 'the messages handed back');
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      expect(p.queue.depth()).toMatchObject({ visible: 5, inFlight: 0 });
+      expect(Math.max(...p.queue.peek().map((m) => m.receiveCount))).toBeLessThanOrEqual(1);
+      expect(p.dlq.depth().total).toBe(0);
+      // The secret catches up: the worker's probe reads it, logs in, and runs every job once.
+      secret.value = { user: USER, password: pw(4) };
+      await waitFor(
+        async () => (await Promise.all(jobs.map((j) => p.store.get(j.job.id)))).every((j) => j?.state === 'succeeded'),
+        15_000,
+        'every job done',
+      );
+      const { rows } = await admin.query<{ n: number }>("SELECT count(*)::int AS n FROM ledger_entries WHERE batch LIKE 'REFUSED-%'");
+      expect(rows[0]!.n).toBe(5);
+    } finally {
+      await w.stop(1);
+      await r.pool.end();
+    }
+  }, 40_000);
+
+  it('the API service reads the secret by DATABASE_SECRET_ARN: an enqueue after a rotation and a failover succeeds; a read that fails is counted', async () => {
     const sm = mockClient(SecretsManagerClient);
     let current = { username: USER, password: pw(1), host: 'ignored', port: 5432, dbname: 'ignored' };
-    sm.on(GetSecretValueCommand, { SecretId: ARN }).callsFake(async () => ({ SecretString: JSON.stringify(current) }));
+    let denied = false;
+    const createdAt = new Date(Date.now() - 3 * 86_400_000);
+    sm.on(GetSecretValueCommand, { SecretId: ARN }).callsFake(async () => {
+      if (denied)
+        throw Object.assign(new Error('not authorized to perform: secretsmanager:GetSecretValue'), { name: 'AccessDeniedException' });
+      return { SecretString: JSON.stringify(current), CreatedDate: createdAt };
+    });
+    const metrics = new CountingMetrics();
     const svc = await startApiService(
       {
         databaseUrl: urlAs(USER, pw(1)),
@@ -338,9 +385,12 @@ describe('database credentials that rotate while the services run', () => {
         poolSize: 2,
         defaultMaxAttempts: 3,
       },
-      { queue: new MemoryQueue({ visibilityTimeoutSeconds: 30 }), log: silentLogger, host: '127.0.0.1' },
+      { queue: new MemoryQueue({ visibilityTimeoutSeconds: 30 }), log: silentLogger, host: '127.0.0.1', metrics },
     );
     try {
+      // The secret's age, read at start (the "database password not rotated" alarm's figure).
+      await waitFor(() => (metrics.timings.get(METRIC.databaseSecretAgeMs) ?? []).length === 1, 2000, 'the age reported');
+      expect(metrics.timings.get(METRIC.databaseSecretAgeMs)![0]).toBeGreaterThanOrEqual(3 * 86_400_000);
       const enqueue = (batch: string) =>
         call(`http://127.0.0.1:${svc.port}`, 'POST', '/v1/jobs', { json: { type: 'ledger.post', payload: { batch, entries: 1 } } });
       expect((await enqueue('ROT-API-1')).status).toBe(201);
@@ -350,8 +400,36 @@ describe('database credentials that rotate while the services run', () => {
       expect((await enqueue('ROT-API-2')).status).toBe(201);
       // One read at start, one for the refused login.
       expect(sm.commandCalls(GetSecretValueCommand).length).toBe(2);
+      expect(metrics.get(METRIC.databaseSecretReadsFailed)).toBe(0);
     } finally {
       await svc.shutdown('test');
+    }
+    // A task whose role cannot read the secret, started with a password the database no longer
+    // has: its reads fail and are counted (the "database secret unreadable" alarm counts the
+    // API's too), and its requests are answered 503 with Retry-After, not 500.
+    denied = true;
+    const stale = new CountingMetrics();
+    const svc2 = await startApiService(
+      {
+        databaseUrl: urlAs(USER, pw(1)),
+        databaseSecretArn: ARN,
+        queueUrl: 'http://127.0.0.1:1/q/jobs',
+        region: 'us-east-1',
+        port: 0,
+        poolSize: 2,
+        defaultMaxAttempts: 3,
+      },
+      { queue: new MemoryQueue({ visibilityTimeoutSeconds: 30 }), log: silentLogger, host: '127.0.0.1', metrics: stale },
+    );
+    try {
+      const res = await call(`http://127.0.0.1:${svc2.port}`, 'POST', '/v1/jobs', {
+        json: { type: 'ledger.post', payload: { batch: 'ROT-API-3', entries: 1 } },
+      });
+      expect(res.status).toBe(503);
+      expect(res.headers.get('retry-after')).toBe('2');
+      expect(stale.get(METRIC.databaseSecretReadsFailed)).toBeGreaterThanOrEqual(1);
+    } finally {
+      await svc2.shutdown('test');
       sm.restore();
     }
   });

@@ -107,7 +107,7 @@ describe('the schema bootstrap through a database failover', () => {
 });
 
 describe('isDatabaseUnavailable', () => {
-  it('tells an outage (retry may succeed) from a fault in what was asked', () => {
+  it('tells an outage or a refused login (a retry may succeed) from a fault in what was asked', () => {
     for (const e of [
       { code: 'ECONNRESET' },
       { code: 'ECONNREFUSED' },
@@ -118,10 +118,13 @@ describe('isDatabaseUnavailable', () => {
       new Error('Client has encountered a connection error and is not queryable'),
       new Error('timeout exceeded when trying to connect'),
       Object.assign(new Error('wrapped'), { cause: { code: 'ECONNRESET' } }),
+      // A login refused: the password rotated and this task has not followed yet.
+      { code: '28P01' },
+      { code: '28000' },
     ]) {
       expect(isDatabaseUnavailable(e), JSON.stringify(e)).toBe(true);
     }
-    for (const e of [{ code: '23505' }, { code: '42P01' }, { code: '28P01' }, new Error('syntax error at or near'), null, 'ECONNRESET']) {
+    for (const e of [{ code: '23505' }, { code: '42P01' }, { code: '42501' }, new Error('syntax error at or near'), null, 'ECONNRESET']) {
       expect(isDatabaseUnavailable(e), JSON.stringify(e)).toBe(false);
     }
   });

@@ -4,6 +4,7 @@
 // two-hour job runs on fake timers with the production window (60 minutes).
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { hostname } from 'node:os';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
@@ -14,6 +15,7 @@ import { SqsQueue } from '../../runtime/queue/sqs.ts';
 import { JobClient } from '../../runtime/store/client.ts';
 import { Publisher } from '../../runtime/store/outbox.ts';
 import { startWorkerService, type RunningWorker } from '../../runtime/apps/worker.ts';
+import { defaultWorkerId, ecsTaskId } from '../../runtime/apps/ecs-task.ts';
 import { TaskProtection } from '../../runtime/worker/task-protection.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
 import { waitFor } from '../support/platform.ts';
@@ -57,6 +59,47 @@ function capturingLogger() {
   const log = pino({ level: 'debug' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
   return { log, warnings: () => lines.filter((l) => l.level === 40) };
 }
+
+const TASK_ID = '0123456789abcdef0123456789abcdef';
+
+/** The task metadata endpoint (v4): GET /task answers `answer()`. */
+async function fakeMetadata(answer: () => { status: number; body: string } | 'hang') {
+  const server: Server = createServer((req, res) => {
+    const a = req.url === '/v4/abc/task' ? answer() : { status: 404, body: '{}' };
+    if (a === 'hang') return;
+    res.writeHead(a.status, { 'content-type': 'application/json' });
+    res.end(a.body);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const { port } = server.address() as AddressInfo;
+  return {
+    uri: `http://127.0.0.1:${port}/v4/abc`,
+    close: () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  };
+}
+const taskArn = { status: 200, body: JSON.stringify({ TaskARN: `arn:aws:ecs:eu-west-1:123456789012:task/ErpJobs-prod/${TASK_ID}` }) };
+
+describe("the worker's id in ECS", () => {
+  it("is the task's id from the metadata endpoint; outside ECS, or when the endpoint fails or hangs, the host's", async () => {
+    const ok = await fakeMetadata(() => taskArn);
+    const failing = await fakeMetadata(() => ({ status: 500, body: '{}' }));
+    const hanging = await fakeMetadata(() => 'hang');
+    try {
+      expect(await ecsTaskId({ ECS_CONTAINER_METADATA_URI_V4: ok.uri })).toBe(TASK_ID);
+      expect(defaultWorkerId(TASK_ID)).toMatch(new RegExp(`^${TASK_ID}-[0-9a-f]{6}$`));
+      expect(await ecsTaskId({})).toBeUndefined();
+      expect(await ecsTaskId({ ECS_CONTAINER_METADATA_URI_V4: failing.uri })).toBeUndefined();
+      expect(await ecsTaskId({ ECS_CONTAINER_METADATA_URI_V4: hanging.uri }, fetch, 200)).toBeUndefined();
+      expect(defaultWorkerId(undefined)).toMatch(new RegExp(`^${hostname()}-${process.pid}-[0-9a-f]{6}$`));
+    } finally {
+      await Promise.all([ok.close(), failing.close(), hanging.close()]);
+    }
+  });
+});
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const enables = (calls: AgentCall[]) => calls.filter((c) => c.body.ProtectionEnabled);
@@ -238,21 +281,27 @@ describe('a two-hour job keeps its task protection (fake timers, the 60-minute w
   });
 });
 
-describe('through the worker service (startWorkerService reads ECS_AGENT_URI)', () => {
+describe('through the worker service (startWorkerService reads ECS_AGENT_URI and ECS_CONTAINER_METADATA_URI_V4)', () => {
   let db: TestDb;
   let sqs: LocalSqs;
   let agent: Awaited<ReturnType<typeof fakeAgent>>;
+  let metadata: Awaited<ReturnType<typeof fakeMetadata>>;
   let svc: RunningWorker | null = null;
   const timings = { visibilityTimeoutSeconds: 6, maxReceiveCount: 10 };
   beforeAll(async () => {
-    [db, sqs, agent] = await Promise.all([createTestDb(), startLocalSqs({ timings, prefix: 'task-protection' }), fakeAgent()]);
+    [db, sqs, agent, metadata] = await Promise.all([
+      createTestDb(),
+      startLocalSqs({ timings, prefix: 'task-protection' }),
+      fakeAgent(),
+      fakeMetadata(() => taskArn),
+    ]);
   });
   afterAll(async () => {
     await svc?.shutdown('test over');
-    await Promise.all([sqs.stop(), agent.close(), db.drop()]);
+    await Promise.all([sqs.stop(), agent.close(), metadata.close(), db.drop()]);
   });
 
-  it('a job running protects the task; shutdown drops the protection', async () => {
+  it('a job running protects the task, and its owner names the task; shutdown drops the protection', async () => {
     let finish!: () => void;
     const gate = new Promise<void>((r) => (finish = r));
     const registry = new JobRegistry([
@@ -279,6 +328,7 @@ describe('through the worker service (startWorkerService reads ECS_AGENT_URI)', 
         JOBS_DRAIN_SECONDS: '2',
         LOG_LEVEL: 'silent',
         ECS_AGENT_URI: agent.uri,
+        ECS_CONTAINER_METADATA_URI_V4: metadata.uri,
       },
       registry,
     );
@@ -297,7 +347,10 @@ describe('through the worker service (startWorkerService reads ECS_AGENT_URI)', 
       path: '/task-protection/v1/state',
       body: { ProtectionEnabled: true, ExpiresInMinutes: 60 },
     });
-    expect((await client.store.get(r!.job.id))!.state).toBe('running');
+    // The job's owner names the ECS task (its id first), the one on-call would stop.
+    const running = (await client.store.get(r!.job.id))!;
+    expect(running.state).toBe('running');
+    expect(running.leaseOwner).toMatch(new RegExp(`^${TASK_ID}-[0-9a-f]{6}$`));
     finish();
     await waitFor(async () => (await client.store.get(r!.job.id))!.state === 'succeeded', 10_000, 'job succeeded');
     await svc.shutdown('test');
