@@ -1,12 +1,14 @@
 // One CloudWatch dashboard per environment: each lane's job queue and DLQ, the platform's own job
-// metrics, the worker's scaling signal and tasks, and the API behind its load balancer, with the
-// alarms on top. Reads left to right in the order a job flows: API → queue → worker → outcome.
+// metrics, the worker's scaling signal and tasks, the API behind its load balancer and the database,
+// with the alarms on top. Reads left to right in the order a job flows: API → queue → worker → outcome.
 
 import { Duration, Stack } from 'aws-cdk-lib';
+import * as elbv2 from 'aws-cdk-lib/aws-elasticloadbalancingv2';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import { Construct } from 'constructs';
 import { METRIC } from '../../runtime/observability/metric-names.ts';
 import type { EnvironmentName } from '../config.ts';
+import type { JobDatabase } from '../database.ts';
 import type { JobQueues } from '../queues.ts';
 import type { ApiService } from '../services/api.ts';
 import type { WorkerService } from '../services/worker.ts';
@@ -17,6 +19,7 @@ export interface JobsDashboardProps {
   queues: JobQueues;
   api: ApiService;
   worker: WorkerService;
+  database: JobDatabase;
   alarms: JobAlarms;
 }
 
@@ -26,6 +29,7 @@ export class JobsDashboard extends Construct {
   constructor(scope: Construct, id: string, props: JobsDashboardProps) {
     super(scope, id);
     const { envName, queues, api, worker } = props;
+    const db = props.database.instance;
     const p = Duration.minutes(1);
     const five = Duration.minutes(5);
     const sum = (name: (typeof METRIC)[keyof typeof METRIC], label: string) => jobMetric(envName, name, 'Sum', five).with({ label });
@@ -39,7 +43,19 @@ export class JobsDashboard extends Construct {
       new cloudwatch.GraphWidget({
         title: 'API requests and 5xx',
         left: [api.loadBalancer.metrics.requestCount({ period: five, statistic: 'Sum', label: 'Requests' })],
-        right: [api.metric5xx(five)],
+        // Apart: 5xx from the load balancer alone (no healthy target, tasks restarting) and from the tasks.
+        right: [
+          api.loadBalancer.metrics.httpCodeElb(elbv2.HttpCodeElb.ELB_5XX_COUNT, {
+            period: five,
+            statistic: 'Sum',
+            label: '5xx from the load balancer',
+          }),
+          api.loadBalancer.metrics.httpCodeTarget(elbv2.HttpCodeTarget.TARGET_5XX_COUNT, {
+            period: five,
+            statistic: 'Sum',
+            label: '5xx from the API tasks',
+          }),
+        ],
         width: 8,
       }),
       new cloudwatch.GraphWidget({
@@ -117,10 +133,12 @@ export class JobsDashboard extends Construct {
           sum(METRIC.messagesDeadLettered, 'Messages dead-lettered by the worker'),
           sum(METRIC.duplicateDeliveries, 'Duplicate deliveries ignored'),
           sum(METRIC.claimMisses, 'Claim misses'),
-          sum(METRIC.jobsStuck, 'Jobs stuck'),
           sum(METRIC.schedulePassesFailed, 'Schedule passes failed'),
-          sum(METRIC.databaseSecretReadsFailed, 'Database secret reads failed'),
+          sum(METRIC.jobsRepublished, 'Jobs republished (messages lost)'),
+          sum(METRIC.databaseUnavailable, 'Database unreachable (worker stopped receiving)'),
         ],
+        // A gauge each worker reports every minute: the largest, as the alarm reads it, not a sum.
+        right: [jobMetric(envName, METRIC.jobsStuck, 'Maximum', five).with({ label: 'Jobs stuck (largest report)' })],
         width: 8,
       }),
       new cloudwatch.GraphWidget({
@@ -140,7 +158,50 @@ export class JobsDashboard extends Construct {
           worker.service.metricCpuUtilization({ period: five, label: 'CPU' }),
           worker.service.metricMemoryUtilization({ period: five, label: 'Memory' }),
         ],
-        width: 12,
+        width: 8,
+      }),
+      new cloudwatch.GraphWidget({
+        title: 'Database latency (ms) and connections',
+        // RDS reports disk latency in seconds: shown in milliseconds.
+        left: (['ReadLatency', 'WriteLatency'] as const).map(
+          (name) =>
+            new cloudwatch.MathExpression({
+              expression: `${name.toLowerCase()} * 1000`,
+              usingMetrics: { [name.toLowerCase()]: db.metric(name, { period: five, statistic: 'Average' }) },
+              label: name === 'ReadLatency' ? 'Disk read latency' : 'Disk write latency',
+              period: five,
+            }),
+        ),
+        right: [db.metricDatabaseConnections({ period: p, statistic: 'Maximum', label: 'Connections' })],
+        width: 8,
+      }),
+      new cloudwatch.GraphWidget({
+        title: 'Database CPU % and free storage (GiB)',
+        left: [db.metricCPUUtilization({ period: five, statistic: 'Average', label: 'CPU' })],
+        right: [
+          new cloudwatch.MathExpression({
+            expression: 'storage / 1073741824',
+            usingMetrics: { storage: db.metricFreeStorageSpace({ period: five, statistic: 'Minimum' }) },
+            label: 'Free storage (GiB)',
+            period: five,
+          }),
+        ],
+        width: 8,
+      }),
+    );
+    d.addWidgets(
+      new cloudwatch.GraphWidget({
+        title: "Services' database password: secret age (days) and failed reads",
+        left: [
+          new cloudwatch.MathExpression({
+            expression: 'age / 86400000',
+            usingMetrics: { age: jobMetric(envName, METRIC.databaseSecretAgeMs, 'Maximum', Duration.hours(1)) },
+            label: 'Age of the current version (days)',
+            period: Duration.hours(1),
+          }),
+        ],
+        right: [jobMetric(envName, METRIC.databaseSecretReadsFailed, 'Sum', Duration.hours(1)).with({ label: 'Reads failed (per hour)' })],
+        width: 8,
       }),
     );
     this.dashboard = d;

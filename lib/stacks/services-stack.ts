@@ -107,16 +107,32 @@ export class JobsServicesStack extends Stack {
       databaseConfig: c.database,
       connectionBudget: connectionBudget(c),
     });
-    new JobsDashboard(this, 'Dashboard', { envName: c.envName, queues, api: this.api, worker: this.worker, alarms: this.alarms });
+    new JobsDashboard(this, 'Dashboard', {
+      envName: c.envName,
+      queues,
+      api: this.api,
+      worker: this.worker,
+      database,
+      alarms: this.alarms,
+    });
 
     new CfnOutput(this, 'ApiUrl', { value: this.api.url, description: 'Base URL of the jobs API' });
     new CfnOutput(this, 'ClusterName', { value: cluster.clusterName });
     new CfnOutput(this, 'ApiServiceName', { value: this.api.service.serviceName });
     new CfnOutput(this, 'WorkerServiceName', { value: this.worker.service.serviceName });
     new CfnOutput(this, 'ApiTargetGroupArn', { value: this.api.targetGroup.targetGroupArn });
+    new CfnOutput(this, 'ApiLogGroup', { value: this.api.logGroup.logGroupName, description: "The API tasks' log (aws logs tail)" });
+    new CfnOutput(this, 'WorkerLogGroup', {
+      value: this.worker.logGroup.logGroupName,
+      description: "The worker tasks' log (aws logs tail)",
+    });
     new CfnOutput(this, 'PasswordRotationLogGroup', {
       value: this.passwordRotation.logGroup.logGroupName,
       description: "Log of the services' database password rotation (docs/runbooks/README.md#database-password-rotation-failing)",
+    });
+    new CfnOutput(this, 'PasswordRotationFunctionArn', {
+      value: this.passwordRotation.function.functionArn,
+      description: "The function that rotates the services' database password (docs/runbooks/README.md#database-password-not-rotated)",
     });
     new CfnOutput(this, 'OnCallTopicArn', { value: onCall.topic.topicArn, description: 'SNS topic the alarms publish to' });
     new CfnOutput(this, 'DlqAlarmName', {

@@ -354,6 +354,19 @@ describe('dashboard', () => {
       expect(body, needle).toContain(needle);
     }
   });
+
+  it('shows every job metric the runbooks name ("the dashboard shows every metric named here"), the stuck gauge as its largest report, and the database', () => {
+    const body = JSON.stringify(only(t, 'AWS::CloudWatch::Dashboard').props.DashboardBody);
+    const runbooks = readFileSync(new URL('../../docs/runbooks/README.md', import.meta.url), 'utf8');
+    const named = Object.values(METRIC).filter((m) => new RegExp(`\\b${m}\\b`).test(runbooks));
+    expect(named.length).toBeGreaterThan(5);
+    for (const m of named) expect(body, m).toContain(`\\"${m}\\"`);
+    // The dashboard body is a JSON string: the stuck gauge's statistic follows its name.
+    expect(body).toMatch(new RegExp(`${METRIC.jobsStuck}[^\\]]*"stat\\\\":\\\\"Maximum`));
+    for (const rds of ['ReadLatency', 'WriteLatency', 'DatabaseConnections', 'FreeStorageSpace', 'HTTPCode_ELB_5XX_Count']) {
+      expect(body, rds).toContain(rds);
+    }
+  });
 });
 
 describe('alarm delivery (issue 12)', () => {
