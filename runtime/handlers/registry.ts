@@ -2,7 +2,7 @@
 // typo is a 4xx, not a dead job), and the worker looks handlers up here.
 
 import { ValidationError } from '../domain/errors.ts';
-import { MAX_KEEP_DAYS, type JobDefinition } from './types.ts';
+import { MAX_KEEP_DAYS, type JobDefinition, templateFields } from './types.ts';
 
 export class JobRegistry {
   private readonly defs = new Map<string, JobDefinition<any, any, any>>();
@@ -20,6 +20,16 @@ export class JobRegistry {
       throw new Error(
         `job type "${def.type}": maxRunning ${def.maxRunning} must be an integer from 1 to 10000 (jobs running at once across the fleet)`,
       );
+    }
+    // A template naming a field the payload's schema does not have would key every job alike.
+    const template = def.concurrency?.key;
+    if (typeof template === 'string' && def.schema) {
+      const fields = Object.keys(def.schema.shape);
+      const unknown = templateFields(template).filter((f) => !fields.includes(f));
+      if (unknown.length > 0)
+        throw new Error(
+          `job type "${def.type}": concurrency.key '${template}' names ${unknown.join(', ')}, which its payload schema does not have (fields: ${fields.join(', ')})`,
+        );
     }
     const keyLimit = def.concurrency?.limit;
     if (keyLimit !== undefined && !(Number.isInteger(keyLimit) && keyLimit >= 1 && keyLimit <= 1000)) {

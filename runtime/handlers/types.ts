@@ -190,11 +190,27 @@ export function payloadFields(def: JobDefinition<any, any, any>): PayloadField[]
 /** A default key's function (method syntax: checked bivariantly, as the definition's other functions are). */
 type KeyOf<P> = { key(payload: P): string | null | undefined }['key'];
 
-/** A type's default concurrency key for a payload: its template filled from the payload's fields, or its function's answer. */
+/** The payload fields a concurrency key template names: `['store']` for `'costing:{store}'`. */
+export function templateFields(template: string): string[] {
+  return [...new Set([...template.matchAll(/\{([A-Za-z0-9_]+)\}/g)].map((m) => m[1]!))];
+}
+
+/**
+ * A type's default concurrency key for a payload: its template filled from the payload's fields,
+ * or its function's answer. A payload without a field the template names is refused, as
+ * jobs.enqueue refuses it in SQL: an empty part would put every such job under one shared key.
+ */
 export function defaultConcurrencyKey(def: JobDefinition<any, any, any>, payload: unknown): string | null {
   const key = def.concurrency?.key;
   if (key === undefined) return null;
   if (typeof key === 'function') return key(payload) ?? null;
   const fields = (payload ?? {}) as Record<string, unknown>;
-  return key.replace(/\{([A-Za-z0-9_]+)\}/g, (_, f: string) => String(fields[f] ?? ''));
+  const missing = templateFields(key).filter((f) => fields[f] === undefined || fields[f] === null);
+  if (missing.length > 0) {
+    throw new ValidationError(
+      'payload',
+      `has no ${missing.join(', ')}, which job type ${def.type} keys its jobs on (${key}); give it, or a concurrencyKey`,
+    );
+  }
+  return key.replace(/\{([A-Za-z0-9_]+)\}/g, (_, f: string) => String(fields[f]));
 }

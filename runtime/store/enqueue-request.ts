@@ -144,7 +144,14 @@ export function enqueueRequest(registry: JobRegistry) {
         return z.NEVER;
       }
       // The key: the enqueuer's, else the type's default from the payload (a ledger's postings).
-      const concurrencyKey = spec.concurrencyKey ?? defaultConcurrencyKey(def, payload);
+      let concurrencyKey: string | null;
+      try {
+        concurrencyKey = spec.concurrencyKey ?? defaultConcurrencyKey(def, payload);
+      } catch (err) {
+        if (!(err instanceof ValidationError)) throw err;
+        ctx.addIssue({ code: 'custom', path: err.field.split('.'), message: err.reason, input: raw });
+        return z.NEVER;
+      }
       return {
         type: def.type,
         payload,
