@@ -56,6 +56,13 @@ export interface JobView {
   finishedAt: string | null;
   /** Its priority lane (urgent or bulk). */
   lane: Job['lane'];
+  /** Jobs of one key run at most `concurrencyLimit` at a time, in enqueue order; null without a key. */
+  concurrencyKey: string | null;
+  concurrencyLimit: number | null;
+  /** Since when it has waited for its key (or its type's limit) to free up; null when not waiting. */
+  blockedSince: string | null;
+  /** The job that enqueued it (ctx.enqueueChildren), if any. */
+  parentId: string | null;
   duplicate?: boolean;
 }
 
@@ -77,6 +84,10 @@ export function jobView(job: Job, extra: { duplicate?: boolean } = {}): JobView 
     startedAt: job.startedAt?.toISOString() ?? null,
     finishedAt: job.finishedAt?.toISOString() ?? null,
     lane: job.lane,
+    concurrencyKey: job.concurrencyKey,
+    concurrencyLimit: job.concurrencyLimit,
+    blockedSince: job.blockedSince?.toISOString() ?? null,
+    parentId: job.parentId,
     ...extra,
   };
 }

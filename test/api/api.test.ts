@@ -17,7 +17,10 @@ import { call, capturingLogger, rawRequest, startServer, type TestServer } from 
 
 const JOB_KEYS = [
   'attempt',
+  'blockedSince',
   'cancelledBy',
+  'concurrencyKey',
+  'concurrencyLimit',
   'createdAt',
   'finishedAt',
   'id',
@@ -25,6 +28,7 @@ const JOB_KEYS = [
   'lane',
   'lastError',
   'maxAttempts',
+  'parentId',
   'payload',
   'progress',
   'result',
@@ -417,6 +421,17 @@ describe('jobs API', () => {
       expect(Object.keys(r.body).sort()).toEqual(JOB_KEYS);
       const { duplicate: _d, ...withoutDuplicate } = created.body;
       expect(r.body).toEqual(withoutDuplicate);
+    });
+
+    it("shows a job's concurrency key and limit, and since when it has waited for its key", async () => {
+      const first = await call(api.url, 'POST', '/v1/jobs', { json: ledger('B-KEY-1', { concurrencyKey: 'ledger:api-view' }) });
+      expect(first.body).toMatchObject({ concurrencyKey: 'ledger:api-view', concurrencyLimit: 1, blockedSince: null, parentId: null });
+      const second = await call(api.url, 'POST', '/v1/jobs', { json: ledger('B-KEY-2', { concurrencyKey: 'ledger:api-view' }) });
+      // What a claim writes when it finds the key full (the first job running).
+      await p.db.pool.query("UPDATE jobs.job SET blocked_since = now() - interval '5 seconds' WHERE id = $1", [second.body.id]);
+      const r = await call(api.url, 'GET', `/v1/jobs/${second.body.id}`);
+      expect(r.body).toMatchObject({ state: 'pending', concurrencyKey: 'ledger:api-view', concurrencyLimit: 1 });
+      expect(r.body.blockedSince).toMatch(ISO);
     });
 
     it('accepts an upper-case id', async () => {
