@@ -12,7 +12,9 @@
 // and recorded in a ledger of their own (jobs.app_schema_migrations), so the ERP numbers its
 // files without colliding with the platform's. Their tables go in the application schema `erp`,
 // created here; the services' role gets row access to every table in it and no DDL through
-// default privileges (runtime/db/app-role.ts).
+// default privileges (runtime/db/app-role.ts). That is enforced: an application file that creates,
+// changes or drops a relation in any other schema (public and jobs are the platform's) is rolled
+// back and stops the run, naming the file and the relations.
 
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
@@ -198,12 +200,15 @@ async function applySet(
       try {
         await client.query('BEGIN');
         await client.query("SELECT set_config('lock_timeout', $1, true)", [`${wait.lockTimeoutMs}ms`]);
+        const before = ledger.prefix === APP_PREFIX ? (await client.query<Relation>(OUTSIDE_APP_SCHEMA, [APP_SCHEMA])).rows : null;
         await client.query(m.sql);
+        if (before) outsideAppSchema(name, before, (await client.query<Relation>(OUTSIDE_APP_SCHEMA, [APP_SCHEMA])).rows);
         await client.query(`INSERT INTO ${ledger.table} (version, name, checksum) VALUES ($1, $2, $3)`, [m.version, m.name, m.checksum]);
         await client.query('COMMIT');
         break;
       } catch (err) {
         await client.query('ROLLBACK').catch(() => undefined);
+        if (err instanceof OutsideAppSchemaError) throw err;
         if (!LOCK_RETRY_CODES.has((err as { code?: string }).code ?? '')) {
           throw new Error(`migration ${name} failed: ${(err as Error).message}`, { cause: err });
         }
@@ -229,6 +234,87 @@ async function applySet(
     applied.push(name);
   }
   return { applied, alreadyApplied: migrations.length - applied.length };
+}
+
+/** The relations an application migration is checked against: pg_class relkind → what to call it. */
+const RELKINDS: Record<string, string> = {
+  r: 'table',
+  p: 'partitioned table',
+  v: 'view',
+  m: 'materialized view',
+  S: 'sequence',
+  f: 'foreign table',
+  i: 'index',
+  I: 'partitioned index',
+};
+
+interface Relation {
+  oid: string;
+  name: string;
+  relname: string;
+  kind: string;
+  /** An index's table. */
+  table_oid: string | null;
+  /** This transaction wrote its definition: its pg_class row, or a column, default, constraint, trigger, rule or policy of it. */
+  touched: boolean;
+}
+
+/**
+ * Every relation outside the application schema ($1), system schemas aside (pg_catalog, pg_toast,
+ * temporary tables' pg_temp_N, information_schema). Read inside an application file's transaction
+ * before and after its SQL: new ones it created, missing ones it dropped (or moved), touched ones
+ * it changed (ALTER, GRANT, TRUNCATE, a trigger or a foreign key to it), as catalog rows written
+ * by this transaction. Not seen: a change made inside a subtransaction (a DO block's EXCEPTION).
+ */
+const OUTSIDE_APP_SCHEMA = `
+  WITH mine AS (SELECT pg_current_xact_id()::xid AS x),
+  touched AS (
+    SELECT oid AS rel FROM pg_class, mine WHERE xmin = x
+    UNION SELECT attrelid FROM pg_attribute, mine WHERE xmin = x
+    UNION SELECT adrelid FROM pg_attrdef, mine WHERE xmin = x
+    UNION SELECT conrelid FROM pg_constraint, mine WHERE xmin = x
+    UNION SELECT tgrelid FROM pg_trigger, mine WHERE xmin = x
+    UNION SELECT ev_class FROM pg_rewrite, mine WHERE xmin = x
+    UNION SELECT polrelid FROM pg_policy, mine WHERE xmin = x)
+  SELECT c.oid::text AS oid, format('%I.%I', n.nspname, c.relname) AS name, quote_ident(c.relname) AS relname,
+         c.relkind::text AS kind, i.indrelid::text AS table_oid, c.oid IN (SELECT rel FROM touched) AS touched
+    FROM pg_class c
+    JOIN pg_namespace n ON n.oid = c.relnamespace
+    LEFT JOIN pg_index i ON i.indexrelid = c.oid
+   WHERE c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f', 'i', 'I')
+     AND n.nspname <> $1 AND n.nspname <> 'information_schema' AND n.nspname NOT LIKE 'pg\\_%'`;
+
+class OutsideAppSchemaError extends Error {}
+
+/** Throws, naming the file and the relations, when an application file created, changed or dropped a relation outside `erp`. */
+function outsideAppSchema(name: string, before: Relation[], after: Relation[]): void {
+  const was = new Set(before.map((r) => r.oid));
+  const is = new Set(after.map((r) => r.oid));
+  // A table's own indexes go with it: `created table public.x`, not its primary key's index too.
+  // Tables first (the kinds in RELKINDS' order), then by name.
+  const rank = (r: Relation) => Object.keys(RELKINDS).indexOf(r.kind);
+  const own = (rs: Relation[]) =>
+    rs
+      .filter((r) => !(r.table_oid && rs.some((t) => t.oid === r.table_oid)))
+      .sort((a, b) => rank(a) - rank(b) || a.name.localeCompare(b.name));
+  const created = own(after.filter((r) => !was.has(r.oid)));
+  const found = [
+    ['created', created],
+    ['changed', own(after.filter((r) => was.has(r.oid) && r.touched))],
+    ['dropped or moved', own(before.filter((r) => !is.has(r.oid)))],
+  ] as const;
+  const did = found
+    .filter(([, rs]) => rs.length > 0)
+    .map(([verb, rs]) => `${verb} ${rs.map((r) => `${RELKINDS[r.kind]} ${r.name}`).join(', ')}`);
+  if (did.length === 0) return;
+  const first = created.find((r) => r.table_oid === null);
+  const hint = first
+    ? ` (write ${APP_SCHEMA}.${first.relname}, not ${first.name})`
+    : " (leave the platform's tables as they are: no ALTER, GRANT, index or trigger on one, and no foreign key to one, which puts triggers on it)";
+  throw new OutsideAppSchemaError(
+    `migration ${name} ${did.join('; ')}: the ERP's migrations (migrations/app) create and change relations in the ${APP_SCHEMA} schema only${hint}; ` +
+      "nothing of the ERP's in public, jobs (the platform's) or another schema. Nothing of the file was applied: fix it and run again",
+  );
 }
 
 /** The other sessions holding locks on tables of the platform's or the application's schema, oldest transaction first, for the message. */

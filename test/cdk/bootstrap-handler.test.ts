@@ -19,7 +19,7 @@ import {
   type BootstrapEvent,
 } from '../../runtime/bootstrap/handler.ts';
 import { databaseUrlFromEnv, ENV } from '../../runtime/config/env.ts';
-import { defaultMigrationsDir, loadMigrations } from '../../runtime/db/migrate.ts';
+import { defaultMigrationsDir, loadAppMigrations, loadMigrations } from '../../runtime/db/migrate.ts';
 import { JobStore } from '../../runtime/store/job-store.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
 
@@ -72,19 +72,20 @@ describe('schema bootstrap handler', () => {
   });
   afterAll(() => db.drop());
 
-  it('Create applies every migration of runtime/db/migrations, then an Update applies none', async () => {
+  it('Create applies every migration of runtime/db/migrations, then the ERP’s (migrations/app, whatever it holds), then an Update applies none', async () => {
     const onEvent = createBootstrapHandler(deps);
     const files = (await loadMigrations(defaultMigrationsDir())).map((m) => m.name);
+    const all = [...files, ...(await loadAppMigrations()).map((m) => `app/${m.name}`)];
     const created = await onEvent(event('Create'));
     expect(created.PhysicalResourceId).toBe(SCHEMA_PHYSICAL_ID);
-    expect(created.Data).toEqual({ Applied: files.join(','), AppliedCount: files.length, AlreadyApplied: 0 });
+    expect(created.Data).toEqual({ Applied: all.join(','), AppliedCount: all.length, AlreadyApplied: 0 });
     expect(secretReads).toEqual([SECRET_ARN]);
     const { rows } = await db.pool.query<{ name: string }>('SELECT name FROM jobs.schema_migrations ORDER BY version');
     expect(rows.map((r) => r.name)).toEqual(files);
 
     const updated = await onEvent(event('Update', 'h2'));
     expect(updated.PhysicalResourceId).toBe(SCHEMA_PHYSICAL_ID);
-    expect(updated.Data).toMatchObject({ AppliedCount: 0, AlreadyApplied: files.length });
+    expect(updated.Data).toMatchObject({ AppliedCount: 0, AlreadyApplied: all.length });
   });
 
   it('Delete leaves the schema and its data alone and touches nothing', async () => {
@@ -231,10 +232,11 @@ describe("the services' own database role (least privilege)", () => {
   });
 
   it("applies the ERP's own migrations (migrations/app) after the platform's: the role writes their erp tables and cannot change them", async () => {
+    // A folder of its own with a version of its own: the Create above applied migrations/app, whatever the ERP has put there.
     const appDir = await mkdtemp(join(tmpdir(), 'bootstrap-app-'));
     await writeFile(
-      join(appDir, '0001_invoice_lines.sql'),
-      'CREATE TABLE erp.invoice_lines (id bigserial PRIMARY KEY, invoice text NOT NULL);\n',
+      join(appDir, '9001_bootstrap_lines.sql'),
+      'CREATE TABLE erp.bootstrap_lines (id bigserial PRIMARY KEY, invoice text NOT NULL);\n',
     );
     const onEvent = createBootstrapHandler({
       ...deps,
@@ -245,12 +247,12 @@ describe("the services' own database role (least privilege)", () => {
       ...event('Update', 'h4'),
       ResourceProperties: { DatabaseSecretArn: SECRET_ARN, AppSecretArn: APP_ARN, MigrationsHash: 'h4' },
     });
-    expect(res.Data).toMatchObject({ Applied: 'app/0001_invoice_lines.sql', AppliedCount: 1 });
+    expect(res.Data).toMatchObject({ Applied: 'app/9001_bootstrap_lines.sql', AppliedCount: 1 });
     await asApp(async (c) => {
-      await c.query("INSERT INTO erp.invoice_lines (invoice) VALUES ('INV-1')");
-      expect((await c.query('SELECT count(*)::int AS n FROM erp.invoice_lines')).rows[0].n).toBe(1);
-      await denied(c, 'ALTER TABLE erp.invoice_lines ADD COLUMN sneaky int');
-      await denied(c, 'DROP TABLE erp.invoice_lines');
+      await c.query("INSERT INTO erp.bootstrap_lines (invoice) VALUES ('INV-1')");
+      expect((await c.query('SELECT count(*)::int AS n FROM erp.bootstrap_lines')).rows[0].n).toBe(1);
+      await denied(c, 'ALTER TABLE erp.bootstrap_lines ADD COLUMN sneaky int');
+      await denied(c, 'DROP TABLE erp.bootstrap_lines');
       await denied(c, 'CREATE TABLE erp.sneaky (id int)');
       await denied(c, "INSERT INTO jobs.app_schema_migrations (version, name, checksum) VALUES (9999, '9999_x.sql', 'x')");
     });

@@ -42,11 +42,12 @@ async function jobs(args: string[]) {
 
 describe('the bundled jobs command (worker image)', () => {
   it("migrates from the migrations beside it (the platform's, then the ERP's own in app-migrations/), then answers on-call commands", async () => {
-    // As if migrations/app held this file when the image was built.
+    // As if migrations/app held this file when the image was built, beside whatever the ERP has
+    // put there (a version of its own: the ERP numbers from 0001).
     expect(existsSync(join(dir, 'app-migrations'))).toBe(true);
-    await writeFile(join(dir, 'app-migrations', '0001_bundle_check.sql'), 'CREATE TABLE erp.bundle_check (id int PRIMARY KEY);\n');
+    await writeFile(join(dir, 'app-migrations', '9901_bundle_check.sql'), 'CREATE TABLE erp.bundle_check (id int PRIMARY KEY);\n');
     const m = await jobs(['migrate']);
-    expect(m.stdout).toMatch(/applied app\/0001_bundle_check\.sql/);
+    expect(m.stdout).toMatch(/applied app\/9901_bundle_check\.sql/);
     expect((await db.pool.query("SELECT to_regclass('erp.bundle_check') IS NOT NULL AS present")).rows[0].present).toBe(true);
     expect(m.stderr).toBe('');
     expect(m.code).toBe(0);

@@ -1,6 +1,9 @@
 // The README's handler example (test/examples/invoices-post.ts, the same text) does what the
 // README says: every invoice of the batch posted once, a chunk at a time, and an attempt that
 // fails between chunks resumes after the last checkpoint without posting anything twice.
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { createPlatform, type Platform, waitFor } from '../support/platform.ts';
@@ -8,8 +11,11 @@ import { postInvoices } from './invoices-post.ts';
 
 let p: Platform;
 beforeAll(async () => {
-  p = await createPlatform({ registry: new JobRegistry([postInvoices]), timings: { maxAttempts: 5 } });
-  // The erp schema comes with the migrations (README "Your tables"); these tables stand in for the ERP's own.
+  // An empty folder for the ERP's migrations, not migrations/app: the ERP's own may already make
+  // erp.invoice (the README's "Your tables" does), and these tables, made below, stand in for them.
+  const appDir = await mkdtemp(join(tmpdir(), 'no-app-migrations-'));
+  p = await createPlatform({ registry: new JobRegistry([postInvoices]), timings: { maxAttempts: 5 }, appDir });
+  // The erp schema comes with the migrations (README "Your tables").
   await p.db.pool.query(`
     CREATE TABLE erp.invoice (id integer PRIMARY KEY, batch text NOT NULL, total numeric NOT NULL, posted_at timestamptz);
     CREATE TABLE erp.ledger_line (invoice_id integer NOT NULL REFERENCES erp.invoice, amount numeric NOT NULL);

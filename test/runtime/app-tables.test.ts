@@ -2,7 +2,9 @@
 // folder (migrations/app) creates a table in the `erp` schema as the owner role, after the
 // services' role exists, as on a later deployment. A handler then writes it through ctx.db, in a
 // real worker connecting as the services' role the way the local stack and ECS do, and cannot
-// ALTER, DROP or TRUNCATE it: PostgreSQL refuses (insufficient_privilege).
+// ALTER, DROP or TRUNCATE it: PostgreSQL refuses (insufficient_privilege). The ERP's migrations
+// here come from a folder of this file's own, never the repository's migrations/app: the tests
+// hold whatever the ERP has put there (its own 0001, the README's tables).
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -60,11 +62,11 @@ let appPool: pg.Pool;
 let appDir: string;
 
 beforeAll(async () => {
-  p = await createPlatform({ registry: new JobRegistry([postInvoices, readmeExample]), timings: { maxAttempts: 1 } });
-  // A stack deployed before the ERP had tables: the platform migrated, the services' role made.
+  // A stack deployed before the ERP had tables (its folder empty): the platform migrated, the services' role made.
+  appDir = await mkdtemp(join(tmpdir(), 'app-migrations-'));
+  p = await createPlatform({ registry: new JobRegistry([postInvoices, readmeExample]), timings: { maxAttempts: 1 }, appDir });
   await ensureAppRole(p.db.pool, role);
   // Then the ERP adds its first migration and deploys: applied as the owner role, after the platform's.
-  appDir = await mkdtemp(join(tmpdir(), 'app-migrations-'));
   await writeFile(join(appDir, '0001_invoice_lines.sql'), INVOICE_LINES);
   expect(await pendingMigrations(p.db.pool, undefined, appDir)).toEqual(['app/0001_invoice_lines.sql']);
   const r = await migrate(p.db.pool, { appDir });
@@ -79,8 +81,8 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await p.close();
-  await appPool.end().catch(() => undefined);
+  await p?.close();
+  await appPool?.end().catch(() => undefined);
   const admin = new pg.Client({ connectionString: inject('pgAdminUrl') });
   await admin.connect();
   await admin.query(`DROP ROLE IF EXISTS ${role.username}`);

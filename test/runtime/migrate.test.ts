@@ -141,3 +141,113 @@ describe('migrate behind a long transaction', () => {
     }
   });
 });
+
+// The ERP's own migrations (README "Your tables") may create and change relations in the erp
+// schema only: a file that touches any other (public and jobs are the platform's) is rolled back
+// whole and stops the run, naming the file, the relations and the fix. Its folders are its own:
+// none of the repository's migrations/app (whatever the ERP has put there) is applied here.
+describe("the ERP's migrations stay in the erp schema", () => {
+  let db: TestDb;
+  beforeAll(async () => {
+    db = await createTestDb({ appDir: await mkdtemp(join(tmpdir(), 'no-app-mig-')) });
+  });
+  afterAll(() => db.drop());
+
+  /** A folder of the ERP's migrations holding `files` (name → SQL). */
+  async function appDirWith(files: Record<string, string>): Promise<string> {
+    const dir = await mkdtemp(join(tmpdir(), 'app-mig-'));
+    for (const [name, sql] of Object.entries(files)) await writeFile(join(dir, name), sql);
+    return dir;
+  }
+  const exists = async (name: string) =>
+    (await db.pool.query<{ ok: boolean }>('SELECT to_regclass($1) IS NOT NULL AS ok', [name])).rows[0]!.ok;
+  const recorded = async (version: number) =>
+    (await db.pool.query('SELECT 1 FROM jobs.app_schema_migrations WHERE version = $1', [version])).rowCount;
+
+  it('refuses a table in public and leaves nothing of the file: no table, not recorded, still pending', async () => {
+    const appDir = await appDirWith({
+      '9101_stock.sql': 'CREATE TABLE erp.stock_first (id int);\nCREATE TABLE public.stock_public (id bigserial PRIMARY KEY);\n',
+    });
+    await expect(migrate(db.pool, { appDir })).rejects.toThrow(
+      /^migration app\/9101_stock\.sql created table public\.stock_public, sequence public\.stock_public_id_seq: the ERP's migrations \(migrations\/app\) create and change relations in the erp schema only \(write erp\.stock_public, not public\.stock_public\); nothing of the ERP's in public, jobs/,
+    );
+    expect(await exists('public.stock_public')).toBe(false);
+    expect(await exists('erp.stock_first')).toBe(false);
+    expect(await recorded(9101)).toBe(0);
+    expect(await pendingMigrations(db.pool, undefined, appDir)).toEqual(['app/9101_stock.sql']);
+    // Fixed, the same file applies.
+    await writeFile(join(appDir, '9101_stock.sql'), 'CREATE TABLE erp.stock_first (id int);\nCREATE TABLE erp.stock_public (id int);\n');
+    expect((await migrate(db.pool, { appDir })).applied).toEqual(['app/9101_stock.sql']);
+    expect(await exists('erp.stock_public')).toBe(true);
+  });
+
+  it('refuses a table in jobs, the platform’s schema', async () => {
+    const appDir = await appDirWith({ '9102_jobs_side.sql': 'CREATE TABLE jobs.erp_side (id int);\n' });
+    await expect(migrate(db.pool, { appDir })).rejects.toThrow(
+      /^migration app\/9102_jobs_side\.sql created table jobs\.erp_side: .*erp\.erp_side/,
+    );
+    expect(await exists('jobs.erp_side')).toBe(false);
+    expect(await recorded(9102)).toBe(0);
+  });
+
+  it('refuses an unqualified CREATE TABLE: with the owner’s search_path ("$user", public) it lands in public', async () => {
+    const appDir = await appDirWith({ '9103_unqualified.sql': 'CREATE TABLE stock_unqualified (id int);\n' });
+    await expect(migrate(db.pool, { appDir })).rejects.toThrow(
+      /^migration app\/9103_unqualified\.sql created table public\.stock_unqualified: .*\(write erp\.stock_unqualified, not public\.stock_unqualified\)/,
+    );
+    expect(await exists('public.stock_unqualified')).toBe(false);
+  });
+
+  it.each([
+    ['a view in public', 'CREATE VIEW public.open_jobs AS SELECT id FROM jobs.job', /created view public\.open_jobs/],
+    [
+      'a materialized view in public',
+      'CREATE MATERIALIZED VIEW erp_totals AS SELECT 1 AS n',
+      /created materialized view public\.erp_totals/,
+    ],
+    ['a sequence in jobs', 'CREATE SEQUENCE jobs.erp_numbers', /created sequence jobs\.erp_numbers/],
+    ['a table in a schema of its own', 'CREATE SCHEMA erp_extra; CREATE TABLE erp_extra.t (id int)', /created table erp_extra\.t/],
+    [
+      'an ALTER of the platform’s job table',
+      'ALTER TABLE jobs.job ADD COLUMN erp_note text',
+      /changed table jobs\.job: .*leave the platform's tables as they are/,
+    ],
+    [
+      'an ALTER of a platform table in public',
+      'ALTER TABLE ledger_entries ADD COLUMN erp_note text',
+      /changed table public\.ledger_entries/,
+    ],
+    ['an index on the platform’s job table', 'CREATE INDEX erp_by_type ON jobs.job (type)', /created index jobs\.erp_by_type/],
+    ['a GRANT on a platform table', 'GRANT SELECT ON jobs.job TO PUBLIC', /changed table jobs\.job/],
+    ['a DROP of a platform table', 'DROP TABLE inventory_costs', /dropped or moved table public\.inventory_costs/],
+    [
+      'a foreign key to jobs.job (its triggers go on the platform’s table)',
+      'CREATE TABLE erp.job_note (job_id uuid REFERENCES jobs.job)',
+      /changed table jobs\.job/,
+    ],
+  ])('refuses %s, and applies none of it', async (_, sql, message) => {
+    const appDir = await appDirWith({ '9104_outside.sql': `CREATE TABLE erp.alongside (id int);\n${sql};\n` });
+    await expect(migrate(db.pool, { appDir })).rejects.toThrow(message);
+    expect(await exists('erp.alongside')).toBe(false);
+    expect(await recorded(9104)).toBe(0);
+    const { rows } = await db.pool.query(
+      "SELECT count(*)::int AS n FROM information_schema.columns WHERE column_name = 'erp_note' AND table_schema IN ('jobs', 'public')",
+    );
+    expect(rows[0].n).toBe(0);
+    expect(await exists('public.inventory_costs')).toBe(true);
+  });
+
+  it('applies what stays in erp: tables, their sequences and indexes, views of the platform’s tables, its own temporary tables', async () => {
+    const appDir = await appDirWith({
+      '9105_stock_count.sql':
+        'CREATE TABLE erp.stock_count (id bigserial PRIMARY KEY, warehouse text NOT NULL UNIQUE);\n' +
+        'CREATE INDEX stock_count_by_warehouse ON erp.stock_count (lower(warehouse));\n' +
+        'CREATE VIEW erp.job_states AS SELECT state, count(*) AS n FROM jobs.job GROUP BY state;\n' +
+        'CREATE TEMPORARY TABLE scratch (n int) ON COMMIT DROP;\n' +
+        'INSERT INTO erp.stock_count (warehouse) VALUES ($$W1$$);\n',
+    });
+    expect((await migrate(db.pool, { appDir })).applied).toEqual(['app/9105_stock_count.sql']);
+    expect(await recorded(9105)).toBe(1);
+    expect((await db.pool.query('SELECT warehouse FROM erp.stock_count')).rows).toEqual([{ warehouse: 'W1' }]);
+  });
+});

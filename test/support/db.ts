@@ -20,8 +20,11 @@ export interface TestDb {
 /**
  * `migrate: false`: an empty database. `migrateThrough: N`: the migrations numbered up to N only,
  * the schema a deployment had before a later one (upgrade tests then run `migrate` for the rest).
+ * The ERP's own migrations come from migrations/app (whatever the ERP has put there) unless
+ * `appDir` names another folder: a test of the mechanism, or one that makes erp tables of its own,
+ * passes a folder of its own (an empty one: none of the ERP's).
  */
-export async function createTestDb(opts: { migrate?: boolean; migrateThrough?: number } = {}): Promise<TestDb> {
+export async function createTestDb(opts: { migrate?: boolean; migrateThrough?: number; appDir?: string } = {}): Promise<TestDb> {
   const admin = inject('pgAdminUrl');
   const name = `t_${randomBytes(6).toString('hex')}`;
   const c = new pg.Client({ connectionString: admin });
@@ -36,8 +39,9 @@ export async function createTestDb(opts: { migrate?: boolean; migrateThrough?: n
     return p;
   };
   const pool = newPool(20);
-  if (opts.migrateThrough !== undefined) await migrateThrough(pool, opts.migrateThrough);
-  else if (opts.migrate !== false) await migrate(pool);
+  const appDir = opts.appDir ? { appDir: opts.appDir } : {};
+  if (opts.migrateThrough !== undefined) await migrateThrough(pool, opts.migrateThrough, appDir);
+  else if (opts.migrate !== false) await migrate(pool, appDir);
   return {
     url,
     pool,
@@ -52,7 +56,7 @@ export async function createTestDb(opts: { migrate?: boolean; migrateThrough?: n
   };
 }
 
-async function migrateThrough(pool: pg.Pool, last: number): Promise<void> {
+async function migrateThrough(pool: pg.Pool, last: number, appDir: { appDir?: string }): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), `mig-${last}-`));
   try {
     await cp(defaultMigrationsDir(), dir, {
@@ -62,7 +66,7 @@ async function migrateThrough(pool: pg.Pool, last: number): Promise<void> {
         return !m || Number(m[1]) <= last;
       },
     });
-    await migrate(pool, { dir });
+    await migrate(pool, { dir, ...appDir });
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

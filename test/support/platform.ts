@@ -40,8 +40,11 @@ export interface Platform {
   close(): Promise<void>;
 }
 
-export async function createPlatform(opts: { timings?: Partial<JobTimings>; registry?: JobRegistry } = {}): Promise<Platform> {
-  const db = await createTestDb();
+/** `appDir`: the ERP's migrations from this folder instead of migrations/app (see createTestDb). */
+export async function createPlatform(
+  opts: { timings?: Partial<JobTimings>; registry?: JobRegistry; appDir?: string } = {},
+): Promise<Platform> {
+  const db = await createTestDb(opts.appDir ? { appDir: opts.appDir } : {});
   const timings = { ...FAST_TIMINGS, ...opts.timings };
   const dlq = new MemoryQueue({ visibilityTimeoutSeconds: 30 });
   const queue = new MemoryQueue({
