@@ -35,7 +35,7 @@ describe('docs', () => {
     expect(shown.split('\n').length - 1, 'under 40 lines').toBeLessThan(40);
   });
 
-  it("every stack output a runbook or the deploy guide names as a <Placeholder> is one the stacks declare", () => {
+  it('every stack output a runbook or the deploy guide names as a <Placeholder> is one the stacks declare', () => {
     const declared = new Set(
       ['lib/stacks/data-stack.ts', 'lib/stacks/services-stack.ts'].flatMap((f) =>
         [...read(f).matchAll(/new CfnOutput\(this, '([A-Za-z0-9]+)'/g)].map((m) => m[1]!),
@@ -45,7 +45,10 @@ describe('docs', () => {
     for (const doc of ['docs/runbooks/README.md', 'docs/deploy.md', 'README.md']) {
       // Output names are PascalCase ending in a noun the stacks use: …Arn, …Url, …Name, …Group, …Endpoint.
       const named = [...read(doc).matchAll(/<([A-Z][A-Za-z0-9]+(?:Arn|Url|Name|Group|Endpoint))>/g)].map((m) => m[1]!);
-      expect(named.filter((n) => !declared.has(n)), doc).toEqual([]);
+      expect(
+        named.filter((n) => !declared.has(n)),
+        doc,
+      ).toEqual([]);
     }
   });
 

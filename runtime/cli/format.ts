@@ -3,6 +3,7 @@
 
 import type { Job } from '../domain/job.ts';
 import { attemptReading, errorReading, waitingFor } from '../domain/reading.ts';
+import type { JobStore } from '../store/job-store.ts';
 
 /** Bad usage of a jobs command: exit 2 with the message. */
 export class UsageError extends Error {}
@@ -15,6 +16,24 @@ export interface JobSurroundings {
   typeSlots?: { limit: number; holders: string[] } | null;
   /** The jobs its handler enqueued (ctx.enqueue), oldest first, and how many there are in all. */
   children?: { jobs: { id: string; type: string; state: string }[]; total: number };
+}
+
+/**
+ * What a job waits on, read from the database: the running jobs of its concurrency key and its
+ * type's fleet limit with the jobs holding its slots. The holders only while it is blocked (a
+ * pending job with blockedSince); the limit always (`jobs show` prints it). `jobs show` prints
+ * this in its `waiting` line and `jobs show --watch` in its status line, both with waitingFor.
+ */
+export async function blockers(
+  store: Pick<JobStore, 'typeLimit' | 'runningWithKey' | 'runningWithType'>,
+  j: Pick<Job, 'type' | 'state' | 'blockedSince' | 'concurrencyKey'>,
+): Promise<Required<Pick<JobSurroundings, 'keyHolders' | 'typeSlots'>>> {
+  const waiting = j.blockedSince !== null && j.state === 'pending';
+  const [limit, keyHolders] = await Promise.all([
+    store.typeLimit(j.type),
+    waiting && j.concurrencyKey ? store.runningWithKey(j.concurrencyKey) : [],
+  ]);
+  return { keyHolders, typeSlots: limit === null ? null : { limit, holders: waiting ? await store.runningWithType(j.type) : [] } };
 }
 
 export function formatJob(j: Job, around: JobSurroundings = {}): string {

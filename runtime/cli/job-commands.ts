@@ -1,11 +1,11 @@
 // The job commands of `jobs` (runtime/cli/main.ts dispatches here): list the job types, enqueue
 // a job, show, list and cancel jobs. Each opens its own small pool, does its one thing and closes it.
 
-import { parseArgs } from 'node:util';
 import { databaseUrlFromEnv, jobTimingsFromEnv } from '../config/env.ts';
 import { keepFinishedDaysFromEnv } from '../config/retention.ts';
 import { sqsFromEnvIfSet } from '../config/sqs.ts';
 import { createPool } from '../db/pool.ts';
+import { ValidationError } from '../domain/errors.ts';
 import { isJobId } from '../domain/ids.ts';
 import type { Job, JobState } from '../domain/job.ts';
 import { JOB_STATES } from '../domain/job.ts';
@@ -18,7 +18,8 @@ import { silentLogger } from '../observability/log.ts';
 import { JobClient } from '../store/client.ts';
 import type { JobStore } from '../store/job-store.ts';
 import { Publisher } from '../store/outbox.ts';
-import { formatJob, UsageError } from './format.ts';
+import { parseCommand } from './args.ts';
+import { blockers, formatJob, UsageError } from './format.ts';
 import { cliQueue } from './queue.ts';
 
 export type Env = Record<string, string | undefined>;
@@ -58,7 +59,7 @@ export async function jobCommand(
 ): Promise<number> {
   switch (command) {
     case 'types': {
-      const { values } = parseArgs({ args: rest, options: { describe: { type: 'boolean' }, json: { type: 'boolean' } } });
+      const { values } = parseCommand('jobs types', rest, { describe: { type: 'boolean' }, json: { type: 'boolean' } });
       const registry = defaultRegistry();
       if (values.json) {
         out(
@@ -87,10 +88,10 @@ export async function jobCommand(
     }
 
     case 'enqueue': {
-      const { values, positionals } = parseArgs({
-        args: rest,
-        allowPositionals: true,
-        options: {
+      const { values, positionals } = parseCommand(
+        'jobs enqueue',
+        rest,
+        {
           payload: { type: 'string' },
           key: { type: 'string' },
           'max-attempts': { type: 'string' },
@@ -100,7 +101,8 @@ export async function jobCommand(
           lane: { type: 'string' },
           json: { type: 'boolean' },
         },
-      });
+        { max: 1, what: 'TYPE' },
+      );
       const type = positionals[0];
       if (!type) throw new UsageError('jobs enqueue TYPE --payload JSON: the job type is missing');
       if (values.payload === undefined)
@@ -115,17 +117,21 @@ export async function jobCommand(
       }
       const env = await resolveEnv();
       const [r] = await withClient(env, ({ client }) =>
-        client.enqueueNow({
-          type,
-          payload,
-          idempotencyKey: values.key ?? null,
-          maxAttempts: values['max-attempts'] ? Number(values['max-attempts']) : null,
-          runAt: values['run-at'] ?? null,
-          concurrencyKey: values['concurrency-key'] ?? null,
-          concurrencyLimit: values['concurrency-limit'] ? Number(values['concurrency-limit']) : null,
-          // Checked by the enqueue rules (a bad lane is refused naming the allowed ones).
-          lane: (values.lane as Lane | undefined) ?? null,
-        }),
+        client
+          .enqueueNow({
+            type,
+            payload,
+            idempotencyKey: values.key ?? null,
+            maxAttempts: values['max-attempts'] ? Number(values['max-attempts']) : null,
+            runAt: values['run-at'] ?? null,
+            concurrencyKey: values['concurrency-key'] ?? null,
+            concurrencyLimit: values['concurrency-limit'] ? Number(values['concurrency-limit']) : null,
+            // Checked by the enqueue rules (a bad lane is refused naming the allowed ones).
+            lane: (values.lane as Lane | undefined) ?? null,
+          })
+          .catch((err: unknown) => {
+            throw asFlagError(err, values);
+          }),
       );
       if (values.json) out(JSON.stringify({ ...r!.job, duplicate: r!.duplicate }));
       else out(`${r!.duplicate ? duplicateText(r!.job) : 'enqueued'}\n${formatJob(r!.job)}`);
@@ -133,11 +139,12 @@ export async function jobCommand(
     }
 
     case 'show': {
-      const { values, positionals } = parseArgs({
-        args: rest,
-        allowPositionals: true,
-        options: { json: { type: 'boolean' }, watch: { type: 'boolean' }, interval: { type: 'string' } },
-      });
+      const { values, positionals } = parseCommand(
+        'jobs show',
+        rest,
+        { json: { type: 'boolean' }, watch: { type: 'boolean' }, interval: { type: 'string' } },
+        { max: 1, what: 'ID' },
+      );
       const id = positionals[0];
       if (!id || !isJobId(id)) throw new UsageError(`jobs show ID: ID must be a job id (a UUID), got ${id ?? 'nothing'}`);
       const env = await resolveEnv();
@@ -145,17 +152,11 @@ export async function jobCommand(
       const [job, around] = await withClient(env, async ({ store }) => {
         const j = await store.get(id);
         if (!j) return [null, {}] as const;
-        const waiting = j.blockedSince !== null && j.state === 'pending';
-        const [limit, keyHolders, children] = await Promise.all([
-          store.typeLimit(j.type),
-          waiting && j.concurrencyKey ? store.runningWithKey(j.concurrencyKey) : [],
-          store.children(j.id, 21),
-        ]);
+        const [waitingOn, children] = await Promise.all([blockers(store, j), store.children(j.id, 21)]);
         return [
           j,
           {
-            keyHolders,
-            typeSlots: limit === null ? null : { limit, holders: waiting ? await store.runningWithType(j.type) : [] },
+            ...waitingOn,
             // 20 shown; a 21st says there are more, counted.
             children: { jobs: children.slice(0, 20), total: children.length > 20 ? await store.childCount(j.id) : children.length },
           },
@@ -170,7 +171,7 @@ export async function jobCommand(
     }
 
     case 'cancel': {
-      const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { by: { type: 'string' } } });
+      const { values, positionals } = parseCommand('jobs cancel', rest, { by: { type: 'string' } }, { max: 1, what: 'ID' });
       const id = positionals[0];
       if (!id || !isJobId(id)) throw new UsageError(`jobs cancel ID: ID must be a job id (a UUID), got ${id ?? 'nothing'}`);
       const by = `${values.by ?? process.env.USER ?? 'unknown'} (cli)`;
@@ -186,15 +187,12 @@ export async function jobCommand(
     }
 
     case 'list': {
-      const { values } = parseArgs({
-        args: rest,
-        options: {
-          state: { type: 'string' },
-          type: { type: 'string' },
-          lane: { type: 'string' },
-          limit: { type: 'string', default: '20' },
-          json: { type: 'boolean' },
-        },
+      const { values } = parseCommand('jobs list', rest, {
+        state: { type: 'string' },
+        type: { type: 'string' },
+        lane: { type: 'string' },
+        limit: { type: 'string', default: '20' },
+        json: { type: 'boolean' },
       });
       if (values.state && !JOB_STATES.includes(values.state as JobState))
         throw new UsageError(`--state must be one of ${JOB_STATES.join(', ')} (got ${values.state})`);
@@ -227,6 +225,38 @@ export async function jobCommand(
       return 0;
     }
   }
+}
+
+/** The flag of `jobs enqueue` that sets each field of the enqueue request. */
+const ENQUEUE_FLAGS: Record<string, string> = {
+  idempotencyKey: 'key',
+  maxAttempts: 'max-attempts',
+  runAt: 'run-at',
+  concurrencyKey: 'concurrency-key',
+  concurrencyLimit: 'concurrency-limit',
+  lane: 'lane',
+};
+
+/**
+ * The enqueue rules name the request's field (`idempotencyKey: must be …`, as the API answers);
+ * a person at the CLI typed a flag: name it instead, and for a key, the length given.
+ */
+function asFlagError(err: unknown, values: Record<string, string | boolean | undefined>): unknown {
+  const flag = err instanceof ValidationError ? ENQUEUE_FLAGS[err.field] : undefined;
+  if (!flag || !(err instanceof ValidationError)) return err;
+  const given = values[flag];
+  const length =
+    (flag === 'key' || flag === 'concurrency-key') && typeof given === 'string'
+      ? given.length === 0
+        ? ' (got an empty one)'
+        : ` (got ${given.length} characters)`
+      : '';
+  // A number flag's rule shows the number it was read as (NaN): show what was typed.
+  const reason =
+    (flag === 'max-attempts' || flag === 'concurrency-limit') && typeof given === 'string'
+      ? err.reason.replace(/\(got [^)]*\)$/, `(got ${given})`)
+      : err.reason;
+  return new UsageError(`--${flag} ${reason}${length}`);
 }
 
 /** What a duplicate enqueue found: an active job, or the ended job a lasting key keeps (defineJob's `idempotency`). */

@@ -2,12 +2,12 @@
 // from the environment; when a variable is unset and `jobs local` is running, its
 // .jobs-local/env fills it in, so `jobs list` just works next to a local stack.
 
-import { parseArgs } from 'node:util';
 import { databaseUrlFromEnv, ENV } from '../config/env.ts';
 import { ConfigError } from '../config/rules.ts';
 import { migrate } from '../db/migrate.ts';
 import { createPool } from '../db/pool.ts';
 import { ValidationError } from '../domain/errors.ts';
+import { parseCommand } from './args.ts';
 import { UsageError } from './format.ts';
 import { type Env, jobCommand } from './job-commands.ts';
 
@@ -20,31 +20,32 @@ Usage:
   jobs migrate                                apply database migrations (idempotent, under a lock)
   jobs api                                    run the HTTP API service
   jobs worker                                 run a worker process
-  jobs enqueue TYPE --payload JSON [--key K] [--max-attempts N] [--run-at ISO] [--concurrency-key K [--concurrency-limit N]] [--lane urgent|bulk]
+  jobs enqueue TYPE --payload JSON [--key K] [--max-attempts N] [--run-at ISO] [--concurrency-key K [--concurrency-limit N]] [--lane urgent|bulk] [--json]
   jobs show ID [--json] [--watch [--interval S]]   --watch: live progress bar, attempt, lease owner and time left, until the job ends
   jobs cancel ID [--by WHO]                   cancel a pending or running job (a running handler is aborted at its next heartbeat)
   jobs list [--state S] [--type T] [--lane L] [--limit N] [--json]
   jobs types [--describe] [--json]            list the job types this build knows; --describe: each payload field
+  jobs help [COMMAND [SUBCOMMAND]]            this text, or one command's usage (as \`jobs COMMAND --help\` prints it)
 
 On-call (docs/runbooks/README.md):
   jobs dead list [--type T] [--since T] [--until T] [--discarded] [--limit N] [--json]
   jobs dead show ID [--json]                  a dead job: its reason, each attempt's outcome and owner, what operators did
-  jobs dead redrive (ID… | --type T | --since T | --until T | --all) [--by WHO] [--reason R] [--max-attempts N] [--from-scratch] [--dry-run]
+  jobs dead redrive (ID… | --type T | --since T | --until T | --all) [--by WHO] [--reason R] [--max-attempts N] [--from-scratch] [--dry-run] [--json]
                                               back to pending with a fresh attempt budget, re-published, recorded
-  jobs dead discard (ID… | --type T | --since T | --until T | --all) --reason R [--by WHO]
+  jobs dead discard (ID… | --type T | --since T | --until T | --all) --reason R [--by WHO] [--json]
   jobs dlq list [--poison] [--lane L] [--limit N] [--json]   every lane's DLQ (or one), each message with its lane and what a redrive would do
-  jobs dlq redrive [--lane L] [--dry-run] [--move] [--rate N] [--limit N] [--by WHO]   move dead letters back to their lane's queue, reconciled with the job table
-  jobs dlq discard MESSAGE_ID… --reason R [--lane L] [--by WHO]
-  jobs dlq move-status                        the DLQ's SQS message move tasks (AWS)
-  jobs dlq move-cancel TASK_HANDLE [--by WHO]   stop a running move task (AWS): what it moved stays moved, the rest stays in the DLQ
+  jobs dlq redrive [--lane L] [--dry-run] [--move] [--rate N] [--limit N] [--by WHO] [--json]   move dead letters back to their lane's queue, reconciled with the job table
+  jobs dlq discard MESSAGE_ID… --reason R [--lane L] [--by WHO] [--json]
+  jobs dlq move-status [--json]               the DLQ's SQS message move tasks (AWS)
+  jobs dlq move-cancel TASK_HANDLE [--by WHO] [--json]   stop a running move task (AWS): what it moved stays moved, the rest stays in the DLQ
   jobs poison list [--reason R] [--since T] [--resolved] [--limit N] [--json]
   jobs stuck [--running-seconds N] [--pending-seconds N] [--limit N] [--json]
   jobs republish (ID… | --type T | --state pending --older-than D) [--by WHO] [--reason R] [--limit N] [--json]
                                               a fresh message for pending jobs whose message is lost (the reconciler does it within minutes)
   jobs schedules list [--next N] [--last N] [--json]   the schedules declared in code: next and last occurrences, paused or not
-  jobs schedules pause NAME [--by WHO] [--reason R]     no occurrence is enqueued until it is resumed (recorded)
-  jobs schedules resume NAME [--by WHO] [--reason R]    from the next occurrence; those that fell while paused are not enqueued (recorded)
-  jobs schedules trigger NAME [--by WHO] [--reason R]   enqueue one of its jobs now (recorded)
+  jobs schedules pause NAME [--by WHO] [--reason R] [--json]     no occurrence is enqueued until it is resumed (recorded)
+  jobs schedules resume NAME [--by WHO] [--reason R] [--json]    from the next occurrence; those that fell while paused are not enqueued (recorded)
+  jobs schedules trigger NAME [--by WHO] [--reason R] [--json]   enqueue one of its jobs now (recorded)
   (T: an ISO 8601 time with an offset, or an age such as 30m, 6h, 2d)
 
 Settings come from the environment (DATABASE_URL, JOBS_QUEUE_URL, …); next to a running
@@ -79,12 +80,21 @@ export async function main(argv: string[]): Promise<number> {
     case undefined:
     case 'help':
     case '--help':
-    case '-h':
-      out(USAGE);
+    case '-h': {
+      // `jobs help dead redrive`: that command's usage, as `jobs dead redrive --help` prints it.
+      const { positionals } = parseCommand('jobs help', rest, {}, { max: 2, what: 'COMMAND [SUBCOMMAND]' });
+      if (positionals.length === 0) {
+        out(USAGE);
+        return 0;
+      }
+      const usage = usageFor(positionals);
+      if (!usage) throw new UsageError(`unknown command "${positionals[0]}"\n\n${USAGE}`);
+      out(`usage:\n${usage}`);
       return 0;
+    }
 
     case 'local': {
-      const { values } = parseArgs({ args: rest, options: { workers: { type: 'string', default: '2' }, 'api-port': { type: 'string' } } });
+      const { values } = parseCommand('jobs local', rest, { workers: { type: 'string', default: '2' }, 'api-port': { type: 'string' } });
       const workers = Number(values.workers);
       if (!Number.isInteger(workers) || workers < 0 || workers > 32)
         throw new UsageError(`--workers must be a whole number from 0 to 32 (got ${values.workers})`);
@@ -125,6 +135,7 @@ export async function main(argv: string[]): Promise<number> {
     }
 
     case 'migrate': {
+      parseCommand('jobs migrate', rest, {});
       const env = await resolveEnv();
       // Migrations change the schema: the administering URL when there is one (the local stack's
       // services and commands use a role without DDL, as deployed).
@@ -140,6 +151,7 @@ export async function main(argv: string[]): Promise<number> {
     }
 
     case 'api': {
+      parseCommand('jobs api', rest, {});
       watchParent();
       const { runApi } = await import('../apps/api.ts');
       await runApi(await resolveEnv());
@@ -147,6 +159,7 @@ export async function main(argv: string[]): Promise<number> {
     }
 
     case 'worker': {
+      parseCommand('jobs worker', rest, {});
       watchParent();
       const { runWorker } = await import('../apps/worker.ts');
       await runWorker(await resolveEnv());

@@ -2,9 +2,9 @@
 // printing what it did and why for every job, or one JSON document with --json. Exit 1 when a
 // job asked for was skipped.
 
-import { parseArgs } from 'node:util';
 import type { OpsJob } from '../oncall/db.ts';
 import { deathSummary } from '../oncall/dead-jobs.ts';
+import { parseCommand } from './args.ts';
 import { formatJob, UsageError } from './format.ts';
 import { type Env, ids, intFlag, type Out, parseTime, skippedLines, whoAsked, withOps } from './oncall-common.ts';
 
@@ -26,16 +26,13 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
   } as const;
   switch (sub) {
     case 'list': {
-      const { values } = parseArgs({
-        args: rest,
-        options: {
-          type: { type: 'string' },
-          since: { type: 'string' },
-          until: { type: 'string' },
-          discarded: { type: 'boolean' },
-          limit: { type: 'string', default: '50' },
-          json: { type: 'boolean' },
-        },
+      const { values } = parseCommand('jobs dead list', rest, {
+        type: { type: 'string' },
+        since: { type: 'string' },
+        until: { type: 'string' },
+        discarded: { type: 'boolean' },
+        limit: { type: 'string', default: '50' },
+        json: { type: 'boolean' },
       });
       const limit = intFlag('--limit', values.limit, 1, 1000)!;
       const since = parseTime('--since', values.since);
@@ -61,8 +58,8 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
     }
 
     case 'show': {
-      const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { json: { type: 'boolean' } } });
-      const [id] = ids(positionals.slice(0, 1), 'jobs dead show ID');
+      const { values, positionals } = parseCommand('jobs dead show', rest, { json: { type: 'boolean' } }, { max: 1, what: 'ID' });
+      const [id] = ids(positionals, 'jobs dead show ID');
       if (!id) throw new UsageError('jobs dead show ID: the job id is missing');
       const shown = await withOps(env, (ops) => ops.deadJobs.get(id));
       if (!shown) {
@@ -90,17 +87,18 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
     }
 
     case 'redrive': {
-      const { values, positionals } = parseArgs({
-        args: rest,
-        allowPositionals: true,
-        options: {
+      const { values, positionals } = parseCommand(
+        'jobs dead redrive',
+        rest,
+        {
           ...filterOptions,
           reason: { type: 'string' },
           'max-attempts': { type: 'string' },
           'from-scratch': { type: 'boolean' },
           'dry-run': { type: 'boolean' },
         },
-      });
+        { max: Number.POSITIVE_INFINITY, what: 'ID…' },
+      );
       const idList = positionals.length > 0 ? ids(positionals, 'jobs dead redrive') : undefined;
       const since = parseTime('--since', values.since);
       const until = parseTime('--until', values.until);
@@ -137,11 +135,12 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
     }
 
     case 'discard': {
-      const { values, positionals } = parseArgs({
-        args: rest,
-        allowPositionals: true,
-        options: { ...filterOptions, reason: { type: 'string' } },
-      });
+      const { values, positionals } = parseCommand(
+        'jobs dead discard',
+        rest,
+        { ...filterOptions, reason: { type: 'string' } },
+        { max: Number.POSITIVE_INFINITY, what: 'ID…' },
+      );
       const idList = positionals.length > 0 ? ids(positionals, 'jobs dead discard') : undefined;
       if (!values.reason?.trim()) throw new UsageError('jobs dead discard: --reason is required (why will these dead jobs not be re-run?)');
       const since = parseTime('--since', values.since);

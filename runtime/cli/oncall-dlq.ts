@@ -3,12 +3,12 @@
 // (oncall/dlq-lanes.ts; `--lane urgent|bulk` for one). Every dead letter is printed with its lane,
 // verdict and why. Exit 1 when a move was refused, a message not found or a cancel refused.
 
-import { parseArgs } from 'node:util';
 import { ENV } from '../config/env.ts';
 import { ConfigError } from '../config/rules.ts';
 import { isLane, LANES, type Lane } from '../domain/lanes.ts';
 import { MoveCancelError, type DlqPassReport, type ReconciledLetter } from '../oncall/dlq.ts';
 import type { OpsServices } from '../oncall/services.ts';
+import { parseCommand } from './args.ts';
 import { UsageError } from './format.ts';
 import { type Env, intFlag, type Out, whoAsked, withOps } from './oncall-common.ts';
 
@@ -47,14 +47,11 @@ export async function dlqCommand(argv: string[], env: Env, out: Out): Promise<nu
   const [sub, ...rest] = argv;
   switch (sub) {
     case 'list': {
-      const { values } = parseArgs({
-        args: rest,
-        options: {
-          limit: { type: 'string', default: '1000' },
-          poison: { type: 'boolean' },
-          lane: { type: 'string' },
-          json: { type: 'boolean' },
-        },
+      const { values } = parseCommand('jobs dlq list', rest, {
+        limit: { type: 'string', default: '1000' },
+        poison: { type: 'boolean' },
+        lane: { type: 'string' },
+        json: { type: 'boolean' },
       });
       const limit = intFlag('--limit', values.limit, 1, 100_000)!;
       const lane = laneFlag(values.lane);
@@ -71,17 +68,14 @@ export async function dlqCommand(argv: string[], env: Env, out: Out): Promise<nu
     }
 
     case 'redrive': {
-      const { values } = parseArgs({
-        args: rest,
-        options: {
-          'dry-run': { type: 'boolean' },
-          move: { type: 'boolean' },
-          rate: { type: 'string' },
-          limit: { type: 'string', default: '1000' },
-          by: { type: 'string' },
-          lane: { type: 'string' },
-          json: { type: 'boolean' },
-        },
+      const { values } = parseCommand('jobs dlq redrive', rest, {
+        'dry-run': { type: 'boolean' },
+        move: { type: 'boolean' },
+        rate: { type: 'string' },
+        limit: { type: 'string', default: '1000' },
+        by: { type: 'string' },
+        lane: { type: 'string' },
+        json: { type: 'boolean' },
       });
       const limit = intFlag('--limit', values.limit, 1, 100_000)!;
       const rate = intFlag('--rate', values.rate, 1, 500);
@@ -114,11 +108,12 @@ export async function dlqCommand(argv: string[], env: Env, out: Out): Promise<nu
     }
 
     case 'discard': {
-      const { values, positionals } = parseArgs({
-        args: rest,
-        allowPositionals: true,
-        options: { reason: { type: 'string' }, by: { type: 'string' }, lane: { type: 'string' }, json: { type: 'boolean' } },
-      });
+      const { values, positionals } = parseCommand(
+        'jobs dlq discard',
+        rest,
+        { reason: { type: 'string' }, by: { type: 'string' }, lane: { type: 'string' }, json: { type: 'boolean' } },
+        { max: Number.POSITIVE_INFINITY, what: 'MESSAGE_ID…' },
+      );
       if (positionals.length === 0) throw new UsageError('jobs dlq discard MESSAGE_ID…: name the message ids (see jobs dlq list)');
       if (!values.reason?.trim()) throw new UsageError('jobs dlq discard: --reason is required (why are these dead letters thrown away?)');
       const by = whoAsked(values.by);
@@ -137,7 +132,7 @@ export async function dlqCommand(argv: string[], env: Env, out: Out): Promise<nu
     }
 
     case 'move-status': {
-      const { values } = parseArgs({ args: rest, options: { json: { type: 'boolean' } } });
+      const { values } = parseCommand('jobs dlq move-status', rest, { json: { type: 'boolean' } });
       const { tasks, local } = await withOps(env, async (ops) => ({ tasks: await needDlq(ops).moveTasks(), local: needDlq(ops).local }));
       if (values.json) {
         out(JSON.stringify(tasks));
@@ -154,15 +149,14 @@ export async function dlqCommand(argv: string[], env: Env, out: Out): Promise<nu
     }
 
     case 'move-cancel': {
-      const { values, positionals } = parseArgs({
-        args: rest,
-        allowPositionals: true,
-        options: { by: { type: 'string' }, json: { type: 'boolean' } },
-      });
+      const { values, positionals } = parseCommand(
+        'jobs dlq move-cancel',
+        rest,
+        { by: { type: 'string' }, json: { type: 'boolean' } },
+        { max: 1, what: 'TASK_HANDLE' },
+      );
       if (positionals.length !== 1 || !positionals[0]!.trim()) {
-        throw new UsageError(
-          `jobs dlq move-cancel TASK_HANDLE: name one move task handle (see jobs dlq move-status)${positionals.length > 1 ? `, got ${positionals.length} arguments` : ''}`,
-        );
+        throw new UsageError('jobs dlq move-cancel TASK_HANDLE: name one move task handle (see jobs dlq move-status)');
       }
       const by = whoAsked(values.by);
       try {

@@ -9,13 +9,14 @@
 // `jobs dead` is in oncall-dead.ts, `jobs dlq` in oncall-dlq.ts, what they all share in
 // oncall-common.ts; poison, stuck, republish and the watch are here.
 
-import { parseArgs } from 'node:util';
 import { databaseUrlFromEnv } from '../config/env.ts';
 import { createPool } from '../db/pool.ts';
 import { describeStuck, findStuckJobs, formatDuration } from '../oncall/stuck.ts';
 import { watchJob } from '../oncall/watch.ts';
+import { JobStore } from '../store/job-store.ts';
 import { listPoisonMessages, type PoisonReason } from '../store/poison.ts';
-import { UsageError } from './format.ts';
+import { parseCommand } from './args.ts';
+import { blockers, UsageError } from './format.ts';
 import { type Env, ids, intFlag, type Out, parseTime, skippedLines, whoAsked, withOps } from './oncall-common.ts';
 import { deadCommand } from './oncall-dead.ts';
 import { dlqCommand } from './oncall-dlq.ts';
@@ -43,6 +44,7 @@ export async function watchCommand(id: string, intervalRaw: string | undefined, 
   if (!Number.isFinite(seconds) || seconds < 0.1 || seconds > 60)
     throw new UsageError(`--interval must be a number of seconds from 0.1 to 60 (got ${intervalRaw})`);
   const pool = createPool({ url: databaseUrlFromEnv(env), max: 1, applicationName: 'jobs-cli watch' });
+  const store = new JobStore(pool);
   const ac = new AbortController();
   const stop = () => ac.abort();
   process.once('SIGINT', stop);
@@ -55,6 +57,8 @@ export async function watchCommand(id: string, intervalRaw: string | undefined, 
       intervalMs: seconds * 1000,
       columns: process.stdout.columns ?? 80,
       signal: ac.signal,
+      // A blocked job: the key or slots it waits for and who holds them, read as `jobs show` reads them.
+      blockers: (job) => blockers(store, job),
     });
   } finally {
     process.off('SIGINT', stop);
@@ -65,15 +69,12 @@ export async function watchCommand(id: string, intervalRaw: string | undefined, 
 async function poisonCommand(argv: string[], env: Env, out: Out): Promise<number> {
   const [sub, ...rest] = argv;
   if (sub !== 'list') throw new UsageError(`jobs poison: unknown subcommand ${sub ?? '(none)'}; use list (see jobs help)`);
-  const { values } = parseArgs({
-    args: rest,
-    options: {
-      reason: { type: 'string' },
-      since: { type: 'string' },
-      resolved: { type: 'boolean' },
-      limit: { type: 'string', default: '50' },
-      json: { type: 'boolean' },
-    },
+  const { values } = parseCommand('jobs poison list', rest, {
+    reason: { type: 'string' },
+    since: { type: 'string' },
+    resolved: { type: 'boolean' },
+    limit: { type: 'string', default: '50' },
+    json: { type: 'boolean' },
   });
   if (values.reason && values.reason !== 'unparseable-body' && values.reason !== 'unknown-job') {
     throw new UsageError(`--reason must be unparseable-body or unknown-job (got ${values.reason})`);
@@ -107,14 +108,11 @@ async function poisonCommand(argv: string[], env: Env, out: Out): Promise<number
 }
 
 async function stuckCommand(argv: string[], env: Env, out: Out): Promise<number> {
-  const { values } = parseArgs({
-    args: argv,
-    options: {
-      'running-seconds': { type: 'string' },
-      'pending-seconds': { type: 'string' },
-      limit: { type: 'string', default: '100' },
-      json: { type: 'boolean' },
-    },
+  const { values } = parseCommand('jobs stuck', argv, {
+    'running-seconds': { type: 'string' },
+    'pending-seconds': { type: 'string' },
+    limit: { type: 'string', default: '100' },
+    json: { type: 'boolean' },
   });
   const limit = intFlag('--limit', values.limit, 1, 1000)!;
   const runningSeconds = intFlag('--running-seconds', values['running-seconds'], 1, 7 * 86_400);
@@ -156,10 +154,10 @@ function ageSeconds(flag: string, raw: string): number {
 
 /** `jobs republish (ID… | --type T | --state pending --older-than D)`: fresh messages for pending jobs. */
 async function republishCommand(argv: string[], env: Env, out: Out): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
+  const { values, positionals } = parseCommand(
+    'jobs republish',
+    argv,
+    {
       type: { type: 'string' },
       state: { type: 'string' },
       'older-than': { type: 'string' },
@@ -168,7 +166,8 @@ async function republishCommand(argv: string[], env: Env, out: Out): Promise<num
       limit: { type: 'string' },
       json: { type: 'boolean' },
     },
-  });
+    { max: Number.POSITIVE_INFINITY, what: 'ID…' },
+  );
   if (values.state !== undefined && values.state !== 'pending') {
     throw new UsageError(
       `--state must be pending (got ${values.state}): a running job's owner holds its message and the rescuer re-publishes it if the owner dies; a finished job needs none`,

@@ -6,8 +6,8 @@
 // Exit codes: 0 done; 1 nothing changed (already paused, not paused); 2 bad usage or an unknown
 // schedule (the message lists the known ones).
 
-import { parseArgs } from 'node:util';
 import type { ScheduleView } from '../oncall/schedules.ts';
+import { parseCommand } from './args.ts';
 import { UsageError } from './format.ts';
 import { type Env, intFlag, type Out, whoAsked, withOps } from './oncall-common.ts';
 
@@ -26,9 +26,10 @@ export async function schedulesCommand(argv: string[], env: Env, out: Out): Prom
 }
 
 async function list(argv: string[], env: Env, out: Out): Promise<number> {
-  const { values } = parseArgs({
-    args: argv,
-    options: { next: { type: 'string' }, last: { type: 'string' }, json: { type: 'boolean' } },
+  const { values } = parseCommand('jobs schedules list', argv, {
+    next: { type: 'string' },
+    last: { type: 'string' },
+    json: { type: 'boolean' },
   });
   const next = intFlag('--next', values.next, 0, 50) ?? 3;
   const last = intFlag('--last', values.last, 0, 50) ?? 3;
@@ -61,13 +62,14 @@ export function describe(s: ScheduleView): string[] {
 }
 
 async function change(action: 'pause' | 'resume' | 'trigger', argv: string[], env: Env, out: Out): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: { by: { type: 'string' }, reason: { type: 'string' }, json: { type: 'boolean' } },
-  });
-  const [name, ...extra] = positionals;
-  if (!name || extra.length > 0) throw new UsageError(`jobs schedules ${action}: name one schedule (jobs schedules list shows them)`);
+  const { values, positionals } = parseCommand(
+    `jobs schedules ${action}`,
+    argv,
+    { by: { type: 'string' }, reason: { type: 'string' }, json: { type: 'boolean' } },
+    { max: 1, what: 'NAME' },
+  );
+  const [name] = positionals;
+  if (!name) throw new UsageError(`jobs schedules ${action}: name one schedule (jobs schedules list shows them)`);
   const by = whoAsked(values.by);
   const reason = values.reason ?? null;
   return withOps(env, async (ops) => {

@@ -56,12 +56,10 @@ export interface JobView {
   finishedAt: string | null;
   /** Its priority lane (urgent or bulk). */
   lane: Job['lane'];
-  /** Jobs of one key run at most `concurrencyLimit` at a time, in enqueue order; null without a key. */
+  /** Its key and limit (null without a key); since when it has waited for them (null: not waiting); the job that enqueued it. */
   concurrencyKey: string | null;
   concurrencyLimit: number | null;
-  /** Since when it has waited for its key (or its type's limit) to free up; null when not waiting. */
   blockedSince: string | null;
-  /** The job that enqueued it (ctx.enqueueChildren), if any. */
   parentId: string | null;
   duplicate?: boolean;
 }

@@ -3,17 +3,33 @@
 // On a terminal the view redraws in place; piped (a CI log, a test) it prints a line whenever
 // something a person would notice changes, so the output stays readable. Times come from the
 // database's clock (statement_timestamp), so a skewed laptop clock does not lie about the lease.
+// A job blocked behind its concurrency key or its type's slots says so, in `jobs show`'s words
+// (domain/reading.ts waitingFor), with the jobs holding them when the caller reads those (the CLI
+// passes `jobs show`'s own reading, runtime/cli/format.ts blockers): it is not waiting for a worker.
 //
 // Exit code: 0 when the job succeeded, 1 when it ended dead or cancelled (or does not exist).
 
 import type pg from 'pg';
 import { rowToOpsJob, runOps, type OpsJob } from './db.ts';
 import { formatDuration } from './stuck.ts';
-import { attemptReading } from '../domain/reading.ts';
+import { attemptReading, waitingFor } from '../domain/reading.ts';
+
+/** What a blocked job waits on: its key's running jobs, its type's slots and their holders. */
+export interface WatchBlockers {
+  keyHolders?: string[];
+  typeSlots?: { limit: number; holders: string[] } | null;
+}
 
 export interface WatchFrame {
   job: OpsJob;
   dbNow: Date;
+  /** Read only while the job is blocked; without it the status still names the key or the type, not who holds it. */
+  blockers?: WatchBlockers;
+}
+
+/** Pending, but passed over by a claim because its key or its type's slots were full. */
+function isBlocked(j: OpsJob): boolean {
+  return j.state === 'pending' && j.blockedSince !== null;
 }
 
 /** A bar of `width` cells for a fraction in 0..1. Unicode blocks on a terminal, ASCII when piped. */
@@ -45,6 +61,7 @@ export function statusText(f: WatchFrame): string {
     const since = j.claimedAt ?? j.startedAt;
     return `running · ${attemptText(j)} · lease ${j.leaseOwner} ${lease}${since ? ` · running for ${formatDuration((now - since.getTime()) / 1000)}` : ''}`;
   }
+  if (isBlocked(j)) return `pending · ${attemptText(j)} · waiting ${waitingFor(j, f.blockers?.keyHolders, f.blockers?.typeSlots)}`;
   if (j.state === 'pending') {
     const due = j.runAfter.getTime() - now;
     return `pending · ${attemptText(j)} · ${due > 0 ? `due in ${seconds(due)}` : `waiting for a worker (due ${formatDuration(-due / 1000)} ago)`}`;
@@ -52,14 +69,40 @@ export function statusText(f: WatchFrame): string {
   return `${j.state} · ${attemptText(j)}`;
 }
 
-/** The view on a terminal: three lines, redrawn in place. */
-export function renderFrame(f: WatchFrame, width = 40): string[] {
+/**
+ * The view on a terminal, redrawn in place: three lines, or more for a blocked job, whose status
+ * (the key or type, since when, the holders) is wrapped at the terminal's `columns`: the redraw
+ * moves up one row per line, so no line may wrap by itself.
+ */
+export function renderFrame(f: WatchFrame, width = 40, columns = 80): string[] {
   const j = f.job;
   return [
     `${j.type} ${j.id}`,
     `${progressBar(j.progress?.fraction ?? 0, width, false)} ${percent(j.progress?.fraction)}  ${j.progress?.message ?? ''}`.trimEnd(),
-    statusText(f),
+    ...(isBlocked(j) ? wrap(statusText(f), columns - 1) : [statusText(f)]),
   ];
+}
+
+/** `text` in lines of at most `max` characters, broken at spaces (a longer word is cut). */
+function wrap(text: string, max: number): string[] {
+  const limit = Math.max(20, max);
+  const lines: string[] = [];
+  let line = '';
+  for (let word of text.split(' ')) {
+    while ([...word].length > limit) {
+      if (line) lines.push(line);
+      line = '';
+      lines.push([...word].slice(0, limit).join(''));
+      word = [...word].slice(limit).join('');
+    }
+    if (!word) continue;
+    if (line && [...line].length + 1 + [...word].length > limit) {
+      lines.push(line);
+      line = word;
+    } else line = line ? `${line} ${word}` : word;
+  }
+  if (line) lines.push(line);
+  return lines;
 }
 
 /** The view when piped: one line per change. */
@@ -70,8 +113,10 @@ export function renderLine(f: WatchFrame): string {
 }
 
 /** What changed enough to print a new line (not the lease ticking down). */
-function changeKey(j: OpsJob): string {
-  return [j.state, j.attempt, j.leaseOwner, Math.floor((j.progress?.fraction ?? 0) * 100), j.progress?.message ?? ''].join('|');
+function changeKey(f: WatchFrame): string {
+  const j = f.job;
+  const waiting = isBlocked(j) ? statusText(f) : '';
+  return [j.state, j.attempt, j.leaseOwner, Math.floor((j.progress?.fraction ?? 0) * 100), j.progress?.message ?? '', waiting].join('|');
 }
 
 /** The last word: how the job ended, and where to look next. */
@@ -99,12 +144,16 @@ export interface WatchOptions {
   intervalMs?: number;
   columns?: number;
   signal?: AbortSignal;
+  /** What a blocked job waits on (`jobs show`'s reading); asked on each poll while the job is blocked. */
+  blockers?: (job: OpsJob) => Promise<WatchBlockers>;
 }
 
 /** Watch until the job ends. Returns the exit code: 0 succeeded, 1 dead, cancelled or missing, 130 when aborted. */
 export async function watchJob(o: WatchOptions): Promise<number> {
   const interval = o.intervalMs ?? 1000;
   const width = Math.max(10, Math.min(60, (o.columns ?? 80) - 20));
+  // A pseudo-terminal without a size reports 0 columns.
+  const columns = o.columns || 80;
   let drawn = 0;
   let lastKey = '';
   for (;;) {
@@ -113,15 +162,20 @@ export async function watchJob(o: WatchOptions): Promise<number> {
       o.write(`no job ${o.id}\n`);
       return 1;
     }
-    const frame: WatchFrame = { job: rowToOpsJob(rows[0]), dbNow: rows[0].db_now as Date };
+    const job = rowToOpsJob(rows[0]);
+    const frame: WatchFrame = {
+      job,
+      dbNow: rows[0].db_now as Date,
+      ...(o.blockers && isBlocked(job) ? { blockers: await o.blockers(job) } : {}),
+    };
     const ended = frame.job.state === 'succeeded' || frame.job.state === 'dead' || frame.job.state === 'cancelled';
     if (o.tty) {
-      const lines = renderFrame(frame, width);
+      const lines = renderFrame(frame, width, columns);
       // Move up over the last drawing and clear it, then draw again.
       o.write(`${drawn > 0 ? `\x1b[${drawn}F\x1b[0J` : ''}${lines.join('\n')}\n`);
       drawn = lines.length;
     } else {
-      const key = changeKey(frame.job);
+      const key = changeKey(frame);
       if (key !== lastKey) o.write(`${renderLine(frame)}\n`);
       lastKey = key;
     }

@@ -1,11 +1,14 @@
 // The jobs command as a person runs it: a separate process, settings from the environment,
 // exit codes and messages for bad input.
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDb, type TestDb } from '../support/db.ts';
 import { unknownTypeMessage } from '../support/registered-types.ts';
+import { usageFor } from '../../runtime/cli/main.ts';
 import { defaultRegistry } from '../../runtime/handlers/index.ts';
+import { JobStore } from '../../runtime/store/job-store.ts';
 
 const run = promisify(execFile);
 let db: TestDb;
@@ -14,11 +17,11 @@ beforeAll(async () => {
 });
 afterAll(() => db.drop());
 
+const jobsEnv = () => ({ ...process.env, DATABASE_URL: db.url, JOBS_LOCAL_ENV: '0', JOBS_QUEUE_URL: '' });
+
 async function jobs(args: string[], env: Record<string, string> = {}) {
   try {
-    const r = await run(process.execPath, ['--import', 'tsx', 'bin/jobs.ts', ...args], {
-      env: { ...process.env, DATABASE_URL: db.url, JOBS_LOCAL_ENV: '0', JOBS_QUEUE_URL: '', ...env },
-    });
+    const r = await run(process.execPath, ['--import', 'tsx', 'bin/jobs.ts', ...args], { env: { ...jobsEnv(), ...env } });
     return { code: 0, stdout: r.stdout, stderr: r.stderr };
   } catch (e) {
     const err = e as { code: number; stdout: string; stderr: string };
@@ -145,4 +148,152 @@ describe('help and usage errors', () => {
     expect(e.code).toBe(2);
     expect(e.stderr).toMatch(/^jobs: jobs enqueue ledger\.post: --payload is required/);
   });
+});
+
+describe('arguments a command does not take', () => {
+  const id = '01900000-0000-7000-8000-000000000001';
+  // Each command names the extra arguments and prints its own usage; commands taking many ids keep taking them.
+  it.each([
+    [
+      ['enqueue', 'stock.recount', 'extra', 'junk', '--payload', '{"warehouse":"WH-1"}'],
+      'jobs enqueue',
+      '"extra", "junk"',
+      'jobs enqueue TYPE',
+    ],
+    [['show', id, 'extra'], 'jobs show', '"extra"', 'jobs show ID'],
+    [['list', 'pending'], 'jobs list', '"pending"', 'jobs list [--state S]'],
+    [['migrate', 'now'], 'jobs migrate', '"now"', 'jobs migrate'],
+    [['dead', 'show', id, id], 'jobs dead show', `"${id}"`, 'jobs dead show ID'],
+    [['schedules', 'pause', 'every-minute-demo', 'please'], 'jobs schedules pause', '"please"', 'jobs schedules pause NAME'],
+  ])('refuses %j with exit 2, naming the extra arguments, then the usage', async (args, command, extra, usage) => {
+    const r = await jobs(args);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(new RegExp(`^jobs: ${command}: unexpected arguments? ${extra.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\(`));
+    expect(r.stderr).toContain(`\nusage:\n  ${usage}`);
+  });
+
+  it('an unquoted --key with a space is refused, not cut to its first word; nothing is enqueued', async () => {
+    const r = await jobs(['enqueue', 'ledger.post', '--payload', '{"batch":"CLI-X","entries":1}', '--key', 'has', 'space']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/^jobs: jobs enqueue: unexpected argument "space" \(.*quote the value: --key 'has space'\)/);
+    expect((await jobs(['list', '--type', 'ledger.post', '--json'])).stdout).not.toContain('CLI-X');
+  });
+
+  it('commands taking many ids still take them', async () => {
+    const ids = ['01900000-0000-7000-8000-000000000002', '01900000-0000-7000-8000-000000000003'];
+    const r = await jobs(['republish', ...ids, '--json']);
+    expect(r.stderr).not.toMatch(/unexpected argument/);
+    // Neither job exists: both skipped (exit 1), not refused as bad usage (exit 2).
+    expect(r.code).toBe(1);
+    expect(
+      JSON.parse(r.stdout)
+        .skipped.map((s: { id: string }) => s.id)
+        .sort(),
+    ).toEqual(ids);
+  });
+
+  it("jobs help COMMAND prints that command's usage; an unknown one exits 2", async () => {
+    const r = await jobs(['help', 'dead', 'redrive']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^usage:\n {2}jobs dead redrive \(ID… \| --type T/);
+    expect((await jobs(['help', 'frobnicate'])).code).toBe(2);
+  });
+});
+
+describe('jobs enqueue --key and --concurrency-key: the flag, not the request field', () => {
+  it.each([
+    ['an empty --key', ['--key', ''], /^jobs: --key must be a string of 1 to 200 characters \(got an empty one\)$/m],
+    ['a 201-character --key', ['--key', 'k'.repeat(201)], /^jobs: --key must be a string of 1 to 200 characters \(got 201 characters\)$/m],
+    [
+      'a 250-character --concurrency-key',
+      ['--concurrency-key', 'c'.repeat(250)],
+      /^jobs: --concurrency-key must be a string of 1 to 200 characters \(got 250 characters\)$/m,
+    ],
+    ['--max-attempts lots', ['--max-attempts', 'lots'], /^jobs: --max-attempts must be a whole number from 1 to 100 \(got lots\)$/m],
+  ])('%s', async (_label, flags, message) => {
+    const r = await jobs(['enqueue', 'ledger.post', '--payload', '{"batch":"CLI-K","entries":1}', ...flags]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(message);
+    expect(r.stderr).not.toMatch(/idempotencyKey|concurrencyKey|maxAttempts/);
+  });
+});
+
+describe('jobs show --watch of a job blocked by its concurrency key', () => {
+  /** `jobs show ID --watch`, piped: its first line, then stop it with Ctrl-C (exit 130). */
+  async function firstWatchLine(id: string): Promise<{ line: string; code: number | null }> {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'bin/jobs.ts', 'show', id, '--watch', '--interval', '0.2'], {
+      env: jobsEnv(),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    const line = await new Promise<string>((resolve, reject) => {
+      child.stdout!.on('data', (d: Buffer) => {
+        out += d.toString();
+        if (out.includes('\n')) resolve(out.split('\n')[0]!);
+      });
+      child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+      void exited.then(() => reject(new Error(`watch ended before printing a line: ${out}`)));
+    });
+    child.kill('SIGINT');
+    return { line, code: await exited };
+  }
+
+  it('says what jobs show says: the key and the job holding it, not "waiting for a worker"', async () => {
+    const enqueue = async (batch: string) =>
+      JSON.parse(
+        (
+          await jobs([
+            'enqueue',
+            'ledger.post',
+            '--payload',
+            JSON.stringify({ batch, entries: 1 }),
+            '--concurrency-key',
+            'ledger:company-1',
+            '--concurrency-limit',
+            '1',
+            '--json',
+          ])
+        ).stdout,
+      ).id as string;
+    const holder = await enqueue('CLI-W1');
+    const blocked = await enqueue('CLI-W2');
+    // A worker's claim: the first runs, the second is blocked behind the key.
+    const claim = await new JobStore(db.pool).claimKeyed([holder, blocked], 'worker-w', 60);
+    expect(claim.blocked).toEqual([blocked]);
+
+    const show = await jobs(['show', blocked]);
+    const waiting = /^waiting {3}(for key ledger:company-1 since \S+, held by job (\S+) \(starts when the key has room\))$/m.exec(
+      show.stdout,
+    );
+    expect(waiting?.[2]).toBe(holder);
+
+    const watched = await firstWatchLine(blocked);
+    expect(watched.line).toMatch(/^\d\d:\d\d:\d\d {2}\[-+\] {3}0% {2}pending · attempt 0 \(0 of \d+ used\) · waiting /);
+    expect(watched.line).not.toMatch(/waiting for a worker/);
+    // The same words as `jobs show`, from the same reading.
+    expect(watched.line.endsWith(`· waiting ${waiting![1]}`)).toBe(true);
+    expect(watched.code).toBe(130);
+  }, 30_000);
+});
+
+describe("the README's table of the jobs command", () => {
+  // The commands the table spells out (the on-call ones point at their own section): every flag
+  // their usage lists is in the table's rows for that command.
+  it.each(['local', 'migrate', 'api', 'worker', 'enqueue', 'show', 'cancel', 'list', 'types', 'republish', 'help'])(
+    'jobs %s: every flag of its usage',
+    (command) => {
+      const readme = readFileSync('README.md', 'utf8');
+      const start = readme.indexOf('## The `jobs` command\n');
+      const section = readme.slice(start, readme.indexOf('\n## ', start + 1));
+      const rows = section.split('\n').filter((l) => l.startsWith('| `') && l.includes(`jobs ${command}`));
+      expect(rows.length, `a row for jobs ${command}`).toBeGreaterThan(0);
+      const flags = (text: string) => new Set(text.match(/--[a-z][a-z-]*/g) ?? []);
+      const documented = flags(rows.map((r) => r.split(' | ')[0]).join(' '));
+      const usage = usageFor([command])!
+        .split('\n')
+        .filter((l) => l.startsWith(`  jobs ${command} `) || l === `  jobs ${command}`);
+      expect([...flags(usage.map((l) => l.split(/ {3,}/)[0]).join(' '))].filter((f) => !documented.has(f))).toEqual([]);
+    },
+  );
 });

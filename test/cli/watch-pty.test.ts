@@ -74,4 +74,43 @@ describe('jobs show --watch in a terminal', () => {
     expect(shown[2]).toMatch(/^succeeded · attempt 1 \(1 of \d+ used\)$/);
     expect(shown[3]).toMatch(/^succeeded after .* on attempt 1 \(1 of \d+ used\): \{"batch":"PTY","posted":1\}$/);
   }, 60_000);
+
+  it("a job blocked by its concurrency key: jobs show's words, wrapped to the terminal's width so the redraw stays in place", async () => {
+    const specs = ['PTY-K1', 'PTY-K2'].map((batch) => ({
+      type: 'ledger.post',
+      payload: { batch, entries: 1 },
+      concurrencyKey: 'ledger:company-pty',
+    }));
+    const [holder, blocked] = (await p.client.enqueueNow(specs)).map((r) => r.job.id);
+    expect((await p.store.claimKeyed([holder!, blocked!], 'worker-pty', 60)).blocked).toEqual([blocked]);
+    const command = `${process.execPath} --import tsx bin/jobs.ts show ${blocked} --watch --interval 0.1`;
+    const child = spawn('script', ['-qfec', command, '/dev/null'], {
+      env: { ...process.env, DATABASE_URL: p.db.url, JOBS_LOCAL_ENV: '0', JOBS_QUEUE_URL: '', COLUMNS: '80', TERM: 'xterm' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let raw = '';
+    child.stdout!.on('data', (d: Buffer) => (raw += d.toString()));
+    child.stderr!.on('data', (d: Buffer) => (raw += d.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    // Several polls of the blocked job, then it is cancelled: the watch ends.
+    for (let i = 0; i < 100 && raw.split('\x1b[').length < 6; i++) await new Promise((r) => setTimeout(r, 100));
+    const blockedScreen = screen(raw);
+    await p.store.cancel(blocked!, 'ops');
+    expect(await exited).toBe(1);
+
+    // The pseudo-terminal reports no width: 80 columns are assumed, and no line is wider.
+    expect(blockedScreen.filter((l) => [...l].length > 79)).toEqual([]);
+    expect(blockedScreen[0]).toBe(`ledger.post ${blocked}`);
+    expect(blockedScreen.slice(2).join(' ')).toMatch(
+      new RegExp(
+        `^pending · attempt 0 \\(0 of \\d+ used\\) · waiting for key ledger:company-pty since \\S+, held by job ${holder} \\(starts when the key has room\\)$`,
+      ),
+    );
+    // Redrawn in place: the final frame and the closing line, no stale blocked line above or below.
+    const shown = screen(raw);
+    expect(shown).toHaveLength(4);
+    expect(shown[2]).toMatch(/^cancelled · attempt 0 \(0 of \d+ used\)$/);
+    expect(shown[3]).toMatch(/^cancelled by ops after /);
+    await p.store.cancel(holder!, 'cleanup');
+  }, 60_000);
 });
