@@ -28,6 +28,7 @@ import { startLocalSqs, type LocalSqs } from './fauxqs.ts';
 export const LOCAL_APP_ROLE = 'jobs_app';
 
 import { LOCAL_DIR } from '../runtime/cli/local-env.ts';
+import { ReportedError } from '../runtime/domain/errors.ts';
 
 export { LOCAL_DIR, readLocalEnv } from '../runtime/cli/local-env.ts';
 
@@ -272,7 +273,8 @@ export async function stopChildren(children: ChildProcess[], graceMs: number): P
 async function waitForHttp(url: string, timeoutMs: number, child: ChildProcess): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    if (child.exitCode !== null) throw new Error(`the API process exited with code ${child.exitCode} before it answered ${url}`);
+    if (child.exitCode !== null)
+      throw new ReportedError(`the API process exited with code ${child.exitCode} before it answered ${url} (its reason is above)`);
     try {
       const res = await fetch(url);
       if (res.ok) return;

@@ -6,7 +6,7 @@ import { databaseUrlFromEnv, ENV } from '../config/env.ts';
 import { ConfigError } from '../config/rules.ts';
 import { migrate } from '../db/migrate.ts';
 import { createPool } from '../db/pool.ts';
-import { ValidationError } from '../domain/errors.ts';
+import { ReportedError, ValidationError } from '../domain/errors.ts';
 import { parseCommand } from './args.ts';
 import { UsageError } from './format.ts';
 import { type Env, jobCommand } from './job-commands.ts';
@@ -277,7 +277,9 @@ export async function cli(argv = process.argv.slice(2)): Promise<void> {
       if (usage) process.stderr.write(`usage:\n${usage}\n`);
       return exitAfterOutput(2);
     }
-    process.stderr.write(`jobs: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    // A failure that explains itself (a migration that cannot apply) is its message; anything else keeps its stack.
+    const text = err instanceof ReportedError ? err.message : err instanceof Error ? (err.stack ?? err.message) : String(err);
+    process.stderr.write(`jobs: ${text}\n`);
     await exitAfterOutput(1);
   }
 }

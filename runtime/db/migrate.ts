@@ -21,6 +21,12 @@ import { existsSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
+import { ReportedError } from '../domain/errors.ts';
+
+/** A migration that cannot apply: the message names the file, what is wrong and what to do (the `jobs` command prints it without a stack). */
+export class MigrationError extends ReportedError {
+  override name = 'MigrationError';
+}
 
 /** The schema the ERP's own tables live in (migrations/app): the services' role may read and write its rows, never change it. */
 export const APP_SCHEMA = 'erp';
@@ -67,10 +73,10 @@ export async function loadMigrations(dir = defaultMigrationsDir()): Promise<Migr
   const out: Migration[] = [];
   for (const file of files) {
     const m = /^(\d{4})_([a-z0-9_]+)\.sql$/.exec(file);
-    if (!m) throw new Error(`migration file ${file} in ${dir} must be named NNNN_name.sql (four digits, lower-case name)`);
+    if (!m) throw new MigrationError(`migration file ${file} in ${dir} must be named NNNN_name.sql (four digits, lower-case name)`);
     const sql = await readFile(`${dir}/${file}`, 'utf8');
     const version = Number(m[1]);
-    if (out.some((o) => o.version === version)) throw new Error(`two migration files share version ${m[1]} in ${dir}`);
+    if (out.some((o) => o.version === version)) throw new MigrationError(`two migration files share version ${m[1]} in ${dir}`);
     out.push({ version, name: file, sql, checksum: createHash('sha256').update(sql).digest('hex') });
   }
   return out;
@@ -189,7 +195,7 @@ async function applySet(
     const prior = done.get(m.version);
     if (prior) {
       if (prior.checksum !== m.checksum) {
-        throw new Error(
+        throw new MigrationError(
           `migration ${name} was changed after it was applied (recorded as ${ledger.prefix}${prior.name}); migrations are append-only: ` +
             `restore the file and add a new NNNN_*.sql with the change`,
         );
@@ -210,12 +216,12 @@ async function applySet(
         await client.query('ROLLBACK').catch(() => undefined);
         if (err instanceof OutsideAppSchemaError) throw err;
         if (!LOCK_RETRY_CODES.has((err as { code?: string }).code ?? '')) {
-          throw new Error(`migration ${name} failed: ${(err as Error).message}`, { cause: err });
+          throw new MigrationError(`migration ${name} failed: ${(err as Error).message}`, { cause: err });
         }
         const holders = await lockHolders(client, wait.lockTimeoutMs);
         const delay = Math.min(10_000, wait.lockRetryDelayMs * 2 ** (attempt - 1));
         if (Date.now() + delay >= deadline) {
-          throw new Error(
+          throw new MigrationError(
             `migration ${name} could not take its table locks: ${attempt} tries of ${wait.lockTimeoutMs} ms, giving way after each so ` +
               `that claims and heartbeats were not held behind it, until the run's ${wait.lockWaitMs / 1000} s were up. ` +
               `Holding locks on the job tables for longer than a try: ${holders}. ` +
@@ -284,7 +290,7 @@ const OUTSIDE_APP_SCHEMA = `
    WHERE c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f', 'i', 'I')
      AND n.nspname <> $1 AND n.nspname <> 'information_schema' AND n.nspname NOT LIKE 'pg\\_%'`;
 
-class OutsideAppSchemaError extends Error {}
+class OutsideAppSchemaError extends MigrationError {}
 
 /** Throws, naming the file and the relations, when an application file created, changed or dropped a relation outside `erp`. */
 function outsideAppSchema(name: string, before: Relation[], after: Relation[]): void {

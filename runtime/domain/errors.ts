@@ -36,6 +36,15 @@ export class JobTransactionEndedError extends NonRetryableError {
   }
 }
 
+/**
+ * A failure whose message says everything a person needs (what, where, and what to do): the
+ * `jobs` command prints the message alone, without a stack trace, and exits 1. A migration that
+ * cannot apply, a local stack whose API would not start.
+ */
+export class ReportedError extends Error {
+  override name = 'ReportedError';
+}
+
 /** Bad input to enqueue: names the field and the rule. The API answers 400 (or 413 for size). */
 export class ValidationError extends Error {
   override name = 'ValidationError';

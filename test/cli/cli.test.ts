@@ -2,6 +2,9 @@
 // exit codes and messages for bad input.
 import { execFile, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDb, type TestDb } from '../support/db.ts';
@@ -28,6 +31,18 @@ async function jobs(args: string[], env: Record<string, string> = {}) {
     return { code: err.code, stdout: err.stdout, stderr: err.stderr };
   }
 }
+
+describe('jobs migrate', () => {
+  it('a migration that cannot apply says which and why, exits 1, and prints no stack trace', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'cli-app-migrations-'));
+    await writeFile(join(dir, '0001_stock.sql'), 'CREATE TABLE stock_count (id bigserial PRIMARY KEY);\n');
+    const r = await jobs(['migrate'], { JOBS_APP_MIGRATIONS_DIR: dir });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^jobs: migration app\/0001_stock\.sql created table public\.stock_count, sequence public\.stock_count_id_seq: .*erp\.stock_count/);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+  });
+});
 
 describe('jobs command', () => {
   it('enqueue → show → list → cancel', async () => {
