@@ -20,6 +20,7 @@ import type { JobStore } from '../store/job-store.ts';
 import { Publisher } from '../store/outbox.ts';
 import { parseCommand } from './args.ts';
 import { blockers, formatJob, UsageError } from './format.ts';
+import { whoAsked } from './oncall-common.ts';
 import { cliQueue } from './queue.ts';
 
 export type Env = Record<string, string | undefined>;
@@ -174,7 +175,7 @@ export async function jobCommand(
       const { values, positionals } = parseCommand('jobs cancel', rest, { by: { type: 'string' } }, { max: 1, what: 'ID' });
       const id = positionals[0];
       if (!id || !isJobId(id)) throw new UsageError(`jobs cancel ID: ID must be a job id (a UUID), got ${id ?? 'nothing'}`);
-      const by = `${values.by ?? process.env.USER ?? 'unknown'} (cli)`;
+      const by = whoAsked(values.by);
       const env = await resolveEnv();
       const r = await withClient(env, ({ client }) => client.cancel(id, by));
       if (!r) {

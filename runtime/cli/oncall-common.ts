@@ -2,6 +2,7 @@
 // who asked), the on-call services for one command (withOps: a small pool, the publisher and the
 // queues from the environment, closed when the command ends) and the lines for skipped jobs.
 
+import { userInfo } from 'node:os';
 import { databaseUrlFromEnv, ENV, intFromEnv } from '../config/env.ts';
 import { DEFAULT_JOB_TIMINGS } from '../config/rules.ts';
 import { sqsFromEnvIfSet } from '../config/sqs.ts';
@@ -48,8 +49,16 @@ export function ids(positionals: string[], what: string): string[] {
   return positionals.map((id) => id.toLowerCase());
 }
 
-/** Who asked, as the operator actions record it: --by, else the login name, marked as the CLI. */
-export const whoAsked = (by: string | undefined) => `${by ?? process.env.USER ?? 'unknown'} (cli)`;
+/** Who asked, as the operator actions record it: --by, else the login name (USER, else the OS account's), marked as the CLI. */
+export const whoAsked = (by: string | undefined) => `${by ?? (process.env.USER || loginName()) ?? 'unknown'} (cli)`;
+
+function loginName(): string | undefined {
+  try {
+    return userInfo().username || undefined;
+  } catch {
+    return undefined;
+  }
+}
 
 /** Pool, publisher and queues from the environment, for one command. */
 export async function withOps<T>(env: Env, fn: (ops: OpsServices) => Promise<T>): Promise<T> {

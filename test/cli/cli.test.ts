@@ -3,7 +3,7 @@
 import { execFile, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { mkdtemp, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -41,6 +41,17 @@ describe('jobs migrate', () => {
     expect(r.stderr).toMatch(/^jobs: migration app\/0001_stock\.sql created table public\.stock_count, sequence public\.stock_count_id_seq: .*erp\.stock_count/);
     expect(r.stderr).not.toMatch(/\n\s+at /);
     expect(r.stderr.trim().split('\n')).toHaveLength(1);
+  });
+});
+
+describe('who asked', () => {
+  it('without --by and without USER (a container shell), an action is recorded under the OS account, not "unknown"', async () => {
+    const e = await jobs(['enqueue', 'ledger.post', '--payload', '{"batch":"CLI-WHO","entries":1}', '--json']);
+    const job = JSON.parse(e.stdout);
+    const cancel = await jobs(['cancel', job.id], { USER: '' });
+    expect(cancel.code).toBe(0);
+    const { rows } = await db.pool.query('SELECT cancelled_by FROM jobs.job WHERE id = $1', [job.id]);
+    expect(rows[0].cancelled_by).toBe(`${userInfo().username} (cli)`);
   });
 });
 
