@@ -206,15 +206,25 @@ async function applySet(
       try {
         await client.query('BEGIN');
         await client.query("SELECT set_config('lock_timeout', $1, true)", [`${wait.lockTimeoutMs}ms`]);
+        // The transaction's id, taken now: a file that ends it (a COMMIT in its text) is caught below.
+        const xid = (await client.query<{ x: string }>('SELECT pg_current_xact_id()::text AS x')).rows[0]!.x;
         const before = ledger.prefix === APP_PREFIX ? (await client.query<Relation>(OUTSIDE_APP_SCHEMA, [APP_SCHEMA])).rows : null;
         await client.query(m.sql);
+        const still = (await client.query<{ x: string | null }>('SELECT pg_current_xact_id_if_assigned()::text AS x')).rows[0]!.x;
+        if (still !== xid) {
+          throw new MigrationError(
+            `migration ${name} ended the transaction it is applied in (a COMMIT, ROLLBACK or END in the file): what it did before ` +
+              'that may be committed, and the file is not recorded as applied. Take the transaction control out of the file (each ' +
+              'file runs in one transaction of its own), undo by hand what it committed, and run again',
+          );
+        }
         if (before) outsideAppSchema(name, before, (await client.query<Relation>(OUTSIDE_APP_SCHEMA, [APP_SCHEMA])).rows);
         await client.query(`INSERT INTO ${ledger.table} (version, name, checksum) VALUES ($1, $2, $3)`, [m.version, m.name, m.checksum]);
         await client.query('COMMIT');
         break;
       } catch (err) {
         await client.query('ROLLBACK').catch(() => undefined);
-        if (err instanceof OutsideAppSchemaError) throw err;
+        if (err instanceof MigrationError) throw err;
         if (!LOCK_RETRY_CODES.has((err as { code?: string }).code ?? '')) {
           throw new MigrationError(`migration ${name} failed: ${(err as Error).message}`, { cause: err });
         }
@@ -270,18 +280,20 @@ interface Relation {
  * temporary tables' pg_temp_N, information_schema). Read inside an application file's transaction
  * before and after its SQL: new ones it created, missing ones it dropped (or moved), touched ones
  * it changed (ALTER, GRANT, TRUNCATE, a trigger or a foreign key to it), as catalog rows written
- * by this transaction. Not seen: a change made inside a subtransaction (a DO block's EXCEPTION).
+ * by this transaction or one of its subtransactions (a DO block's EXCEPTION clause runs in one):
+ * age(xmin) is 0 for this transaction's id and negative for the later ids its subtransactions
+ * take. (A transaction of another session that started later has such an id too: DDL outside erp
+ * running elsewhere during the file would be blamed on it, and the file refused.)
  */
 const OUTSIDE_APP_SCHEMA = `
-  WITH mine AS (SELECT pg_current_xact_id()::xid AS x),
-  touched AS (
-    SELECT oid AS rel FROM pg_class, mine WHERE xmin = x
-    UNION SELECT attrelid FROM pg_attribute, mine WHERE xmin = x
-    UNION SELECT adrelid FROM pg_attrdef, mine WHERE xmin = x
-    UNION SELECT conrelid FROM pg_constraint, mine WHERE xmin = x
-    UNION SELECT tgrelid FROM pg_trigger, mine WHERE xmin = x
-    UNION SELECT ev_class FROM pg_rewrite, mine WHERE xmin = x
-    UNION SELECT polrelid FROM pg_policy, mine WHERE xmin = x)
+  WITH touched AS (
+    SELECT oid AS rel FROM pg_class WHERE age(xmin) <= 0
+    UNION SELECT attrelid FROM pg_attribute WHERE age(xmin) <= 0
+    UNION SELECT adrelid FROM pg_attrdef WHERE age(xmin) <= 0
+    UNION SELECT conrelid FROM pg_constraint WHERE age(xmin) <= 0
+    UNION SELECT tgrelid FROM pg_trigger WHERE age(xmin) <= 0
+    UNION SELECT ev_class FROM pg_rewrite WHERE age(xmin) <= 0
+    UNION SELECT polrelid FROM pg_policy WHERE age(xmin) <= 0)
   SELECT c.oid::text AS oid, format('%I.%I', n.nspname, c.relname) AS name, quote_ident(c.relname) AS relname,
          c.relkind::text AS kind, i.indrelid::text AS table_oid, c.oid IN (SELECT rel FROM touched) AS touched
     FROM pg_class c
@@ -289,8 +301,6 @@ const OUTSIDE_APP_SCHEMA = `
     LEFT JOIN pg_index i ON i.indexrelid = c.oid
    WHERE c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f', 'i', 'I')
      AND n.nspname <> $1 AND n.nspname <> 'information_schema' AND n.nspname NOT LIKE 'pg\\_%'`;
-
-class OutsideAppSchemaError extends MigrationError {}
 
 /** Throws, naming the file and the relations, when an application file created, changed or dropped a relation outside `erp`. */
 function outsideAppSchema(name: string, before: Relation[], after: Relation[]): void {
@@ -317,7 +327,7 @@ function outsideAppSchema(name: string, before: Relation[], after: Relation[]): 
   const hint = first
     ? ` (write ${APP_SCHEMA}.${first.relname}, not ${first.name})`
     : " (leave the platform's tables as they are: no ALTER, GRANT, index or trigger on one, and no foreign key to one, which puts triggers on it)";
-  throw new OutsideAppSchemaError(
+  throw new MigrationError(
     `migration ${name} ${did.join('; ')}: the ERP's migrations (migrations/app) create and change relations in the ${APP_SCHEMA} schema only${hint}; ` +
       "nothing of the ERP's in public, jobs (the platform's) or another schema. Nothing of the file was applied: fix it and run again",
   );

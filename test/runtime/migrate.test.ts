@@ -225,6 +225,16 @@ describe("the ERP's migrations stay in the erp schema", () => {
       'CREATE TABLE erp.job_note (job_id uuid REFERENCES jobs.job)',
       /changed table jobs\.job/,
     ],
+    [
+      'a change made in a DO block that catches its error (a subtransaction)',
+      'DO $$ BEGIN ALTER TABLE jobs.job ADD COLUMN erp_note text; EXCEPTION WHEN duplicate_column THEN NULL; END $$',
+      /changed table jobs\.job/,
+    ],
+    [
+      'a foreign key to jobs.job added in a DO block that catches its error',
+      'CREATE TABLE erp.job_note2 (job_id uuid);\nDO $$ BEGIN ALTER TABLE erp.job_note2 ADD FOREIGN KEY (job_id) REFERENCES jobs.job; EXCEPTION WHEN duplicate_object THEN NULL; END $$',
+      /changed table jobs\.job/,
+    ],
   ])('refuses %s, and applies none of it', async (_, sql, message) => {
     const appDir = await appDirWith({ '9104_outside.sql': `CREATE TABLE erp.alongside (id int);\n${sql};\n` });
     await expect(migrate(db.pool, { appDir })).rejects.toThrow(message);
@@ -235,6 +245,17 @@ describe("the ERP's migrations stay in the erp schema", () => {
     );
     expect(rows[0].n).toBe(0);
     expect(await exists('public.inventory_costs')).toBe(true);
+  });
+
+  it('refuses a file that ends its own transaction (a COMMIT in it), saying so instead of "nothing applied"', async () => {
+    const appDir = await appDirWith({
+      '9105_commits.sql': 'CREATE TABLE erp.before_commit (id int);\nCOMMIT;\nCREATE TABLE erp.after_commit (id int);\n',
+    });
+    await expect(migrate(db.pool, { appDir })).rejects.toThrow(
+      /^migration app\/9105_commits\.sql ended the transaction it is applied in \(a COMMIT, ROLLBACK or END in the file\): what it did before that may be committed, and the file is not recorded as applied/,
+    );
+    expect(await recorded(9105)).toBe(0);
+    await db.pool.query('DROP TABLE IF EXISTS erp.before_commit, erp.after_commit');
   });
 
   it('applies what stays in erp: tables, their sequences and indexes, views of the platform’s tables, its own temporary tables', async () => {
