@@ -54,6 +54,7 @@ export type JobAlarmName =
   | 'passwordRotationFailing'
   | 'databaseSecretUnreadable'
   | 'databasePasswordNotRotated'
+  | 'databaseLoginsRefused'
   | 'apiUnhealthyTargets'
   | 'apiTasksBelowMinimum'
   | 'workerAtMaximum'
@@ -96,6 +97,13 @@ export const DATABASE_SECRET_UNREADABLE_ALARM = { periodMinutes: 60, evaluationP
  * tasks see it hourly (DatabaseSecretAgeMs).
  */
 export const DATABASE_PASSWORD_NOT_ROTATED_GRACE_DAYS = 2;
+
+/**
+ * Workers whose fresh logins the database has refused (DatabaseLoginsRefused, counted at each
+ * probe while they have stopped receiving) in each of this many minutes: not a rotation being
+ * followed (that takes one secret read, seconds), but credentials that do not match.
+ */
+export const DATABASE_LOGINS_REFUSED_ALARM = { periodMinutes: 1, evaluationPeriods: 5 } as const;
 
 /** A platform metric as the worker emits it: its environment's namespace, no dimensions. */
 export function jobMetric(
@@ -326,6 +334,20 @@ export class JobAlarms extends Construct {
         evaluationPeriods: DATABASE_SECRET_UNREADABLE_ALARM.evaluationPeriods,
         datapointsToAlarm: DATABASE_SECRET_UNREADABLE_ALARM.evaluationPeriods,
         // The workers emit only when a read fails.
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
+      databaseLoginsRefused: make('databaseLoginsRefused', {
+        alarmName: `${prefix} database logins refused`,
+        alarmDescription: describe(
+          `the database has refused the workers' logins in each of ${DATABASE_LOGINS_REFUSED_ALARM.evaluationPeriods} minutes: the workers have stopped receiving (jobs wait in the queue; none is lost, run twice or dead-lettered meanwhile) and resume by themselves once a login succeeds. Their credentials do not match the database: a password changed outside the rotation, a secret they cannot read after a rotation, or a role gone. The workers log \`database refused this worker's login\` with the error.`,
+          RUNBOOK_SECTION.databaseLoginsRefused,
+        ),
+        metric: jobMetric(envName, METRIC.databaseLoginsRefused, 'Sum', Duration.minutes(DATABASE_LOGINS_REFUSED_ALARM.periodMinutes)),
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        threshold: 1,
+        evaluationPeriods: DATABASE_LOGINS_REFUSED_ALARM.evaluationPeriods,
+        datapointsToAlarm: DATABASE_LOGINS_REFUSED_ALARM.evaluationPeriods,
+        // The workers emit only while their logins are refused.
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       }),
       databasePasswordNotRotated: make('databasePasswordNotRotated', {

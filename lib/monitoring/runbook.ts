@@ -20,6 +20,7 @@ export const RUNBOOK_SECTION = {
   passwordRotationFailing: 'database-password-rotation-failing',
   databaseSecretUnreadable: 'database-secret-unreadable',
   databasePasswordNotRotated: 'database-password-not-rotated',
+  databaseLoginsRefused: 'database-logins-refused',
   apiUnhealthyTargets: 'api-unhealthy-targets',
   apiTasksBelowMinimum: 'api-tasks-below-minimum',
   workerAtMaximum: 'worker-at-maximum-with-backlog',

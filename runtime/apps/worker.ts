@@ -224,9 +224,10 @@ export async function startWorkerService(
         ]);
         await publisher.flush();
         await protection.release();
-        await cloudwatch?.stop();
         await events?.stop();
+        // Before the last flush: a secret read under way is counted in it.
         await credentials?.stop();
+        await cloudwatch?.stop();
         await pool.end();
         log.info('shut down cleanly');
       })();

@@ -31,6 +31,9 @@ export interface PoolOptions {
 /** Idle timeout of the API's and the workers' pools (see PoolOptions.idleTimeoutMs). */
 export const SERVICE_IDLE_TIMEOUT_MS = 10 * 60_000;
 
+/** The credential source of each pool createPool made with one (freshLogin's retry). */
+const poolCredentials = new WeakMap<pg.Pool, DatabaseCredentialSource>();
+
 export function createPool(opts: PoolOptions): pg.Pool {
   const Pool = opts.credentials ? poolWith(opts.credentials) : pg.Pool;
   const pool = new Pool({
@@ -53,7 +56,35 @@ export function createPool(opts: PoolOptions): pg.Pool {
   pool.on('connect', (client) => {
     client.on('error', (err) => opts.onError?.(err));
   });
+  if (opts.credentials) poolCredentials.set(pool, opts.credentials);
   return pool;
+}
+
+/**
+ * Log in as a new connection of `pool` would (its settings and current credentials, the secret
+ * read again once if the login is refused), then log out: whether the database accepts new
+ * connections now. A query through the pool cannot tell: it may run on an idle connection that
+ * logged in before a password changed. Rejects with the login's error.
+ */
+export async function freshLogin(pool: pg.Pool): Promise<void> {
+  const { Client, options } = pool as unknown as { Client: new (config: pg.PoolConfig) => pg.Client; options: pg.PoolConfig };
+  const once = async () => {
+    const c = new Client(options);
+    c.on('error', () => undefined);
+    try {
+      await c.connect();
+    } finally {
+      await c.end().catch(() => undefined);
+    }
+  };
+  const credentials = poolCredentials.get(pool);
+  try {
+    await once();
+  } catch (err) {
+    if (!credentials || !isAuthenticationFailure(err) || !(await credentials.renewedSince(credentialsTried(err) ?? credentials.current())))
+      throw err;
+    await once();
+  }
 }
 
 /** The credentials a refused login was tried with, carried on its error (see clientWith). */

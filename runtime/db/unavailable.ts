@@ -41,6 +41,7 @@ export function isDatabaseUnavailable(err: unknown): boolean {
 
 /** PostgreSQL's answers to a login whose password (28P01) or user (28000) it refuses. */
 export function isAuthenticationFailure(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  return code === '28P01' || code === '28000';
+  const e = err as { code?: unknown; cause?: unknown } | null;
+  if (!e || typeof e !== 'object') return false;
+  return e.code === '28P01' || e.code === '28000' || (e.cause !== undefined && e.cause !== err && isAuthenticationFailure(e.cause));
 }

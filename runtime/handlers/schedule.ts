@@ -10,7 +10,7 @@ import { Cron } from 'croner';
 import type * as z from 'zod';
 import { ConfigError, type RuleViolation } from '../config/rules.ts';
 import type { JobRegistry } from './registry.ts';
-import type { JobDefinition } from './types.ts';
+import { defaultConcurrencyKey, type JobDefinition } from './types.ts';
 
 /**
  * What to do with occurrences whose time passed while no task was running (or the database was
@@ -122,7 +122,9 @@ export function checkSchedules(schedules: readonly ScheduleDefinition[], registr
     const next = nextOccurrence(s, now);
     if (!next) continue;
     try {
-      def.parse(s.payload(occurrence(s, next)));
+      // Parsed as an enqueue would: its schema, then the key its type's template makes of it.
+      const parsed = def.parse(s.payload(occurrence(s, next)));
+      defaultConcurrencyKey(def, parsed);
     } catch (err) {
       out.push({
         rule: 'schedule-payload',

@@ -212,5 +212,13 @@ export function defaultConcurrencyKey(def: JobDefinition<any, any, any>, payload
       `has no ${missing.join(', ')}, which job type ${def.type} keys its jobs on (${key}); give it, or a concurrencyKey`,
     );
   }
+  // An object or a list has no one text a key could be made of (it would read "[object Object]").
+  const nested = templateFields(key).find((f) => typeof fields[f] === 'object');
+  if (nested) {
+    throw new ValidationError(
+      `payload.${nested}`,
+      `is ${Array.isArray(fields[nested]) ? 'a list' : 'an object'}, and job type ${def.type} keys its jobs on it (${key}): it must be a string, number or boolean`,
+    );
+  }
   return key.replace(/\{([A-Za-z0-9_]+)\}/g, (_, f: string) => String(fields[f]));
 }

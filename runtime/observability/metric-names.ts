@@ -34,6 +34,8 @@ export const METRIC = {
   jobsRepublished: 'JobsRepublished',
   /** Count: passes in which a schedule's due occurrence could not be enqueued (retried at the next pass, seconds later). */
   schedulePassesFailed: 'SchedulePassesFailed',
+  /** Count: a worker's probes, while it has stopped receiving, whose fresh login the database refused (the password not followed). */
+  databaseLoginsRefused: 'DatabaseLoginsRefused',
   /** Count: reads of the database secret that failed, by workers and API tasks (runtime/db/credentials.ts: hourly, and on a refused login). */
   databaseSecretReadsFailed: 'DatabaseSecretReadsFailed',
   /** Milliseconds: age of the database secret's current version (since its last rotation), at each task's start and hourly read (workers and API). */

@@ -18,6 +18,7 @@ import { sleep, type WorkerContext } from './held.ts';
 import { defaultBulkSlots, LaneReceiver } from './lane-choice.ts';
 import type { QueueMessages } from './messages.ts';
 import { Batcher } from './batcher.ts';
+import { DatabaseGate } from './database-gate.ts';
 import { Pace } from './pace.ts';
 
 /** What the fetcher asks of the coordinator, which owns the handler slots. */
@@ -45,7 +46,7 @@ const AHEAD_CAPACITIES = 16;
 
 export class Fetcher {
   /** Since when the database has been unreachable (a failover): no receiving until it answers. */
-  private databaseDownSince: number | null = null;
+  private readonly gate: DatabaseGate;
   /** Receives lane by lane when the lanes have queues of their own; null when one queue serves every lane. */
   private readonly lanes: LaneReceiver | null;
   /** Messages asked for by receives in flight, and received ones being claimed. */
@@ -76,6 +77,7 @@ export class Fetcher {
     private readonly slots: Slots,
     bulkSlots = defaultBulkSlots(ctx.opts.timings.concurrency),
   ) {
+    this.gate = new DatabaseGate(ctx);
     const t = ctx.opts.timings;
     this.capacity = t.concurrency + (ctx.opts.prefetch ?? t.concurrency);
     this.pace = new Pace(() => slots.finished(), undefined, this.capacity);
@@ -99,7 +101,7 @@ export class Fetcher {
     const maxHeld = capacity + maxBatch;
     const receives = new Set<Promise<void>>();
     while (!ctx.stopping) {
-      if (this.databaseDownSince !== null && !(await this.databaseAnswers())) continue;
+      if (this.gate.closed && !(await this.gate.probe())) continue;
       if (this.backoffUntil > Date.now()) {
         await sleep(this.backoffUntil - Date.now(), ctx.stopAc.signal);
         continue;
@@ -207,32 +209,9 @@ export class Fetcher {
     return batches.map(() => undefined);
   }
 
-  /** Close the database gate: no receiving until the database answers (also called by the heartbeat). */
+  /** Close the database gate (also called by the heartbeat). */
   databaseUnavailable(err: unknown): void {
-    if (this.databaseDownSince !== null) return;
-    this.databaseDownSince = Date.now();
-    this.ctx.metrics.count(METRIC.databaseUnavailable);
-    this.ctx.log.warn({ err }, 'database unreachable: receiving stops until it answers; running jobs keep their leases until they run out');
-  }
-
-  /**
-   * While the database is down: one probe per pass, with backoff (capped at a heartbeat, so a
-   * returning database is noticed within one). True once it answers.
-   */
-  private async databaseAnswers(): Promise<boolean> {
-    const { ctx } = this;
-    try {
-      await ctx.opts.pool.query('SELECT 1');
-    } catch {
-      const downMs = Date.now() - (this.databaseDownSince ?? Date.now());
-      const wait = Math.min(ctx.opts.timings.heartbeatSeconds * 1000, 250 + downMs / 4) * (0.75 + Math.random() / 4);
-      await sleep(wait, ctx.stopAc.signal);
-      return false;
-    }
-    const downMs = Date.now() - this.databaseDownSince!;
-    this.databaseDownSince = null;
-    ctx.log.info({ downMs }, 'database answers again: receiving resumes');
-    return true;
+    this.gate.close(err);
   }
 
   /** Received messages whose jobs this worker did not start go back to the queue now. */

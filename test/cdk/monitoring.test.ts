@@ -11,6 +11,7 @@ import { connectionBudget, ENVIRONMENTS, INSTANCE_MEMORY_GIB } from '../../lib/c
 import {
   API_DEPLOYMENT_ALARMS,
   DATABASE_PASSWORD_NOT_ROTATED_GRACE_DAYS,
+  DATABASE_LOGINS_REFUSED_ALARM,
   DATABASE_SECRET_UNREADABLE_ALARM,
   JOBS_STUCK_ALARM,
   SCHEDULE_FAILING_ALARM,
@@ -77,8 +78,8 @@ describe('on-call topic', () => {
 });
 
 describe('alarms', () => {
-  it('are the twenty-two on-call alarms, no more', () => {
-    expect(alarms).toHaveLength(22);
+  it('are the twenty-three on-call alarms, no more', () => {
+    expect(alarms).toHaveLength(23);
   });
 
   it.each(alarms.map((a) => [a.AlarmName as string, a] as const))('%s notifies the on-call topic when it fires and clears', (_name, a) => {
@@ -104,7 +105,7 @@ describe('alarms', () => {
   it('each runbook section the alarms use exists, one per alarm', () => {
     for (const s of Object.values(RUNBOOK_SECTION)) expect(sections.has(s), s).toBe(true);
     const cited = alarms.map((a) => /#([a-z0-9-]+)$/.exec(a.AlarmDescription as string)![1]);
-    expect(new Set(cited).size).toBe(22);
+    expect(new Set(cited).size).toBe(23);
   });
 
   it('DLQ not empty: any visible message, missing data not breaching', () => {
@@ -293,6 +294,22 @@ describe('alarms', () => {
     expect(a.AlarmDescription).toMatch(/rotation after next.*Runbook: docs\/runbooks\/README\.md#database-secret-unreadable$/s);
   });
 
+  it("database logins refused: the workers' DatabaseLoginsRefused by its imported name, in each of five minutes", () => {
+    const a = alarmNamed('database logins refused');
+    expect(a).toMatchObject({
+      Namespace: metricNamespace('prod'),
+      MetricName: METRIC.databaseLoginsRefused,
+      Statistic: 'Sum',
+      Period: DATABASE_LOGINS_REFUSED_ALARM.periodMinutes * 60,
+      ComparisonOperator: 'GreaterThanOrEqualToThreshold',
+      Threshold: 1,
+      EvaluationPeriods: 5,
+      DatapointsToAlarm: 5,
+      TreatMissingData: 'notBreaching',
+    });
+    expect(a.AlarmDescription).toMatch(/stopped receiving.*Runbook: docs\/runbooks\/README\.md#database-logins-refused$/s);
+  });
+
   it("database password not rotated: the secret's age as the workers read it, past the period plus the grace", () => {
     const a = alarmNamed('database password not rotated');
     expect(a).toMatchObject({
@@ -395,7 +412,7 @@ describe('alarm delivery (issue 12)', () => {
       },
     ]);
     // Every alarm's ARN, in the order they were made, and nothing else.
-    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(22);
+    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(23);
   });
 
   it('the key lets CloudWatch use it under the same conditions, and allows grants only for AWS services', () => {

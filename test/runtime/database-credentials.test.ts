@@ -12,7 +12,7 @@ import { apiConfigFromEnv, startApiService } from '../../runtime/apps/api.ts';
 import { databaseSecretArnFromEnv } from '../../runtime/config/env.ts';
 import { ensureAppRole, scramVerifier } from '../../runtime/db/app-role.ts';
 import { type DatabaseCredentials, DatabaseCredentialSource, databaseCredentialSource } from '../../runtime/db/credentials.ts';
-import { createPool } from '../../runtime/db/pool.ts';
+import { createPool, freshLogin } from '../../runtime/db/pool.ts';
 import { NotifyEventSink } from '../../runtime/live/events.ts';
 import { LiveFeed } from '../../runtime/live/feed.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
@@ -208,6 +208,23 @@ describe('database credentials that rotate while the services run', () => {
     }
   });
 
+  it('freshLogin tells a refused login that an idle pooled connection hides, and follows the secret once it has the password', async () => {
+    const secret = { value: { user: USER, password: pw(1) } };
+    const r = rotatingPool(secret, { minIntervalMs: 0 });
+    try {
+      await r.pool.query('SELECT 1');
+      await admin.query(`ALTER ROLE ${USER} PASSWORD '${pw(8)}'`);
+      // The idle connection logged in before the change: a query through the pool still works.
+      expect((await r.pool.query('SELECT 1 AS one')).rows[0].one).toBe(1);
+      await expect(freshLogin(r.pool)).rejects.toMatchObject({ code: '28P01' });
+      secret.value = { user: USER, password: pw(8) };
+      await freshLogin(r.pool);
+      expect(r.source.current().password).toBe(pw(8));
+    } finally {
+      await r.pool.end();
+    }
+  });
+
   it('alternating users (the other user now current): new connections log in as it, open ones stay on the first', async () => {
     const secret = { value: { user: USER, password: pw(1) } };
     const r = rotatingPool(secret);
@@ -349,6 +366,8 @@ describe('database credentials that rotate while the services run', () => {
       expect(p.queue.depth()).toMatchObject({ visible: 5, inFlight: 0 });
       expect(Math.max(...p.queue.peek().map((m) => m.receiveCount))).toBeLessThanOrEqual(1);
       expect(p.dlq.depth().total).toBe(0);
+      // Its probes log in afresh and are refused: counted, for the "database logins refused" alarm.
+      await waitFor(() => metrics.get(METRIC.databaseLoginsRefused) >= 1, 5000, 'refused probes counted');
       // The secret catches up: the worker's probe reads it, logs in, and runs every job once.
       secret.value = { user: USER, password: pw(4) };
       await waitFor(

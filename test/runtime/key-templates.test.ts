@@ -17,10 +17,18 @@ const recount = defineJob({
   run: async () => undefined,
 });
 
+const bySite = defineJob({
+  type: 'test.by_site',
+  description: 'keyed on a field its schema lets be anything',
+  schema: z.object({ site: z.unknown() }),
+  concurrency: { key: 'site:{site}' },
+  run: async () => undefined,
+});
+
 describe('concurrency key templates', () => {
   let p: Platform;
   beforeAll(async () => {
-    p = await createPlatform({ registry: new JobRegistry([recount]) });
+    p = await createPlatform({ registry: new JobRegistry([recount, bySite]) });
   });
   afterAll(() => p.close());
 
@@ -33,6 +41,21 @@ describe('concurrency key templates', () => {
     const none = await p.client.enqueueNow({ type: 'test.recount', payload: {} }).catch((e: unknown) => e);
     expect((none as ValidationError).message).toMatch(/^payload: has no warehouse, zone, which job type/);
     expect((await p.db.pool.query("SELECT count(*)::int AS n FROM jobs.job WHERE type = 'test.recount'")).rows[0].n).toBe(0);
+  });
+
+  it('a field the template names that holds an object or a list is refused, naming it: no "[object Object]" key', async () => {
+    for (const [site, what] of [
+      [{ id: 1 }, 'an object'],
+      [[1, 2], 'a list'],
+    ] as const) {
+      const err = await p.client.enqueueNow({ type: 'test.by_site', payload: { site } }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ValidationError);
+      expect((err as ValidationError).message).toBe(
+        `payload.site: is ${what}, and job type test.by_site keys its jobs on it (site:{site}): it must be a string, number or boolean`,
+      );
+    }
+    const [ok] = await p.client.enqueueNow({ type: 'test.by_site', payload: { site: 7 } });
+    expect(ok!.job.concurrencyKey).toBe('site:7');
   });
 
   it('with the fields, or with a key of its own, the job is enqueued under that key', async () => {

@@ -4,11 +4,13 @@
 // down, daylight-saving changes in Europe/Berlin fire the skipped and the repeated hour once,
 // pause and resume hold across scheduler instances, and a broken declaration stops the start.
 import pino from 'pino';
+import * as z from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { withTransaction } from '../../runtime/db/transaction.ts';
 import { ConfigError } from '../../runtime/config/rules.ts';
 import { ledgerPost } from '../../runtime/handlers/ledger-post.ts';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
+import { defineJob } from '../../runtime/handlers/types.ts';
 import { checkSchedules, defineSchedule, occurrence, type MissedPolicy, type ScheduleDefinition } from '../../runtime/handlers/schedule.ts';
 import { monthEndClose } from '../../runtime/handlers/schedules.ts';
 import { Scheduler } from '../../runtime/maintenance/scheduler.ts';
@@ -404,6 +406,27 @@ describe('declarations', () => {
       /missed = "sometimes" must be latest, all or skip/,
     );
     expect(() => defineSchedule({ ...base, name: 'x', cron: '0 0 30 2 *' })).toThrow(/has no future occurrence/);
+  });
+
+  it('a payload without the field its type keys jobs on refuses the start too (every pass would be refused)', () => {
+    const recount = defineJob({
+      type: 'test.recount',
+      description: 'a type keyed on an optional field',
+      schema: z.object({ warehouse: z.string().optional() }),
+      concurrency: { key: 'recount:{warehouse}' },
+      run: async () => undefined,
+    });
+    const nightly = defineSchedule({
+      name: 'nightly-recount',
+      cron: '0 2 * * *',
+      timeZone: 'UTC',
+      job: recount,
+      payload: () => ({}),
+      missed: 'latest',
+    });
+    expect(() => checkSchedules([nightly], new JobRegistry([recount]))).toThrow(
+      /schedule "nightly-recount": its payload for .* is refused: payload: has no warehouse, which job type test\.recount keys its jobs on/,
+    );
   });
 
   it('a type the process does not know, a payload its type refuses, or a name twice refuses the start', () => {
