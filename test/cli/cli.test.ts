@@ -38,7 +38,9 @@ describe('jobs migrate', () => {
     await writeFile(join(dir, '0001_stock.sql'), 'CREATE TABLE stock_count (id bigserial PRIMARY KEY);\n');
     const r = await jobs(['migrate'], { JOBS_APP_MIGRATIONS_DIR: dir });
     expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/^jobs: migration app\/0001_stock\.sql created table public\.stock_count, sequence public\.stock_count_id_seq: .*erp\.stock_count/);
+    expect(r.stderr).toMatch(
+      /^jobs: migration app\/0001_stock\.sql created table public\.stock_count, sequence public\.stock_count_id_seq: .*erp\.stock_count/,
+    );
     expect(r.stderr).not.toMatch(/\n\s+at /);
     expect(r.stderr.trim().split('\n')).toHaveLength(1);
   });
