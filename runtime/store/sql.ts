@@ -231,11 +231,13 @@ ${CLAIM_RETURNING}`,
 
   /**
    * Release on graceful stop: running → pending, due now, without spending an attempt
-   * (releases + 1). Fenced, so a release by a worker that already lost the job changes nothing.
+   * (releases + 1); $4: due when it was (a job handed on for lack of a handler, which must
+   * show as stuck if no worker takes it). Fenced, so a release by a worker that already lost
+   * the job changes nothing.
    */
   jobRelease: `
     UPDATE jobs.job j
-       SET state = 'pending', run_after = statement_timestamp(), releases = j.releases + 1,
+       SET state = 'pending', run_after = CASE WHEN $4::boolean THEN j.run_after ELSE statement_timestamp() END, releases = j.releases + 1,
            attempt_log = j.attempt_log || jsonb_build_array(jsonb_build_object(
              'attempt', j.attempt, 'owner', j.lease_owner, 'at', statement_timestamp(), 'outcome', 'released',
              'message', $3::text)),

@@ -17,6 +17,9 @@ import type { Held, WorkerContext } from './held.ts';
 import type { JobTransaction } from './job-transaction.ts';
 import type { QueueMessages } from './messages.ts';
 
+/** How long a job of a type this worker lacks waits before a worker sees it again (handOnUnknownType). */
+export const UNKNOWN_TYPE_RETRY_SECONDS = 60;
+
 /** The executor's per-job log (runtime/worker/executor.ts), as the completer uses it. */
 export interface AttemptLog {
   info(a: string | Record<string, unknown>, b?: string): void;
@@ -118,6 +121,41 @@ export class Completer {
       ? [{ stale: true }]
       : await this.messages.changeVisibility([{ receipt: h.message.receipt, seconds: Math.ceil(delay) }]);
     if (failures.length > 0) await this.messages.republish([job.id], after.runAfter);
+  }
+
+  /**
+   * A job of a type this worker has no handler for: a deploy half done (newer tasks enqueue a type
+   * the older workers lack), not a failure of the job. Handed back without spending an attempt,
+   * still due since it was, its message hidden UNKNOWN_TYPE_RETRY_SECONDS for a worker that has
+   * the type (a fresh message when SQS would otherwise redrive this one). If none ever takes it,
+   * it shows in `jobs stuck` once due for JOBS_STUCK_PENDING_SECONDS, which pages (*jobs stuck*).
+   */
+  async handOnUnknownType(h: Held, log: AttemptLog): Promise<void> {
+    const { ctx } = this;
+    const { job } = h;
+    const t = ctx.opts.timings;
+    const why = `no handler for job type "${job.type}" in worker ${ctx.workerId} (known: ${ctx.opts.registry.types().join(', ')}): left for a worker that has it`;
+    let released: Set<string>;
+    try {
+      released = await ctx.store.release([h.token], why, { keepDue: true });
+    } catch (err) {
+      log.error({ err }, 'could not hand on a job of an unknown type; it is reclaimed when its lease runs out');
+      return;
+    }
+    if (!released.has(job.id)) {
+      this.heartbeat.loseLease(h, 'release');
+      return;
+    }
+    log.warn({ retryInSeconds: UNKNOWN_TYPE_RETRY_SECONDS }, `${why} (a deploy in progress?)`);
+    ctx.emit('released', job, why);
+    const nearRedrive = h.message.receiveCount >= t.maxReceiveCount - 1;
+    const failures =
+      h.receiptStale || nearRedrive
+        ? [{ stale: true }]
+        : await this.messages.changeVisibility([{ receipt: h.message.receipt, seconds: UNKNOWN_TYPE_RETRY_SECONDS }]);
+    if (failures.length === 0) return;
+    if ((await this.messages.republish([job.id], new Date(Date.now() + UNKNOWN_TYPE_RETRY_SECONDS * 1000))) && !h.receiptStale)
+      this.messages.delete(h.message, 'replaced by a fresh message before SQS would redrive it');
   }
 
   /** Graceful stop (DESIGN 10): abort these jobs' handlers and hand the jobs back, fenced, visible at once. */

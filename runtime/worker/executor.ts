@@ -27,14 +27,8 @@ export class JobExecutor {
     // bindings when it is made, a cost every job would pay even with logging turned down.
     const log = new JobLog(ctx.log, job);
     const def = ctx.opts.registry.get(job.type);
-    if (!def) {
-      return completer.fail(
-        h,
-        new NonRetryableError(`no handler for job type "${job.type}" in this worker (known: ${ctx.opts.registry.types().join(', ')})`),
-        true,
-        log,
-      );
-    }
+    // A type this worker lacks: a deploy half done, not the job's fault (completer.ts).
+    if (!def) return completer.handOnUnknownType(h, log);
     let payload: unknown;
     try {
       payload = def.parse(job.payload);
