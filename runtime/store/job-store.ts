@@ -322,12 +322,8 @@ export class JobStore {
   /** Hand claims back (graceful stop; `keepDue`: due when they were, not now); returns the ids released. */
   async release(tokens: LeaseToken[], reason: string, o: { keepDue?: boolean } = {}): Promise<Set<string>> {
     if (tokens.length === 0) return new Set();
-    const { rows } = await run(this.pool, 'jobRelease', [
-      tokens.map((t) => t.id),
-      tokens.map((t) => t.attempt),
-      reason,
-      o.keepDue === true,
-    ]);
+    const ids = tokens.map((t) => t.id);
+    const { rows } = await run(this.pool, 'jobRelease', [ids, tokens.map((t) => t.attempt), reason, o.keepDue === true]);
     return new Set(rows.map((r) => r.id as string));
   }
 
