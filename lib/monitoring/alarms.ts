@@ -339,7 +339,7 @@ export class JobAlarms extends Construct {
       databaseLoginsRefused: make('databaseLoginsRefused', {
         alarmName: `${prefix} database logins refused`,
         alarmDescription: describe(
-          `the database has refused the workers' logins in each of ${DATABASE_LOGINS_REFUSED_ALARM.evaluationPeriods} minutes: the workers have stopped receiving (jobs wait in the queue; none is lost, run twice or dead-lettered meanwhile) and resume by themselves once a login succeeds. Their credentials do not match the database: a password changed outside the rotation, a secret they cannot read after a rotation, or a role gone. The workers log \`database refused this worker's login\` with the error.`,
+          `the database has refused the workers' logins in each of ${DATABASE_LOGINS_REFUSED_ALARM.evaluationPeriods} minutes: the workers have stopped receiving (new jobs wait in the queue, where they spend no receives toward the DLQ; a running job whose handler needs a new connection fails that attempt) and resume by themselves once a login succeeds. Their credentials do not match the database: a password changed outside the rotation, a secret they cannot read after a rotation, or a role gone. The workers log \`database refused this worker's login\` with the error.`,
           RUNBOOK_SECTION.databaseLoginsRefused,
         ),
         metric: jobMetric(envName, METRIC.databaseLoginsRefused, 'Sum', Duration.minutes(DATABASE_LOGINS_REFUSED_ALARM.periodMinutes)),
