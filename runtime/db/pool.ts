@@ -78,12 +78,20 @@ export async function freshLogin(pool: pg.Pool): Promise<void> {
     }
   };
   const credentials = poolCredentials.get(pool);
+  await (credentials ? renewingOnce(credentials, once) : once());
+}
+
+/**
+ * `login()`, and once more when PostgreSQL refused it and reading the secret again brought other
+ * credentials than the ones it was tried with (a pooled connection's, freshLogin's).
+ */
+async function renewingOnce<T>(credentials: DatabaseCredentialSource, login: () => Promise<T>): Promise<T> {
+  const current = credentials.current();
   try {
-    await once();
+    return await login();
   } catch (err) {
-    if (!credentials || !isAuthenticationFailure(err) || !(await credentials.renewedSince(credentialsTried(err) ?? credentials.current())))
-      throw err;
-    await once();
+    if (!isAuthenticationFailure(err) || !(await credentials.renewedSince(credentialsTried(err) ?? current))) throw err;
+    return await login();
   }
 }
 
@@ -157,15 +165,7 @@ function poolWith(credentials: DatabaseCredentialSource): typeof pg.Pool {
     // pg-pool's own query() connects with a callback; callers use the promise. Both go through here
     // (pg's two overloads in one body).
     override connect(callback?: any): any {
-      const connected = (async () => {
-        const current = credentials.current();
-        try {
-          return await super.connect();
-        } catch (err) {
-          if (!isAuthenticationFailure(err) || !(await credentials.renewedSince(credentialsTried(err) ?? current))) throw err;
-          return await super.connect();
-        }
-      })();
+      const connected = renewingOnce(credentials, () => super.connect());
       if (!callback) return connected;
       connected.then(
         (client) => callback(undefined, client, client.release.bind(client)),

@@ -107,20 +107,24 @@ export class Completer {
     ctx.metrics.count(METRIC.jobsFailed);
     ctx.emit('retried', job, `${after.lastError?.message ?? 'failed'}; retry in ${Math.round(delay * 10) / 10} s`);
     log.warn({ err, retryInSeconds: Math.round(delay * 10) / 10 }, 'attempt failed; will retry');
-    // The retry rides on this message, hidden until the backoff ends — unless SQS would
-    // dead-letter it at its next receive (a job may allow more attempts than the queue's
-    // maxReceiveCount, and duplicates spend receives too): then a fresh message (receive count 0)
-    // is queued through the outbox and this one deleted.
-    const nearRedrive = h.message.receiveCount >= t.maxReceiveCount - 1;
+    await this.hideFor(h, Math.ceil(delay), after.runAfter);
+  }
+
+  /**
+   * The job's next try rides on its message, hidden `seconds` — unless SQS would dead-letter it at
+   * its next receive (a job may allow more attempts than the queue's maxReceiveCount, and
+   * duplicates spend receives too): then a fresh message (receive count 0), due at `runAfter`, is
+   * queued through the outbox and this one deleted. A receipt that no longer works gets one too.
+   */
+  private async hideFor(h: Held, seconds: number, runAfter: Date): Promise<void> {
+    const nearRedrive = h.message.receiveCount >= this.ctx.opts.timings.maxReceiveCount - 1;
     if (nearRedrive && !h.receiptStale) {
-      if (await this.messages.republish([job.id], after.runAfter))
+      if (await this.messages.republish([h.job.id], runAfter))
         this.messages.delete(h.message, 'replaced by a fresh message before SQS would redrive it');
       return;
     }
-    const failures = h.receiptStale
-      ? [{ stale: true }]
-      : await this.messages.changeVisibility([{ receipt: h.message.receipt, seconds: Math.ceil(delay) }]);
-    if (failures.length > 0) await this.messages.republish([job.id], after.runAfter);
+    const failures = h.receiptStale ? [{ stale: true }] : await this.messages.changeVisibility([{ receipt: h.message.receipt, seconds }]);
+    if (failures.length > 0) await this.messages.republish([h.job.id], runAfter);
   }
 
   /**
@@ -133,7 +137,6 @@ export class Completer {
   async handOnUnknownType(h: Held, log: AttemptLog): Promise<void> {
     const { ctx } = this;
     const { job } = h;
-    const t = ctx.opts.timings;
     const why = `no handler for job type "${job.type}" in worker ${ctx.workerId} (known: ${ctx.opts.registry.types().join(', ')}): left for a worker that has it`;
     let released: Set<string>;
     try {
@@ -148,14 +151,7 @@ export class Completer {
     }
     log.warn({ retryInSeconds: UNKNOWN_TYPE_RETRY_SECONDS }, `${why} (a deploy in progress?)`);
     ctx.emit('released', job, why);
-    const nearRedrive = h.message.receiveCount >= t.maxReceiveCount - 1;
-    const failures =
-      h.receiptStale || nearRedrive
-        ? [{ stale: true }]
-        : await this.messages.changeVisibility([{ receipt: h.message.receipt, seconds: UNKNOWN_TYPE_RETRY_SECONDS }]);
-    if (failures.length === 0) return;
-    if ((await this.messages.republish([job.id], new Date(Date.now() + UNKNOWN_TYPE_RETRY_SECONDS * 1000))) && !h.receiptStale)
-      this.messages.delete(h.message, 'replaced by a fresh message before SQS would redrive it');
+    await this.hideFor(h, UNKNOWN_TYPE_RETRY_SECONDS, new Date(Date.now() + UNKNOWN_TYPE_RETRY_SECONDS * 1000));
   }
 
   /** Graceful stop (DESIGN 10): abort these jobs' handlers and hand the jobs back, fenced, visible at once. */
