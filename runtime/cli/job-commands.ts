@@ -247,7 +247,7 @@ function asFlagError(err: unknown, values: Record<string, string | boolean | und
   if (!flag || !(err instanceof ValidationError)) return err;
   const given = values[flag];
   const length =
-    (flag === 'key' || flag === 'concurrency-key') && typeof given === 'string'
+    (flag === 'key' || flag === 'concurrency-key') && typeof given === 'string' && err.reason.startsWith('must be a string of')
       ? given.length === 0
         ? ' (got an empty one)'
         : ` (got ${given.length} characters)`

@@ -7,6 +7,7 @@
 
 import * as z from 'zod';
 import { ValidationError } from '../domain/errors.ts';
+import { controlCharacterProblem, keyProblem, keyText, MAX_KEY_LENGTH } from '../domain/keys.ts';
 import type { Lane } from '../domain/lanes.ts';
 import type { Logger } from '../observability/log.ts';
 
@@ -199,13 +200,30 @@ export function templateFields(template: string): string[] {
  * A type's default concurrency key for a payload: its template filled from the payload's fields,
  * or its function's answer. A payload without a field the template names is refused, as
  * jobs.enqueue refuses it in SQL: an empty part would put every such job under one shared key.
+ * The key made is held to a key's rules (domain/keys.ts), the payload field named that broke one.
  */
 export function defaultConcurrencyKey(def: JobDefinition<any, any, any>, payload: unknown): string | null {
   const key = def.concurrency?.key;
   if (key === undefined) return null;
-  if (typeof key === 'function') return key(payload) ?? null;
+  if (typeof key === 'function') {
+    const made = key(payload) ?? null;
+    if (made === null) return null;
+    if (typeof made !== 'string') {
+      throw new TypeError(
+        `job type ${def.type}: its concurrency.key function returned ${typeof made}; it must return a string, or null for no key`,
+      );
+    }
+    const problem = keyProblem(made);
+    if (problem)
+      throw new ValidationError(
+        'payload',
+        `makes the key ${JSON.stringify(made.slice(0, 80))} of job type ${def.type}, which ${problem}; give a concurrencyKey`,
+      );
+    return made;
+  }
   const fields = (payload ?? {}) as Record<string, unknown>;
-  const missing = templateFields(key).filter((f) => fields[f] === undefined || fields[f] === null);
+  const names = templateFields(key);
+  const missing = names.filter((f) => fields[f] === undefined || fields[f] === null);
   if (missing.length > 0) {
     throw new ValidationError(
       'payload',
@@ -213,12 +231,24 @@ export function defaultConcurrencyKey(def: JobDefinition<any, any, any>, payload
     );
   }
   // An object or a list has no one text a key could be made of (it would read "[object Object]").
-  const nested = templateFields(key).find((f) => typeof fields[f] === 'object');
+  const nested = names.find((f) => typeof fields[f] === 'object');
   if (nested) {
     throw new ValidationError(
       `payload.${nested}`,
       `is ${Array.isArray(fields[nested]) ? 'a list' : 'an object'}, and job type ${def.type} keys its jobs on it (${key}): it must be a string, number or boolean`,
     );
   }
-  return key.replace(/\{([A-Za-z0-9_]+)\}/g, (_, f: string) => String(fields[f]));
+  const texts = new Map(names.map((f) => [f, keyText(fields[f] as string | number | boolean)]));
+  for (const [f, text] of texts) {
+    const problem = controlCharacterProblem(text);
+    if (problem) throw new ValidationError(`payload.${f}`, `${problem}, and job type ${def.type} keys its jobs on it (${key})`);
+  }
+  const made = key.replace(/\{([A-Za-z0-9_]+)\}/g, (_, f: string) => texts.get(f)!);
+  if (made.length > MAX_KEY_LENGTH) {
+    throw new ValidationError(
+      'payload',
+      `makes the key of job type ${def.type} (${key}) ${made.length} characters long; the limit is ${MAX_KEY_LENGTH}: give a concurrencyKey`,
+    );
+  }
+  return made;
 }

@@ -11,6 +11,7 @@ import * as z from 'zod';
 import { ValidationError } from '../domain/errors.ts';
 import { ISO_TIME_PATTERN, parseIsoTime } from '../domain/ids.ts';
 import { issueField, issueStatus } from '../domain/issues.ts';
+import { controlCharacterProblem } from '../domain/keys.ts';
 import { DEFAULT_LANE, isLane, LANES, type Lane } from '../domain/lanes.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import { defaultConcurrencyKey } from '../handlers/types.ts';
@@ -22,6 +23,13 @@ export const MAX_PAYLOAD_BYTES = 256 * 1024;
 const TOO_LARGE = { status: 413 } as const;
 
 const text1to200 = 'must be a string of 1 to 200 characters';
+/** A key: 1 to 200 characters, no control characters (domain/keys.ts). */
+const key = () =>
+  z
+    .string({ error: text1to200 })
+    .min(1, { error: text1to200 })
+    .max(200, { error: text1to200 })
+    .refine((k) => controlCharacterProblem(k) === undefined, { error: (iss) => controlCharacterProblem(String(iss.input))! });
 const attemptsError = (iss: { input?: unknown }) => `must be a whole number from 1 to 100 (got ${String(iss.input)})`;
 const limitError = (iss: { input?: unknown }) => `must be a whole number from 1 to 1000 (got ${String(iss.input)})`;
 const laneError = (iss: { input?: unknown }) => `must be one of ${LANES.join(', ')} (got ${JSON.stringify(iss.input)?.slice(0, 80)})`;
@@ -52,7 +60,7 @@ export function enqueueRequest(registry: JobRegistry) {
           .filter((t) => registry.get(t)!.schema)
           .map((t) => ({ $ref: `#/components/schemas/${t}` })),
       }),
-    idempotencyKey: z.string({ error: text1to200 }).min(1, { error: text1to200 }).max(200, { error: text1to200 }).nullish().meta({
+    idempotencyKey: key().nullish().meta({
       description:
         "a second enqueue with the same (type, key) returns the key's job with duplicate: true: while it is active, or, for a type that keeps its keys (ledger.post: forever), after it ended too",
     }),
@@ -74,7 +82,7 @@ export function enqueueRequest(registry: JobRegistry) {
       )
       .nullish()
       .meta({ description: 'do not start before this time (ISO 8601 with an offset)' }),
-    concurrencyKey: z.string({ error: text1to200 }).min(1, { error: text1to200 }).max(200, { error: text1to200 }).nullish().meta({
+    concurrencyKey: key().nullish().meta({
       description:
         "jobs with one key (e.g. ledger:company-7) run at most concurrencyLimit at a time, in enqueue order; default the job type's",
     }),

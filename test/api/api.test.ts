@@ -321,6 +321,14 @@ describe('jobs API', () => {
         message: /^idempotencyKey: must be a string of 1 to 200 characters/,
       },
       {
+        name: 'a line break in a concurrency key',
+        json: ledger('B', { concurrencyKey: 'ledger:\r\nX-Injected: 1' }),
+        status: 400,
+        code: 'invalid_field',
+        field: 'concurrencyKey',
+        message: /^concurrencyKey: must not contain control characters \(U\+000D at character 8\)/,
+      },
+      {
         name: 'a NUL character',
         json: ledger('B\u0000C'),
         status: 400,

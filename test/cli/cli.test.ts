@@ -238,6 +238,11 @@ describe('jobs enqueue --key and --concurrency-key: the flag, not the request fi
       /^jobs: --concurrency-key must be a string of 1 to 200 characters \(got 250 characters\)$/m,
     ],
     ['--max-attempts lots', ['--max-attempts', 'lots'], /^jobs: --max-attempts must be a whole number from 1 to 100 \(got lots\)$/m],
+    [
+      'a --key with an escape character',
+      ['--key', 'k\u001b[2J'],
+      /^jobs: --key must not contain control characters \(U\+001B at character 2\)$/m,
+    ],
   ])('%s', async (_label, flags, message) => {
     const r = await jobs(['enqueue', 'ledger.post', '--payload', '{"batch":"CLI-K","entries":1}', ...flags]);
     expect(r.code).toBe(2);

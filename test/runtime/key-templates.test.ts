@@ -1,12 +1,15 @@
 // A type's concurrency key template (`'recount:{warehouse}'`) names payload fields: the library
 // and the API refuse a payload without one, in the words jobs.enqueue uses in SQL, instead of
 // filling in nothing and putting every such job under one shared key; a template naming a field
-// the type's schema does not have is refused when the type is registered.
+// the type's schema does not have is refused when the type is registered. A key is 1 to 200
+// characters with no control character, on every path, and a number in a template makes the same
+// text through TypeScript as through jobs.enqueue in SQL.
 import * as z from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ValidationError } from '../../runtime/domain/errors.ts';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
+import { registerJobTypes } from '../../runtime/store/job-types.ts';
 import { createPlatform, type Platform } from '../support/platform.ts';
 
 const recount = defineJob({
@@ -29,6 +32,7 @@ describe('concurrency key templates', () => {
   let p: Platform;
   beforeAll(async () => {
     p = await createPlatform({ registry: new JobRegistry([recount, bySite]) });
+    await registerJobTypes(p.db.pool, p.registry, { maxAttempts: 3 }, 'test'); // for jobs.enqueue, the SQL path
   });
   afterAll(() => p.close());
 
@@ -63,6 +67,71 @@ describe('concurrency key templates', () => {
     expect(a!.job.concurrencyKey).toBe('recount:WH-1:3');
     const [b] = await p.client.enqueueNow({ type: 'test.recount', payload: {}, concurrencyKey: 'recount:all' });
     expect(b!.job.concurrencyKey).toBe('recount:all');
+  });
+
+  it('a number makes the text PostgreSQL makes of it (plain decimal, trailing zeros trimmed), so both enqueue paths key a job alike', async () => {
+    for (const [site, key] of [
+      [7, 'site:7'],
+      [1.5, 'site:1.5'],
+      [1e21, 'site:1000000000000000000000'],
+      [1.25e-7, 'site:0.000000125'],
+      [-3e-7, 'site:-0.0000003'],
+      [true, 'site:true'],
+    ] as const) {
+      const [ts] = await p.client.enqueueNow({ type: 'test.by_site', payload: { site } });
+      const { rows } = await p.db.pool.query("SELECT job_id FROM jobs.enqueue('test.by_site', $1)", [JSON.stringify({ site })]);
+      const fromSql = await p.store.get(rows[0].job_id);
+      expect([ts!.job.concurrencyKey, fromSql!.concurrencyKey]).toEqual([key, key]);
+    }
+    // jsonb keeps the 1.0 an SQL caller writes; the key does not.
+    const { rows } = await p.db.pool.query(`SELECT job_id FROM jobs.enqueue('test.by_site', '{"site": 1.0}')`);
+    expect((await p.store.get(rows[0].job_id))!.concurrencyKey).toBe('site:1');
+  });
+
+  it('a key with a control character is refused on every path, naming the character and where it is', async () => {
+    const refused = async (spec: Parameters<typeof p.client.enqueueNow>[0]) => {
+      const err = await p.client.enqueueNow(spec).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ValidationError);
+      return (err as ValidationError).message;
+    };
+    expect(await refused({ type: 'test.by_site', payload: { site: 'a\u001b[31m' } })).toBe(
+      'payload.site: must not contain control characters (U+001B at character 2), and job type test.by_site keys its jobs on it (site:{site})',
+    );
+    expect(await refused({ type: 'test.recount', payload: {}, concurrencyKey: 'line\nbreak' })).toBe(
+      'concurrencyKey: must not contain control characters (U+000A at character 5)',
+    );
+    expect(await refused({ type: 'test.recount', payload: {}, concurrencyKey: 'k', idempotencyKey: 'x\u009by' })).toBe(
+      'idempotencyKey: must not contain control characters (U+009B at character 2)',
+    );
+    expect(await refused({ type: 'test.by_site', payload: { site: 'x'.repeat(200) } })).toBe(
+      'payload: makes the key of job type test.by_site (site:{site}) 205 characters long; the limit is 200: give a concurrencyKey',
+    );
+    expect((await p.db.pool.query("SELECT count(*)::int AS n FROM jobs.job WHERE concurrency_key ~ '[[:cntrl:]]'")).rows[0].n).toBe(0);
+  });
+
+  it("a key function's key is held to the same rules; a function that returns no string is the type's bug, not the payload's", async () => {
+    const registry = new JobRegistry([
+      defineJob({
+        type: 'test.key_fn',
+        description: 'keyed by a function',
+        schema: z.object({ ref: z.unknown() }),
+        concurrency: { key: (x: { ref: unknown }) => x.ref as string | null },
+        run: async () => undefined,
+      }),
+    ]);
+    const q = await createPlatform({ registry });
+    try {
+      const err = await q.client.enqueueNow({ type: 'test.key_fn', payload: { ref: 'tab\there' } }).catch((e: unknown) => e);
+      expect((err as Error).message).toBe(
+        'payload: makes the key "tab\\there" of job type test.key_fn, which must not contain control characters (U+0009 at character 4); give a concurrencyKey',
+      );
+      const wrong = await q.client.enqueueNow({ type: 'test.key_fn', payload: { ref: 12 } }).catch((e: unknown) => e);
+      expect(wrong).toBeInstanceOf(TypeError);
+      const [none] = await q.client.enqueueNow({ type: 'test.key_fn', payload: { ref: null } });
+      expect(none!.job.concurrencyKey).toBeNull();
+    } finally {
+      await q.close();
+    }
   });
 
   it('a template naming a field the payload schema does not have is refused at registration', () => {

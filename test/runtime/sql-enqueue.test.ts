@@ -128,6 +128,36 @@ describe('jobs.enqueue, the SQL function', () => {
     [`SELECT * FROM jobs.enqueue('ledger.post', '{}', concurrency_limit => 2)`, [], 'concurrency_limit', /give one too/],
     [`SELECT * FROM jobs.enqueue('ledger.post', '{}', lane => 'fast')`, [], 'lane', /must be urgent or bulk \(got 'fast'\)/],
     [
+      `SELECT * FROM jobs.enqueue('ledger.post', '{}', idempotency_key => E'a\\x1b[2J')`,
+      [],
+      'idempotency_key',
+      /control characters \(U\+001B at character 2\)/,
+    ],
+    [
+      `SELECT * FROM jobs.enqueue('ledger.post', '{}', concurrency_key => E'x\\ny')`,
+      [],
+      'concurrency_key',
+      /control characters \(U\+000A at character 2\)/,
+    ],
+    [
+      `SELECT * FROM jobs.enqueue('inventory.cost', $1)`,
+      [{ store: { id: 1 }, period: '2026-11' }],
+      'payload',
+      /store is an object, and job type inventory\.cost keys its jobs on it \(costing:\{store\}\): it must be a string, number or boolean/,
+    ],
+    [
+      `SELECT * FROM jobs.enqueue('inventory.cost', $1)`,
+      [{ store: 'S\u00851', period: '2026-11' }],
+      'payload',
+      /store must not contain control characters \(U\+0085 at character 2\), and job type inventory\.cost keys/,
+    ],
+    [
+      `SELECT * FROM jobs.enqueue('inventory.cost', $1)`,
+      [{ store: 's'.repeat(200), period: '2026-11' }],
+      'payload',
+      /makes the key of job type inventory\.cost \(costing:\{store\}\) 208 characters long; the limit is 200/,
+    ],
+    [
       `SELECT * FROM jobs.enqueue('inventory.cost', '{"period": "2026-11"}')`,
       [],
       'payload',
