@@ -36,6 +36,10 @@ export function databaseParameters(p: Pick<DatabaseConfig, 'slowStatementMillise
     'rds.force_ssl': '1',
     // Statements slower than this, with their duration and text.
     log_min_duration_statement: String(p.slowStatementMilliseconds),
+    // ... but not their bind parameters (the default logs them whole): a job's payload, an ERP's
+    // rows, would sit in CloudWatch Logs for the log group's retention. The statements are all
+    // parameterized, so the text says which statement without the data.
+    log_parameter_max_length: '0',
     // A lock wait longer than deadlock_timeout (1 s) is logged with who holds the lock.
     log_lock_waits: '1',
     // Autovacuum runs over 1 s: the job table churns, and a vacuum that cannot keep up shows here first.

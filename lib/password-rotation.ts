@@ -7,7 +7,7 @@
 // against a real PostgreSQL. The services follow without a restart (runtime/db/credentials.ts).
 // A rotation that fails pages on-call through the function's Errors metric (lib/monitoring/alarms.ts).
 
-import { Duration, type RemovalPolicy, Stack } from 'aws-cdk-lib';
+import { Duration, FeatureFlags, type RemovalPolicy, Stack } from 'aws-cdk-lib';
 import type * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as logs from 'aws-cdk-lib/aws-logs';
@@ -31,6 +31,14 @@ export interface PasswordRotationProps {
   logRemovalPolicy: RemovalPolicy;
 }
 
+/**
+ * cdk.json turns it on. Without it the schedule's own "deny DeleteSecret" policy is a second
+ * AWS::SecretsManager::ResourcePolicy on the services' secret; a secret has one policy, the one
+ * applied last wins, and that one (it waits for the database instance) drops the deny for every
+ * reader but the named roles (secret-readers.ts).
+ */
+export const ONE_SECRET_POLICY_FLAG = '@aws-cdk/aws-secretsmanager:useAttachedSecretResourcePolicyForSecretTargetAttachments';
+
 export class PasswordRotation extends Construct {
   readonly function: lambda.IFunction;
   readonly schedule: secretsmanager.RotationSchedule;
@@ -39,6 +47,11 @@ export class PasswordRotation extends Construct {
 
   constructor(scope: Construct, id: string, props: PasswordRotationProps) {
     super(scope, id);
+    if (!FeatureFlags.of(this).isEnabled(ONE_SECRET_POLICY_FLAG)) {
+      throw new Error(
+        `PasswordRotation needs the feature flag ${ONE_SECRET_POLICY_FLAG} (cdk.json's context): without it the rotation schedule's policy replaces the secret's, and any role with GetSecretValue could read the services' password`,
+      );
+    }
     const { fn, role, securityGroup, logGroup } = databaseFunction(this, {
       network: props.network,
       database: props.database,

@@ -21,7 +21,7 @@ import {
   resolveConfig,
 } from '../../lib/config.ts';
 import { REPO_ROOT } from '../../lib/paths.ts';
-import { TEST_CERTIFICATE_ARN, withChanges } from './support.ts';
+import { CDK_JSON_CONTEXT, TEST_CERTIFICATE_ARN, withChanges } from './support.ts';
 
 const run = promisify(execFile);
 
@@ -64,7 +64,8 @@ describe('environment config', () => {
     const outdir = await mkdtemp(join(tmpdir(), 'cdk-out-'));
     const env: Record<string, string | undefined> = {
       ...process.env,
-      CDK_CONTEXT_JSON: JSON.stringify({ env: 'staging', apiCertificateArn: TEST_CERTIFICATE_ARN }),
+      // The CLI passes cdk.json's context (the feature flags) with the command line's.
+      CDK_CONTEXT_JSON: JSON.stringify({ ...CDK_JSON_CONTEXT, env: 'staging', apiCertificateArn: TEST_CERTIFICATE_ARN }),
       CDK_OUTDIR: outdir,
       CDK_VALIDATION: 'false',
     };

@@ -342,8 +342,16 @@ describe('secrets (issue 12)', () => {
     );
     const ids = all(prod);
     const readersOf = (id: string): string[] => {
-      const p = policies.find((x) => JSON.stringify(x.SecretId) === JSON.stringify({ Ref: id }));
-      expect(p, id).toBeDefined();
+      // One policy per secret: a secret has one resource policy, so a second resource on it (the
+      // rotation attachment's, without @aws-cdk/aws-secretsmanager:useAttachedSecretResourcePolicyForSecretTargetAttachments)
+      // replaces the first when it is applied, and the named readers' deny is gone.
+      // (An attachment's Ref is its secret's ARN.)
+      const attachments = Object.entries(resourcesOfType(prod.dataTemplate, 'AWS::SecretsManager::SecretTargetAttachment'))
+        .filter(([, a]) => JSON.stringify((a.Properties as Record<string, unknown>).SecretId) === JSON.stringify({ Ref: id }))
+        .map(([logicalId]) => logicalId);
+      const mine = policies.filter((x) => [id, ...attachments].some((ref) => JSON.stringify(x.SecretId) === JSON.stringify({ Ref: ref })));
+      expect(mine, id).toHaveLength(1);
+      const p = mine[0];
       const st = (p!.ResourcePolicy.Statement as Record<string, any>[])[0]!;
       expect(st).toMatchObject({
         Sid: ONLY_NAMED_READERS_SID,
@@ -413,7 +421,12 @@ describe('database diagnostics (issue 12)', () => {
         RetentionInDays: c.logRetentionDays,
       });
       s.dataTemplate.hasResourceProperties('AWS::RDS::DBParameterGroup', {
-        Parameters: { 'rds.force_ssl': '1', log_min_duration_statement: String(c.database.slowStatementMilliseconds), log_lock_waits: '1' },
+        Parameters: {
+          'rds.force_ssl': '1',
+          log_min_duration_statement: String(c.database.slowStatementMilliseconds),
+          log_parameter_max_length: '0', // no payloads in the postgresql log
+          log_lock_waits: '1',
+        },
       });
     },
   );

@@ -15,7 +15,9 @@ import { buildJobPlatform, type JobPlatform } from '../../lib/app.ts';
 import { ENVIRONMENTS, withOverrides, type EnvironmentConfig, type EnvironmentName } from '../../lib/config.ts';
 import { REPO_ROOT } from '../../lib/paths.ts';
 
-const CDK_JSON_CONTEXT = (JSON.parse(readFileSync(join(REPO_ROOT, 'cdk.json'), 'utf8')) as { context: Record<string, unknown> }).context;
+/** cdk.json's context: the feature flags `cdk synth` runs with. */
+export const CDK_JSON_CONTEXT = (JSON.parse(readFileSync(join(REPO_ROOT, 'cdk.json'), 'utf8')) as { context: Record<string, unknown> })
+  .context;
 
 export interface Synthesized extends JobPlatform {
   app: App;
