@@ -3,7 +3,7 @@
 // subnets for the database, which needs no route out. The S3 gateway endpoint (free: ECR image
 // layers come from S3) is in every environment; where the config asks (prod), interface
 // endpoints for everything the tasks call — SQS, ECR, Secrets Manager, CloudWatch metrics and
-// Logs — so their HTTPS egress can be narrowed to the endpoints (`allowHttpsToAws`). Flow logs
+// Logs, ECS — so their HTTPS egress can be narrowed to the endpoints (`allowHttpsToAws`). Flow logs
 // record rejected and accepted traffic for incident review.
 
 import { type RemovalPolicy, Stack } from 'aws-cdk-lib';
@@ -27,6 +27,8 @@ export const INTERFACE_ENDPOINT_SERVICES = {
   SecretsManager: ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
   CloudWatchMetrics: ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING,
   Logs: ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
+  // The worker reads its service's deployments (runtime/worker/deployment-watch.ts).
+  Ecs: ec2.InterfaceVpcEndpointAwsService.ECS,
 } as const;
 
 export class Network extends Construct {
@@ -68,7 +70,7 @@ export class Network extends Construct {
     if (props.interfaceEndpoints) {
       const sg = new ec2.SecurityGroup(this, 'EndpointSecurityGroup', {
         vpc,
-        description: 'Interface endpoints (SQS, ECR, Secrets Manager, CloudWatch, Logs): HTTPS from inside the VPC',
+        description: 'Interface endpoints (SQS, ECR, Secrets Manager, CloudWatch, Logs, ECS): HTTPS from inside the VPC',
         allowAllOutbound: false,
       });
       // The services stack narrows its egress to this group; the endpoints answer the VPC only.

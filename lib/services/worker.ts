@@ -131,7 +131,8 @@ export class WorkerService extends Construct {
     const taskRole = new iam.Role(this, 'TaskRole', {
       roleName: props.taskRoleName,
       assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
-      description: 'ERP jobs worker tasks: the job queues, job metrics, own task protection, the database secret read again on rotation',
+      description:
+        'ERP jobs worker tasks: the job queues, job metrics, own task protection and deployments, the database secret read again on rotation',
     });
     const taskDefinition = new ecs.FargateTaskDefinition(this, 'Task', {
       cpu: c.cpu,
@@ -179,20 +180,31 @@ export class WorkerService extends Construct {
     props.queues.grantPublish(taskRole);
     props.queues.grantDeadLetter(taskRole);
     const stack = Stack.of(this);
+    // Task and service ARNs of this cluster: task ids exist only once ECS starts a task, and the
+    // service's name only once it exists (the service waits for this policy).
+    const ofCluster = (resource: string) =>
+      stack.formatArn({
+        service: 'ecs',
+        resource,
+        resourceName: `${props.cluster.clusterName}/*`,
+        arnFormat: ArnFormat.SLASH_RESOURCE_NAME,
+      });
+    const clusterTasks = ofCluster('task');
+    const clusterServices = ofCluster('service');
     const policy = new iam.Policy(this, 'WorkerPolicy', {
       statements: [
         putJobMetricsStatement(props.envName),
         new iam.PolicyStatement({
           sid: 'OwnTaskProtection',
           actions: ['ecs:UpdateTaskProtection', 'ecs:GetTaskProtection'],
-          resources: [
-            stack.formatArn({
-              service: 'ecs',
-              resource: 'task',
-              resourceName: `${props.cluster.clusterName}/*`,
-              arnFormat: ArnFormat.SLASH_RESOURCE_NAME,
-            }),
-          ],
+          resources: [clusterTasks],
+        }),
+        // Which deployment started the task, and which is the service's primary one: a task a
+        // newer deployment has replaced stops taking jobs (runtime/worker/deployment-watch.ts).
+        new iam.PolicyStatement({
+          sid: 'OwnDeployments',
+          actions: ['ecs:DescribeTasks', 'ecs:DescribeServices'],
+          resources: [clusterTasks, clusterServices],
         }),
       ],
     });
@@ -201,7 +213,12 @@ export class WorkerService extends Construct {
     acknowledge(
       policy,
       `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task/<${stack.getLogicalId(props.cluster.node.defaultChild as ecs.CfnCluster)}>/*]`,
-      'Task IDs exist only once ECS starts a task, so task protection is granted on the tasks of this cluster; the worker sets protection on its own task only (ECS agent endpoint).',
+      'Task IDs exist only once ECS starts a task, so task protection and DescribeTasks are granted on the tasks of this cluster; the worker sets protection on its own task only (ECS agent endpoint) and describes its own task only.',
+    );
+    acknowledge(
+      policy,
+      `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:service/<${stack.getLogicalId(props.cluster.node.defaultChild as ecs.CfnCluster)}>/*]`,
+      "DescribeServices on this cluster's services (the API's and the worker's): the worker service's generated name exists only once the service does, and the service waits for this policy. Read-only; the worker reads its own service's deployments.",
     );
 
     const securityGroup = new ec2.SecurityGroup(this, 'ServiceSecurityGroup', {

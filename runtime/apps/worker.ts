@@ -1,10 +1,11 @@
 // The worker service: what ECS runs in the worker image and `jobs worker` runs locally.
 // Reads and checks its configuration, then runs the worker with its maintenance loops (outbox
 // relay, rescuer, dead-report sweeper, reconciler, pruner, scheduler), CloudWatch metrics and
-// ECS task protection, until SIGTERM: then it drains (DESIGN 10) and exits 0. A bad
+// ECS task protection (and, replaced by a newer deployment, retirement), until SIGTERM: then it drains (DESIGN 10) and exits 0. A bad
 // configuration exits 1 before touching anything.
 
-import { defaultWorkerId, ecsTaskId } from './ecs-task.ts';
+import { ECSClient } from '@aws-sdk/client-ecs';
+import { defaultWorkerId, ecsDeploymentProbe, ecsTask } from './ecs-task.ts';
 import { runService } from './entry.ts';
 import { serviceCredentials } from './service-credentials.ts';
 import { databaseSecretArnFromEnv, databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv } from '../config/env.ts';
@@ -32,6 +33,7 @@ import { Reconciler, reconcilerTimings } from '../maintenance/reconciler.ts';
 import { Rescuer } from '../maintenance/rescuer.ts';
 import { Scheduler } from '../maintenance/scheduler.ts';
 import { cloudWatchGauge, DEFAULT_STUCK_CHECK_SECONDS, STUCK_ENV, StuckJobReporter, stuckThresholdsFromEnv } from '../oncall/stuck.ts';
+import { DeploymentWatch, RETIRED_DRAIN_SECONDS } from '../worker/deployment-watch.ts';
 import { TaskProtection } from '../worker/task-protection.ts';
 import { Worker } from '../worker/worker.ts';
 
@@ -60,7 +62,8 @@ export async function startWorkerService(
   const sqs = sqsFromEnv(env, { dlq: true });
   const { queueUrl, endpoint, region } = sqs;
   // In ECS, the task's id first: a job's owner names the task to stop (ecs-task.ts).
-  const workerId = env[ENV.workerId]?.trim() || defaultWorkerId(await ecsTaskId(env));
+  const task = await ecsTask(env);
+  const workerId = env[ENV.workerId]?.trim() || defaultWorkerId(task?.taskId);
   // Short jobs go faster with a deeper prefetch; long ones want it small, so idle workers get them.
   const prefetch = intFromEnv(env, ENV.prefetch, timings.concurrency, 0, MAX_PREFETCH);
   const stuckThresholds = stuckThresholdsFromEnv(env);
@@ -117,6 +120,23 @@ export async function startWorkerService(
     keepFinishedDays: retention.finishedDays,
     ...(events ? { onEvent: (e) => events.push(e) } : {}),
   });
+  // Replaced by a newer deployment of the service: stop taking jobs, finish the running ones, go idle (deployment-watch.ts).
+  const deployments = task?.cluster
+    ? new DeploymentWatch({
+        probe: ecsDeploymentProbe(new ECSClient({ region, requestHandler: { requestTimeout: 10_000 } }), task),
+        log,
+        intervalMs: intFromEnv(env, ENV.deploymentCheckSeconds, 30, 1, 3600) * 1000,
+        onSuperseded: (s) => {
+          log.info(
+            { deployment: s.own, newer: s.primary, newerTasksRunning: s.primaryRunning, runningJobs: worker.runningJobs.length },
+            'a newer deployment of the worker service is running: this task takes no more jobs, finishes the ones it runs and then lets ECS stop it',
+          );
+          void worker
+            .stop(RETIRED_DRAIN_SECONDS)
+            .then(() => log.info('retired: every job handed on or finished; waiting for ECS to stop this task'));
+        },
+      })
+    : null;
   const store = new JobStore(pool);
   const relay = new OutboxRelay(pool, queue, log, DEFAULT_RELAY);
   const rescuer = new Rescuer(store, publisher, log, {
@@ -191,6 +211,7 @@ export async function startWorkerService(
   stuck.start();
   pruner.start();
   scheduler.start();
+  deployments?.start();
   log.info(
     {
       workerId,
@@ -202,6 +223,7 @@ export async function startWorkerService(
       retention,
       metricsNamespace: namespace ?? null,
       taskProtection: protection.enabled,
+      deploymentWatch: deployments !== null,
     },
     'worker service started',
   );
@@ -212,6 +234,7 @@ export async function startWorkerService(
     shutdown(reason: string) {
       shuttingDown ??= (async () => {
         log.info({ reason, drainSeconds: timings.drainSeconds }, 'shutting down');
+        deployments?.stop();
         await worker.stop(timings.drainSeconds);
         await Promise.all([
           relay.stop(),

@@ -47,6 +47,8 @@ export const ENV = {
   workerId: 'JOBS_WORKER_ID',
   /** Jobs a worker claims ahead of a free handler slot (default: JOBS_CONCURRENCY). */
   prefetch: 'JOBS_PREFETCH',
+  /** How often a worker in ECS asks whether a newer deployment of its service has replaced it (worker/deployment-watch.ts). */
+  deploymentCheckSeconds: 'JOBS_DEPLOYMENT_CHECK_SECONDS',
   /** The ERP clients' bearer token: every /v1 route. */
   apiToken: 'API_TOKEN',
   /** The on-call operator's bearer token: the on-call routes (runtime/http/oncall-routes.ts) need it when set; accepted on every /v1 route. */

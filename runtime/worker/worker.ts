@@ -32,7 +32,7 @@ import { JobExecutor } from './executor.ts';
 import { defaultBulkSlots, nextWaiting } from './lane-choice.ts';
 import { Fetcher } from './fetcher.ts';
 import { Heartbeat } from './heartbeat.ts';
-import { WorkerContext, type Held, type WorkerOptions } from './held.ts';
+import { sleep, WorkerContext, type Held, type WorkerOptions } from './held.ts';
 import { QueueMessages } from './messages.ts';
 import { registerJobTypes } from '../store/job-types.ts';
 import { workerPoolSize } from '../config/rules.ts';
@@ -62,6 +62,8 @@ export class Worker {
   private readonly executor: JobExecutor;
   private readonly fetcher: Fetcher;
   private stopPromise: Promise<void> | null = null;
+  /** When a stopping worker stops waiting for its running jobs (epoch ms). */
+  private drainDeadline = Number.POSITIVE_INFINITY;
   protected loopPromise: Promise<void> | null = null;
   private slotWaiters: (() => void)[] = [];
   /** Claimed jobs waiting for a handler slot. */
@@ -184,33 +186,43 @@ export class Worker {
    * to one poll's wait to stop; a worker with running jobs drains meanwhile.
    */
   stop(drainSeconds = this.opts.timings.drainSeconds): Promise<void> {
-    this.stopPromise ??= this.doStop(drainSeconds);
+    // A second stop may shorten the drain (a retired worker's long drain, then SIGTERM's), never lengthen it.
+    this.drainDeadline = Math.min(this.drainDeadline, Date.now() + drainSeconds * 1000);
+    this.stopPromise ??= this.doStop();
     return this.stopPromise;
   }
 
-  private async doStop(drainSeconds: number): Promise<void> {
+  /** Resolves at the drain deadline, which a later stop() may move earlier, or once `done()`. */
+  private async drainTimeout(done: () => boolean): Promise<void> {
+    while (!done() && Date.now() < this.drainDeadline) await sleep(Math.min(1000, this.drainDeadline - Date.now()));
+  }
+
+  private async doStop(): Promise<void> {
     const { ctx } = this;
-    const deadline = Date.now() + drainSeconds * 1000;
     ctx.stopping = true;
     ctx.stopAc.abort();
     if (this.surplusTimer) clearInterval(this.surplusTimer);
     this.wakeSlotWaiters();
     // The open receive returns by itself, or is aborted at the drain deadline (see above).
-    const abortReceive = setTimeout(() => ctx.receiveAc.abort(), Math.max(0, drainSeconds * 1000));
+    let loopEnded = false;
+    void this.drainTimeout(() => loopEnded).then(() => ctx.receiveAc.abort());
     // Prefetched jobs never started: hand them back now rather than after the drain (and
     // again once the receive loop has ended, for those a claim under way when the stop came added).
     await this.releaseWaiting();
     await this.loopPromise;
-    clearTimeout(abortReceive);
+    loopEnded = true;
     ctx.receiveAc.abort();
     await this.releaseWaiting();
     const running = () => [...ctx.held.values()].map((h) => h.done);
     if (ctx.held.size > 0) {
-      const left = Math.max(0, deadline - Date.now());
+      const left = Math.max(0, this.drainDeadline - Date.now());
       ctx.log.info({ jobs: ctx.held.size, drainSecondsLeft: Math.round(left / 100) / 10 }, 'draining running jobs');
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([Promise.allSettled(running()), new Promise((r) => (timer = setTimeout(r, left)))]);
-      clearTimeout(timer);
+      let drained = false;
+      const settled = Promise.allSettled(running()).then(() => {
+        drained = true;
+      });
+      await Promise.race([settled, this.drainTimeout(() => drained)]);
+      drained = true;
     }
     const left = [...ctx.held.values()].filter((h) => !h.lost && !h.released);
     if (left.length > 0) await this.completer.release(left);

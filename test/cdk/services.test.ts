@@ -439,6 +439,22 @@ describe('worker', () => {
     expect(JSON.stringify(prot!.Resource)).toContain(`":task/",{"Ref":"${clusterId}"},"/*"`);
   });
 
+  it("may describe this cluster's tasks and services only, to see a newer deployment of its service (and nothing else of ECS)", () => {
+    const own = statements.find((s) => actions(s).includes('ecs:DescribeServices'));
+    expect(actions(own!).sort()).toEqual(['ecs:DescribeServices', 'ecs:DescribeTasks']);
+    const clusterId = idOf(dev.services.worker.service.cluster as never);
+    const resources = [own!.Resource].flat().map((r) => JSON.stringify(r));
+    expect(resources).toHaveLength(2);
+    expect(resources.find((r) => r.includes('":task/"'))).toContain(`":task/",{"Ref":"${clusterId}"},"/*"`);
+    expect(resources.find((r) => r.includes('":service/"'))).toContain(`":service/",{"Ref":"${clusterId}"},"/*"`);
+    expect(
+      statements
+        .flatMap(actions)
+        .filter((a) => a.startsWith('ecs:'))
+        .sort(),
+    ).toEqual(['ecs:DescribeServices', 'ecs:DescribeTasks', 'ecs:GetTaskProtection', 'ecs:UpdateTaskProtection']);
+  });
+
   it("scales on visible messages of both lanes ÷ running tasks between the config's bounds", () => {
     const targetId = Object.entries(resourcesOfType(t, 'AWS::ApplicationAutoScaling::ScalableTarget')).find(([, r]) =>
       JSON.stringify((r.Properties as { ResourceId: unknown }).ResourceId).includes(idOf(dev.services.worker.service)),

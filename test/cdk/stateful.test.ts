@@ -261,12 +261,12 @@ describe('network (issue 12)', () => {
     expect(gateways[0]!.Properties!.RouteTableIds).toEqual(appTables);
   });
 
-  it('prod has interface endpoints for SQS, ECR (api, dkr), Secrets Manager, CloudWatch metrics and Logs; dev none', () => {
+  it('prod has interface endpoints for SQS, ECR (api, dkr), Secrets Manager, CloudWatch metrics and Logs, ECS; dev none', () => {
     const iface = (s: typeof prod) =>
       Object.values(resourcesOfType(s.dataTemplate, 'AWS::EC2::VPCEndpoint'))
         .filter((e) => e.Properties!.VpcEndpointType === 'Interface')
         .map((e) => /\.amazonaws\.com|\{"Ref":"AWS::Region"\},"\.([a-z.]+)"/.exec(JSON.stringify(e.Properties!.ServiceName))?.[1]);
-    expect(iface(prod).sort()).toEqual(['ecr.api', 'ecr.dkr', 'logs', 'monitoring', 'secretsmanager', 'sqs']);
+    expect(iface(prod).sort()).toEqual(['ecr.api', 'ecr.dkr', 'ecs', 'logs', 'monitoring', 'secretsmanager', 'sqs']);
     expect(iface(dev)).toEqual([]);
     for (const e of Object.values(resourcesOfType(prod.dataTemplate, 'AWS::EC2::VPCEndpoint')).filter(
       (x) => x.Properties!.VpcEndpointType === 'Interface',

@@ -2,8 +2,6 @@
 // for as long as the worker holds jobs, dropped when it goes idle, and an agent endpoint that
 // fails for a while costs nothing once it answers again. The agent is a local HTTP server; the
 // two-hour job runs on fake timers with the production window (60 minutes).
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { hostname } from 'node:os';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -18,70 +16,14 @@ import { startWorkerService, type RunningWorker } from '../../runtime/apps/worke
 import { defaultWorkerId, ecsTaskId } from '../../runtime/apps/ecs-task.ts';
 import { TaskProtection } from '../../runtime/worker/task-protection.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
+import { type AgentCall, fakeAgent, fakeMetadata, TASK_ID, taskArn } from '../support/ecs-fakes.ts';
 import { waitFor } from '../support/platform.ts';
-
-interface AgentCall {
-  at: number;
-  path: string;
-  method: string;
-  body: { ProtectionEnabled: boolean; ExpiresInMinutes?: number };
-  status: number;
-}
-
-/** A fake ECS agent: records every request; `status()` decides each answer. */
-async function fakeAgent(): Promise<{ uri: string; calls: AgentCall[]; status: { next: () => number }; close(): Promise<void> }> {
-  const calls: AgentCall[] = [];
-  const status = { next: () => 200 };
-  const server: Server = createServer((req, res) => {
-    let raw = '';
-    req.on('data', (c: Buffer) => (raw += c.toString()));
-    req.on('end', () => {
-      const code = status.next();
-      calls.push({ at: Date.now(), path: req.url ?? '', method: req.method ?? '', body: JSON.parse(raw || '{}'), status: code });
-      res.writeHead(code, { 'content-type': 'application/json' });
-      res.end(
-        code === 200 ? JSON.stringify({ protection: { ProtectionEnabled: true } }) : JSON.stringify({ error: { Code: 'ServerException' } }),
-      );
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const { port } = server.address() as AddressInfo;
-  return {
-    uri: `http://127.0.0.1:${port}`,
-    calls,
-    status,
-    close: () => new Promise<void>((r) => server.close(() => r())),
-  };
-}
 
 function capturingLogger() {
   const lines: { level: number; msg: string }[] = [];
   const log = pino({ level: 'debug' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
   return { log, warnings: () => lines.filter((l) => l.level === 40) };
 }
-
-const TASK_ID = '0123456789abcdef0123456789abcdef';
-
-/** The task metadata endpoint (v4): GET /task answers `answer()`. */
-async function fakeMetadata(answer: () => { status: number; body: string } | 'hang') {
-  const server: Server = createServer((req, res) => {
-    const a = req.url === '/v4/abc/task' ? answer() : { status: 404, body: '{}' };
-    if (a === 'hang') return;
-    res.writeHead(a.status, { 'content-type': 'application/json' });
-    res.end(a.body);
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const { port } = server.address() as AddressInfo;
-  return {
-    uri: `http://127.0.0.1:${port}/v4/abc`,
-    close: () =>
-      new Promise<void>((r) => {
-        server.closeAllConnections();
-        server.close(() => r());
-      }),
-  };
-}
-const taskArn = { status: 200, body: JSON.stringify({ TaskARN: `arn:aws:ecs:eu-west-1:123456789012:task/ErpJobs-prod/${TASK_ID}` }) };
 
 describe("the worker's id in ECS", () => {
   it("is the task's id from the metadata endpoint; outside ECS, or when the endpoint fails or hangs, the host's", async () => {
