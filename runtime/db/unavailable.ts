@@ -1,5 +1,5 @@
 // Which errors mean "the database cannot be used right now" (a failover, a restart, a reset
-// socket, a full connection table, a login refused) as opposed to a fault in what we asked of it.
+// socket, a full connection table or disk, a login refused) as opposed to a fault in what we asked of it.
 // One rule for every service: the API answers these with 503 and Retry-After, the worker stops
 // receiving until the database answers again (so no message spends receives toward the DLQ
 // meanwhile). A retry may succeed; nothing about the request was wrong. A refused login counts:
@@ -27,10 +27,16 @@ export function isDatabaseUnavailable(err: unknown): boolean {
   return (
     CONNECTION_ERRORS.has(code) ||
     // Class 08: connection exception; 57P01-03: the server is shutting down or starting up
-    // (pg_terminate_backend, a failover); 53300: too many connections.
+    // (pg_terminate_backend, a failover); 53100/53200/53300: its disk full, out of memory, too
+    // many connections; 58030: an I/O error; 25006: a read-only server (a connection that reached
+    // a standby in a failover). Each passes when the server is fixed or the connection replaced;
+    // counted as faults of the work instead, a disk full for 15 minutes sent every waiting
+    // message to the DLQ (each receive spent, the claim failing every time).
     code.startsWith('08') ||
     /^57P0[123]$/.test(code) ||
-    code === '53300' ||
+    /^53[123]00$/.test(code) ||
+    code === '58030' ||
+    code === '25006' ||
     isAuthenticationFailure(err) ||
     // node-postgres's own words: the pool's connect timeout, a socket that ended under a query,
     // and a client used again after its connection failed.

@@ -2,16 +2,24 @@
 // full connection table, a login refused), so the receive loop stops receiving and no message
 // spends receives toward the DLQ meanwhile; opened again by a probe that succeeds. Closed on a
 // refused login, the probe logs in afresh (db/pool.ts freshLogin): an idle pooled connection
-// that logged in before the password changed would answer and open the gate too early.
+// that logged in before the password changed would answer and open the gate too early. A gate
+// that closes again each time soon after it opens (the probe answers, the claim does not: a full
+// disk) stays closed longer each time.
 
 import { freshLogin } from '../db/pool.ts';
 import { isAuthenticationFailure } from '../db/unavailable.ts';
 import { METRIC } from '../observability/metric-names.ts';
 import { sleep, type WorkerContext } from './held.ts';
 
+/** A gate closed again this soon after it opened: the database answers the probe but not the work. */
+const FLAP_WINDOW_MS = 30_000;
+
 export class DatabaseGate {
   private downSince: number | null = null;
   private loginRefused = false;
+  /** When the gate last opened, and how many times in a row it closed again soon after. */
+  private openedAt = 0;
+  private flaps = 0;
 
   constructor(private readonly ctx: WorkerContext) {}
 
@@ -24,7 +32,15 @@ export class DatabaseGate {
     if (isAuthenticationFailure(err)) this.loginRefused = true;
     if (this.downSince !== null) return;
     this.downSince = Date.now();
+    this.flaps = this.openedAt > 0 && this.downSince - this.openedAt < FLAP_WINDOW_MS ? this.flaps + 1 : 0;
     this.ctx.metrics.count(METRIC.databaseUnavailable);
+    if (this.flaps > 0) {
+      this.ctx.log.warn(
+        { err, closedAgain: this.flaps, pauseMs: this.holdMs() },
+        'the database answers, but the work failed again as unavailable (a full disk, out of memory, a read-only server): receiving pauses longer each time, up to the visibility timeout, so the waiting messages spend their receives no faster than without a gate',
+      );
+      return;
+    }
     if (this.loginRefused)
       this.ctx.log.error(
         { err },
@@ -43,6 +59,14 @@ export class DatabaseGate {
    */
   async probe(): Promise<boolean> {
     const { ctx } = this;
+    // A probe (SELECT 1) proves a connection, not that a claim can write: closed again right after
+    // it opened, the gate stays closed 1, 2, 4 … s before the probe, at most a visibility timeout.
+    // Reopening at once would turn the waiting messages over each round trip, a receive each time.
+    const held = this.downSince! + this.holdMs() - Date.now();
+    if (held > 0) {
+      await sleep(held, ctx.stopAc.signal);
+      if (ctx.stopping) return false;
+    }
     try {
       if (this.loginRefused) await freshLogin(ctx.opts.pool);
       else await ctx.opts.pool.query('SELECT 1');
@@ -55,8 +79,15 @@ export class DatabaseGate {
     }
     const downMs = Date.now() - this.downSince!;
     this.downSince = null;
+    this.openedAt = Date.now();
     this.loginRefused = false;
     ctx.log.info({ downMs }, 'database answers again: receiving resumes');
     return true;
+  }
+
+  /** How long the gate stays closed before its first probe: nothing, unless it is closing again soon after each opening. */
+  private holdMs(): number {
+    if (this.flaps === 0) return 0;
+    return Math.min(this.ctx.opts.timings.visibilityTimeoutSeconds * 1000, 1000 * 2 ** (this.flaps - 1));
   }
 }

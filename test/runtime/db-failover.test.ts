@@ -114,6 +114,10 @@ describe('isDatabaseUnavailable', () => {
       { code: '57P01' },
       { code: '08006' },
       { code: '53300' },
+      { code: '53100' }, // disk full
+      { code: '53200' }, // out of memory
+      { code: '58030' }, // I/O error
+      { code: '25006' }, // a read-only server (a standby, in a failover)
       new Error('Connection terminated unexpectedly'),
       new Error('Client has encountered a connection error and is not queryable'),
       new Error('timeout exceeded when trying to connect'),
@@ -124,7 +128,15 @@ describe('isDatabaseUnavailable', () => {
     ]) {
       expect(isDatabaseUnavailable(e), JSON.stringify(e)).toBe(true);
     }
-    for (const e of [{ code: '23505' }, { code: '42P01' }, { code: '42501' }, new Error('syntax error at or near'), null, 'ECONNRESET']) {
+    for (const e of [
+      { code: '23505' },
+      { code: '42P01' },
+      { code: '42501' },
+      { code: '53400' },
+      new Error('syntax error at or near'),
+      null,
+      'ECONNRESET',
+    ]) {
       expect(isDatabaseUnavailable(e), JSON.stringify(e)).toBe(false);
     }
   });

@@ -152,4 +152,25 @@ describe('fetcher: the database gate', () => {
     u.ctx.stopAc.abort();
     await loop;
   });
+
+  it('a claim failing as unavailable while the database still answers (a full disk, 53100): the gate closes, the messages go back, and it reopens later each time, so they do not race to the DLQ', async () => {
+    // maxReceiveCount 10, visibility 3 s: with the gate reopening at once, each message was received
+    // every round trip (about 30 times in 6 s, DLQ'd in under 2 s); without the gate, once per visibility timeout.
+    const job = await enqueue('F-DISK');
+    vi.spyOn(u.ctx.store, 'claim').mockRejectedValue(
+      Object.assign(new Error('could not extend file: No space left on device'), { code: '53100' }),
+    );
+    const receive = vi.spyOn(p.queue, 'receive');
+    const loop = u.fetcher.receiveLoop();
+    await new Promise((r) => setTimeout(r, 6000));
+    const received = receive.mock.results.length;
+    u.ctx.stopping = true;
+    u.ctx.stopAc.abort();
+    await loop;
+    expect(p.metrics.get(METRIC.databaseUnavailable)).toBeGreaterThanOrEqual(2);
+    expect(dlq()).toHaveLength(0);
+    // Closed again at once after each opening: held 1, 2, 4 s (capped at the visibility timeout, 3 s).
+    expect(received).toBeLessThanOrEqual(5);
+    expect((await state(job.id)).state).toBe('pending');
+  }, 15_000);
 });
