@@ -107,28 +107,43 @@ export class Heartbeat {
     const deadline = Date.now() - this.ctx.opts.timings.leaseSeconds * 1000;
     for (const h of this.ctx.held.values()) {
       if (!h.lost && !h.released && h.lastRenewedAt < deadline)
-        this.loseLease(h, 'heartbeat (the lease ran out before the database could renew it)');
+        this.loseLease(h, 'heartbeat (the lease ran out before the database could renew it)', true);
     }
   }
 
-  /** The database refused a fenced write of this job (`during` says which): the job is no longer ours. */
-  loseLease(h: Held, during: string): void {
+  /**
+   * The database refused a fenced write of this job (`during` says which): the job is no longer
+   * ours. The handler is aborted at once; then the job row says why. Cancelled by an operator: said
+   * at info, not counted as a lost lease (three cancels of running postings paged on-call for
+   * "jobs running twice"). Anything else, or a row that cannot be read: a lost lease, counted.
+   */
+  loseLease(h: Held, during: string, unrenewed = false): void {
     if (h.lost) return;
     const { ctx } = this;
     h.lost = true;
-    ctx.metrics.count(METRIC.leasesLost);
-    ctx.emit('lease-lost', { id: h.job.id, type: h.job.type, attempt: h.token.attempt }, during);
-    ctx.log.warn(
-      { jobId: h.job.id, type: h.job.type, attempt: h.token.attempt, during },
-      'lease lost; handler aborted, this worker will not complete or fail the job',
-    );
     ctx.abortHandler(h, new LeaseLostError(h.job.id, h.token.attempt, during));
-    // If the job ended (cancelled), our message is a leftover: delete it.
+    const lost = () => {
+      ctx.metrics.count(METRIC.leasesLost);
+      ctx.emit('lease-lost', { id: h.job.id, type: h.job.type, attempt: h.token.attempt }, during);
+      ctx.log.warn(
+        { jobId: h.job.id, type: h.job.type, attempt: h.token.attempt, during },
+        'lease lost; handler aborted, this worker will not complete or fail the job',
+      );
+    };
+    // Not renewed in time (the database hung or was gone): a lost lease whatever the row says, counted now.
+    if (unrenewed) return lost();
     void ctx.store
       .get(h.job.id)
       .then((j) => {
+        if (j?.state === 'cancelled') {
+          ctx.log.info(
+            { jobId: h.job.id, type: h.job.type, attempt: h.token.attempt, cancelledBy: j.cancelledBy },
+            'job cancelled while it ran; handler aborted',
+          );
+        } else lost();
+        // If the job ended (cancelled), our message is a leftover: delete it.
         if (j && isTerminal(j.state) && !h.receiptStale) this.messages.delete(h.message, `job is ${j.state}`);
       })
-      .catch(() => undefined);
+      .catch(lost);
   }
 }

@@ -158,6 +158,8 @@ describe('worker', () => {
     await waitFor(() => w.runningJobs.length === 0, 2000, 'worker let go');
     expect(await jobState(job.id)).toMatchObject({ state: 'cancelled', cancelledBy: 'finance-controller' });
     await waitFor(() => p.queue.depth().total === 0, 3000, 'message deleted');
+    // Not a lost lease: the alarm on LeasesLost says "jobs running twice", and a cancel is not that.
+    expect(p.metrics.get(METRIC.leasesLost)).toBe(0);
   });
 
   it('a duplicate delivery while the job runs is ignored: one attempt, rows once', async () => {
