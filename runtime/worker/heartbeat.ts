@@ -131,7 +131,10 @@ export class Heartbeat {
       );
     };
     // Not renewed in time (the database hung or was gone): a lost lease whatever the row says, counted now.
-    if (unrenewed) return lost();
+    if (unrenewed) {
+      lost();
+      return;
+    }
     void ctx.store
       .get(h.job.id)
       .then((j) => {
