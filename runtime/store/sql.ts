@@ -151,14 +151,15 @@ ${CLAIM_RETURNING}`,
   /**
    * Heartbeat: renew every lease one worker holds, in one statement per tick, and write the
    * progress its handlers reported since the last tick. Fenced per row by (id, attempt): the
-   * rows not returned are leases this worker lost (reclaimed, rescued, cancelled).
+   * rows not returned are leases this worker lost (reclaimed, rescued, cancelled, or run out: its
+   * self-fence gave them up by then; $4 = 0 ends them, heartbeat.ts giveUp).
    */
   jobRenewLeases: `
     UPDATE jobs.job j
        SET lease_expires_at = statement_timestamp() + $4::float8 * interval '1 second',
            progress = coalesce(h.progress, j.progress)
       FROM unnest($1::uuid[], $2::int[], $3::jsonb[]) AS h(id, attempt, progress)
-     WHERE j.id = h.id AND j.attempt = h.attempt AND j.state = 'running'
+     WHERE j.id = h.id AND j.attempt = h.attempt AND j.state = 'running' AND j.lease_expires_at > statement_timestamp()
     RETURNING j.id`,
 
   /** Save a handler's checkpoint (and progress) so a later attempt resumes. Fenced. */

@@ -70,6 +70,9 @@ export class Heartbeat {
     }
     const renewed: Held[] = [];
     entries.forEach((h, i) => {
+      // Given up while the renewal was on its way (fenceUnrenewed: it took longer than the lease):
+      // not ours any more, whatever the database answered; its lease was expired by the give-up.
+      if (h.lost || h.released) return;
       if (!held.has(h.job.id)) {
         this.loseLease(h, 'heartbeat');
         return;
@@ -105,9 +108,36 @@ export class Heartbeat {
    */
   fenceUnrenewed(): void {
     const deadline = Date.now() - this.ctx.opts.timings.leaseSeconds * 1000;
+    const fenced: Held[] = [];
     for (const h of this.ctx.held.values()) {
-      if (!h.lost && !h.released && h.lastRenewedAt < deadline)
+      if (!h.lost && !h.released && h.lastRenewedAt < deadline) {
         this.loseLease(h, 'heartbeat (the lease ran out before the database could renew it)', true);
+        fenced.push(h);
+      }
+    }
+    if (fenced.length > 0) void this.giveUp(fenced);
+  }
+
+  /**
+   * Make self-fenced jobs claimable now, where the database may still hold them for us: a renewal
+   * or a claim that reached the database late (a slow pool, a stalled connection) gave the lease
+   * a fresh term after this worker had given the job up, and its returning message would have
+   * been deleted as a duplicate of a live lease, leaving the job to the rescuer. Their leases are
+   * ended (a renewal for 0 s, fenced by attempt; a late renewal after it finds the lease expired
+   * and renews nothing) and their messages made visible, so the next claim takes them with the
+   * attempt counted, as for a dead worker. Best effort: with the database gone, the leases run out.
+   */
+  private async giveUp(fenced: Held[]): Promise<void> {
+    const { ctx } = this;
+    try {
+      await ctx.store.renewLeases(
+        fenced.map((h) => h.token),
+        0,
+      );
+      const live = fenced.filter((h) => !h.receiptStale);
+      if (live.length > 0) await this.messages.changeVisibility(live.map((h) => ({ receipt: h.message.receipt, seconds: 0 })));
+    } catch (err) {
+      ctx.log.debug({ err, jobs: fenced.length }, 'could not end the leases this worker gave up; they run out by themselves');
     }
   }
 

@@ -67,6 +67,31 @@ describe('heartbeat', () => {
     expect((h.abortReason as Error).message).toMatch(/the lease ran out before the database could renew it/);
   });
 
+  it('a renewal that reaches the database after the lease ran out renews nothing, and the job given up is claimable at once (attempt counted), its message visible', async () => {
+    // Fault review, probe E: a renewal delayed past the lease (a slow pool, a stalled connection)
+    // gave the job a fresh lease after this worker had aborted its handler; its returning message
+    // was deleted as a duplicate of that live lease, and the job waited for the rescuer.
+    const h = await ledger('H-LATE');
+    const renew = u.ctx.store.renewLeases.bind(u.ctx.store);
+    vi.spyOn(u.ctx.store, 'renewLeases').mockImplementationOnce(async (tokens, seconds) => {
+      await new Promise((r) => setTimeout(r, FAST_TIMINGS.leaseSeconds * 1000 + 500));
+      return renew(tokens, seconds);
+    });
+    const vis = vi.spyOn(p.queue, 'changeVisibility');
+    const late = u.heartbeat.tick(); // the renewal that will arrive late
+    await new Promise((r) => setTimeout(r, FAST_TIMINGS.leaseSeconds * 1000 + 100));
+    void u.heartbeat.tick(); // the next tick: the lease ran out unrenewed, self-fenced and given up
+    expect(h.lost).toBe(true);
+    await late;
+    await waitFor(
+      () => vis.mock.calls.some((c) => c[0].some((x) => x.receipt === h.message.receipt && x.seconds === 0)),
+      2000,
+      'message visible',
+    );
+    const [again] = await p.store.claim([h.job.id], 'another-worker', 30);
+    expect(again).toMatchObject({ id: h.job.id, attempt: 2 });
+  });
+
   it("a renewal that cannot reach the database closes the fetcher's gate and loses nothing yet", async () => {
     const h = await ledger('H-DOWN');
     vi.spyOn(u.ctx.store, 'renewLeases').mockRejectedValueOnce(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }));
