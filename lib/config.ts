@@ -12,7 +12,7 @@ import {
   ConfigError,
   DEFAULT_JOB_TIMINGS,
   MAX_PREFETCH,
-  workerPoolSize,
+  workerConnections,
   type JobTimings,
   type RuleViolation,
 } from '../runtime/config/rules.ts';
@@ -463,7 +463,8 @@ export function estimatedMaxConnections(db: DatabaseConfig): number {
 
 export interface ConnectionBudget {
   workerPeakTasks: number;
-  workerPoolSize: number;
+  /** Connections per worker task: its pool and the maintenance loops' (workerConnections). */
+  workerConnections: number;
   apiPeakTasks: number;
   apiPoolSize: number;
   bootstrap: number;
@@ -481,11 +482,11 @@ export function connectionBudget(c: EnvironmentConfig): ConnectionBudget {
   const maxConnections = estimatedMaxConnections(c.database);
   const workerPeak = peakTasks(c.worker);
   const apiPeak = peakTasks(c.api);
-  const wPool = workerPoolSize(c.jobTimings.concurrency);
+  const wPool = workerConnections(c.jobTimings.concurrency);
   const total = workerPeak * wPool + apiPeak * c.api.poolSize + BOOTSTRAP_CONNECTIONS;
   return {
     workerPeakTasks: workerPeak,
-    workerPoolSize: wPool,
+    workerConnections: wPool,
     apiPeakTasks: apiPeak,
     apiPoolSize: c.api.poolSize,
     bootstrap: BOOTSTRAP_CONNECTIONS,
@@ -586,7 +587,7 @@ export function checkEnvironment(c: EnvironmentConfig): RuleViolation[] {
       rule: 'connection-budget',
       message:
         `the services may open ${b.total} connections — worker ${b.workerPeakTasks} tasks at deployment peak (worker.maxTasks = ${c.worker.maxTasks} × worker.deploymentMaxPercent = ${c.worker.deploymentMaxPercent} %) ` +
-        `× pool ${b.workerPoolSize} (workerPoolSize(jobTimings.concurrency = ${c.jobTimings.concurrency})) + ` +
+        `× ${b.workerConnections} connections (workerConnections(jobTimings.concurrency = ${c.jobTimings.concurrency}): its pool and the maintenance loops') + ` +
         `API ${b.apiPeakTasks} tasks (api.maxTasks = ${c.api.maxTasks} × api.deploymentMaxPercent = ${c.api.deploymentMaxPercent} %) × api.poolSize = ${c.api.poolSize} + bootstrap ${b.bootstrap} — ` +
         `but ${c.database.instanceClass} allows about ${b.maxConnections} (max_connections) of which ${Math.round(CONNECTION_BUDGET_SHARE * 100)} % = ${b.allowed} may be planned; ` +
         `lower worker.maxTasks, jobTimings.concurrency, api.maxTasks or api.poolSize, or choose a larger database.instanceClass`,

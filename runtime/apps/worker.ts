@@ -10,7 +10,7 @@ import { runService } from './entry.ts';
 import { serviceCredentials } from './service-credentials.ts';
 import { databaseSecretArnFromEnv, databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv } from '../config/env.ts';
 import { retentionFromEnv } from '../config/retention.ts';
-import { MAX_PREFETCH, workerPoolSize } from '../config/rules.ts';
+import { MAX_PREFETCH, WORKER_MAINTENANCE_CONNECTIONS, workerPoolSize } from '../config/rules.ts';
 import { sqsFromEnv } from '../config/sqs.ts';
 import { createPool, SERVICE_IDLE_TIMEOUT_MS } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
@@ -85,6 +85,16 @@ export async function startWorkerService(
     idleTimeoutMs: SERVICE_IDLE_TIMEOUT_MS,
     onError: (err) => log.warn({ err }, 'database connection dropped; it will be replaced'),
   });
+  // The maintenance loops' pool, apart from the worker's: a slow SQS call inside the relay's or the
+  // reconciler's transaction holds one of these, never a connection the heartbeat needs (rules.ts).
+  const maintenancePool = createPool({
+    url: databaseUrl,
+    ...(credentials ? { credentials } : {}),
+    max: WORKER_MAINTENANCE_CONNECTIONS,
+    applicationName: `jobs-worker-maintenance ${workerId}`.slice(0, 63),
+    idleTimeoutMs: SERVICE_IDLE_TIMEOUT_MS,
+    onError: (err) => log.warn({ err }, 'database connection dropped; it will be replaced'),
+  });
   // Live view (JOBS_EVENTS=notify, local stack): worker events on a PostgreSQL NOTIFY channel.
   const events = workerEventSink(env, pool, workerId, { log, running: () => worker.runningJobs.length });
   // Each lane's queue and DLQ (the urgent lane shares the bulk ones when it has none of its own).
@@ -137,8 +147,8 @@ export async function startWorkerService(
         },
       })
     : null;
-  const store = new JobStore(pool);
-  const relay = new OutboxRelay(pool, queue, log, DEFAULT_RELAY);
+  const store = new JobStore(maintenancePool);
+  const relay = new OutboxRelay(maintenancePool, queue, log, DEFAULT_RELAY);
   const rescuer = new Rescuer(store, publisher, log, {
     // One heartbeat: a live owner never lets its lease run out (it renews every heartbeat), so
     // the grace only gives the returning message the first go. It is short because the message
@@ -157,7 +167,7 @@ export async function startWorkerService(
 
   // Dead jobs whose report never reached the DLQ (their worker died first, or the DLQ refused it): reported now.
   const deadReports = new DeadReportSweeper({
-    pool,
+    pool: maintenancePool,
     report: (job, reason) => worker.reportDeadJob(job, reason),
     log,
     timings: deadReportTimings(timings),
@@ -165,7 +175,7 @@ export async function startWorkerService(
 
   // Messages the queue lost (a purge, expiry, a stray consumer): published again from the job table.
   const reconciler = new Reconciler({
-    pool,
+    pool: maintenancePool,
     publisher,
     // Each lane's queue against its own jobs (lanes sharing a queue counted together).
     queues: queue.queues.map((q, i) => ({ lanes: q.lanes, countMessages: () => lanes.sqsQueues[i]!.approximateCount() })),
@@ -176,7 +186,7 @@ export async function startWorkerService(
 
   // Stuck jobs (runtime/oncall/stuck.ts): counted once per interval, published as the JobsStuck gauge the stack alarms on.
   const stuck = new StuckJobReporter({
-    pool,
+    pool: maintenancePool,
     registry,
     log,
     thresholds: stuckThresholds,
@@ -185,18 +195,23 @@ export async function startWorkerService(
   });
 
   // What has ended leaves the tables once its retention is over (runtime/maintenance/pruner.ts).
-  const pruner = new Pruner(pool, log, { retention });
+  const pruner = new Pruner(maintenancePool, log, { retention });
   // Every task runs the schedules; the database makes each occurrence one job (maintenance/scheduler.ts).
   const scheduler = new Scheduler({
-    pool,
-    client: new JobClient({ pool, registry, publisher, defaultMaxAttempts: timings.maxAttempts }),
+    pool: maintenancePool,
+    client: new JobClient({ pool: maintenancePool, registry, publisher, defaultMaxAttempts: timings.maxAttempts }),
     schedules,
     log,
     metrics,
     ...(eventsEnabled(env)
       ? {
           onFired: (def, f) =>
-            announceScheduled(pool, { schedule: def.name, occurrence: f.occurrence.label, job: f.job, late: f.late }, workerId, log),
+            announceScheduled(
+              maintenancePool,
+              { schedule: def.name, occurrence: f.occurrence.label, job: f.job, late: f.late },
+              workerId,
+              log,
+            ),
         }
       : {}),
   });
@@ -251,7 +266,7 @@ export async function startWorkerService(
         // Before the last flush: a secret read under way is counted in it.
         await credentials?.stop();
         await cloudwatch?.stop();
-        await pool.end();
+        await Promise.all([pool.end(), maintenancePool.end()]);
         log.info('shut down cleanly');
       })();
       return shuttingDown;

@@ -190,10 +190,23 @@ function round(n: number): number {
 }
 
 /**
- * Connections one worker process opens: one per concurrent job (its fenced transaction) plus
- * two for the heartbeat and the maintenance loops (relay, rescuer). The CDK connection budget
- * uses the same number.
+ * The worker's own pool: one connection per concurrent job (its fenced transaction) plus two for
+ * the heartbeat, the claims and the completions.
  */
 export function workerPoolSize(concurrency: number): number {
   return concurrency + 2;
+}
+
+/**
+ * The maintenance loops' pool in a worker process (outbox relay, rescuer, reconciler, dead-report
+ * sweeper, stuck count, pruner, scheduler), apart from the worker's: the relay sends to SQS inside
+ * its transaction and the reconciler counts the queue inside its own, so a slow SQS holds their
+ * connections; sharing the worker's pool, that starved the heartbeat and healthy jobs lost their
+ * leases.
+ */
+export const WORKER_MAINTENANCE_CONNECTIONS = 2;
+
+/** Connections one worker process may open, both pools: what the CDK connection budget counts per task. */
+export function workerConnections(concurrency: number): number {
+  return workerPoolSize(concurrency) + WORKER_MAINTENANCE_CONNECTIONS;
 }

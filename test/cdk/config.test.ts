@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { App } from 'aws-cdk-lib';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, RECEIVE_HEADROOM, workerPoolSize } from '../../runtime/config/rules.ts';
+import { ConfigError, RECEIVE_HEADROOM, workerConnections } from '../../runtime/config/rules.ts';
 import { buildJobPlatform } from '../../lib/app.ts';
 import {
   BOOTSTRAP_CONNECTIONS,
@@ -201,7 +201,7 @@ describe('connection budget', () => {
     const b = connectionBudget(c);
     const workerPeak = Math.ceil((c.worker.maxTasks * c.worker.deploymentMaxPercent) / 100);
     const apiPeak = Math.ceil((c.api.maxTasks * c.api.deploymentMaxPercent) / 100);
-    expect(b.total).toBe(workerPeak * workerPoolSize(c.jobTimings.concurrency) + apiPeak * c.api.poolSize + BOOTSTRAP_CONNECTIONS);
+    expect(b.total).toBe(workerPeak * workerConnections(c.jobTimings.concurrency) + apiPeak * c.api.poolSize + BOOTSTRAP_CONNECTIONS);
     expect(b.total).toBeLessThanOrEqual(b.allowed);
     expect(b.allowed).toBeLessThan(b.maxConnections);
   });
@@ -218,7 +218,7 @@ describe('connection budget', () => {
 
   it('fails synth naming the knobs when the workers would exhaust the database', () => {
     const broken = withChanges('dev', (c) => {
-      c.worker.maxTasks = 10; // 20 tasks at deploy peak × pool 6 = 120 > 80
+      c.worker.maxTasks = 10; // 20 tasks at deploy peak × 8 connections = 160 > 80
     });
     let message = '';
     try {
@@ -226,7 +226,7 @@ describe('connection budget', () => {
     } catch (err) {
       message = (err as Error).message;
     }
-    expect(message).toContain('[connection-budget] the services may open 141 connections');
+    expect(message).toContain('[connection-budget] the services may open 181 connections');
     expect(message).toContain('worker.maxTasks = 10');
     expect(message).toContain('t4g.micro allows about 101 (max_connections) of which 80 % = 80 may be planned');
     expect(message).toContain(
