@@ -2,7 +2,7 @@
 // connection is reset (RST, as a task sees when the primary dies or a NAT/ENI mapping is lost)
 // and, for the outage, every new connection is reset as soon as it is accepted (the services
 // see ECONNRESET / "Connection terminated" at connect, as while RDS Multi-AZ promotes the
-// standby). Then it forwards again. Local only: the chaos run, the live view's
+// standby). Then it forwards again. Or it stalls them: open, silent, never reset (stall()). Local only: the chaos run, the live view's
 // "database failover" button and the failover tests drive it; the CLI's `.jobs-local/env`
 // keeps the direct address so an operator's command is not caught in an injected outage.
 
@@ -15,6 +15,13 @@ export interface DbProxy {
   url(databaseUrl: string): string;
   /** Reset every connection now and refuse new ones for `seconds`. Resolves when the outage starts. */
   failover(seconds: number): { endsAt: number; reset: number; over: Promise<void> };
+  /**
+   * Every open connection goes silent and stays open: the client gets no reset, no close and no
+   * answer, as when the primary's host vanishes in a failover; the server's end is closed (its
+   * sessions end, as the vanished host's did).
+   * New connections forward as before (to the new primary). Returns how many it stalled.
+   */
+  stall(): number;
   /** True while an outage is under way. */
   readonly down: boolean;
   /** Connections currently forwarded. */
@@ -24,6 +31,7 @@ export interface DbProxy {
 
 export async function startDbProxy(target: { host: string; port: number }): Promise<DbProxy> {
   const pairs = new Set<{ client: net.Socket; upstream: net.Socket }>();
+  const stalled = new Set<{ client: net.Socket; upstream: net.Socket }>();
   let downUntil = 0;
   let overTimer: NodeJS.Timeout | null = null;
   let overResolve: (() => void) | null = null;
@@ -46,6 +54,7 @@ export async function startDbProxy(target: { host: string; port: number }): Prom
     const pair = { client, upstream };
     pairs.add(pair);
     const close = () => {
+      if (stalled.has(pair)) return; // its server end is gone on purpose; the client hears nothing
       pairs.delete(pair);
       reset(client);
       reset(upstream);
@@ -100,6 +109,20 @@ export async function startDbProxy(target: { host: string; port: number }): Prom
       });
       return { endsAt: downUntil, reset: n, over };
     },
+    stall() {
+      const n = pairs.size;
+      for (const p of [...pairs]) {
+        pairs.delete(p);
+        stalled.add(p);
+        p.client.unpipe(p.upstream);
+        p.upstream.unpipe(p.client);
+        // The client's requests wait in the kernel's buffers, unanswered; the server end is closed
+        // (as a host that went away: its sessions, their transactions and their locks are gone).
+        p.client.pause();
+        p.upstream.destroy();
+      }
+      return n;
+    },
     get down() {
       return Date.now() < downUntil;
     },
@@ -109,11 +132,12 @@ export async function startDbProxy(target: { host: string; port: number }): Prom
     async stop() {
       if (overTimer) clearTimeout(overTimer);
       overResolve?.();
-      for (const p of pairs) {
+      for (const p of [...pairs, ...stalled]) {
         p.client.destroy();
         p.upstream.destroy();
       }
       pairs.clear();
+      stalled.clear();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };

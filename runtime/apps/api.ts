@@ -26,7 +26,7 @@ import {
 import { keepFinishedDaysFromEnv } from '../config/retention.ts';
 import { ConfigError, type RuleViolation } from '../config/rules.ts';
 import { sqsFromEnv } from '../config/sqs.ts';
-import { createPool, SERVICE_IDLE_TIMEOUT_MS, warmPool } from '../db/pool.ts';
+import { createPool, endPool, SERVICE_IDLE_TIMEOUT_MS, warmPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import { checkSchedules, type ScheduleDefinition } from '../handlers/schedule.ts';
@@ -212,6 +212,9 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
     max: config.poolSize,
     applicationName: 'jobs-api',
     statementTimeoutMs: STATEMENT_TIMEOUT_MS,
+    // A server gone without a reset answers nothing: the platform's statements give up 5 s after
+    // the server's own timeout would have (db/pool.ts platformQueryTimeoutMs), freeing the connection.
+    platformQueryTimeoutMs: STATEMENT_TIMEOUT_MS + 5_000,
     idleTimeoutMs: SERVICE_IDLE_TIMEOUT_MS,
     onError: (err) => log.warn({ err }, 'database connection dropped; it will be replaced'),
   });
@@ -369,7 +372,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
         await publisher.flush();
         await credentials?.stop();
         await cloudwatch?.stop();
-        await pool.end();
+        await endPool(pool);
         log.info('shut down cleanly');
       })();
       return shuttingDown;

@@ -10,9 +10,15 @@ import { runService } from './entry.ts';
 import { serviceCredentials } from './service-credentials.ts';
 import { databaseSecretArnFromEnv, databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv } from '../config/env.ts';
 import { retentionFromEnv } from '../config/retention.ts';
-import { MAX_PREFETCH, WORKER_MAINTENANCE_CONNECTIONS, workerPoolSize } from '../config/rules.ts';
+import {
+  MAINTENANCE_QUERY_TIMEOUT_MS,
+  MAX_PREFETCH,
+  WORKER_MAINTENANCE_CONNECTIONS,
+  workerPoolSize,
+  workerQueryTimeoutMs,
+} from '../config/rules.ts';
 import { sqsFromEnv } from '../config/sqs.ts';
-import { createPool, SERVICE_IDLE_TIMEOUT_MS } from '../db/pool.ts';
+import { createPool, endPool, SERVICE_IDLE_TIMEOUT_MS } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import { checkSchedules, type ScheduleDefinition } from '../handlers/schedule.ts';
@@ -81,6 +87,7 @@ export async function startWorkerService(
     url: databaseUrl,
     ...(credentials ? { credentials } : {}),
     max: workerPoolSize(timings.concurrency),
+    platformQueryTimeoutMs: workerQueryTimeoutMs(timings),
     applicationName: `jobs-worker ${workerId}`.slice(0, 63),
     idleTimeoutMs: SERVICE_IDLE_TIMEOUT_MS,
     onError: (err) => log.warn({ err }, 'database connection dropped; it will be replaced'),
@@ -91,6 +98,7 @@ export async function startWorkerService(
     url: databaseUrl,
     ...(credentials ? { credentials } : {}),
     max: WORKER_MAINTENANCE_CONNECTIONS,
+    platformQueryTimeoutMs: MAINTENANCE_QUERY_TIMEOUT_MS,
     applicationName: `jobs-worker-maintenance ${workerId}`.slice(0, 63),
     idleTimeoutMs: SERVICE_IDLE_TIMEOUT_MS,
     onError: (err) => log.warn({ err }, 'database connection dropped; it will be replaced'),
@@ -266,7 +274,7 @@ export async function startWorkerService(
         // Before the last flush: a secret read under way is counted in it.
         await credentials?.stop();
         await cloudwatch?.stop();
-        await Promise.all([pool.end(), maintenancePool.end()]);
+        await Promise.all([endPool(pool), endPool(maintenancePool)]);
         log.info('shut down cleanly');
       })();
       return shuttingDown;

@@ -206,6 +206,21 @@ export function workerPoolSize(concurrency: number): number {
  */
 export const WORKER_MAINTENANCE_CONNECTIONS = 2;
 
+/**
+ * How long the worker's own statements (claims, renewals, completions, its database probe) wait
+ * for an answer: a third of the lease, between 5 and 20 s (20 s in production, lease 60 s). A
+ * renewal that has not answered by then will not save the lease anyway; failing it as
+ * unavailable closes the gate and frees the connection, where a server gone without a reset
+ * would hold it until TCP gives up (~15 min). Never under 5 s: a claim queued behind a migration's
+ * lock waits up to 2 s by design (migrate.ts), and is not an outage.
+ */
+export function workerQueryTimeoutMs(t: Pick<JobTimings, 'leaseSeconds'>): number {
+  return Math.round(Math.min(20_000, Math.max(5_000, (t.leaseSeconds * 1000) / 3)));
+}
+
+/** The maintenance loops' statements: a minute (a prune batch, the reconciler's count). */
+export const MAINTENANCE_QUERY_TIMEOUT_MS = 60_000;
+
 /** Connections one worker process may open, both pools: what the CDK connection budget counts per task. */
 export function workerConnections(concurrency: number): number {
   return workerPoolSize(concurrency) + WORKER_MAINTENANCE_CONNECTIONS;

@@ -26,6 +26,56 @@ export interface PoolOptions {
    * secret as last read (credentials.ts). A login PostgreSQL refuses makes the source read it again.
    */
   credentials?: DatabaseCredentialSource;
+  /**
+   * How long the platform's own statements on this pool (store/job-store.ts `run`, a transaction
+   * of withTransaction, the worker's database probe) wait for an answer before failing as
+   * unavailable (node-postgres's query_timeout, per statement): a connection whose server
+   * vanished without a reset (a failed-over primary, a dropped NAT mapping) otherwise waits for
+   * TCP to give up, about 15 minutes, with the heartbeat behind it. Not a handler's own queries
+   * (ctx.db), which may run long by design.
+   */
+  platformQueryTimeoutMs?: number;
+}
+
+/** Each pool's (and each transaction client's) platformQueryTimeoutMs. */
+const platformQueryTimeouts = new WeakMap<object, number>();
+
+/** The read timeout for the platform's statements on `db` (a pool createPool made, or a withTransaction client), if any. */
+export function platformQueryTimeout(db: object): number | undefined {
+  return platformQueryTimeouts.get(db);
+}
+
+/** `config` with `db`'s read timeout, if it has one (node-postgres reads query_timeout per query; its types omit it). */
+export function timed<V extends unknown[]>(db: object, config: pg.QueryConfig<V>): pg.QueryConfig<V> {
+  const query_timeout = platformQueryTimeouts.get(db);
+  return query_timeout ? ({ ...config, query_timeout } as pg.QueryConfig<V>) : config;
+}
+
+/**
+ * Close a pool, waiting at most `timeoutMs`: a connection whose server went silent (no reset)
+ * never answers the goodbye, and a shutdown that waited for it would end in SIGKILL.
+ */
+export async function endPool(pool: pg.Pool, timeoutMs = 5000): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    pool.end().catch(() => undefined),
+    new Promise<void>((r) => {
+      timer = setTimeout(r, timeoutMs);
+      timer.unref();
+    }),
+  ]);
+  clearTimeout(timer);
+}
+
+/** Give a transaction's client its pool's timeout (withTransaction). */
+export function inheritQueryTimeout(pool: object, client: object): void {
+  const ms = platformQueryTimeouts.get(pool);
+  if (ms !== undefined) platformQueryTimeouts.set(client, ms);
+}
+
+/** node-postgres's error when a statement's answer took longer than its read timeout. */
+export function isQueryReadTimeout(err: unknown): boolean {
+  return err instanceof Error && err.message === 'Query read timeout';
 }
 
 /** Idle timeout of the API's and the workers' pools (see PoolOptions.idleTimeoutMs). */
@@ -43,8 +93,10 @@ export function createPool(opts: PoolOptions): pg.Pool {
     connectionTimeoutMillis: 10_000,
     idleTimeoutMillis: opts.idleTimeoutMs ?? 30_000,
     // TCP keepalives: a long-idle connection to a database that failed over is found dead by
-    // the kernel, not by the first query that needs it.
+    // the kernel, not by the first query that needs it; probes start after 10 s idle (the
+    // kernel's default waits two hours).
     keepAlive: true,
+    keepAliveInitialDelayMillis: 10_000,
     ...(opts.statementTimeoutMs ? { statement_timeout: opts.statementTimeoutMs } : {}),
   });
   pool.on('error', (err) => opts.onError?.(err));
@@ -57,6 +109,7 @@ export function createPool(opts: PoolOptions): pg.Pool {
     client.on('error', (err) => opts.onError?.(err));
   });
   if (opts.credentials) poolCredentials.set(pool, opts.credentials);
+  if (opts.platformQueryTimeoutMs) platformQueryTimeouts.set(pool, opts.platformQueryTimeoutMs);
   return pool;
 }
 

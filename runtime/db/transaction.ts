@@ -3,6 +3,7 @@
 // here; the enqueue, the relay, the reconciler and the operators' writes all use it.
 
 import type pg from 'pg';
+import { inheritQueryTimeout, isQueryReadTimeout, timed } from './pool.ts';
 
 export async function withTransaction<T>(
   pool: pg.Pool,
@@ -10,15 +11,22 @@ export async function withTransaction<T>(
   opts: { rollback?: boolean } = {},
 ): Promise<T> {
   const client = await pool.connect();
+  // The pool's read timeout (platformQueryTimeoutMs) holds for every statement of the transaction.
+  inheritQueryTimeout(pool, client);
+  const q = (text: string) => client.query(timed(client, { text }));
+  let broken: Error | undefined;
   try {
-    await client.query('BEGIN');
+    await q('BEGIN');
     const result = await work(client);
-    await client.query(opts.rollback ? 'ROLLBACK' : 'COMMIT');
+    await q(opts.rollback ? 'ROLLBACK' : 'COMMIT');
     return result;
   } catch (err) {
-    await client.query('ROLLBACK').catch(() => undefined);
+    // A statement that got no answer leaves the connection busy with it: a ROLLBACK would wait
+    // behind it. The connection is dropped instead (the server ends the transaction with it).
+    if (isQueryReadTimeout(err)) broken = err as Error;
+    else await q('ROLLBACK').catch((e: unknown) => void (isQueryReadTimeout(e) && (broken = e as Error)));
     throw err;
   } finally {
-    client.release();
+    client.release(broken);
   }
 }

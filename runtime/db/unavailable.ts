@@ -40,7 +40,10 @@ export function isDatabaseUnavailable(err: unknown): boolean {
     isAuthenticationFailure(err) ||
     // node-postgres's own words: the pool's connect timeout, a socket that ended under a query,
     // and a client used again after its connection failed.
-    /timeout exceeded when trying to connect|Connection terminated|not queryable|Connection ended|read ECONNRESET/i.test(message) ||
+    // And a statement that got no answer within its read timeout (db/pool.ts platformQueryTimeoutMs).
+    /timeout exceeded when trying to connect|Connection terminated|not queryable|Connection ended|read ECONNRESET|^Query read timeout$/i.test(
+      message,
+    ) ||
     (e.cause !== undefined && e.cause !== err && isDatabaseUnavailable(e.cause))
   );
 }

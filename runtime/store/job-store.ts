@@ -6,6 +6,7 @@ import { onActiveJobs } from './active-jobs.ts';
 import type pg from 'pg';
 import { keepDaysOf, keyHolder, type KeyedJob } from './idempotency.ts';
 import { SQL, type SqlName } from './sql.ts';
+import { timed } from '../db/pool.ts';
 import { withTransaction } from '../db/transaction.ts';
 import { uuidv7 } from '../domain/uuid7.ts';
 import { DEFAULT_LANE, type Lane } from '../domain/lanes.ts';
@@ -30,13 +31,13 @@ export async function run<R extends pg.QueryResultRow = pg.QueryResultRow>(
   name: SqlName,
   values: unknown[],
 ): Promise<pg.QueryResult<R>> {
-  return (await db.query({ name, text: SQL[name], values })) as pg.QueryResult<R>;
+  return (await db.query(timed(db, { name, text: SQL[name], values }))) as pg.QueryResult<R>; // with the pool's read timeout, if any
 }
 
 /** Runs the named statements of `sql` (poison, schedules, dead reports, on-call), each prepared per connection as `prefix.name`. */
 export function namedStatements<K extends string>(prefix: string, sql: Readonly<Record<K, string>>) {
   return async <R extends pg.QueryResultRow = pg.QueryResultRow>(db: Queryable, name: K, values: unknown[]): Promise<pg.QueryResult<R>> =>
-    (await db.query({ name: `${prefix}.${name}`, text: sql[name], values })) as pg.QueryResult<R>;
+    (await db.query(timed(db, { name: `${prefix}.${name}`, text: sql[name], values }))) as pg.QueryResult<R>;
 }
 
 /** A job to insert; its retention and its key's (KeyedJob: keepDays, keyKeepDays) the client decides (client.ts). */

@@ -6,7 +6,7 @@
 // that closes again each time soon after it opens (the probe answers, the claim does not: a full
 // disk) stays closed longer each time.
 
-import { freshLogin } from '../db/pool.ts';
+import { freshLogin, timed } from '../db/pool.ts';
 import { isAuthenticationFailure } from '../db/unavailable.ts';
 import { METRIC } from '../observability/metric-names.ts';
 import { sleep, type WorkerContext } from './held.ts';
@@ -69,7 +69,7 @@ export class DatabaseGate {
     }
     try {
       if (this.loginRefused) await freshLogin(ctx.opts.pool);
-      else await ctx.opts.pool.query('SELECT 1');
+      else await ctx.opts.pool.query(timed(ctx.opts.pool, { text: 'SELECT 1' }));
     } catch (err) {
       if (this.loginRefused && isAuthenticationFailure(err)) ctx.metrics.count(METRIC.databaseLoginsRefused);
       const downMs = Date.now() - (this.downSince ?? Date.now());

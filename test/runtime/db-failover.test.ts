@@ -3,10 +3,12 @@
 // end-to-end version on real processes is test/e2e/db-failover.test.ts.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrateAt } from '../../runtime/bootstrap/handler.ts';
-import { createPool } from '../../runtime/db/pool.ts';
+import { workerQueryTimeoutMs } from '../../runtime/config/rules.ts';
+import { createPool, endPool } from '../../runtime/db/pool.ts';
 import { isDatabaseUnavailable } from '../../runtime/db/unavailable.ts';
 import { startDbProxy, type DbProxy } from '../../dev/db-proxy.ts';
 import { METRIC } from '../../runtime/observability/metric-names.ts';
+import { createLogger } from '../../runtime/observability/log.ts';
 import { createTestDb } from '../support/db.ts';
 import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
 
@@ -68,6 +70,57 @@ describe('a worker through a database failover', () => {
     expect(receivesBefore).toBeGreaterThanOrEqual(1);
     await w.stop(1);
     await pool.end();
+  }, 60_000);
+});
+
+describe('a failover that resets nothing: the old primary just goes silent', () => {
+  let p: Platform;
+  let proxy: DbProxy;
+  beforeAll(async () => {
+    p = await createPlatform({ timings: { leaseSeconds: 2, heartbeatSeconds: 0.5, visibilityTimeoutSeconds: 3, maxReceiveCount: 10 } });
+    proxy = await proxyTo(p.db.url);
+  });
+  afterAll(async () => {
+    await p.close();
+    await proxy.stop();
+  });
+
+  it('statements that get no answer fail within their read timeout: the worker closes its gate, moves to new connections, finishes every job, and stops on time', async () => {
+    // Fault review, probe D: with no reset, a renewal or a claim on a silent connection waited
+    // for TCP to give up (about 15 minutes): no job was claimed, and stop() never returned.
+    const timings = { leaseSeconds: 2 };
+    const pool = createPool({
+      url: proxy.url(p.db.url),
+      max: 8,
+      applicationName: 'jobs-worker silent-failover-test',
+      platformQueryTimeoutMs: workerQueryTimeoutMs(timings),
+    });
+    const w = p.worker({ pool, workerId: 'behind-silent-proxy', ...(process.env.DBG ? { log: createLogger('dbg') } : {}) });
+    w.start();
+    const [held] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'SIL-1', entries: 3, workAfterWriteMs: 3000 } }]);
+    await waitFor(async () => (await p.store.get(held!.job.id))?.state === 'running', 10_000, 'running');
+    expect(proxy.stall()).toBeGreaterThanOrEqual(1);
+    const [waiting] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'SIL-2', entries: 2 } }]);
+    await waitFor(
+      async () => {
+        const [a, b] = await Promise.all([p.store.get(held!.job.id), p.store.get(waiting!.job.id)]);
+        return a?.state === 'succeeded' && b?.state === 'succeeded';
+      },
+      20_000,
+      'both jobs succeeded on new connections',
+    );
+    expect(p.metrics.counts.get(METRIC.databaseUnavailable)).toBeGreaterThanOrEqual(1);
+    const { rows } = await p.db.pool.query<{ batch: string; n: number }>(
+      "SELECT batch, count(*)::int AS n FROM ledger_entries WHERE batch LIKE 'SIL-%' GROUP BY batch ORDER BY batch",
+    );
+    expect(rows).toEqual([
+      { batch: 'SIL-1', n: 3 },
+      { batch: 'SIL-2', n: 2 },
+    ]);
+    const t0 = Date.now();
+    await w.stop(1);
+    expect(Date.now() - t0).toBeLessThan(8000);
+    await endPool(pool, 1000); // its silent connections never answer the goodbye
   }, 60_000);
 });
 
