@@ -5,7 +5,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { METRIC } from '../../runtime/observability/metric-names.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { JobTransaction } from '../../runtime/worker/job-transaction.ts';
-import { createPlatform, FAST_TIMINGS, type Platform } from '../support/platform.ts';
+import { createPlatform, FAST_TIMINGS, type Platform, waitFor } from '../support/platform.ts';
 import { claimOne, setLease, workerUnits, type Units } from '../support/worker-units.ts';
 
 let p: Platform;
@@ -108,6 +108,8 @@ describe('completer: failure', () => {
     await u.completer.fail(h, new Error('late'), false, silentLogger);
     expect(h.lost).toBe(true);
     expect(await state(h.job.id)).toMatchObject({ state: 'running', attempt: 2, lastError: null });
+    // Said once the job row shows it was not a cancel (heartbeat.ts loseLease).
+    await waitFor(() => events.length > 0, 2000, 'lease-lost event');
     expect(events).toEqual(['lease-lost']);
   });
 });
