@@ -578,7 +578,7 @@ export function checkEnvironment(c: EnvironmentConfig): RuleViolation[] {
   if (c.worker.backlogPerTaskTarget <= 0) {
     out.push({ rule: 'worker-backlog-target', message: `worker.backlogPerTaskTarget = ${c.worker.backlogPerTaskTarget} must be positive` });
   }
-  out.push(...checkHttps(c), ...checkDatabase(c));
+  out.push(...checkHttps(c), ...checkAlarmEmails(c), ...checkDatabase(c));
   if (out.length > 0) return out;
 
   const b = connectionBudget(c);
@@ -623,6 +623,38 @@ function checkHttps(c: EnvironmentConfig): RuleViolation[] {
     ];
   }
   return [];
+}
+
+/** What `-c alarmEmails=a@x.com,b@x.com` names. */
+export const ALARM_EMAILS_CONTEXT_KEY = 'alarmEmails';
+const EMAIL = /^[^@\s,]+@[^@\s,]+\.[^@\s,]+$/;
+/** Domains reserved for examples and tests (RFC 2606, 6761): mail to them is never delivered. */
+const RESERVED_DOMAIN = /(^|\.)(example\.(com|net|org)|example|invalid|test|localhost)$/i;
+
+/**
+ * Every alarm publishes to the on-call topic and reaches a person only through its subscriptions:
+ * an address that cannot deliver, or none in an environment whose data is kept
+ * (terminationProtection: staging, prod), would page nobody, silently.
+ */
+function checkAlarmEmails(c: EnvironmentConfig): RuleViolation[] {
+  const out: RuleViolation[] = [];
+  const how = `set alarms.emails in lib/config.ts (${c.envName}) or pass -c ${ALARM_EMAILS_CONTEXT_KEY}=oncall@your-company.com[,…]`;
+  for (const email of c.alarms.emails) {
+    if (!EMAIL.test(email))
+      out.push({ rule: 'alarm-email', message: `alarms.emails has ${JSON.stringify(email)}, which is not an e-mail address; ${how}` });
+    else if (RESERVED_DOMAIN.test(email.slice(email.lastIndexOf('@') + 1)))
+      out.push({
+        rule: 'alarm-email',
+        message: `alarms.emails has ${email}, on a domain reserved for examples, where mail is never delivered: every alarm of ${c.envName} would page nobody; ${how}`,
+      });
+  }
+  if (c.alarms.emails.length === 0 && c.terminationProtection) {
+    out.push({
+      rule: 'alarm-email',
+      message: `alarms.emails is empty: ${c.envName} keeps its data (terminationProtection), and its alarms would page nobody; ${how}`,
+    });
+  }
+  return out;
 }
 
 const BACKUP_WINDOW = /^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$/;
@@ -745,18 +777,41 @@ export function resolveConfig(
   return assertEnvironment(withOverrides(c, overrides));
 }
 
-/** What the command line may set over lib/config.ts: `-c apiCertificateArn=ARN`. */
+/** What the command line may set over lib/config.ts: `-c apiCertificateArn=ARN`, `-c alarmEmails=a@x.com,b@x.com`. */
 export interface CommandLineOverrides {
   apiCertificateArn?: unknown;
+  alarmEmails?: unknown;
 }
+
+const given = (v: unknown) => v !== undefined && v !== null && v !== '';
 
 /** The config with the command line's values, which win; the config itself is not changed. */
 export function withOverrides(c: EnvironmentConfig, o: CommandLineOverrides): EnvironmentConfig {
+  let out = c;
   const arn = o.apiCertificateArn;
-  if (arn === undefined || arn === null || arn === '') return c;
-  if (typeof arn !== 'string')
-    throw new ConfigError(`-c ${CERTIFICATE_CONTEXT_KEY}`, [
-      { rule: 'api-certificate-arn', message: `-c ${CERTIFICATE_CONTEXT_KEY} must be an ACM certificate ARN string` },
-    ]);
-  return { ...c, api: { ...c.api, certificateArn: arn.trim() } };
+  if (given(arn)) {
+    if (typeof arn !== 'string')
+      throw new ConfigError(`-c ${CERTIFICATE_CONTEXT_KEY}`, [
+        { rule: 'api-certificate-arn', message: `-c ${CERTIFICATE_CONTEXT_KEY} must be an ACM certificate ARN string` },
+      ]);
+    out = { ...out, api: { ...out.api, certificateArn: arn.trim() } };
+  }
+  const emails = o.alarmEmails;
+  if (given(emails)) {
+    if (typeof emails !== 'string')
+      throw new ConfigError(`-c ${ALARM_EMAILS_CONTEXT_KEY}`, [
+        { rule: 'alarm-email', message: `-c ${ALARM_EMAILS_CONTEXT_KEY} must be e-mail addresses separated by commas` },
+      ]);
+    out = {
+      ...out,
+      alarms: {
+        ...out.alarms,
+        emails: emails
+          .split(',')
+          .map((e) => e.trim())
+          .filter((e) => e !== ''),
+      },
+    };
+  }
+  return out;
 }

@@ -13,28 +13,33 @@ import { ConfigError, RECEIVE_HEADROOM, workerConnections } from '../../runtime/
 import { buildJobPlatform } from '../../lib/app.ts';
 import {
   BOOTSTRAP_CONNECTIONS,
+  checkEnvironment,
   connectionBudget,
   ENVIRONMENT_NAMES,
   ENVIRONMENTS,
   estimatedMaxConnections,
   IDLE_IN_TRANSACTION_TIMEOUT_SECONDS,
   resolveConfig,
+  withOverrides,
 } from '../../lib/config.ts';
 import { REPO_ROOT } from '../../lib/paths.ts';
-import { CDK_JSON_CONTEXT, TEST_CERTIFICATE_ARN, withChanges } from './support.ts';
+import { CDK_JSON_CONTEXT, environment, TEST_ALARM_EMAIL, TEST_CERTIFICATE_ARN, withChanges } from './support.ts';
 
 const run = promisify(execFile);
 
 describe('environment config', () => {
   it.each(ENVIRONMENT_NAMES)(
-    '%s resolves and passes every rule (with a certificate on the command line where HTTPS is required)',
+    '%s resolves and passes every rule (with a certificate and an on-call address on the command line where they are required)',
     (name) => {
+      const plain = ENVIRONMENTS[name].api.allowPlainHttp;
       const resolved = resolveConfig(name, undefined, {
-        apiCertificateArn: ENVIRONMENTS[name].api.allowPlainHttp ? undefined : TEST_CERTIFICATE_ARN,
+        apiCertificateArn: plain ? undefined : TEST_CERTIFICATE_ARN,
+        alarmEmails: plain ? undefined : TEST_ALARM_EMAIL,
       });
-      expect({ ...resolved, api: { ...resolved.api, certificateArn: undefined } }).toEqual({
+      expect({ ...resolved, api: { ...resolved.api, certificateArn: undefined }, alarms: { ...resolved.alarms, emails: [] } }).toEqual({
         ...ENVIRONMENTS[name],
         api: { ...ENVIRONMENTS[name].api, certificateArn: undefined },
+        alarms: { ...ENVIRONMENTS[name].alarms, emails: [] },
       });
     },
   );
@@ -65,7 +70,12 @@ describe('environment config', () => {
     const env: Record<string, string | undefined> = {
       ...process.env,
       // The CLI passes cdk.json's context (the feature flags) with the command line's.
-      CDK_CONTEXT_JSON: JSON.stringify({ ...CDK_JSON_CONTEXT, env: 'staging', apiCertificateArn: TEST_CERTIFICATE_ARN }),
+      CDK_CONTEXT_JSON: JSON.stringify({
+        ...CDK_JSON_CONTEXT,
+        env: 'staging',
+        apiCertificateArn: TEST_CERTIFICATE_ARN,
+        alarmEmails: TEST_ALARM_EMAIL,
+      }),
       CDK_OUTDIR: outdir,
       CDK_VALIDATION: 'false',
     };
@@ -87,6 +97,26 @@ describe('environment config', () => {
     expect(stderr).toContain('[api-certificate] the prod API must serve HTTPS');
     expect(stderr).toContain('set api.certificateArn in lib/config.ts (prod)');
     expect(stderr).toContain('-c apiCertificateArn=arn:aws:acm:<region>:<account>:certificate/<id>');
+    // And the on-call address lib/config.ts ships with, which would page nobody.
+    expect(stderr).toContain(
+      '[alarm-email] alarms.emails has erp-jobs-oncall@example.com, on a domain reserved for examples, where mail is never delivered: every alarm of prod would page nobody; set alarms.emails in lib/config.ts (prod) or pass -c alarmEmails=oncall@your-company.com[,…]',
+    );
+  });
+
+  it('alarms reach a person: an address that cannot deliver is refused, and staging and prod need one; -c alarmEmails gives them', () => {
+    const violations = (emails: string[], env: 'dev' | 'prod' = 'prod') =>
+      checkEnvironment({ ...environment(env), alarms: { ...environment(env).alarms, emails } })
+        .filter((v) => v.rule === 'alarm-email')
+        .map((v) => v.message);
+    expect(violations(['oncall@acme-erp.com', 'erp-pager@acme.pagerduty.com'])).toEqual([]);
+    for (const reserved of ['a@example.com', 'a@mail.example.org', 'a@corp.example', 'a@x.invalid', 'a@erp.test', 'a@mail.localhost'])
+      expect(violations([reserved]), reserved).toEqual([expect.stringContaining('on a domain reserved for examples')]);
+    expect(violations(['oncall'])).toEqual([expect.stringContaining('"oncall", which is not an e-mail address')]);
+    expect(violations([])).toEqual([expect.stringContaining('alarms.emails is empty: prod keeps its data (terminationProtection)')]);
+    expect(violations([], 'dev')).toEqual([]); // dev's alarms may go nowhere
+    const given = withOverrides(ENVIRONMENTS.prod, { alarmEmails: ' oncall@acme-erp.com, finance-ops@acme-erp.com ' });
+    expect(given.alarms.emails).toEqual(['oncall@acme-erp.com', 'finance-ops@acme-erp.com']);
+    expect(ENVIRONMENTS.prod.alarms.emails).toEqual(['erp-jobs-oncall@example.com']); // unchanged
   });
 
   it('prod keeps its data: Multi-AZ, deletion protection, backups, termination protection, snapshots', () => {

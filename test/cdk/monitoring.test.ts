@@ -18,11 +18,11 @@ import {
 } from '../../lib/monitoring/alarms.ts';
 import { RUNBOOK_PATH, RUNBOOK_SECTION } from '../../lib/monitoring/runbook.ts';
 import { REPO_ROOT } from '../../lib/paths.ts';
-import { idOf, only, resourcesOfType, synthEnv } from './support.ts';
+import { environment, idOf, only, resourcesOfType, synthEnv } from './support.ts';
 
 const prod = synthEnv('prod');
 const t = prod.servicesTemplate;
-const c = ENVIRONMENTS.prod;
+const c = environment('prod'); // as synthesized: the on-call address from the command line
 const topicId = idOf(prod.services.node.findChild('OnCall').node.findChild('Topic'));
 
 type AlarmProps = Record<string, any>;

@@ -42,10 +42,13 @@ export interface SynthOptions {
 /** The certificate the tests synthesize staging and prod with (what `-c apiCertificateArn=…` gives). */
 export const TEST_CERTIFICATE_ARN = 'arn:aws:acm:eu-west-1:111111111111:certificate/00000000-0000-0000-0000-000000000000';
 
-/** A real environment's config as `cdk synth -c env=<name> -c apiCertificateArn=…` resolves it (dev without one). */
+/** The on-call address the tests synthesize staging and prod with (what `-c alarmEmails=…` gives). */
+export const TEST_ALARM_EMAIL = 'erp-jobs-oncall@acme-erp.com';
+
+/** A real environment's config as `cdk synth -c env=<name> -c apiCertificateArn=… -c alarmEmails=…` resolves it (dev without them). */
 export function environment(name: EnvironmentName): EnvironmentConfig {
   const c = ENVIRONMENTS[name];
-  return c.api.allowPlainHttp ? c : withOverrides(c, { apiCertificateArn: TEST_CERTIFICATE_ARN });
+  return c.api.allowPlainHttp ? c : withOverrides(c, { apiCertificateArn: TEST_CERTIFICATE_ARN, alarmEmails: TEST_ALARM_EMAIL });
 }
 
 export function synthConfig(config: EnvironmentConfig, opts: SynthOptions = {}): Synthesized {
