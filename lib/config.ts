@@ -331,7 +331,7 @@ const staging: EnvironmentConfig = {
     scaleInCooldownSeconds: 300,
   },
   alarms: {
-    emails: ['erp-jobs-staging@example.com'],
+    emails: ['erp-jobs-staging@example.com'], // a placeholder synth refuses (checkAlarmEmails): yours here, or -c alarmEmails
     queueOldestMessageAgeSeconds: 2 * 3_600,
     deadLetterOldestMessageAgeSeconds: 86_400,
     leasesLostPer15Minutes: 5,
@@ -395,7 +395,7 @@ const prod: EnvironmentConfig = {
     scaleInCooldownSeconds: 600,
   },
   alarms: {
-    emails: ['erp-jobs-oncall@example.com'],
+    emails: ['erp-jobs-oncall@example.com'], // a placeholder synth refuses (checkAlarmEmails): yours here, or -c alarmEmails
     queueOldestMessageAgeSeconds: 2 * 3_600,
     deadLetterOldestMessageAgeSeconds: 4 * 3_600,
     leasesLostPer15Minutes: 3,

@@ -1,7 +1,8 @@
 // A Lambda function that works on the job store from inside the VPC, as the schema bootstrap and
 // the password rotation do: its own security group (PostgreSQL to the database, HTTPS to the AWS
 // APIs, nothing else), a role with a fixed name (the database secrets' resource policies admit
-// readers by name, secret-readers.ts), its own log group, Node.js 22 on arm64 like the images,
+// readers by name, secret-readers.ts), its own log group, Node.js 22 (the images' version) on arm64
+// (cheaper for a function; the images are x86_64, CPU_ARCHITECTURE: the code is architecture-free),
 // and the Amazon CA bundle to verify the database's certificate. The constructs are made in the
 // caller's scope with the ids they always had, so the bootstrap's resources keep their logical ids.
 
