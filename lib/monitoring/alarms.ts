@@ -227,7 +227,7 @@ export class JobAlarms extends Construct {
       leasesLost: make('leasesLost', {
         alarmName: `${prefix} leases lost`,
         alarmDescription: describe(
-          `workers lost at least ${c.leasesLostPer15Minutes} job leases in 15 minutes: a heartbeat found the job reclaimed or cancelled and aborted the handler. A crashed task costs a few; more means heartbeats are late (CPU starvation, database latency, event-loop stalls) and jobs are running twice.`,
+          `workers lost at least ${c.leasesLostPer15Minutes} job leases in 15 minutes: a heartbeat or a completion found the job reclaimed, or the lease ran out before it could be renewed, and the handler was aborted (a cancel is not counted). A crashed task costs a few; more means heartbeats are late (CPU starvation, database latency, event-loop stalls) and jobs are running twice.`,
           RUNBOOK_SECTION.leasesLost,
         ),
         metric: jobMetric(envName, METRIC.leasesLost, 'Sum', Duration.minutes(15)),

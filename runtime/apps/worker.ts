@@ -125,6 +125,7 @@ export async function startWorkerService(
   const protection = new TaskProtection(env.ECS_AGENT_URI, log);
   const worker = new Worker({
     pool,
+    maintenancePool,
     queue,
     dlq,
     registry,
@@ -151,7 +152,8 @@ export async function startWorkerService(
           );
           void worker
             .stop(RETIRED_DRAIN_SECONDS)
-            .then(() => log.info('retired: every job handed on or finished; waiting for ECS to stop this task'));
+            .then(() => log.info('retired: every job handed on or finished; waiting for ECS to stop this task'))
+            .catch((err: unknown) => log.error({ err }, 'retiring this worker failed; ECS stops the task once its protection lapses'));
         },
       })
     : null;

@@ -67,10 +67,15 @@ export async function endPool(pool: pg.Pool, timeoutMs = 5000): Promise<void> {
   clearTimeout(timer);
 }
 
-/** Give a transaction's client its pool's timeout (withTransaction). */
+/** Give a transaction's client its pool's timeout while it is checked out (withTransaction, a job's transaction). */
 export function inheritQueryTimeout(pool: object, client: object): void {
   const ms = platformQueryTimeouts.get(pool);
   if (ms !== undefined) platformQueryTimeouts.set(client, ms);
+}
+
+/** Before the client goes back to its pool: whoever checks it out next decides for themselves. */
+export function forgetQueryTimeout(client: object): void {
+  platformQueryTimeouts.delete(client);
 }
 
 /** node-postgres's error when a statement's answer took longer than its read timeout. */

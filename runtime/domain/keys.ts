@@ -14,16 +14,28 @@ const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
  * (an escape sequence or a line break would be written as it is into logs and terminals).
  */
 export function keyProblem(key: string): string | undefined {
-  if (key.length < 1 || key.length > MAX_KEY_LENGTH) return `must be a string of 1 to ${MAX_KEY_LENGTH} characters`;
+  const n = characters(key);
+  if (n < 1 || n > MAX_KEY_LENGTH) return `must be a string of 1 to ${MAX_KEY_LENGTH} characters`;
   return controlCharacterProblem(key);
 }
 
-/** The first control character in `text`, said as the rule it breaks; undefined if it has none. */
+/** Characters as PostgreSQL counts them (code points: an emoji is one, not JavaScript's two). */
+export function characters(text: string): number {
+  let n = 0;
+  for (const _ of text) n++;
+  return n;
+}
+
+/** The first control character in `text`, said as the rule it breaks (its position in code points); undefined if it has none. */
 export function controlCharacterProblem(text: string): string | undefined {
-  const at = text.search(CONTROL);
-  if (at < 0) return undefined;
-  const code = text.charCodeAt(at).toString(16).toUpperCase().padStart(4, '0');
-  return `must not contain control characters (U+${code} at character ${at + 1})`;
+  if (!CONTROL.test(text)) return undefined;
+  let at = 0;
+  for (const c of text) {
+    at++;
+    if (CONTROL.test(c))
+      return `must not contain control characters (U+${c.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')} at character ${at})`;
+  }
+  return undefined;
 }
 
 /**

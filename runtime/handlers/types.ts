@@ -7,7 +7,7 @@
 
 import * as z from 'zod';
 import { ValidationError } from '../domain/errors.ts';
-import { controlCharacterProblem, keyProblem, keyText, MAX_KEY_LENGTH } from '../domain/keys.ts';
+import { characters, controlCharacterProblem, keyProblem, keyText, MAX_KEY_LENGTH } from '../domain/keys.ts';
 import type { Lane } from '../domain/lanes.ts';
 import type { Logger } from '../observability/log.ts';
 
@@ -244,10 +244,10 @@ export function defaultConcurrencyKey(def: JobDefinition<any, any, any>, payload
     if (problem) throw new ValidationError(`payload.${f}`, `${problem}, and job type ${def.type} keys its jobs on it (${key})`);
   }
   const made = key.replace(/\{([A-Za-z0-9_]+)\}/g, (_, f: string) => texts.get(f)!);
-  if (made.length > MAX_KEY_LENGTH) {
+  if (characters(made) > MAX_KEY_LENGTH) {
     throw new ValidationError(
       'payload',
-      `makes the key of job type ${def.type} (${key}) ${made.length} characters long; the limit is ${MAX_KEY_LENGTH}: give a concurrencyKey`,
+      `makes the key of job type ${def.type} (${key}) ${characters(made)} characters long; the limit is ${MAX_KEY_LENGTH}: give a concurrencyKey`,
     );
   }
   return made;

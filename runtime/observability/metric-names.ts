@@ -16,7 +16,7 @@ export const METRIC = {
   jobsDeadLettered: 'JobsDeadLettered',
   /** Count: messages sent to the DLQ by the worker itself (poison bodies, unknown jobs). */
   messagesDeadLettered: 'MessagesDeadLettered',
-  /** Count: leases a worker found gone at a heartbeat or at completion (reclaimed, cancelled). */
+  /** Count: leases a worker found gone at a heartbeat or at completion (reclaimed), or could not renew in time; not a cancel. */
   leasesLost: 'LeasesLost',
   /** Count: deliveries of a job another worker holds a live lease on. */
   duplicateDeliveries: 'DuplicateDeliveriesIgnored',

@@ -11,7 +11,7 @@ import * as z from 'zod';
 import { ValidationError } from '../domain/errors.ts';
 import { ISO_TIME_PATTERN, parseIsoTime } from '../domain/ids.ts';
 import { issueField, issueStatus } from '../domain/issues.ts';
-import { controlCharacterProblem } from '../domain/keys.ts';
+import { keyProblem } from '../domain/keys.ts';
 import { DEFAULT_LANE, isLane, LANES, type Lane } from '../domain/lanes.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import { defaultConcurrencyKey } from '../handlers/types.ts';
@@ -23,13 +23,12 @@ export const MAX_PAYLOAD_BYTES = 256 * 1024;
 const TOO_LARGE = { status: 413 } as const;
 
 const text1to200 = 'must be a string of 1 to 200 characters';
-/** A key: 1 to 200 characters, no control characters (domain/keys.ts). */
+/** A key: 1 to 200 characters (code points, as PostgreSQL counts), no control characters (domain/keys.ts). */
 const key = () =>
   z
     .string({ error: text1to200 })
-    .min(1, { error: text1to200 })
-    .max(200, { error: text1to200 })
-    .refine((k) => controlCharacterProblem(k) === undefined, { error: (iss) => controlCharacterProblem(String(iss.input))! });
+    .refine((k) => keyProblem(k) === undefined, { error: (iss) => keyProblem(String(iss.input))! })
+    .meta({ minLength: 1, maxLength: 200 });
 const attemptsError = (iss: { input?: unknown }) => `must be a whole number from 1 to 100 (got ${String(iss.input)})`;
 const limitError = (iss: { input?: unknown }) => `must be a whole number from 1 to 1000 (got ${String(iss.input)})`;
 const laneError = (iss: { input?: unknown }) => `must be one of ${LANES.join(', ')} (got ${JSON.stringify(iss.input)?.slice(0, 80)})`;

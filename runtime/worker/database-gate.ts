@@ -85,6 +85,11 @@ export class DatabaseGate {
     return true;
   }
 
+  /** How long messages handed back meanwhile stay hidden: the gate's hold, in seconds (0 unless it keeps closing again). */
+  handBackSeconds(): number {
+    return Math.ceil(this.holdMs() / 1000);
+  }
+
   /** How long the gate stays closed before its first probe: nothing, unless it is closing again soon after each opening. */
   private holdMs(): number {
     if (this.flaps === 0) return 0;

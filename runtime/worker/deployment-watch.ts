@@ -84,6 +84,7 @@ export class DeploymentWatch {
       this.failing = true;
       return false;
     }
+    if (this.stopped) return false; // stopped while ECS was asked (a SIGTERM): nothing more to do
     if (this.failing) this.o.log.info("the worker service's deployments can be read again");
     this.failing = false;
     if (state === null) {

@@ -8,6 +8,7 @@
 import { SQS_MAX_VISIBILITY_SECONDS } from '../config/rules.ts';
 import type { Job } from '../domain/job.ts';
 import { settleMessage } from '../domain/settlement.ts';
+import { isQueryReadTimeout } from '../db/pool.ts';
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import { METRIC } from '../observability/metric-names.ts';
 import { jobMessageBody, parseJobMessage } from '../queue/message.ts';
@@ -198,7 +199,15 @@ export class Fetcher {
         // the visibility timeout, and stop receiving until the database answers: a gated
         // receive loop spends no SQS receives toward maxReceiveCount meanwhile.
         this.databaseUnavailable(err);
-        await this.handBack(messages);
+        // A claim that timed out may have committed on the server: its jobs then hold a lease
+        // nobody uses, and a message back at once would find it live and be deleted as a
+        // duplicate; hidden for a lease, it returns when the job is claimable. A gate closing again
+        // right after each opening (a full disk) hides them for its hold, so that several workers
+        // do not each turn them over.
+        await this.handBack(
+          messages,
+          isQueryReadTimeout(err) ? Math.ceil(this.ctx.opts.timings.leaseSeconds) : this.gate.handBackSeconds(),
+        );
       } else {
         this.claimFailures++;
         // The messages reappear after their visibility timeout; nothing is lost.
@@ -215,10 +224,10 @@ export class Fetcher {
   }
 
   /** Received messages whose jobs this worker did not start go back to the queue now. */
-  private async handBack(messages: ReceivedMessage[]): Promise<void> {
+  private async handBack(messages: ReceivedMessage[], seconds = 0): Promise<void> {
     const started = new Set([...this.ctx.held.values()].map((h) => h.message));
     const back = messages.filter((m) => !started.has(m));
-    if (back.length > 0) await this.messages.changeVisibility(back.map((m) => ({ receipt: m.receipt, seconds: 0 })));
+    if (back.length > 0) await this.messages.changeVisibility(back.map((m) => ({ receipt: m.receipt, seconds })));
   }
 
   /** Claim the jobs of messages received together in one statement, then settle the rest. */

@@ -73,6 +73,8 @@ export class Heartbeat {
       // Given up while the renewal was on its way (fenceUnrenewed: it took longer than the lease):
       // not ours any more, whatever the database answered; its lease was expired by the give-up.
       if (h.lost || h.released) return;
+      // Settled here while the renewal was on its way (completed, failed): not held any more, not lost.
+      if (ctx.held.get(h.job.id) !== h) return;
       if (!held.has(h.job.id)) {
         this.loseLease(h, 'heartbeat');
         return;
@@ -173,6 +175,9 @@ export class Heartbeat {
             { jobId: h.job.id, type: h.job.type, attempt: h.token.attempt, cancelledBy: j.cancelledBy },
             'job cancelled while it ran; handler aborted',
           );
+        } else if (j?.state === 'succeeded' && j.attempt === h.token.attempt) {
+          // This very attempt completed it (only its fenced completion can), just before the renewal was answered: nothing was lost.
+          ctx.log.debug({ jobId: h.job.id, attempt: h.token.attempt, state: j.state }, 'job already settled by this attempt');
         } else lost();
         // If the job ended (cancelled), our message is a leftover: delete it.
         if (j && isTerminal(j.state) && !h.receiptStale) this.messages.delete(h.message, `job is ${j.state}`);

@@ -19,6 +19,12 @@ import type { Publisher } from '../store/outbox.ts';
 
 export interface WorkerOptions {
   pool: pg.Pool;
+  /**
+   * Where the concurrency keys' wake-up relay (key-wake.ts, an SQS send inside a transaction)
+   * takes its connection: the worker service gives its maintenance loops' pool, so a slow SQS
+   * holds none of `pool`'s. Default: `pool`.
+   */
+  maintenancePool?: pg.Pool;
   /** The job queue: a LaneQueues (one queue per priority lane), or one queue every lane shares. */
   queue: JobQueue;
   /** Where the worker sends what it cannot handle and dead jobs, with the reason: each lane's DLQ (LaneQueues), or one. */
@@ -84,6 +90,13 @@ export class WorkerContext {
   readonly metrics: Metrics;
   /** The jobs this worker holds, running, waiting for a slot or waiting for their batched completion. */
   readonly held = new Map<string, Held>();
+  /** Handlers still running, counted apart from `held`: a lost attempt may still be unwinding when this worker holds the job's next one. */
+  running = 0;
+
+  /** `h` is no longer held: removed unless the job's entry is already a later attempt of it (reclaimed by this worker). */
+  forget(h: Held): void {
+    if (this.held.get(h.job.id) === h) this.held.delete(h.job.id);
+  }
   /** Aborted when the worker stops: its sleeps and slot waits end at once. */
   readonly stopAc = new AbortController();
   /**
@@ -112,7 +125,7 @@ export class WorkerContext {
     this.metrics = opts.metrics ?? noopMetrics;
     this.queue = asLanes(opts.queue);
     this.dlq = asLanes(opts.dlq);
-    this.keyWake = new KeyWake(opts.pool, this.queue, this.log);
+    this.keyWake = new KeyWake(opts.maintenancePool ?? opts.pool, this.queue, this.log);
   }
 
   /** The enqueue rules and publisher for handlers' child jobs (ctx.enqueue), made on first use. */

@@ -26,6 +26,7 @@
 // checkpoints keeps one transaction, committed with its completion.
 
 import type pg from 'pg';
+import { forgetQueryTimeout, inheritQueryTimeout, timed } from '../db/pool.ts';
 import { JobTransactionEndedError, type NonRetryableError, TransactionControlRefusedError } from '../domain/errors.ts';
 import type { JobDb } from '../handlers/types.ts';
 import { findTransactionControl } from './sql-statements.ts';
@@ -110,7 +111,9 @@ export class JobTransaction implements JobDb {
       }
       try {
         await c.query(
-          `SELECT CASE WHEN extract(epoch FROM now()) = ${this.startedAt} THEN 1 ELSE ('${CHANGED_MARK}: now() is ' || now())::int END; COMMIT`,
+          timed(c, {
+            text: `SELECT CASE WHEN extract(epoch FROM now()) = ${this.startedAt} THEN 1 ELSE ('${CHANGED_MARK}: now() is ' || now())::int END; COMMIT`,
+          }),
         );
       } catch (err) {
         if (err instanceof Error && err.message.includes(CHANGED_MARK)) {
@@ -162,7 +165,9 @@ export class JobTransaction implements JobDb {
       return;
     }
     try {
-      await c.query('ROLLBACK');
+      // With the pool's read timeout: on a server gone silent a ROLLBACK would wait for TCP to give
+      // up, and the worker's stop with it; timed out, the connection is dropped (below).
+      await c.query(timed(c, { text: 'ROLLBACK' }));
       // A handler that ended the transaction may have committed session state (SET SESSION …)
       // with it: the connection does not go back to the pool.
       this.finish(this.leftFence instanceof JobTransactionEndedError ? this.leftFence : undefined);
@@ -186,8 +191,13 @@ export class JobTransaction implements JobDb {
   private open(): Promise<pg.PoolClient> {
     this.opening ??= (async () => {
       const c = await this.pool.connect();
+      // The platform's statements in it (BEGIN, the fenced completion, COMMIT, ROLLBACK) get the
+      // pool's read timeout; the handler's own (ctx.db) do not: they may run long by design.
+      inheritQueryTimeout(this.pool, c);
       try {
-        const results = (await c.query('BEGIN; SELECT extract(epoch FROM now())::text AS started')) as unknown as pg.QueryResult<{
+        const results = (await c.query(
+          timed(c, { text: 'BEGIN; SELECT extract(epoch FROM now())::text AS started' }),
+        )) as unknown as pg.QueryResult<{
           started: string;
         }>[];
         const started = results[1]?.rows[0]?.started;
@@ -197,6 +207,7 @@ export class JobTransaction implements JobDb {
           throw new Error(`unexpected transaction start time from PostgreSQL: ${JSON.stringify(started)}`);
         this.startedAt = started;
       } catch (err) {
+        forgetQueryTimeout(c);
         c.release(err as Error);
         throw err;
       }
@@ -208,6 +219,7 @@ export class JobTransaction implements JobDb {
 
   /** After a chunk committed: the connection goes back to the pool, the next query begins anew. */
   private nextChunk(): void {
+    if (this.client) forgetQueryTimeout(this.client);
     this.client?.release();
     this.client = null;
     this.opening = null;
@@ -216,6 +228,7 @@ export class JobTransaction implements JobDb {
 
   private finish(err?: Error): void {
     this.closed = true;
+    if (this.client) forgetQueryTimeout(this.client);
     this.client?.release(err);
     this.client = null;
   }

@@ -62,6 +62,8 @@ export class Worker {
   private readonly executor: JobExecutor;
   private readonly fetcher: Fetcher;
   private stopPromise: Promise<void> | null = null;
+  /** Every runJob not yet settled. */
+  private readonly runs = new Set<Promise<void>>();
   /** When a stopping worker stops waiting for its running jobs (epoch ms). */
   private drainDeadline = Number.POSITIVE_INFINITY;
   protected loopPromise: Promise<void> | null = null;
@@ -213,7 +215,8 @@ export class Worker {
     loopEnded = true;
     ctx.receiveAc.abort();
     await this.releaseWaiting();
-    const running = () => [...ctx.held.values()].map((h) => h.done);
+    // Every handler still running, a lost attempt unwinding beside the job's next one included.
+    const running = () => [...this.runs];
     if (ctx.held.size > 0) {
       const left = Math.max(0, this.drainDeadline - Date.now());
       ctx.log.info({ jobs: ctx.held.size, drainSecondsLeft: Math.round(left / 100) / 10 }, 'draining running jobs');
@@ -241,7 +244,7 @@ export class Worker {
     const queued = this.waiting.splice(0);
     if (queued.length === 0) return;
     await this.completer.release(queued);
-    for (const h of queued) this.ctx.held.delete(h.job.id);
+    for (const h of queued) this.ctx.forget(h);
   }
 
   /**
@@ -276,7 +279,7 @@ export class Worker {
         'no slot soon: handed to another worker',
       );
       // Released, or no longer this worker's (the fenced release found another attempt): either way not held here.
-      for (const h of out) ctx.held.delete(h.job.id);
+      for (const h of out) ctx.forget(h);
     } catch (err) {
       // The database could not be asked: nothing was released, the jobs stay in line here.
       ctx.log.warn({ err, jobs: out.length }, 'could not release jobs claimed ahead; they stay and run here');
@@ -290,7 +293,7 @@ export class Worker {
         { jobs: released.size, waiting: this.waiting.length },
         'jobs claimed ahead handed to other workers: long jobs followed fast ones',
       );
-    if (ctx.held.size === 0) this.setBusy(false);
+    if (ctx.held.size === 0 && ctx.running === 0) this.setBusy(false);
     this.dispatch();
     this.wakeSlotWaiters();
   }
@@ -346,7 +349,11 @@ export class Worker {
       const [h] = this.waiting.splice(nextWaiting(this.waiting, this.activeBulk, this.bulkSlots), 1);
       this.active++;
       if (h!.job.lane !== 'urgent') this.activeBulk++;
-      h!.done = this.runJob(h!);
+      this.ctx.running++;
+      const done = this.runJob(h!);
+      h!.done = done;
+      this.runs.add(done);
+      void done.then(() => this.runs.delete(done));
     }
   }
 
@@ -358,10 +365,11 @@ export class Worker {
       this.ctx.log.error({ err, jobId: h.job.id }, 'unexpected error settling a job; its lease will expire and it will be reclaimed');
     } finally {
       this.freeSlot(h);
-      this.ctx.held.delete(h.job.id);
+      this.ctx.forget(h);
+      this.ctx.running--;
       // Its key or its type's slots may have room now: publish the next job (key-wake.ts).
       if (h.job.concurrencyKey || h.job.typeSlot) this.ctx.keyWake.nudge();
-      if (this.ctx.held.size === 0) this.setBusy(false);
+      if (this.ctx.held.size === 0 && this.ctx.running === 0) this.setBusy(false);
       this.wakeSlotWaiters();
     }
   }

@@ -293,8 +293,11 @@ describe('a deploy in the middle of a backlog, through the worker service', () =
     });
     const [long] = await client.enqueueNow({ type: 'test.hold', payload: {} });
     await waitFor(async () => (await client.store.get(long!.job.id))!.state === 'running', 10_000, 'the long job runs');
+    const asked = ecs.commandCalls(DescribeServicesCommand).length;
     primary(NEW, 1, 1);
-    await new Promise((r) => setTimeout(r, 2500)); // retired by now
+    // Retired once ECS has been asked after the switch (the watch retires the worker as the answer arrives).
+    await waitFor(() => ecs.commandCalls(DescribeServicesCommand).length > asked, 10_000, 'ECS asked after the new deployment is up');
+    await new Promise((r) => setTimeout(r, 200));
     expect((await client.store.get(long!.job.id))!.state).toBe('running');
     const t0 = Date.now();
     await oldTask.shutdown('SIGTERM');

@@ -88,6 +88,30 @@ describe('concurrency key templates', () => {
     expect((await p.store.get(rows[0].job_id))!.concurrencyKey).toBe('site:1');
   });
 
+  it('both paths make the same key from text that looks like a placeholder, and count characters alike (an emoji is one)', async () => {
+    const both = async (payload: Record<string, unknown>) => {
+      const ts = await p.client.enqueueNow({ type: 'test.recount', payload }).then(
+        ([r]) => r!.job.concurrencyKey,
+        (e: Error) => e.message,
+      );
+      const sql = await p.db.pool.query("SELECT job_id FROM jobs.enqueue('test.recount', $1)", [JSON.stringify(payload)]).then(
+        async ({ rows }) => (await p.store.get(rows[0].job_id))!.concurrencyKey,
+        (e: Error) => e.message,
+      );
+      return [ts, sql];
+    };
+    // One pass over the template: a warehouse named "{zone}" is not filled in by the zone.
+    expect(await both({ warehouse: '{zone}', zone: 4 })).toEqual(['recount:{zone}:4', 'recount:{zone}:4']);
+    // 180 emoji are 180 characters for PostgreSQL (and now for TypeScript), within the 200.
+    const wide = '🧾'.repeat(180);
+    expect(await both({ warehouse: wide, zone: 1 })).toEqual([`recount:${wide}:1`, `recount:${wide}:1`]);
+    const [ts, sql] = await both({ warehouse: '🧾'.repeat(200), zone: 1 });
+    expect(ts).toMatch(/makes the key of job type test.recount \(recount:\{warehouse\}:\{zone\}\) 210 characters long; the limit is 200/);
+    expect(sql).toMatch(/makes the key of job type test.recount \(recount:\{warehouse\}:\{zone\}\) 210 characters long; the limit is 200/);
+    const explicit = await p.client.enqueueNow({ type: 'test.recount', payload: {}, concurrencyKey: '🧾'.repeat(150) });
+    expect(explicit[0]!.job.concurrencyKey).toBe('🧾'.repeat(150));
+  });
+
   it('a key with a control character is refused on every path, naming the character and where it is', async () => {
     const refused = async (spec: Parameters<typeof p.client.enqueueNow>[0]) => {
       const err = await p.client.enqueueNow(spec).catch((e: unknown) => e);

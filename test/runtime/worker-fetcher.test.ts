@@ -161,9 +161,14 @@ describe('fetcher: the database gate', () => {
       Object.assign(new Error('could not extend file: No space left on device'), { code: '53100' }),
     );
     const receive = vi.spyOn(p.queue, 'receive');
+    const vis = visibility();
     const loop = u.fetcher.receiveLoop();
     await new Promise((r) => setTimeout(r, 6000));
     const received = receive.mock.results.length;
+    // Handed back at once the first time, then hidden for the gate's hold: other workers do not turn them over either.
+    const handedBack = vis.mock.calls.flatMap((c) => c[0].map((x) => x.seconds));
+    expect(handedBack[0]).toBe(0);
+    expect(Math.max(...handedBack)).toBeGreaterThanOrEqual(1);
     u.ctx.stopping = true;
     u.ctx.stopAc.abort();
     await loop;
@@ -173,4 +178,18 @@ describe('fetcher: the database gate', () => {
     expect(received).toBeLessThanOrEqual(5);
     expect((await state(job.id)).state).toBe('pending');
   }, 15_000);
+
+  it('a claim that got no answer in time (it may have committed) hides its messages for a lease instead of handing them back at once', async () => {
+    // At once, a message would find the lease the late claim may have taken, live and unused, and be deleted as a duplicate.
+    await enqueue('F-READ-TIMEOUT');
+    vi.spyOn(u.ctx.store, 'claim').mockRejectedValueOnce(new Error('Query read timeout'));
+    const vis = visibility();
+    const loop = u.fetcher.receiveLoop();
+    await waitFor(() => vis.mock.calls.length > 0, 5000, 'handed back');
+    u.ctx.stopping = true;
+    u.ctx.stopAc.abort();
+    await loop;
+    expect(vis.mock.calls[0]![0].map((x) => x.seconds)).toEqual([Math.ceil(u.ctx.opts.timings.leaseSeconds)]);
+    expect(p.metrics.get(METRIC.databaseUnavailable)).toBe(1);
+  });
 });

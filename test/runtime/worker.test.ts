@@ -16,7 +16,18 @@ import type { WorkerEvent } from '../../runtime/worker/worker.ts';
 import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
 
 const seen: { aborted: unknown[] } = { aborted: [] };
+/** test.stubborn: each attempt ignores its abort signal and ends only when the test calls its gate. */
+const stubborn = new Map<number, () => void>();
 const testJobs = [
+  defineJob<Record<string, never>, null>({
+    type: 'test.stubborn',
+    description: 'ignores its abort signal; an attempt ends when the test lets it',
+    parse: () => ({}),
+    async run(_p, ctx) {
+      await new Promise<void>((r) => stubborn.set(ctx.job.attempt, r));
+      return null;
+    },
+  }),
   ledgerPost,
   inventoryCost,
   defineJob<Record<string, never>, null>({
@@ -160,6 +171,30 @@ describe('worker', () => {
     await waitFor(() => p.queue.depth().total === 0, 3000, 'message deleted');
     // Not a lost lease: the alarm on LeasesLost says "jobs running twice", and a cancel is not that.
     expect(p.metrics.get(METRIC.leasesLost)).toBe(0);
+  });
+
+  it("a lost attempt still unwinding does not take the job's next attempt, on the same worker, out of its hands", async () => {
+    // Review finding: the reclaimed attempt's entry replaced the lost one's, and when the lost
+    // attempt's handler finally ended, its cleanup removed the job's entry: the new attempt was
+    // no longer renewed, the task could drop its protection, and a stop did not wait for it.
+    stubborn.clear();
+    const job = await enqueue('test.stubborn', {});
+    const w = p.worker({ timings: { concurrency: 2 } });
+    w.start();
+    await waitFor(() => stubborn.has(1), 5000, 'attempt 1 runs');
+    w.freeze(); // no heartbeat: attempt 1's lease runs out, its message returns, and this worker claims attempt 2
+    await waitFor(() => stubborn.has(2), 15_000, 'attempt 2 runs on the same worker');
+    const beat = setInterval(() => void w.heartbeat(), 300); // attempt 2 is renewed by hand from here
+    try {
+      stubborn.get(1)!(); // the lost attempt ends: its completion is refused, its cleanup runs
+      await new Promise((r) => setTimeout(r, 1000));
+      expect(w.runningJobs.map((j) => [j.id, j.attempt])).toEqual([[job.id, 2]]);
+      stubborn.get(2)!();
+      const done = await until(job.id, 'succeeded');
+      expect(done.attempt).toBe(2);
+    } finally {
+      clearInterval(beat);
+    }
   });
 
   it('a duplicate delivery while the job runs is ignored: one attempt, rows once', async () => {

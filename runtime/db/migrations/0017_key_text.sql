@@ -91,7 +91,6 @@ BEGIN
       PERFORM jobs.enqueue_refuse('payload', format('has no %s, which job type %s keys its jobs on (%s); give it, or a concurrency_key',
         missing, t.type, t.concurrency_key_template));
     END IF;
-    k := t.concurrency_key_template;
     FOR f IN SELECT DISTINCT m[1] FROM regexp_matches(t.concurrency_key_template, '\{([A-Za-z0-9_]+)\}', 'g') AS m LOOP
       IF jsonb_typeof(p->f) IN ('object', 'array') THEN
         PERFORM jobs.enqueue_refuse('payload', format('%s is %s, and job type %s keys its jobs on it (%s): it must be a string, number or boolean',
@@ -101,8 +100,13 @@ BEGIN
         PERFORM jobs.enqueue_refuse('payload', format('%s %s, and job type %s keys its jobs on it (%s)',
           f, jobs.control_character_problem(jobs.key_text(p->f)), t.type, t.concurrency_key_template));
       END IF;
-      k := replace(k, '{' || f || '}', jobs.key_text(p->f));
     END LOOP;
+    -- One pass over the template, as TypeScript's replace: a field's text that looks like a
+    -- placeholder ('{b}') stays as it is instead of being filled in by a later field.
+    SELECT string_agg(CASE WHEN r.m[1] ~ '^\{[A-Za-z0-9_]+\}$' THEN jobs.key_text(p -> substr(r.m[1], 2, length(r.m[1]) - 2)) ELSE r.m[1] END,
+                      '' ORDER BY r.n)
+      INTO k
+      FROM regexp_matches(t.concurrency_key_template, '(\{[A-Za-z0-9_]+\}|[^{]+|\{)', 'g') WITH ORDINALITY AS r(m, n);
     IF length(k) > 200 THEN
       PERFORM jobs.enqueue_refuse('payload', format('makes the key of job type %s (%s) %s characters long; the limit is 200: give a concurrency_key',
         t.type, t.concurrency_key_template, length(k)));
