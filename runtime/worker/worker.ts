@@ -217,7 +217,7 @@ export class Worker {
     await this.releaseWaiting();
     // Every handler still running, a lost attempt unwinding beside the job's next one included.
     const running = () => [...this.runs];
-    if (ctx.held.size > 0) {
+    if (ctx.held.size > 0 || this.runs.size > 0) {
       const left = Math.max(0, this.drainDeadline - Date.now());
       ctx.log.info({ jobs: ctx.held.size, drainSecondsLeft: Math.round(left / 100) / 10 }, 'draining running jobs');
       let drained = false;
