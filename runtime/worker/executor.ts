@@ -36,6 +36,9 @@ export class JobExecutor {
       return completer.fail(h, err, true, log);
     }
     const tx = new JobTransaction(ctx.opts.pool);
+    // Aborted (lease lost, cancelled, released): its connection closes at once (job-transaction.ts abandon).
+    h.abandon = () => tx.abandon();
+    if (h.abortReason !== undefined) tx.abandon();
     const attempt = new AttemptContext(h, this, log, tx);
     log.info('job started');
     let result: unknown;

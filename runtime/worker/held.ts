@@ -68,6 +68,8 @@ export interface Held {
   receiptStale: boolean;
   /** Created when the handler first reads ctx.signal (most short handlers never do). */
   ac: AbortController | null;
+  /** Closes the attempt's transaction once it is aborted (executor.ts: JobTransaction.abandon). */
+  abandon?: () => void;
   /** Why the handler must stop, once it must (the signal carries it when created later). */
   abortReason: unknown;
   /** Progress reported since the last heartbeat (written with the next one). */
@@ -143,6 +145,7 @@ export class WorkerContext {
   abortHandler(h: Held, reason: unknown): void {
     if (h.abortReason === undefined) h.abortReason = reason;
     h.ac?.abort(reason);
+    h.abandon?.();
   }
 
   emit(kind: WorkerEventKind, job?: { id: string; type: string; attempt?: number } | null, detail?: string): void {

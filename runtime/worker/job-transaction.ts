@@ -156,6 +156,24 @@ export class JobTransaction implements JobDb {
     for (const fn of this.pendingAfterCommit.splice(0)) fn();
   }
 
+  /**
+   * The attempt was given up (its lease lost, the job cancelled or released): its connection is
+   * closed at once, so a statement of the handler's still waiting (on a server gone silent, or on
+   * a lock) fails now instead of holding the handler, and the worker's stop, until TCP gives up.
+   * Nothing of the transaction commits: the server rolls it back with the connection.
+   */
+  abandon(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.pendingAfterCommit.length = 0;
+    const c = this.client;
+    this.client = null;
+    if (!c) return;
+    forgetQueryTimeout(c);
+    (c as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
+    c.release(new Error('job transaction abandoned: the attempt was given up'));
+  }
+
   async rollback(): Promise<void> {
     this.pendingAfterCommit.length = 0;
     if (this.closed) return;
@@ -210,6 +228,12 @@ export class JobTransaction implements JobDb {
         forgetQueryTimeout(c);
         c.release(err as Error);
         throw err;
+      }
+      if (this.closed) {
+        // Abandoned while it opened: nothing may run in it.
+        forgetQueryTimeout(c);
+        c.release(new Error('job transaction abandoned while it opened'));
+        throw new Error('the job transaction has ended: the job completed, failed or lost its lease');
       }
       this.client = c;
       return c;

@@ -9,6 +9,8 @@ import { isDatabaseUnavailable } from '../../runtime/db/unavailable.ts';
 import { startDbProxy, type DbProxy } from '../../dev/db-proxy.ts';
 import { METRIC } from '../../runtime/observability/metric-names.ts';
 import { createLogger } from '../../runtime/observability/log.ts';
+import { JobRegistry } from '../../runtime/handlers/registry.ts';
+import { defineJob } from '../../runtime/handlers/types.ts';
 import { createTestDb } from '../support/db.ts';
 import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
 
@@ -124,6 +126,63 @@ describe('a failover that resets nothing: the old primary just goes silent', () 
     await w.stop(1);
     expect(Date.now() - t0).toBeLessThan(15_000); // at most a COMMIT's and a ROLLBACK's read timeouts (5 s each), not TCP's 15 minutes
     await endPool(pool, 1000); // its silent connections never answer the goodbye
+  }, 60_000);
+});
+
+describe("a handler's own statement on a connection gone silent", () => {
+  const between = { reached: false, go: () => undefined as void };
+  let p: Platform;
+  let proxy: DbProxy;
+  beforeAll(async () => {
+    const registry = new JobRegistry([
+      defineJob<Record<string, never>, null>({
+        type: 'test.two_statements',
+        description: 'one statement, a pause the test ends, another statement',
+        parse: () => ({}),
+        async run(_p, ctx) {
+          await ctx.db.query('SELECT 1'); // its transaction's connection opens now
+          await new Promise<void>((r) => {
+            between.reached = true;
+            between.go = r;
+          });
+          await ctx.db.query('SELECT 2'); // sent into the silence: no read timeout (a handler's own statement)
+          return null;
+        },
+      }),
+    ]);
+    p = await createPlatform({
+      registry,
+      timings: { leaseSeconds: 2, heartbeatSeconds: 0.5, visibilityTimeoutSeconds: 3, maxReceiveCount: 10 },
+    });
+    proxy = await proxyTo(p.db.url);
+  });
+  afterAll(async () => {
+    await p.close();
+    await proxy.stop();
+  });
+
+  it('is cut off when the attempt is given up (its lease lost), so the handler ends and the worker stops', async () => {
+    // Review finding: the handler's statement waited for TCP (about 15 minutes), and the
+    // worker's stop with it, after the lease was long lost.
+    const pool = createPool({
+      url: proxy.url(p.db.url),
+      max: 8,
+      applicationName: 'jobs-worker silent-handler-test',
+      platformQueryTimeoutMs: 5000,
+    });
+    const w = p.worker({ pool, workerId: 'silent-handler' });
+    w.start();
+    const [job] = await p.client.enqueueNow({ type: 'test.two_statements', payload: {} });
+    await waitFor(() => between.reached, 10_000, 'the handler between its statements');
+    proxy.stall();
+    between.go();
+    // The lease (2 s) cannot be renewed on the silent connections (read timeout 5 s): lost, the handler aborted, its statement cut off.
+    await waitFor(() => w.runningJobs.length === 0, 20_000, 'the handler ended');
+    const t0 = Date.now();
+    await w.stop(1);
+    expect(Date.now() - t0).toBeLessThan(10_000);
+    expect((await p.store.get(job!.job.id))!.attempt).toBe(1); // nothing of the attempt committed; another worker would take it
+    await endPool(pool, 1000);
   }, 60_000);
 });
 
