@@ -40,11 +40,6 @@ export interface PoolOptions {
 /** Each pool's (and each transaction client's) platformQueryTimeoutMs. */
 const platformQueryTimeouts = new WeakMap<object, number>();
 
-/** The read timeout for the platform's statements on `db` (a pool createPool made, or a withTransaction client), if any. */
-export function platformQueryTimeout(db: object): number | undefined {
-  return platformQueryTimeouts.get(db);
-}
-
 /** `config` with `db`'s read timeout, if it has one (node-postgres reads query_timeout per query; its types omit it). */
 export function timed<V extends unknown[]>(db: object, config: pg.QueryConfig<V>): pg.QueryConfig<V> {
   const query_timeout = platformQueryTimeouts.get(db);
@@ -73,9 +68,13 @@ export function inheritQueryTimeout(pool: object, client: object): void {
   if (ms !== undefined) platformQueryTimeouts.set(client, ms);
 }
 
-/** Before the client goes back to its pool: whoever checks it out next decides for themselves. */
-export function forgetQueryTimeout(client: object): void {
+/**
+ * A checked-out client back to its pool (dropped if `err`), without the read timeout its
+ * transaction gave it: whoever checks it out next decides for themselves.
+ */
+export function releaseClient(client: pg.PoolClient, err?: Error): void {
   platformQueryTimeouts.delete(client);
+  client.release(err);
 }
 
 /** node-postgres's error when a statement's answer took longer than its read timeout. */

@@ -3,7 +3,7 @@
 // here; the enqueue, the relay, the reconciler and the operators' writes all use it.
 
 import type pg from 'pg';
-import { forgetQueryTimeout, inheritQueryTimeout, isQueryReadTimeout, timed } from './pool.ts';
+import { inheritQueryTimeout, isQueryReadTimeout, releaseClient, timed } from './pool.ts';
 
 export async function withTransaction<T>(
   pool: pg.Pool,
@@ -27,7 +27,6 @@ export async function withTransaction<T>(
     else await q('ROLLBACK').catch((e: unknown) => void (isQueryReadTimeout(e) && (broken = e as Error)));
     throw err;
   } finally {
-    forgetQueryTimeout(client);
-    client.release(broken);
+    releaseClient(client, broken);
   }
 }

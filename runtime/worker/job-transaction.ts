@@ -26,7 +26,7 @@
 // checkpoints keeps one transaction, committed with its completion.
 
 import type pg from 'pg';
-import { forgetQueryTimeout, inheritQueryTimeout, timed } from '../db/pool.ts';
+import { inheritQueryTimeout, releaseClient, timed } from '../db/pool.ts';
 import { JobTransactionEndedError, type NonRetryableError, TransactionControlRefusedError } from '../domain/errors.ts';
 import type { JobDb } from '../handlers/types.ts';
 import { findTransactionControl } from './sql-statements.ts';
@@ -169,9 +169,8 @@ export class JobTransaction implements JobDb {
     const c = this.client;
     this.client = null;
     if (!c) return;
-    forgetQueryTimeout(c);
     (c as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
-    c.release(new Error('job transaction abandoned: the attempt was given up'));
+    releaseClient(c, new Error('job transaction abandoned: the attempt was given up'));
   }
 
   async rollback(): Promise<void> {
@@ -225,14 +224,12 @@ export class JobTransaction implements JobDb {
           throw new Error(`unexpected transaction start time from PostgreSQL: ${JSON.stringify(started)}`);
         this.startedAt = started;
       } catch (err) {
-        forgetQueryTimeout(c);
-        c.release(err as Error);
+        releaseClient(c, err as Error);
         throw err;
       }
       if (this.closed) {
         // Abandoned while it opened: nothing may run in it.
-        forgetQueryTimeout(c);
-        c.release(new Error('job transaction abandoned while it opened'));
+        releaseClient(c, new Error('job transaction abandoned while it opened'));
         throw new Error('the job transaction has ended: the job completed, failed or lost its lease');
       }
       this.client = c;
@@ -243,8 +240,7 @@ export class JobTransaction implements JobDb {
 
   /** After a chunk committed: the connection goes back to the pool, the next query begins anew. */
   private nextChunk(): void {
-    if (this.client) forgetQueryTimeout(this.client);
-    this.client?.release();
+    if (this.client) releaseClient(this.client);
     this.client = null;
     this.opening = null;
     this.startedAt = null;
@@ -252,8 +248,7 @@ export class JobTransaction implements JobDb {
 
   private finish(err?: Error): void {
     this.closed = true;
-    if (this.client) forgetQueryTimeout(this.client);
-    this.client?.release(err);
+    if (this.client) releaseClient(this.client, err);
     this.client = null;
   }
 }

@@ -8,7 +8,6 @@ import { createPool, endPool } from '../../runtime/db/pool.ts';
 import { isDatabaseUnavailable } from '../../runtime/db/unavailable.ts';
 import { startDbProxy, type DbProxy } from '../../dev/db-proxy.ts';
 import { METRIC } from '../../runtime/observability/metric-names.ts';
-import { createLogger } from '../../runtime/observability/log.ts';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
 import { createTestDb } from '../support/db.ts';
@@ -97,7 +96,7 @@ describe('a failover that resets nothing: the old primary just goes silent', () 
       applicationName: 'jobs-worker silent-failover-test',
       platformQueryTimeoutMs: workerQueryTimeoutMs(timings),
     });
-    const w = p.worker({ pool, workerId: 'behind-silent-proxy', ...(process.env.DBG ? { log: createLogger('dbg') } : {}) });
+    const w = p.worker({ pool, workerId: 'behind-silent-proxy' });
     w.start();
     const [held] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'SIL-1', entries: 3, workAfterWriteMs: 3000 } }]);
     await waitFor(async () => (await p.store.get(held!.job.id))?.state === 'running', 10_000, 'running');

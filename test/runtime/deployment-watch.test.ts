@@ -22,6 +22,7 @@ import { DeploymentWatch, type DeploymentState, superseded } from '../../runtime
 import { createTestDb, type TestDb } from '../support/db.ts';
 import { fakeAgent, fakeMetadata, TASK_ID } from '../support/ecs-fakes.ts';
 import { waitFor } from '../support/platform.ts';
+import { localWorkerEnv } from '../support/worker-service.ts';
 
 const CLUSTER = 'arn:aws:ecs:eu-west-1:123456789012:cluster/ErpJobs-prod';
 const TASK_ARN = `arn:aws:ecs:eu-west-1:123456789012:task/ErpJobs-prod/${TASK_ID}`;
@@ -196,28 +197,19 @@ describe('a deploy in the middle of a backlog, through the worker service', () =
     return { registry, release };
   };
 
-  const env = (ecsTask: boolean) => ({
-    DATABASE_URL: db.url,
-    JOBS_QUEUE_URL: sqs.queueUrl,
-    JOBS_DLQ_URL: sqs.dlqUrl,
-    JOBS_SQS_ENDPOINT: sqs.endpoint,
-    JOBS_LEASE_SECONDS: '3',
-    JOBS_HEARTBEAT_SECONDS: '1',
-    JOBS_VISIBILITY_TIMEOUT_SECONDS: '6',
-    JOBS_MAX_RECEIVE_COUNT: '10',
-    JOBS_DRAIN_SECONDS: '2',
-    JOBS_CONCURRENCY: '1',
-    JOBS_PREFETCH: '3',
-    LOG_LEVEL: process.env.DBG ? 'debug' : 'silent',
-    ...(ecsTask
-      ? {
-          ECS_AGENT_URI: agent.uri,
-          ECS_CONTAINER_METADATA_URI_V4: metadata.uri,
-          JOBS_DEPLOYMENT_CHECK_SECONDS: '1',
-          AWS_REGION: 'eu-west-1',
-        }
-      : {}),
-  });
+  const env = (ecsTask: boolean) =>
+    localWorkerEnv(db, sqs, {
+      JOBS_CONCURRENCY: '1',
+      JOBS_PREFETCH: '3',
+      ...(ecsTask
+        ? {
+            ECS_AGENT_URI: agent.uri,
+            ECS_CONTAINER_METADATA_URI_V4: metadata.uri,
+            JOBS_DEPLOYMENT_CHECK_SECONDS: '1',
+            AWS_REGION: 'eu-west-1',
+          }
+        : {}),
+    });
 
   it('the old task hands back what it claimed ahead, takes nothing more, finishes its running job, then drops its protection; the new task drains the backlog', async () => {
     primary(OLD, 1, 1);

@@ -18,6 +18,7 @@ import { TaskProtection } from '../../runtime/worker/task-protection.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
 import { type AgentCall, fakeAgent, fakeMetadata, TASK_ID, taskArn } from '../support/ecs-fakes.ts';
 import { waitFor } from '../support/platform.ts';
+import { localWorkerEnv } from '../support/worker-service.ts';
 
 function capturingLogger() {
   const lines: { level: number; msg: string }[] = [];
@@ -258,20 +259,7 @@ describe('through the worker service (startWorkerService reads ECS_AGENT_URI and
       }),
     ]);
     svc = await startWorkerService(
-      {
-        DATABASE_URL: db.url,
-        JOBS_QUEUE_URL: sqs.queueUrl,
-        JOBS_DLQ_URL: sqs.dlqUrl,
-        JOBS_SQS_ENDPOINT: sqs.endpoint,
-        JOBS_LEASE_SECONDS: '3',
-        JOBS_HEARTBEAT_SECONDS: '1',
-        JOBS_VISIBILITY_TIMEOUT_SECONDS: '6',
-        JOBS_MAX_RECEIVE_COUNT: '10',
-        JOBS_DRAIN_SECONDS: '2',
-        LOG_LEVEL: 'silent',
-        ECS_AGENT_URI: agent.uri,
-        ECS_CONTAINER_METADATA_URI_V4: metadata.uri,
-      },
+      localWorkerEnv(db, sqs, { ECS_AGENT_URI: agent.uri, ECS_CONTAINER_METADATA_URI_V4: metadata.uri }),
       registry,
     );
     expect(agent.calls, 'an idle worker asks for nothing').toHaveLength(0);

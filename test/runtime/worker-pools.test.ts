@@ -17,6 +17,7 @@ import { JobClient } from '../../runtime/store/client.ts';
 import { Publisher } from '../../runtime/store/outbox.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
 import { waitFor } from '../support/platform.ts';
+import { localWorkerEnv } from '../support/worker-service.ts';
 
 /** A proxy to `upstream` that holds the answer to the named SQS operations for `delayMs`. */
 async function slowFor(upstream: string, operations: string[], delayMs: number) {
@@ -79,23 +80,7 @@ describe("the worker's connections under a slow SQS", () => {
 
   it('jobs holding every handler connection keep their leases while the relay and the reconciler wait on SQS', async () => {
     const registry = defaultRegistry();
-    svc = await startWorkerService(
-      {
-        DATABASE_URL: db.url,
-        JOBS_QUEUE_URL: sqs.queueUrl,
-        JOBS_DLQ_URL: sqs.dlqUrl,
-        JOBS_SQS_ENDPOINT: proxy.endpoint,
-        JOBS_LEASE_SECONDS: '3',
-        JOBS_HEARTBEAT_SECONDS: '1',
-        JOBS_VISIBILITY_TIMEOUT_SECONDS: '6',
-        JOBS_MAX_RECEIVE_COUNT: '10',
-        JOBS_DRAIN_SECONDS: '2',
-        JOBS_CONCURRENCY: '2',
-        LOG_LEVEL: 'silent',
-      },
-      registry,
-      [],
-    );
+    svc = await startWorkerService(localWorkerEnv(db, sqs, { JOBS_SQS_ENDPOINT: proxy.endpoint, JOBS_CONCURRENCY: '2' }), registry, []);
     // The jobs are published straight to the queue (not through the slow proxy).
     const client = new JobClient({
       pool: db.pool,
