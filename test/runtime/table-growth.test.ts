@@ -87,13 +87,16 @@ const jobScans = (n: PlanNode): string[] => [
 /**
  * EXPLAIN (ANALYZE, BUFFERS) in a transaction rolled back: the scans on jobs.job and the buffers a
  * later pass touched. The first pass marks the dead index entries the finished jobs left, which
- * it can only do once no snapshot anywhere may still see those rows: under a loaded suite another
- * session's snapshot sometimes holds that back for a moment, so a later pass is tried a few times
- * (the fewest buffers count; a plan that reads the table each time never gets there).
+ * it can only do once no snapshot in this database may still see those rows: under a loaded suite
+ * an autoanalyze of another table here holds that back for seconds at a time (the fresh-clone CI
+ * run at e959674 read 1,753 buffers after five passes 300 ms apart), so each pass first waits until
+ * no other session of the database holds a snapshot, and a later pass is tried a few times (the
+ * fewest buffers count; a plan that reads the table each time never gets there).
  */
 async function explain(text: string, params: unknown[], activePlan: boolean): Promise<{ scans: string[]; buffers: number }> {
   let best: { scans: string[]; buffers: number } | null = null;
   for (let pass = 0; pass < 5; pass++) {
+    await noOtherSnapshot();
     const c = await db.pool.connect();
     try {
       await c.query('BEGIN');
@@ -111,6 +114,21 @@ async function explain(text: string, params: unknown[], activePlan: boolean): Pr
     await new Promise((r) => setTimeout(r, 300));
   }
   return best!;
+}
+
+/** Wait (up to 30 s) until no other session of the test database holds a snapshot or a transaction id. */
+async function noOtherSnapshot(): Promise<void> {
+  let holders: unknown[] = [];
+  for (let i = 0; i < 600; i++) {
+    ({ rows: holders } = await db.pool.query(
+      `SELECT backend_type, query FROM pg_stat_activity
+        WHERE datname = current_database() AND pid <> pg_backend_pid()
+          AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)`,
+    ));
+    if (holders.length === 0) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`sessions still holding snapshots in the test database: ${JSON.stringify(holders)}`);
 }
 
 /** Sequential scans of jobs.job by the sessions of `work` (its own pool, ended so its counters are in). */
