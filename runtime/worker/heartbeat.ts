@@ -1,7 +1,9 @@
 // The heartbeat (DESIGN 4, 12): one tick renews every lease this worker holds in one fenced
 // statement and extends their messages' visibility; a lease the database refused, or one that
 // ran out before the database could renew it, is lost: its handler is aborted and this worker
-// never completes or fails that job.
+// never completes or fails that job. The renewal and the extension are in flight independently:
+// SQS answering slowly (throttling, retries of calls that time out) must not hold up the renewal
+// in PostgreSQL, where the lease is decided, or every job would lose its lease to a slow queue.
 
 import { SQS_MAX_VISIBILITY_SECONDS } from '../config/rules.ts';
 import { LeaseLostError } from '../domain/errors.ts';
@@ -13,7 +15,9 @@ import type { QueueMessages } from './messages.ts';
 
 export class Heartbeat {
   private timer: NodeJS.Timeout | null = null;
-  private beating: Promise<void> | null = null;
+  /** The renewal in flight (PostgreSQL), and the visibility extension in flight (SQS): one of each at a time. */
+  private renewing: Promise<void> | null = null;
+  private extending: Promise<void> | null = null;
 
   constructor(
     private readonly ctx: WorkerContext,
@@ -31,24 +35,28 @@ export class Heartbeat {
     if (this.timer) clearInterval(this.timer);
   }
 
-  /** No further ticks, and the renewal in flight has ended. */
+  /** No further ticks, and the renewal in flight has ended (an extension still on its way to SQS is left to finish). */
   async stop(): Promise<void> {
     this.halt();
-    await this.beating;
+    await this.renewing;
   }
 
-  /** One tick: renew every lease in one statement, extend the messages, abort what is lost. */
-  tick(): Promise<void> {
+  /**
+   * One tick: renew every lease in one statement, extend the messages, abort what is lost.
+   * Resolves once the renewal and the extension it started (or the one still in flight) have ended.
+   */
+  async tick(): Promise<void> {
     // Every tick, even while the previous renewal still hangs on an unreachable database: a
     // lease this worker could not renew before it ran out is lost, whatever happens next.
     this.fenceUnrenewed();
-    this.beating ??= this.beat().finally(() => {
-      this.beating = null;
+    this.renewing ??= this.renew().finally(() => {
+      this.renewing = null;
     });
-    return this.beating;
+    await this.renewing;
+    await this.extending;
   }
 
-  private async beat(): Promise<void> {
+  private async renew(): Promise<void> {
     const { ctx } = this;
     const t = ctx.opts.timings;
     const entries = [...ctx.held.values()].filter((h) => !h.lost && !h.released);
@@ -84,12 +92,25 @@ export class Heartbeat {
       renewed.push(h);
     });
     for (const h of renewed) ctx.emit('lease-renewed', { id: h.job.id, type: h.job.type, attempt: h.token.attempt });
+    // The extension goes on its own: the next renewal does not wait for it. While one is still
+    // on its way (SQS slow), this tick's is skipped. A message whose visibility runs out meanwhile
+    // comes back to a receiver that finds the lease live in the database and deletes it as a
+    // duplicate (settlement.ts); the job is safe in its lease, and should this worker die, the
+    // rescuer re-queues it once the lease has run out.
+    this.extending ??= this.extend(renewed).finally(() => {
+      this.extending = null;
+    });
+  }
+
+  private async extend(renewed: Held[]): Promise<void> {
+    const { ctx } = this;
     // The message returns when the lease would expire: if this worker dies now, the next receiver
     // finds the lease expired and reclaims the job at once, within one lease of the death. (The
     // extension is sent after the renewal committed, so it ends a few milliseconds after the lease;
     // a message that still arrives early is hidden again until the lease has run out.)
-    const seconds = Math.min(SQS_MAX_VISIBILITY_SECONDS, Math.ceil(t.leaseSeconds));
-    const live = renewed.filter((h) => !h.receiptStale);
+    const seconds = Math.min(SQS_MAX_VISIBILITY_SECONDS, Math.ceil(ctx.opts.timings.leaseSeconds));
+    const live = renewed.filter((h) => !h.receiptStale && ctx.held.get(h.job.id) === h && !h.lost && !h.released);
+    if (live.length === 0) return;
     const failures = await this.messages.changeVisibility(live.map((h) => ({ receipt: h.message.receipt, seconds })));
     for (const f of failures) {
       const h = live.find((x) => x.message.receipt === f.receipt);

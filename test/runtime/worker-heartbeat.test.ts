@@ -92,6 +92,33 @@ describe('heartbeat', () => {
     expect(again).toMatchObject({ id: h.job.id, attempt: 2 });
   });
 
+  it('SQS answering slowly holds up only the visibility extension: the leases are renewed in the database every tick, none is lost', async () => {
+    // Fault review: the extension was awaited inside the renewal, one beat at a time, so a
+    // visibility call slower than a lease (throttling, a request timing out and retried) stopped
+    // the renewals, and every running job was self-fenced as unrenewed.
+    const h = await ledger('H-SLOW-SQS');
+    let answer: () => void = () => undefined;
+    const vis = vi.spyOn(p.queue, 'changeVisibility').mockImplementationOnce(() => new Promise((resolve) => (answer = () => resolve([]))));
+    const renew = vi.spyOn(u.ctx.store, 'renewLeases');
+    const first = u.heartbeat.tick();
+    await waitFor(() => vis.mock.calls.length === 1, 2000, 'the extension sent');
+    // Two leases' worth of ticks while SQS does not answer.
+    for (let i = 0; i < 4; i++) {
+      await new Promise((r) => setTimeout(r, (FAST_TIMINGS.leaseSeconds * 1000) / 2));
+      void u.heartbeat.tick();
+      await waitFor(() => renew.mock.calls.length === i + 2, 2000, `renewal ${i + 2}`);
+    }
+    expect(h.lost).toBe(false);
+    expect(p.metrics.get(METRIC.leasesLost)).toBe(0);
+    expect((await state(h.job.id)).leaseExpiresAt!.getTime()).toBeGreaterThan(Date.now() + 1000);
+    // One extension at a time: none sent while the first is on its way, the next tick sends again.
+    expect(vis).toHaveBeenCalledTimes(1);
+    answer();
+    await first;
+    await u.heartbeat.tick();
+    expect(vis).toHaveBeenCalledTimes(2);
+  });
+
   it("a renewal that cannot reach the database closes the fetcher's gate and loses nothing yet", async () => {
     const h = await ledger('H-DOWN');
     vi.spyOn(u.ctx.store, 'renewLeases').mockRejectedValueOnce(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }));
