@@ -3,6 +3,7 @@
 // (SIGSTOP, a long GC pause, a partition: its handlers may go on, but no heartbeat renews their
 // leases, so another worker can take the jobs over while they run: zombies).
 
+import { ABANDON_GRACE_MS, settledWithin } from '../runtime/worker/held.ts';
 import { Worker } from '../runtime/worker/worker.ts';
 
 export class TestWorker extends Worker {
@@ -14,7 +15,8 @@ export class TestWorker extends Worker {
    * writes; its leases simply stop being renewed and its messages come back after their
    * visibility timeout. A handler still running is aborted and whatever it does next is
    * discarded (its open transaction rolls back, as PostgreSQL does when a dead process's
-   * connection drops). Resolves once every handler it held has returned.
+   * connection drops). Resolves once every handler it held has returned; rejects, naming the
+   * jobs, when one has not returned 5 s after its abort (it does not watch ctx.signal).
    */
   async crash(): Promise<void> {
     const { ctx } = this;
@@ -30,7 +32,18 @@ export class TestWorker extends Worker {
     for (const h of this.waiting.splice(0)) ctx.held.delete(h.job.id);
     this.wakeSlotWaiters();
     await this.loopPromise;
-    await Promise.allSettled([...ctx.held.values()].map((h) => h.done));
+    const held = [...ctx.held.values()];
+    if (
+      !(await settledWithin(
+        held.map((h) => h.done ?? Promise.resolve()),
+        ABANDON_GRACE_MS,
+      ))
+    ) {
+      const jobs = held.filter((h) => ctx.held.get(h.job.id) === h).map((h) => `${h.job.type} ${h.job.id}`);
+      throw new Error(
+        `crash(): handlers still running ${ABANDON_GRACE_MS / 1000} s after their abort signal: ${jobs.join(', ')}. A handler must stop when ctx.signal fires (pass it to fetch and queries, check it in loops), or a stopping worker leaves it running`,
+      );
+    }
   }
 
   /**

@@ -173,6 +173,28 @@ export function recordProgress(h: Held, fraction: number, message?: string): voi
   h.lastProgress = p;
 }
 
+/**
+ * How long an aborted handler has to return before a stopping worker leaves it behind: one that
+ * ignores its signal (a loop that never looks, a call with no timeout) must not hold the stop,
+ * and the task's shutdown, past ECS's stop timeout (RELEASE_MARGIN_SECONDS is 10).
+ */
+export const ABANDON_GRACE_MS = 5_000;
+
+/** True once every promise has settled, false if `ms` passes first. */
+export async function settledWithin(promises: Promise<unknown>[], ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      Promise.allSettled(promises).then(() => true),
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     if (signal?.aborted) return resolve();

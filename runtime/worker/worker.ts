@@ -9,17 +9,8 @@
 //   completer.ts  batched and transactional completion, failure with backoff, release
 //   heartbeat.ts  lease renewal in one statement, visibility extension, lost leases
 //   dead-letter.ts the one sender of dead letters; messages.ts the queue writes they share
-//
-// What settles a message (runtime/domain/settlement.ts says it once, for the DLQ as well):
-//   claimed by us → run; delete when the job succeeded or is dead (dead-lettered with its reason);
-//                   on a retry, hide it until the backoff is over.
-//   job missing   → poison: dead-letter the message with the reason, delete it.
-//   job terminal  → a leftover copy: delete it.
-//   pending, not due (backoff, runAt) → hide it until due (re-publish beyond SQS's limits).
-//   running, live lease → a duplicate delivery: delete it. The owner's receipt handle is stale
-//                   from now on, so if the owner dies, the rescuer re-publishes the job.
-//   running, lease about to expire → hide it until just after expiry, then reclaim.
-//   running, expired on its final attempt → dead, dead-lettered.
+// What settles a message (run, delete, hide, dead-letter) is said once, for the DLQ as well, in
+// runtime/domain/settlement.ts.
 
 import { hostname } from 'node:os';
 import type { DeadLetterReason } from '../domain/events.ts';
@@ -32,7 +23,7 @@ import { JobExecutor } from './executor.ts';
 import { defaultBulkSlots, nextWaiting } from './lane-choice.ts';
 import { Fetcher } from './fetcher.ts';
 import { Heartbeat } from './heartbeat.ts';
-import { sleep, WorkerContext, type Held, type WorkerOptions } from './held.ts';
+import { ABANDON_GRACE_MS, settledWithin, sleep, WorkerContext, type Held, type WorkerOptions } from './held.ts';
 import { QueueMessages } from './messages.ts';
 import { registerJobTypes } from '../store/job-types.ts';
 import { workerPoolSize } from '../config/rules.ts';
@@ -229,7 +220,11 @@ export class Worker {
     }
     const left = [...ctx.held.values()].filter((h) => !h.lost && !h.released);
     if (left.length > 0) await this.completer.release(left);
-    await Promise.allSettled(running());
+    if (!(await settledWithin(running(), ABANDON_GRACE_MS)))
+      ctx.log.error(
+        { jobs: this.runningJobs, graceMs: ABANDON_GRACE_MS },
+        'handlers still running after their abort signal (they do not watch ctx.signal): the worker stops without them; their jobs went back to the queue and their ctx.tx transactions are closed, but what they write elsewhere can still land',
+      );
     await this.beat.stop();
     await this.completer.drain();
     await this.ctx.keyWake.idle();

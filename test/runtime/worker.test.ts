@@ -1,6 +1,7 @@
 // The worker end to end over an SQS-like in-process queue and a real PostgreSQL: heartbeats,
 // lost leases, retries and dead letters, cancel, duplicate deliveries, crash and resume,
 // graceful stop, poison messages (DESIGN 3, 4, 8, 9, 10).
+import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { NonRetryableError } from '../../runtime/domain/errors.ts';
 import { costSku, inventoryCost } from '../../runtime/handlers/inventory-cost.ts';
@@ -13,6 +14,7 @@ import { silentLogger } from '../../runtime/observability/log.ts';
 import { jobMessageBody } from '../../runtime/queue/message.ts';
 import { Rescuer } from '../../runtime/maintenance/rescuer.ts';
 import type { WorkerEvent } from '../../runtime/worker/worker.ts';
+import { ABANDON_GRACE_MS } from '../../runtime/worker/held.ts';
 import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
 
 const seen: { aborted: unknown[] } = { aborted: [] };
@@ -282,6 +284,33 @@ describe('worker', () => {
     await a.stop(5);
     expect((await jobState(job.id)).state).toBe('succeeded');
     expect(await ledgerRows('B-FINISH')).toBe(2);
+  });
+
+  it('graceful stop ends when a handler ignores its abort signal: the job goes back at the drain deadline, the handler is left behind after the grace, and the log says which', async () => {
+    // Fault review: the stop awaited every handler with no bound, so one that never looks at
+    // ctx.signal held the task's shutdown (and a retired task's scale-in protection) forever.
+    const lines: { level: number; msg: string; jobs?: { id: string }[] }[] = [];
+    const log = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
+    stubborn.clear();
+    const job = await enqueue('test.stubborn', {});
+    const a = p.worker({ log });
+    a.start();
+    await until(job.id, 'running');
+    const t0 = Date.now();
+    await a.stop(0.3);
+    expect(Date.now() - t0).toBeLessThan(0.3 * 1000 + ABANDON_GRACE_MS + 3000);
+    expect(await jobState(job.id)).toMatchObject({ state: 'pending', releases: 1 });
+    expect(p.queue.depth().visible).toBe(1);
+    const left = lines.find((l) => l.level === 50 && /handlers still running after their abort signal/.test(l.msg));
+    expect(left?.jobs?.map((j) => j.id)).toEqual([job.id]);
+    // Another worker runs the job; the stubborn attempt, let go at last, writes nothing.
+    const b = p.worker();
+    b.start();
+    await waitFor(() => stubborn.has(2), 5000, 'attempt 2 running');
+    stubborn.get(1)!();
+    stubborn.get(2)!();
+    const done = await until(job.id, 'succeeded');
+    expect(done.attempt).toBe(2);
   });
 
   it('poison messages reach the DLQ with their reason and leave the queue', async () => {

@@ -17,9 +17,21 @@ const broken = defineJob<{ why: string }, never>({
   },
 });
 
+/** test.deaf: after its first checkpoint, waits on nothing it will ever get, ignoring its signal. */
+const deaf = defineJob<Record<string, never>, null, { step: number }>({
+  type: 'test.deaf',
+  description: 'ignores its abort signal',
+  parse: () => ({}),
+  async run(_p, ctx) {
+    await ctx.saveCheckpoint({ step: 1 }).catch(() => undefined);
+    await new Promise<void>(() => undefined);
+    return null;
+  },
+});
+
 let kit: TestKit;
 beforeAll(async () => {
-  kit = await createTestKit({ jobs: [ledgerPost, broken], timings: { maxAttempts: 2 } });
+  kit = await createTestKit({ jobs: [ledgerPost, broken, deaf], timings: { maxAttempts: 2 } });
 });
 afterAll(() => kit?.close());
 
@@ -56,6 +68,18 @@ describe('test kit', () => {
     expect(moved.map((j) => [j.id, j.state])).toEqual([[job.id, 'dead']]);
     expect(dlqBodies()).toContainEqual(expect.objectContaining({ jobId: job.id, reason: 'lease-expired-final-attempt' }));
     expect(await lines('K-2')).toBe(0);
+  });
+
+  it('a crash under a handler that ignores its abort signal fails the test with the job named, instead of hanging it', async () => {
+    const job = await kit.enqueue('test.deaf', {});
+    const a = await kit.start(job, { pauseAt: { checkpoint: 1 } });
+    await expect(a.crash()).rejects.toThrow(
+      new RegExp(
+        `handlers still running 5 s after their abort signal: test\\.deaf ${job.id}\\. A handler must stop when ctx\\.signal fires`,
+      ),
+    );
+    // As after a SIGKILL: its lease runs out at reclaim and the job goes back for another attempt.
+    expect((await kit.reclaim()).map((j) => [j.id, j.state])).toEqual([[job.id, 'pending']]);
   });
 
   it('a zombie of a single-transaction handler: its completion is refused and its rows rolled back', async () => {
