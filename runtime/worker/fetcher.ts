@@ -247,7 +247,7 @@ export class Fetcher {
     if (ids.length === 0) return;
     // The lease runs from the claim statement, which is after this moment: counting from here
     // errs on the safe side when the worker decides alone that a lease ran out.
-    const sentAt = Date.now();
+    const sentAt = performance.now();
     const claimed = await ctx.store.claim(ids, ctx.workerId, ctx.opts.timings.leaseSeconds);
     const misses = new Set(ids);
     // Urgent first: each start takes a free slot at once, before the rest of the batch is in hand.

@@ -63,7 +63,7 @@ export class Heartbeat {
     if (entries.length === 0) return;
     const sentProgress = entries.map((h) => h.unsentProgress);
     // The renewed lease runs from the statement, which is after this moment (see fenceUnrenewed).
-    const now = Date.now();
+    const now = performance.now();
     let held: Set<string>;
     try {
       held = await ctx.store.renewLeases(
@@ -130,7 +130,7 @@ export class Heartbeat {
    * transaction, if the database dropped it, was lost anyway; its message is left to return.
    */
   fenceUnrenewed(): void {
-    const deadline = Date.now() - this.ctx.opts.timings.leaseSeconds * 1000;
+    const deadline = performance.now() - this.ctx.opts.timings.leaseSeconds * 1000;
     const fenced: Held[] = [];
     for (const h of this.ctx.held.values()) {
       if (!h.lost && !h.released && h.lastRenewedAt < deadline) {

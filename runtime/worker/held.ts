@@ -77,6 +77,11 @@ export interface Held {
   lastProgress: Progress | null;
   lost: boolean;
   released: boolean;
+  /**
+   * When the lease was last renewed (or claimed), on the monotonic clock (performance.now()): a
+   * step of the wall clock (NTP, a VM resumed) must neither self-fence a healthy lease nor keep a
+   * lease this worker believes alive past its end.
+   */
   lastRenewedAt: number;
   claimedAt: number;
   /** Its handler slot went to the next job (when the handler ended, before the batched completion). */

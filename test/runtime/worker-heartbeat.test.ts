@@ -59,12 +59,30 @@ describe('heartbeat', () => {
 
   it('a lease not renewed for a whole lease (the database hung) is lost without asking the database', async () => {
     const h = await ledger('H-FENCE');
-    h.lastRenewedAt = Date.now() - FAST_TIMINGS.leaseSeconds * 1000 - 100;
+    h.lastRenewedAt = performance.now() - FAST_TIMINGS.leaseSeconds * 1000 - 100;
     u.heartbeat.fenceUnrenewed();
     expect(h.lost).toBe(true);
     expect(p.metrics.get(METRIC.leasesLost)).toBe(1); // at once: the database may not answer
     expect(h.abortReason).toBeInstanceOf(LeaseLostError);
     expect((h.abortReason as Error).message).toMatch(/the lease ran out before the database could renew it/);
+  });
+
+  it('a step of the wall clock neither fences a healthy lease nor keeps an unrenewed one: the lease is timed on the monotonic clock', async () => {
+    // Fault review: Date.now() timed the lease, so an NTP step or a resumed VM 30 s ahead
+    // self-fenced every running job (the handler ran twice); a step back kept a lease this worker
+    // had not renewed alive in its own eyes for that much longer.
+    const h = await ledger('H-CLOCK');
+    const wall = Date.now;
+    const at = (offsetMs: number) => vi.spyOn(Date, 'now').mockImplementation(() => wall() + offsetMs);
+    at(FAST_TIMINGS.leaseSeconds * 1000 * 10);
+    u.heartbeat.fenceUnrenewed();
+    expect(h.lost).toBe(false);
+    vi.restoreAllMocks();
+    h.lastRenewedAt = performance.now() - FAST_TIMINGS.leaseSeconds * 1000 - 100;
+    at(-FAST_TIMINGS.leaseSeconds * 1000 * 10);
+    u.heartbeat.fenceUnrenewed();
+    expect(h.lost).toBe(true);
+    vi.restoreAllMocks();
   });
 
   it('a renewal that reaches the database after the lease ran out renews nothing, and the job given up is claimable at once (attempt counted), its message visible', async () => {

@@ -62,7 +62,7 @@ export function workerUnits(p: Platform, over: Partial<WorkerOptions> = {}, work
 }
 
 /** A held job as the coordinator makes one (worker.ts startJob). */
-export function hold(ctx: WorkerContext, job: ClaimedJob, message: ReceivedMessage, claimSentAt = Date.now()): Held {
+export function hold(ctx: WorkerContext, job: ClaimedJob, message: ReceivedMessage, claimSentAt = performance.now()): Held {
   const h: Held = {
     job,
     token: { id: job.id, attempt: job.attempt },
