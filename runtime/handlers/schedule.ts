@@ -30,6 +30,14 @@ export const MAX_CATCH_UP = 100;
  */
 export const LATE_AFTER_MS = 60_000;
 
+/**
+ * Under `skip`, an occurrence a task tried in its time but could not enqueue (a failover: the
+ * database refused or dropped connections) is not missed: it still runs if enqueued within this
+ * long of its time. A failover of a minute, plus the connect timeout and a pass interval, would
+ * otherwise make it late by the time the database answers again.
+ */
+export const SKIP_GRACE_AFTER_FAILED_TRY_MS = 5 * 60_000;
+
 /** One occurrence of a schedule, as its payload function sees it. */
 export interface Occurrence {
   /** The instant. */
@@ -181,9 +189,16 @@ export interface OccurrencePlan {
  * Which occurrences in (settledThrough, now] to enqueue under the schedule's missed policy. The
  * newest due occurrence is the current one; any before it was missed (nobody enqueued it in its
  * time). `latest` enqueues the newest; `all` every one, oldest first, at most MAX_CATCH_UP; `skip`
- * the newest only if it is on time.
+ * the newest only if it is on time, or if `triedInTime` says a pass tried it in its time
+ * (SKIP_GRACE_AFTER_FAILED_TRY_MS).
  */
-export function planOccurrences(def: ScheduleDefinition, settledThrough: Date, now: Date, maxCatchUp = MAX_CATCH_UP): OccurrencePlan {
+export function planOccurrences(
+  def: ScheduleDefinition,
+  settledThrough: Date,
+  now: Date,
+  maxCatchUp = MAX_CATCH_UP,
+  triedInTime?: Date,
+): OccurrencePlan {
   // previousRuns walks back from `now` (exclusive, hence +1 ms): bounded however long the platform was down.
   const recent = cronOf(def)
     .previousRuns(maxCatchUp + 1, new Date(now.getTime() + 1))
@@ -192,7 +207,8 @@ export function planOccurrences(def: ScheduleDefinition, settledThrough: Date, n
   const through = recent.at(-1) ?? null;
   if (!through) return { fire: [], notRun: 0, moreNotRun: false, through: null };
   const late = (d: Date) => now.getTime() - d.getTime() > LATE_AFTER_MS;
-  const chosen = def.missed === 'all' ? recent.slice(-maxCatchUp) : def.missed === 'latest' || !late(through) ? [through] : [];
+  const tried = triedInTime?.getTime() === through.getTime() && now.getTime() - through.getTime() <= SKIP_GRACE_AFTER_FAILED_TRY_MS;
+  const chosen = def.missed === 'all' ? recent.slice(-maxCatchUp) : def.missed === 'latest' || !late(through) || tried ? [through] : [];
   return {
     fire: chosen.map((at) => ({ at, late: late(at) })),
     notRun: recent.length - chosen.length,

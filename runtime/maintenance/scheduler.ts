@@ -10,7 +10,7 @@
 // changes without waiting).
 
 import type pg from 'pg';
-import { MAX_CATCH_UP, nextOccurrence, type ScheduleDefinition } from '../handlers/schedule.ts';
+import { LATE_AFTER_MS, MAX_CATCH_UP, nextOccurrence, type ScheduleDefinition } from '../handlers/schedule.ts';
 import type { Logger } from '../observability/log.ts';
 import { METRIC } from '../observability/metric-names.ts';
 import type { Metrics } from '../observability/metrics.ts';
@@ -27,7 +27,11 @@ export interface SchedulerOptions {
   client: JobClient;
   schedules: readonly ScheduleDefinition[];
   log: Logger;
-  /** The time; default the system clock. */
+  /**
+   * The time (tests step it through months). Default: the system clock says when to look, and the
+   * database's clock what is due (store/schedules.ts pass), so a task whose clock runs ahead
+   * enqueues nothing early.
+   */
   clock?: () => Date;
   intervalMs?: number;
   /** Counts SchedulePassesFailed (the worker's CloudWatch metrics; the "schedule failing" alarm watches it). */
@@ -50,6 +54,8 @@ export class Scheduler {
   private readonly clock: () => Date;
   /** Each schedule's next occurrence to act on (null: none ever); empty until the rows are ensured. */
   private readonly nextDue = new Map<string, Date | null>();
+  /** Each schedule's due occurrence that a pass tried in its time and failed (a failover): `skip` still runs it. */
+  private readonly triedInTime = new Map<string, Date>();
 
   constructor(private readonly opts: SchedulerOptions) {
     this.store = new ScheduleStore(opts.pool, opts.client);
@@ -74,12 +80,14 @@ export class Scheduler {
 
   private async pass(): Promise<SchedulerPass> {
     const now = this.clock();
+    // What the store plans at: the injected clock, or the database's (null).
+    const at = this.opts.clock ? now : null;
     const out: SchedulerPass = { fired: [], busy: [], failed: [] };
     if (this.nextDue.size === 0 && this.opts.schedules.length > 0) {
       const settled = await this.store
         .ensure(
           this.opts.schedules.map((s) => s.name),
-          now,
+          at,
         )
         .catch((err: unknown) => {
           // No schedule can fire until this works: counted as every schedule's pass failing.
@@ -92,7 +100,7 @@ export class Scheduler {
       const due = this.nextDue.get(def.name);
       if (!due || due > now) continue;
       try {
-        const r = await this.store.pass(def, now);
+        const r = await this.store.pass(def, at, this.triedInTime.get(def.name));
         if (r.kind === 'busy') {
           out.busy.push(def.name);
           continue;
@@ -103,6 +111,7 @@ export class Scheduler {
           continue;
         }
         this.nextDue.set(def.name, nextOccurrence(def, r.settledThrough));
+        if (r.plan.through) this.triedInTime.delete(def.name);
         await r.afterCommit();
         const { plan } = r;
         if (plan.notRun > 0) {
@@ -130,6 +139,8 @@ export class Scheduler {
       } catch (err) {
         out.failed.push(def.name);
         this.opts.metrics?.count(METRIC.schedulePassesFailed);
+        if (now.getTime() - due.getTime() <= LATE_AFTER_MS && this.triedInTime.get(def.name)?.getTime() !== due.getTime())
+          this.triedInTime.set(def.name, due);
         // The occurrence stays due and the next pass tries it again (once it is late, the
         // schedule's missed policy decides whether it still runs).
         const overdueSeconds = Math.max(0, Math.round((now.getTime() - due.getTime()) / 1000));

@@ -64,17 +64,21 @@ export class ScheduleStore {
     private readonly client: JobClient,
   ) {}
 
-  /** Create the missing rows of `names` (settled through `now`); returns every one's settled_through. */
-  async ensure(names: string[], now: Date, db: Queryable = this.pool): Promise<Map<string, Date>> {
+  /** Create the missing rows of `names` (settled through `now`, null: the database's clock); returns every one's settled_through. */
+  async ensure(names: string[], now: Date | null, db: Queryable = this.pool): Promise<Map<string, Date>> {
     if (names.length === 0) return new Map();
     const { rows } = await runSchedule<{ name: string; settled_through: Date }>(db, 'scheduleEnsure', [names, now]);
     return new Map(rows.map((r) => [r.name, r.settled_through]));
   }
 
-  /** One pass over `def` at `now` (see the top of this file). */
-  async pass(def: ScheduleDefinition, now: Date): Promise<PassOutcome> {
+  /**
+   * One pass over `def` at `now` (see the top of this file); null: at the database's clock, so a
+   * task whose clock runs ahead never enqueues an occurrence before its time (a month-end close
+   * before the month has ended) nor settles one it has not reached.
+   */
+  async pass(def: ScheduleDefinition, now: Date | null, triedInTime?: Date): Promise<PassOutcome> {
     return withTransaction(this.pool, async (tx): Promise<PassOutcome> => {
-      const { rows } = await runSchedule<{ settled_through: Date; paused_at: Date | null }>(tx, 'scheduleLock', [def.name]);
+      const { rows } = await runSchedule<{ settled_through: Date; paused_at: Date | null; db_now: Date }>(tx, 'scheduleLock', [def.name]);
       const row = rows[0];
       if (!row) {
         // Locked by another task, or deleted since this process ensured it: (re)create it, next
@@ -83,7 +87,7 @@ export class ScheduleStore {
         return { kind: 'busy' };
       }
       if (row.paused_at) return { kind: 'paused', settledThrough: row.settled_through };
-      const plan = planOccurrences(def, row.settled_through, now);
+      const plan = planOccurrences(def, row.settled_through, now ?? row.db_now, undefined, triedInTime);
       if (!plan.through) return { kind: 'done', fired: [], plan, settledThrough: row.settled_through, afterCommit: async () => {} };
       const { fired, afterCommit } = await this.fire(tx, def, plan.fire);
       const last = fired.at(-1);

@@ -12,7 +12,7 @@ export const SCHEDULE_SQL = {
   scheduleEnsure: `
     WITH created AS (
       INSERT INTO jobs.schedule (name, settled_through)
-      SELECT n, $2::timestamptz FROM unnest($1::text[]) AS n
+      SELECT n, COALESCE($2::timestamptz, statement_timestamp()) FROM unnest($1::text[]) AS n
       ON CONFLICT (name) DO NOTHING
       RETURNING name, settled_through
     )
@@ -24,10 +24,11 @@ export const SCHEDULE_SQL = {
    * A pass over one schedule starts here: its row, locked for the rest of the transaction. SKIP
    * LOCKED: another task holding it is planning the same occurrences right now, so this one leaves
    * the schedule to it rather than wait (no row comes back). A task that reads it after the other
-   * committed sees the new settled_through and finds nothing due.
+   * committed sees the new settled_through and finds nothing due. With the database's clock, which
+   * decides what is due (a task's own clock may run ahead).
    */
   scheduleLock: `
-    SELECT name, settled_through, paused_at FROM jobs.schedule WHERE name = $1 FOR UPDATE SKIP LOCKED`,
+    SELECT name, settled_through, paused_at, statement_timestamp() AS db_now FROM jobs.schedule WHERE name = $1 FOR UPDATE SKIP LOCKED`,
 
   /**
    * Claim occurrences `$2` of schedule `$1` (with their `$3` late flags). The primary key is the

@@ -5,7 +5,7 @@
 // pause and resume hold across scheduler instances, and a broken declaration stops the start.
 import pino from 'pino';
 import * as z from 'zod';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { withTransaction } from '../../runtime/db/transaction.ts';
 import { ConfigError } from '../../runtime/config/rules.ts';
 import { ledgerPost } from '../../runtime/handlers/ledger-post.ts';
@@ -123,6 +123,38 @@ describe('exactly once', () => {
     const late = await withTransaction(p.db.pool, (tx) => store(p.db.pool).fire(tx, def, [{ at, late: true }]));
     expect(late.fired).toEqual([]);
     expect(await occurrencesOf('claim-race')).toEqual(['2026-06-01T06:00:00+02:00']);
+  });
+});
+
+describe("the database's clock decides what is due", () => {
+  it('a task whose clock runs 30 s ahead enqueues no occurrence before its time, and settles none it has not reached', async () => {
+    // Fault review: a task planned by its own clock, so one 30 s ahead enqueued the occurrence of
+    // 10:22:50 at 10:22:23 by the database (a month-end close before the month has ended).
+    const def = schedule('skew-ahead', '*/10 * * * * *', 'latest', 'UTC');
+    const pool = p.db.newPool(3);
+    const client = new JobClient({
+      pool,
+      registry: p.registry,
+      publisher: new Publisher(pool, p.queue, silentLogger),
+      defaultMaxAttempts: 3,
+    });
+    const ahead = new Scheduler({ pool, client, schedules: [def], log: silentLogger });
+    vi.useFakeTimers({ toFake: ['Date'], now: Date.now() + 30_000 });
+    try {
+      for (let i = 0; i < 3; i++) await ahead.runOnce();
+    } finally {
+      vi.useRealTimers();
+    }
+    const { rows } = await p.db.pool.query<{ occurrence_at: Date; created_at: Date }>(
+      `SELECT o.occurrence_at, j.created_at FROM jobs.schedule_occurrence o JOIN jobs.job j ON j.id = o.job_id WHERE o.schedule = $1`,
+      [def.name],
+    );
+    for (const r of rows) expect(r.occurrence_at.getTime()).toBeLessThanOrEqual(r.created_at.getTime());
+    const settled = await p.db.pool.query<{ ahead: boolean }>(
+      'SELECT settled_through > statement_timestamp() AS ahead FROM jobs.schedule WHERE name = $1',
+      [def.name],
+    );
+    expect(settled.rows[0]!.ahead).toBe(false);
   });
 });
 
@@ -338,6 +370,37 @@ describe('a schedule whose pass fails', () => {
     expect(pass.fired.map((f) => [f.occurrence, f.late])).toEqual([['2026-06-04T10:00:00+00:00', true]]);
     expect(metrics.get(METRIC.schedulePassesFailed)).toBe(2);
     expect((await svc.list())[0]!.overdue).toBeNull();
+  });
+
+  it('under skip, an occurrence tried in its time through a failover still runs once the database answers, within 5 minutes of its time; not after', async () => {
+    // Fault review: the first pass to succeed after a minute's failover judged the occurrence
+    // late from its own time and dropped it, though every task had tried it on time.
+    let down = true;
+    const def = defineSchedule({
+      ...schedule('failover-skip', '0 * * * *', 'skip', 'UTC'),
+      payload: (o) => {
+        if (down) throw Object.assign(new Error('connect ECONNREFUSED 10.0.3.12:5432'), { code: 'ECONNREFUSED' });
+        return { batch: `failover-skip@${o.label}`, entries: 1 };
+      },
+    });
+    const clock = testClock('2026-06-06T09:55:00Z');
+    const t = task([def], clock.now);
+    await t.runOnce();
+    for (const at of ['10:00:01', '10:00:20', '10:00:40', '10:00:59', '10:01:30']) {
+      clock.set(`2026-06-06T${at}Z`);
+      expect((await t.runOnce()).failed).toEqual(['failover-skip']);
+    }
+    down = false;
+    clock.set('2026-06-06T10:01:44Z');
+    expect((await t.runOnce()).fired.map((f) => [f.occurrence, f.late])).toEqual([['2026-06-06T10:00:00+00:00', true]]);
+    // The next hour's occurrence, down from its first try until more than 5 minutes past: not run.
+    down = true;
+    clock.set('2026-06-06T11:00:02Z');
+    expect((await t.runOnce()).failed).toEqual(['failover-skip']);
+    down = false;
+    clock.set('2026-06-06T11:05:03Z');
+    expect(await t.runOnce()).toMatchObject({ fired: [], failed: [] });
+    expect(await occurrencesOf('failover-skip')).toEqual(['2026-06-06T10:00:00+00:00']);
   });
 
   it("the runbook's way to run it before the fix: pause, trigger, resume; the overdue occurrence does not run as well", async () => {
