@@ -3,7 +3,8 @@
 // N worker processes (separate OS processes, like ECS tasks). It writes the connection settings
 // to .jobs-local/env so other `jobs` commands and tools attach to it, and on Ctrl-C or SIGTERM
 // stops everything it started, children first, postgres last. A run killed with SIGKILL leaves
-// its PIDs in .jobs-local/pids; the next `jobs local` stops those before starting.
+// its PIDs in .jobs-local/pids; the next `jobs local` stops those before starting (only those still
+// running what the stack started), and refuses to start beside a stack that still runs.
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -27,7 +28,7 @@ import { startLocalSqs, type LocalSqs } from './fauxqs.ts';
 /** The services' role in the local stack, as erp_jobs_app is deployed (row access only). */
 export const LOCAL_APP_ROLE = 'jobs_app';
 
-import { LOCAL_DIR } from '../runtime/cli/local-env.ts';
+import { isLiveProcessOf, LOCAL_DIR, localStackPid } from '../runtime/cli/local-env.ts';
 import { ReportedError } from '../runtime/domain/errors.ts';
 
 export { LOCAL_DIR, readLocalEnv } from '../runtime/cli/local-env.ts';
@@ -92,18 +93,36 @@ function timingEnv(t: JobTimings): Record<string, string> {
   };
 }
 
-/** Stop whatever a previous run that was killed with SIGKILL left behind. */
+/** What the processes a stack starts run: postgres, and `bin/jobs.ts api|worker`. */
+const STACK_PROCESS_MARKERS = ['postgres', 'bin/jobs.ts'];
+
+/**
+ * Refuse to start beside a running stack (it would share .jobs-local and have its processes
+ * stopped as leftovers), then stop whatever a run killed with SIGKILL left behind: only processes
+ * that are still what the stack started (a PID may have been reused since).
+ */
 async function stopLeftovers(dir: string, log: (l: string) => void): Promise<void> {
+  const envFile = join(dir, 'env');
+  if (existsSync(envFile)) {
+    const text = await readFile(envFile, 'utf8');
+    const running = localStackPid(text);
+    if (running !== null && running !== process.pid && isLiveProcessOf(running, ['jobs.ts', 'jobs local'])) {
+      const api = /^API_URL=(.*)$/m.exec(text)?.[1];
+      throw new ReportedError(
+        `a local stack is already running here (pid ${running}${api ? `, API ${api}` : ''}): use it, or stop it first (Ctrl-C in its terminal, or kill -INT ${running})`,
+      );
+    }
+  }
   const file = join(dir, 'pids');
   if (!existsSync(file)) return;
   const pids = (await readFile(file, 'utf8')).split(/\s+/).filter(Boolean).map(Number);
   for (const pid of pids) {
+    if (!isLiveProcessOf(pid, STACK_PROCESS_MARKERS)) continue;
+    log(`stopping process ${pid} left by an earlier run`);
     try {
-      process.kill(pid, 0);
-      log(`stopping process ${pid} left by an earlier run`);
       process.kill(pid, 'SIGKILL');
     } catch {
-      /* gone */
+      /* gone meanwhile */
     }
   }
   await rm(file, { force: true });
@@ -246,6 +265,9 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
     await dbProxy?.stop();
     await sqs?.stop().catch(() => undefined);
     await pg.stop();
+    // Nothing of this run is left to stop, and its settings name a database that is gone.
+    await rm(join(dir, 'pids'), { force: true });
+    await rm(join(dir, 'env'), { force: true });
     throw err;
   }
 }

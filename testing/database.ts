@@ -6,13 +6,20 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { startEmbeddedPg, withDatabase, type EmbeddedPg } from '../dev/embedded-pg.ts';
+import { ensureAppRole } from '../runtime/db/app-role.ts';
 import { migrate } from '../runtime/db/migrate.ts';
 import { createPool } from '../runtime/db/pool.ts';
 
 export interface KitDatabase {
   url: string;
-  /** A pool on the kit's database; every pool made here ends on drop(). */
+  /** A pool on the kit's database, as its owner (fixtures, DDL, assertions); every pool made here ends on drop(). */
   newPool(max: number): pg.Pool;
+  /**
+   * A pool as the services connect when deployed: a role of this kit's own with row access only
+   * (runtime/db/app-role.ts), so a handler that needs more (DDL, another schema's owner) fails
+   * its test as it would fail in AWS. The owner's pool when the server lets the kit create no role.
+   */
+  newAppPool(max: number): pg.Pool;
   drop(): Promise<void>;
 }
 
@@ -52,20 +59,35 @@ export async function openKitDatabase(databaseUrl?: string): Promise<KitDatabase
   try {
     await adminQuery(admin, `CREATE DATABASE ${name}`);
     const url = withDatabase(admin, name);
-    const newPool = (max: number) => {
-      const p = createPool({ url, max, applicationName: 'jobs-test-kit' });
+    const poolOn = (at: string) => (max: number) => {
+      const p = createPool({ url: at, max, applicationName: 'jobs-test-kit' });
       pools.push(p);
       return p;
     };
+    const newPool = poolOn(url);
     const migrator = newPool(2);
     await migrate(migrator);
+    // The services' role, one per kit (kits run side by side on one server, and a role is the server's).
+    const role = { username: `${name}_app`, password: randomBytes(18).toString('base64url') };
+    let appUrl = url;
+    try {
+      await ensureAppRole(migrator, role);
+      const u = new URL(url);
+      u.username = role.username;
+      u.password = role.password;
+      appUrl = u.toString();
+    } catch (err) {
+      if ((err as { code?: string }).code !== '42501') throw err; // a server that lets this user create no role: the owner runs them
+    }
     const adminUrl = admin;
     return {
       url,
       newPool,
+      newAppPool: poolOn(appUrl),
       async drop() {
         await Promise.all(pools.map((p) => p.end().catch(() => undefined)));
         await adminQuery(adminUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => undefined);
+        if (appUrl !== url) await adminQuery(adminUrl, `DROP ROLE IF EXISTS ${role.username}`).catch(() => undefined);
         await server?.stop();
       },
     };

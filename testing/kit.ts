@@ -381,7 +381,8 @@ export class TestKit {
   }
 
   private newWorker(): TestWorker {
-    const pool = this.db.newPool(this.timings.concurrency + 2);
+    // As the services connect when deployed: row access only (testing/database.ts newAppPool).
+    const pool = this.db.newAppPool(this.timings.concurrency + 2);
     const publisher = new Publisher(pool, this.queue, silentLogger);
     this.publishers.push(publisher);
     const w = new TestWorker({

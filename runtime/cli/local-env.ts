@@ -2,18 +2,52 @@
 // the other jobs commands read them: next to a running local stack, `jobs list` just works. Here,
 // not in dev/, because every jobs command reads it, the bundled one in the worker image too.
 
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 
 export const LOCAL_DIR = '.jobs-local';
 
-/** Read .jobs-local/env (KEY=value lines) if it exists. */
+/**
+ * Whether `pid` is a live process whose command line has one of `markers` (read from /proc where
+ * there is one; elsewhere a live PID is taken as it). A PID written by an earlier run may have
+ * been reused by an unrelated process since.
+ */
+export function isLiveProcessOf(pid: number, markers: string[]): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false; // gone, or another user's (EPERM): not one this stack started
+  }
+  if (!existsSync('/proc/self/cmdline')) return true;
+  try {
+    const text = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ');
+    return markers.some((m) => text.includes(m));
+  } catch {
+    return false;
+  }
+}
+
+/** The `jobs local` process that wrote the env file (its first line says), or null. */
+export function localStackPid(text: string): number | null {
+  const m = /\(pid (\d+)\)/.exec(text.split('\n', 1)[0] ?? '');
+  return m ? Number(m[1]) : null;
+}
+
+/**
+ * Read .jobs-local/env (KEY=value lines) if it exists and the `jobs local` that wrote it still
+ * runs: a file left by a stack killed outright, or by a start that failed, names a database that
+ * is gone, and the command then says to start one rather than fail to connect.
+ */
 export async function readLocalEnv(dir = LOCAL_DIR): Promise<Record<string, string>> {
   const file = resolve(dir, 'env');
   if (!existsSync(file)) return {};
+  const text = await readFile(file, 'utf8');
+  const pid = localStackPid(text);
+  if (pid !== null && !isLiveProcessOf(pid, ['jobs.ts', 'jobs local'])) return {};
   const out: Record<string, string> = {};
-  for (const line of (await readFile(file, 'utf8')).split('\n')) {
+  for (const line of text.split('\n')) {
     const m = /^([A-Z_][A-Z0-9_]*)=(.*)$/.exec(line.trim());
     if (m) out[m[1]!] = m[2]!;
   }

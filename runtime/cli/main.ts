@@ -98,13 +98,16 @@ export async function main(argv: string[]): Promise<number> {
       const workers = Number(values.workers);
       if (!Number.isInteger(workers) || workers < 0 || workers > 32)
         throw new UsageError(`--workers must be a whole number from 0 to 32 (got ${values.workers})`);
+      const apiPort = values['api-port'] === undefined ? undefined : Number(values['api-port']);
+      if (apiPort !== undefined && (!Number.isInteger(apiPort) || apiPort < 1 || apiPort > 65535))
+        throw new UsageError(`--api-port must be a port number from 1 to 65535 (got ${values['api-port']})`);
       if (process.env.JOBS_LOCAL_SUPERVISED !== '1') return superviseLocal(argv);
       watchParent();
       const { startLocalStack } = await import('../../dev/stack.ts');
       const stack = await startLocalStack({
         workers,
         demoSchedules: true,
-        ...(values['api-port'] ? { apiPort: Number(values['api-port']) } : {}),
+        ...(apiPort !== undefined ? { apiPort } : {}),
       });
       out('');
       out(`  API          ${stack.apiUrl}   (live view: ${stack.apiUrl}/)`);

@@ -63,6 +63,37 @@ describe('jobs local', () => {
     const stack = Number(children[0]);
     leftovers.push(stack);
 
+    // A second `jobs local` in the same folder (newcomer review: it SIGKILLed the running stack's
+    // processes as leftovers, then failed on its bad port): refused, the first stack untouched.
+    const second = (...args: string[]) => {
+      try {
+        execFileSync(
+          process.execPath,
+          ['--import', join(ROOT, 'node_modules/tsx/dist/loader.mjs'), join(ROOT, 'bin/jobs.ts'), 'local', ...args],
+          {
+            cwd,
+            env: { ...process.env, LOG_LEVEL: 'warn' },
+            stdio: 'pipe',
+            timeout: 60_000,
+          },
+        );
+        return { code: 0, stderr: '' };
+      } catch (err) {
+        const e = err as { status: number; stderr: Buffer };
+        return { code: e.status, stderr: e.stderr.toString() };
+      }
+    };
+    expect(second('--api-port', '99999')).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('--api-port must be a port number from 1 to 65535 (got 99999)'),
+    });
+    const refused = second('--workers', '0');
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain(`a local stack is already running here (pid ${stack}, API http://127.0.0.1:`);
+    expect(refused.stderr).not.toMatch(/\n\s+at /); // the message, no stack trace
+    expect(output).not.toContain('left by an earlier run');
+    for (const pid of pids) expect(alive(pid), `process ${pid} of the running stack`).toBe(true);
+
     const exited = new Promise<number | null>((r) => supervisor.once('exit', (code) => r(code)));
     // The stack directly, then — while it stops — the supervisor, which forwards another SIGTERM.
     // (Two SIGTERMs sent at the same instant can arrive as one: signals do not queue.)

@@ -29,9 +29,20 @@ const deaf = defineJob<Record<string, never>, null, { step: number }>({
   },
 });
 
+/** test.ddl: changes a table's definition through ctx.db, which the services' role may not do. */
+const ddl = defineJob<Record<string, never>, null>({
+  type: 'test.ddl',
+  description: 'alters a table',
+  parse: () => ({}),
+  async run(_p, ctx) {
+    await ctx.db.query('ALTER TABLE ledger_entries ADD COLUMN IF NOT EXISTS note text');
+    return null;
+  },
+});
+
 let kit: TestKit;
 beforeAll(async () => {
-  kit = await createTestKit({ jobs: [ledgerPost, broken, deaf], timings: { maxAttempts: 2 } });
+  kit = await createTestKit({ jobs: [ledgerPost, broken, deaf, ddl], timings: { maxAttempts: 2 } });
 });
 afterAll(() => kit?.close());
 
@@ -68,6 +79,17 @@ describe('test kit', () => {
     expect(moved.map((j) => [j.id, j.state])).toEqual([[job.id, 'dead']]);
     expect(dlqBodies()).toContainEqual(expect.objectContaining({ jobId: job.id, reason: 'lease-expired-final-attempt' }));
     expect(await lines('K-2')).toBe(0);
+  });
+
+  it('handlers run as the services do when deployed, with row access only: one that alters a table fails here as in AWS, while the test itself may', async () => {
+    // Newcomer review: the kit ran handlers as the database's owner, so this handler passed its
+    // test and then went dead in `npm start` (must be owner of table).
+    const job = await kit.enqueue('test.ddl', {});
+    expect(await kit.runOnce(job)).toMatchObject({
+      state: 'pending',
+      lastError: { message: expect.stringMatching(/must be owner of table ledger_entries/) },
+    });
+    await kit.pool.query('ALTER TABLE ledger_entries ADD COLUMN IF NOT EXISTS note text'); // the test's own pool: the owner
   });
 
   it('a crash under a handler that ignores its abort signal fails the test with the job named, instead of hanging it', async () => {
