@@ -37,6 +37,7 @@ const logGroups = (p: JobPlatform) => [
   child(p.services, 'PasswordRotation', 'Logs'),
   child(p.services, 'Api', 'Logs'),
   child(p.services, 'Worker', 'Logs'),
+  child(p.data, 'AwsCustomResourceLogs'),
 ];
 const databaseInstance = (p: JobPlatform) => [child(p.data, 'Database', 'Instance')];
 const accessLogBucket = (p: JobPlatform) => [child(p.services, 'Api', 'AccessLogs')];

@@ -12,6 +12,7 @@ import * as logs from 'aws-cdk-lib/aws-logs';
 import * as cr from 'aws-cdk-lib/custom-resources';
 import { Construct } from 'constructs';
 import type { LogRetentionDays, NetworkConfig } from './config.ts';
+import { awsCustomResourceLogs } from './custom-resource-logs.ts';
 import { acknowledge, acknowledgeAwsCustomResourceFunction } from './nag.ts';
 
 export interface NetworkProps extends NetworkConfig {
@@ -84,7 +85,10 @@ export class Network extends Construct {
         vpc.addInterfaceEndpoint(name, { service, subnets: this.appSubnets, securityGroups: [sg], privateDnsEnabled: true });
       }
       this.endpointSecurityGroup = sg;
-      this.s3PrefixListId = s3PrefixList(this);
+      this.s3PrefixListId = s3PrefixList(
+        this,
+        awsCustomResourceLogs(this, { retentionDays: props.logRetentionDays, removalPolicy: props.logRemovalPolicy }),
+      );
     }
     this.vpc = vpc;
   }
@@ -113,7 +117,7 @@ export class Network extends Construct {
  * looked up at deploy time: synth stays offline and the stacks environment-agnostic, and the ID
  * differs by region. One DescribePrefixLists call on create and update.
  */
-function s3PrefixList(scope: Construct): string {
+function s3PrefixList(scope: Construct, logGroup: logs.ILogGroup): string {
   const region = Stack.of(scope).region;
   const call: cr.AwsSdkCall = {
     service: 'EC2',
@@ -127,6 +131,7 @@ function s3PrefixList(scope: Construct): string {
     onUpdate: call,
     policy: cr.AwsCustomResourcePolicy.fromSdkCalls({ resources: cr.AwsCustomResourcePolicy.ANY_RESOURCE }),
     installLatestAwsSdk: false,
+    logGroup,
   });
   acknowledge(
     lookup,

@@ -12,16 +12,21 @@
 
 import { Duration, type RemovalPolicy, Stack } from 'aws-cdk-lib';
 import type * as iam from 'aws-cdk-lib/aws-iam';
+import type * as logs from 'aws-cdk-lib/aws-logs';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import * as cr from 'aws-cdk-lib/custom-resources';
 import { Construct } from 'constructs';
 import type { JobTimings } from '../runtime/config/rules.ts';
-import type { QueueConfig } from './config.ts';
+import type { LogRetentionDays, QueueConfig } from './config.ts';
+import { awsCustomResourceLogs } from './custom-resource-logs.ts';
 import { acknowledgeAwsCustomResourceFunction } from './nag.ts';
 
 export interface JobQueuesProps extends QueueConfig {
   jobTimings: JobTimings;
   removalPolicy: RemovalPolicy;
+  /** The logs of the function that sets the DLQs' redrive-allow policies: the environment's retention and removal. */
+  logRetentionDays: LogRetentionDays;
+  logRemovalPolicy: RemovalPolicy;
 }
 
 /** The priority lanes, highest first. The worker takes from a higher lane first (runtime). */
@@ -56,6 +61,10 @@ export class JobQueues extends Construct {
 
   constructor(scope: Construct, id: string, props: JobQueuesProps) {
     super(scope, id);
+    const customResourceLogs = awsCustomResourceLogs(this, {
+      retentionDays: props.logRetentionDays,
+      removalPolicy: props.logRemovalPolicy,
+    });
     const lane = (name: JobLane): LaneQueues => {
       const dlq = new sqs.Queue(this, laneConstructId(name, 'DeadLetterQueue'), {
         encryption: sqs.QueueEncryption.SQS_MANAGED,
@@ -73,7 +82,7 @@ export class JobQueues extends Construct {
         deadLetterQueue: { queue: dlq, maxReceiveCount: props.jobTimings.maxReceiveCount },
         removalPolicy: props.removalPolicy,
       });
-      restrictRedriveSources(this, name, dlq, queue);
+      restrictRedriveSources(this, name, dlq, queue, customResourceLogs);
       return { lane: name, queue, deadLetterQueue: dlq };
     };
     this.lanes = { bulk: lane('bulk'), urgent: lane('urgent') };
@@ -123,7 +132,7 @@ export class JobQueues extends Construct {
  * policy names the DLQ's, a cycle CloudFormation refuses. CloudFormation never writes the attribute afterwards (it
  * is not in the DLQ's properties), so nothing resets it.
  */
-function restrictRedriveSources(scope: Construct, lane: JobLane, dlq: sqs.Queue, source: sqs.Queue): void {
+function restrictRedriveSources(scope: Construct, lane: JobLane, dlq: sqs.Queue, source: sqs.Queue, logGroup: logs.ILogGroup): void {
   const policy = Stack.of(scope).toJsonString({ redrivePermission: 'byQueue', sourceQueueArns: [source.queueArn] });
   const call: cr.AwsSdkCall = {
     service: 'SQS',
@@ -139,6 +148,7 @@ function restrictRedriveSources(scope: Construct, lane: JobLane, dlq: sqs.Queue,
     onUpdate: call,
     policy: cr.AwsCustomResourcePolicy.fromSdkCalls({ resources: [dlq.queueArn] }),
     installLatestAwsSdk: false,
+    logGroup,
   });
   resource.node.addDependency(source);
   acknowledgeAwsCustomResourceFunction(resource);

@@ -37,7 +37,13 @@ export class JobsDataStack extends Stack {
       logRetentionDays: c.logRetentionDays,
       logRemovalPolicy: c.retainLogs ? RemovalPolicy.RETAIN : RemovalPolicy.DESTROY,
     });
-    this.queues = new JobQueues(this, 'Queues', { ...c.queues, jobTimings: c.jobTimings, removalPolicy: retain });
+    this.queues = new JobQueues(this, 'Queues', {
+      ...c.queues,
+      jobTimings: c.jobTimings,
+      removalPolicy: retain,
+      logRetentionDays: c.logRetentionDays,
+      logRemovalPolicy: c.retainLogs ? RemovalPolicy.RETAIN : RemovalPolicy.DESTROY,
+    });
     this.database = new JobDatabase(this, 'Database', {
       ...c.database,
       vpc: this.network.vpc,

@@ -30,7 +30,12 @@ describe.each(ENVIRONMENT_NAMES)('%s', (name) => {
       pluginReports: { pluginName: string; violations?: unknown[] }[];
     };
     const violations = report.pluginReports.flatMap((r) => (r.violations ?? []).map((v) => ({ plugin: r.pluginName, v })));
-    expect(violations).toEqual([]);
+    // dev's API on plain HTTP is on purpose, and said (an annotation in the report, which names
+    // how to acknowledge it); nothing else.
+    const planned = (x: (typeof violations)[number]) =>
+      name === 'dev' && (x.v as { ruleName?: string }).ruleName === 'Annotation::erp-jobs:api-plain-http';
+    expect(violations.filter((x) => !planned(x))).toEqual([]);
+    expect(violations.some(planned)).toBe(name === 'dev');
   });
 
   it('gives every acknowledged finding a reason a reviewer can check', () => {
