@@ -13,6 +13,7 @@ import { once } from 'node:events';
 import http from 'node:http';
 import net from 'node:net';
 import { parseArgs } from 'node:util';
+import { Pool } from 'undici';
 import { createSqsClient, SqsQueue } from '../runtime/queue/sqs.ts';
 import { startSqsChild } from './sqs-local.ts';
 
@@ -65,6 +66,18 @@ try {
       req.end(body);
     });
   const bareBody = JSON.stringify({ QueueName: 'x'.repeat(600) });
+  // The same bare request through undici (the HTTP client behind Node's fetch), one keep-alive
+  // connection: the client people suggest when Node's own HTTP client is the cost.
+  const undiciPool = new Pool(sqs.endpoint, { connections: 1 });
+  const viaUndici = async (body: string) => {
+    const res = await undiciPool.request({
+      method: 'POST',
+      path: '/',
+      headers: { 'content-type': 'application/x-amz-json-1.0', 'x-amz-target': 'AmazonSQS.GetQueueUrl' },
+      body,
+    });
+    await res.body.dump();
+  };
   // Below the floor: the same request written on a raw keep-alive socket and its answer read
   // back, no HTTP client at all (what Node's HTTP client itself costs is bare minus raw).
   const socket = net.connect(Number(endpoint.port), endpoint.hostname);
@@ -98,8 +111,15 @@ try {
   // A first round untimed: connections, JIT (a few hundred calls are not enough for the first operation).
   for (let round = -1; round < ROUNDS; round++) {
     for (const [op, call] of Object.entries(operations)) {
-      for (const name of [...Object.keys(transports), 'bare', 'raw'] as const) {
-        const one = name === 'bare' ? () => bare(bareBody) : name === 'raw' ? raw : () => call(transports[name as keyof typeof transports]);
+      for (const name of [...Object.keys(transports), 'bare', 'undici', 'raw'] as const) {
+        const one =
+          name === 'bare'
+            ? () => bare(bareBody)
+            : name === 'undici'
+              ? () => viaUndici(bareBody)
+              : name === 'raw'
+                ? raw
+                : () => call(transports[name as keyof typeof transports]);
         if (round < 0) {
           for (let i = 0; i < CALLS; i++) await one();
           continue;
@@ -118,18 +138,19 @@ try {
   const out = [
     `Node ${process.version}, ${CALLS} calls per operation and transport, ${ROUNDS} rounds alternating; median (min–max) µs per call`,
     '',
-    '| operation | SDK CPU | wire CPU | SDK ÷ wire | bare HTTP CPU | wire ÷ bare | raw socket CPU | SDK wall | wire wall |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| operation | SDK CPU | wire CPU | SDK ÷ wire | bare HTTP CPU | wire ÷ bare | bare undici CPU | raw socket CPU | SDK wall | wire wall |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   for (const op of Object.keys(operations)) {
-    const [s, w, b, r] = [cpu[op]!.sdk!, cpu[op]!.wire!, cpu[op]!.bare!, cpu[op]!.raw!];
+    const [s, w, b, u, r] = [cpu[op]!.sdk!, cpu[op]!.wire!, cpu[op]!.bare!, cpu[op]!.undici!, cpu[op]!.raw!];
     const range = (xs: number[]) => `${f(median(xs))} (${f(Math.min(...xs))}–${f(Math.max(...xs))})`;
     out.push(
-      `| ${op} | ${range(s)} | ${range(w)} | ${(median(s) / median(w)).toFixed(1)}× | ${range(b)} | ${(median(w) / median(b)).toFixed(1)}× | ${range(r)} | ${f(median(wall[op]!.sdk!))} | ${f(median(wall[op]!.wire!))} |`,
+      `| ${op} | ${range(s)} | ${range(w)} | ${(median(s) / median(w)).toFixed(1)}× | ${range(b)} | ${(median(w) / median(b)).toFixed(1)}× | ${range(u)} | ${range(r)} | ${f(median(wall[op]!.sdk!))} | ${f(median(wall[op]!.wire!))} |`,
     );
   }
   process.stdout.write(`${out.join('\n')}\n`);
   socket.destroy();
+  await undiciPool.close();
 } finally {
   sqs.child.kill('SIGTERM');
 }
