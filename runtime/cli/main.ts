@@ -275,7 +275,9 @@ export async function cli(argv = process.argv.slice(2)): Promise<void> {
     const parseArgsError =
       typeof (err as { code?: unknown }).code === 'string' && (err as { code: string }).code.startsWith('ERR_PARSE_ARGS');
     if (err instanceof UsageError || err instanceof ValidationError || err instanceof ConfigError || parseArgsError) {
-      process.stderr.write(`jobs: ${(err as Error).message}\n`);
+      // Node's text for an unknown option goes on about positionals starting with '-': name the option alone.
+      const unknown = /^Unknown option '([^']+)'/.exec((err as Error).message)?.[1];
+      process.stderr.write(`jobs: ${unknown ? `unknown option ${unknown}` : (err as Error).message}\n`);
       const usage = err instanceof ConfigError ? null : usageFor(argv);
       if (usage) process.stderr.write(`usage:\n${usage}\n`);
       return exitAfterOutput(2);

@@ -113,7 +113,7 @@ describe('jobs command', () => {
     [['list', '--state', 'done'], /--state must be one of pending, running, succeeded, dead, cancelled/],
     [['show', 'nope'], /ID must be a job id/],
     [['frobnicate'], /unknown command "frobnicate"/],
-    [['list', '--colour', 'red'], /Unknown option '--colour'/],
+    [['list', '--colour', 'red'], /^jobs: unknown option --colour\n/],
   ])('refuses %j with exit 2 and the reason', async (args, message) => {
     const r = await jobs(args as string[]);
     expect(r.code).toBe(2);
@@ -171,7 +171,7 @@ describe('help and usage errors', () => {
   it('an unknown option says which, then the valid ones (exit 2); enqueue without --payload says it is required', async () => {
     const r = await jobs(['dead', 'redrive', '--frob']);
     expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(/Unknown option '--frob'[\s\S]*usage:\n {2}jobs dead redrive .*--max-attempts N/);
+    expect(r.stderr).toMatch(/unknown option --frob\n[\s\S]*usage:\n {2}jobs dead redrive .*--max-attempts N/);
     const e = await jobs(['enqueue', 'ledger.post']);
     expect(e.code).toBe(2);
     expect(e.stderr).toMatch(/^jobs: jobs enqueue ledger\.post: --payload is required/);

@@ -505,7 +505,7 @@ describe('docs/runbooks/README.md', () => {
     // A fresh subject for each command that consumes one; read-only commands share.
     let shared: string | null = null;
     const jobFor = async (cmd: string): Promise<string> => {
-      if (/dead (redrive|discard) <job-id>|dead-jobs\/<job-id>\/redrive/.test(cmd)) return deadJob();
+      if (/dead (redrive|discard) <job-id>|dead-jobs\/<job-id>\/(redrive|discard)/.test(cmd)) return deadJob();
       if (/cancel <job-id>/.test(cmd)) return runningJob();
       if (/--watch/.test(cmd)) return enqueue({ batch: `RB-WATCH-${++seq}`, entries: 1, workMs: 600 });
       shared ??= await deadJob();
