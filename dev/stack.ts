@@ -144,6 +144,8 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
   let faults: FaultControl | undefined;
   let dbProxy: DbProxy | undefined;
   const children: ChildProcess[] = [];
+  /** Set once the stack stops: a child's exit is expected from then on. */
+  let ending = false;
   try {
     const admin = createPool({ url: pg.url, max: 1, applicationName: 'jobs-local' });
     await admin.query('CREATE DATABASE jobs');
@@ -213,6 +215,17 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
         stdio: ['ignore', 'inherit', 'inherit'],
       });
       children.push(child);
+      // A child that dies while the stack runs (killed by hand, a crash) is said, not left silent:
+      // the API gone means the URLs above stop answering; a worker the live view kills is restarted there.
+      child.once('exit', (code, signal) => {
+        if (ending) return;
+        const how = signal ? `killed by ${signal}` : `exit code ${code}`;
+        log(
+          command === 'api'
+            ? `the API (pid ${child.pid}) exited (${how}): ${apiUrl} no longer answers; stop the stack (Ctrl-C) and start it again`
+            : `worker ${extra.JOBS_WORKER_ID ?? ''} (pid ${child.pid}) exited (${how})`,
+        );
+      });
       if (child.pid) {
         pids.push(child.pid);
         void savePids();
@@ -246,6 +259,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       dbProxy,
       stop() {
         stopping ??= (async () => {
+          ending = true;
           control.workers.resumeAll();
           await stopChildren(children, (timings.drainSeconds + 5) * 1000);
           await control.stop();
@@ -259,6 +273,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       },
     };
   } catch (err) {
+    ending = true;
     faults?.workers.resumeAll();
     await stopChildren(children, 5000);
     await faults?.stop();

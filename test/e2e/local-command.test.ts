@@ -94,6 +94,16 @@ describe('jobs local', () => {
     expect(output).not.toContain('left by an earlier run');
     for (const pid of pids) expect(alive(pid), `process ${pid} of the running stack`).toBe(true);
 
+    // A worker killed by hand while the stack runs is said (newcomer review: the stack stayed silent).
+    const worker = Number(
+      execFileSync('pgrep', ['-P', String(stack), '-f', 'bin/jobs.ts worker'])
+        .toString()
+        .trim()
+        .split('\n')[0],
+    );
+    process.kill(worker, 'SIGKILL');
+    await waitFor(() => output.includes(`(pid ${worker}) exited (killed by SIGKILL)`), 10_000, 'the stack to say the worker died');
+
     const exited = new Promise<number | null>((r) => supervisor.once('exit', (code) => r(code)));
     // The stack directly, then — while it stops — the supervisor, which forwards another SIGTERM.
     // (Two SIGTERMs sent at the same instant can arrive as one: signals do not queue.)
@@ -105,5 +115,6 @@ describe('jobs local', () => {
     expect(output).toMatch(/stopped\./);
     expect(alive(postgres!), 'postgres still running after the stop').toBe(false);
     for (const pid of pids) expect(alive(pid), `process ${pid} still running`).toBe(false);
+    expect(output).not.toMatch(/the API \(pid \d+\) exited/); // the orderly stop is not reported as a death
   }, 90_000);
 });
