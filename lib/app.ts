@@ -4,7 +4,7 @@
 // bin/app.ts picks the environment; the tests call this with any config they like.
 
 import { Tags, type App } from 'aws-cdk-lib';
-import { assertEnvironment, type EnvironmentConfig } from './config.ts';
+import { assertEnvironment, type EnvironmentConfig, stackTags } from './config.ts';
 import { acknowledgeGuardRules, addGuardChecks } from './guard.ts';
 import { addNagChecks } from './nag.ts';
 import { JobsDataStack } from './stacks/data-stack.ts';
@@ -28,8 +28,7 @@ export function buildJobPlatform(app: App, config: EnvironmentConfig, opts: Buil
   const data = new JobsDataStack(app, `${config.stackPrefix}-Data`, { config });
   const services = new JobsServicesStack(app, `${config.stackPrefix}-Services`, { config, data });
   services.addStackDependency(data);
-  Tags.of(app).add('project', 'erp-jobs');
-  Tags.of(app).add('environment', config.envName);
+  for (const [key, value] of Object.entries(stackTags(config))) Tags.of(app).add(key, value);
   addNagChecks(app);
   if (opts.guard) addGuardChecks(app);
   const platform = { data, services };

@@ -815,3 +815,8 @@ export function withOverrides(c: EnvironmentConfig, o: CommandLineOverrides): En
   }
   return out;
 }
+
+/** The tags every stack of an environment carries (and, through Tags.of(app) in lib/app.ts, every resource). */
+export function stackTags(c: Pick<EnvironmentConfig, 'envName'>): Record<string, string> {
+  return { project: 'erp-jobs', environment: c.envName };
+}

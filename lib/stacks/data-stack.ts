@@ -6,7 +6,7 @@ import { CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
 import type { Construct } from 'constructs';
 import { ENV } from '../../runtime/config/env.ts';
 import { BearerToken } from '../bearer-token.ts';
-import type { EnvironmentConfig } from '../config.ts';
+import { type EnvironmentConfig, stackTags } from '../config.ts';
 import { JobDatabase } from '../database.ts';
 import { Network } from '../network.ts';
 import { JobQueues } from '../queues.ts';
@@ -28,6 +28,9 @@ export class JobsDataStack extends Stack {
     super(scope, id, {
       description: `ERP jobs ${c.envName}: network, job queues, PostgreSQL job store (stateful)`,
       terminationProtection: c.terminationProtection,
+      // Stack tags (cdk.json's explicitStackTags: Tags.of(app) tags the resources only), which
+      // CloudFormation also puts on what it creates untagged by the CDK.
+      tags: stackTags(c),
       ...props,
     });
     const retain = c.database.removal === 'snapshot' ? RemovalPolicy.RETAIN : RemovalPolicy.DESTROY;

@@ -4,7 +4,7 @@
 
 import { CfnOutput, RemovalPolicy, Stack, type StackProps } from 'aws-cdk-lib';
 import type { Construct } from 'constructs';
-import { connectionBudget, type EnvironmentConfig } from '../config.ts';
+import { connectionBudget, type EnvironmentConfig, stackTags } from '../config.ts';
 import { JobAlarms } from '../monitoring/alarms.ts';
 import { JobsDashboard } from '../monitoring/dashboard.ts';
 import { OnCallTopic } from '../monitoring/on-call-topic.ts';
@@ -32,6 +32,7 @@ export class JobsServicesStack extends Stack {
     const c = props.config;
     super(scope, id, {
       description: `ERP jobs ${c.envName}: schema bootstrap, API and worker on ECS Fargate, alarms and dashboard`,
+      tags: stackTags(c),
       ...props,
     });
     const { network, queues, database, apiToken, operatorToken } = props.data;

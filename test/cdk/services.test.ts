@@ -881,6 +881,14 @@ describe('egress narrowed to the endpoints in prod (issue 12)', () => {
   });
 });
 
+describe('tags', () => {
+  it('both stacks carry the project and environment as stack tags (explicitStackTags in cdk.json), as every resource does', () => {
+    for (const stack of [dev.data, dev.services]) expect(stack.tags.tagValues()).toMatchObject({ project: 'erp-jobs', environment: 'dev' });
+    const manifest = dev.assembly.getStackByName(dev.services.stackName).tags;
+    expect(manifest).toMatchObject({ project: 'erp-jobs', environment: 'dev' });
+  });
+});
+
 describe('log groups (issue 12)', () => {
   it.each([
     ['prod', 'Retain'],
