@@ -103,16 +103,21 @@ const STACK_PROCESS_MARKERS = ['postgres', 'bin/jobs.ts'];
  */
 async function stopLeftovers(dir: string, log: (l: string) => void): Promise<void> {
   const envFile = join(dir, 'env');
-  if (existsSync(envFile)) {
-    const text = await readFile(envFile, 'utf8');
+  const lockFile = join(dir, 'lock');
+  // The lock from the first moment (the env file comes only once postgres and SQS are up), so a
+  // stack still starting is not taken for leftovers either.
+  for (const file of [lockFile, envFile]) {
+    if (!existsSync(file)) continue;
+    const text = await readFile(file, 'utf8');
     const running = localStackPid(text);
     if (running !== null && running !== process.pid && isLiveProcessOf(running, ['jobs.ts', 'jobs local'])) {
-      const api = /^API_URL=(.*)$/m.exec(text)?.[1];
+      const api = /^API_URL=(.*)$/m.exec(existsSync(envFile) ? await readFile(envFile, 'utf8') : '')?.[1];
       throw new ReportedError(
-        `a local stack is already running here (pid ${running}${api ? `, API ${api}` : ''}): use it, or stop it first (Ctrl-C in its terminal, or kill -INT ${running})`,
+        `a local stack is already running or starting here (pid ${running}${api ? `, API ${api}` : ''}): use it, or stop it first (Ctrl-C in its terminal, or kill -INT ${running}); if that process is not a stack, delete ${file}`,
       );
     }
   }
+  await writeFile(lockFile, `# \`jobs local\` (pid ${process.pid}) runs here\n`);
   const file = join(dir, 'pids');
   if (!existsSync(file)) return;
   const pids = (await readFile(file, 'utf8')).split(/\s+/).filter(Boolean).map(Number);
@@ -268,6 +273,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
           await pg.stop();
           await rm(join(dir, 'pids'), { force: true });
           await rm(join(dir, 'env'), { force: true });
+          await rm(join(dir, 'lock'), { force: true });
         })();
         return stopping;
       },
@@ -283,6 +289,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
     // Nothing of this run is left to stop, and its settings name a database that is gone.
     await rm(join(dir, 'pids'), { force: true });
     await rm(join(dir, 'env'), { force: true });
+    await rm(join(dir, 'lock'), { force: true });
     throw err;
   }
 }

@@ -2,6 +2,7 @@
 // the other jobs commands read them: next to a running local stack, `jobs list` just works. Here,
 // not in dev/, because every jobs command reads it, the bundled one in the worker image too.
 
+import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
@@ -9,9 +10,9 @@ import { resolve } from 'node:path';
 export const LOCAL_DIR = '.jobs-local';
 
 /**
- * Whether `pid` is a live process whose command line has one of `markers` (read from /proc where
- * there is one; elsewhere a live PID is taken as it). A PID written by an earlier run may have
- * been reused by an unrelated process since.
+ * Whether `pid` is a live process whose command line has one of `markers` (from /proc, else from
+ * `ps`, as on macOS). A PID written by an earlier run may have been reused by an unrelated
+ * process since.
  */
 export function isLiveProcessOf(pid: number, markers: string[]): boolean {
   if (!Number.isInteger(pid) || pid <= 0) return false;
@@ -20,9 +21,10 @@ export function isLiveProcessOf(pid: number, markers: string[]): boolean {
   } catch {
     return false; // gone, or another user's (EPERM): not one this stack started
   }
-  if (!existsSync('/proc/self/cmdline')) return true;
   try {
-    const text = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ');
+    const text = existsSync('/proc/self/cmdline')
+      ? readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ')
+      : execFileSync('ps', ['-o', 'command=', '-p', String(pid)], { encoding: 'utf8' });
     return markers.some((m) => text.includes(m));
   } catch {
     return false;

@@ -2,6 +2,7 @@
 // its own and forwards one SIGTERM; a second signal on top (a `kill` of every process, an
 // impatient Ctrl-C) must not cut the orderly stop short, or postgres is left running.
 import { spawn, execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -89,7 +90,7 @@ describe('jobs local', () => {
     });
     const refused = second('--workers', '0');
     expect(refused.code).toBe(1);
-    expect(refused.stderr).toContain(`a local stack is already running here (pid ${stack}, API http://127.0.0.1:`);
+    expect(refused.stderr).toContain(`a local stack is already running or starting here (pid ${stack}, API http://127.0.0.1:`);
     expect(refused.stderr).not.toMatch(/\n\s+at /); // the message, no stack trace
     expect(output).not.toContain('left by an earlier run');
     for (const pid of pids) expect(alive(pid), `process ${pid} of the running stack`).toBe(true);
@@ -115,6 +116,7 @@ describe('jobs local', () => {
     expect(output).toMatch(/stopped\./);
     expect(alive(postgres!), 'postgres still running after the stop').toBe(false);
     for (const pid of pids) expect(alive(pid), `process ${pid} still running`).toBe(false);
-    expect(output).not.toMatch(/the API \(pid \d+\) exited/); // the orderly stop is not reported as a death
+    expect(output).not.toMatch(/the API \(pid \d+\) exited/);
+    for (const f of ['lock', 'env', 'pids']) expect(existsSync(join(cwd, '.jobs-local', f)), `.jobs-local/${f} left`).toBe(false); // the orderly stop is not reported as a death
   }, 90_000);
 });
