@@ -70,15 +70,25 @@ export async function openKitDatabase(databaseUrl?: string): Promise<KitDatabase
     // The services' role, one per kit (kits run side by side on one server, and a role is the server's).
     const role = { username: `${name}_app`, password: randomBytes(18).toString('base64url') };
     let appUrl = url;
+    let roleCreated = false;
     try {
       await ensureAppRole(migrator, role);
+      roleCreated = true;
       const u = new URL(url);
       u.username = role.username;
       u.password = role.password;
-      appUrl = u.toString();
+      u.searchParams.delete('user'); // would override the URL's user (pg-connection-string)
+      u.searchParams.delete('password');
+      // A URL without a host (a socket) takes no user: the owner runs the handlers then.
+      if (u.username === role.username) appUrl = u.toString();
     } catch (err) {
-      if ((err as { code?: string }).code !== '42501') throw err; // a server that lets this user create no role: the owner runs them
+      // A server that lets this user create no role: the owner runs the handlers.
+      if ((err as { code?: string }).code !== '42501') throw err;
     }
+    if (appUrl === url)
+      process.emitWarning(
+        'erp-jobs/testing: handlers run as the database owner here (the kit could not create or use a role of its own): a handler that needs more than row access will pass its test and fail when deployed',
+      );
     const adminUrl = admin;
     return {
       url,
@@ -87,7 +97,7 @@ export async function openKitDatabase(databaseUrl?: string): Promise<KitDatabase
       async drop() {
         await Promise.all(pools.map((p) => p.end().catch(() => undefined)));
         await adminQuery(adminUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => undefined);
-        if (appUrl !== url) await adminQuery(adminUrl, `DROP ROLE IF EXISTS ${role.username}`).catch(() => undefined);
+        if (roleCreated) await adminQuery(adminUrl, `DROP ROLE IF EXISTS ${role.username}`).catch(() => undefined);
         await server?.stop();
       },
     };

@@ -97,7 +97,7 @@ describe('test kit', () => {
     const a = await kit.start(job, { pauseAt: { checkpoint: 1 } });
     await expect(a.crash()).rejects.toThrow(
       new RegExp(
-        `handlers still running 5 s after their abort signal: test\\.deaf ${job.id}\\. A handler must stop when ctx\\.signal fires`,
+        `handlers still running 2 s after their abort signal: test\\.deaf ${job.id}\\. A handler must stop when ctx\\.signal fires`,
       ),
     );
     // As after a SIGKILL: its lease runs out at reclaim and the job goes back for another attempt.
