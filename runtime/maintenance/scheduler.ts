@@ -10,7 +10,7 @@
 // changes without waiting).
 
 import type pg from 'pg';
-import { LATE_AFTER_MS, MAX_CATCH_UP, nextOccurrence, type ScheduleDefinition } from '../handlers/schedule.ts';
+import { LATE_AFTER_MS, MAX_CATCH_UP, nextOccurrence, planOccurrences, type ScheduleDefinition } from '../handlers/schedule.ts';
 import type { Logger } from '../observability/log.ts';
 import { METRIC } from '../observability/metric-names.ts';
 import type { Metrics } from '../observability/metrics.ts';
@@ -139,8 +139,10 @@ export class Scheduler {
       } catch (err) {
         out.failed.push(def.name);
         this.opts.metrics?.count(METRIC.schedulePassesFailed);
-        if (now.getTime() - due.getTime() <= LATE_AFTER_MS && this.triedInTime.get(def.name)?.getTime() !== due.getTime())
-          this.triedInTime.set(def.name, due);
+        // The newest occurrence due now (a failover longer than the schedule's period passes several):
+        // tried within its minute, `skip` still runs it once the database answers.
+        const newest = planOccurrences(def, new Date(due.getTime() - 1), now).through;
+        if (newest && now.getTime() - newest.getTime() <= LATE_AFTER_MS) this.triedInTime.set(def.name, newest);
         // The occurrence stays due and the next pass tries it again (once it is late, the
         // schedule's missed policy decides whether it still runs).
         const overdueSeconds = Math.max(0, Math.round((now.getTime() - due.getTime()) / 1000));

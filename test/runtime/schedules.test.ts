@@ -42,8 +42,8 @@ function testClock(start: string) {
   return { now: () => now, set: (iso: string) => void (now = new Date(iso)) };
 }
 
-/** A scheduler with its own pool and client: one "task". */
-function task(defs: readonly ScheduleDefinition[], clock: () => Date, log = silentLogger, metrics?: CountingMetrics) {
+/** A scheduler with its own pool and client: one "task" (without a clock: the system's, and the database's for what is due). */
+function task(defs: readonly ScheduleDefinition[], clock?: () => Date, log = silentLogger, metrics?: CountingMetrics) {
   const pool = p.db.newPool(3);
   const client = new JobClient({
     pool,
@@ -51,7 +51,7 @@ function task(defs: readonly ScheduleDefinition[], clock: () => Date, log = sile
     publisher: new Publisher(pool, p.queue, silentLogger),
     defaultMaxAttempts: 3,
   });
-  return new Scheduler({ pool, client, schedules: defs, log, clock, ...(metrics ? { metrics } : {}) });
+  return new Scheduler({ pool, client, schedules: defs, log, ...(clock ? { clock } : {}), ...(metrics ? { metrics } : {}) });
 }
 
 /** The jobs of schedule `name`, oldest first: their keys without the `schedule:<name>:` prefix. */
@@ -131,14 +131,7 @@ describe("the database's clock decides what is due", () => {
     // Fault review: a task planned by its own clock, so one 30 s ahead enqueued the occurrence of
     // 10:22:50 at 10:22:23 by the database (a month-end close before the month has ended).
     const def = schedule('skew-ahead', '*/10 * * * * *', 'latest', 'UTC');
-    const pool = p.db.newPool(3);
-    const client = new JobClient({
-      pool,
-      registry: p.registry,
-      publisher: new Publisher(pool, p.queue, silentLogger),
-      defaultMaxAttempts: 3,
-    });
-    const ahead = new Scheduler({ pool, client, schedules: [def], log: silentLogger });
+    const ahead = task([def]);
     vi.useFakeTimers({ toFake: ['Date'], now: Date.now() + 30_000 });
     try {
       for (let i = 0; i < 3; i++) await ahead.runOnce();
@@ -401,6 +394,28 @@ describe('a schedule whose pass fails', () => {
     clock.set('2026-06-06T11:05:03Z');
     expect(await t.runOnce()).toMatchObject({ fired: [], failed: [] });
     expect(await occurrencesOf('failover-skip')).toEqual(['2026-06-06T10:00:00+00:00']);
+  });
+
+  it('under skip, a failover longer than the period: the newest occurrence tried in its minute runs, the older ones do not', async () => {
+    let down = true;
+    const def = defineSchedule({
+      ...schedule('failover-skip-2', '*/2 * * * *', 'skip', 'UTC'),
+      payload: (o) => {
+        if (down) throw Object.assign(new Error('connect ECONNREFUSED 10.0.3.12:5432'), { code: 'ECONNREFUSED' });
+        return { batch: `failover-skip-2@${o.label}`, entries: 1 };
+      },
+    });
+    const clock = testClock('2026-06-07T09:59:00Z');
+    const t = task([def], clock.now);
+    await t.runOnce();
+    for (const at of ['10:00:05', '10:01:00', '10:02:05', '10:03:00', '10:04:02']) {
+      clock.set(`2026-06-07T${at}Z`);
+      expect((await t.runOnce()).failed).toEqual(['failover-skip-2']);
+    }
+    down = false;
+    clock.set('2026-06-07T10:05:30Z');
+    expect((await t.runOnce()).fired.map((f) => f.occurrence)).toEqual(['2026-06-07T10:04:00+00:00']);
+    expect(await occurrencesOf('failover-skip-2')).toEqual(['2026-06-07T10:04:00+00:00']);
   });
 
   it("the runbook's way to run it before the fix: pause, trigger, resume; the overdue occurrence does not run as well", async () => {
