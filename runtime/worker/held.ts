@@ -181,7 +181,8 @@ export function recordProgress(h: Held, fraction: number, message?: string): voi
 /**
  * How long an aborted handler has to return before a stopping worker leaves it behind: one that
  * ignores its signal (a loop that never looks, a call with no timeout) must not hold the stop,
- * and the task's shutdown, past ECS's stop timeout (RELEASE_MARGIN_SECONDS is 10).
+ * and the task's shutdown, past ECS's stop timeout. Half of the 10 s after the drain deadline
+ * (RELEASE_MARGIN_SECONDS); the release before it and the flushes after it share the rest.
  */
 export const ABANDON_GRACE_MS = 5_000;
 

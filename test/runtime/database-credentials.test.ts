@@ -60,7 +60,8 @@ describe('database credentials that rotate while the services run', () => {
   // logged in with the old password, answered a refused worker's probe and opened its gate. So
   // the backends are terminated again until none has shown up for half a second.
   const terminate = async (applicationName: string, pool?: pg.Pool) => {
-    for (let quiet = 0; quiet < 5; ) {
+    // At most 3 s: a client that logs in again with the right password at once is not a straggler.
+    for (let quiet = 0, round = 0; quiet < 5 && round < 30; round++) {
       const { rows } = await admin.query<{ n: number }>(
         'SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()',
         [applicationName],

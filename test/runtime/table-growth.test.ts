@@ -116,19 +116,17 @@ async function explain(text: string, params: unknown[], activePlan: boolean): Pr
   return best!;
 }
 
-/** Wait (up to 30 s) until no other session of the test database holds a snapshot or a transaction id. */
+/** Wait (up to 5 s, then go on: the pass is tried again) until no other session of the test database holds a snapshot or a transaction id. */
 async function noOtherSnapshot(): Promise<void> {
-  let holders: unknown[] = [];
-  for (let i = 0; i < 600; i++) {
-    ({ rows: holders } = await db.pool.query(
-      `SELECT backend_type, query FROM pg_stat_activity
+  for (let i = 0; i < 100; i++) {
+    const { rows } = await db.pool.query(
+      `SELECT 1 FROM pg_stat_activity
         WHERE datname = current_database() AND pid <> pg_backend_pid()
           AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)`,
-    ));
-    if (holders.length === 0) return;
+    );
+    if (rows.length === 0) return;
     await new Promise((r) => setTimeout(r, 50));
   }
-  throw new Error(`sessions still holding snapshots in the test database: ${JSON.stringify(holders)}`);
 }
 
 /** Sequential scans of jobs.job by the sessions of `work` (its own pool, ended so its counters are in). */

@@ -128,7 +128,7 @@ describe('heartbeat', () => {
     }
     expect(h.lost).toBe(false);
     expect(p.metrics.get(METRIC.leasesLost)).toBe(0);
-    expect((await state(h.job.id)).leaseExpiresAt!.getTime()).toBeGreaterThan(Date.now() + 1000);
+    expect((await state(h.job.id)).leaseExpiresAt!.getTime()).toBeGreaterThan(Date.now()); // still running out from the last renewal, not from the claim
     // One extension at a time: none sent while the first is on its way, the next tick sends again.
     expect(vis).toHaveBeenCalledTimes(1);
     answer();
