@@ -152,7 +152,16 @@ export async function startWorkerService(
           );
           void worker
             .stop(RETIRED_DRAIN_SECONDS)
-            .then(() => log.info('retired: every job handed on or finished; waiting for ECS to stop this task'))
+            .then(() => {
+              // Still held after the stop: handlers that ignored their abort (logged at error by the stop).
+              const abandoned = worker.runningJobs;
+              if (abandoned.length === 0) log.info('retired: every job handed on or finished; waiting for ECS to stop this task');
+              else
+                log.warn(
+                  { abandoned },
+                  'retired: every job handed on, but handlers that ignored their abort signal still run in this process; waiting for ECS to stop this task',
+                );
+            })
             .catch((err: unknown) => log.error({ err }, 'retiring this worker failed; ECS stops the task once its protection lapses'));
         },
       })
