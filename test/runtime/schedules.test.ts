@@ -54,6 +54,19 @@ function task(defs: readonly ScheduleDefinition[], clock?: () => Date, log = sil
   return new Scheduler({ pool, client, schedules: defs, log, ...(clock ? { clock } : {}), ...(metrics ? { metrics } : {}) });
 }
 
+/** A skip schedule whose enqueue fails as in a failover (connection refused) while `db.down`. */
+function failoverSchedule(name: string, cron: string) {
+  const db = { down: true };
+  const def = defineSchedule({
+    ...schedule(name, cron, 'skip', 'UTC'),
+    payload: (o) => {
+      if (db.down) throw Object.assign(new Error('connect ECONNREFUSED 10.0.3.12:5432'), { code: 'ECONNREFUSED' });
+      return { batch: `${name}@${o.label}`, entries: 1 };
+    },
+  });
+  return { def, db };
+}
+
 /** The jobs of schedule `name`, oldest first: their keys without the `schedule:<name>:` prefix. */
 async function occurrencesOf(name: string): Promise<string[]> {
   const { rows } = await p.db.pool.query<{ key: string }>(
@@ -368,14 +381,7 @@ describe('a schedule whose pass fails', () => {
   it('under skip, an occurrence tried in its time through a failover still runs once the database answers, within 5 minutes of its time; not after', async () => {
     // Fault review: the first pass to succeed after a minute's failover judged the occurrence
     // late from its own time and dropped it, though every task had tried it on time.
-    let down = true;
-    const def = defineSchedule({
-      ...schedule('failover-skip', '0 * * * *', 'skip', 'UTC'),
-      payload: (o) => {
-        if (down) throw Object.assign(new Error('connect ECONNREFUSED 10.0.3.12:5432'), { code: 'ECONNREFUSED' });
-        return { batch: `failover-skip@${o.label}`, entries: 1 };
-      },
-    });
+    const { def, db } = failoverSchedule('failover-skip', '0 * * * *');
     const clock = testClock('2026-06-06T09:55:00Z');
     const t = task([def], clock.now);
     await t.runOnce();
@@ -383,28 +389,21 @@ describe('a schedule whose pass fails', () => {
       clock.set(`2026-06-06T${at}Z`);
       expect((await t.runOnce()).failed).toEqual(['failover-skip']);
     }
-    down = false;
+    db.down = false;
     clock.set('2026-06-06T10:01:44Z');
     expect((await t.runOnce()).fired.map((f) => [f.occurrence, f.late])).toEqual([['2026-06-06T10:00:00+00:00', true]]);
     // The next hour's occurrence, down from its first try until more than 5 minutes past: not run.
-    down = true;
+    db.down = true;
     clock.set('2026-06-06T11:00:02Z');
     expect((await t.runOnce()).failed).toEqual(['failover-skip']);
-    down = false;
+    db.down = false;
     clock.set('2026-06-06T11:05:03Z');
     expect(await t.runOnce()).toMatchObject({ fired: [], failed: [] });
     expect(await occurrencesOf('failover-skip')).toEqual(['2026-06-06T10:00:00+00:00']);
   });
 
   it('under skip, a failover longer than the period: the newest occurrence tried in its minute runs, the older ones do not', async () => {
-    let down = true;
-    const def = defineSchedule({
-      ...schedule('failover-skip-2', '*/2 * * * *', 'skip', 'UTC'),
-      payload: (o) => {
-        if (down) throw Object.assign(new Error('connect ECONNREFUSED 10.0.3.12:5432'), { code: 'ECONNREFUSED' });
-        return { batch: `failover-skip-2@${o.label}`, entries: 1 };
-      },
-    });
+    const { def, db } = failoverSchedule('failover-skip-2', '*/2 * * * *');
     const clock = testClock('2026-06-07T09:59:00Z');
     const t = task([def], clock.now);
     await t.runOnce();
@@ -412,7 +411,7 @@ describe('a schedule whose pass fails', () => {
       clock.set(`2026-06-07T${at}Z`);
       expect((await t.runOnce()).failed).toEqual(['failover-skip-2']);
     }
-    down = false;
+    db.down = false;
     clock.set('2026-06-07T10:05:30Z');
     expect((await t.runOnce()).fired.map((f) => f.occurrence)).toEqual(['2026-06-07T10:04:00+00:00']);
     expect(await occurrencesOf('failover-skip-2')).toEqual(['2026-06-07T10:04:00+00:00']);
