@@ -574,6 +574,9 @@ export function checkEnvironment(c: EnvironmentConfig): RuleViolation[] {
       });
     }
   }
+  if (c.alarms.queueOldestMessageAgeSeconds < c.alarms.stuckJobs.runningSeconds) {
+    out.push(...queueAgeBelowJobRuns(c, [{ type: '(any type without expectedMaxSeconds)' }]));
+  }
   out.push(...retentionViolations(c.jobRetention, (key) => `jobRetention.${key}`));
   if (c.worker.backlogPerTaskTarget <= 0) {
     out.push({ rule: 'worker-backlog-target', message: `worker.backlogPerTaskTarget = ${c.worker.backlogPerTaskTarget} must be positive` });
@@ -594,6 +597,34 @@ export function checkEnvironment(c: EnvironmentConfig): RuleViolation[] {
     });
   }
   return out;
+}
+
+/**
+ * The job types whose healthy run outlasts the queue-age alarms: a running job keeps its SQS
+ * message (the heartbeat extends its visibility), so ApproximateAgeOfOldestMessage counts its run,
+ * and such a type would page on-call at every healthy run. A type runs healthily up to its
+ * `expectedMaxSeconds`, else the stuck threshold. lib/ does not load the handlers (the
+ * architecture test), so the registered types are checked by test/cdk/config.test.ts through this.
+ */
+export function queueAgeBelowJobRuns(
+  c: Pick<EnvironmentConfig, 'envName' | 'alarms'>,
+  types: readonly { type: string; expectedMaxSeconds?: number }[],
+): RuleViolation[] {
+  const limit = c.alarms.queueOldestMessageAgeSeconds;
+  return types.flatMap((t) => {
+    const run = t.expectedMaxSeconds ?? c.alarms.stuckJobs.runningSeconds;
+    if (run <= limit) return [];
+    const from = t.expectedMaxSeconds === undefined ? `alarms.stuckJobs.runningSeconds = ${run}` : `expectedMaxSeconds = ${run}`;
+    return [
+      {
+        rule: 'queue-age-alarm-above-longest-job',
+        message:
+          `${c.envName}: job type ${t.type} runs healthily up to ${run} s (${from}) but alarms.queueOldestMessageAgeSeconds = ${limit}: ` +
+          `a running job keeps its message in the queue, so every healthy run past ${limit} s would page on-call (job queue oldest message age); ` +
+          `raise alarms.queueOldestMessageAgeSeconds to at least ${run} in lib/config.ts or lower the expected run`,
+      },
+    ];
+  });
 }
 
 /** What `-c apiCertificateArn=…` and the other flags name, for the errors. */

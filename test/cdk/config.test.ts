@@ -19,10 +19,12 @@ import {
   ENVIRONMENTS,
   estimatedMaxConnections,
   IDLE_IN_TRANSACTION_TIMEOUT_SECONDS,
+  queueAgeBelowJobRuns,
   resolveConfig,
   withOverrides,
 } from '../../lib/config.ts';
 import { REPO_ROOT } from '../../lib/paths.ts';
+import { JOB_DEFINITIONS } from '../../runtime/handlers/index.ts';
 import { CDK_JSON_CONTEXT, environment, TEST_ALARM_EMAIL, TEST_CERTIFICATE_ARN, withChanges } from './support.ts';
 
 const run = promisify(execFile);
@@ -203,6 +205,33 @@ describe('stuck jobs', () => {
         new RegExp(`\\[stuck-jobs-threshold\\] alarms\\.stuckJobs\\.${key} = ${bad} must be a whole number of seconds from 1 to 604800`),
       );
     }
+  });
+});
+
+describe('the queue-age alarms and the longest healthy job', () => {
+  // A running job keeps its SQS message, so the job queue's oldest-message alarm counts its run:
+  // a type that may run longer than the threshold would page on-call at every healthy run.
+  it.each(ENVIRONMENT_NAMES)("%s: every registered job type's healthy run fits under alarms.queueOldestMessageAgeSeconds", (name) => {
+    expect(queueAgeBelowJobRuns(ENVIRONMENTS[name], JOB_DEFINITIONS).map((v) => v.message)).toEqual([]);
+  });
+
+  it('names the type, its expected run, the threshold and the fix for a type that would page at every run', () => {
+    const fourHourCosting = [{ type: 'inventory.cost-full', expectedMaxSeconds: 4 * 3600 }, { type: 'ledger.post' }];
+    expect(queueAgeBelowJobRuns(ENVIRONMENTS.prod, fourHourCosting)).toEqual([
+      {
+        rule: 'queue-age-alarm-above-longest-job',
+        message: expect.stringMatching(
+          /^prod: job type inventory\.cost-full runs healthily up to 14400 s \(expectedMaxSeconds = 14400\) but alarms\.queueOldestMessageAgeSeconds = 7200: .*every healthy run past 7200 s would page on-call .*raise alarms\.queueOldestMessageAgeSeconds to at least 14400 in lib\/config\.ts/,
+        ),
+      },
+    ]);
+  });
+
+  it('fails synth when the stuck threshold (the healthy run of a type without expectedMaxSeconds) outlasts the alarm', () => {
+    const broken = withChanges('dev', (c) => (c.alarms.stuckJobs.runningSeconds = 2 * c.alarms.queueOldestMessageAgeSeconds));
+    expect(() => resolveConfig('dev', { dev: broken })).toThrow(
+      /\[queue-age-alarm-above-longest-job\] dev: job type \(any type without expectedMaxSeconds\) runs healthily up to 7200 s \(alarms\.stuckJobs\.runningSeconds = 7200\) but alarms\.queueOldestMessageAgeSeconds = 3600/,
+    );
   });
 });
 
