@@ -28,9 +28,10 @@ export interface SchedulerOptions {
   schedules: readonly ScheduleDefinition[];
   log: Logger;
   /**
-   * The time (tests step it through months). Default: the system clock says when to look, and the
-   * database's clock what is due (store/schedules.ts pass), so a task whose clock runs ahead
-   * enqueues nothing early.
+   * The time (tests step it through months). Default: the database's clock decides what is due
+   * (store/schedules.ts pass), so a task whose clock runs ahead enqueues nothing early; and the
+   * system clock corrected by the database's offset (sampled at each pass) says when to look, so
+   * a task whose clock runs behind does not reach an occurrence late (under `skip`, not at all).
    */
   clock?: () => Date;
   intervalMs?: number;
@@ -56,10 +57,12 @@ export class Scheduler {
   private readonly nextDue = new Map<string, Date | null>();
   /** Each schedule's due occurrence that a pass tried in its time and failed (a failover): `skip` still runs it. */
   private readonly triedInTime = new Map<string, Date>();
+  /** The database's clock minus the system's, from the last sample (store/schedules.ts ClockSample). */
+  private dbClockOffsetMs = 0;
 
   constructor(private readonly opts: SchedulerOptions) {
     this.store = new ScheduleStore(opts.pool, opts.client);
-    this.clock = opts.clock ?? (() => new Date());
+    this.clock = opts.clock ?? (() => new Date(Date.now() + this.dbClockOffsetMs));
     const interval = opts.intervalMs ?? DEFAULT_SCHEDULER_INTERVAL_MS;
     // The first pass soon after start: it creates the rows of new schedules and catches up.
     this.loop = new MaintenanceLoop('scheduler', () => this.pass(), opts.log, interval, Math.min(interval, 1000));
@@ -78,8 +81,12 @@ export class Scheduler {
     return this.loop.runOnce();
   }
 
+  private sampled(s: { dbClockOffsetMs?: number }): void {
+    if (s.dbClockOffsetMs !== undefined) this.dbClockOffsetMs = s.dbClockOffsetMs;
+  }
+
   private async pass(): Promise<SchedulerPass> {
-    const now = this.clock();
+    let now = this.clock();
     // What the store plans at: the injected clock, or the database's (null).
     const at = this.opts.clock ? now : null;
     const out: SchedulerPass = { fired: [], busy: [], failed: [] };
@@ -94,6 +101,8 @@ export class Scheduler {
           this.opts.metrics?.count(METRIC.schedulePassesFailed, this.opts.schedules.length);
           throw err;
         });
+      this.sampled(settled);
+      now = this.clock();
       for (const s of this.opts.schedules) this.nextDue.set(s.name, nextOccurrence(s, settled.get(s.name) ?? now));
     }
     for (const def of this.opts.schedules) {
@@ -105,6 +114,7 @@ export class Scheduler {
           out.busy.push(def.name);
           continue;
         }
+        this.sampled(r);
         if (r.kind === 'paused') {
           // Looked at again at its next occurrence: still paused, or resumed (settled through the resume).
           this.nextDue.set(def.name, nextOccurrence(def, now));

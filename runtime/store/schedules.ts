@@ -31,11 +31,20 @@ export interface FiredOccurrence {
   late: boolean;
 }
 
+/**
+ * The database's clock minus this task's (ms), sampled around a statement that returned
+ * statement_timestamp(): what the scheduler adds to its own clock to know when to look. Absent
+ * when the round trip was too slow for the sample to say much (over a second).
+ */
+export interface ClockSample {
+  dbClockOffsetMs?: number;
+}
+
 export type PassOutcome =
   /** Another task holds the schedule's row right now (it does the work), or the row was missing and is created now. */
   | { kind: 'busy' }
-  | { kind: 'paused'; settledThrough: Date }
-  | {
+  | ({ kind: 'paused'; settledThrough: Date } & ClockSample)
+  | ({
       kind: 'done';
       fired: FiredOccurrence[];
       plan: OccurrencePlan;
@@ -43,7 +52,20 @@ export type PassOutcome =
       settledThrough: Date;
       /** Publish after the COMMIT (the outbox relay does it otherwise). */
       afterCommit: () => Promise<void>;
-    };
+    } & ClockSample);
+
+/** The longest round trip whose statement_timestamp() is taken as a sample of the database's clock. */
+const CLOCK_SAMPLE_MAX_RTT_MS = 1000;
+
+/** Runs `statement` and samples the database's clock from its `db_now` (first row). */
+async function sampled<R extends { db_now: Date }>(statement: () => Promise<{ rows: R[] }>): Promise<{ rows: R[] } & ClockSample> {
+  const before = Date.now();
+  const res = await statement();
+  const after = Date.now();
+  const dbNow = res.rows[0]?.db_now;
+  if (!dbNow || after - before > CLOCK_SAMPLE_MAX_RTT_MS) return res;
+  return Object.assign(res, { dbClockOffsetMs: dbNow.getTime() - (before + after) / 2 });
+}
 
 /** A schedule's state as the database has it. */
 export interface ScheduleState {
@@ -65,10 +87,10 @@ export class ScheduleStore {
   ) {}
 
   /** Create the missing rows of `names` (settled through `now`, null: the database's clock); returns every one's settled_through. */
-  async ensure(names: string[], now: Date | null, db: Queryable = this.pool): Promise<Map<string, Date>> {
+  async ensure(names: string[], now: Date | null, db: Queryable = this.pool): Promise<Map<string, Date> & ClockSample> {
     if (names.length === 0) return new Map();
-    const { rows } = await runSchedule<{ name: string; settled_through: Date }>(db, 'scheduleEnsure', [names, now]);
-    return new Map(rows.map((r) => [r.name, r.settled_through]));
+    const res = await sampled(() => runSchedule<{ name: string; settled_through: Date; db_now: Date }>(db, 'scheduleEnsure', [names, now]));
+    return Object.assign(new Map(res.rows.map((r) => [r.name, r.settled_through])), { dbClockOffsetMs: res.dbClockOffsetMs });
   }
 
   /**
@@ -78,7 +100,9 @@ export class ScheduleStore {
    */
   async pass(def: ScheduleDefinition, now: Date | null, triedInTime?: Date): Promise<PassOutcome> {
     return withTransaction(this.pool, async (tx): Promise<PassOutcome> => {
-      const { rows } = await runSchedule<{ settled_through: Date; paused_at: Date | null; db_now: Date }>(tx, 'scheduleLock', [def.name]);
+      const { rows, dbClockOffsetMs } = await sampled(() =>
+        runSchedule<{ settled_through: Date; paused_at: Date | null; db_now: Date }>(tx, 'scheduleLock', [def.name]),
+      );
       const row = rows[0];
       if (!row) {
         // Locked by another task, or deleted since this process ensured it: (re)create it, next
@@ -86,13 +110,15 @@ export class ScheduleStore {
         await this.ensure([def.name], now, tx);
         return { kind: 'busy' };
       }
-      if (row.paused_at) return { kind: 'paused', settledThrough: row.settled_through };
+      if (row.paused_at) return { kind: 'paused', settledThrough: row.settled_through, dbClockOffsetMs };
       const plan = planOccurrences(def, row.settled_through, now ?? row.db_now, undefined, triedInTime);
-      if (!plan.through) return { kind: 'done', fired: [], plan, settledThrough: row.settled_through, afterCommit: async () => {} };
+      if (!plan.through) {
+        return { kind: 'done', fired: [], plan, settledThrough: row.settled_through, afterCommit: async () => {}, dbClockOffsetMs };
+      }
       const { fired, afterCommit } = await this.fire(tx, def, plan.fire);
       const last = fired.at(-1);
       await runSchedule(tx, 'scheduleSettle', [def.name, plan.through, last?.occurrence.at ?? null, last?.job.id ?? null]);
-      return { kind: 'done', fired, plan, settledThrough: plan.through, afterCommit };
+      return { kind: 'done', fired, plan, settledThrough: plan.through, afterCommit, dbClockOffsetMs };
     });
   }
 

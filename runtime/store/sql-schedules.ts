@@ -7,7 +7,7 @@ export const SCHEDULE_SQL = {
    * The rows of the schedules `$1` (names), created at `$2` (the scheduler's clock) when missing:
    * a schedule first seen now settles everything before now, so a new declaration never catches up
    * on its past. Rows the INSERT creates are not visible to the rest of its own statement, hence
-   * the UNION with what it returned.
+   * the UNION with what it returned. With the database's clock (the scheduler learns its offset).
    */
   scheduleEnsure: `
     WITH created AS (
@@ -16,9 +16,9 @@ export const SCHEDULE_SQL = {
       ON CONFLICT (name) DO NOTHING
       RETURNING name, settled_through
     )
-    SELECT name, settled_through FROM created
+    SELECT name, settled_through, statement_timestamp() AS db_now FROM created
     UNION ALL
-    SELECT name, settled_through FROM jobs.schedule WHERE name = ANY($1::text[])`,
+    SELECT name, settled_through, statement_timestamp() FROM jobs.schedule WHERE name = ANY($1::text[])`,
 
   /**
    * A pass over one schedule starts here: its row, locked for the rest of the transaction. SKIP

@@ -162,6 +162,26 @@ describe("the database's clock decides what is due", () => {
     );
     expect(settled.rows[0]!.ahead).toBe(false);
   });
+
+  it('a task whose clock runs 2 minutes behind enqueues a skip occurrence on time: it looks by the database clock too', async () => {
+    // Review: the scheduler decided when to look by the task's own clock, so a task 2 minutes
+    // behind reached every occurrence 2 minutes after its time, and under skip dropped it as missed.
+    const def = schedule('skew-behind', '* * * * * *', 'skip', 'UTC');
+    const behind = task([def]);
+    const wallClock = () => performance.timeOrigin + performance.now(); // not faked below
+    vi.useFakeTimers({ toFake: ['Date'], now: wallClock() - 120_000 });
+    try {
+      await behind.runOnce(); // creates the schedule's row, settled through the database's now
+      await new Promise((resolve) => setTimeout(resolve, 1100)); // the next second's occurrence is due
+      vi.setSystemTime(wallClock() - 120_000);
+      const pass = await behind.runOnce();
+      expect(pass.failed).toEqual([]);
+      expect(pass.fired.length).toBeGreaterThan(0);
+      expect(pass.fired.filter((f) => f.late)).toEqual([]);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
 });
 
 describe('missed occurrences: the platform down over three of them', () => {
