@@ -157,14 +157,16 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
           all: values.all ?? false,
         }),
       );
+      // A job already discarded is as asked (like `jobs cancel` of a cancelled job): exit 0.
+      const failed = r.skipped.some((s) => !s.alreadyDone) ? 1 : 0;
       if (values.json) {
         out(JSON.stringify(r));
-        return r.skipped.length > 0 ? 1 : 0;
+        return failed;
       }
       out(`discarded by ${by}: ${r.jobs.length} dead job(s) (${values.reason!.trim()})`);
       for (const j of r.jobs) out(`  ${j.id}  ${j.type}`);
       for (const l of skippedLines(r.skipped)) out(l);
-      return r.skipped.length > 0 ? 1 : 0;
+      return failed;
     }
 
     default:

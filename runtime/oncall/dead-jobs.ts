@@ -55,6 +55,8 @@ export interface Skipped {
   type: string | null;
   state: JobState | null;
   reason: string;
+  /** The state asked for already holds (a discard of a job already discarded): not a failure. */
+  alreadyDone?: true;
 }
 
 export interface RedriveReport {
@@ -227,7 +229,8 @@ export class DeadJobService {
           ? `job was already discarded by ${r.discarded_by as string}: ${r.discard_reason as string}`
           : 'job is dead but was locked by another operator action; try again',
       };
-      return { id, type: r.type as string, state, reason: reasons[state] };
+      const skipped: Skipped = { id, type: r.type as string, state, reason: reasons[state] };
+      return action === 'discard' && state === 'dead' && r.discarded_at ? { ...skipped, alreadyDone: true } : skipped;
     });
   }
 }

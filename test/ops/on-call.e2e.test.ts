@@ -216,6 +216,10 @@ describe('jobs dead', () => {
     expect((await jobs(['dead', 'discard', doomed])).code).toBe(2);
     const discard = await jobs(['dead', 'discard', doomed, '--reason', 'batch withdrawn by finance', '--by', 'oncall']);
     expect(discard.code).toBe(0);
+    // Run twice (a runbook step repeated): the state asked for holds, so it exits 0 and says so.
+    const again = await jobs(['dead', 'discard', doomed, '--reason', 'batch withdrawn by finance', '--by', 'oncall']);
+    expect(again.code).toBe(0);
+    expect(again.stdout).toMatch(new RegExp(`skipped ${doomed} \\(ledger\\.post\\): job was already discarded by oncall \\(cli\\)`));
     expect((await jobs(['dead', 'list', '--since', '10m'])).stdout).not.toContain(doomed);
     expect((await jobs(['dead', 'list', '--since', '10m', '--discarded'])).stdout).toMatch(
       new RegExp(`${doomed}.*\\[discarded by oncall \\(cli\\): batch withdrawn by finance\\]`),
