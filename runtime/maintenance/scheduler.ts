@@ -16,10 +16,15 @@ import { METRIC } from '../observability/metric-names.ts';
 import type { Metrics } from '../observability/metrics.ts';
 import { MaintenanceLoop } from '../support/maintenance-loop.ts';
 import type { JobClient } from '../store/client.ts';
-import { ScheduleStore, type FiredOccurrence } from '../store/schedules.ts';
+import { type ClockSample, ScheduleStore, type FiredOccurrence } from '../store/schedules.ts';
 
 /** How often a task looks for due occurrences: an occurrence is enqueued at most this late while a task runs. */
 export const DEFAULT_SCHEDULER_INTERVAL_MS = 5000;
+
+/** A sample of the database's clock older than this is taken again (the monotonic clock drifts little). */
+const CLOCK_SAMPLE_MAX_AGE_MS = 10 * 60_000;
+/** The wall clock and the monotonic clock disagreeing by this much since the sample: the wall clock stepped (or the VM paused); sample again. */
+const CLOCK_STEP_MS = 1000;
 
 export interface SchedulerOptions {
   pool: pg.Pool;
@@ -30,8 +35,10 @@ export interface SchedulerOptions {
   /**
    * The time (tests step it through months). Default: the database's clock decides what is due
    * (store/schedules.ts pass), so a task whose clock runs ahead enqueues nothing early; and the
-   * system clock corrected by the database's offset (sampled at each pass) says when to look, so
-   * a task whose clock runs behind does not reach an occurrence late (under `skip`, not at all).
+   * database's clock, as last sampled and carried forward on the monotonic clock, says when to
+   * look, so a task whose own clock runs behind (or steps) does not reach an occurrence late
+   * (under `skip`, not at all). Sampled by every pass that opens a transaction, and on its own
+   * when the last sample is CLOCK_SAMPLE_MAX_AGE_MS old or the wall clock has stepped since.
    */
   clock?: () => Date;
   intervalMs?: number;
@@ -57,12 +64,13 @@ export class Scheduler {
   private readonly nextDue = new Map<string, Date | null>();
   /** Each schedule's due occurrence that a pass tried in its time and failed (a failover): `skip` still runs it. */
   private readonly triedInTime = new Map<string, Date>();
-  /** The database's clock minus the system's, from the last sample (store/schedules.ts ClockSample). */
-  private dbClockOffsetMs = 0;
+  /** The last sample of the database's clock (store/schedules.ts ClockSample), and the wall clock then. */
+  private dbClock: { dbMs: number; perfMs: number; wallMs: number } | undefined;
 
   constructor(private readonly opts: SchedulerOptions) {
     this.store = new ScheduleStore(opts.pool, opts.client);
-    this.clock = opts.clock ?? (() => new Date(Date.now() + this.dbClockOffsetMs));
+    this.clock =
+      opts.clock ?? (() => (this.dbClock ? new Date(this.dbClock.dbMs + performance.now() - this.dbClock.perfMs) : new Date()));
     const interval = opts.intervalMs ?? DEFAULT_SCHEDULER_INTERVAL_MS;
     // The first pass soon after start: it creates the rows of new schedules and catches up.
     this.loop = new MaintenanceLoop('scheduler', () => this.pass(), opts.log, interval, Math.min(interval, 1000));
@@ -81,11 +89,23 @@ export class Scheduler {
     return this.loop.runOnce();
   }
 
-  private sampled(s: { dbClockOffsetMs?: number }): void {
-    if (s.dbClockOffsetMs !== undefined) this.dbClockOffsetMs = s.dbClockOffsetMs;
+  private sampled(s: ClockSample): void {
+    if (s.dbClock) this.dbClock = { ...s.dbClock, wallMs: Date.now() - (performance.now() - s.dbClock.perfMs) };
+  }
+
+  /** A fresh sample when the last is old, or the wall clock stepped since (NTP, a VM paused): both clocks should agree on the time since. */
+  private async resampleIfStale(): Promise<void> {
+    if (this.opts.clock) return;
+    const c = this.dbClock;
+    const sinceMono = c ? performance.now() - c.perfMs : Number.POSITIVE_INFINITY;
+    const sinceWall = c ? Date.now() - c.wallMs : Number.POSITIVE_INFINITY;
+    if (sinceMono < CLOCK_SAMPLE_MAX_AGE_MS && Math.abs(sinceWall - sinceMono) < CLOCK_STEP_MS) return;
+    // Best effort: without a fresh sample the last one (or the system clock) still serves.
+    this.sampled(await this.store.sampleClock().catch(() => ({})));
   }
 
   private async pass(): Promise<SchedulerPass> {
+    if (this.nextDue.size > 0) await this.resampleIfStale();
     let now = this.clock();
     // What the store plans at: the injected clock, or the database's (null).
     const at = this.opts.clock ? now : null;
@@ -102,7 +122,7 @@ export class Scheduler {
           throw err;
         });
       this.sampled(settled);
-      now = this.clock();
+      if (!this.opts.clock) now = this.clock();
       for (const s of this.opts.schedules) this.nextDue.set(s.name, nextOccurrence(s, settled.get(s.name) ?? now));
     }
     for (const def of this.opts.schedules) {

@@ -32,12 +32,13 @@ export interface FiredOccurrence {
 }
 
 /**
- * The database's clock minus this task's (ms), sampled around a statement that returned
- * statement_timestamp(): what the scheduler adds to its own clock to know when to look. Absent
- * when the round trip was too slow for the sample to say much (over a second).
+ * The database's clock read around a statement that returned statement_timestamp(): `dbMs` was
+ * the database's time at `perfMs` of this process's monotonic clock (performance.now(), the
+ * round trip's middle). The scheduler looks by it (its own wall clock may step). Absent when the
+ * round trip was too slow for the sample to say much (over a second).
  */
 export interface ClockSample {
-  dbClockOffsetMs?: number;
+  dbClock?: { dbMs: number; perfMs: number };
 }
 
 export type PassOutcome =
@@ -57,14 +58,14 @@ export type PassOutcome =
 /** The longest round trip whose statement_timestamp() is taken as a sample of the database's clock. */
 const CLOCK_SAMPLE_MAX_RTT_MS = 1000;
 
-/** Runs `statement` and samples the database's clock from its `db_now` (first row). */
+/** Runs `statement` (on a connection already held) and samples the database's clock from its `db_now` (first row). */
 async function sampled<R extends { db_now: Date }>(statement: () => Promise<{ rows: R[] }>): Promise<{ rows: R[] } & ClockSample> {
-  const before = Date.now();
+  const before = performance.now();
   const res = await statement();
-  const after = Date.now();
+  const after = performance.now();
   const dbNow = res.rows[0]?.db_now;
   if (!dbNow || after - before > CLOCK_SAMPLE_MAX_RTT_MS) return res;
-  return Object.assign(res, { dbClockOffsetMs: dbNow.getTime() - (before + after) / 2 });
+  return Object.assign(res, { dbClock: { dbMs: dbNow.getTime(), perfMs: (before + after) / 2 } });
 }
 
 /** A schedule's state as the database has it. */
@@ -87,10 +88,19 @@ export class ScheduleStore {
   ) {}
 
   /** Create the missing rows of `names` (settled through `now`, null: the database's clock); returns every one's settled_through. */
-  async ensure(names: string[], now: Date | null, db: Queryable = this.pool): Promise<Map<string, Date> & ClockSample> {
+  async ensure(names: string[], now: Date | null, db?: Queryable): Promise<Map<string, Date> & ClockSample> {
     if (names.length === 0) return new Map();
+    // On a connection held first, so the clock sample does not count a wait for one.
+    if (!db) return withTransaction(this.pool, (tx) => this.ensure(names, now, tx));
     const res = await sampled(() => runSchedule<{ name: string; settled_through: Date; db_now: Date }>(db, 'scheduleEnsure', [names, now]));
-    return Object.assign(new Map(res.rows.map((r) => [r.name, r.settled_through])), { dbClockOffsetMs: res.dbClockOffsetMs });
+    return Object.assign(new Map(res.rows.map((r) => [r.name, r.settled_through])), { dbClock: res.dbClock });
+  }
+
+  /** A sample of the database's clock alone (the scheduler's, when its last one is old). */
+  async sampleClock(): Promise<ClockSample> {
+    return withTransaction(this.pool, async (tx) => ({
+      dbClock: (await sampled(() => runSchedule<{ db_now: Date }>(tx, 'clockNow', []))).dbClock,
+    }));
   }
 
   /**
@@ -100,7 +110,7 @@ export class ScheduleStore {
    */
   async pass(def: ScheduleDefinition, now: Date | null, triedInTime?: Date): Promise<PassOutcome> {
     return withTransaction(this.pool, async (tx): Promise<PassOutcome> => {
-      const { rows, dbClockOffsetMs } = await sampled(() =>
+      const { rows, dbClock } = await sampled(() =>
         runSchedule<{ settled_through: Date; paused_at: Date | null; db_now: Date }>(tx, 'scheduleLock', [def.name]),
       );
       const row = rows[0];
@@ -110,15 +120,15 @@ export class ScheduleStore {
         await this.ensure([def.name], now, tx);
         return { kind: 'busy' };
       }
-      if (row.paused_at) return { kind: 'paused', settledThrough: row.settled_through, dbClockOffsetMs };
+      if (row.paused_at) return { kind: 'paused', settledThrough: row.settled_through, dbClock };
       const plan = planOccurrences(def, row.settled_through, now ?? row.db_now, undefined, triedInTime);
       if (!plan.through) {
-        return { kind: 'done', fired: [], plan, settledThrough: row.settled_through, afterCommit: async () => {}, dbClockOffsetMs };
+        return { kind: 'done', fired: [], plan, settledThrough: row.settled_through, afterCommit: async () => {}, dbClock };
       }
       const { fired, afterCommit } = await this.fire(tx, def, plan.fire);
       const last = fired.at(-1);
       await runSchedule(tx, 'scheduleSettle', [def.name, plan.through, last?.occurrence.at ?? null, last?.job.id ?? null]);
-      return { kind: 'done', fired, plan, settledThrough: plan.through, afterCommit, dbClockOffsetMs };
+      return { kind: 'done', fired, plan, settledThrough: plan.through, afterCommit, dbClock };
     });
   }
 

@@ -20,6 +20,9 @@ export const SCHEDULE_SQL = {
     UNION ALL
     SELECT name, settled_through, statement_timestamp() FROM jobs.schedule WHERE name = ANY($1::text[])`,
 
+  /** The database's clock, for the scheduler's sample (store/schedules.ts ClockSample). */
+  clockNow: `SELECT statement_timestamp() AS db_now`,
+
   /**
    * A pass over one schedule starts here: its row, locked for the rest of the transaction. SKIP
    * LOCKED: another task holding it is planning the same occurrences right now, so this one leaves

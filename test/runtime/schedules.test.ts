@@ -182,6 +182,27 @@ describe("the database's clock decides what is due", () => {
       vi.useRealTimers();
     }
   });
+
+  it('a task whose clock steps 2 minutes back after it started (NTP) still enqueues a skip occurrence on time', async () => {
+    // Review: a sampled offset goes stale when the wall clock steps after the sample, and a
+    // daily schedule samples once a day; the scheduler carries the database's time forward on
+    // the monotonic clock instead, and samples again when the two clocks disagree.
+    const def = schedule('skew-step', '* * * * * *', 'skip', 'UTC');
+    const stepping = task([def]);
+    await stepping.runOnce(); // the row, and a sample taken with a correct clock
+    const wallClock = () => performance.timeOrigin + performance.now();
+    vi.useFakeTimers({ toFake: ['Date'], now: wallClock() - 120_000 });
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 1100));
+      vi.setSystemTime(wallClock() - 120_000);
+      const pass = await stepping.runOnce();
+      expect(pass.failed).toEqual([]);
+      expect(pass.fired.length).toBeGreaterThan(0);
+      expect(pass.fired.filter((f) => f.late)).toEqual([]);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
 });
 
 describe('missed occurrences: the platform down over three of them', () => {
