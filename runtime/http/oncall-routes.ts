@@ -332,7 +332,8 @@ export class OpsRoutes {
       status: 409,
       body: {
         error: {
-          code: why.state === 'dead' ? 'already_discarded' : 'job_not_dead',
+          // already_discarded: the state asked for holds (the CLI exits 0); discard_skipped: another operator action held it, try again.
+          code: why.alreadyDone ? 'already_discarded' : why.state === 'dead' ? 'discard_skipped' : 'job_not_dead',
           message: `job ${jobId} was not discarded: ${why.reason}`,
         },
       },
