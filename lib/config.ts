@@ -12,6 +12,7 @@ import {
   ConfigError,
   DEFAULT_JOB_TIMINGS,
   MAX_PREFETCH,
+  MAX_WAITING_MESSAGE_AGE_SECONDS,
   workerConnections,
   type JobTimings,
   type RuleViolation,
@@ -126,7 +127,11 @@ export interface WorkerConfig extends ServiceSizing {
 export interface AlarmConfig {
   /** E-mail addresses subscribed to the on-call topic (each confirms by mail once). */
   emails: string[];
-  /** The job queue's oldest message older than this alarms. Includes running jobs (their message stays until they finish), so keep it above the longest job. */
+  /**
+   * The job queue's oldest message older than this alarms. Includes running jobs (their message
+   * stays until they finish) and their waits: at least the longest job + stuckJobs.pendingSeconds
+   * + 30 min (checked: queueAgeBelowJobRuns).
+   */
   queueOldestMessageAgeSeconds: number;
   /** A dead letter older than this alarms: nobody has triaged the DLQ. */
   deadLetterOldestMessageAgeSeconds: number;
@@ -270,7 +275,8 @@ const dev: EnvironmentConfig = {
   },
   alarms: {
     emails: [],
-    queueOldestMessageAgeSeconds: 3_600,
+    // A healthy hour-long job's message reaches 6,300 s (queueAgeBelowJobRuns): less would page.
+    queueOldestMessageAgeSeconds: 2 * 3_600,
     deadLetterOldestMessageAgeSeconds: 3 * 86_400,
     leasesLostPer15Minutes: 5,
     jobsDeadLetteredPer5Minutes: 5,
@@ -574,9 +580,7 @@ export function checkEnvironment(c: EnvironmentConfig): RuleViolation[] {
       });
     }
   }
-  if (c.alarms.queueOldestMessageAgeSeconds < c.alarms.stuckJobs.runningSeconds) {
-    out.push(...queueAgeBelowJobRuns(c, [{ type: '(any type without expectedMaxSeconds)' }]));
-  }
+  out.push(...queueAgeBelowJobRuns(c, [{ type: '(any without expectedMaxSeconds)' }]));
   out.push(...retentionViolations(c.jobRetention, (key) => `jobRetention.${key}`));
   if (c.worker.backlogPerTaskTarget <= 0) {
     out.push({ rule: 'worker-backlog-target', message: `worker.backlogPerTaskTarget = ${c.worker.backlogPerTaskTarget} must be positive` });
@@ -600,28 +604,33 @@ export function checkEnvironment(c: EnvironmentConfig): RuleViolation[] {
 }
 
 /**
- * The job types whose healthy run outlasts the queue-age alarms: a running job keeps its SQS
- * message (the heartbeat extends its visibility), so ApproximateAgeOfOldestMessage counts its run,
- * and such a type would page on-call at every healthy run. A type runs healthily up to its
- * `expectedMaxSeconds`, else the stuck threshold. lib/ does not load the handlers (the
- * architecture test), so the registered types are checked by test/cdk/config.test.ts through this.
+ * The job types whose healthy job can outlast the queue-age alarms. SQS's oldest-message age
+ * counts a message from its sending, and a healthy job's message lives through: its wait to be
+ * due (a delay or hide of at most MAX_WAITING_MESSAGE_AGE_SECONDS, while younger than that: at
+ * most twice it; an older one is replaced by a fresh message), its wait for a worker (up to
+ * alarms.stuckJobs.pendingSeconds, past which *jobs stuck* pages) and its run (the heartbeat keeps
+ * the message in flight), up to the type's `expectedMaxSeconds`, else the stuck threshold. An
+ * alarm below that sum would page on-call for healthy work. lib/ does not load the handlers (the
+ * architecture test), so test/cdk/config.test.ts checks the registered types through this.
  */
 export function queueAgeBelowJobRuns(
   c: Pick<EnvironmentConfig, 'envName' | 'alarms'>,
   types: readonly { type: string; expectedMaxSeconds?: number }[],
 ): RuleViolation[] {
   const limit = c.alarms.queueOldestMessageAgeSeconds;
+  const waits = 2 * MAX_WAITING_MESSAGE_AGE_SECONDS + c.alarms.stuckJobs.pendingSeconds;
   return types.flatMap((t) => {
     const run = t.expectedMaxSeconds ?? c.alarms.stuckJobs.runningSeconds;
-    if (run <= limit) return [];
+    if (run + waits <= limit) return [];
     const from = t.expectedMaxSeconds === undefined ? `alarms.stuckJobs.runningSeconds = ${run}` : `expectedMaxSeconds = ${run}`;
     return [
       {
         rule: 'queue-age-alarm-above-longest-job',
         message:
-          `${c.envName}: job type ${t.type} runs healthily up to ${run} s (${from}) but alarms.queueOldestMessageAgeSeconds = ${limit}: ` +
-          `a running job keeps its message in the queue, so every healthy run past ${limit} s would page on-call (job queue oldest message age); ` +
-          `raise alarms.queueOldestMessageAgeSeconds to at least ${run} in lib/config.ts or lower the expected run`,
+          `${c.envName}: a healthy job of type ${t.type} keeps its SQS message up to ${run + waits} s — its run (${from}), its wait for a worker ` +
+          `(alarms.stuckJobs.pendingSeconds = ${c.alarms.stuckJobs.pendingSeconds}) and its wait to be due (at most ${2 * MAX_WAITING_MESSAGE_AGE_SECONDS}) — ` +
+          `but alarms.queueOldestMessageAgeSeconds = ${limit}, so healthy work would page on-call (job queue oldest message age); ` +
+          `raise alarms.queueOldestMessageAgeSeconds to at least ${run + waits} in lib/config.ts or lower the expected run`,
       },
     ];
   });

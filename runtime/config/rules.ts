@@ -225,3 +225,13 @@ export const MAINTENANCE_QUERY_TIMEOUT_MS = 60_000;
 export function workerConnections(concurrency: number): number {
   return workerPoolSize(concurrency) + WORKER_MAINTENANCE_CONNECTIONS;
 }
+
+/**
+ * A message older than this is not hidden again to wait for its job's time (a future run_at, a
+ * retry's backoff): a fresh message replaces it. SQS's oldest-message age (the queue-age alarm)
+ * counts a message from its sending across every receive and hide, so without this a job due in
+ * hours, or a long job's retry, would make a healthy queue look hours behind. With it, a message
+ * waits at most twice this before its job is due (a delay or a hide of at most this, when younger
+ * than this): lib/config.ts checks the alarm against it.
+ */
+export const MAX_WAITING_MESSAGE_AGE_SECONDS = 900; // SQS's longest message delay (queue/types.ts SQS_MAX_DELAY_SECONDS)

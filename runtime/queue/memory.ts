@@ -156,7 +156,14 @@ export class MemoryQueue implements JobQueue {
       this.messages.set(m.messageId, m);
       this.byReceipt.set(m.receipt, m.messageId);
       m.visibleAt = now + this.opts.visibilityTimeoutSeconds * 1000;
-      out.push({ messageId: m.messageId, receipt: m.receipt, body: m.body, receiveCount: m.receiveCount, attributes: { ...m.attributes } });
+      out.push({
+        messageId: m.messageId,
+        receipt: m.receipt,
+        body: m.body,
+        receiveCount: m.receiveCount,
+        attributes: { ...m.attributes },
+        sentAt: m.sentAt,
+      });
     }
     return out;
   }

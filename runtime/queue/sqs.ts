@@ -154,6 +154,7 @@ export class SqsQueue implements JobQueue {
         body: m.Body ?? '',
         receiveCount: Number(m.Attributes?.ApproximateReceiveCount ?? 1),
         attributes: Object.fromEntries(Object.entries(m.MessageAttributes ?? {}).map(([k, v]) => [k, v.StringValue ?? ''])),
+        ...(m.Attributes?.SentTimestamp ? { sentAt: Number(m.Attributes.SentTimestamp) } : {}),
       }));
     } catch (err) {
       if (signal?.aborted) return [];

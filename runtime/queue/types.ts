@@ -33,6 +33,11 @@ export interface ReceivedMessage {
   /** How many times SQS has delivered this message, this delivery included. */
   receiveCount: number;
   attributes: Record<string, string>;
+  /**
+   * When it was sent (ms since the epoch, the queue's clock; SQS's SentTimestamp), if the queue
+   * says. A queue's oldest-message age counts from here, across every receive.
+   */
+  sentAt?: number;
   /** The lane whose queue it came from, when received through LaneQueues. */
   lane?: Lane;
 }
@@ -65,6 +70,11 @@ export interface JobQueue {
 export const SQS_BATCH_LIMIT = 10;
 /** SQS's limit on DelaySeconds. */
 export const SQS_MAX_DELAY_SECONDS = 900;
+
+/** How old `m` is (s) by this process's clock; 0 when the queue did not say. */
+export function messageAgeSeconds(m: Pick<ReceivedMessage, 'sentAt'>, now = Date.now()): number {
+  return m.sentAt === undefined ? 0 : Math.max(0, (now - m.sentAt) / 1000);
+}
 
 export function chunk<T>(items: readonly T[], size: number): T[][] {
   const out: T[][] = [];

@@ -9,6 +9,8 @@ import { errorToJson } from '../domain/errors.ts';
 import { attemptsUsed, type Job, type Progress } from '../domain/job.ts';
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import { METRIC } from '../observability/metric-names.ts';
+import { MAX_WAITING_MESSAGE_AGE_SECONDS } from '../config/rules.ts';
+import { messageAgeSeconds } from '../queue/types.ts';
 import type { LeaseToken } from '../store/job-store.ts';
 import { Batcher } from './batcher.ts';
 import type { DeadLetters } from './dead-letter.ts';
@@ -113,15 +115,23 @@ export class Completer {
   /**
    * The job's next try rides on its message, hidden `seconds` — unless SQS would dead-letter it at
    * its next receive (a job may allow more attempts than the queue's maxReceiveCount, and
-   * duplicates spend receives too): then a fresh message (receive count 0), due at `runAfter`, is
-   * queued through the outbox and this one deleted. A receipt that no longer works gets one too.
+   * duplicates spend receives too), or the message is older than MAX_WAITING_MESSAGE_AGE_SECONDS
+   * (a long attempt: the queue-age alarm counts its run) or the wait is longer: then a fresh
+   * message (receive count 0), due at `runAfter`, is queued through the outbox and this one
+   * deleted. A receipt that no longer works gets one too.
    */
   private async hideFor(h: Held, seconds: number, runAfter: Date): Promise<void> {
     const nearRedrive = h.message.receiveCount >= this.ctx.opts.timings.maxReceiveCount - 1;
-    if (nearRedrive && !h.receiptStale) {
-      if (await this.messages.republish([h.job.id], runAfter))
-        this.messages.delete(h.message, 'replaced by a fresh message before SQS would redrive it');
-      return;
+    const old = messageAgeSeconds(h.message) > MAX_WAITING_MESSAGE_AGE_SECONDS || seconds > MAX_WAITING_MESSAGE_AGE_SECONDS;
+    if ((nearRedrive || old) && !h.receiptStale) {
+      if (await this.messages.republish([h.job.id], runAfter)) {
+        const why = nearRedrive
+          ? 'replaced by a fresh message before SQS would redrive it'
+          : 'replaced by a fresh message: too old to wait again';
+        this.messages.delete(h.message, why);
+        return;
+      }
+      if (nearRedrive) return; // as before: left in flight, it returns when its visibility runs out
     }
     const failures = h.receiptStale ? [{ stale: true }] : await this.messages.changeVisibility([{ receipt: h.message.receipt, seconds }]);
     if (failures.length > 0) await this.messages.republish([h.job.id], runAfter);

@@ -5,14 +5,14 @@
 // re-published, retried shortly, reclaimed after the lease, or dead-lettered. While the database
 // is unreachable it receives nothing and hands back what it held but did not start.
 
-import { SQS_MAX_VISIBILITY_SECONDS } from '../config/rules.ts';
 import type { Job } from '../domain/job.ts';
 import { settleMessage } from '../domain/settlement.ts';
 import { isQueryReadTimeout } from '../db/pool.ts';
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import { METRIC } from '../observability/metric-names.ts';
 import { jobMessageBody, parseJobMessage } from '../queue/message.ts';
-import { SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type ReceivedMessage } from '../queue/types.ts';
+import { MAX_WAITING_MESSAGE_AGE_SECONDS } from '../config/rules.ts';
+import { messageAgeSeconds, SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type ReceivedMessage } from '../queue/types.ts';
 import type { ClaimedJob } from '../store/job-store.ts';
 import type { DeadLetters } from './dead-letter.ts';
 import { sleep, type WorkerContext } from './held.ts';
@@ -349,15 +349,17 @@ export class Fetcher {
   }
 
   /**
-   * Hide a message until its job is due. SQS limits: a visibility change of at most 12 h, and
-   * each early arrival costs a receive against maxReceiveCount. When the wait does not fit, or
-   * the message is near its receive limit, send a fresh message (receive count 0) and delete
-   * this one — in that order, so a failure leaves the old message in place.
+   * Hide a message until its job is due. Each early arrival costs a receive against
+   * maxReceiveCount, and the queue-age alarm counts a message's age across its hides
+   * (MAX_WAITING_MESSAGE_AGE_SECONDS). When the wait is longer than that age, the message is
+   * older than it, or near its receive limit, send a fresh message (receive count 0, delayed at
+   * most 15 min: a job due in hours comes back every 15 min, one receive, send and delete each
+   * time) and delete this one — in that order, so a failure leaves the old message in place.
    */
   private async hideUntil(m: ReceivedMessage, job: Job, seconds: number): Promise<void> {
-    const limit = SQS_MAX_VISIBILITY_SECONDS - 60;
     const nearRedrive = m.receiveCount >= this.ctx.opts.timings.maxReceiveCount - 1;
-    if (seconds <= limit && !nearRedrive) {
+    const longWait = seconds > MAX_WAITING_MESSAGE_AGE_SECONDS || messageAgeSeconds(m) > MAX_WAITING_MESSAGE_AGE_SECONDS;
+    if (!longWait && !nearRedrive) {
       const [failure] = await this.messages.changeVisibility([{ receipt: m.receipt, seconds }]);
       if (!failure) return;
     }

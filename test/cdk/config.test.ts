@@ -209,28 +209,29 @@ describe('stuck jobs', () => {
 });
 
 describe('the queue-age alarms and the longest healthy job', () => {
-  // A running job keeps its SQS message, so the job queue's oldest-message alarm counts its run:
-  // a type that may run longer than the threshold would page on-call at every healthy run.
+  // A running job keeps its SQS message, so the job queue's oldest-message alarm counts its run
+  // and its waits: a type that may run longer than the threshold allows would page on-call at
+  // every healthy run.
   it.each(ENVIRONMENT_NAMES)("%s: every registered job type's healthy run fits under alarms.queueOldestMessageAgeSeconds", (name) => {
     expect(queueAgeBelowJobRuns(ENVIRONMENTS[name], JOB_DEFINITIONS).map((v) => v.message)).toEqual([]);
   });
 
-  it('names the type, its expected run, the threshold and the fix for a type that would page at every run', () => {
+  it('names the type, what its message lives through, the threshold and the fix for a type that would page at every run', () => {
     const fourHourCosting = [{ type: 'inventory.cost-full', expectedMaxSeconds: 4 * 3600 }, { type: 'ledger.post' }];
     expect(queueAgeBelowJobRuns(ENVIRONMENTS.prod, fourHourCosting)).toEqual([
       {
         rule: 'queue-age-alarm-above-longest-job',
         message: expect.stringMatching(
-          /^prod: job type inventory\.cost-full runs healthily up to 14400 s \(expectedMaxSeconds = 14400\) but alarms\.queueOldestMessageAgeSeconds = 7200: .*every healthy run past 7200 s would page on-call .*raise alarms\.queueOldestMessageAgeSeconds to at least 14400 in lib\/config\.ts/,
+          /^prod: a healthy job of type inventory\.cost-full keeps its SQS message up to 17100 s — its run \(expectedMaxSeconds = 14400\), its wait for a worker \(alarms\.stuckJobs\.pendingSeconds = 900\) and its wait to be due \(at most 1800\) — but alarms\.queueOldestMessageAgeSeconds = 7200, .*raise alarms\.queueOldestMessageAgeSeconds to at least 17100 in lib\/config\.ts/,
         ),
       },
     ]);
   });
 
-  it('fails synth when the stuck threshold (the healthy run of a type without expectedMaxSeconds) outlasts the alarm', () => {
-    const broken = withChanges('dev', (c) => (c.alarms.stuckJobs.runningSeconds = 2 * c.alarms.queueOldestMessageAgeSeconds));
+  it('fails synth when the stuck threshold (the healthy run of a type without expectedMaxSeconds) and the waits outlast the alarm', () => {
+    const broken = withChanges('dev', (c) => (c.alarms.stuckJobs.runningSeconds = c.alarms.queueOldestMessageAgeSeconds));
     expect(() => resolveConfig('dev', { dev: broken })).toThrow(
-      /\[queue-age-alarm-above-longest-job\] dev: job type \(any type without expectedMaxSeconds\) runs healthily up to 7200 s \(alarms\.stuckJobs\.runningSeconds = 7200\) but alarms\.queueOldestMessageAgeSeconds = 3600/,
+      /\[queue-age-alarm-above-longest-job\] dev: a healthy job of type \(any without expectedMaxSeconds\) keeps its SQS message up to 9900 s — its run \(alarms\.stuckJobs\.runningSeconds = 7200\).* but alarms\.queueOldestMessageAgeSeconds = 7200/,
     );
   });
 });

@@ -23,7 +23,8 @@ async function drain(queue: SqsQueue) {
 }
 
 describe('SqsQueue on a local SQS endpoint', () => {
-  it('sends in batches of 10 and receives up to 10 at a time with attributes and receive counts', async () => {
+  it('sends in batches of 10 and receives up to 10 at a time with attributes, receive counts and when each was sent', async () => {
+    const before = Date.now();
     await q.send(Array.from({ length: 23 }, (_, i) => ({ body: `m${i}`, attributes: { Reason: 'test', Index: String(i) } })));
     const seen: string[] = [];
     for (let i = 0; i < 5 && seen.length < 23; i++) {
@@ -32,6 +33,9 @@ describe('SqsQueue on a local SQS endpoint', () => {
       for (const m of got) {
         expect(m.receiveCount).toBe(1);
         expect(m.attributes.Reason).toBe('test');
+        // SentTimestamp: the worker replaces a message too old to wait again (the queue-age alarm).
+        expect(m.sentAt).toBeGreaterThanOrEqual(before - 5000);
+        expect(m.sentAt).toBeLessThanOrEqual(Date.now() + 5000);
       }
       seen.push(...got.map((m) => m.body));
       expect(await q.delete(got.map((m) => m.receipt))).toEqual([]);

@@ -101,6 +101,21 @@ describe('completer: failure', () => {
     expect(p.queue.peek().every((m) => m.receiveCount === 0)).toBe(true);
   });
 
+  it('a retry of a long attempt (its message 50 min old): a fresh message through the outbox, so the queue-age alarm does not count the attempts before', async () => {
+    // Review: the retry rode on the same message, whose age (SQS counts it from its sending) then
+    // held every earlier attempt's run and backoff: a long job's third attempt paged on-call.
+    const h = await ledger('C-LONG', 5);
+    h.message = { ...h.message, sentAt: Date.now() - 50 * 60_000 };
+    const vis = vi.spyOn(p.queue, 'changeVisibility');
+    const publish = vi.spyOn(u.ctx.opts.publisher, 'publish');
+    await u.completer.fail(h, new Error('lock timeout'), false, silentLogger);
+    expect(vis).not.toHaveBeenCalled();
+    expect(publish).toHaveBeenCalledWith([expect.objectContaining({ jobId: h.job.id, runAfter: expect.any(Date) })]);
+    await u.messages.drain();
+    expect(p.queue.peek()).toEqual([expect.objectContaining({ receiveCount: 0 })]);
+    expect(await state(h.job.id)).toMatchObject({ state: 'pending', lastError: { message: 'lock timeout' } });
+  });
+
   it('a failure after another worker reclaimed the job is a lost lease: nothing written', async () => {
     const h = await ledger('C-ZOMBIE', 5);
     await setLease(p, h.job.id, -1);

@@ -82,6 +82,32 @@ describe('fetcher: settling a message whose job it could not claim, by the job r
     expect(seconds).toBeLessThanOrEqual(121);
   });
 
+  it('a pending job due in 2 hours: a fresh message delayed 15 min replaces it, so no waiting message grows older than the queue-age alarm allows', async () => {
+    // Review: the message was hidden up to 12 h, and SQS's oldest-message age (the queue-age alarm,
+    // 2 h in prod) counts a message from its sending: every job enqueued for tonight paged on-call.
+    const job = await enqueue('F-TONIGHT', { runAt: new Date(Date.now() + 2 * 3_600_000) });
+    await p.queue.send([{ body: jobMessageBody(job.id, 'ledger.post') }]);
+    const spy = visibility();
+    const send = vi.spyOn(p.queue, 'send');
+    await u.fetcher.handleBatch([await receiveFor(p, job.id)]);
+    expect(spy).not.toHaveBeenCalled();
+    expect(send).toHaveBeenCalledWith([{ body: jobMessageBody(job.id, 'ledger.post'), delaySeconds: 900, lane: 'bulk' }]);
+    await u.messages.drain();
+    expect(p.queue.peek().every((x) => x.receiveCount === 0)).toBe(true); // the received one deleted
+  });
+
+  it('a pending job due in a minute whose message is already 20 min old: replaced by a fresh one, not hidden again', async () => {
+    const job = await enqueue('F-OLD', { runAt: new Date(Date.now() + 60_000) });
+    await p.queue.send([{ body: jobMessageBody(job.id, 'ledger.post') }]);
+    const m = await receiveFor(p, job.id);
+    const spy = visibility();
+    const send = vi.spyOn(p.queue, 'send');
+    await u.fetcher.handleBatch([{ ...m, sentAt: Date.now() - 20 * 60_000 }]);
+    expect(spy).not.toHaveBeenCalled();
+    expect(send).toHaveBeenCalledWith([{ body: jobMessageBody(job.id, 'ledger.post'), delaySeconds: expect.any(Number), lane: 'bulk' }]);
+    expect(send.mock.calls[0]![0][0]!.delaySeconds).toBeLessThanOrEqual(61);
+  });
+
   it('a pending job near its receive limit: re-published as a fresh message, the old one deleted', async () => {
     const job = await enqueue('F-NEAR', { runAt: new Date(Date.now() + 60_000) });
     await p.queue.send([{ body: jobMessageBody(job.id, 'ledger.post') }]);
