@@ -69,8 +69,7 @@ export class Scheduler {
 
   constructor(private readonly opts: SchedulerOptions) {
     this.store = new ScheduleStore(opts.pool, opts.client);
-    this.clock =
-      opts.clock ?? (() => (this.dbClock ? new Date(this.dbClock.dbMs + performance.now() - this.dbClock.perfMs) : new Date()));
+    this.clock = opts.clock ?? (() => (this.dbClock ? new Date(this.dbClock.dbMs + performance.now() - this.dbClock.perfMs) : new Date()));
     const interval = opts.intervalMs ?? DEFAULT_SCHEDULER_INTERVAL_MS;
     // The first pass soon after start: it creates the rows of new schedules and catches up.
     this.loop = new MaintenanceLoop('scheduler', () => this.pass(), opts.log, interval, Math.min(interval, 1000));
