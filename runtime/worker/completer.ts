@@ -180,8 +180,8 @@ export class Completer {
 
   /**
    * Hand claimed jobs back (fenced release in the database, then their messages visible at once,
-   * or re-published when a receipt no longer works); returns the ids released. Throws when the
-   * database could not be asked (nothing was released then).
+   * or re-published when a receipt no longer works or the message is old: QueueMessages.showNow);
+   * returns the ids released. Throws when the database could not be asked (nothing was released then).
    */
   async handBack(jobs: Held[], reason: string, detail: string): Promise<Set<string>> {
     const { ctx } = this;
@@ -190,10 +190,7 @@ export class Completer {
       reason,
     );
     const mine = jobs.filter((h) => released.has(h.job.id));
-    const visible = mine.filter((h) => !h.receiptStale);
-    const failures = await this.messages.changeVisibility(visible.map((h) => ({ receipt: h.message.receipt, seconds: 0 })));
-    const republish = mine.filter((h) => h.receiptStale || failures.some((f) => f.receipt === h.message.receipt));
-    await this.messages.republish(republish.map((h) => h.job.id));
+    await this.messages.showNow(mine);
     for (const h of mine) {
       ctx.log.info({ jobId: h.job.id, type: h.job.type, attempt: h.token.attempt, why: detail }, 'job released');
       ctx.emit('released', h.job, detail);

@@ -157,8 +157,7 @@ export class Heartbeat {
         fenced.map((h) => h.token),
         0,
       );
-      const live = fenced.filter((h) => !h.receiptStale);
-      if (live.length > 0) await this.messages.changeVisibility(live.map((h) => ({ receipt: h.message.receipt, seconds: 0 })));
+      await this.messages.showNow(fenced);
     } catch (err) {
       ctx.log.debug({ err, jobs: fenced.length }, 'could not end the leases this worker gave up; they run out by themselves');
     }

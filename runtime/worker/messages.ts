@@ -2,7 +2,8 @@
 // in batches of ten, and the durable re-publish through the outbox for a job whose message could
 // not be repositioned.
 
-import { chunk, SQS_BATCH_LIMIT, type EntryFailure, type ReceivedMessage } from '../queue/types.ts';
+import { MAX_WAITING_MESSAGE_AGE_SECONDS } from '../config/rules.ts';
+import { chunk, messageAgeSeconds, SQS_BATCH_LIMIT, type EntryFailure, type ReceivedMessage } from '../queue/types.ts';
 import { Batcher } from './batcher.ts';
 import { outboxInsert } from '../store/outbox.ts';
 import type { Held, WorkerContext } from './held.ts';
@@ -77,6 +78,24 @@ export class QueueMessages {
       this.ctx.log.error({ err, jobIds }, 're-publish failed; the rescuer or the returning message will pick the jobs up');
       return false;
     }
+  }
+
+  /**
+   * Make the jobs of `held` claimable again now (released, or their lease ended): each message
+   * visible at once, or, when the message is older than MAX_WAITING_MESSAGE_AGE_SECONDS (a long
+   * part-run: the queue-age alarm would count it into the next run too) or its receipt no longer
+   * works, a fresh message through the outbox (the old one deleted). An old message whose
+   * re-publish fails is made visible as before.
+   */
+  async showNow(held: Held[]): Promise<void> {
+    const old = held.filter((h) => !h.receiptStale && messageAgeSeconds(h.message) > MAX_WAITING_MESSAGE_AGE_SECONDS);
+    const stale = held.filter((h) => h.receiptStale);
+    const replaced = old.length > 0 && (await this.republish(old.map((h) => h.job.id)));
+    if (replaced) for (const h of old) this.delete(h.message, 'replaced by a fresh message: too old to run again on', h);
+    const visible = held.filter((h) => !h.receiptStale && (!replaced || !old.includes(h)));
+    const failures = await this.changeVisibility(visible.map((h) => ({ receipt: h.message.receipt, seconds: 0 })));
+    const again = [...stale, ...visible.filter((h) => failures.some((f) => f.receipt === h.message.receipt))];
+    await this.republish(again.map((h) => h.job.id));
   }
 
   /** Send the deletes still queued. */

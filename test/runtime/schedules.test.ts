@@ -190,12 +190,15 @@ describe("the database's clock decides what is due", () => {
     const def = schedule('skew-step', '* * * * * *', 'skip', 'UTC');
     const stepping = task([def]);
     await stepping.runOnce(); // the row, and a sample taken with a correct clock
+    const resampled = vi.spyOn(ScheduleStore.prototype, 'sampleClock');
     const wallClock = () => performance.timeOrigin + performance.now();
     vi.useFakeTimers({ toFake: ['Date'], now: wallClock() - 120_000 });
     try {
       await new Promise((resolve) => setTimeout(resolve, 1100));
       vi.setSystemTime(wallClock() - 120_000);
       const pass = await stepping.runOnce();
+      expect(resampled).toHaveBeenCalledTimes(1); // the wall clock stepped: a fresh sample
+      resampled.mockRestore();
       expect(pass.failed).toEqual([]);
       expect(pass.fired.length).toBeGreaterThan(0);
       expect(pass.fired.filter((f) => f.late)).toEqual([]);

@@ -148,4 +148,19 @@ describe('completer: release', () => {
     await u.completer.release([h]);
     expect(publish).toHaveBeenCalledWith([expect.objectContaining({ jobId: h.job.id })]);
   });
+
+  it('a released job whose message is 50 min old (a long part-run) gets a fresh message, so its next run does not age it further', async () => {
+    // Review: released on a deploy 50 min into an hour-long run, the job ran again on the same
+    // message, and the queue-age alarm (2 h) counted both runs.
+    const h = await ledger('C-REL-OLD');
+    h.message = { ...h.message, sentAt: Date.now() - 50 * 60_000 };
+    const vis = vi.spyOn(p.queue, 'changeVisibility');
+    const publish = vi.spyOn(u.ctx.opts.publisher, 'publish');
+    await u.completer.release([h]);
+    expect(vis).not.toHaveBeenCalledWith([expect.objectContaining({ receipt: h.message.receipt })]);
+    expect(publish).toHaveBeenCalledWith([expect.objectContaining({ jobId: h.job.id })]);
+    await u.messages.drain();
+    expect(p.queue.peek()).toEqual([expect.objectContaining({ receiveCount: 0 })]);
+    expect(await state(h.job.id)).toMatchObject({ state: 'pending', releases: 1 });
+  });
 });
