@@ -15,8 +15,13 @@ import { DEAD, DEAD_FILTER, JOB } from '../store/sql-fragments.ts';
  * Stuck jobs, as one relation: running past the type's expected maximum ($1 types, $2 seconds;
  * $3 for types without one), pending and due for longer than $4 seconds, or running with a lease
  * that expired more than $4 seconds ago (nobody reclaimed it: no worker, or the rescuer is down).
+ * A job blocked behind its concurrency key or its type's limit is waiting, not stuck, while
+ * something holds them (an unblocked active job of its key, a job holding one of its type's
+ * slots): a month end queues a company's postings behind each other for hours, and those holders
+ * are judged themselves. Blocked with nothing holding either, it is stuck (a wake that never came).
  * Both branches read active jobs only (`finished_at IS NULL`, the job_active index), never the
- * finished ones that make up most of the table.
+ * finished ones that make up most of the table; the holders through job_key_unblocked and
+ * job_type_slot.
  */
 const STUCK = `
     WITH expected AS (
@@ -34,6 +39,10 @@ const STUCK = `
       SELECT ${JOB('j')}, $4::float8 AS limit_seconds, 'pending-too-long' AS reason, j.run_after AS since
         FROM jobs.job j
        WHERE j.finished_at IS NULL AND j.state = 'pending' AND j.run_after < statement_timestamp() - $4::float8 * interval '1 second'
+         AND NOT (j.blocked_since IS NOT NULL AND (
+               EXISTS (SELECT 1 FROM jobs.job o
+                        WHERE o.concurrency_key = j.concurrency_key AND o.finished_at IS NULL AND o.blocked_since IS NULL)
+            OR EXISTS (SELECT 1 FROM jobs.job o WHERE o.type = j.type AND o.type_slot)))
     ), stuck AS (
       SELECT * FROM running UNION ALL SELECT * FROM pending
     )`;

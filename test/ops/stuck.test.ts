@@ -117,6 +117,32 @@ describe('stuck jobs', () => {
     });
   });
 
+  it('a job blocked behind its key or its type limit waits while something holds them; with nothing holding either, it is stuck', async () => {
+    // Review: a month end queues a company's postings behind their key for hours, and every one
+    // blocked past the pending threshold paged *jobs stuck* although its key's holder was running.
+    const [holder] = await p.client.enqueueNow({ type: 'report.plain', payload: {}, concurrencyKey: 'company-7' });
+    const [waiting] = await p.client.enqueueNow({ type: 'report.plain', payload: {}, concurrencyKey: 'company-7' });
+    const [slotWaiter] = await p.client.enqueueNow({ type: 'report.quick', payload: {} });
+    const [slotHolder] = await p.client.enqueueNow({ type: 'report.quick', payload: {} });
+    const block =
+      "UPDATE jobs.job SET blocked_since = now() - interval '20 minutes', run_after = now() - interval '20 minutes' WHERE id = $1";
+    await p.db.pool.query(block, [waiting!.job.id]);
+    await p.db.pool.query(block, [slotWaiter!.job.id]);
+    await p.db.pool.query(
+      "UPDATE jobs.job SET state = 'running', type_slot = true, lease_owner = 'worker-s', lease_expires_at = now() + interval '30 seconds', claimed_at = now() WHERE id = $1",
+      [slotHolder!.job.id],
+    );
+    expect(ids(await findStuckJobs(p.db.pool, registry, T))).toEqual([]);
+    // The holders end and no wake comes (a lost wake): now they are stuck.
+    await p.db.pool.query(
+      "UPDATE jobs.job SET state = 'succeeded', finished_at = now(), type_slot = false, lease_owner = NULL, lease_expires_at = NULL WHERE id = ANY($1)",
+      [[holder!.job.id, slotHolder!.job.id]],
+    );
+    const stuck = await findStuckJobs(p.db.pool, registry, T);
+    expect(ids(stuck).sort()).toEqual([waiting!.job.id, slotWaiter!.job.id].sort());
+    expect(stuck.every((s) => s.reason === 'pending-too-long')).toBe(true);
+  });
+
   it('reads its thresholds from JOBS_STUCK_*, refusing a bad value by name', () => {
     expect(stuckThresholdsFromEnv({})).toEqual({ runningSeconds: 3600, pendingSeconds: 900 });
     expect(stuckThresholdsFromEnv({ JOBS_STUCK_RUNNING_SECONDS: '7200', JOBS_STUCK_PENDING_SECONDS: '60' })).toEqual({
