@@ -9,8 +9,6 @@ import { errorToJson } from '../domain/errors.ts';
 import { attemptsUsed, type Job, type Progress } from '../domain/job.ts';
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import { METRIC } from '../observability/metric-names.ts';
-import { MAX_WAITING_MESSAGE_AGE_SECONDS } from '../config/rules.ts';
-import { messageAgeSeconds } from '../queue/types.ts';
 import type { LeaseToken } from '../store/job-store.ts';
 import { Batcher } from './batcher.ts';
 import type { DeadLetters } from './dead-letter.ts';
@@ -121,17 +119,17 @@ export class Completer {
    * deleted. A receipt that no longer works gets one too.
    */
   private async hideFor(h: Held, seconds: number, runAfter: Date): Promise<void> {
-    const nearRedrive = h.message.receiveCount >= this.ctx.opts.timings.maxReceiveCount - 1;
-    const old = messageAgeSeconds(h.message) > MAX_WAITING_MESSAGE_AGE_SECONDS || seconds > MAX_WAITING_MESSAGE_AGE_SECONDS;
-    if ((nearRedrive || old) && !h.receiptStale) {
+    const replace = h.receiptStale ? null : this.messages.replaceBeforeWaiting(h.message, seconds);
+    if (replace) {
       if (await this.messages.republish([h.job.id], runAfter)) {
-        const why = nearRedrive
-          ? 'replaced by a fresh message before SQS would redrive it'
-          : 'replaced by a fresh message: too old to wait again';
+        const why =
+          replace === 'near-redrive'
+            ? 'replaced by a fresh message before SQS would redrive it'
+            : 'replaced by a fresh message: too old to wait again';
         this.messages.delete(h.message, why);
         return;
       }
-      if (nearRedrive) return; // as before: left in flight, it returns when its visibility runs out
+      if (replace === 'near-redrive') return; // as before: left in flight, it returns when its visibility runs out
     }
     const failures = h.receiptStale ? [{ stale: true }] : await this.messages.changeVisibility([{ receipt: h.message.receipt, seconds }]);
     if (failures.length > 0) await this.messages.republish([h.job.id], runAfter);

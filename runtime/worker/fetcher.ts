@@ -11,8 +11,7 @@ import { isQueryReadTimeout } from '../db/pool.ts';
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import { METRIC } from '../observability/metric-names.ts';
 import { jobMessageBody, parseJobMessage } from '../queue/message.ts';
-import { MAX_WAITING_MESSAGE_AGE_SECONDS } from '../config/rules.ts';
-import { messageAgeSeconds, SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type ReceivedMessage } from '../queue/types.ts';
+import { SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type ReceivedMessage } from '../queue/types.ts';
 import type { ClaimedJob } from '../store/job-store.ts';
 import type { DeadLetters } from './dead-letter.ts';
 import { sleep, type WorkerContext } from './held.ts';
@@ -357,9 +356,7 @@ export class Fetcher {
    * time) and delete this one — in that order, so a failure leaves the old message in place.
    */
   private async hideUntil(m: ReceivedMessage, job: Job, seconds: number): Promise<void> {
-    const nearRedrive = m.receiveCount >= this.ctx.opts.timings.maxReceiveCount - 1;
-    const longWait = seconds > MAX_WAITING_MESSAGE_AGE_SECONDS || messageAgeSeconds(m) > MAX_WAITING_MESSAGE_AGE_SECONDS;
-    if (!longWait && !nearRedrive) {
+    if (!this.messages.replaceBeforeWaiting(m, seconds)) {
       const [failure] = await this.messages.changeVisibility([{ receipt: m.receipt, seconds }]);
       if (!failure) return;
     }

@@ -81,6 +81,18 @@ export class QueueMessages {
   }
 
   /**
+   * Whether `m` must be replaced by a fresh message rather than hidden `seconds` to wait for its
+   * job: 'near-redrive' when SQS would dead-letter it at its next receive (duplicates spend
+   * receives too), 'too-old' when the wait or the message's age exceeds
+   * MAX_WAITING_MESSAGE_AGE_SECONDS (the queue-age alarm counts a message from its sending);
+   * null: hide it. `seconds` 0: only its age counts (it is to be shown now).
+   */
+  replaceBeforeWaiting(m: ReceivedMessage, seconds: number): 'near-redrive' | 'too-old' | null {
+    if (m.receiveCount >= this.ctx.opts.timings.maxReceiveCount - 1) return 'near-redrive';
+    return seconds > MAX_WAITING_MESSAGE_AGE_SECONDS || messageAgeSeconds(m) > MAX_WAITING_MESSAGE_AGE_SECONDS ? 'too-old' : null;
+  }
+
+  /**
    * Make the jobs of `held` claimable again now (released, or their lease ended): each message
    * visible at once, or, when the message is older than MAX_WAITING_MESSAGE_AGE_SECONDS (a long
    * part-run: the queue-age alarm would count it into the next run too) or its receipt no longer

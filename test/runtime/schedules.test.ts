@@ -163,48 +163,48 @@ describe("the database's clock decides what is due", () => {
     expect(settled.rows[0]!.ahead).toBe(false);
   });
 
-  it('a task whose clock runs 2 minutes behind enqueues a skip occurrence on time: it looks by the database clock too', async () => {
-    // Review: the scheduler decided when to look by the task's own clock, so a task 2 minutes
-    // behind reached every occurrence 2 minutes after its time, and under skip dropped it as missed.
-    const def = schedule('skew-behind', '* * * * * *', 'skip', 'UTC');
-    const behind = task([def]);
-    const wallClock = () => performance.timeOrigin + performance.now(); // not faked below
+  /**
+   * With the process's wall clock (Date) 2 minutes behind the database from here on: `before`
+   * runs in it, then one pass a second later, when the next occurrence of a per-second schedule
+   * is due. The real time comes from performance, which is not faked.
+   */
+  async function passWithClockBehind(t: Scheduler, before: () => Promise<unknown> = async () => {}) {
+    const wallClock = () => performance.timeOrigin + performance.now();
     vi.useFakeTimers({ toFake: ['Date'], now: wallClock() - 120_000 });
     try {
-      await behind.runOnce(); // creates the schedule's row, settled through the database's now
-      await new Promise((resolve) => setTimeout(resolve, 1100)); // the next second's occurrence is due
+      await before();
+      await new Promise((resolve) => setTimeout(resolve, 1100));
       vi.setSystemTime(wallClock() - 120_000);
-      const pass = await behind.runOnce();
-      expect(pass.failed).toEqual([]);
-      expect(pass.fired.length).toBeGreaterThan(0);
-      expect(pass.fired.filter((f) => f.late)).toEqual([]);
+      return await t.runOnce();
     } finally {
       vi.useRealTimers();
     }
+  }
+  const onTime = (pass: Awaited<ReturnType<Scheduler['runOnce']>>) => {
+    expect(pass.failed).toEqual([]);
+    expect(pass.fired.length).toBeGreaterThan(0);
+    expect(pass.fired.filter((f) => f.late)).toEqual([]);
+  };
+
+  it('a task whose clock runs 2 minutes behind enqueues a skip occurrence on time: it looks by the database clock too', async () => {
+    // Review: the scheduler decided when to look by the task's own clock, so a task 2 minutes
+    // behind reached every occurrence 2 minutes after its time, and under skip dropped it as missed.
+    const behind = task([schedule('skew-behind', '* * * * * *', 'skip', 'UTC')]);
+    // The first pass creates the schedule's row, settled through the database's now.
+    onTime(await passWithClockBehind(behind, () => behind.runOnce()));
   });
 
   it('a task whose clock steps 2 minutes back after it started (NTP) still enqueues a skip occurrence on time', async () => {
     // Review: a sampled offset goes stale when the wall clock steps after the sample, and a
     // daily schedule samples once a day; the scheduler carries the database's time forward on
     // the monotonic clock instead, and samples again when the two clocks disagree.
-    const def = schedule('skew-step', '* * * * * *', 'skip', 'UTC');
-    const stepping = task([def]);
+    const stepping = task([schedule('skew-step', '* * * * * *', 'skip', 'UTC')]);
     await stepping.runOnce(); // the row, and a sample taken with a correct clock
     const resampled = vi.spyOn(ScheduleStore.prototype, 'sampleClock');
-    const wallClock = () => performance.timeOrigin + performance.now();
-    vi.useFakeTimers({ toFake: ['Date'], now: wallClock() - 120_000 });
-    try {
-      await new Promise((resolve) => setTimeout(resolve, 1100));
-      vi.setSystemTime(wallClock() - 120_000);
-      const pass = await stepping.runOnce();
-      expect(resampled).toHaveBeenCalledTimes(1); // the wall clock stepped: a fresh sample
-      resampled.mockRestore();
-      expect(pass.failed).toEqual([]);
-      expect(pass.fired.length).toBeGreaterThan(0);
-      expect(pass.fired.filter((f) => f.late)).toEqual([]);
-    } finally {
-      vi.useRealTimers();
-    }
+    const pass = await passWithClockBehind(stepping);
+    expect(resampled).toHaveBeenCalledTimes(1); // the wall clock stepped: a fresh sample
+    resampled.mockRestore();
+    onTime(pass);
   });
 });
 
