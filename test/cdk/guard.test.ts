@@ -98,7 +98,7 @@ describe('guard acknowledgements', () => {
     expect(offenders).toEqual([]);
   });
 
-  it('a new resource that breaks a rule fails synth, naming the rule and the resource', async () => {
+  it('a resource that breaks a rule fails synth, naming the rule and the resource (a one-queue stack: guard-synth.ts)', async () => {
     const r = await synthWithGuard('dev', '--add-queue-without-dlq');
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/CT\.SQS\.PR\.1[\s\S]*WithoutDeadLetterQueue/);

@@ -1,36 +1,31 @@
 // The jobs command as a person runs it: a separate process, settings from the environment,
 // exit codes and messages for bad input.
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { jobsBundle, removeJobsBundle, runJobs } from '../support/cli.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
 import { unknownTypeMessage } from '../support/registered-types.ts';
 import { usageFor } from '../../runtime/cli/main.ts';
 import { defaultRegistry } from '../../runtime/handlers/index.ts';
 import { JobStore } from '../../runtime/store/job-store.ts';
 
-const run = promisify(execFile);
 let db: TestDb;
 beforeAll(async () => {
-  db = await createTestDb();
+  [db] = await Promise.all([createTestDb(), jobsBundle()]);
 });
-afterAll(() => db.drop());
+afterAll(async () => {
+  await db.drop();
+  await removeJobsBundle();
+});
 
 const jobsEnv = () => ({ ...process.env, DATABASE_URL: db.url, JOBS_LOCAL_ENV: '0', JOBS_QUEUE_URL: '' });
 
-async function jobs(args: string[], env: Record<string, string> = {}) {
-  try {
-    const r = await run(process.execPath, ['--import', 'tsx', 'bin/jobs.ts', ...args], { env: { ...jobsEnv(), ...env } });
-    return { code: 0, stdout: r.stdout, stderr: r.stderr };
-  } catch (e) {
-    const err = e as { code: number; stdout: string; stderr: string };
-    return { code: err.code, stdout: err.stdout, stderr: err.stderr };
-  }
-}
+/** `jobs ARGS…` as a separate process (the bundled command: test/support/cli.ts). */
+const jobs = (args: string[], env: Record<string, string> = {}) => runJobs(args, { env: { ...jobsEnv(), ...env } });
 
 describe('jobs migrate', () => {
   it('a migration that cannot apply says which and why, exits 1, and prints no stack trace', async () => {
@@ -254,7 +249,7 @@ describe('jobs enqueue --key and --concurrency-key: the flag, not the request fi
 describe('jobs show --watch of a job blocked by its concurrency key', () => {
   /** `jobs show ID --watch`, piped: its first line, then stop it with Ctrl-C (exit 130). */
   async function firstWatchLine(id: string): Promise<{ line: string; code: number | null }> {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'bin/jobs.ts', 'show', id, '--watch', '--interval', '0.2'], {
+    const child = spawn(process.execPath, [await jobsBundle(), 'show', id, '--watch', '--interval', '0.2'], {
       env: jobsEnv(),
       stdio: ['ignore', 'pipe', 'pipe'],
     });
