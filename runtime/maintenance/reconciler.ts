@@ -8,9 +8,10 @@
 // look exactly like 100,000 jobs whose messages are gone, job by job: neither has been claimed.
 // What tells them apart is the queue's own count. Every active job should have one message
 // (pending: waiting, delayed or hidden until due; running: in flight with its owner), and every
-// outbox row becomes one. So
+// outbox row becomes one, as does every deferred publish of a job due beyond the publish
+// horizon (jobs.outbox_deferred: no message until it is due within 15 minutes). So
 //
-//     deficit = pending + running − outbox rows − messages in the queue
+//     deficit = pending + running − outbox rows − deferred publishes − messages in the queue
 //
 // is how many jobs have lost their message. A healthy backlog of any size has a deficit of ~0,
 // so it causes no re-publishes at all. Only the count is known, not which jobs; the reconciler
@@ -84,6 +85,7 @@ export interface ReconcilePass {
   messages: number;
   pending: number;
   running: number;
+  /** Publishes owed: outbox rows and deferred publishes of active jobs. */
   outbox: number;
   /** Jobs without a message on this pass's reading. */
   deficit: number;
@@ -195,14 +197,16 @@ export class Reconciler {
     const t = this.o.timings;
     const lanes = [...q.lanes];
     const before = await q.countMessages();
-    const { rows } = await run<{ locked: boolean; pending: number; running: number; outbox: number }>(client, 'reconcileCount', [
-      RECONCILER_LOCK_KEY,
-      lanes,
-    ]);
+    const { rows } = await run<{ locked: boolean; pending: number; running: number; outbox: number; deferred: number }>(
+      client,
+      'reconcileCount',
+      [RECONCILER_LOCK_KEY, lanes],
+    );
     const c = rows[0]!;
     if (!c.locked) return { skipped: true, messages: before, pending: 0, running: 0, outbox: 0, deficit: 0, republished: 0 };
     const messages = Math.max(before, await q.countMessages());
-    const deficit = Math.max(0, c.pending + c.running - c.outbox - messages);
+    const owed = c.outbox + c.deferred;
+    const deficit = Math.max(0, c.pending + c.running - owed - messages);
     const confirmed = Math.min(deficit, this.lastDeficit[i]!, MAX_PER_PASS);
     this.lastDeficit[i] = deficit;
     for (let left = confirmed; left > 0; ) {
@@ -216,6 +220,6 @@ export class Reconciler {
       left -= picked.length;
       if (picked.length < want) break;
     }
-    return { skipped: false, messages, pending: c.pending, running: c.running, outbox: c.outbox, deficit, republished: 0 };
+    return { skipped: false, messages, pending: c.pending, running: c.running, outbox: owed, deficit, republished: 0 };
   }
 }

@@ -58,7 +58,7 @@ export interface NewJob extends KeyedJob {
 export interface Inserted {
   job: Job;
   duplicate: boolean;
-  /** The outbox row to publish after COMMIT (absent for a duplicate). */
+  /** The outbox row to publish after COMMIT (absent for a duplicate, and for a job due beyond the publish horizon: deferred). */
   outboxId?: string;
 }
 
@@ -137,7 +137,7 @@ export class JobStore {
     for (let i = 0; i < jobs.length; i++) {
       const row = byId.get(ids[i]!);
       if (row) {
-        out.push({ job: rowToJob(row), duplicate: false, outboxId: String(row.outbox_id) });
+        out.push({ job: rowToJob(row), duplicate: false, ...(row.outbox_id == null ? {} : { outboxId: String(row.outbox_id) }) });
         continue;
       }
       const spec = jobs[i]!;

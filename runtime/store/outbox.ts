@@ -12,6 +12,12 @@
 //
 // Both send each message to its job's lane (runtime/queue/lanes.ts): the entry carries it, the
 // relay reads it from the job row.
+//
+// A job due beyond the publish horizon (SQS's longest delay, 900 s) gets no message yet: a
+// message would only come back every 15 minutes until the job is due, and age meanwhile. Its
+// publish waits in jobs.outbox_deferred (migration 0018): an enqueue puts it there directly, the
+// publisher leaves any other such row to the relay, and the relay defers what it finds and
+// publishes each deferred row once its job is due within the horizon.
 
 import type pg from 'pg';
 import type { Lane } from '../domain/lanes.ts';
@@ -42,6 +48,11 @@ export async function outboxInsert(db: Queryable, jobIds: string[]): Promise<Pub
   return rows.map((r) => ({ outboxId: String(r.outbox_id), jobId: r.job_id as string, type: r.type ?? undefined, lane: r.lane ?? 'bulk' }));
 }
 
+/** Whether a job due at `runAfter` is too far ahead for a message (SQS's longest delay): its publish is deferred. */
+export function beyondHorizon(runAfter: Date | undefined, now = Date.now()): boolean {
+  return runAfter !== undefined && runAfter.getTime() - now > SQS_MAX_DELAY_SECONDS * 1000;
+}
+
 export function delayFor(runAfter: Date | undefined, now = Date.now()): number {
   if (!runAfter) return 0;
   return Math.max(0, Math.min(SQS_MAX_DELAY_SECONDS, Math.ceil((runAfter.getTime() - now) / 1000)));
@@ -59,12 +70,17 @@ export class Publisher {
     private readonly opts: { deleteBatchDelayMs?: number } = {},
   ) {}
 
-  /** Send after COMMIT. Never throws: what it cannot send stays in the outbox for the relay. */
+  /**
+   * Send after COMMIT. Never throws: what it cannot send stays in the outbox for the relay, and
+   * so does a job due beyond the publish horizon, which the relay defers.
+   */
   async publish(entries: PublishEntry[]): Promise<void> {
-    if (entries.length === 0) return;
+    const now = Date.now();
+    const due = entries.filter((e) => !beyondHorizon(e.runAfter, now));
+    if (due.length === 0) return;
     const sent: string[] = [];
     await Promise.all(
-      chunk(entries, SQS_BATCH_LIMIT).map(async (batch) => {
+      chunk(due, SQS_BATCH_LIMIT).map(async (batch) => {
         try {
           await this.queue.send(
             batch.map((e) => ({ body: jobMessageBody(e.jobId, e.type), delaySeconds: delayFor(e.runAfter), lane: e.lane })),
@@ -116,6 +132,8 @@ export interface RelayOptions {
   batchSize: number;
   /** Log each pass that published something (default): a publish that had not happened is news. */
   quiet?: boolean;
+  /** Leave deferred publishes to the other relays (the concurrency keys' wake-up, on the hot path). */
+  skipDeferred?: boolean;
 }
 
 export const DEFAULT_RELAY: RelayOptions = { minAgeSeconds: 2, intervalMs: 1000, batchSize: 100 };
@@ -149,19 +167,29 @@ export class OutboxRelay {
   }
 
   private async pass(): Promise<number> {
+    // Deferred publishes now due within the horizon come back as rows to publish at once: by
+    // design, so not logged as publishes that had not happened.
+    const undeferred = new Set<string>();
+    while (!this.opts.skipDeferred) {
+      const { rows } = await run(this.pool, 'outboxUndefer', [this.opts.batchSize]);
+      for (const r of rows) undeferred.add(r.job_id as string);
+      if (rows.length < this.opts.batchSize || this.stopped) break;
+    }
     let total = 0;
     for (;;) {
-      const n = await this.batch();
+      const n = await this.batch(undeferred);
       total += n.sent;
       if (n.locked < this.opts.batchSize || this.stopped) return total;
     }
   }
 
-  private async batch(): Promise<{ locked: number; sent: number }> {
+  private async batch(undeferred: Set<string>): Promise<{ locked: number; sent: number }> {
     const { rows, live } = await withTransaction(this.pool, async (client) => {
       const { rows } = await run(client, 'outboxLockDue', [this.opts.minAgeSeconds, this.opts.batchSize]);
-      // A job that is gone or already terminal needs no message.
-      const live = rows.filter((r) => r.state === 'pending' || r.state === 'running');
+      // A job that is gone or already terminal needs no message; one due beyond the horizon, none yet.
+      const later = rows.filter((r) => r.later && r.state === 'pending');
+      if (later.length > 0) await run(client, 'outboxDefer', [later.map((r) => r.outbox_id as string)]);
+      const live = rows.filter((r) => (r.state === 'pending' && !r.later) || r.state === 'running');
       for (const batch of chunk(live, SQS_BATCH_LIMIT)) {
         await this.queue.send(
           batch.map((r) => ({
@@ -171,12 +199,13 @@ export class OutboxRelay {
           })),
         );
       }
-      await run(client, 'outboxDelete', [rows.map((r) => r.outbox_id as string)]);
+      await run(client, 'outboxDelete', [rows.filter((r) => !later.includes(r)).map((r) => r.outbox_id as string)]);
       return { rows, live };
     });
-    if (live.length > 0 && !this.opts.quiet)
+    const news = live.filter((r) => !undeferred.has(r.job_id as string));
+    if (news.length > 0 && !this.opts.quiet)
       this.log.info(
-        { count: live.length, jobIds: live.map((r) => r.job_id).slice(0, 20) },
+        { count: news.length, jobIds: news.map((r) => r.job_id).slice(0, 20) },
         'relay published jobs whose publish had not happened',
       );
     return { locked: rows.length, sent: live.length };

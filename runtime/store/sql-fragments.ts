@@ -3,6 +3,15 @@
 // themselves are in sql.ts (the workers' transitions) and sql-operator.ts (the operators');
 // runtime/oncall/sql.ts reads dead jobs with the same filter.
 
+import { SQS_MAX_DELAY_SECONDS } from '../queue/types.ts';
+
+/**
+ * How far ahead a job gets its message (SQS delays a message at most 900 s). A job due later
+ * gets none yet: its publish intent waits in jobs.outbox_deferred until run_after minus this
+ * (migration 0018), and the outbox relay publishes it then.
+ */
+export const PUBLISH_HORIZON = `${SQS_MAX_DELAY_SECONDS} * interval '1 second'`;
+
 /** The job columns as a statement returns them (unqualified). */
 export const JOB_COLUMNS = `id, type, payload, state, idempotency_key, attempt, releases, max_attempts, lease_owner,
   lease_expires_at, run_after, progress, checkpoint, last_error, attempt_log, result, cancelled_by,

@@ -14,14 +14,20 @@ import { DEAD, DEAD_FILTER, JOB, JOB_COLUMNS } from './sql-fragments.ts';
 export const OPERATOR_SQL = {
   /**
    * Cancel a pending or running job. A running owner learns at its next heartbeat (its renewal
-   * matches zero rows) and its handler is aborted; its completion would be refused.
+   * matches zero rows) and its handler is aborted; its completion would be refused. A job due
+   * beyond the publish horizon loses its deferred publish with it (migration 0018).
    */
   jobCancel: `
-    UPDATE jobs.job
-       SET state = 'cancelled', cancelled_by = $2, finished_at = statement_timestamp(),
-           lease_owner = NULL, lease_expires_at = NULL, type_slot = false
-     WHERE id = $1 AND state IN ('pending', 'running')
-    RETURNING ${JOB_COLUMNS}`,
+    WITH cancelled AS (
+      UPDATE jobs.job
+         SET state = 'cancelled', cancelled_by = $2, finished_at = statement_timestamp(),
+             lease_owner = NULL, lease_expires_at = NULL, type_slot = false
+       WHERE id = $1 AND state IN ('pending', 'running')
+      RETURNING ${JOB_COLUMNS}
+    ), undeferred AS (
+      DELETE FROM jobs.outbox_deferred WHERE job_id IN (SELECT id FROM cancelled)
+    )
+    SELECT * FROM cancelled`,
 
   /**
    * An operator forces a fresh message for pending jobs (`jobs republish`): by id, by type, or

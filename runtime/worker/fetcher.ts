@@ -350,20 +350,24 @@ export class Fetcher {
   /**
    * Hide a message until its job is due. Each early arrival costs a receive against
    * maxReceiveCount, and the queue-age alarm counts a message's age across its hides
-   * (MAX_WAITING_MESSAGE_AGE_SECONDS). When the wait is longer than that age, the message is
-   * older than it, or near its receive limit, send a fresh message (receive count 0, delayed at
-   * most 15 min: a job due in hours comes back every 15 min, one receive, send and delete each
-   * time) and delete this one — in that order, so a failure leaves the old message in place.
+   * (MAX_WAITING_MESSAGE_AGE_SECONDS). A job due beyond the publish horizon (SQS's longest
+   * delay, 15 min) should have no message yet (jobs.outbox_deferred; this one is a re-publish
+   * or a message from before migration 0018): its publish is deferred through the outbox and the
+   * message deleted once that is durable. When the message is older than that age or near its
+   * receive limit, send a fresh message (receive count 0, delayed to the due time) and delete
+   * this one — in that order, so a failure leaves the old message in place.
    */
   private async hideUntil(m: ReceivedMessage, job: Job, seconds: number): Promise<void> {
     if (!this.messages.replaceBeforeWaiting(m, seconds)) {
       const [failure] = await this.messages.changeVisibility([{ receipt: m.receipt, seconds }]);
       if (!failure) return;
     }
+    if (seconds > SQS_MAX_DELAY_SECONDS) {
+      if (await this.messages.republish([job.id], job.runAfter)) this.messages.delete(m, 'deferred: due beyond the publish horizon');
+      return;
+    }
     try {
-      await this.ctx.queue.send([
-        { body: jobMessageBody(job.id, job.type), delaySeconds: Math.min(SQS_MAX_DELAY_SECONDS, seconds), lane: job.lane },
-      ]);
+      await this.ctx.queue.send([{ body: jobMessageBody(job.id, job.type), delaySeconds: seconds, lane: job.lane }]);
       this.messages.delete(m, 're-published for a later due time');
     } catch (err) {
       this.ctx.log.warn({ err, jobId: job.id }, 're-publish for a later due time failed; the message will return');

@@ -20,8 +20,15 @@ export class KeyWake {
     queue: JobQueue,
     private readonly log: Logger,
   ) {
-    // Only rows marked relay_now: an age no row reaches leaves the enqueuers' rows to them.
-    this.relay = new OutboxRelay(pool, queue, log, { minAgeSeconds: 1e9, intervalMs: 1000, batchSize: 100, quiet: true });
+    // Only rows marked relay_now: an age no row reaches leaves the enqueuers' rows to them, and
+    // deferred publishes to the maintenance relay.
+    this.relay = new OutboxRelay(pool, queue, log, {
+      minAgeSeconds: 1e9,
+      intervalMs: 1000,
+      batchSize: 100,
+      quiet: true,
+      skipDeferred: true,
+    });
   }
 
   /** A keyed job ended or was blocked here: publish what its key woke. */

@@ -7,6 +7,7 @@ import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { formatJob } from '../../runtime/cli/format.ts';
 import { migrate } from '../../runtime/db/migrate.ts';
+import { uuidv7 } from '../../runtime/domain/uuid7.ts';
 import { withTransaction } from '../../runtime/db/transaction.ts';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
@@ -322,14 +323,14 @@ describe('upgrading to migration 0015', () => {
   it("a key's backlog in flight carries over: a running job left blocked is unblocked, the constraint holds, the next job is woken", async () => {
     const old = await createTestDb({ migrateThrough: 14 });
     try {
-      const s = new JobStore(old.pool);
       const key = 'upgrade:store-1';
-      const ids = (
-        await s.insertMany(
-          old.pool,
-          Array.from({ length: 20 }, (_, i) => ({ type: 'x', payload: { i }, maxAttempts: 3, concurrencyKey: key, concurrencyLimit: 1 })),
-        )
-      ).map((r) => r.job.id);
+      // Rows as that schema holds them, written in plain SQL: today's enqueue statement needs today's schema.
+      const ids = Array.from({ length: 20 }, (_, i) => uuidv7(Date.now() + i));
+      await old.pool.query(
+        `INSERT INTO jobs.job (id, type, payload, max_attempts, concurrency_key, concurrency_limit)
+         SELECT id, 'x', jsonb_build_object('i', n - 1), 3, $2, 1 FROM unnest($1::uuid[]) WITH ORDINALITY AS t(id, n)`,
+        [ids, key],
+      );
       await old.pool.query(
         "UPDATE jobs.job SET state = 'running', attempt = 1, lease_owner = 'w', lease_expires_at = now() + interval '1 minute', blocked_since = now() WHERE id = $1",
         [ids[0]],

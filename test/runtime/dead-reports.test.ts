@@ -6,6 +6,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { migrate } from '../../runtime/db/migrate.ts';
 import { JobStore } from '../../runtime/store/job-store.ts';
+import { uuidv7 } from '../../runtime/domain/uuid7.ts';
 import { createTestDb } from '../support/db.ts';
 import { deadJobReason } from '../../runtime/domain/settlement.ts';
 import { DeadReportSweeper, deadReportTimings, type DeadReportTimings } from '../../runtime/maintenance/dead-reports.ts';
@@ -169,8 +170,13 @@ describe('upgrading to migration 0014', () => {
     try {
       const store = new JobStore(db.pool);
       const die = async (batch: string) => {
-        const [ins] = await store.insertMany(db.pool, [{ type: 'ledger.post', payload: { batch, entries: 1 }, maxAttempts: 1 }]);
-        const [c] = await store.claim([ins!.job.id], 'old-worker', 30);
+        // Written in plain SQL: today's enqueue statement needs today's schema.
+        const id = uuidv7();
+        await db.pool.query("INSERT INTO jobs.job (id, type, payload, max_attempts) VALUES ($1, 'ledger.post', $2, 1)", [
+          id,
+          { batch, entries: 1 },
+        ]);
+        const [c] = await store.claim([id], 'old-worker', 30);
         return (await store.fail({ id: c!.id, attempt: c!.attempt }, { name: 'Error', message: 'x', retryable: true }, 1, false))!;
       };
       const old = await die('OLD-1');

@@ -3,7 +3,9 @@
 // database gate. Real PostgreSQL, MemoryQueue.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { METRIC } from '../../runtime/observability/metric-names.ts';
+import { silentLogger } from '../../runtime/observability/log.ts';
 import { jobMessageBody } from '../../runtime/queue/message.ts';
+import { OutboxRelay } from '../../runtime/store/outbox.ts';
 import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
 import { deliver, receiveFor, setLease, workerUnits, type Units } from '../support/worker-units.ts';
 
@@ -82,18 +84,24 @@ describe('fetcher: settling a message whose job it could not claim, by the job r
     expect(seconds).toBeLessThanOrEqual(121);
   });
 
-  it('a pending job due in 2 hours: a fresh message delayed 15 min replaces it, so no waiting message grows older than the queue-age alarm allows', async () => {
+  it('a pending job due in 2 hours: its publish is deferred until 15 min before (no message meanwhile), and this message deleted', async () => {
     // Review: the message was hidden up to 12 h, and SQS's oldest-message age (the queue-age alarm,
     // 2 h in prod) counts a message from its sending: every job enqueued for tonight paged on-call.
-    const job = await enqueue('F-TONIGHT', { runAt: new Date(Date.now() + 2 * 3_600_000) });
-    await p.queue.send([{ body: jobMessageBody(job.id, 'ledger.post') }]);
+    // Then a fresh message every 15 min: a receive, a claim, a send and a delete per job per quarter-hour.
+    const runAt = new Date(Date.now() + 2 * 3_600_000);
+    const job = await enqueue('F-TONIGHT', { runAt });
+    await p.queue.send([{ body: jobMessageBody(job.id, 'ledger.post') }]); // a message from before the deferral (or a re-publish)
     const spy = visibility();
     const send = vi.spyOn(p.queue, 'send');
     await u.fetcher.handleBatch([await receiveFor(p, job.id)]);
+    await new OutboxRelay(p.db.pool, p.queue, silentLogger, { minAgeSeconds: 0, intervalMs: 1000, batchSize: 100 }).runOnce();
     expect(spy).not.toHaveBeenCalled();
-    expect(send).toHaveBeenCalledWith([{ body: jobMessageBody(job.id, 'ledger.post'), delaySeconds: 900, lane: 'bulk' }]);
+    expect(send).not.toHaveBeenCalled();
     await u.messages.drain();
-    expect(p.queue.peek().every((x) => x.receiveCount === 0)).toBe(true); // the received one deleted
+    expect(p.queue.depth().total).toBe(0);
+    const { rows } = await p.db.pool.query('SELECT publish_after FROM jobs.outbox_deferred WHERE job_id = $1', [job.id]);
+    expect(rows.map((r) => r.publish_after.getTime())).toEqual([runAt.getTime() - 900_000]);
+    expect((await p.db.pool.query('SELECT count(*)::int AS n FROM jobs.outbox')).rows[0].n).toBe(0);
   });
 
   it('a pending job due in a minute whose message is already 20 min old: replaced by a fresh one, not hidden again', async () => {

@@ -1,0 +1,64 @@
+// The outbox's statements (runtime/store/outbox.ts, DESIGN 7): a publish queued for existing
+// jobs, the relay's pass over rows their enqueuer left, and the deferred publishes of jobs due
+// beyond the publish horizon (migration 0018). The conventions at the top of sql.ts hold here;
+// sql.ts merges these into SQL, so every statement is still run by name through one table.
+
+import { PUBLISH_HORIZON } from './sql-fragments.ts';
+
+export const OUTBOX_SQL = {
+  /** Queue a publish for existing jobs in the caller's transaction, with each job's type and lane (its message's queue). */
+  outboxInsert: `
+    WITH outboxed AS (INSERT INTO jobs.outbox (job_id) SELECT unnest($1::uuid[]) RETURNING id, job_id)
+    SELECT o.id AS outbox_id, o.job_id, j.type, j.lane FROM outboxed o LEFT JOIN jobs.job j ON j.id = o.job_id`,
+
+  /**
+   * The relay: outbox rows older than $1 seconds, whose enqueuer died between COMMIT and publish
+   * (or whose publish failed, or which it left because the job is due beyond PUBLISH_HORIZON).
+   * Locked with SKIP LOCKED inside the relay's transaction, so concurrent relays split the rows;
+   * deleted in the same transaction after SendMessage succeeded. A crash after SendMessage and
+   * before COMMIT publishes twice, which is harmless. The message delay comes from the job's
+   * run_after (SQS caps it at 900 s); its queue from the job's lane. `later`: the job is due
+   * beyond the horizon, so the row is deferred (outboxDefer) instead of sent.
+   */
+  outboxLockDue: `
+    SELECT o.id AS outbox_id, o.job_id, j.type, j.state, j.lane,
+           greatest(0, ceil(extract(epoch FROM j.run_after - statement_timestamp())))::int AS delay_seconds,
+           coalesce(j.run_after > statement_timestamp() + ${PUBLISH_HORIZON}, false) AS later
+      FROM jobs.outbox o
+      LEFT JOIN jobs.job j ON j.id = o.job_id
+     WHERE (o.created_at < statement_timestamp() - $1::float8 * interval '1 second' OR o.relay_now)
+     ORDER BY o.id
+     LIMIT $2
+       FOR UPDATE OF o SKIP LOCKED`,
+
+  outboxDelete: `DELETE FROM jobs.outbox WHERE id = ANY($1::bigint[])`,
+
+  /**
+   * Defer the outbox rows $1 (locked by outboxLockDue, their jobs due beyond PUBLISH_HORIZON):
+   * each job's publish waits in jobs.outbox_deferred until run_after - PUBLISH_HORIZON, and the
+   * outbox rows go. One deferred row per job: a later deferral sets the time from the job's
+   * current run_after.
+   */
+  outboxDefer: `
+    WITH moved AS (
+      DELETE FROM jobs.outbox o USING jobs.job j WHERE o.id = ANY($1::bigint[]) AND j.id = o.job_id
+      RETURNING o.job_id, j.run_after
+    )
+    INSERT INTO jobs.outbox_deferred (job_id, publish_after)
+    SELECT DISTINCT job_id, run_after - ${PUBLISH_HORIZON} FROM moved
+    ON CONFLICT (job_id) DO UPDATE SET publish_after = EXCLUDED.publish_after`,
+
+  /**
+   * The deferred publishes whose time has come, at most $1, back to the outbox as rows the relay
+   * publishes at once (relay_now), with the delay left until the job is due. SKIP LOCKED: relays
+   * in several processes split them.
+   */
+  outboxUndefer: `
+    WITH due AS (
+      DELETE FROM jobs.outbox_deferred d
+       WHERE d.job_id IN (SELECT job_id FROM jobs.outbox_deferred WHERE publish_after <= statement_timestamp()
+                           ORDER BY publish_after LIMIT $1 FOR UPDATE SKIP LOCKED)
+      RETURNING d.job_id
+    )
+    INSERT INTO jobs.outbox (job_id, relay_now) SELECT job_id, true FROM due RETURNING job_id`,
+} as const;
