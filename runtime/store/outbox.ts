@@ -132,7 +132,7 @@ export interface RelayOptions {
   batchSize: number;
   /** Log each pass that published something (default): a publish that had not happened is news. */
   quiet?: boolean;
-  /** Leave deferred publishes to the other relays (the concurrency keys' wake-up, on the hot path). */
+  /** Leave deferred publishes, and the rows brought back from deferral, to the other relays (the concurrency keys' wake-up, on the hot path). */
   skipDeferred?: boolean;
 }
 
@@ -167,25 +167,22 @@ export class OutboxRelay {
   }
 
   private async pass(): Promise<number> {
-    // Deferred publishes now due within the horizon come back as rows to publish at once: by
-    // design, so not logged as publishes that had not happened.
-    const undeferred = new Set<string>();
+    // Deferred publishes now due within the horizon come back as rows to publish at once.
     while (!this.opts.skipDeferred) {
-      const { rows } = await run(this.pool, 'outboxUndefer', [this.opts.batchSize]);
-      for (const r of rows) undeferred.add(r.job_id as string);
-      if (rows.length < this.opts.batchSize || this.stopped) break;
+      const { rowCount } = await run(this.pool, 'outboxUndefer', [this.opts.batchSize]);
+      if ((rowCount ?? 0) < this.opts.batchSize || this.stopped) break;
     }
     let total = 0;
     for (;;) {
-      const n = await this.batch(undeferred);
+      const n = await this.batch();
       total += n.sent;
       if (n.locked < this.opts.batchSize || this.stopped) return total;
     }
   }
 
-  private async batch(undeferred: Set<string>): Promise<{ locked: number; sent: number }> {
+  private async batch(): Promise<{ locked: number; sent: number }> {
     const { rows, live } = await withTransaction(this.pool, async (client) => {
-      const { rows } = await run(client, 'outboxLockDue', [this.opts.minAgeSeconds, this.opts.batchSize]);
+      const { rows } = await run(client, 'outboxLockDue', [this.opts.minAgeSeconds, this.opts.batchSize, !this.opts.skipDeferred]);
       // A job that is gone or already terminal needs no message; one due beyond the horizon, none yet.
       const later = rows.filter((r) => r.later && r.state === 'pending');
       if (later.length > 0) await run(client, 'outboxDefer', [later.map((r) => r.outbox_id as string)]);
@@ -202,7 +199,8 @@ export class OutboxRelay {
       await run(client, 'outboxDelete', [rows.filter((r) => !later.includes(r)).map((r) => r.outbox_id as string)]);
       return { rows, live };
     });
-    const news = live.filter((r) => !undeferred.has(r.job_id as string));
+    // A deferred publish come due is by design, not a publish that had gone missing.
+    const news = live.filter((r) => !r.from_deferred);
     if (news.length > 0 && !this.opts.quiet)
       this.log.info(
         { count: news.length, jobIds: news.map((r) => r.job_id).slice(0, 20) },

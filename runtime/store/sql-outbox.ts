@@ -18,15 +18,16 @@ export const OUTBOX_SQL = {
    * deleted in the same transaction after SendMessage succeeded. A crash after SendMessage and
    * before COMMIT publishes twice, which is harmless. The message delay comes from the job's
    * run_after (SQS caps it at 900 s); its queue from the job's lane. `later`: the job is due
-   * beyond the horizon, so the row is deferred (outboxDefer) instead of sent.
+   * beyond the horizon, so the row is deferred (outboxDefer) instead of sent. $3: take the rows
+   * brought back from deferral too (the concurrency keys' wake-up, on the hot path, does not).
    */
   outboxLockDue: `
-    SELECT o.id AS outbox_id, o.job_id, j.type, j.state, j.lane,
+    SELECT o.id AS outbox_id, o.job_id, j.type, j.state, j.lane, o.from_deferred,
            greatest(0, ceil(extract(epoch FROM j.run_after - statement_timestamp())))::int AS delay_seconds,
            coalesce(j.run_after > statement_timestamp() + ${PUBLISH_HORIZON}, false) AS later
       FROM jobs.outbox o
       LEFT JOIN jobs.job j ON j.id = o.job_id
-     WHERE (o.created_at < statement_timestamp() - $1::float8 * interval '1 second' OR o.relay_now)
+     WHERE (o.created_at < statement_timestamp() - $1::float8 * interval '1 second' OR o.relay_now OR (o.from_deferred AND $3::boolean))
      ORDER BY o.id
      LIMIT $2
        FOR UPDATE OF o SKIP LOCKED`,
@@ -37,11 +38,12 @@ export const OUTBOX_SQL = {
    * Defer the outbox rows $1 (locked by outboxLockDue, their jobs due beyond PUBLISH_HORIZON):
    * each job's publish waits in jobs.outbox_deferred until run_after - PUBLISH_HORIZON, and the
    * outbox rows go. One deferred row per job: a later deferral sets the time from the job's
-   * current run_after.
+   * current run_after. A job cancelled since the lock keeps its outbox row, which the next pass
+   * drops (a terminal job needs no message).
    */
   outboxDefer: `
     WITH moved AS (
-      DELETE FROM jobs.outbox o USING jobs.job j WHERE o.id = ANY($1::bigint[]) AND j.id = o.job_id
+      DELETE FROM jobs.outbox o USING jobs.job j WHERE o.id = ANY($1::bigint[]) AND j.id = o.job_id AND j.state = 'pending'
       RETURNING o.job_id, j.run_after
     )
     INSERT INTO jobs.outbox_deferred (job_id, publish_after)
@@ -50,8 +52,8 @@ export const OUTBOX_SQL = {
 
   /**
    * The deferred publishes whose time has come, at most $1, back to the outbox as rows the relay
-   * publishes at once (relay_now), with the delay left until the job is due. SKIP LOCKED: relays
-   * in several processes split them.
+   * publishes at its next pass whatever their age (from_deferred), with the delay left until the
+   * job is due. SKIP LOCKED: relays in several processes split them.
    */
   outboxUndefer: `
     WITH due AS (
@@ -60,5 +62,5 @@ export const OUTBOX_SQL = {
                            ORDER BY publish_after LIMIT $1 FOR UPDATE SKIP LOCKED)
       RETURNING d.job_id
     )
-    INSERT INTO jobs.outbox (job_id, relay_now) SELECT job_id, true FROM due RETURNING job_id`,
+    INSERT INTO jobs.outbox (job_id, from_deferred) SELECT job_id, true FROM due`,
 } as const;

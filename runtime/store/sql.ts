@@ -326,7 +326,7 @@ ${CLAIM_RETURNING}`,
            (SELECT count(*) FROM jobs.outbox o LEFT JOIN jobs.job j ON j.id = o.job_id WHERE coalesce(j.lane, 'bulk') = ANY($2))::int AS outbox,
            -- Deferred publishes (0018) of jobs still active: messages owed, not lost.
            (SELECT count(*) FROM jobs.outbox_deferred d JOIN jobs.job j ON j.id = d.job_id
-             WHERE j.finished_at IS NULL AND j.lane = ANY($2))::int AS deferred`,
+             WHERE j.finished_at IS NULL AND j.state = 'pending' AND j.blocked_since IS NULL AND j.lane = ANY($2))::int AS deferred`,
 
   /**
    * Re-publish up to $3 pending jobs whose message the queue lost, through the outbox, in the

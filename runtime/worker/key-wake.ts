@@ -21,7 +21,7 @@ export class KeyWake {
     private readonly log: Logger,
   ) {
     // Only rows marked relay_now: an age no row reaches leaves the enqueuers' rows to them, and
-    // deferred publishes to the maintenance relay.
+    // skipDeferred the deferred publishes (and those come due) to the maintenance relay.
     this.relay = new OutboxRelay(pool, queue, log, {
       minAgeSeconds: 1e9,
       intervalMs: 1000,
