@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import SlowFirstSequencer from './test/setup/sequencer.ts';
 
 export default defineConfig({
   test: {
@@ -15,5 +16,7 @@ export default defineConfig({
     // output. The SDK's own switch, so every other warning still shows; children inherit it.
     env: { AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' },
     minWorkers: 1,
+    // The slowest files first, so none runs alone at the end (test/setup/sequencer.ts).
+    sequence: { sequencer: SlowFirstSequencer },
   },
 });
