@@ -2,7 +2,7 @@
 // reads in a terminal.
 
 import type { Job } from '../domain/job.ts';
-import { attemptReading, errorReading, waitingFor } from '../domain/reading.ts';
+import { attemptReading, dueReading, errorReading, waitingFor } from '../domain/reading.ts';
 import type { JobStore } from '../store/job-store.ts';
 
 /** Bad usage of a jobs command: exit 2 with the message. */
@@ -60,7 +60,8 @@ export function formatJob(j: Job, around: JobSurroundings = {}): string {
   }
   if (j.startedAt) lines.push(`started   ${j.startedAt.toISOString()}`);
   if (j.finishedAt) lines.push(`finished  ${j.finishedAt.toISOString()}`);
-  if (j.state === 'pending' && j.runAfter > new Date()) lines.push(`due       ${j.runAfter.toISOString()}`);
+  const due = dueReading(j);
+  if (due) lines.push(`due       ${due}`);
   if (j.leaseOwner) lines.push(`lease     ${j.leaseOwner} until ${j.leaseExpiresAt?.toISOString()}`);
   if (j.progress) lines.push(`progress  ${Math.round(j.progress.fraction * 100)}%${j.progress.message ? ` ${j.progress.message}` : ''}`);
   if (j.cancelledBy) lines.push(`cancelled by ${j.cancelledBy}`);

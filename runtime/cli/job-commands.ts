@@ -11,7 +11,7 @@ import type { Job, JobState } from '../domain/job.ts';
 import { JOB_STATES } from '../domain/job.ts';
 import { isLane, LANES, type Lane } from '../domain/lanes.ts';
 import { defaultRegistry } from '../handlers/index.ts';
-import { waitingFor } from '../domain/reading.ts';
+import { formatDuration, waitingFor } from '../domain/reading.ts';
 import { payloadFields } from '../handlers/types.ts';
 import { announceCancel, eventsEnabled } from '../live/events.ts';
 import { silentLogger } from '../observability/log.ts';
@@ -136,6 +136,9 @@ export async function jobCommand(
       );
       if (values.json) out(JSON.stringify({ ...r!.job, duplicate: r!.duplicate }));
       else out(`${r!.duplicate ? duplicateText(r!.job) : 'enqueued'}\n${formatJob(r!.job)}`);
+      // Accepted (the API takes a past runAt as "now"), but a year typed wrong should not pass unseen.
+      if (values['run-at'] && !r!.duplicate && r!.job.runAfter < r!.job.createdAt)
+        process.stderr.write(`jobs: note: --run-at ${values['run-at']} is in the past: the job is due now\n`);
       return 0;
     }
 
@@ -216,8 +219,14 @@ export async function jobCommand(
       }
       out(`${'id'.padEnd(36)}  ${'type'.padEnd(16)}  ${'state'.padEnd(9)}  ${'lane'.padEnd(6)}  att  ${'created'.padEnd(24)}  note`);
       for (const j of jobs) {
-        // A blocked job says what it waits for; any other, its last error.
-        const note = j.blockedSince && j.state === 'pending' ? `waiting ${waitingFor(j)}` : (j.lastError?.message.slice(0, 60) ?? '');
+        // A blocked job says what it waits for; one due later, when; any other, its last error.
+        const later = j.state === 'pending' && j.runAfter.getTime() > Date.now();
+        const note =
+          j.blockedSince && j.state === 'pending'
+            ? `waiting ${waitingFor(j)}`
+            : later
+              ? `due in ${formatDuration((j.runAfter.getTime() - Date.now()) / 1000)}`
+              : (j.lastError?.message.slice(0, 60) ?? '');
         out(
           `${j.id}  ${j.type.padEnd(16)}  ${j.state.padEnd(9)}  ${j.lane.padEnd(6)}  ${String(j.attempt).padStart(3)}  ${j.createdAt.toISOString().padEnd(24)}  ${note}`,
         );

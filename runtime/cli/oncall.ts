@@ -195,7 +195,10 @@ async function republishCommand(argv: string[], env: Env, out: Out): Promise<num
     out(
       `re-published ${r.jobs.length} pending job(s) through the outbox (recorded as job-republish by ${whoAsked(values.by)}); a job that still had its message gets a harmless duplicate`,
     );
-    for (const j of r.jobs.slice(0, 50)) out(`  ${j.id}  ${j.type.padEnd(16)}  due ${j.runAfter}`);
+    // A job due beyond 15 minutes gets its message only then, like every such job (no message now).
+    const later = (j: { runAfter: string }) =>
+      Date.parse(j.runAfter) - Date.now() > 900_000 ? '  (its message is sent 15 min before it is due)' : '';
+    for (const j of r.jobs.slice(0, 50)) out(`  ${j.id}  ${j.type.padEnd(16)}  due ${j.runAfter}${later(j)}`);
     if (r.jobs.length > 50) out(`  … and ${r.jobs.length - 50} more`);
     for (const line of skippedLines(r.skipped)) out(line);
   }

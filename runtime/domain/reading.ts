@@ -57,3 +57,27 @@ export function waitingFor(
     return `for key ${j.concurrencyKey}${since}${held(keyHolders)} (starts when the key has room)`;
   return `for a slot of ${j.type}${since}${held(typeSlots?.holders)}${typeSlots ? ` (at most ${typeSlots.limit} running at once)` : ''}`;
 }
+
+/** "45 s", "12 min 5 s", "1 h 57 min", "3 d 4 h". */
+export function formatDuration(seconds: number): string {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  if (s < 86_400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  return `${Math.floor(s / 86_400)} d ${Math.floor((s % 86_400) / 3600)} h`;
+}
+
+/** How far ahead a job gets its SQS message (SQS's longest delay; runtime/store/outbox.ts). */
+const MESSAGE_AHEAD_SECONDS = 900;
+
+/**
+ * When a pending job is due, if later than `nowMs`: "2026-12-02T18:27:25.000Z, in 1 h 57 min", and
+ * for a job due beyond 15 minutes that it has no SQS message yet by design (the outbox relay sends
+ * it 15 minutes before), so nobody takes it for a lost one. Null when due, or not pending.
+ */
+export function dueReading(j: Pick<Job, 'state' | 'runAfter'>, nowMs = Date.now()): string | null {
+  const inSeconds = (j.runAfter.getTime() - nowMs) / 1000;
+  if (j.state !== 'pending' || inSeconds <= 0) return null;
+  const message = inSeconds > MESSAGE_AHEAD_SECONDS ? ' (its SQS message is sent 15 min before, none until then)' : '';
+  return `${j.runAfter.toISOString()}, in ${formatDuration(inSeconds)}${message}`;
+}

@@ -23,7 +23,10 @@ import type { JobRegistry } from '../handlers/registry.ts';
 import { METRIC } from '../observability/metric-names.ts';
 import type { Logger } from '../observability/log.ts';
 import { onActiveJobs } from '../store/active-jobs.ts';
+import { formatDuration } from '../domain/reading.ts';
 import { rowToOpsJob, runOps, type OpsJob } from './db.ts';
+
+export { formatDuration };
 
 // The thresholds' shape, defaults and variable names live in config/stuck-thresholds.ts, which the
 // CDK app reads too (without loading this module's AWS SDK client).
@@ -205,11 +208,4 @@ export function describeStuck(s: StuckJob): string {
     case 'lease-expired':
       return `running on a lease that expired ${formatDuration((s.dbNow.getTime() - (s.job.leaseExpiresAt?.getTime() ?? s.dbNow.getTime())) / 1000)} ago and nobody reclaimed it (limit ${limit})`;
   }
-}
-
-export function formatDuration(seconds: number): string {
-  const s = Math.max(0, Math.round(seconds));
-  if (s < 60) return `${s} s`;
-  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
-  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }

@@ -64,7 +64,8 @@ export function statusText(f: WatchFrame): string {
   if (isBlocked(j)) return `pending · ${attemptText(j)} · waiting ${waitingFor(j, f.blockers?.keyHolders, f.blockers?.typeSlots)}`;
   if (j.state === 'pending') {
     const due = j.runAfter.getTime() - now;
-    return `pending · ${attemptText(j)} · ${due > 0 ? `due in ${seconds(due)}` : `waiting for a worker (due ${formatDuration(-due / 1000)} ago)`}`;
+    const dueIn = due < 120_000 ? seconds(due) : formatDuration(due / 1000);
+    return `pending · ${attemptText(j)} · ${due > 0 ? `due in ${dueIn}` : `waiting for a worker (due ${formatDuration(-due / 1000)} ago)`}`;
   }
   return `${j.state} · ${attemptText(j)}`;
 }

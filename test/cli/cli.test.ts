@@ -72,6 +72,41 @@ describe('jobs command', () => {
     expect(again.stdout).toMatch(/already ended \(cancelled\)/);
   });
 
+  it('a job due later says when, and that its SQS message is sent only 15 min before (a newcomer took it for a lost one); a --run-at in the past is noted', async () => {
+    const runAt = new Date(Date.now() + 2 * 3_600_000 + 60_000).toISOString();
+    const later = await jobs(['enqueue', 'ledger.post', '--payload', '{"batch":"CLI-LATER","entries":1}', '--run-at', runAt]);
+    expect(later.code).toBe(0);
+    expect(later.stderr).toBe('');
+    expect(later.stdout).toMatch(
+      new RegExp(
+        `^due +${runAt.replace(/[.]/g, '\\.')}, in 2 h (0|1) min \\(its SQS message is sent 15 min before, none until then\\)$`,
+        'm',
+      ),
+    );
+    const id = /^job +(\S+)$/m.exec(later.stdout)![1]!;
+    expect((await jobs(['list', '--state', 'pending'])).stdout).toMatch(new RegExp(`^${id} .* due in 2 h (0|1) min$`, 'm'));
+    const soon = await jobs([
+      'enqueue',
+      'ledger.post',
+      '--payload',
+      '{"batch":"CLI-SOON","entries":1}',
+      '--run-at',
+      new Date(Date.now() + 300_000).toISOString(),
+    ]);
+    expect(soon.stdout).toMatch(/^due +\S+, in (4|5) min \d+ s$/m);
+    const past = await jobs([
+      'enqueue',
+      'ledger.post',
+      '--payload',
+      '{"batch":"CLI-PAST","entries":1}',
+      '--run-at',
+      '2020-01-01T00:00:00Z',
+    ]);
+    expect(past.code).toBe(0);
+    expect(past.stderr).toBe('jobs: note: --run-at 2020-01-01T00:00:00Z is in the past: the job is due now\n');
+    expect(past.stdout).not.toMatch(/^due /m);
+  });
+
   it('enqueue of a ledger.post key whose job was cancelled answers with that job (the type keeps its keys)', async () => {
     const payload = '{"batch":"CLI-2","entries":2}';
     const job = JSON.parse((await jobs(['enqueue', 'ledger.post', '--payload', payload, '--key', 'cli-k2', '--json'])).stdout);

@@ -48,6 +48,14 @@ describe('rendering', () => {
       runAt: new Date(Date.now() + 60_000),
     });
     expect(statusText(await frame(later!.job.id))).toMatch(/^pending · attempt 0 \(0 of \d+ used\) · due in (59|60)\.\d s$/);
+    // Two hours ahead: in hours and minutes, not 7,200.0 s.
+    const [tonight] = await p.client.enqueueNow({
+      type: 'ledger.post',
+      payload: { batch: 'W2-TONIGHT', entries: 1 },
+      runAt: new Date(Date.now() + 2 * 3_600_000),
+    });
+    expect(statusText(await frame(tonight!.job.id))).toMatch(/· due in (1 h 59|2 h 0) min$/);
+    await p.store.cancel(tonight!.job.id, 'ops');
     await p.store.cancel(later!.job.id, 'ops');
     expect(renderEnd(await frame(later!.job.id))).toMatch(/^cancelled by ops after \d+ s$/);
   });
