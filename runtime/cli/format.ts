@@ -69,8 +69,14 @@ export function formatJob(j: Job, around: JobSurroundings = {}): string {
   const error = errorReading(j.state, j.lastError);
   if (error) lines.push(`${error.kind === 'state' ? 'error  ' : 'earlier'}   ${error.text}`);
   for (const a of j.attemptLog)
-    lines.push(`  attempt ${a.attempt} ${a.outcome} at ${a.at} by ${a.by ?? a.owner ?? '?'}${a.message ? `: ${a.message}` : ''}`);
+    lines.push(`  attempt ${a.attempt} ${a.outcome} at ${isoTime(a.at)} by ${a.by ?? a.owner ?? '?'}${a.message ? `: ${a.message}` : ''}`);
   lines.push(`payload   ${JSON.stringify(j.payload)}`);
   if (j.result !== null) lines.push(`result    ${JSON.stringify(j.result)}`);
   return lines.join('\n');
+}
+
+/** The attempt log's times come as PostgreSQL writes them (…48.490545+00:00): shown like every other time here (…48.490Z). */
+function isoTime(at: string): string {
+  const t = Date.parse(at);
+  return Number.isNaN(t) ? at : new Date(t).toISOString();
 }

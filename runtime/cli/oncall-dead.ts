@@ -14,6 +14,18 @@ function deadLine(j: OpsJob): string {
   return `${j.id}  ${j.type.padEnd(16)}  ${(j.dead?.deadAt ?? j.finishedAt)?.toISOString() ?? '?'}  ${`${d.attemptsUsed}/${j.maxAttempts}`.padStart(5)}  ${(d.lastOwner ?? '?').padEnd(18)}  ${d.error.slice(0, 80)}${triage}`;
 }
 
+/** Which dead jobs, in the flags a person types (the service's own refusal names its request fields). */
+function needsSelection(
+  action: 'redrive' | 'discard',
+  idList: string[] | undefined,
+  v: { type?: string; since?: string; until?: string; all?: boolean },
+): void {
+  if (!idList && !v.type && !v.since && !v.until && !v.all)
+    throw new UsageError(
+      `jobs dead ${action} needs job ids, a type, a time range (--type T, --since T, --until T) or --all (every dead job)`,
+    );
+}
+
 export async function deadCommand(argv: string[], env: Env, out: Out): Promise<number> {
   const [sub, ...rest] = argv;
   const filterOptions = {
@@ -100,6 +112,7 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
         { max: Number.POSITIVE_INFINITY, what: 'ID…' },
       );
       const idList = positionals.length > 0 ? ids(positionals, 'jobs dead redrive') : undefined;
+      needsSelection('redrive', idList, values);
       const since = parseTime('--since', values.since);
       const until = parseTime('--until', values.until);
       const maxAttempts = intFlag('--max-attempts', values['max-attempts'], 1, 100);
@@ -142,6 +155,7 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
         { max: Number.POSITIVE_INFINITY, what: 'ID…' },
       );
       const idList = positionals.length > 0 ? ids(positionals, 'jobs dead discard') : undefined;
+      needsSelection('discard', idList, values);
       if (!values.reason?.trim()) throw new UsageError('jobs dead discard: --reason is required (why will these dead jobs not be re-run?)');
       const since = parseTime('--since', values.since);
       const until = parseTime('--until', values.until);

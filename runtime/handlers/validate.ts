@@ -8,7 +8,12 @@ export function text(opts: { min?: number; max?: number; pattern?: RegExp; hint?
   const min = opts.min ?? 1;
   const max = opts.max ?? 200;
   const length = (iss: { input?: unknown }) => `must be ${min} to ${max} characters (got ${String(iss.input).length})`;
-  const s = z.string({ error: 'is required and must be a string' }).min(min, { error: length }).max(max, { error: length });
+  // Absent: required. Present but not a string: say what came, as the number rules do.
+  const notString = (iss: { input?: unknown }) =>
+    iss.input === undefined || iss.input === null
+      ? 'is required and must be a string'
+      : `must be a string (got ${JSON.stringify(iss.input)})`;
+  const s = z.string({ error: notString }).min(min, { error: length }).max(max, { error: length });
   return opts.pattern
     ? s
         .regex(opts.pattern, { error: (iss) => `must match ${opts.hint ?? opts.pattern!.source} (got "${String(iss.input)}")` })

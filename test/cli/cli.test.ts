@@ -141,6 +141,11 @@ describe('jobs command', () => {
     [['enqueue', 'ledger.pots', '--payload', '{}'], unknownTypeMessage('ledger.pots', defaultRegistry())],
     [['enqueue', 'ledger.post', '--payload', '{"batch":"x"}'], /payload.entries: is required/],
     [['list', '--state', 'done'], /--state must be one of pending, running, succeeded, dead, cancelled/],
+    [
+      ['enqueue', 'ledger.post', '--payload', '{"batch":"B","entries":1}', '--run-at', '2026-12-02T25:00:00Z'],
+      /--run-at must be a real date between 1970 and 9999, e\.g\. 2026-12-01T06:00:00Z \(got "2026-12-02T25:00:00Z"\)/,
+    ],
+    [['enqueue', 'ledger.post', '--payload', '{"batch":1,"entries":1}'], /payload\.batch: must be a string \(got 1\)/],
     [['show', 'nope'], /ID must be a job id/],
     [['frobnicate'], /unknown command "frobnicate"/],
     [['list', '--colour', 'red'], /^jobs: unknown option --colour\n/],

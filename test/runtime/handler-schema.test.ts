@@ -49,6 +49,7 @@ describe('defineJob({ schema })', () => {
   it.each([
     [[], 'payload', 'payload: must be a JSON object'],
     [{ entries: 1 }, 'payload.batch', 'payload.batch: is required and must be a string'],
+    [{ batch: 1, entries: 1 }, 'payload.batch', 'payload.batch: must be a string (got 1)'],
     [{ batch: 'B' }, 'payload.entries', 'payload.entries: is required: a whole number from 1 to 100000'],
     [{ batch: 'B', entries: 1.5 }, 'payload.entries', 'payload.entries: must be a whole number from 1 to 100000 (got 1.5)'],
     [{ batch: 'x'.repeat(101), entries: 1 }, 'payload.batch', 'payload.batch: must be 1 to 100 characters (got 101)'],
@@ -119,7 +120,7 @@ describe('list() and idList(): a bad item is named by its index', () => {
   it.each([
     [{ ids: ['INV-1', 'INV-2', 'INV-3', 'INV-x'] }, 'payload.ids.3', 'payload.ids.3: must match INV-<number> (got "INV-x")'],
     [{ ids: ['INV-1', 'INV-2', 'INV-1'] }, 'payload.ids.2', 'payload.ids.2: repeats item 0 ("INV-1")'],
-    [{ ids: ['INV-1', 7] }, 'payload.ids.1', 'payload.ids.1: is required and must be a string'],
+    [{ ids: ['INV-1', 7] }, 'payload.ids.1', 'payload.ids.1: must be a string (got 7)'],
     [{}, 'payload.ids', 'payload.ids: is required: a list of 1 to 5 items'],
     [{ ids: 'INV-1' }, 'payload.ids', 'payload.ids: must be a list of 1 to 5 items (got "INV-1")'],
     [{ ids: [] }, 'payload.ids', 'payload.ids: must be a list of 1 to 5 items (got 0)'],

@@ -55,5 +55,10 @@ describe('jobs show', () => {
     expect(ok).toMatch(/^earlier {3}an earlier attempt failed: Error: boom$/m);
     expect(ok).not.toMatch(/^error /m);
     expect(formatJob({ ...base, state: 'dead', result: null } as never)).toMatch(/^error {5}Error: boom$/m);
+    // The attempt log's times as PostgreSQL writes them, shown like every other time (a newcomer's find).
+    const log = [{ attempt: 1, outcome: 'retry', at: '2026-12-02T16:28:48.490545+00:00', owner: 'w-1', message: 'boom' }];
+    expect(formatJob({ ...base, state: 'succeeded', attemptLog: log } as never)).toMatch(
+      /^ {2}attempt 1 retry at 2026-12-02T16:28:48\.490Z by w-1: boom$/m,
+    );
   });
 });
