@@ -1,4 +1,4 @@
-# The API image: slim. The build stage bundles runtime/apps/api.ts with esbuild (every
+# The API image: slim. The build stage bundles runtime/apps/api-main.ts with esbuild (every
 # dependency inlined); the final stage is Node 22 on Alpine with the bundle and the migrations,
 # running as the unprivileged `node` user. No npm, no node_modules, no dev dependencies.
 # Built by `cdk deploy` (ContainerImage.fromAsset in lib/services/container-config.ts) with the

@@ -1,6 +1,6 @@
 # The worker image: it runs the ERP job handlers, which carry the heavy dependencies (native
 # modules, report and document tooling), so its final stage is Debian slim (glibc, what prebuilt
-# native binaries target) rather than Alpine. The build stage bundles runtime/apps/worker.ts
+# native binaries target) rather than Alpine. The build stage bundles runtime/apps/worker-main.ts
 # with esbuild; the final stage has the bundle and the migrations, runs as the unprivileged
 # `node` user, and has no npm and no dev dependencies. ECS sends SIGTERM with the stop timeout
 # lib/services/worker.ts sets (drain + release); initProcessEnabled forwards it to node.

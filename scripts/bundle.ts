@@ -15,8 +15,8 @@ import { build } from 'esbuild';
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 export const ENTRIES = {
-  api: 'runtime/apps/api.ts',
-  worker: 'runtime/apps/worker.ts',
+  api: 'runtime/apps/api-main.ts',
+  worker: 'runtime/apps/worker-main.ts',
   bootstrap: 'runtime/bootstrap/handler.ts',
   cli: 'bin/jobs.ts',
 } as const;

@@ -11,7 +11,6 @@ import { runService } from './entry.ts';
 import { serviceCredentials } from './service-credentials.ts';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { pathToFileURL } from 'node:url';
 import { registerJobTypes } from '../store/job-types.ts';
 import { JobClient } from '../store/client.ts';
 import {
@@ -385,11 +384,4 @@ export function runApi(env: Env = process.env): Promise<RunningApi> {
   return runService('jobs api', () =>
     startApiService(apiConfigFromEnv(env), { live: liveConfigFromEnv(env), ops: opsConfigFromEnv(env), schedules: defaultSchedules(env) }),
   );
-}
-
-if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  runApi().catch((err: unknown) => {
-    process.stderr.write(`jobs api: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-    process.exit(1);
-  });
 }

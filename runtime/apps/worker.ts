@@ -297,7 +297,3 @@ export async function startWorkerService(
 export async function runWorker(env: Record<string, string | undefined> = process.env): Promise<void> {
   await runService('jobs worker', () => startWorkerService(env));
 }
-
-if (import.meta.url === `file://${process.argv[1]}`) {
-  void runWorker();
-}

@@ -219,14 +219,15 @@ export async function jobCommand(
       }
       out(`${'id'.padEnd(36)}  ${'type'.padEnd(16)}  ${'state'.padEnd(9)}  ${'lane'.padEnd(6)}  att  ${'created'.padEnd(24)}  note`);
       for (const j of jobs) {
-        // A blocked job says what it waits for; one due later, when; any other, its last error.
+        // A blocked job says what it waits for; one due later, when (a retry, then its last error); any other, its last error.
         const later = j.state === 'pending' && j.runAfter.getTime() > Date.now();
+        const error = j.lastError?.message.slice(0, 60) ?? '';
         const note =
           j.blockedSince && j.state === 'pending'
             ? `waiting ${waitingFor(j)}`
             : later
-              ? `due in ${formatDuration((j.runAfter.getTime() - Date.now()) / 1000)}`
-              : (j.lastError?.message.slice(0, 60) ?? '');
+              ? `due in ${formatDuration((j.runAfter.getTime() - Date.now()) / 1000)}${error ? ` · ${error}` : ''}`
+              : error;
         out(
           `${j.id}  ${j.type.padEnd(16)}  ${j.state.padEnd(9)}  ${j.lane.padEnd(6)}  ${String(j.attempt).padStart(3)}  ${j.createdAt.toISOString().padEnd(24)}  ${note}`,
         );

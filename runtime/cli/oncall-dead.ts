@@ -20,7 +20,7 @@ function needsSelection(
   idList: string[] | undefined,
   v: { type?: string; since?: string; until?: string; all?: boolean },
 ): void {
-  if (!idList && !v.type && !v.since && !v.until && !v.all)
+  if (!idList && v.type === undefined && v.since === undefined && v.until === undefined && !v.all)
     throw new UsageError(
       `jobs dead ${action} needs job ids, a type, a time range (--type T, --since T, --until T) or --all (every dead job)`,
     );

@@ -67,17 +67,18 @@ export function formatDuration(seconds: number): string {
   return `${Math.floor(s / 86_400)} d ${Math.floor((s % 86_400) / 3600)} h`;
 }
 
-/** How far ahead a job gets its SQS message (SQS's longest delay; runtime/store/outbox.ts). */
-const MESSAGE_AHEAD_SECONDS = 900;
+/** How far ahead a job gets its SQS message: SQS's longest delay (queue/types.ts SQS_MAX_DELAY_SECONDS, a layer above; a test keeps them equal). */
+export const MESSAGE_AHEAD_SECONDS = 900;
 
 /**
  * When a pending job is due, if later than `nowMs`: "2026-12-02T18:27:25.000Z, in 1 h 57 min", and
- * for a job due beyond 15 minutes that it has no SQS message yet by design (the outbox relay sends
- * it 15 minutes before), so nobody takes it for a lost one. Null when due, or not pending.
+ * for a job due beyond 15 minutes that its SQS message is sent only 15 minutes before (by the
+ * outbox relay, runtime/store/outbox.ts), so nobody takes it for a lost one. Null when due, or not
+ * pending.
  */
 export function dueReading(j: Pick<Job, 'state' | 'runAfter'>, nowMs = Date.now()): string | null {
   const inSeconds = (j.runAfter.getTime() - nowMs) / 1000;
   if (j.state !== 'pending' || inSeconds <= 0) return null;
-  const message = inSeconds > MESSAGE_AHEAD_SECONDS ? ' (its SQS message is sent 15 min before, none until then)' : '';
+  const message = inSeconds > MESSAGE_AHEAD_SECONDS ? ' (its SQS message is sent 15 min before)' : '';
   return `${j.runAfter.toISOString()}, in ${formatDuration(inSeconds)}${message}`;
 }

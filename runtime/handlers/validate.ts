@@ -12,7 +12,7 @@ export function text(opts: { min?: number; max?: number; pattern?: RegExp; hint?
   const notString = (iss: { input?: unknown }) =>
     iss.input === undefined || iss.input === null
       ? 'is required and must be a string'
-      : `must be a string (got ${JSON.stringify(iss.input)})`;
+      : `must be a string (got ${JSON.stringify(iss.input)?.slice(0, 80)})`;
   const s = z.string({ error: notString }).min(min, { error: length }).max(max, { error: length });
   return opts.pattern
     ? s

@@ -77,7 +77,10 @@ export function enqueueRequest(registry: JobRegistry) {
           const year = parseIsoTime(s)?.getUTCFullYear();
           return year !== undefined && year >= 1970 && year <= 9999;
         },
-        { error: (iss) => `must be a real date between 1970 and 9999, e.g. 2026-12-01T06:00:00Z (got ${JSON.stringify(iss.input)})` },
+        {
+          error: (iss) =>
+            `must be a real date between 1970 and 9999, e.g. 2026-12-01T06:00:00Z (got ${JSON.stringify(iss.input)?.slice(0, 80)})`,
+        },
       )
       .nullish()
       .meta({ description: 'do not start before this time (ISO 8601 with an offset)' }),

@@ -190,7 +190,7 @@ describe('the API service', () => {
 
   describe('as a process', () => {
     const runMain = (env: Record<string, string>) => {
-      const child = spawn(process.execPath, ['--import', 'tsx', 'runtime/apps/api.ts'], {
+      const child = spawn(process.execPath, ['--import', 'tsx', 'runtime/apps/api-main.ts'], {
         cwd: REPO,
         env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'info', ...env },
         stdio: ['ignore', 'pipe', 'pipe'],

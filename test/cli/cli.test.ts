@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { jobsBundle, removeJobsBundle, runJobs } from '../support/cli.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
 import { unknownTypeMessage } from '../support/registered-types.ts';
+import { waitFor } from '../support/platform.ts';
 import { usageFor } from '../../runtime/cli/main.ts';
 import { defaultRegistry } from '../../runtime/handlers/index.ts';
 import { JobStore } from '../../runtime/store/job-store.ts';
@@ -78,10 +79,7 @@ describe('jobs command', () => {
     expect(later.code).toBe(0);
     expect(later.stderr).toBe('');
     expect(later.stdout).toMatch(
-      new RegExp(
-        `^due +${runAt.replace(/[.]/g, '\\.')}, in 2 h (0|1) min \\(its SQS message is sent 15 min before, none until then\\)$`,
-        'm',
-      ),
+      new RegExp(`^due +${runAt.replace(/[.]/g, '\\.')}, in 2 h (0|1) min \\(its SQS message is sent 15 min before\\)$`, 'm'),
     );
     const id = /^job +(\S+)$/m.exec(later.stdout)![1]!;
     expect((await jobs(['list', '--state', 'pending'])).stdout).toMatch(new RegExp(`^${id} .* due in 2 h (0|1) min$`, 'm'));
@@ -167,6 +165,30 @@ describe('jobs command', () => {
     expect(r.stderr).toMatch(
       /refusing to start[\s\S]*\[heartbeat-within-lease\] JOBS_HEARTBEAT_SECONDS = 5 must be at most 1\/3 of JOBS_LEASE_SECONDS = 6/,
     );
+  });
+
+  it('jobs worker starts one worker service, not two (the bundle: every module shares its URL, and an "am I the entry?" test in runtime/apps/worker.ts held there too)', async () => {
+    const child = spawn(process.execPath, [await jobsBundle(), 'worker'], {
+      env: {
+        ...jobsEnv(),
+        LOG_LEVEL: 'info',
+        AWS_REGION: 'us-east-1',
+        // Nothing listens there: the worker starts, then its receives fail and retry.
+        JOBS_QUEUE_URL: 'http://127.0.0.1:9/000000000000/jobs',
+        JOBS_DLQ_URL: 'http://127.0.0.1:9/000000000000/jobs-dlq',
+        JOBS_SQS_ENDPOINT: 'http://127.0.0.1:9',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    await waitFor(async () => out.includes('worker service started'), 15_000, `worker started: ${out}`);
+    await new Promise((r) => setTimeout(r, 1000)); // a second one would be up by now
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(out.match(/worker service started/g)).toHaveLength(1);
   });
 
   it('refuses a queue without a region, like the services: no silent us-east-1', async () => {

@@ -220,6 +220,7 @@ describe('jobs dead', () => {
       ['dead', 'redrive', '--by', 'x'],
       /^jobs: jobs dead redrive needs job ids, a type, a time range \(--type T, --since T, --until T\) or --all/,
     ],
+    [['dead', 'discard', '--reason', 'x'], /^jobs: jobs dead discard needs job ids, a type, a time range/],
     [['dead', 'list', '--since', 'yesterday'], /--since must be an ISO 8601 time with an offset .* or an age/],
     [['dead', 'redrive', 'not-an-id'], /not-an-id is not a job id/],
     [['dead', 'redrive', '--all', '--max-attempts', '0'], /--max-attempts must be a whole number from 1 to 100/],

@@ -61,4 +61,16 @@ describe('jobs show', () => {
       /^ {2}attempt 1 retry at 2026-12-02T16:28:48\.490Z by w-1: boom$/m,
     );
   });
+
+  it('a due time reads in days, hours and minutes, and says a job due beyond 15 minutes gets its message only then', async () => {
+    const { dueReading, formatDuration, MESSAGE_AHEAD_SECONDS } = await import('../../runtime/domain/reading.ts');
+    const { SQS_MAX_DELAY_SECONDS } = await import('../../runtime/queue/types.ts');
+    expect(MESSAGE_AHEAD_SECONDS).toBe(SQS_MAX_DELAY_SECONDS);
+    expect([45, 725, 7020, 3 * 86_400 + 4 * 3600 + 59].map(formatDuration)).toEqual(['45 s', '12 min 5 s', '1 h 57 min', '3 d 4 h']);
+    const at = (s: number) => ({ state: 'pending' as const, runAfter: new Date(1_000_000 + s * 1000) });
+    expect(dueReading(at(900), 1_000_000)).toBe('1970-01-01T00:31:40.000Z, in 15 min 0 s');
+    expect(dueReading(at(901), 1_000_000)).toBe('1970-01-01T00:31:41.000Z, in 15 min 1 s (its SQS message is sent 15 min before)');
+    expect(dueReading(at(0), 1_000_000)).toBeNull();
+    expect(dueReading({ ...at(60), state: 'running' as never }, 1_000_000)).toBeNull();
+  });
 });
