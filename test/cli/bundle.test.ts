@@ -68,3 +68,22 @@ describe('the bundled jobs command (worker image)', () => {
     );
   });
 });
+
+describe('the services as their images run them (dist/api/index.mjs, dist/worker/index.mjs)', () => {
+  it.each(['api', 'worker'] as const)(
+    '%s: `node index.mjs` starts the service (a bad setting: refused once, exit 1)',
+    async (name) => {
+      const dir = await bundle(name, out);
+      const r = await run(process.execPath, [join(dir, 'index.mjs')], {
+        cwd: dir,
+        env: { PATH: process.env.PATH ?? '', DATABASE_URL: db.url, PORT: '70000', JOBS_LEASE_SECONDS: '6', JOBS_HEARTBEAT_SECONDS: '5' },
+      }).then(
+        () => ({ code: 0, stderr: '' }),
+        (e: { code: number; stderr: string }) => ({ code: e.code, stderr: e.stderr }),
+      );
+      expect(r.code).toBe(1);
+      expect(r.stderr.match(new RegExp(`jobs ${name}: refusing to start`, 'g'))).toHaveLength(1);
+    },
+    60_000,
+  );
+});
