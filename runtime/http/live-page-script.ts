@@ -198,7 +198,7 @@ export const LIVE_PAGE_SCRIPT = String.raw`
       var st = td(''); st.appendChild(el('span', 'chip ' + j.state, j.state)); tr.appendChild(st);
       tr.appendChild(attemptCell(j));
       // Why a dead job is dead is its state; an earlier attempt's error on any other job is history.
-      var text = j.error || j.earlierError || (j.cancelledBy ? 'cancelled by ' + j.cancelledBy : '') || (j.waiting ? 'waiting ' + j.waiting : '');
+      var text = j.error || j.earlierError || (j.cancelledBy ? 'cancelled by ' + j.cancelledBy : '') || (j.waiting ? 'waiting ' + j.waiting : '') || (j.due ? 'due ' + j.due : '');
       var e = td(text, 'fill wrap' + (j.error ? ' error' : ' muted'));
       e.title = text;
       tr.appendChild(e);

@@ -27,7 +27,7 @@ import { liveStateCounts } from '../live/counts.ts';
 import { onActiveJobs } from '../store/active-jobs.ts';
 import { LIVE_SQL } from '../live/sql.ts';
 import { type WorkerView, workerViews } from '../live/workers.ts';
-import { attemptReading, capWarning, errorReading, waitingFor } from '../domain/reading.ts';
+import { attemptReading, capWarning, dueReading, errorReading, waitingFor } from '../domain/reading.ts';
 
 export type LiveReply = Reply;
 
@@ -87,6 +87,8 @@ export interface LiveSnapshot {
     cancelledBy: string | null;
     /** A blocked job: what it waits for ("for key ledger:company-7 since …"). */
     waiting: string | null;
+    /** A pending job due later: when, and for one due beyond 15 min that its SQS message is sent only then (domain/reading.ts). */
+    due: string | null;
     createdAt: string;
     finishedAt: string | null;
   }[];
@@ -157,6 +159,7 @@ export function createLiveRoutes(o: LiveOptions): LiveRoutes {
           earlierError: error?.kind === 'history' ? error.text.slice(0, 300) : null,
           cancelledBy: j.cancelledBy,
           waiting: j.blockedSince && j.state === 'pending' ? waitingFor(j) : null,
+          due: dueReading(j),
           createdAt: j.createdAt.toISOString(),
           finishedAt: j.finishedAt?.toISOString() ?? null,
         };

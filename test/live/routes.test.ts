@@ -121,6 +121,19 @@ describe('live view routes', () => {
     });
   });
 
+  it('a job due in hours reads as due, with its SQS message sent only 15 min before (a newcomer took one for a lost job)', async () => {
+    const [r] = await p.client.enqueueNow({
+      type: 'ledger.post',
+      payload: { batch: 'LIVE-LATER', entries: 1 },
+      runAt: new Date(Date.now() + 3 * 3_600_000),
+    });
+    const s = (await call(api.url, 'GET', '/live/state', auth)).body;
+    const shown = s.recent.find((j: { id: string }) => j.id === r!.job.id);
+    expect(shown.due).toMatch(/^\S+Z, in (2 h 59|3 h 0) min \(its SQS message is sent 15 min before\)$/);
+    expect(s.recent.find((j: { id: string }) => j.id === jobId).due).toBeNull();
+    await p.store.cancel(r!.job.id, 'test');
+  });
+
   it('GET /live/stream: snapshots every interval and events as they arrive, after the backlog', async () => {
     feed.publish([{ kind: 'claimed', workerId: 'worker-live-1', jobId, type: 'ledger.post', attempt: 1, at: new Date().toISOString() }]);
     let pushed = false;
