@@ -20,10 +20,12 @@ function needsSelection(
   idList: string[] | undefined,
   v: { type?: string; since?: string; until?: string; all?: boolean },
 ): void {
-  if (!idList && v.type === undefined && v.since === undefined && v.until === undefined && !v.all)
+  const filtered = v.type !== undefined || v.since !== undefined || v.until !== undefined || v.all === true;
+  if (!idList && !filtered)
     throw new UsageError(
       `jobs dead ${action} needs job ids, a type, a time range (--type T, --since T, --until T) or --all (every dead job)`,
     );
+  if (idList && filtered) throw new UsageError(`jobs dead ${action}: name job ids or --type/--since/--until/--all, not both`);
 }
 
 export async function deadCommand(argv: string[], env: Env, out: Out): Promise<number> {
