@@ -11,9 +11,11 @@
 
 import { databaseUrlFromEnv } from '../config/env.ts';
 import { createPool } from '../db/pool.ts';
-import { describeStuck, findStuckJobs, formatDuration } from '../oncall/stuck.ts';
+import { formatDuration } from '../domain/reading.ts';
+import { describeStuck, findStuckJobs } from '../oncall/stuck.ts';
 import { watchJob } from '../oncall/watch.ts';
 import { JobStore } from '../store/job-store.ts';
+import { beyondHorizon } from '../store/outbox.ts';
 import { listPoisonMessages, type PoisonReason } from '../store/poison.ts';
 import { parseCommand } from './args.ts';
 import { blockers, UsageError } from './format.ts';
@@ -197,7 +199,7 @@ async function republishCommand(argv: string[], env: Env, out: Out): Promise<num
     );
     // A job due beyond 15 minutes gets its message only then, like every such job (no message now).
     const later = (j: { runAfter: string }) =>
-      Date.parse(j.runAfter) - Date.now() > 900_000 ? '  (its message is sent 15 min before it is due)' : '';
+      beyondHorizon(new Date(j.runAfter)) ? '  (its message is sent 15 min before it is due)' : '';
     for (const j of r.jobs.slice(0, 50)) out(`  ${j.id}  ${j.type.padEnd(16)}  due ${j.runAfter}${later(j)}`);
     if (r.jobs.length > 50) out(`  … and ${r.jobs.length - 50} more`);
     for (const line of skippedLines(r.skipped)) out(line);

@@ -26,8 +26,6 @@ import { onActiveJobs } from '../store/active-jobs.ts';
 import { formatDuration } from '../domain/reading.ts';
 import { rowToOpsJob, runOps, type OpsJob } from './db.ts';
 
-export { formatDuration };
-
 // The thresholds' shape, defaults and variable names live in config/stuck-thresholds.ts, which the
 // CDK app reads too (without loading this module's AWS SDK client).
 export {

@@ -11,7 +11,7 @@
 
 import type pg from 'pg';
 import { rowToOpsJob, runOps, type OpsJob } from './db.ts';
-import { formatDuration } from './stuck.ts';
+import { formatDuration } from '../domain/reading.ts';
 import { attemptReading, waitingFor } from '../domain/reading.ts';
 
 /** What a blocked job waits on: its key's running jobs, its type's slots and their holders. */
