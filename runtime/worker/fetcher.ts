@@ -20,6 +20,7 @@ import type { QueueMessages } from './messages.ts';
 import { Batcher } from './batcher.ts';
 import { DatabaseGate } from './database-gate.ts';
 import { Pace } from './pace.ts';
+import { Signal } from './signal.ts';
 
 /** What the fetcher asks of the coordinator, which owns the handler slots. */
 export interface Slots {
@@ -52,6 +53,8 @@ export class Fetcher {
   /** Messages asked for by receives in flight, and received ones being claimed. */
   private asked = 0;
   private claiming = 0;
+  /** Receives waiting on SQS (not their claims): an idle queue gets one long poll at a time. */
+  private polling = 0;
   /** The last receive came back full: the queue has more. Idle at start: one long poll until it brings a full batch. */
   private queueBusy = false;
   private receiveFailures = 0;
@@ -69,6 +72,8 @@ export class Fetcher {
   });
   /** Fires when a receive (and its claim) ends: the loop counts the room again. */
   private readonly arrival = new Signal();
+  /** Fires when a receive has its answer from SQS. */
+  private readonly pollEnded = new Signal();
 
   constructor(
     private readonly ctx: WorkerContext,
@@ -115,8 +120,10 @@ export class Fetcher {
       // While jobs are in hand or on the way, wait until half the capacity is free: a few large
       // claims cost the database less than many small ones.
       const busy = inHand + coming > 0;
-      // An idle queue gets one receive at a time (it long-polls): idle, a worker costs one call per wait.
-      if (room <= 0 || (busy && room < Math.min(maxBatch, Math.ceil(capacity / 2))) || (!this.queueBusy && receives.size > 0)) {
+      // An idle queue gets one receive at a time (it long-polls): idle, a worker costs one call per
+      // wait. The next long poll opens as soon as the last one returns, not after its claim has
+      // committed: a message arriving meanwhile would wait out that commit.
+      if (room <= 0 || (busy && room < Math.min(maxBatch, Math.ceil(capacity / 2))) || (!this.queueBusy && this.polling > 0)) {
         // Waiting starts before anything is awaited, so a receive ending meanwhile is not missed.
         const woken = Promise.race([slots.waitForSlot(), this.arrival.wait()]);
         if (coming === 0) await this.lanes?.noRoom();
@@ -155,6 +162,7 @@ export class Fetcher {
   private async receiveAndClaim(n: number, waitSeconds: number): Promise<void> {
     const { ctx } = this;
     this.asked += n;
+    this.polling++;
     const t0 = performance.now();
     let messages: ReceivedMessage[];
     try {
@@ -168,6 +176,8 @@ export class Fetcher {
       return;
     } finally {
       this.asked -= n;
+      this.polling--;
+      this.pollEnded.fire();
     }
     this.queueBusy = messages.length >= n;
     if (messages.length === 0) return;
@@ -177,6 +187,8 @@ export class Fetcher {
       return;
     }
     this.claiming += messages.length;
+    // The loop counts the room again now, while this claim runs.
+    this.arrival.fire();
     try {
       await this.claims.add(messages);
     } finally {
@@ -198,6 +210,10 @@ export class Fetcher {
         // the visibility timeout, and stop receiving until the database answers: a gated
         // receive loop spends no SQS receives toward maxReceiveCount meanwhile.
         this.databaseUnavailable(err);
+        // A long poll opened while this claim ran would take these messages again the moment they
+        // are handed back: a second receive of each toward the DLQ. Until it returns they are
+        // still hidden, so hand them back once it has.
+        await this.openReceivesEnded();
         // A claim that timed out may have committed on the server: its jobs then hold a lease
         // nobody uses, and a message back at once would find it live and be deleted as a
         // duplicate; hidden for a lease, it returns when the job is claimable. A gate closing again
@@ -215,6 +231,12 @@ export class Fetcher {
       }
     }
     return batches.map(() => undefined);
+  }
+
+  /** Once the receives open now have their answers (a closed gate opens no new ones). */
+  private async openReceivesEnded(): Promise<void> {
+    while (this.polling > 0) await this.pollEnded.wait();
+    await this.lanes?.pollsEnded();
   }
 
   /** Close the database gate (also called by the heartbeat). */
@@ -372,18 +394,5 @@ export class Fetcher {
     } catch (err) {
       this.ctx.log.warn({ err, jobId: job.id }, 're-publish for a later due time failed; the message will return');
     }
-  }
-}
-
-/** Wakes whoever waits on it, each time it fires. */
-class Signal {
-  private waiters: (() => void)[] = [];
-  wait(): Promise<void> {
-    return new Promise<void>((r) => this.waiters.push(r));
-  }
-  fire(): void {
-    const w = this.waiters;
-    this.waiters = [];
-    for (const f of w) f();
   }
 }

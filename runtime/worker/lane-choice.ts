@@ -106,6 +106,11 @@ export class LaneReceiver {
     return [];
   }
 
+  /** Once the lanes' open long polls have returned (what they bring waits in `ready`). */
+  async pollsEnded(): Promise<void> {
+    await Promise.all(this.lanes.map((s) => s.poll));
+  }
+
   /** The worker has no room: what the background polls brought goes back to the queue now. */
   async noRoom(): Promise<void> {
     this.roomless = true;

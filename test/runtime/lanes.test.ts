@@ -169,6 +169,36 @@ describe('lanes: the worker prefers urgent and never starves bulk', () => {
     expect(l.urgentDlq.depth().total + l.bulkDlq.depth().total).toBe(0);
   }, 90_000);
 
+  it('idle, a queue per lane: a job that arrives while the last one is still being claimed runs meanwhile', async () => {
+    // As deployed (a queue per lane): the lanes' long polls open again when the last one returns,
+    // not once its claim has committed.
+    l = await lanes();
+    const [a] = await l.client.enqueueNow({ type: 'test.work', payload: { tag: 'a' }, lane: 'urgent' });
+    const holder = await l.db.pool.connect();
+    holder.on('error', () => undefined);
+    try {
+      // A's claim waits on this row lock for as long as the test holds it.
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM jobs.job WHERE id = $1 FOR UPDATE', [a!.job.id]);
+      l.worker(4).start();
+      await waitFor(
+        async () =>
+          (await l.db.pool.query("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"))
+            .rowCount,
+        10_000,
+        "A's claim waiting on the lock",
+      );
+      await l.client.enqueueNow({ type: 'test.work', payload: { tag: 'b' } });
+      await waitFor(() => started.includes('b'), 5_000, 'B run while A is still being claimed');
+      expect(started).toEqual(['b']);
+    } finally {
+      await holder.query('ROLLBACK');
+      holder.release();
+    }
+    await waitFor(() => started.includes('a'), 10_000, 'A run once the lock is gone');
+    expect(started).toEqual(['b', 'a']);
+  }, 30_000);
+
   it('one queue for every lane (no urgent queue): urgent jobs go to the shared queue and run', async () => {
     l = await lanes(true);
     const [r] = await l.client.enqueueNow({ type: 'test.work', payload: { tag: 'u-shared' }, lane: 'urgent' });

@@ -126,6 +126,38 @@ describe('receiving over a queue with a round trip', () => {
     expect(slow.maxInFlight).toBe(1);
   }, 30_000);
 
+  it('an idle queue: a job that arrives while the last one is still being claimed is received and run meanwhile', async () => {
+    // The next long poll opens when the last one returns, not once its claim has committed: a
+    // commit that waits (a slow disk, a lock) would otherwise hold up every message behind it.
+    p = await createPlatform({ registry, timings: { concurrency: 10 } });
+    const [a] = await p.client.enqueueNow({ type: 'test.step', payload: { n: 1 } });
+    // A's claim will wait on this row lock for as long as the test holds it.
+    const holder = await p.db.pool.connect();
+    holder.on('error', () => undefined);
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM jobs.job WHERE id = $1 FOR UPDATE', [a!.job.id]);
+      const w = p.worker({ queue: new SlowQueue(p.queue, 5) });
+      w.start();
+      await waitFor(
+        async () =>
+          (await p.db.pool.query("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"))
+            .rowCount,
+        10_000,
+        "A's claim waiting on the lock",
+      );
+      await p.client.enqueueNow({ type: 'test.step', payload: { n: 2 } });
+      await waitFor(() => runs.get(2), 5_000, 'B run while A is still being claimed');
+      expect(runs.has(1)).toBe(false);
+    } finally {
+      await holder.query('ROLLBACK');
+      holder.release();
+    }
+    await waitFor(() => runs.get(1), 10_000, 'A run once the lock is gone');
+    expect(runs.get(1)).toBe(1);
+    expect(runs.get(2)).toBe(1);
+  }, 30_000);
+
   it('long jobs right after fast ones: what the receives ahead brought goes to the idle peer within about a second', async () => {
     p = await createPlatform({ registry, timings: { concurrency: 4 } });
     const n = 40;
