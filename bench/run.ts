@@ -414,6 +414,8 @@ interface Latency {
    * A late loop with no long pause is the process waiting for a core, not doing its own work.
    */
   loop: { delayP99: number; delayMax: number; gcPausesOver5: number[] };
+  /** The same for the separate worker process (shape 'process'), over the same window; null in-bench. */
+  workerLoop: { delayP99: number; delayMax: number; gcPausesOver5: number[] } | null;
   /**
    * The steady jobs at the p99 and slower: medians of where their time went, ms. `transaction`:
    * from the enqueue call to its COMMIT (a pool connection, the job and outbox rows, the WAL
@@ -524,7 +526,10 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs', shape: 'in
       if (e.duration > 5 && performance.timeOrigin + e.startTime - start > WARMUP_MS) gcPauses.push(Math.round(e.duration));
   });
   gcWatch.observe({ entryTypes: ['gc'] });
-  const watchLoop = setTimeout(() => loopDelay.enable(), WARMUP_MS);
+  const watchLoop = setTimeout(() => {
+    loopDelay.enable();
+    proc?.children[0]?.send('watch');
+  }, WARMUP_MS);
   const inflight: Promise<unknown>[] = [];
   for (let seq = 0; seq < total; seq++) {
     const due = start + (seq * 1000) / rate;
@@ -539,6 +544,19 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs', shape: 'in
   clearTimeout(watchLoop);
   loopDelay.disable();
   gcWatch.disconnect();
+  let workerLoop: Latency['workerLoop'] = null;
+  if (proc) {
+    const child = proc.children[0]!;
+    workerLoop = await new Promise<Latency['workerLoop']>((resolve) => {
+      const onReport = (m: { loop?: Latency['workerLoop'] }) => {
+        if (typeof m !== 'object' || !m.loop) return;
+        child.off('message', onReport);
+        resolve(m.loop);
+      };
+      child.on('message', onReport);
+      child.send('report');
+    });
+  }
   await worker?.stop(0);
   if (proc) {
     proc.stop();
@@ -593,6 +611,7 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs', shape: 'in
       delayMax: Math.max(0, loopDelay.max / 1e6 - 5),
       gcPausesOver5: gcPauses,
     },
+    workerLoop,
     slowest: split(p99),
     typical: split(0),
   };
@@ -1035,20 +1054,20 @@ async function main(): Promise<void> {
       const splitCell = (x: Split | null) => (x ? `${ms(x.transaction)} / ${ms(x.send)} / ${ms(x.toStart)}, ${x.n} jobs` : '–');
       out.push('');
       out.push(
-        `Enqueue → start at a steady ${lats[0]!.rate} jobs/s for ${lats[0]!.seconds} s per run (concurrency 10, one transaction per enqueue), ms; steady state = jobs enqueued after the first ${WARMUP_MS / 1000} s, warm-up = the first ${WARMUP_MS / 1000} s of a fresh process (in-bench) or of the load (worker process: a separate worker service, LOG_LEVEL=info, that has run ${fmt(PROCESS_WARMUP_JOBS)} jobs first; the benchmark's process enqueues, as the API does, and its event loop and GC are the columns'):`,
+        `Enqueue → start at a steady ${lats[0]!.rate} jobs/s for ${lats[0]!.seconds} s per run (concurrency 10, one transaction per enqueue), ms; steady state = jobs enqueued after the first ${WARMUP_MS / 1000} s, warm-up = the first ${WARMUP_MS / 1000} s of a fresh process (in-bench) or of the load (worker process: a separate worker service, LOG_LEVEL=info, that has run ${fmt(PROCESS_WARMUP_JOBS)} jobs first; the benchmark's process enqueues, as the API does: its event loop and GC are the first columns', the worker process's the next):`,
       );
       out.push('');
       out.push(
-        '| transport | run | steady p50 | steady p99 | steady p99.9 | steady max | warm-up max | whole run p99 | event loop late, p99 / max | GC pauses > 5 ms | enqueue transaction / send / send to start, median of the p99 and slower (of all) |',
+        '| transport | run | steady p50 | steady p99 | steady p99.9 | steady max | warm-up max | whole run p99 | event loop late, p99 / max | GC pauses > 5 ms | worker process: event loop late, p99 / max; GC pauses > 5 ms | enqueue transaction / send / send to start, median of the p99 and slower (of all) |',
       );
-      out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+      out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
       const runOf = new Map<string, number>();
       for (const lat of lats) {
         const label = `${lat.transport === 'sqs' ? 'local SQS' : 'in-process'}${lat.shape === 'process' ? ', worker process' : ''}`;
         const k = (runOf.get(label) ?? 0) + 1;
         runOf.set(label, k);
         out.push(
-          `| ${label} | ${k} | ${ms(lat.steady?.p50)} | ${ms(lat.steady?.p99)} | ${ms(lat.steady?.p999)} | ${ms(lat.steady?.max)} | ${ms(lat.warmup?.max)} | ${ms(lat.p99)} | ${ms(lat.loop?.delayP99)} / ${ms(lat.loop?.delayMax)} | ${lat.loop ? lat.loop.gcPausesOver5.join(', ') || 'none' : '–'} | ${splitCell(lat.slowest)} (${splitCell(lat.typical)}) |`,
+          `| ${label} | ${k} | ${ms(lat.steady?.p50)} | ${ms(lat.steady?.p99)} | ${ms(lat.steady?.p999)} | ${ms(lat.steady?.max)} | ${ms(lat.warmup?.max)} | ${ms(lat.p99)} | ${ms(lat.loop?.delayP99)} / ${ms(lat.loop?.delayMax)} | ${lat.loop ? lat.loop.gcPausesOver5.join(', ') || 'none' : '–'} | ${lat.workerLoop ? `${ms(lat.workerLoop.delayP99)} / ${ms(lat.workerLoop.delayMax)}; ${lat.workerLoop.gcPausesOver5.join(', ') || 'none'}` : '–'} | ${splitCell(lat.slowest)} (${splitCell(lat.typical)}) |`,
         );
       }
     }
