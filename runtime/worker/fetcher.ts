@@ -53,8 +53,9 @@ export class Fetcher {
   /** Messages asked for by receives in flight, and received ones being claimed. */
   private asked = 0;
   private claiming = 0;
-  /** Receives waiting on SQS (not their claims): an idle queue gets one long poll at a time. */
+  /** Receives waiting on SQS, and receives whose messages are being claimed. */
   private polling = 0;
+  private receivesClaiming = 0;
   /** The last receive came back full: the queue has more. Idle at start: one long poll until it brings a full batch. */
   private queueBusy = false;
   private receiveFailures = 0;
@@ -72,7 +73,6 @@ export class Fetcher {
   });
   /** Fires when a receive (and its claim) ends: the loop counts the room again. */
   private readonly arrival = new Signal();
-  /** Fires when a receive has its answer from SQS. */
   private readonly pollEnded = new Signal();
 
   constructor(
@@ -120,10 +120,11 @@ export class Fetcher {
       // While jobs are in hand or on the way, wait until half the capacity is free: a few large
       // claims cost the database less than many small ones.
       const busy = inHand + coming > 0;
-      // An idle queue gets one receive at a time (it long-polls): idle, a worker costs one call per
-      // wait. The next long poll opens as soon as the last one returns, not after its claim has
-      // committed: a message arriving meanwhile would wait out that commit.
-      if (room <= 0 || (busy && room < Math.min(maxBatch, Math.ceil(capacity / 2))) || (!this.queueBusy && this.polling > 0)) {
+      // An idle queue gets one long poll at a time (a call per wait). The next opens when the last
+      // returns, not after its claim commits (a message arriving meanwhile would wait that out),
+      // but not past a second claim: a hung database holds two batches at most.
+      const idleWait = !this.queueBusy && (this.polling > 0 || this.receivesClaiming > 1);
+      if (room <= 0 || (busy && room < Math.min(maxBatch, Math.ceil(capacity / 2))) || idleWait) {
         // Waiting starts before anything is awaited, so a receive ending meanwhile is not missed.
         const woken = Promise.race([slots.waitForSlot(), this.arrival.wait()]);
         if (coming === 0) await this.lanes?.noRoom();
@@ -187,12 +188,14 @@ export class Fetcher {
       return;
     }
     this.claiming += messages.length;
+    this.receivesClaiming++;
     // The loop counts the room again now, while this claim runs.
     this.arrival.fire();
     try {
       await this.claims.add(messages);
     } finally {
       this.claiming -= messages.length;
+      this.receivesClaiming--;
     }
     this.pace.receive(n, messages.length, performance.now() - t0);
   }
@@ -210,9 +213,8 @@ export class Fetcher {
         // the visibility timeout, and stop receiving until the database answers: a gated
         // receive loop spends no SQS receives toward maxReceiveCount meanwhile.
         this.databaseUnavailable(err);
-        // A long poll opened while this claim ran would take these messages again the moment they
-        // are handed back: a second receive of each toward the DLQ. Until it returns they are
-        // still hidden, so hand them back once it has.
+        // A poll opened while this claim ran would take them again at once (a second receive
+        // toward the DLQ); until it returns they are still hidden.
         await this.openReceivesEnded();
         // A claim that timed out may have committed on the server: its jobs then hold a lease
         // nobody uses, and a message back at once would find it live and be deleted as a
@@ -233,7 +235,7 @@ export class Fetcher {
     return batches.map(() => undefined);
   }
 
-  /** Once the receives open now have their answers (a closed gate opens no new ones). */
+  /** Once the open receives have answers (the closed gate opens none until a probe answers). */
   private async openReceivesEnded(): Promise<void> {
     while (this.polling > 0) await this.pollEnded.wait();
     await this.lanes?.pollsEnded();

@@ -71,11 +71,12 @@ interface Lanes {
 }
 
 let l: Lanes;
-async function lanes(shared = false): Promise<Lanes> {
+async function lanes(shared = false, timings: Partial<typeof FAST_TIMINGS> = {}): Promise<Lanes> {
   const db = await createTestDb();
+  const t = { ...FAST_TIMINGS, ...timings };
   const mem = (dlq?: MemoryQueue) =>
     new MemoryQueue({
-      visibilityTimeoutSeconds: FAST_TIMINGS.visibilityTimeoutSeconds,
+      visibilityTimeoutSeconds: t.visibilityTimeoutSeconds,
       maxReceiveCount: 10,
       ...(dlq ? { deadLetterQueue: dlq } : {}),
     });
@@ -109,7 +110,7 @@ async function lanes(shared = false): Promise<Lanes> {
         log: silentLogger,
         receiveWaitSeconds: 0.2,
         ...o,
-        timings: { ...FAST_TIMINGS, concurrency },
+        timings: { ...t, concurrency },
       });
       workers.push(w);
       return w;
@@ -171,8 +172,9 @@ describe('lanes: the worker prefers urgent and never starves bulk', () => {
 
   it('idle, a queue per lane: a job that arrives while the last one is still being claimed runs meanwhile', async () => {
     // As deployed (a queue per lane): the lanes' long polls open again when the last one returns,
-    // not once its claim has committed.
-    l = await lanes();
+    // not once its claim has committed. Long leases: under load the lock may be held a few
+    // seconds, and A's lease must not run out (nor its message come back) meanwhile.
+    l = await lanes(false, { leaseSeconds: 30, heartbeatSeconds: 5, visibilityTimeoutSeconds: 60 });
     const [a] = await l.client.enqueueNow({ type: 'test.work', payload: { tag: 'a' }, lane: 'urgent' });
     const holder = await l.db.pool.connect();
     holder.on('error', () => undefined);

@@ -129,7 +129,12 @@ describe('receiving over a queue with a round trip', () => {
   it('an idle queue: a job that arrives while the last one is still being claimed is received and run meanwhile', async () => {
     // The next long poll opens when the last one returns, not once its claim has committed: a
     // commit that waits (a slow disk, a lock) would otherwise hold up every message behind it.
-    p = await createPlatform({ registry, timings: { concurrency: 10 } });
+    // Long leases: under load the lock may be held a few seconds, and A's lease must not run out
+    // (nor its message come back) meanwhile.
+    p = await createPlatform({
+      registry,
+      timings: { concurrency: 10, leaseSeconds: 30, heartbeatSeconds: 5, visibilityTimeoutSeconds: 60 },
+    });
     const [a] = await p.client.enqueueNow({ type: 'test.step', payload: { n: 1 } });
     // A's claim will wait on this row lock for as long as the test holds it.
     const holder = await p.db.pool.connect();
