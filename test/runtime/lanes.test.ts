@@ -24,7 +24,7 @@ import { OutboxRelay, Publisher } from '../../runtime/store/outbox.ts';
 import { NonRetryableError } from '../../runtime/domain/errors.ts';
 import { TestWorker } from 'erp-jobs/testing';
 import { createTestDb, type TestDb } from '../support/db.ts';
-import { FAST_TIMINGS, waitFor } from '../support/platform.ts';
+import { FAST_TIMINGS, holdJobRow, waitFor } from '../support/platform.ts';
 
 /** Handler starts, in the order the worker started them (the payload's tag). */
 const started: string[] = [];
@@ -176,26 +176,16 @@ describe('lanes: the worker prefers urgent and never starves bulk', () => {
     // seconds, and A's lease must not run out (nor its message come back) meanwhile.
     l = await lanes(false, { leaseSeconds: 30, heartbeatSeconds: 5, visibilityTimeoutSeconds: 60 });
     const [a] = await l.client.enqueueNow({ type: 'test.work', payload: { tag: 'a' }, lane: 'urgent' });
-    const holder = await l.db.pool.connect();
-    holder.on('error', () => undefined);
+    // A's claim waits on this row lock for as long as the test holds it.
+    const lock = await holdJobRow(l.db.pool, a!.job.id);
     try {
-      // A's claim waits on this row lock for as long as the test holds it.
-      await holder.query('BEGIN');
-      await holder.query('SELECT 1 FROM jobs.job WHERE id = $1 FOR UPDATE', [a!.job.id]);
       l.worker(4).start();
-      await waitFor(
-        async () =>
-          (await l.db.pool.query("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"))
-            .rowCount,
-        10_000,
-        "A's claim waiting on the lock",
-      );
+      await lock.claimWaiting();
       await l.client.enqueueNow({ type: 'test.work', payload: { tag: 'b' } });
       await waitFor(() => started.includes('b'), 5_000, 'B run while A is still being claimed');
       expect(started).toEqual(['b']);
     } finally {
-      await holder.query('ROLLBACK');
-      holder.release();
+      await lock.release();
     }
     await waitFor(() => started.includes('a'), 10_000, 'A run once the lock is gone');
     expect(started).toEqual(['b', 'a']);

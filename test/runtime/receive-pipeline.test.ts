@@ -8,7 +8,7 @@ import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
 import { pause } from '../../runtime/handlers/validate.ts';
 import type { JobQueue, OutgoingMessage, ReceivedMessage, VisibilityChange } from '../../runtime/queue/types.ts';
-import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
+import { createPlatform, holdJobRow, waitFor, type Platform } from '../support/platform.ts';
 
 /** A queue whose calls each take `delayMs` more, counting receives and how many were in flight at once. */
 class SlowQueue implements JobQueue {
@@ -137,26 +137,15 @@ describe('receiving over a queue with a round trip', () => {
     });
     const [a] = await p.client.enqueueNow({ type: 'test.step', payload: { n: 1 } });
     // A's claim will wait on this row lock for as long as the test holds it.
-    const holder = await p.db.pool.connect();
-    holder.on('error', () => undefined);
+    const lock = await holdJobRow(p.db.pool, a!.job.id);
     try {
-      await holder.query('BEGIN');
-      await holder.query('SELECT 1 FROM jobs.job WHERE id = $1 FOR UPDATE', [a!.job.id]);
-      const w = p.worker({ queue: new SlowQueue(p.queue, 5) });
-      w.start();
-      await waitFor(
-        async () =>
-          (await p.db.pool.query("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"))
-            .rowCount,
-        10_000,
-        "A's claim waiting on the lock",
-      );
+      p.worker({ queue: new SlowQueue(p.queue, 5) }).start();
+      await lock.claimWaiting();
       await p.client.enqueueNow({ type: 'test.step', payload: { n: 2 } });
       await waitFor(() => runs.get(2), 5_000, 'B run while A is still being claimed');
       expect(runs.has(1)).toBe(false);
     } finally {
-      await holder.query('ROLLBACK');
-      holder.release();
+      await lock.release();
     }
     await waitFor(() => runs.get(1), 10_000, 'A run once the lock is gone');
     expect(runs.get(1)).toBe(1);

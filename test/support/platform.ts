@@ -107,3 +107,31 @@ export async function waitFor<T>(fn: () => Promise<T> | T, timeoutMs = 10_000, w
   }
   throw new Error(`timed out after ${timeoutMs} ms waiting for ${what} (last value: ${JSON.stringify(last)})`);
 }
+
+/**
+ * Hold a job's row lock in a transaction of its own, so a claim of the job waits on it.
+ * `claimWaiting()` resolves once a statement in this database waits on a lock; `release()`
+ * rolls the transaction back.
+ */
+export async function holdJobRow(
+  pool: TestDb['pool'],
+  jobId: string,
+): Promise<{ claimWaiting(): Promise<unknown>; release(): Promise<void> }> {
+  const holder = await pool.connect();
+  holder.on('error', () => undefined);
+  await holder.query('BEGIN');
+  await holder.query('SELECT 1 FROM jobs.job WHERE id = $1 FOR UPDATE', [jobId]);
+  return {
+    claimWaiting: () =>
+      waitFor(
+        async () =>
+          (await pool.query("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")).rowCount,
+        10_000,
+        'a claim waiting on the row lock',
+      ),
+    async release() {
+      await holder.query('ROLLBACK');
+      holder.release();
+    },
+  };
+}
