@@ -35,6 +35,7 @@ import { defineJob } from '../runtime/handlers/types.ts';
 import { benchNoop } from './jobs.ts';
 import { drainWithWorkers, startWorkers, workerEnv, type DrainResult } from './deployed.ts';
 import { callsBetween, proxyCalls } from './sqs-proxy.ts';
+import { type LoopStats, loopStats } from './loop-stats.ts';
 import { startSqsChild, warmQueue } from './sqs-local.ts';
 import { METRIC } from '../runtime/observability/metric-names.ts';
 import { startEmbeddedPg, withDatabase } from '../dev/embedded-pg.ts';
@@ -413,9 +414,9 @@ interface Latency {
    * how late its event loop ran (p99 and max, ms) and its garbage collector's pauses over 5 ms.
    * A late loop with no long pause is the process waiting for a core, not doing its own work.
    */
-  loop: { delayP99: number; delayMax: number; gcPausesOver5: number[] };
+  loop: LoopStats;
   /** The same for the separate worker process (shape 'process'), over the same window; null in-bench. */
-  workerLoop: { delayP99: number; delayMax: number; gcPausesOver5: number[] } | null;
+  workerLoop: LoopStats | null;
   /**
    * The steady jobs at the p99 and slower: medians of where their time went, ms. `transaction`:
    * from the enqueue call to its COMMIT (a pool connection, the job and outbox rows, the WAL
@@ -605,12 +606,7 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs', shape: 'in
         ? { n: steady.length, p50: pct(steady, 50), p99: pct(steady, 99), p999: pct(steady, 99.9), max: Math.max(...steady) }
         : { n: 0, p50: NaN, p99: NaN, p999: NaN, max: NaN },
     warmup: { n: warm.length, max: Math.max(...warm) },
-    // monitorEventLoopDelay records each interval of its 5 ms timer, in nanoseconds: late = interval − 5 ms.
-    loop: {
-      delayP99: Math.max(0, loopDelay.percentile(99) / 1e6 - 5),
-      delayMax: Math.max(0, loopDelay.max / 1e6 - 5),
-      gcPausesOver5: gcPauses,
-    },
+    loop: loopStats(loopDelay, gcPauses),
     workerLoop,
     slowest: split(p99),
     typical: split(0),

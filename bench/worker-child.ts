@@ -13,6 +13,7 @@ import { startWorkerService } from '../runtime/apps/worker.ts';
 import { JOB_DEFINITIONS } from '../runtime/handlers/index.ts';
 import { JobRegistry } from '../runtime/handlers/registry.ts';
 import { benchNoop, benchProbeInProcess } from './jobs.ts';
+import { loopStats } from './loop-stats.ts';
 
 await runService('bench worker', () =>
   startWorkerService(process.env, new JobRegistry([...JOB_DEFINITIONS, benchNoop, benchProbeInProcess])),
@@ -30,9 +31,7 @@ process.on('message', (m) => {
     gcPauses = [];
   } else if (m === 'report') {
     loop.disable();
-    // Each interval of the 5 ms timer, in nanoseconds: late = interval − 5 ms.
-    const late = (ns: number) => Math.max(0, ns / 1e6 - 5);
-    process.send?.({ loop: { delayP99: late(loop.percentile(99)), delayMax: late(loop.max), gcPausesOver5: gcPauses ?? [] } });
+    process.send?.({ loop: loopStats(loop, gcPauses ?? []) });
     gcPauses = null;
   }
 });

@@ -71,9 +71,8 @@ export class Fetcher {
     delayMs: 0,
     maxInFlight: 2,
   });
-  /** Fires when a receive (and its claim) ends: the loop counts the room again. */
+  /** Fires when a receive returns, and when it and its claim end: the loop counts the room again. */
   private readonly arrival = new Signal();
-  private readonly pollEnded = new Signal();
 
   constructor(
     private readonly ctx: WorkerContext,
@@ -178,7 +177,6 @@ export class Fetcher {
     } finally {
       this.asked -= n;
       this.polling--;
-      this.pollEnded.fire();
     }
     this.queueBusy = messages.length >= n;
     if (messages.length === 0) return;
@@ -237,7 +235,8 @@ export class Fetcher {
 
   /** Once the open receives have answers (the closed gate opens none until a probe answers). */
   private async openReceivesEnded(): Promise<void> {
-    while (this.polling > 0) await this.pollEnded.wait();
+    // Each receive that returns fires `arrival` (at once with messages, else as it ends).
+    while (this.polling > 0) await this.arrival.wait();
     await this.lanes?.pollsEnded();
   }
 
