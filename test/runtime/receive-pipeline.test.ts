@@ -7,12 +7,18 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
 import { pause } from '../../runtime/handlers/validate.ts';
+import { silentLogger } from '../../runtime/observability/log.ts';
+import { MemoryQueue } from '../../runtime/queue/memory.ts';
+import { JobClient } from '../../runtime/store/client.ts';
+import { Publisher } from '../../runtime/store/outbox.ts';
 import type { JobQueue, OutgoingMessage, ReceivedMessage, VisibilityChange } from '../../runtime/queue/types.ts';
 import { createPlatform, holdJobRow, waitFor, type Platform } from '../support/platform.ts';
 
 /** A queue whose calls each take `delayMs` more, counting receives and how many were in flight at once. */
 class SlowQueue implements JobQueue {
   receives = 0;
+  /** Messages the receives brought. */
+  delivered = 0;
   fullReceives = 0;
   inFlight = 0;
   maxInFlight = 0;
@@ -31,6 +37,7 @@ class SlowQueue implements JobQueue {
     this.maxInFlight = Math.max(this.maxInFlight, ++this.inFlight);
     try {
       const got = await this.later(() => this.inner.receive(max, waitSeconds, signal));
+      this.delivered += got.length;
       if (got.length === 10) this.fullReceives++;
       return got;
     } finally {
@@ -150,6 +157,54 @@ describe('receiving over a queue with a round trip', () => {
     await waitFor(() => runs.get(1), 10_000, 'A run once the lock is gone');
     expect(runs.get(1)).toBe(1);
     expect(runs.get(2)).toBe(1);
+  }, 30_000);
+
+  it('an idle queue whose claims get no answer (a hung database): two batches received, not one per arrival', async () => {
+    // The next long poll opens when the last one returns, but not past a second claim in flight:
+    // messages that keep arriving while the database holds every claim stay in the queue (for a
+    // worker that can claim them, or this one once the database answers) instead of each being
+    // received, hidden for the visibility timeout, and brought a receive nearer the DLQ.
+    p = await createPlatform({
+      registry,
+      timings: { concurrency: 10, leaseSeconds: 30, heartbeatSeconds: 5, visibilityTimeoutSeconds: 60 },
+    });
+    // Enqueued through a queue of the test's own: the rows exist, and are locked, before their
+    // messages reach the worker's queue, one at a time.
+    const staging = new MemoryQueue({ visibilityTimeoutSeconds: 60 });
+    const client = new JobClient({
+      pool: p.db.pool,
+      registry,
+      publisher: new Publisher(p.db.pool, staging, silentLogger),
+      defaultMaxAttempts: 3,
+    });
+    const jobs = await client.enqueueNow([1, 2, 3, 4].map((n) => ({ type: 'test.step', payload: { n } })));
+    await waitFor(async () => (await staging.approximateCount()) === 4, 5_000, 'four messages published');
+    const pass = async () => {
+      const [m] = await staging.receive(1, 0);
+      await p.queue.send([{ body: m!.body }]);
+    };
+    const lock = await holdJobRow(
+      p.db.pool,
+      jobs.map((j) => j.job.id),
+    );
+    const queue = new SlowQueue(p.queue, 5);
+    try {
+      p.worker({ queue }).start();
+      await pass();
+      await lock.claimWaiting(1);
+      await pass();
+      await lock.claimWaiting(2);
+      await pass();
+      await pass();
+      // Time for several polls to take them (one opens every 0.2 s here while idle): none does.
+      await new Promise((r) => setTimeout(r, 1_000));
+      expect(queue.delivered).toBe(2);
+      expect(p.queue.peek().filter((m) => m.receiveCount === 0)).toHaveLength(2);
+    } finally {
+      await lock.release();
+      staging.close();
+    }
+    await waitFor(() => [1, 2, 3, 4].every((n) => runs.get(n) === 1), 10_000, 'all four run once the claims are answered');
   }, 30_000);
 
   it('long jobs right after fast ones: what the receives ahead brought goes to the idle peer within about a second', async () => {

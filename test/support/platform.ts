@@ -109,25 +109,29 @@ export async function waitFor<T>(fn: () => Promise<T> | T, timeoutMs = 10_000, w
 }
 
 /**
- * Hold a job's row lock in a transaction of its own, so a claim of the job waits on it.
- * `claimWaiting()` resolves once a statement in this database waits on a lock; `release()`
- * rolls the transaction back.
+ * Hold jobs' row locks in a transaction of its own, so a claim of those jobs waits on them.
+ * `claimWaiting(n)` resolves once n statements in this database wait on a lock (default 1);
+ * `release()` rolls the transaction back.
  */
 export async function holdJobRow(
   pool: TestDb['pool'],
-  jobId: string,
-): Promise<{ claimWaiting(): Promise<unknown>; release(): Promise<void> }> {
+  jobIds: string | string[],
+): Promise<{ claimWaiting(statements?: number): Promise<unknown>; release(): Promise<void> }> {
   const holder = await pool.connect();
   holder.on('error', () => undefined);
   await holder.query('BEGIN');
-  await holder.query('SELECT 1 FROM jobs.job WHERE id = $1 FOR UPDATE', [jobId]);
+  await holder.query('SELECT 1 FROM jobs.job WHERE id = ANY($1::uuid[]) FOR UPDATE', [[jobIds].flat()]);
   return {
-    claimWaiting: () =>
+    claimWaiting: (statements = 1) =>
       waitFor(
-        async () =>
-          (await pool.query("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")).rowCount,
+        async () => {
+          const r = await pool.query(
+            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+          );
+          return r.rows[0].n >= statements;
+        },
         10_000,
-        'a claim waiting on the row lock',
+        `${statements} claim(s) waiting on the row locks`,
       ),
     async release() {
       await holder.query('ROLLBACK');
