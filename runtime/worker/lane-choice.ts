@@ -13,9 +13,9 @@
 //
 // Receiving, without raising the SQS calls per job. A lane that had messages on the last receive
 // is *busy*: it is received from without waiting (an empty answer makes it idle). An idle lane has
-// one long poll (20 s) open in the background; when it brings messages the lane is busy again and
-// they are claimed on the next pass, or handed back at once (visibility 0) if the worker has no
-// room for them by then. When every lane is idle, the worker waits on their long polls, all at once:
+// one long poll (20 s) open in the background; what it brings is claimed on the next pass, before
+// any busy receive, or handed back at once (visibility 0) if the worker has no room for them by
+// then, and a full batch makes the lane busy again (a short one opens the next long poll). When every lane is idle, the worker waits on their long polls, all at once:
 // idle, a worker makes one receive per lane per 20 s; busy with one lane, the other lane's long
 // poll adds one call per 20 s. With one queue for every lane (JOBS_URGENT_QUEUE_URL unset) the
 // fetcher receives as before and only the slot rule applies, to the jobs already claimed.
@@ -89,10 +89,13 @@ export class LaneReceiver {
     // Bulk's share: what it lacks of its slots, when it has work.
     const bulkWork = bulk.busy || got.bulk.length > 0;
     const reserve = bulkWork ? Math.max(0, Math.min(room, this.opts.bulkInHandTarget - this.opts.bulkInHand() - got.bulk.length)) : 0;
-    const urgentWant = room - reserve - got.urgent.length - got.bulk.length;
-    if (urgent.busy && !urgent.poll && urgentWant > 0) got.urgent.push(...(await this.receiveBusy(urgent, urgentWant)));
-    const bulkWant = room - got.urgent.length - got.bulk.length;
-    if (bulk.busy && !bulk.poll && bulkWant > 0) got.bulk.push(...(await this.receiveBusy(bulk, bulkWant)));
+    // What a poll brought is claimed now, not after a busy lane's receive (a round trip): the
+    // busy receives wait for the next pass, which follows at once while there is room.
+    const fresh = got.urgent.length + got.bulk.length === 0;
+    const urgentWant = room - reserve;
+    if (fresh && urgent.busy && !urgent.poll && urgentWant > 0) got.urgent.push(...(await this.receiveBusy(urgent, urgentWant)));
+    const bulkWant = room - got.urgent.length;
+    if (fresh && bulk.busy && !bulk.poll && bulkWant > 0) got.bulk.push(...(await this.receiveBusy(bulk, bulkWant)));
     if (this.ctx.stopping) {
       await this.handBack([...got.urgent, ...got.bulk]);
       return [];
@@ -142,7 +145,9 @@ export class LaneReceiver {
       .receiveFrom(s.lane, max, this.opts.waitSeconds, this.ctx.receiveAc.signal)
       .then(async (got) => {
         if (got.length === 0) return;
-        s.busy = true;
+        // A full batch: there is more, receive without waiting. A short one: SQS had no more, so
+        // the next pass opens a long poll again (one call per arrival on a quiet lane, not two).
+        s.busy = got.length >= max;
         if (this.ctx.stopping || this.roomless) await this.handBack(got);
         else s.ready.push(...got);
       })

@@ -191,6 +191,28 @@ describe('lanes: the worker prefers urgent and never starves bulk', () => {
     expect(started).toEqual(['b', 'a']);
   }, 30_000);
 
+  it('idle, a queue per lane: a job its long poll brings is claimed at once, with no receive without waiting first', async () => {
+    // A receive that does not wait is a round trip (10–20 ms in a region) spent before the claim,
+    // and a second SQS call per job on a quiet lane. Only a poll that comes back full makes the
+    // lane busy.
+    l = await lanes();
+    const calls: number[] = [];
+    const receive = l.urgent.receive.bind(l.urgent);
+    l.urgent.receive = (max, waitSeconds, signal) => {
+      calls.push(waitSeconds);
+      return receive(max, waitSeconds, signal);
+    };
+    l.worker(4).start();
+    // Idle: both lanes' first receives came back empty and their long polls are open.
+    await waitFor(() => calls.some((w) => w > 0), 5_000, 'the urgent lane long polling');
+    const before = calls.filter((w) => w === 0).length;
+    for (const tag of ['q1', 'q2', 'q3', 'q4', 'q5']) {
+      await l.client.enqueueNow({ type: 'test.work', payload: { tag }, lane: 'urgent' });
+      await waitFor(() => started.includes(tag), 5_000, `${tag} started`);
+    }
+    expect(calls.filter((w) => w === 0).length - before).toBe(0);
+  });
+
   it('one queue for every lane (no urgent queue): urgent jobs go to the shared queue and run', async () => {
     l = await lanes(true);
     const [r] = await l.client.enqueueNow({ type: 'test.work', payload: { tag: 'u-shared' }, lane: 'urgent' });
