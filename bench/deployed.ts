@@ -19,13 +19,8 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { ACTIVE_JOBS_PLAN } from '../runtime/store/active-jobs.ts';
 import { processCpuSeconds } from './pg-cost.ts';
+import type { LocalSqsEndpoint } from './sqs-local.ts';
 import { callsBetween, proxyCalls } from './sqs-proxy.ts';
-
-export interface LocalSqsEndpoint {
-  endpoint: string;
-  queueUrl: string;
-  dlqUrl: string;
-}
 
 export interface DrainResult {
   workers: number;
@@ -72,11 +67,19 @@ export interface DrainResult {
 const cpuSeconds = (pid: number): number => processCpuSeconds(pid) ?? 0;
 
 /** The environment of a worker process on the benchmark's database and local SQS endpoint, as the stack sets it. */
-export function workerEnv(o: { url: string; sqs: LocalSqsEndpoint; concurrency: number; logLevel: string }): Record<string, string> {
+export function workerEnv(o: {
+  url: string;
+  sqs: LocalSqsEndpoint;
+  /** The urgent lane on its own queue, as deployed (else it shares the bulk queue). */
+  urgentQueue: boolean;
+  concurrency: number;
+  logLevel: string;
+}): Record<string, string> {
   return {
     DATABASE_URL: o.url,
     JOBS_QUEUE_URL: o.sqs.queueUrl,
     JOBS_DLQ_URL: o.sqs.dlqUrl,
+    ...(o.urgentQueue ? { JOBS_URGENT_QUEUE_URL: o.sqs.urgentQueueUrl, JOBS_URGENT_DLQ_URL: o.sqs.urgentDlqUrl } : {}),
     JOBS_SQS_ENDPOINT: o.sqs.endpoint,
     AWS_REGION: 'us-east-1',
     JOBS_CONCURRENCY: String(o.concurrency),
@@ -152,6 +155,7 @@ export interface DeployedDrains {
 export async function drainWithWorkers(opts: {
   url: string;
   sqs: LocalSqsEndpoint;
+  urgentQueue: boolean;
   workers: number;
   concurrency: number;
   logLevel: string;

@@ -15,6 +15,7 @@
 //   npm run bench -- --sqs-latency-ms 0,15        # every SQS call 15 ms slower (a delaying proxy), beside 0 ms
 //   npm run bench -- --workers 1,2,4,8            # also separate worker processes, as deployed (bench/deployed.ts), --worker-concurrency 10
 //   npm run bench -- --matrix false --transports sqs --latency-shapes process   # enqueue → start with a separate worker process working
+//   npm run bench -- --matrix false --transports sqs --latency-sqs-ms 0,15      # enqueue → start with every SQS call 15 ms slower too
 //   npm run bench -- --workers 1 --rounds 4 --warm false   # consecutive drains on one database, new processes each: does the platform slow as tables grow?
 //   npm run bench -- --workers 1 --rounds 4 --matrix false --warm false --profile   # only the drains, with each drain's statements by time
 
@@ -36,7 +37,7 @@ import { benchNoop } from './jobs.ts';
 import { drainWithWorkers, startWorkers, workerEnv, type DrainResult } from './deployed.ts';
 import { callsBetween, proxyCalls } from './sqs-proxy.ts';
 import { type LoopStats, loopStats } from './loop-stats.ts';
-import { startSqsChild, warmQueue } from './sqs-local.ts';
+import { laneQueues, startSqsChild, warmQueue, type LocalSqsEndpoint } from './sqs-local.ts';
 import { METRIC } from '../runtime/observability/metric-names.ts';
 import { startEmbeddedPg, withDatabase } from '../dev/embedded-pg.ts';
 import { silentLogger } from '../runtime/observability/log.ts';
@@ -61,6 +62,11 @@ const { values: args } = parseArgs({
     kinds: { type: 'string', default: 'noop,ledger' },
     'latency-seconds': { type: 'string', default: '10' },
     rate: { type: 'string', default: '200' },
+    /**
+     * Milliseconds added to every SQS call in the latency runs, comma-separated values each measured
+     * (a delaying proxy that also counts the calls); 0, the default, is the endpoint itself.
+     */
+    'latency-sqs-ms': { type: 'string', default: '0' },
     /** Who works in the latency runs: in-bench (the benchmark's process), process (a separate worker process, SQS only), or both. */
     'latency-shapes': { type: 'string', default: 'in-bench,process' },
     kills: { type: 'string', default: '3' },
@@ -92,6 +98,12 @@ const { values: args } = parseArgs({
     'worker-sqs-latency-ms': { type: 'string' },
     /** The worker processes' LOG_LEVEL (production: info). */
     'worker-log-level': { type: 'string', default: 'info' },
+    /**
+     * `--urgent-queue false`: the urgent lane shares the bulk queue (JOBS_URGENT_QUEUE_URL unset).
+     * By default every SQS shape has a queue per lane, as the stack deploys them: the workers
+     * receive lane by lane (runtime/worker/lane-choice.ts), the benchmark's jobs in the bulk lane.
+     */
+    'urgent-queue': { type: 'string', default: 'true' },
     /** `--matrix false` skips the in-bench drains (the first table), e.g. to measure only --workers rounds. */
     matrix: { type: 'string', default: 'true' },
   },
@@ -108,12 +120,14 @@ const KEYED_N = Number(args['keyed-jobs']);
 const KEYED_C = Number(args['keyed-concurrency']);
 const KEY_BACKLOGS = args['key-backlog'] ? args['key-backlog'].split(',').map(Number) : [];
 const SQS_LATENCIES = args['sqs-latency-ms']!.split(',').map(Number);
+const LATENCY_SQS_MS = args['latency-sqs-ms']!.split(',').map(Number);
 const LATENCY_SHAPES = args['latency-shapes']!.split(',').map((x) => x.trim()) as ('in-bench' | 'process')[];
 for (const x of LATENCY_SHAPES)
   if (x !== 'in-bench' && x !== 'process') throw new Error(`--latency-shapes: "${x}" is neither in-bench nor process`);
 const WORKERS = args.workers ? args.workers.split(',').map(Number) : [];
 const ROUNDS = Number(args.rounds);
 const WORKER_C = Number(args['worker-concurrency']);
+const URGENT_QUEUE = args['urgent-queue'] !== 'false';
 const WORKER_DELAY = args['worker-sqs-latency-ms'] !== undefined ? Number(args['worker-sqs-latency-ms']) : Math.max(...SQS_LATENCIES);
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -336,8 +350,7 @@ async function throughput(
     const s = await startSqsChild(60, sqsLatencyMs);
     child = s.child;
     endpoint = s.endpoint;
-    queue = new SqsQueue({ queueUrl: s.queueUrl, endpoint: s.endpoint });
-    dlq = new SqsQueue({ queueUrl: s.dlqUrl, endpoint: s.endpoint });
+    ({ queue, dlq } = laneQueues(s, URGENT_QUEUE));
   }
   try {
     const enq = await meter.measure(() => enqueueAll(url, queue, kind, n, keys), { statements: args.profile });
@@ -398,6 +411,10 @@ interface Latency {
    * first: a task that has been running), as ECS runs them.
    */
   shape: 'in-bench' | 'process';
+  /** Milliseconds the proxy added to every SQS call (0: no proxy). */
+  sqsLatencyMs: number;
+  /** SQS calls per job over the measured load, counted by the proxy (null without one). */
+  sqsCallsPerJob: number | null;
   rate: number;
   seconds: number;
   /** Every job. */
@@ -440,27 +457,30 @@ const clock = () => performance.timeOrigin + performance.now();
 /** Jobs a worker process drains before it is measured, so it runs as a task that has been running. */
 const PROCESS_WARMUP_JOBS = 2000;
 
-async function latency(adminUrl: string, transport: 'memory' | 'sqs', shape: 'in-bench' | 'process' = 'in-bench'): Promise<Latency> {
+async function latency(
+  adminUrl: string,
+  transport: 'memory' | 'sqs',
+  shape: 'in-bench' | 'process' = 'in-bench',
+  sqsLatencyMs = 0,
+): Promise<Latency> {
   if (shape === 'process' && transport !== 'sqs') throw new Error('a separate worker process works through SQS only');
   const url = await freshDb(adminUrl, 'bench_latency');
   let queue: JobQueue;
   let d: JobQueue;
   let child: ChildProcess | null = null;
-  let endpoint: { endpoint: string; queueUrl: string; dlqUrl: string } | null = null;
+  let endpoint: LocalSqsEndpoint | null = null;
   if (transport === 'memory') {
     const dead = new MemoryQueue({ visibilityTimeoutSeconds: 60 });
     d = dead;
     queue = new MemoryQueue({ visibilityTimeoutSeconds: 60, deadLetterQueue: dead, maxReceiveCount: 10 });
   } else {
     // The endpoint itself: at 0 ms the counting proxy is only an extra hop production does not have.
-    const s = await startSqsChild(60, 0, false);
+    const s = await startSqsChild(60, sqsLatencyMs, sqsLatencyMs > 0);
     child = s.child;
     endpoint = s;
-    const sqsQueue = new SqsQueue({ queueUrl: s.queueUrl, endpoint: s.endpoint });
-    queue = sqsQueue;
-    d = new SqsQueue({ queueUrl: s.dlqUrl, endpoint: s.endpoint });
+    ({ queue, dlq: d } = laneQueues(s, URGENT_QUEUE));
     // The endpoint's child warmed the emulator (sqs-local.ts warmQueue); this warms this process's client too.
-    await warmQueue(sqsQueue);
+    await warmQueue(new SqsQueue({ queueUrl: s.queueUrl, endpoint: s.endpoint }));
   }
   const pool = createPool({ url, max: workerPoolSize(10) + 4, applicationName: 'bench latency' });
   // When each job's message was sent: the publish of the enqueue that made it (Latency.slowest).
@@ -502,7 +522,7 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs', shape: 'in
   await warmPool(pool, workerPoolSize(10) + 4);
   let proc: Awaited<ReturnType<typeof startWorkers>> | null = null;
   if (shape === 'process') {
-    proc = await startWorkers(1, workerEnv({ url, sqs: endpoint!, concurrency: 10, logLevel: 'info' }));
+    proc = await startWorkers(1, workerEnv({ url, sqs: endpoint!, urgentQueue: URGENT_QUEUE, concurrency: 10, logLevel: 'info' }));
     proc.children[0]!.on('message', (m: { probe?: number; at?: number }) => {
       if (typeof m === 'object' && m.probe !== undefined && m.at !== undefined && !startAt.has(m.probe)) startAt.set(m.probe, m.at);
     });
@@ -514,6 +534,7 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs', shape: 'in
     }
     sendAt.clear();
   }
+  const calls0 = transport === 'sqs' && sqsLatencyMs > 0 ? await proxyCalls(endpoint!.endpoint) : null;
   worker?.start();
   let start = clock();
   const rate = Number(args.rate);
@@ -542,6 +563,7 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs', shape: 'in
   await Promise.all(inflight);
   const deadline = Date.now() + 30_000;
   while (startAt.size < total && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  const sqsCalls = calls0 ? callsBetween(calls0, await proxyCalls(endpoint!.endpoint)).total : null;
   clearTimeout(watchLoop);
   loopDelay.disable();
   gcWatch.disconnect();
@@ -595,6 +617,8 @@ async function latency(adminUrl: string, transport: 'memory' | 'sqs', shape: 'in
   return {
     transport,
     shape,
+    sqsLatencyMs: transport === 'sqs' ? sqsLatencyMs : 0,
+    sqsCallsPerJob: sqsCalls === null ? null : sqsCalls / total,
     rate,
     seconds,
     n: lat.length,
@@ -627,6 +651,7 @@ async function killToResume(
     DATABASE_URL: url,
     JOBS_QUEUE_URL: sqs.queueUrl,
     JOBS_DLQ_URL: sqs.dlqUrl,
+    ...(URGENT_QUEUE ? { JOBS_URGENT_QUEUE_URL: sqs.urgentQueueUrl, JOBS_URGENT_DLQ_URL: sqs.urgentDlqUrl } : {}),
     JOBS_SQS_ENDPOINT: sqs.endpoint,
     AWS_REGION: 'us-east-1',
     JOBS_LEASE_SECONDS: String(leaseSeconds),
@@ -641,7 +666,7 @@ async function killToResume(
   const client = new JobClient({
     pool,
     registry,
-    publisher: new Publisher(pool, new SqsQueue({ queueUrl: sqs.queueUrl, endpoint: sqs.endpoint }), silentLogger),
+    publisher: new Publisher(pool, laneQueues(sqs, URGENT_QUEUE).queue, silentLogger),
     defaultMaxAttempts: 5,
   });
   const workers = new Map<string, ChildProcess>();
@@ -808,7 +833,7 @@ async function main(): Promise<void> {
               const url = await freshDb(adminUrl, 'bench_tp');
               const sqs = await startSqsChild(60, delay);
               try {
-                const queue = new SqsQueue({ queueUrl: sqs.queueUrl, endpoint: sqs.endpoint });
+                const { queue } = laneQueues(sqs, URGENT_QUEUE);
                 let queued = 0;
                 const fill = async () => {
                   await enqueueAll(url, queue, kind, N, 0, queued);
@@ -825,6 +850,7 @@ async function main(): Promise<void> {
                       drainWithWorkers({
                         url,
                         sqs,
+                        urgentQueue: URGENT_QUEUE,
                         workers: w,
                         concurrency: c,
                         logLevel: args['worker-log-level']!,
@@ -886,13 +912,14 @@ async function main(): Promise<void> {
     // --latency-seconds 0: no latency runs.
     for (let run = 0; run < (Number(args['latency-seconds']) > 0 ? RUNS : 0); run++)
       for (const transport of TRANSPORTS)
-        for (const shape of LATENCY_SHAPES) {
-          if (shape === 'process' && transport !== 'sqs') continue;
-          log(
-            `run ${run + 1}/${RUNS}: latency, ${args.rate} jobs/s for ${args['latency-seconds']} s via ${transport === 'sqs' ? 'local SQS' : 'in-process'}${shape === 'process' ? ', a separate worker process' : ''}…`,
-          );
-          lats.push(await latency(adminUrl, transport, shape));
-        }
+        for (const delay of transport === 'sqs' ? LATENCY_SQS_MS : [0])
+          for (const shape of LATENCY_SHAPES) {
+            if (shape === 'process' && transport !== 'sqs') continue;
+            log(
+              `run ${run + 1}/${RUNS}: latency, ${args.rate} jobs/s for ${args['latency-seconds']} s via ${transport === 'sqs' ? `local SQS${delay > 0 ? ` + ${delay} ms` : ''}` : 'in-process'}${shape === 'process' ? ', a separate worker process' : ''}…`,
+            );
+            lats.push(await latency(adminUrl, transport, shape, delay));
+          }
     if (Number(args.kills) > 0) log('kill -9 → resumption…');
     const kill = Number(args.kills) > 0 ? await killToResume(adminUrl, Number(args.kills)) : null;
 
@@ -1047,6 +1074,8 @@ async function main(): Promise<void> {
     if (lats.length > 0) {
       // A run no longer than the warm-up has no steady state: "–" rather than NaN.
       const ms = (v: number | undefined) => (v === undefined || Number.isNaN(v) ? '–' : v.toFixed(1));
+      // With a delaying proxy in some runs, the calls it counted (the others have no proxy).
+      const delayed = lats.some((l) => l.sqsCallsPerJob !== null);
       const splitCell = (x: Split | null) => (x ? `${ms(x.transaction)} / ${ms(x.send)} / ${ms(x.toStart)}, ${x.n} jobs` : '–');
       out.push('');
       out.push(
@@ -1054,16 +1083,16 @@ async function main(): Promise<void> {
       );
       out.push('');
       out.push(
-        '| transport | run | steady p50 | steady p99 | steady p99.9 | steady max | warm-up max | whole run p99 | event loop late, p99 / max | GC pauses > 5 ms | worker process: event loop late, p99 / max; GC pauses > 5 ms | enqueue transaction / send / send to start, median of the p99 and slower (of all) |',
+        `| transport | run | steady p50 | steady p99 | steady p99.9 | steady max | warm-up max | whole run p99 | event loop late, p99 / max | GC pauses > 5 ms | worker process: event loop late, p99 / max; GC pauses > 5 ms | enqueue transaction / send / send to start, median of the p99 and slower (of all) |${delayed ? ' SQS calls/job |' : ''}`,
       );
-      out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+      out.push(`|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|${delayed ? '---:|' : ''}`);
       const runOf = new Map<string, number>();
       for (const lat of lats) {
-        const label = `${lat.transport === 'sqs' ? 'local SQS' : 'in-process'}${lat.shape === 'process' ? ', worker process' : ''}`;
+        const label = `${lat.transport === 'sqs' ? `local SQS${lat.sqsLatencyMs > 0 ? ` + ${lat.sqsLatencyMs} ms` : ''}` : 'in-process'}${lat.shape === 'process' ? ', worker process' : ''}`;
         const k = (runOf.get(label) ?? 0) + 1;
         runOf.set(label, k);
         out.push(
-          `| ${label} | ${k} | ${ms(lat.steady?.p50)} | ${ms(lat.steady?.p99)} | ${ms(lat.steady?.p999)} | ${ms(lat.steady?.max)} | ${ms(lat.warmup?.max)} | ${ms(lat.p99)} | ${ms(lat.loop?.delayP99)} / ${ms(lat.loop?.delayMax)} | ${lat.loop ? lat.loop.gcPausesOver5.join(', ') || 'none' : '–'} | ${lat.workerLoop ? `${ms(lat.workerLoop.delayP99)} / ${ms(lat.workerLoop.delayMax)}; ${lat.workerLoop.gcPausesOver5.join(', ') || 'none'}` : '–'} | ${splitCell(lat.slowest)} (${splitCell(lat.typical)}) |`,
+          `| ${label} | ${k} | ${ms(lat.steady?.p50)} | ${ms(lat.steady?.p99)} | ${ms(lat.steady?.p999)} | ${ms(lat.steady?.max)} | ${ms(lat.warmup?.max)} | ${ms(lat.p99)} | ${ms(lat.loop?.delayP99)} / ${ms(lat.loop?.delayMax)} | ${lat.loop ? lat.loop.gcPausesOver5.join(', ') || 'none' : '–'} | ${lat.workerLoop ? `${ms(lat.workerLoop.delayP99)} / ${ms(lat.workerLoop.delayMax)}; ${lat.workerLoop.gcPausesOver5.join(', ') || 'none'}` : '–'} | ${splitCell(lat.slowest)} (${splitCell(lat.typical)}) |${delayed ? ` ${lat.sqsCallsPerJob === null ? '–' : lat.sqsCallsPerJob.toFixed(2)} |` : ''}`,
         );
       }
     }

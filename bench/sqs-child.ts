@@ -1,6 +1,6 @@
 // Runs the local SQS endpoint in its own process for the benchmark, so the worker's CPU figure
 // does not include the emulator's (or the delaying proxy's). Prints one JSON line with the
-// endpoint and queue URLs. The endpoint is always the proxy (bench/sqs-proxy.ts), which counts
+// endpoint and the URLs of both lanes' queues and DLQs (as the stack deploys them). The endpoint is always the proxy (bench/sqs-proxy.ts), which counts
 // the calls; BENCH_SQS_LATENCY_MS adds that many milliseconds to each (default 0).
 import { startLocalSqs } from '../dev/fauxqs.ts';
 import { SqsQueue } from '../runtime/queue/sqs.ts';
@@ -17,5 +17,13 @@ const sqs = await startLocalSqs({
 await warmQueue(new SqsQueue({ queueUrl: sqs.queueUrl, endpoint: sqs.endpoint }));
 // BENCH_SQS_PROXY=0: no proxy (nothing counted, nothing delayed), the endpoint itself.
 const proxy = process.env.BENCH_SQS_PROXY === '0' ? null : await startSqsProxy(sqs.endpoint, Number(process.env.BENCH_SQS_LATENCY_MS ?? 0));
-process.stdout.write(`${JSON.stringify({ endpoint: proxy?.endpoint ?? sqs.endpoint, queueUrl: sqs.queueUrl, dlqUrl: sqs.dlqUrl })}\n`);
+process.stdout.write(
+  `${JSON.stringify({
+    endpoint: proxy?.endpoint ?? sqs.endpoint,
+    queueUrl: sqs.queueUrl,
+    dlqUrl: sqs.dlqUrl,
+    urgentQueueUrl: sqs.urgentQueueUrl,
+    urgentDlqUrl: sqs.urgentDlqUrl,
+  })}\n`,
+);
 process.on('SIGTERM', () => void Promise.all([proxy?.stop(), sqs.stop()]).then(() => process.exit(0)));

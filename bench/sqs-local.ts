@@ -2,7 +2,31 @@
 // benchmark measures in its own process is the platform's, not the emulator's or the proxy's.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
+import { LaneQueues } from '../runtime/queue/lanes.ts';
+import { SqsQueue } from '../runtime/queue/sqs.ts';
 import type { JobQueue } from '../runtime/queue/types.ts';
+
+/** The local endpoint and its queues: a queue and a DLQ per priority lane, as the stack deploys them (lib/queues.ts). */
+export interface LocalSqsEndpoint {
+  endpoint: string;
+  queueUrl: string;
+  dlqUrl: string;
+  urgentQueueUrl: string;
+  urgentDlqUrl: string;
+}
+
+/**
+ * The job queues and DLQs as a worker configured like the stack sees them: the urgent lane on its
+ * own queue (`split`, the default of `npm run bench`, as deployed), or sharing the bulk queue
+ * (`--urgent-queue false`: JOBS_URGENT_QUEUE_URL unset).
+ */
+export function laneQueues(s: LocalSqsEndpoint, split: boolean): { queue: LaneQueues; dlq: LaneQueues } {
+  const q = (queueUrl: string) => new SqsQueue({ queueUrl, endpoint: s.endpoint });
+  return {
+    queue: new LaneQueues({ bulk: q(s.queueUrl), urgent: split ? q(s.urgentQueueUrl) : null }),
+    dlq: new LaneQueues({ bulk: q(s.dlqUrl), urgent: split ? q(s.urgentDlqUrl) : null }),
+  };
+}
 
 /**
  * SQS itself is a warm service; the emulator is a fresh Node process compiling its code while the
@@ -33,7 +57,7 @@ export async function startSqsChild(
   latencyMs = 0,
   /** false: the endpoint itself, no counting proxy in between (the latency runs: production has no proxy hop). */
   proxy = true,
-): Promise<{ child: ChildProcess; endpoint: string; queueUrl: string; dlqUrl: string }> {
+): Promise<LocalSqsEndpoint & { child: ChildProcess }> {
   const child = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, 'sqs-child.ts')], {
     stdio: ['ignore', 'pipe', 'inherit'],
     env: {
