@@ -57,7 +57,9 @@ export class LaneQueues implements JobQueue {
     const groups = new Map<JobQueue, OutgoingMessage[]>();
     for (const m of messages) {
       const q = this.byLane[m.lane ?? DEFAULT_LANE];
-      groups.set(q, [...(groups.get(q) ?? []), m]);
+      const group = groups.get(q);
+      if (group) group.push(m);
+      else groups.set(q, [m]);
     }
     await Promise.all([...groups].map(([q, ms]) => q.send(ms)));
   }
@@ -119,7 +121,9 @@ export class LaneQueues implements JobQueue {
       const head = at > 0 ? r.slice(0, at) : '';
       const lane: Lane = (LANES as readonly string[]).includes(head) ? (head as Lane) : DEFAULT_LANE;
       const inner = lane === head ? r.slice(at + 1) : r;
-      out.set(lane, [...(out.get(lane) ?? []), { item, inner }]);
+      const group = out.get(lane);
+      if (group) group.push({ item, inner });
+      else out.set(lane, [{ item, inner }]);
     }
     return out;
   }
