@@ -99,9 +99,8 @@ export class Fetcher {
   async receiveLoop(): Promise<void> {
     const { ctx, slots, capacity } = this;
     const maxBatch = ctx.opts.maxClaimBatch ?? Math.min(500, capacity);
-    // Jobs whose handler finished stay held (and heartbeated) until their batched completion
-    // commits; they do not take claim room, so the next claim overlaps that commit. The bound on
-    // held jobs keeps a slow database from piling up completions.
+    // Jobs whose handler finished stay held (and heartbeated) until their batched completion commits,
+    // taking no claim room (the next claim overlaps that commit); a slow database is bounded by maxHeld.
     const maxHeld = capacity + maxBatch;
     const receives = new Set<Promise<void>>();
     while (!ctx.stopping) {
@@ -120,17 +119,16 @@ export class Fetcher {
       // claims cost the database less than many small ones.
       const busy = inHand + coming > 0;
       // An idle queue gets one long poll at a time (a call per wait). The next opens when the last
-      // returns, not after its claim commits (a message arriving meanwhile would wait that out),
-      // but not past a second claim: a hung database holds two batches at most.
+      // returns, not after its claim commits (a message arriving meanwhile would wait that out), but
+      // not past a second claim: a hung database holds two batches (and a poll's per lane) at most.
       const idleWait = !this.queueBusy && (this.polling > 0 || this.receivesClaiming > 1);
       if (room <= 0 || (busy && room < Math.min(maxBatch, Math.ceil(capacity / 2))) || idleWait) {
         // Waiting starts before anything is awaited, so a receive ending meanwhile is not missed.
         const woken = Promise.race([slots.waitForSlot(), this.arrival.wait()]);
         if (coming === 0) await this.lanes?.noRoom();
         await woken;
-        // Slots free one by one as a burst of short handlers finishes within this turn of the
-        // event loop; count the room after the burst, so one claim takes it all rather than
-        // the first half of it.
+        // Slots free one by one as a burst of short handlers ends within this turn of the event
+        // loop; count the room after the burst, so one claim takes it all, not its first half.
         await new Promise<void>((r) => setImmediate(r));
         continue;
       }
@@ -152,7 +150,7 @@ export class Fetcher {
         receives.add(p);
       }
     }
-    // Stopping: the receives in flight return by themselves or are aborted at the drain deadline (Worker.stop), and hand back what they bring; wait for them and their claims.
+    // Stopping: the receives in flight return (or are aborted at the drain deadline) and hand back what they bring.
     while (receives.size > 0) await Promise.allSettled([...receives]);
     await this.claims.drain();
     await this.lanes?.stop();
@@ -178,7 +176,9 @@ export class Fetcher {
       this.asked -= n;
       this.polling--;
     }
-    this.queueBusy = messages.length >= n;
+    // What a lane's poll had brought says nothing of the queue's depth, nor of a round trip.
+    const fromPolls = this.lanes?.fromPolls.has(messages) ?? false;
+    if (!fromPolls) this.queueBusy = messages.length >= n;
     if (messages.length === 0) return;
     if (ctx.stopping) {
       // Received while stopping: hand them straight back.
@@ -195,7 +195,7 @@ export class Fetcher {
       this.claiming -= messages.length;
       this.receivesClaiming--;
     }
-    this.pace.receive(n, messages.length, performance.now() - t0);
+    if (!fromPolls) this.pace.receive(n, messages.length, performance.now() - t0);
   }
 
   /** Claim what the receives that arrived together brought, in one statement; never rejects. */
@@ -206,14 +206,15 @@ export class Fetcher {
       this.claimFailures = 0;
     } catch (err) {
       if (isDatabaseUnavailable(err)) {
-        // A failover: nothing can be claimed. Hand back what we did not start, so another
-        // worker (or this one, once the database answers) takes it at once instead of after
-        // the visibility timeout, and stop receiving until the database answers: a gated
-        // receive loop spends no SQS receives toward maxReceiveCount meanwhile.
+        // A failover: nothing can be claimed. Hand back what we did not start, so that a worker
+        // takes it once the database answers instead of after the visibility timeout, and stop
+        // receiving until then: a gated loop spends no receives toward maxReceiveCount.
         this.databaseUnavailable(err);
         // A poll opened while this claim ran would take them again at once (a second receive
-        // toward the DLQ); until it returns they are still hidden.
+        // toward the DLQ); until it returns they are still hidden. What the lanes' polls brought
+        // goes back too: it waits for a pass that the closed gate will not make.
         await this.openReceivesEnded();
+        messages.push(...(this.lanes?.takeReady() ?? []));
         // A claim that timed out may have committed on the server: its jobs then hold a lease
         // nobody uses, and a message back at once would find it live and be deleted as a
         // duplicate; hidden for a lease, it returns when the job is claimable. A gate closing again

@@ -63,6 +63,8 @@ export class LaneReceiver {
   private readonly lanes: LaneState[];
   /** The fetcher waits for a slot: messages a background poll brings go straight back. */
   private roomless = false;
+  /** What passes returned from what background polls had brought, with no receive of their own. */
+  readonly fromPolls = new WeakSet<ReceivedMessage[]>();
 
   constructor(
     private readonly ctx: WorkerContext,
@@ -103,10 +105,16 @@ export class LaneReceiver {
     for (const s of this.lanes) if (!s.busy && !s.poll) this.startPoll(s, Math.min(SQS_BATCH_LIMIT, Math.max(1, room)));
     const all = [...got.urgent, ...got.bulk];
     if (all.length > room) await this.handBack(all.splice(room));
+    if (!fresh) this.fromPolls.add(all);
     if (all.length > 0) return all;
     const open = this.lanes.map((s) => s.poll).filter((p): p is Promise<void> => p !== null);
     if (open.length > 0) await Promise.race(open);
     return [];
+  }
+
+  /** What the background polls brought and no pass has taken (a failover hands it back with the rest). */
+  takeReady(): ReceivedMessage[] {
+    return this.lanes.flatMap((s) => s.ready.splice(0));
   }
 
   /** Once the lanes' open long polls have returned (what they bring waits in `ready`). */
@@ -117,7 +125,7 @@ export class LaneReceiver {
   /** The worker has no room: what the background polls brought goes back to the queue now. */
   async noRoom(): Promise<void> {
     this.roomless = true;
-    const ready = this.lanes.flatMap((s) => s.ready.splice(0));
+    const ready = this.takeReady();
     if (ready.length > 0) await this.handBack(ready);
   }
 
