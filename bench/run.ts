@@ -478,9 +478,11 @@ async function latency(
     const s = await startSqsChild(60, sqsLatencyMs, sqsLatencyMs > 0);
     child = s.child;
     endpoint = s;
-    ({ queue, dlq: d } = laneQueues(s, URGENT_QUEUE));
-    // The endpoint's child warmed the emulator (sqs-local.ts warmQueue); this warms this process's client too.
-    await warmQueue(new SqsQueue({ queueUrl: s.queueUrl, endpoint: s.endpoint }));
+    const lanes = laneQueues(s, URGENT_QUEUE);
+    ({ queue, dlq: d } = lanes);
+    // The endpoint's child warmed the emulator (sqs-local.ts warmQueue); this warms the client this
+    // process sends and works with (through the proxy when it delays: fewer rounds, 45 ms each).
+    await warmQueue(lanes.queue.queue('bulk') as SqsQueue, sqsLatencyMs > 0 ? 30 : 300);
   }
   const pool = createPool({ url, max: workerPoolSize(10) + 4, applicationName: 'bench latency' });
   // When each job's message was sent: the publish of the enqueue that made it (Latency.slowest).
@@ -511,7 +513,8 @@ async function latency(
           publisher,
           timings: { ...TIMINGS, concurrency: 10 },
           log: silentLogger,
-          receiveWaitSeconds: 1,
+          // As deployed (the worker process's too): an idle lane's long poll is one call per 20 s.
+          receiveWaitSeconds: 20,
         })
       : null;
   const t0s = new Map<number, number>();
