@@ -1,7 +1,8 @@
 // Runs the local SQS endpoint in its own process for the benchmark, so the worker's CPU figure
 // does not include the emulator's (or the delaying proxy's). Prints one JSON line with the
-// endpoint and the URLs of both lanes' queues and DLQs (as the stack deploys them). The endpoint is always the proxy (bench/sqs-proxy.ts), which counts
-// the calls; BENCH_SQS_LATENCY_MS adds that many milliseconds to each (default 0).
+// endpoint and the URLs of both lanes' queues and DLQs (as the stack deploys them). The endpoint
+// is the proxy (bench/sqs-proxy.ts), which counts the calls, unless BENCH_SQS_PROXY=0;
+// BENCH_SQS_LATENCY_MS adds that many milliseconds to each (default 0).
 import { startLocalSqs } from '../dev/fauxqs.ts';
 import { SqsQueue } from '../runtime/queue/sqs.ts';
 import { warmQueue } from './sqs-local.ts';

@@ -15,7 +15,8 @@
 // is *busy*: it is received from without waiting (an empty answer makes it idle). An idle lane has
 // one long poll (20 s) open in the background; what it brings is claimed on the next pass, before
 // any busy receive, or handed back at once (visibility 0) if the worker has no room for them by
-// then, and a full batch makes the lane busy again (a short one opens the next long poll). When every lane is idle, the worker waits on their long polls, all at once:
+// then, and a full batch makes the lane busy again (a short one opens the next long poll). When
+// every lane is idle, the worker waits on their long polls, all at once:
 // idle, a worker makes one receive per lane per 20 s; busy with one lane, the other lane's long
 // poll adds one call per 20 s. With one queue for every lane (JOBS_URGENT_QUEUE_URL unset) the
 // fetcher receives as before and only the slot rule applies, to the jobs already claimed.

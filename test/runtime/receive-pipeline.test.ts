@@ -160,6 +160,7 @@ describe('receiving over a queue with a round trip', () => {
   }, 30_000);
 
   it('an idle queue whose claims get no answer (a hung database): two batches received, not one per arrival', async () => {
+    // One queue for every lane (with a queue per lane, what one poll per lane brought adds to it).
     // The next long poll opens when the last one returns, but not past a second claim in flight:
     // messages that keep arriving while the database holds every claim stay in the queue (for a
     // worker that can claim them, or this one once the database answers) instead of each being
