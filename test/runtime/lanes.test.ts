@@ -4,7 +4,7 @@
 // queue (enqueue, the outbox relay, a key's next job, the rescuer, the reconciler, a redrive) and
 // a dead job's report to its lane's DLQ; one queue for every lane keeps working; a bad lane and a
 // bad lane configuration are refused, naming the field or the variable.
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, onTestFinished } from 'vitest';
 import { ConfigError } from '../../runtime/config/rules.ts';
 import { sqsFromEnv } from '../../runtime/config/sqs.ts';
 import { ValidationError } from '../../runtime/domain/errors.ts';
@@ -23,6 +23,9 @@ import { JobStore } from '../../runtime/store/job-store.ts';
 import { OutboxRelay, Publisher } from '../../runtime/store/outbox.ts';
 import { NonRetryableError } from '../../runtime/domain/errors.ts';
 import { TestWorker } from 'erp-jobs/testing';
+import type pg from 'pg';
+import { startDbProxy } from '../../dev/db-proxy.ts';
+import { createPool } from '../../runtime/db/pool.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
 import { FAST_TIMINGS, holdJobRow, waitFor } from '../support/platform.ts';
 
@@ -67,7 +70,7 @@ interface Lanes {
   client: JobClient;
   store: JobStore;
   workers: TestWorker[];
-  worker(concurrency: number, o?: { bulkSlots?: number; prefetch?: number }): TestWorker;
+  worker(concurrency: number, o?: { bulkSlots?: number; prefetch?: number; pool?: pg.Pool }): TestWorker;
 }
 
 let l: Lanes;
@@ -100,7 +103,7 @@ async function lanes(shared = false, timings: Partial<typeof FAST_TIMINGS> = {})
     store: new JobStore(db.pool),
     workers,
     worker(concurrency, o = {}) {
-      const pool = db.newPool(concurrency + 2);
+      const pool = o.pool ?? db.newPool(concurrency + 2);
       const w = new TestWorker({
         pool,
         queue,
@@ -212,6 +215,72 @@ describe('lanes: the worker prefers urgent and never starves bulk', () => {
     }
     expect(calls.filter((w) => w === 0).length - before).toBe(0);
   });
+
+  it("a failover, a queue per lane: what a lane's poll brought while the claims hung goes back to its queue with theirs", async () => {
+    // Two claims wait on row locks (the most a worker has in flight), the urgent lane's poll brings
+    // C meanwhile, and no pass comes to take it; then the database goes. The failed claims hand
+    // their messages back, and C with them: left in the poll's hands it would stay hidden for the
+    // visibility timeout (60 s here), however soon the database answered.
+    l = await lanes(false, { leaseSeconds: 30, heartbeatSeconds: 5, visibilityTimeoutSeconds: 60 });
+    const u = new URL(l.db.url);
+    const proxy = await startDbProxy({ host: u.hostname, port: Number(u.port) });
+    const pool = createPool({ url: proxy.url(l.db.url), max: 8, applicationName: 'jobs-worker lanes-failover-test' });
+    onTestFinished(async () => {
+      await Promise.all(l.workers.map((w) => w.crash().catch(() => undefined)));
+      await pool.end().catch(() => undefined);
+      await proxy.stop();
+    });
+    // Enqueued through a queue of the test's own: the rows exist, and are locked, before their
+    // messages reach the urgent queue, one at a time.
+    const staging = new MemoryQueue({ visibilityTimeoutSeconds: 60 });
+    const client = new JobClient({
+      pool: l.db.pool,
+      registry,
+      publisher: new Publisher(l.db.pool, staging, silentLogger),
+      defaultMaxAttempts: 3,
+    });
+    const jobs = await client.enqueueNow(['a', 'b', 'c'].map((tag) => ({ type: 'test.work', payload: { tag }, lane: 'urgent' as const })));
+    const ids = jobs.map((j) => j.job.id);
+    await waitFor(async () => (await staging.approximateCount()) === 3, 5_000, 'three messages published');
+    const pass = async () => {
+      const [m] = await staging.receive(1, 0);
+      await l.urgent.send([{ body: m!.body }]);
+    };
+    const lock = await holdJobRow(l.db.pool, ids);
+    try {
+      l.worker(4, { pool }).start();
+      await pass();
+      await lock.claimWaiting(1);
+      await pass();
+      await lock.claimWaiting(2);
+      await pass();
+      await waitFor(() => l.urgent.peek().filter((m) => m.receiveCount === 1).length === 3, 5_000, 'C received by the urgent poll');
+      proxy.failover(2);
+      // As when the old primary goes: its sessions end (PostgreSQL would not notice a closed
+      // socket while a statement waits on a lock, and would commit the claim once the lock went).
+      await l.db.pool.query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'jobs-worker lanes-failover-test'",
+      );
+      // Every message back in the queue, C with A and B (the test takes them, then
+      // returns them for the worker).
+      const back = await waitFor(
+        async () => {
+          const got = await l.urgent.receive(10, 0);
+          if (got.length > 0) await l.urgent.changeVisibility(got.map((m) => ({ receipt: m.receipt, seconds: 0 })));
+          const jobIds = got.map((m) => JSON.parse(m.body).jobId as string);
+          return ids.every((id) => jobIds.includes(id)) ? jobIds : null;
+        },
+        10_000,
+        'A, B and C handed back',
+      );
+      expect(back.sort()).toEqual([...ids].sort());
+    } finally {
+      await lock.release();
+      staging.close();
+    }
+    await waitFor(() => ['a', 'b', 'c'].every((t) => started.includes(t)), 20_000, 'all three run once the database answers');
+    expect(started.sort()).toEqual(['a', 'b', 'c']);
+  }, 60_000);
 
   it('one queue for every lane (no urgent queue): urgent jobs go to the shared queue and run', async () => {
     l = await lanes(true);
