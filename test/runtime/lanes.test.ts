@@ -27,7 +27,7 @@ import type pg from 'pg';
 import { startDbProxy } from '../../dev/db-proxy.ts';
 import { createPool } from '../../runtime/db/pool.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
-import { FAST_TIMINGS, holdJobRow, waitFor } from '../support/platform.ts';
+import { FAST_TIMINGS, holdJobRow, stagedJobs, waitFor } from '../support/platform.ts';
 
 /** Handler starts, in the order the worker started them (the payload's tag). */
 const started: string[] = [];
@@ -230,30 +230,22 @@ describe('lanes: the worker prefers urgent and never starves bulk', () => {
       await pool.end().catch(() => undefined);
       await proxy.stop();
     });
-    // Enqueued through a queue of the test's own: the rows exist, and are locked, before their
-    // messages reach the urgent queue, one at a time.
-    const staging = new MemoryQueue({ visibilityTimeoutSeconds: 60 });
-    const client = new JobClient({
-      pool: l.db.pool,
+    // The rows exist, and are locked, before their messages reach the urgent queue, one at a time.
+    const staged = await stagedJobs(
+      l.db.pool,
       registry,
-      publisher: new Publisher(l.db.pool, staging, silentLogger),
-      defaultMaxAttempts: 3,
-    });
-    const jobs = await client.enqueueNow(['a', 'b', 'c'].map((tag) => ({ type: 'test.work', payload: { tag }, lane: 'urgent' as const })));
-    const ids = jobs.map((j) => j.job.id);
-    await waitFor(async () => (await staging.approximateCount()) === 3, 5_000, 'three messages published');
-    const pass = async () => {
-      const [m] = await staging.receive(1, 0);
-      await l.urgent.send([{ body: m!.body }]);
-    };
+      ['a', 'b', 'c'].map((tag) => ({ type: 'test.work', payload: { tag }, lane: 'urgent' as const })),
+      l.urgent,
+    );
+    const { ids } = staged;
     const lock = await holdJobRow(l.db.pool, ids);
     try {
       l.worker(4, { pool }).start();
-      await pass();
+      await staged.deliverNext();
       await lock.claimWaiting(1);
-      await pass();
+      await staged.deliverNext();
       await lock.claimWaiting(2);
-      await pass();
+      await staged.deliverNext();
       await waitFor(() => l.urgent.peek().filter((m) => m.receiveCount === 1).length === 3, 5_000, 'C received by the urgent poll');
       proxy.failover(2);
       // As when the old primary goes: its sessions end (PostgreSQL would not notice a closed
@@ -276,7 +268,7 @@ describe('lanes: the worker prefers urgent and never starves bulk', () => {
       expect(back.sort()).toEqual([...ids].sort());
     } finally {
       await lock.release();
-      staging.close();
+      staged.close();
     }
     await waitFor(() => ['a', 'b', 'c'].every((t) => started.includes(t)), 20_000, 'all three run once the database answers');
     expect(started.sort()).toEqual(['a', 'b', 'c']);

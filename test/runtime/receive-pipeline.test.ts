@@ -7,12 +7,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
 import { pause } from '../../runtime/handlers/validate.ts';
-import { silentLogger } from '../../runtime/observability/log.ts';
-import { MemoryQueue } from '../../runtime/queue/memory.ts';
-import { JobClient } from '../../runtime/store/client.ts';
-import { Publisher } from '../../runtime/store/outbox.ts';
 import type { JobQueue, OutgoingMessage, ReceivedMessage, VisibilityChange } from '../../runtime/queue/types.ts';
-import { createPlatform, holdJobRow, waitFor, type Platform } from '../support/platform.ts';
+import { createPlatform, holdJobRow, stagedJobs, waitFor, type Platform } from '../support/platform.ts';
 
 /** A queue whose calls each take `delayMs` more, counting receives and how many were in flight at once. */
 class SlowQueue implements JobQueue {
@@ -169,41 +165,30 @@ describe('receiving over a queue with a round trip', () => {
       registry,
       timings: { concurrency: 10, leaseSeconds: 30, heartbeatSeconds: 5, visibilityTimeoutSeconds: 60 },
     });
-    // Enqueued through a queue of the test's own: the rows exist, and are locked, before their
-    // messages reach the worker's queue, one at a time.
-    const staging = new MemoryQueue({ visibilityTimeoutSeconds: 60 });
-    const client = new JobClient({
-      pool: p.db.pool,
-      registry,
-      publisher: new Publisher(p.db.pool, staging, silentLogger),
-      defaultMaxAttempts: 3,
-    });
-    const jobs = await client.enqueueNow([1, 2, 3, 4].map((n) => ({ type: 'test.step', payload: { n } })));
-    await waitFor(async () => (await staging.approximateCount()) === 4, 5_000, 'four messages published');
-    const pass = async () => {
-      const [m] = await staging.receive(1, 0);
-      await p.queue.send([{ body: m!.body }]);
-    };
-    const lock = await holdJobRow(
+    // The rows exist, and are locked, before their messages reach the worker's queue, one at a time.
+    const staged = await stagedJobs(
       p.db.pool,
-      jobs.map((j) => j.job.id),
+      registry,
+      [1, 2, 3, 4].map((n) => ({ type: 'test.step', payload: { n } })),
+      p.queue,
     );
+    const lock = await holdJobRow(p.db.pool, staged.ids);
     const queue = new SlowQueue(p.queue, 5);
     try {
       p.worker({ queue }).start();
-      await pass();
+      await staged.deliverNext();
       await lock.claimWaiting(1);
-      await pass();
+      await staged.deliverNext();
       await lock.claimWaiting(2);
-      await pass();
-      await pass();
+      await staged.deliverNext();
+      await staged.deliverNext();
       // Time for several polls to take them (one opens every 0.2 s here while idle): none does.
       await new Promise((r) => setTimeout(r, 1_000));
       expect(queue.delivered).toBe(2);
       expect(p.queue.peek().filter((m) => m.receiveCount === 0)).toHaveLength(2);
     } finally {
       await lock.release();
-      staging.close();
+      staged.close();
     }
     await waitFor(() => [1, 2, 3, 4].every((n) => runs.get(n) === 1), 10_000, 'all four run once the claims are answered');
   }, 30_000);

@@ -1,13 +1,14 @@
 // Builds the platform in-process for a test: a migrated database, an SQS-like MemoryQueue with
 // a DLQ and redrive, the publisher, the enqueue client and workers with short timings. The
 // workers are the test kit's (erp-jobs/testing): they can also crash (SIGKILL) or freeze.
-import { JobClient } from '../../runtime/store/client.ts';
+import { JobClient, type EnqueueSpec } from '../../runtime/store/client.ts';
 import type { JobTimings } from '../../runtime/config/rules.ts';
 import { defaultRegistry } from '../../runtime/handlers/index.ts';
 import type { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { CountingMetrics } from '../../runtime/observability/metrics.ts';
 import { MemoryQueue } from '../../runtime/queue/memory.ts';
+import type { JobQueue } from '../../runtime/queue/types.ts';
 import { JobStore } from '../../runtime/store/job-store.ts';
 import { Publisher } from '../../runtime/store/outbox.ts';
 import type { WorkerOptions } from '../../runtime/worker/worker.ts';
@@ -137,5 +138,29 @@ export async function holdJobRow(
       await holder.query('ROLLBACK');
       holder.release();
     },
+  };
+}
+
+/**
+ * Enqueue `specs` through a queue of the test's own: the rows exist (and can be locked) before
+ * their messages reach `target`, which `deliverNext()` does one at a time, in enqueue order.
+ */
+export async function stagedJobs(
+  pool: TestDb['pool'],
+  registry: JobRegistry,
+  specs: EnqueueSpec[],
+  target: JobQueue,
+): Promise<{ ids: string[]; deliverNext(): Promise<void>; close(): void }> {
+  const staging = new MemoryQueue({ visibilityTimeoutSeconds: 60 });
+  const client = new JobClient({ pool, registry, publisher: new Publisher(pool, staging, silentLogger), defaultMaxAttempts: 3 });
+  const jobs = await client.enqueueNow(specs);
+  await waitFor(async () => (await staging.approximateCount()) === specs.length, 5_000, `${specs.length} messages published`);
+  return {
+    ids: jobs.map((j) => j.job.id),
+    async deliverNext() {
+      const [m] = await staging.receive(1, 0);
+      await target.send([{ body: m!.body }]);
+    },
+    close: () => staging.close(),
   };
 }
