@@ -70,7 +70,7 @@ function failoverSchedule(name: string, cron: string) {
 /** The jobs of schedule `name`, oldest first: their keys without the `schedule:<name>:` prefix. */
 async function occurrencesOf(name: string): Promise<string[]> {
   const { rows } = await p.db.pool.query<{ key: string }>(
-    'SELECT idempotency_key AS key FROM jobs.job WHERE idempotency_key LIKE $1 ORDER BY id',
+    'SELECT idempotency_key AS key FROM jobs.job WHERE idempotency_key LIKE $1 ORDER BY created_at, idempotency_key',
     [`schedule:${name}:%`],
   );
   return rows.map((r) => r.key.slice(`schedule:${name}:`.length));
