@@ -103,10 +103,34 @@ describe('jobs.enqueue, the SQL function', () => {
     const bulk = (await erp.query(`SELECT * FROM jobs.enqueue('ledger.post', '{"batch": "L-1", "entries": 1}')`)).rows[0];
     const urgent = (await erp.query(`SELECT * FROM jobs.enqueue('ledger.post', '{"batch": "L-2", "entries": 1}', lane => 'urgent')`))
       .rows[0];
-    const lanes = await p.db.pool.query('SELECT id, lane FROM jobs.job WHERE id = ANY($1::uuid[]) ORDER BY id', [
-      [bulk.job_id, urgent.job_id],
-    ]);
+    const lanes = await p.db.pool.query(
+      'SELECT id, lane FROM jobs.job WHERE id = ANY($1::uuid[]) ORDER BY array_position($1::uuid[], id)',
+      [[bulk.job_id, urgent.job_id]],
+    );
     expect(lanes.rows.map((r) => r.lane)).toEqual(['bulk', 'urgent']);
+  });
+
+  it("ids sort in the order they were made, within one millisecond too (a key's jobs start in id order)", async () => {
+    // 300 enqueues in one statement take a few milliseconds: many share one. Made in order n.
+    await erp.query('BEGIN');
+    const { rows } = await erp.query(
+      `SELECT n, e.job_id FROM generate_series(1, 300) AS n,
+              LATERAL jobs.enqueue('ledger.post', jsonb_build_object('batch', 'ORD-' || n, 'entries', 1), concurrency_key => 'ord-k') e
+        ORDER BY n`,
+    );
+    await erp.query('COMMIT');
+    const ids = rows.map((r) => r.job_id as string);
+    expect(new Set(ids.map((id) => id.slice(0, 13))).size).toBeLessThan(ids.length); // milliseconds shared
+    expect(ids).toEqual([...ids].sort());
+    for (const id of ids) expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    // The table's default too, and across statements of one transaction.
+    await erp.query('BEGIN');
+    const made = (await erp.query('SELECT jobs.uuid_v7() AS id FROM generate_series(1, 2000)')).rows.map((r) => r.id);
+    const next = (await erp.query('SELECT jobs.uuid_v7() AS id')).rows[0].id;
+    await erp.query('COMMIT');
+    expect(new Set(made).size).toBe(2000);
+    expect([...made, next]).toEqual([...made, next].sort());
+    await p.db.pool.query("UPDATE jobs.job SET state = 'cancelled', finished_at = now() WHERE concurrency_key = 'ord-k'");
   });
 
   it("applies the type's defaults: its attempt cap and its concurrency key's template", async () => {
