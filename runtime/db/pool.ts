@@ -82,6 +82,16 @@ export function isQueryReadTimeout(err: unknown): boolean {
   return err instanceof Error && err.message === 'Query read timeout';
 }
 
+/**
+ * How often PostgreSQL checks, while it runs a statement of ours, that our end of the connection
+ * is still there (client_connection_check_interval, PostgreSQL 14+). By default it finds out only
+ * when it writes the answer: a claim waiting on a row lock whose worker had gone (killed, or it
+ * gave up on the statement after its read timeout, or a reset took the socket) would wait on,
+ * take the job once the lock went and commit, and the job would sit claimed by nobody until its
+ * lease ran out. Checked, the statement is cancelled within this interval and rolls back.
+ */
+export const CLIENT_CHECK_INTERVAL_MS = 1_000;
+
 /** Idle timeout of the API's and the workers' pools (see PoolOptions.idleTimeoutMs). */
 export const SERVICE_IDLE_TIMEOUT_MS = 10 * 60_000;
 
@@ -102,6 +112,7 @@ export function createPool(opts: PoolOptions): pg.Pool {
     keepAlive: true,
     keepAliveInitialDelayMillis: 10_000,
     ...(opts.statementTimeoutMs ? { statement_timeout: opts.statementTimeoutMs } : {}),
+    options: `-c client_connection_check_interval=${CLIENT_CHECK_INTERVAL_MS}`,
   });
   pool.on('error', (err) => opts.onError?.(err));
   // A checked-out client (a handler's transaction, the relay's, a migration's) has no listener

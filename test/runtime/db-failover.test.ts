@@ -1,7 +1,7 @@
 // The database failing over under a worker and the schema bootstrap, in-process and through a
 // TCP proxy that resets every connection and refuses new ones (dev/db-proxy.ts). The
 // end-to-end version on real processes is test/e2e/db-failover.test.ts.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { migrateAt } from '../../runtime/bootstrap/handler.ts';
 import { workerQueryTimeoutMs } from '../../runtime/config/rules.ts';
 import { createPool, endPool } from '../../runtime/db/pool.ts';
@@ -11,7 +11,7 @@ import { METRIC } from '../../runtime/observability/metric-names.ts';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
 import { createTestDb } from '../support/db.ts';
-import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
+import { createPlatform, holdJobRow, waitFor, type Platform } from '../support/platform.ts';
 
 const proxyTo = (url: string) => {
   const u = new URL(url);
@@ -72,6 +72,46 @@ describe('a worker through a database failover', () => {
     await w.stop(1);
     await pool.end();
   }, 60_000);
+});
+
+describe('a claim waiting on a row lock when the connections reset', () => {
+  it('is cancelled by PostgreSQL, not committed once the lock goes: the job runs at once, attempt 1, not after its lease', async () => {
+    // Lease 30 s: a claim committed by the orphaned session would leave the job to the rescuer,
+    // beyond this test's wait.
+    const p = await createPlatform({ timings: { leaseSeconds: 30, heartbeatSeconds: 5, visibilityTimeoutSeconds: 3, maxReceiveCount: 5 } });
+    const proxy = await proxyTo(p.db.url);
+    const pool = createPool({ url: proxy.url(p.db.url), max: 8, applicationName: 'jobs-worker claim-reset-test' });
+    onTestFinished(async () => {
+      await p.close();
+      await pool.end().catch(() => undefined);
+      await proxy.stop();
+    });
+    const [job] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'CRS-1', entries: 1 } }]);
+    const lock = await holdJobRow(p.db.pool, job!.job.id);
+    const w = p.worker({ pool, workerId: 'claim-reset' });
+    try {
+      w.start();
+      await lock.claimWaiting(1);
+      proxy.failover(1);
+      // The server's end of the claim's session ends within the check interval, lock or no lock.
+      await waitFor(
+        async () =>
+          (
+            await p.db.pool.query(
+              "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'jobs-worker claim-reset-test' AND wait_event_type = 'Lock'",
+            )
+          ).rows[0].n === 0,
+        5_000,
+        "the orphaned claim's session ended",
+      );
+    } finally {
+      await lock.release();
+    }
+    await waitFor(async () => (await p.store.get(job!.job.id))?.state === 'succeeded', 15_000, 'the job ran once the database answered');
+    // One attempt: the claim the reset cut off took nothing.
+    expect(await p.store.get(job!.job.id)).toMatchObject({ attempt: 1 });
+    await w.stop(1);
+  }, 40_000);
 });
 
 describe('a failover that resets nothing: the old primary just goes silent', () => {

@@ -248,8 +248,8 @@ describe('lanes: the worker prefers urgent and never starves bulk', () => {
       await staged.deliverNext();
       await waitFor(() => l.urgent.peek().filter((m) => m.receiveCount === 1).length === 3, 5_000, 'C received by the urgent poll');
       proxy.failover(2);
-      // As when the old primary goes: its sessions end (PostgreSQL would not notice a closed
-      // socket while a statement waits on a lock, and would commit the claim once the lock went).
+      // As when the old primary goes: its sessions end at once (the proxy's reset alone ends them
+      // within the pool's client_connection_check_interval, db-failover.test.ts).
       await l.db.pool.query(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'jobs-worker lanes-failover-test'",
       );
