@@ -132,6 +132,7 @@ export class JobsDashboard extends Construct {
           sum(METRIC.leasesLost, 'Leases lost'),
           sum(METRIC.messagesDeadLettered, 'Messages dead-lettered by the worker'),
           sum(METRIC.duplicateDeliveries, 'Duplicate deliveries ignored'),
+          sum(METRIC.handlersIgnoringAbort, 'Handlers ignoring their abort signal'),
           sum(METRIC.claimMisses, 'Claim misses'),
           sum(METRIC.schedulePassesFailed, 'Schedule passes failed'),
           sum(METRIC.jobsRepublished, 'Jobs republished (messages lost)'),

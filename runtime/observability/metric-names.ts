@@ -18,6 +18,8 @@ export const METRIC = {
   messagesDeadLettered: 'MessagesDeadLettered',
   /** Count: leases a worker found gone at a heartbeat or at completion (reclaimed), or could not renew in time; not a cancel. */
   leasesLost: 'LeasesLost',
+  /** Count: handlers still running 5 s after their attempt was given up (lease lost, cancelled): each keeps its worker slot until it returns. */
+  handlersIgnoringAbort: 'HandlersIgnoringAbort',
   /** Count: deliveries of a job another worker holds a live lease on. */
   duplicateDeliveries: 'DuplicateDeliveriesIgnored',
   /** Count: deliveries whose claim touched no row. */

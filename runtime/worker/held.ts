@@ -11,6 +11,7 @@ import type { Progress } from '../domain/job.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
 import { JobClient } from '../store/client.ts';
 import type { Logger } from '../observability/log.ts';
+import { METRIC } from '../observability/metric-names.ts';
 import type { Metrics } from '../observability/metrics.ts';
 import { asLanes, type LaneQueues } from '../queue/lanes.ts';
 import type { JobQueue, ReceivedMessage } from '../queue/types.ts';
@@ -86,7 +87,9 @@ export interface Held {
   claimedAt: number;
   /** Its handler slot went to the next job (when the handler ended, before the batched completion). */
   slotFreed: boolean;
+  /** Its handler's run, once it started (worker.ts dispatch), and whether that has settled. */
   done?: Promise<void>;
+  ended?: boolean;
 }
 
 const noopMetrics: Metrics = { count: () => undefined, timing: () => undefined };
@@ -148,9 +151,36 @@ export class WorkerContext {
   }
 
   abortHandler(h: Held, reason: unknown): void {
-    if (h.abortReason === undefined) h.abortReason = reason;
+    if (h.abortReason === undefined) {
+      h.abortReason = reason;
+      if (h.done && !h.ended && !this.stopping) this.watchAbort(h, reason);
+    }
     h.ac?.abort(reason);
     h.abandon?.();
+  }
+
+  /**
+   * A handler still running ABANDON_GRACE_MS after its attempt was given up (lease lost,
+   * cancelled) does not watch ctx.signal: it keeps its handler slot until it returns, and enough
+   * of them leave the worker taking no jobs. Say so, once per attempt, with the metric on-call
+   * can graph by worker. (A stopping worker says it of all of them at once: worker.ts stop.)
+   */
+  private watchAbort(h: Held, reason: unknown): void {
+    const timer = setTimeout(() => {
+      if (h.ended || this.stopping) return;
+      this.metrics.count(METRIC.handlersIgnoringAbort, 1);
+      this.log.warn(
+        {
+          jobId: h.job.id,
+          type: h.job.type,
+          attempt: h.token.attempt,
+          abortedBecause: reason instanceof Error ? reason.message : String(reason),
+          graceMs: ABANDON_GRACE_MS,
+        },
+        'handler still running after its abort signal (it does not watch ctx.signal): it keeps its worker slot until it returns; its ctx.db transaction is closed, but what it writes elsewhere can still land',
+      );
+    }, ABANDON_GRACE_MS);
+    timer.unref();
   }
 
   emit(kind: WorkerEventKind, job?: { id: string; type: string; attempt?: number } | null, detail?: string): void {

@@ -175,6 +175,30 @@ describe('worker', () => {
     expect(p.metrics.get(METRIC.leasesLost)).toBe(0);
   });
 
+  it('a cancelled handler that ignores its signal is reported once, by job, with the metric; one that stops is not', async () => {
+    const lines: { level: number; msg: string; jobId?: string; abortedBecause?: string }[] = [];
+    const log = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
+    stubborn.clear();
+    const deaf = await enqueue('test.stubborn', {});
+    const heeds = await enqueue('test.block', {});
+    const w = p.worker({ log, timings: { concurrency: 2 } });
+    w.start();
+    await until(deaf.id, 'running');
+    await until(heeds.id, 'running');
+    await p.client.cancel(deaf.id, 'controller');
+    await p.client.cancel(heeds.id, 'controller');
+    await waitFor(() => seen.aborted.length > 0, 3000, 'the heeding handler aborted');
+    await waitFor(() => p.metrics.get(METRIC.handlersIgnoringAbort) > 0, ABANDON_GRACE_MS + 5000, 'the deaf handler reported');
+    const said = lines.filter((l) => /handler still running after its abort signal/.test(l.msg));
+    expect(said.map((l) => [l.level, l.jobId, l.abortedBecause])).toEqual([[40, deaf.id, expect.stringMatching(/cancel/)]]);
+    expect(p.metrics.get(METRIC.handlersIgnoringAbort)).toBe(1);
+    // It keeps its slot until it returns; then the worker lets it go, and nothing more is said.
+    expect(w.runningJobs.map((j) => j.id)).toEqual([deaf.id]);
+    stubborn.get(1)!();
+    await waitFor(() => w.runningJobs.length === 0, 3000, 'the deaf handler returned');
+    expect(await jobState(deaf.id)).toMatchObject({ state: 'cancelled' });
+  }, 20_000);
+
   it("a lost attempt still unwinding does not take the job's next attempt, on the same worker, out of its hands", async () => {
     // Review finding: the reclaimed attempt's entry replaced the lost one's, and when the lost
     // attempt's handler finally ended, its cleanup removed the job's entry: the new attempt was
