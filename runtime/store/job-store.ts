@@ -5,40 +5,13 @@
 import { onActiveJobs } from './active-jobs.ts';
 import type pg from 'pg';
 import { keepDaysOf, keyHolder, type KeyedJob } from './idempotency.ts';
-import { SQL, type SqlName } from './sql.ts';
-import { timed } from '../db/pool.ts';
+import { byId, deadlockRetried, jsonOrNull, pgArray, run, type Queryable } from './statements.ts';
 import { withTransaction } from '../db/transaction.ts';
 import { uuidv7 } from '../domain/uuid7.ts';
 import { DEFAULT_LANE, type Lane } from '../domain/lanes.ts';
 import { rowToJob, type Job, type JobError, type JobState, type Progress, type WithDbNow } from '../domain/job.ts';
 
-/** JSON text for a jsonb parameter; SQL NULL (not the JSON literal null) for nothing. */
-const jsonOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : JSON.stringify(v));
-
-/**
- * A uuid[] or int[] parameter in PostgreSQL's array text form. UUIDs and integers need no
- * quoting, so this skips the pg driver's per-element escaping on the per-job paths (claim,
- * completion). Only for values already known to be UUIDs (validated message ids, ids read from
- * the table) or integers; it is still a bound parameter, never SQL text.
- */
-const pgArray = (xs: readonly (string | number)[]): string => `{${xs.join(',')}}`;
-
-export type Queryable = Pick<pg.Pool, 'query'> | Pick<pg.PoolClient, 'query'>;
-
-/** Run a named statement as a prepared statement (parsed once per connection). */
-export async function run<R extends pg.QueryResultRow = pg.QueryResultRow>(
-  db: Queryable,
-  name: SqlName,
-  values: unknown[],
-): Promise<pg.QueryResult<R>> {
-  return (await db.query(timed(db, { name, text: SQL[name], values }))) as pg.QueryResult<R>; // with the pool's read timeout, if any
-}
-
-/** Runs the named statements of `sql` (poison, schedules, dead reports, on-call), each prepared per connection as `prefix.name`. */
-export function namedStatements<K extends string>(prefix: string, sql: Readonly<Record<K, string>>) {
-  return async <R extends pg.QueryResultRow = pg.QueryResultRow>(db: Queryable, name: K, values: unknown[]): Promise<pg.QueryResult<R>> =>
-    (await db.query(timed(db, { name: `${prefix}.${name}`, text: sql[name], values }))) as pg.QueryResult<R>;
-}
+export { namedStatements, run, type Queryable } from './statements.ts';
 
 /** A job to insert; its retention and its key's (KeyedJob: keepDays, keyKeepDays) the client decides (client.ts). */
 export interface NewJob extends KeyedJob {
@@ -263,12 +236,15 @@ export class JobStore {
   /** Renew leases; returns the ids still held (the others are lost). */
   async renewLeases(tokens: (LeaseToken & { progress?: Progress | null })[], leaseSeconds: number): Promise<Set<string>> {
     if (tokens.length === 0) return new Set();
-    const { rows } = await run(this.pool, 'jobRenewLeases', [
-      tokens.map((t) => t.id),
-      tokens.map((t) => t.attempt),
-      tokens.map((t) => (t.progress ? JSON.stringify(t.progress) : null)),
-      leaseSeconds,
-    ]);
+    const sorted = byId(tokens);
+    const { rows } = await deadlockRetried(() =>
+      run(this.pool, 'jobRenewLeases', [
+        sorted.map((t) => t.id),
+        sorted.map((t) => t.attempt),
+        sorted.map((t) => (t.progress ? JSON.stringify(t.progress) : null)),
+        leaseSeconds,
+      ]),
+    );
     return new Set(rows.map((r) => r.id as string));
   }
 
@@ -301,13 +277,15 @@ export class JobStore {
     const sameAttempt = items.every((i) => i.attempt === attempt);
     const results = items.some((i) => i.result !== null && i.result !== undefined) ? items.map((i) => jsonOrNull(i.result)) : null;
     const progress = items.some((i) => i.progress) ? items.map((i) => (i.progress ? JSON.stringify(i.progress) : null)) : null;
-    const { rows } = await run(this.pool, 'jobCompleteMany', [
-      pgArray(items.map((i) => i.id)),
-      sameAttempt ? null : pgArray(items.map((i) => i.attempt)),
-      sameAttempt ? attempt : null,
-      results,
-      progress,
-    ]);
+    const { rows } = await deadlockRetried(() =>
+      run(this.pool, 'jobCompleteMany', [
+        pgArray(items.map((i) => i.id)),
+        sameAttempt ? null : pgArray(items.map((i) => i.attempt)),
+        sameAttempt ? attempt : null,
+        results,
+        progress,
+      ]),
+    );
     return new Set(rows.map((r) => r.id as string));
   }
 
@@ -323,8 +301,11 @@ export class JobStore {
   /** Hand claims back (graceful stop; `keepDue`: due when they were, not now); returns the ids released. */
   async release(tokens: LeaseToken[], reason: string, o: { keepDue?: boolean } = {}): Promise<Set<string>> {
     if (tokens.length === 0) return new Set();
-    const ids = tokens.map((t) => t.id);
-    const { rows } = await run(this.pool, 'jobRelease', [ids, tokens.map((t) => t.attempt), reason, o.keepDue === true]);
+    const sorted = byId(tokens);
+    const ids = sorted.map((t) => t.id);
+    const { rows } = await deadlockRetried(() =>
+      run(this.pool, 'jobRelease', [ids, sorted.map((t) => t.attempt), reason, o.keepDue === true]),
+    );
     return new Set(rows.map((r) => r.id as string));
   }
 
