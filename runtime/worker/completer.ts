@@ -13,7 +13,7 @@ import type { LeaseToken } from '../store/job-store.ts';
 import { Batcher } from './batcher.ts';
 import type { DeadLetters } from './dead-letter.ts';
 import type { Heartbeat } from './heartbeat.ts';
-import type { Held, WorkerContext } from './held.ts';
+import { sleep, type Held, type WorkerContext } from './held.ts';
 import type { JobTransaction } from './job-transaction.ts';
 import type { QueueMessages } from './messages.ts';
 
@@ -52,12 +52,33 @@ export class Completer {
    * Mark the job succeeded, fenced: with the handler's transaction when it opened one, else in the
    * next batch. False: the lease was lost. Rejects when the commit's outcome is unknown.
    */
-  commit(h: Held, tx: JobTransaction, result: unknown): Promise<boolean> {
+  commit(h: Held, tx: JobTransaction, result: unknown, log?: AttemptLog): Promise<boolean> {
     if (tx.opened) return tx.commitWith((client) => this.ctx.store.complete(client, h.token, result, h.lastProgress));
     // The handler is done and holds no connection: its slot goes to the next job while the
     // completion commits in a batch with others (the job stays held, and heartbeated, until then).
     this.freeSlot(h);
-    return this.completions.add({ ...h.token, result, progress: h.lastProgress });
+    return this.completeBatched(h, result, log);
+  }
+
+  /**
+   * The batched completion, tried again while the database cannot be reached (a failover) for as
+   * long as the job is still ours: the handler's work is done and wrote nothing, its result is in
+   * hand, and counting the outage as the attempt's failure would run it again and spend an
+   * attempt (dead, on the last one). The heartbeat renews the lease meanwhile, or gives the job
+   * up once it could not for a lease; then this gives up too, and the job is reclaimed as any
+   * job whose worker lost it.
+   */
+  private async completeBatched(h: Held, result: unknown, log?: AttemptLog): Promise<boolean> {
+    for (let wait = 250; ; wait = Math.min(wait * 2, 4_000)) {
+      try {
+        return await this.completions.add({ ...h.token, result, progress: h.lastProgress });
+      } catch (err) {
+        if (!isDatabaseUnavailable(err) || h.lost || h.released || this.ctx.stopping) throw err;
+        if (wait === 250) log?.warn({ err }, 'database unreachable at completion: trying again while the lease holds');
+        await sleep(wait, this.ctx.stopAc.signal);
+        if (h.lost || h.released) throw err;
+      }
+    }
   }
 
   /** The success committed: count it, tell observers, delete the message. */

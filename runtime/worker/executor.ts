@@ -58,7 +58,7 @@ export class JobExecutor {
     }
     let completed: boolean;
     try {
-      completed = await completer.commit(h, tx, result ?? null);
+      completed = await completer.commit(h, tx, result ?? null, log);
     } catch (err) {
       // The COMMIT may or may not have happened. The fenced failure below matches no row if it did.
       // A NonRetryableError here is the transaction's own verdict (the handler left the fence).

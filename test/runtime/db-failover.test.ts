@@ -114,6 +114,45 @@ describe('a claim waiting on a row lock when the connections reset', () => {
   }, 40_000);
 });
 
+describe('a failover between a handler that wrote nothing and its batched completion', () => {
+  it('the completion is tried again once the database answers: the job succeeds on its first attempt with its result', async () => {
+    // Before: the completion's failure was the attempt's, so the job ran again (attempt 2).
+    let release = () => undefined as void;
+    const computed = defineJob<Record<string, never>, { total: number }>({
+      type: 'test.computed',
+      description: 'computes, writes nothing, returns a result once the test lets it',
+      parse: () => ({}),
+      async run() {
+        await new Promise<void>((r) => (release = r));
+        return { total: 42 };
+      },
+    });
+    const p = await createPlatform({
+      registry: new JobRegistry([computed]),
+      timings: { leaseSeconds: 10, heartbeatSeconds: 1, visibilityTimeoutSeconds: 10 },
+    });
+    const proxy = await proxyTo(p.db.url);
+    const pool = createPool({ url: proxy.url(p.db.url), max: 8, applicationName: 'jobs-worker completion-failover-test' });
+    onTestFinished(async () => {
+      await p.close();
+      await pool.end().catch(() => undefined);
+      await proxy.stop();
+    });
+    const [job] = await p.client.enqueueNow([{ type: 'test.computed', payload: {} }]);
+    const w = p.worker({ pool, workerId: 'completion-failover' });
+    w.start();
+    await waitFor(async () => (await p.store.get(job!.job.id))?.state === 'running', 10_000, 'running');
+    const outage = proxy.failover(2);
+    release();
+    await outage.over;
+    await waitFor(async () => (await p.store.get(job!.job.id))?.state === 'succeeded', 15_000, 'succeeded after the outage');
+    expect(await p.store.get(job!.job.id)).toMatchObject({ attempt: 1, result: { total: 42 }, attemptLog: [] });
+    expect(p.metrics.counts.get(METRIC.jobsFailed) ?? 0).toBe(0);
+    expect(p.metrics.counts.get(METRIC.leasesLost) ?? 0).toBe(0);
+    await w.stop(1);
+  }, 40_000);
+});
+
 describe('a failover that resets nothing: the old primary just goes silent', () => {
   let p: Platform;
   let proxy: DbProxy;
