@@ -98,7 +98,15 @@ export class LaneReceiver {
     const urgentWant = room - reserve;
     if (fresh && urgent.busy && !urgent.poll && urgentWant > 0) got.urgent.push(...(await this.receiveBusy(urgent, urgentWant)));
     const bulkWant = room - got.urgent.length;
-    if (fresh && bulk.busy && !bulk.poll && bulkWant > 0) got.bulk.push(...(await this.receiveBusy(bulk, bulkWant)));
+    if (fresh && bulk.busy && !bulk.poll && bulkWant > 0) {
+      try {
+        got.bulk.push(...(await this.receiveBusy(bulk, bulkWant)));
+      } catch (err) {
+        // What urgent brought is claimed now; the bulk lane's failure is the next pass's (its backoff).
+        if (got.urgent.length === 0) throw err;
+        bulk.error = err;
+      }
+    }
     if (this.ctx.stopping) {
       await this.handBack([...got.urgent, ...got.bulk]);
       return [];

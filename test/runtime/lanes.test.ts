@@ -274,6 +274,25 @@ describe('lanes: the worker prefers urgent and never starves bulk', () => {
     expect(started.sort()).toEqual(['a', 'b', 'c']);
   }, 60_000);
 
+  it('a bulk receive that fails after the urgent one brought messages: the urgent jobs run at once, not after their visibility timeout', async () => {
+    // Before: the failure was thrown and what urgent had brought was dropped, hidden for 30 s.
+    l = await lanes(false, { leaseSeconds: 9, heartbeatSeconds: 3, visibilityTimeoutSeconds: 30 });
+    await l.client.enqueueNow(['u1', 'u2'].map((tag) => ({ type: 'test.work', payload: { tag }, lane: 'urgent' as const })));
+    await l.client.enqueueNow([{ type: 'test.work', payload: { tag: 'b1' } }]);
+    await waitFor(async () => (await l.urgent.approximateCount()) === 2 && (await l.bulk.approximateCount()) === 1, 5_000, 'published');
+    const receive = l.bulk.receive.bind(l.bulk);
+    let failures = 0;
+    l.bulk.receive = async (max, wait, signal) => {
+      if (failures++ === 0)
+        throw Object.assign(new Error('We encountered an internal error. Please try again.'), { name: 'InternalError' });
+      return receive(max, wait, signal);
+    };
+    l.worker(4).start();
+    await waitFor(() => ['u1', 'u2', 'b1'].every((t) => started.includes(t)), 8_000, 'every job ran');
+    expect(failures).toBeGreaterThan(1);
+    expect(started.slice(0, 2).sort()).toEqual(['u1', 'u2']);
+  });
+
   it('one queue for every lane (no urgent queue): urgent jobs go to the shared queue and run', async () => {
     l = await lanes(true);
     const [r] = await l.client.enqueueNow({ type: 'test.work', payload: { tag: 'u-shared' }, lane: 'urgent' });
