@@ -28,7 +28,7 @@ export interface AttemptLog {
 }
 
 export class Completer {
-  private readonly completions: Batcher<LeaseToken & { result: unknown; progress: Progress | null }, boolean>;
+  private readonly completions: Batcher<LeaseToken & { result: unknown; progress: Progress | null; held: Held }, boolean>;
 
   constructor(
     private readonly ctx: WorkerContext,
@@ -42,7 +42,11 @@ export class Completer {
     this.completions = new Batcher(
       async (items) => {
         const lost = await ctx.store.completeMany(items);
-        return items.map((i) => !lost.has(i.id));
+        return items.map((i) => {
+          // Settled in the same turn as the answer: a renewal answered next finds it so (heartbeat.ts).
+          if (!lost.has(i.id)) i.held.settled = true;
+          return !lost.has(i.id);
+        });
       },
       { maxItems: 500, delayMs: 0, maxInFlight: 2 },
     );
@@ -53,7 +57,8 @@ export class Completer {
    * next batch. False: the lease was lost. Rejects when the commit's outcome is unknown.
    */
   commit(h: Held, tx: JobTransaction, result: unknown, log?: AttemptLog): Promise<boolean> {
-    if (tx.opened) return tx.commitWith((client) => this.ctx.store.complete(client, h.token, result, h.lastProgress));
+    if (tx.opened)
+      return tx.commitWith((client) => this.ctx.store.complete(client, h.token, result, h.lastProgress)).then((ok) => (h.settled = ok));
     // The handler is done and holds no connection: its slot goes to the next job while the
     // completion commits in a batch with others (the job stays held, and heartbeated, until then).
     this.freeSlot(h);
@@ -71,7 +76,7 @@ export class Completer {
   private async completeBatched(h: Held, result: unknown, log?: AttemptLog): Promise<boolean> {
     for (let wait = 250; ; wait = Math.min(wait * 2, 4_000)) {
       try {
-        return await this.completions.add({ ...h.token, result, progress: h.lastProgress });
+        return await this.completions.add({ ...h.token, result, progress: h.lastProgress, held: h });
       } catch (err) {
         if (!isDatabaseUnavailable(err) || h.lost || h.released || this.ctx.stopping) throw err;
         if (wait === 250) log?.warn({ err }, 'database unreachable at completion: trying again while the lease holds');
@@ -84,6 +89,7 @@ export class Completer {
   /** The success committed: count it, tell observers, delete the message. */
   succeeded(h: Held, log: AttemptLog): void {
     const { ctx } = this;
+    h.settled = true;
     ctx.metrics.count(METRIC.jobsSucceeded);
     ctx.emit('succeeded', h.job);
     ctx.metrics.timing(METRIC.jobDuration, Date.now() - h.claimedAt);
@@ -118,6 +124,7 @@ export class Completer {
       this.heartbeat.loseLease(h, 'failure');
       return;
     }
+    h.settled = true;
     if (after.state === 'dead') {
       ctx.metrics.count(METRIC.jobsDeadLettered);
       ctx.emit('dead-lettered', after, after.lastError?.message);
@@ -178,6 +185,7 @@ export class Completer {
       this.heartbeat.loseLease(h, 'release');
       return;
     }
+    h.settled = true;
     log.warn({ retryInSeconds: UNKNOWN_TYPE_RETRY_SECONDS }, `${why} (a deploy in progress?)`);
     ctx.emit('released', job, why);
     await this.hideFor(h, UNKNOWN_TYPE_RETRY_SECONDS, new Date(Date.now() + UNKNOWN_TYPE_RETRY_SECONDS * 1000));
@@ -209,6 +217,7 @@ export class Completer {
       reason,
     );
     const mine = jobs.filter((h) => released.has(h.job.id));
+    for (const h of mine) h.settled = true;
     await this.messages.showNow(mine);
     for (const h of mine) {
       ctx.log.info({ jobId: h.job.id, type: h.job.type, attempt: h.token.attempt, why: detail }, 'job released');

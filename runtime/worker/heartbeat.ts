@@ -59,7 +59,7 @@ export class Heartbeat {
   private async renew(): Promise<void> {
     const { ctx } = this;
     const t = ctx.opts.timings;
-    const entries = [...ctx.held.values()].filter((h) => !h.lost && !h.released);
+    const entries = [...ctx.held.values()].filter((h) => !h.lost && !h.released && !h.settled);
     if (entries.length === 0) return;
     const sentProgress = entries.map((h) => h.unsentProgress);
     // The renewed lease runs from the statement, which is after this moment (see fenceUnrenewed).
@@ -81,8 +81,8 @@ export class Heartbeat {
       // Given up while the renewal was on its way (fenceUnrenewed: it took longer than the lease):
       // not ours any more, whatever the database answered; its lease was expired by the give-up.
       if (h.lost || h.released) return;
-      // Settled here while the renewal was on its way (completed, failed): not held any more, not lost.
-      if (ctx.held.get(h.job.id) !== h) return;
+      // Settled here while the renewal was on its way (completed, failed): not ours to renew, not lost.
+      if (h.settled || ctx.held.get(h.job.id) !== h) return;
       if (!held.has(h.job.id)) {
         this.loseLease(h, 'heartbeat');
         return;
@@ -109,7 +109,7 @@ export class Heartbeat {
     // extension is sent after the renewal committed, so it ends a few milliseconds after the lease;
     // a message that still arrives early is hidden again until the lease has run out.)
     const seconds = Math.min(SQS_MAX_VISIBILITY_SECONDS, Math.ceil(ctx.opts.timings.leaseSeconds));
-    const live = renewed.filter((h) => !h.receiptStale && ctx.held.get(h.job.id) === h && !h.lost && !h.released);
+    const live = renewed.filter((h) => !h.receiptStale && ctx.held.get(h.job.id) === h && !h.lost && !h.released && !h.settled);
     if (live.length === 0) return;
     const failures = await this.messages.changeVisibility(live.map((h) => ({ receipt: h.message.receipt, seconds })));
     for (const f of failures) {

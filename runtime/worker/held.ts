@@ -79,6 +79,12 @@ export interface Held {
   lost: boolean;
   released: boolean;
   /**
+   * Its row left `running` through this worker (succeeded, failed, dead, handed on) and the rest
+   * is bookkeeping (the message deleted, hidden or dead-lettered): the heartbeat neither renews it
+   * nor counts its absence from a renewal as a lost lease.
+   */
+  settled?: boolean;
+  /**
    * When the lease was last renewed (or claimed), on the monotonic clock (performance.now()): a
    * step of the wall clock (NTP, a VM resumed) must neither self-fence a healthy lease nor keep a
    * lease this worker believes alive past its end.

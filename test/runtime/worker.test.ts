@@ -125,6 +125,25 @@ describe('worker', () => {
     expect(p.metrics.get(METRIC.jobsDeadLettered)).toBe(1);
   });
 
+  it('a heartbeat while a dead job is being dead-lettered (a slow DLQ) counts no lost lease and logs none', async () => {
+    // Before: the row was dead and the job still held while its DLQ send ran; the renewal missed
+    // it and said "lease lost", counting toward the alarm that means jobs ran twice.
+    const lines: { level: number; msg: string }[] = [];
+    const log = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
+    const send = p.dlq.send.bind(p.dlq);
+    p.dlq.send = async (messages) => {
+      await new Promise((r) => setTimeout(r, 1500)); // three heartbeats (0.5 s)
+      return send(messages);
+    };
+    const job = await enqueue('test.fatal', {});
+    p.worker({ log }).start();
+    await until(job.id, 'dead');
+    await waitFor(() => (dlqBodies().length ? dlqBodies() : null), 5000, 'DLQ message');
+    await new Promise((r) => setTimeout(r, 600));
+    expect(p.metrics.get(METRIC.leasesLost)).toBe(0);
+    expect(lines.filter((l) => /lease lost/.test(l.msg))).toEqual([]);
+  });
+
   it('a non-retryable error goes straight to dead after one attempt', async () => {
     const job = await enqueue('test.fatal', {}, { maxAttempts: 5 });
     p.worker().start();
