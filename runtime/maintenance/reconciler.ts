@@ -47,6 +47,8 @@ import type { Logger } from '../observability/log.ts';
 import type { Metrics } from '../observability/metrics.ts';
 import { LANES, type Lane } from '../domain/lanes.ts';
 import { chunk } from '../queue/types.ts';
+import { timed } from '../db/pool.ts';
+import { withTransaction } from '../db/transaction.ts';
 import { ACTIVE_JOBS_PLAN } from '../store/active-jobs.ts';
 import { run } from '../store/job-store.ts';
 import { DEFAULT_RELAY, type Publisher, type PublishEntry } from '../store/outbox.ts';
@@ -132,30 +134,28 @@ export class Reconciler {
   }
 
   private async pass(): Promise<ReconcilePass> {
-    const client = await this.o.pool.connect();
-    let entries: PublishEntry[] = [];
+    const entries: PublishEntry[] = [];
     const reading: ReconcilePass = { skipped: false, messages: 0, pending: 0, running: 0, outbox: 0, deficit: 0, republished: 0 };
-    try {
-      await client.query('BEGIN');
+    // With the pool's read timeout on every statement (a silent failover must not hold a pass,
+    // nor the task's stop behind it, for TCP's 15 minutes).
+    const skipped = await withTransaction(this.o.pool, async (client) => {
       // Its reads of the active jobs go through job_active, not the whole table (store/active-jobs.ts).
-      await client.query(ACTIVE_JOBS_PLAN);
+      await client.query(timed(client, { text: ACTIVE_JOBS_PLAN }));
+      // Every queue read first (SQS calls, no row locked yet), then the picks, whose row locks
+      // last until the COMMIT right after them: a worker claiming a picked job waits for a few
+      // statements, never for an SQS call (which a throttled or silent SQS can stretch to seconds).
+      const confirmed: number[] = [];
       for (const [i, q] of this.queues.entries()) {
-        const one = await this.reconcileQueue(client, i, q, entries);
-        if (one.skipped) {
-          await client.query('ROLLBACK');
-          return one;
-        }
+        const one = await this.countQueue(client, i, q);
+        if (one.skipped) return one;
+        confirmed.push(one.confirmed);
         for (const k of ['messages', 'pending', 'running', 'outbox', 'deficit'] as const) reading[k] += one[k];
       }
-      await client.query('COMMIT');
-      reading.republished = entries.length;
-    } catch (err) {
-      entries = [];
-      await client.query('ROLLBACK').catch(() => undefined);
-      throw err;
-    } finally {
-      client.release();
-    }
+      for (const [i, q] of this.queues.entries()) await this.pick(client, [...q.lanes], confirmed[i]!, entries);
+      return null;
+    });
+    if (skipped) return skipped;
+    reading.republished = entries.length;
     // Durable from the COMMIT: what this send does not publish, the outbox relay does.
     for (const slice of chunk(entries, PUBLISH_SLICE)) await this.o.publisher.publish(slice);
     if (entries.length > 0) {
@@ -187,29 +187,32 @@ export class Reconciler {
     return reading;
   }
 
-  /** One queue against its lanes' jobs, in the pass's transaction: the deficit, and the jobs picked to re-publish into `entries`. */
-  private async reconcileQueue(
+  /** One queue against its lanes' jobs, in the pass's transaction: the deficit, and how much of it two passes in a row confirm. */
+  private async countQueue(
     client: pg.PoolClient,
     i: number,
     q: { lanes: readonly Lane[]; countMessages: () => Promise<number> },
-    entries: PublishEntry[],
-  ): Promise<ReconcilePass> {
-    const t = this.o.timings;
-    const lanes = [...q.lanes];
+  ): Promise<ReconcilePass & { confirmed: number }> {
     const before = await q.countMessages();
     const { rows } = await run<{ locked: boolean; pending: number; running: number; outbox: number; deferred: number }>(
       client,
       'reconcileCount',
-      [RECONCILER_LOCK_KEY, lanes],
+      [RECONCILER_LOCK_KEY, [...q.lanes]],
     );
     const c = rows[0]!;
-    if (!c.locked) return { skipped: true, messages: before, pending: 0, running: 0, outbox: 0, deficit: 0, republished: 0 };
+    if (!c.locked) return { skipped: true, messages: before, pending: 0, running: 0, outbox: 0, deficit: 0, republished: 0, confirmed: 0 };
     const messages = Math.max(before, await q.countMessages());
     const owed = c.outbox + c.deferred;
     const deficit = Math.max(0, c.pending + c.running - owed - messages);
     const confirmed = Math.min(deficit, this.lastDeficit[i]!, MAX_PER_PASS);
     this.lastDeficit[i] = deficit;
-    for (let left = confirmed; left > 0; ) {
+    return { skipped: false, messages, pending: c.pending, running: c.running, outbox: owed, deficit, republished: 0, confirmed };
+  }
+
+  /** Pick `count` pending jobs of `lanes` to re-publish into `entries` (marked, with their outbox rows, in the pass's transaction). */
+  private async pick(client: pg.PoolClient, lanes: Lane[], count: number, entries: PublishEntry[]): Promise<void> {
+    const t = this.o.timings;
+    for (let left = count; left > 0; ) {
       const want = Math.min(PICK_BATCH, left);
       const { rows: picked } = await run<{ id: string; type: string; run_after: Date; lane: Lane; outbox_id: string }>(
         client,
@@ -220,6 +223,5 @@ export class Reconciler {
       left -= picked.length;
       if (picked.length < want) break;
     }
-    return { skipped: false, messages, pending: c.pending, running: c.running, outbox: owed, deficit, republished: 0 };
   }
 }

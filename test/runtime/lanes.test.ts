@@ -405,6 +405,51 @@ describe("lanes: every message of a job goes to its lane's queue", () => {
     expect(l.bulk.sentLog).toHaveLength(bulkJobs.length); // the enqueue's own, nothing more
   });
 
+  it("the reconciler's pass holds no picked job's row while it waits on SQS: a claim of one goes through meanwhile", async () => {
+    // Before: the urgent lane's picks were locked, then the bulk queue was counted (an SQS call)
+    // in the same transaction; a worker's claim of a picked job waited for that call.
+    const urgentJobs = await l.client.enqueueNow(
+      Array.from({ length: 3 }, (_, i) => ({ type: 'test.work', payload: { tag: `u${i}` }, lane: 'urgent' as const })),
+    );
+    await l.db.pool.query("UPDATE jobs.job SET created_at = created_at - interval '1 hour', run_after = run_after - interval '1 hour'");
+    await waitFor(
+      async () => (await l.db.pool.query('SELECT count(*)::int AS n FROM jobs.outbox')).rows[0].n === 0,
+      5000,
+      'outbox emptied',
+    );
+    l.urgent.purge();
+    let slowCounts = false;
+    let countsStarted = 0;
+    let countsEnded = 0;
+    const reconciler = new Reconciler({
+      pool: l.db.pool,
+      publisher: new Publisher(l.db.pool, l.queue, silentLogger),
+      queues: l.queue.queues.map((q) => ({
+        lanes: q.lanes,
+        countMessages: async () => {
+          if (slowCounts && q.lanes.includes('bulk')) {
+            countsStarted++;
+            await new Promise((r) => setTimeout(r, 3000)); // SQS throttled
+            countsEnded++;
+          }
+          return (q.queue as MemoryQueue).approximateCount();
+        },
+      })),
+      log: silentLogger,
+      timings: { intervalMs: 1000, minAgeSeconds: 1, republishWindowSeconds: 60 },
+    });
+    expect((await reconciler.runOnce()).deficit).toBe(3); // seen once
+    slowCounts = true;
+    const pass = reconciler.runOnce();
+    // While the slow bulk count runs (the urgent picks already made, in the old order), a claim.
+    await waitFor(() => countsStarted > 0, 3000, 'the bulk count under way');
+    await new Promise((r) => setTimeout(r, 200));
+    const claimed = await l.store.claim([urgentJobs[0]!.job.id], 'w', 30);
+    expect(countsEnded).toBe(0); // claimed while the count still waited
+    expect(claimed).toHaveLength(1);
+    expect((await pass).republished).toBe(2); // the claimed one is not pending any more
+  });
+
   it('a redriven dead urgent job goes back to the urgent queue', async () => {
     const [r] = await l.client.enqueueNow({ type: 'test.fatal', payload: {}, lane: 'urgent' });
     const [c] = await l.store.claim([r!.job.id], 'w', 30);
