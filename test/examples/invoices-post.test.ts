@@ -17,8 +17,8 @@ beforeAll(async () => {
   p = await createPlatform({ registry: new JobRegistry([postInvoices]), timings: { maxAttempts: 5 }, appDir });
   // The erp schema comes with the migrations (README "Your tables").
   await p.db.pool.query(`
-    CREATE TABLE erp.invoice (id integer PRIMARY KEY, batch text NOT NULL, total numeric NOT NULL, posted_at timestamptz);
-    CREATE TABLE erp.ledger_line (invoice_id integer NOT NULL REFERENCES erp.invoice, amount numeric NOT NULL);
+    CREATE TABLE erp.invoice (id bigint PRIMARY KEY, batch text NOT NULL, total numeric NOT NULL, posted_at timestamptz);
+    CREATE TABLE erp.ledger_line (invoice_id bigint NOT NULL REFERENCES erp.invoice, amount numeric NOT NULL);
     INSERT INTO erp.invoice (id, batch, total) SELECT g, 'B-11', g * 10 FROM generate_series(1, 250) AS g;
     -- The third chunk fails (the period is closed) until the test drops this trigger.
     CREATE FUNCTION erp.period_closed() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -44,7 +44,7 @@ describe('README example: invoices.post', () => {
       return j?.state === 'succeeded' ? j : null;
     });
     expect(done.attempt).toBeGreaterThanOrEqual(2);
-    expect(done.result).toEqual({ lastInvoice: 250 });
+    expect(done.result).toEqual({ lastInvoice: '250' });
     const { rows } = await p.db.pool.query(
       'SELECT count(*)::int AS lines, count(DISTINCT invoice_id)::int AS invoices, sum(amount)::int AS amount FROM erp.ledger_line',
     );

@@ -11,11 +11,12 @@ export const postInvoices = defineJob({
     batch: text({ max: 100 }).describe('the batch to post'),
     chunk: wholeNumber(1, 1_000, 100).describe('invoices per chunk'), // optional: 100 when absent
   }),
-  async run(p, ctx: JobContext<{ after: number }>) {
-    let after = ctx.checkpoint?.after ?? 0; // resume after the last chunk a checkpoint committed
+  async run(p, ctx: JobContext<{ after: string }>) {
+    let after = ctx.checkpoint?.after ?? '0'; // resume after the last chunk a checkpoint committed
     for (;;) {
       ctx.signal.throwIfAborted(); // the lease is lost or the worker stops: end promptly
-      const { rows } = await ctx.db.query<{ id: number }>(
+      // A bigint comes back as a string (node-postgres keeps every digit); keep ids that way.
+      const { rows } = await ctx.db.query<{ id: string }>(
         'SELECT id FROM erp.invoice WHERE batch = $1 AND id > $2 AND posted_at IS NULL ORDER BY id LIMIT $3',
         [p.batch, after, p.chunk],
       );
