@@ -44,6 +44,21 @@ export function deadJobReason(job: Pick<Job, 'lastError'>): 'attempts-exhausted'
   return job.lastError?.retryable === false ? 'non-retryable' : 'attempts-exhausted';
 }
 
+/**
+ * A job that died because its handler's schema refused its payload (the worker's parse, before
+ * the handler ran): a redrive runs the same payload and dies the same way.
+ */
+export function payloadRefused(job: Pick<Job, 'lastError'>): boolean {
+  return job.lastError?.name === 'ValidationError' && /^payload\b/.test(job.lastError.message);
+}
+
+/** What on-call does with a dead job: redrive it once the cause is fixed, or, if its payload was refused, enqueue a corrected one. */
+export function deadJobAdvice(job: Pick<Job, 'id' | 'lastError'>): string {
+  return payloadRefused(job)
+    ? `its payload was refused, and a redrive runs the same payload: enqueue a corrected job, then discard this one (jobs dead discard ${job.id} --reason "<why>")`
+    : `redrive it (jobs dead redrive ${job.id}) to run it again, or discard it`;
+}
+
 /** The reasons the worker writes on messages it could not handle at all. */
 export const POISON_REASONS: ReadonlySet<string> = new Set<DeadLetterReason>(['unparseable-body', 'unknown-job']);
 
@@ -131,9 +146,6 @@ export function judgeDeadLetter(
       return v('resend', 'job is pending: resent so a worker claims it');
     case 'dead':
       if (job.dead?.discardedAt) return v('drop', `job was discarded by ${job.dead.discardedBy}: ${job.dead.discardReason}`);
-      return v(
-        'keep',
-        `job is dead (${job.lastError?.message ?? 'no error recorded'}): redrive it (jobs dead redrive ${job.id}) to run it again, or discard it`,
-      );
+      return v('keep', `job is dead (${job.lastError?.message ?? 'no error recorded'}): ${deadJobAdvice(job)}`);
   }
 }

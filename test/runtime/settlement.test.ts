@@ -125,6 +125,12 @@ describe('judgeDeadLetter: a dead letter, by its job row', () => {
       verdict: 'keep',
       why: 'job is dead (boom): redrive it (jobs dead redrive j1) to run it again, or discard it',
     });
+    // Its payload refused by the handler's schema: a redrive would die the same way.
+    const refused = { name: 'ValidationError', message: 'payload.batch: must be a string (got 1)', retryable: false };
+    expect(judgeDeadLetter('j1', row({ state: 'dead', lastError: refused }), now, '')).toEqual({
+      verdict: 'keep',
+      why: 'job is dead (payload.batch: must be a string (got 1)): its payload was refused, and a redrive runs the same payload: enqueue a corrected job, then discard this one (jobs dead discard j1 --reason "<why>")',
+    });
     expect(
       judgeDeadLetter(
         'j1',
