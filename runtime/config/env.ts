@@ -137,7 +137,7 @@ export function databaseUrlFromEnv(env: Env): string {
   throw new ConfigError('environment', [
     {
       rule: 'database-configured',
-      message: `set ${ENV.databaseUrl} (postgres://user:password@host:port/db) or ${ENV.databaseSecret} (the RDS secret JSON); locally, \`npm start\` runs a stack whose .jobs-local/env the jobs command reads`,
+      message: `set ${ENV.databaseUrl} (postgres://user:password@host:port/db) or ${ENV.databaseSecret} (the RDS secret JSON). Locally: no stack is running in this directory (no .jobs-local/env); \`npm start\` runs one, and the jobs command finds it`,
     },
   ]);
 }
