@@ -40,7 +40,12 @@ function letterLine(l: ReconciledLetter): string {
 
 function passSummary(r: DlqPassReport): string {
   const seen = `${r.letters.length} dead letter(s)${r.complete ? '' : ' (stopped at the limit; more remain)'}`;
-  return `${seen}: ${r.counts.resend} to resend, ${r.counts.drop} obsolete, ${r.counts.keep} to keep`;
+  const done = r.letters.filter((l) => l.done);
+  if (done.length === 0) return `${seen}: ${r.counts.resend} to resend, ${r.counts.drop} obsolete, ${r.counts.keep} to keep`;
+  // A redrive that ran: what it did to each, not what it planned.
+  const n = (d: NonNullable<ReconciledLetter['done']>) => done.filter((l) => l.done === d).length;
+  const moved = n('moved') > 0 ? `, ${n('moved')} moved` : '';
+  return `${seen}: ${n('resent')} resent, ${n('dropped')} deleted as obsolete, ${n('kept')} kept${moved}`;
 }
 
 export async function dlqCommand(argv: string[], env: Env, out: Out): Promise<number> {

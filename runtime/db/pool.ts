@@ -91,6 +91,7 @@ export function isQueryReadTimeout(err: unknown): boolean {
  * lease ran out. Checked, the statement is cancelled within this interval and rolls back.
  */
 export const CLIENT_CHECK_INTERVAL_MS = 1_000;
+const CHECK_CONNECTION = `SET client_connection_check_interval = ${CLIENT_CHECK_INTERVAL_MS}`;
 
 /** Idle timeout of the API's and the workers' pools (see PoolOptions.idleTimeoutMs). */
 export const SERVICE_IDLE_TIMEOUT_MS = 10 * 60_000;
@@ -112,7 +113,6 @@ export function createPool(opts: PoolOptions): pg.Pool {
     keepAlive: true,
     keepAliveInitialDelayMillis: 10_000,
     ...(opts.statementTimeoutMs ? { statement_timeout: opts.statementTimeoutMs } : {}),
-    options: `-c client_connection_check_interval=${CLIENT_CHECK_INTERVAL_MS}`,
   });
   pool.on('error', (err) => opts.onError?.(err));
   // A checked-out client (a handler's transaction, the relay's, a migration's) has no listener
@@ -122,6 +122,10 @@ export function createPool(opts: PoolOptions): pg.Pool {
   // longer queryable when it is released.
   pool.on('connect', (client) => {
     client.on('error', (err) => opts.onError?.(err));
+    // Queued before the first caller's statement. A set, not a startup option: a server that
+    // cannot check sockets (PostgreSQL on Windows, or 14 on macOS) refuses the setting, and as a
+    // startup option that would refuse every connection; here it is only left unset.
+    client.query(CHECK_CONNECTION).catch(() => undefined);
   });
   if (opts.credentials) poolCredentials.set(pool, opts.credentials);
   if (opts.platformQueryTimeoutMs) platformQueryTimeouts.set(pool, opts.platformQueryTimeoutMs);

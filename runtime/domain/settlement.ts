@@ -49,7 +49,9 @@ export function deadJobReason(job: Pick<Job, 'lastError'>): 'attempts-exhausted'
  * the handler ran): a redrive runs the same payload and dies the same way.
  */
 export function payloadRefused(job: Pick<Job, 'lastError'>): boolean {
-  return job.lastError?.name === 'ValidationError' && /^payload\b/.test(job.lastError.message);
+  const e = job.lastError;
+  // Non-retryable: the worker's own parse (a child job refused in ctx.enqueue is a retryable error of the handler's code).
+  return e?.name === 'ValidationError' && e.retryable === false && /^payload\b/.test(e.message);
 }
 
 /** What on-call does with a dead job: redrive it once the cause is fixed, or, if its payload was refused, enqueue a corrected one. */

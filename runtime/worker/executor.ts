@@ -43,8 +43,10 @@ export class JobExecutor {
     log.info('job started');
     let result: unknown;
     try {
+      h.inHandler = true;
       result = await def.run(payload, attempt);
     } catch (err) {
+      h.inHandler = false;
       // A handler that caught the fence's refusal and threw its own error still ends dead with
       // the fence's reason: a retry could apply effects that already landed outside the fence.
       const cause = tx.violation ?? err;
@@ -52,6 +54,7 @@ export class JobExecutor {
       if (h.lost || h.released) return;
       return completer.fail(h, cause, cause instanceof NonRetryableError, log);
     }
+    h.inHandler = false;
     if (h.lost || h.released) {
       await tx.rollback();
       return;
@@ -63,6 +66,8 @@ export class JobExecutor {
       // The COMMIT may or may not have happened. The fenced failure below matches no row if it did.
       // A NonRetryableError here is the transaction's own verdict (the handler left the fence).
       await tx.rollback();
+      // Given up meanwhile (the batched completion's retries outlived the lease): not ours to fail.
+      if (h.lost || h.released) return;
       log.warn({ err }, 'completion did not commit');
       return completer.fail(h, err, err instanceof NonRetryableError, log);
     }

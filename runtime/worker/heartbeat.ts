@@ -133,7 +133,8 @@ export class Heartbeat {
     const deadline = performance.now() - this.ctx.opts.timings.leaseSeconds * 1000;
     const fenced: Held[] = [];
     for (const h of this.ctx.held.values()) {
-      if (!h.lost && !h.released && h.lastRenewedAt < deadline) {
+      // A settled job (its row no longer running through us) has no lease left to lose.
+      if (!h.lost && !h.released && !h.settled && h.lastRenewedAt < deadline) {
         this.loseLease(h, 'heartbeat (the lease ran out before the database could renew it)', true);
         fenced.push(h);
       }

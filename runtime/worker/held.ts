@@ -93,9 +93,9 @@ export interface Held {
   claimedAt: number;
   /** Its handler slot went to the next job (when the handler ended, before the batched completion). */
   slotFreed: boolean;
-  /** Its handler's run, once it started (worker.ts dispatch), and whether that has settled. */
   done?: Promise<void>;
-  ended?: boolean;
+  /** Its handler's run() is under way (executor.ts): what an abort must end. */
+  inHandler?: boolean;
 }
 
 const noopMetrics: Metrics = { count: () => undefined, timing: () => undefined };
@@ -159,7 +159,7 @@ export class WorkerContext {
   abortHandler(h: Held, reason: unknown): void {
     if (h.abortReason === undefined) {
       h.abortReason = reason;
-      if (h.done && !h.ended && !this.stopping) this.watchAbort(h, reason);
+      if (h.inHandler && !this.stopping) this.watchAbort(h, reason);
     }
     h.ac?.abort(reason);
     h.abandon?.();
@@ -173,7 +173,7 @@ export class WorkerContext {
    */
   private watchAbort(h: Held, reason: unknown): void {
     const timer = setTimeout(() => {
-      if (h.ended || this.stopping) return;
+      if (!h.inHandler || this.stopping) return;
       this.metrics.count(METRIC.handlersIgnoringAbort, 1);
       this.log.warn(
         {

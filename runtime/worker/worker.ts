@@ -359,7 +359,6 @@ export class Worker {
     } catch (err) {
       this.ctx.log.error({ err, jobId: h.job.id }, 'unexpected error settling a job; its lease will expire and it will be reclaimed');
     } finally {
-      h.ended = true;
       this.freeSlot(h);
       this.ctx.forget(h);
       this.ctx.running--;

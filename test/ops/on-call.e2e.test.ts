@@ -260,6 +260,8 @@ describe('jobs dlq and jobs poison', () => {
     expect((await jobs(['dead', 'redrive', fixable, '--by', 'oncall'])).code).toBe(0);
     const redrive = await jobs(['dlq', 'redrive', '--by', 'oncall']);
     expect(redrive.code).toBe(0);
+    // What it did, not what a dry run would plan.
+    expect(redrive.stdout).toMatch(/^\d+ dead letter\(s\): \d+ resent, \d+ deleted as obsolete, \d+ kept$/m);
     expect(redrive.stdout).toMatch(new RegExp(`job ${doomed} \\(ledger.post\\) dead\\n +kept: job is dead`));
     expect(redrive.stdout).toMatch(new RegExp(`${poisonId} .*\\n +kept: poison`));
     expect(redrive.stdout).toMatch(new RegExp(`job ${fixable} \\(ledger.post\\) (pending|running|succeeded)\\n +(resent|dropped): `));

@@ -117,7 +117,7 @@ describe('a claim waiting on a row lock when the connections reset', () => {
 describe('a failover between a handler that wrote nothing and its batched completion', () => {
   it('the completion is tried again once the database answers: the job succeeds on its first attempt with its result', async () => {
     // Before: the completion's failure was the attempt's, so the job ran again (attempt 2).
-    let release = () => undefined as void;
+    let release: (() => void) | null = null;
     const computed = defineJob<Record<string, never>, { total: number }>({
       type: 'test.computed',
       description: 'computes, writes nothing, returns a result once the test lets it',
@@ -141,9 +141,9 @@ describe('a failover between a handler that wrote nothing and its batched comple
     const [job] = await p.client.enqueueNow([{ type: 'test.computed', payload: {} }]);
     const w = p.worker({ pool, workerId: 'completion-failover' });
     w.start();
-    await waitFor(async () => (await p.store.get(job!.job.id))?.state === 'running', 10_000, 'running');
+    await waitFor(() => release !== null, 10_000, 'the handler running');
     const outage = proxy.failover(2);
-    release();
+    release!();
     await outage.over;
     await waitFor(async () => (await p.store.get(job!.job.id))?.state === 'succeeded', 15_000, 'succeeded after the outage');
     expect(await p.store.get(job!.job.id)).toMatchObject({ attempt: 1, result: { total: 42 }, attemptLog: [] });

@@ -120,7 +120,6 @@ describe('jobs.enqueue, the SQL function', () => {
     );
     await erp.query('COMMIT');
     const ids = rows.map((r) => r.job_id as string);
-    expect(new Set(ids.map((id) => id.slice(0, 13))).size).toBeLessThan(ids.length); // milliseconds shared
     expect(ids).toEqual([...ids].sort());
     for (const id of ids) expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
     // The table's default too, and across statements of one transaction.
@@ -129,6 +128,7 @@ describe('jobs.enqueue, the SQL function', () => {
     const next = (await erp.query('SELECT jobs.uuid_v7() AS id')).rows[0].id;
     await erp.query('COMMIT');
     expect(new Set(made).size).toBe(2000);
+    expect(new Set(made.map((id) => id.slice(0, 13))).size).toBeLessThan(2000); // milliseconds shared
     expect([...made, next]).toEqual([...made, next].sort());
     await p.db.pool.query("UPDATE jobs.job SET state = 'cancelled', finished_at = now() WHERE concurrency_key = 'ord-k'");
   });
