@@ -93,6 +93,26 @@ export function isQueryReadTimeout(err: unknown): boolean {
 export const CLIENT_CHECK_INTERVAL_MS = 1_000;
 const CHECK_CONNECTION = `SET client_connection_check_interval = ${CLIENT_CHECK_INTERVAL_MS}`;
 
+/**
+ * A pg.Client that, once connected and before anyone uses it, sets CLIENT_CHECK_INTERVAL_MS. A
+ * set, not a startup option: a server that cannot check sockets (PostgreSQL on Windows, or 14 on
+ * macOS) refuses the setting, which as a startup option would refuse every connection; here the
+ * connection goes on without it.
+ */
+class CheckedClient extends pg.Client {
+  // pg's two overloads in one body (pg-pool connects with a callback, others with the promise).
+  override connect(callback?: any): any {
+    const connected = super.connect().then(() => this.query(CHECK_CONNECTION).then(noop, noop));
+    if (!callback) return connected;
+    connected.then(
+      () => callback(),
+      (err: unknown) => callback(err),
+    );
+    return undefined;
+  }
+}
+const noop = () => undefined;
+
 /** Idle timeout of the API's and the workers' pools (see PoolOptions.idleTimeoutMs). */
 export const SERVICE_IDLE_TIMEOUT_MS = 10 * 60_000;
 
@@ -102,6 +122,7 @@ const poolCredentials = new WeakMap<pg.Pool, DatabaseCredentialSource>();
 export function createPool(opts: PoolOptions): pg.Pool {
   const Pool = opts.credentials ? poolWith(opts.credentials) : pg.Pool;
   const pool = new Pool({
+    Client: CheckedClient,
     connectionString: opts.url,
     max: opts.max,
     application_name: opts.applicationName,
@@ -122,10 +143,6 @@ export function createPool(opts: PoolOptions): pg.Pool {
   // longer queryable when it is released.
   pool.on('connect', (client) => {
     client.on('error', (err) => opts.onError?.(err));
-    // Queued before the first caller's statement. A set, not a startup option: a server that
-    // cannot check sockets (PostgreSQL on Windows, or 14 on macOS) refuses the setting, and as a
-    // startup option that would refuse every connection; here it is only left unset.
-    client.query(CHECK_CONNECTION).catch(() => undefined);
   });
   if (opts.credentials) poolCredentials.set(pool, opts.credentials);
   if (opts.platformQueryTimeoutMs) platformQueryTimeouts.set(pool, opts.platformQueryTimeoutMs);
@@ -181,7 +198,7 @@ export function credentialsTried(err: unknown): DatabaseCredentials | undefined 
 
 /** A pg.Client that logs in as the source's current credentials say (see poolWith). */
 function clientWith(credentials: DatabaseCredentialSource): typeof pg.Client {
-  return class CredentialClient extends pg.Client {
+  return class CredentialClient extends CheckedClient {
     private readonly tried: DatabaseCredentials;
 
     constructor(config?: string | pg.ClientConfig) {

@@ -18,6 +18,19 @@ const proxyTo = (url: string) => {
   return startDbProxy({ host: u.hostname, port: Number(u.port) });
 };
 
+/** A platform of this test's own and a worker pool through a failover proxy (`applicationName` finds its sessions); all closed when the test ends. */
+async function behindProxy(opts: Parameters<typeof createPlatform>[0], applicationName: string) {
+  const p = await createPlatform(opts);
+  const proxy = await proxyTo(p.db.url);
+  const pool = createPool({ url: proxy.url(p.db.url), max: 8, applicationName });
+  onTestFinished(async () => {
+    await p.close();
+    await pool.end().catch(() => undefined);
+    await proxy.stop();
+  });
+  return { p, proxy, pool };
+}
+
 describe('a worker through a database failover', () => {
   let p: Platform;
   let proxy: DbProxy;
@@ -78,14 +91,10 @@ describe('a claim waiting on a row lock when the connections reset', () => {
   it('is cancelled by PostgreSQL, not committed once the lock goes: the job runs at once, attempt 1, not after its lease', async () => {
     // Lease 30 s: a claim committed by the orphaned session would leave the job to the rescuer,
     // beyond this test's wait.
-    const p = await createPlatform({ timings: { leaseSeconds: 30, heartbeatSeconds: 5, visibilityTimeoutSeconds: 3, maxReceiveCount: 5 } });
-    const proxy = await proxyTo(p.db.url);
-    const pool = createPool({ url: proxy.url(p.db.url), max: 8, applicationName: 'jobs-worker claim-reset-test' });
-    onTestFinished(async () => {
-      await p.close();
-      await pool.end().catch(() => undefined);
-      await proxy.stop();
-    });
+    const { p, proxy, pool } = await behindProxy(
+      { timings: { leaseSeconds: 30, heartbeatSeconds: 5, visibilityTimeoutSeconds: 3, maxReceiveCount: 5 } },
+      'jobs-worker claim-reset-test',
+    );
     const [job] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'CRS-1', entries: 1 } }]);
     const lock = await holdJobRow(p.db.pool, job!.job.id);
     const w = p.worker({ pool, workerId: 'claim-reset' });
@@ -127,17 +136,10 @@ describe('a failover between a handler that wrote nothing and its batched comple
         return { total: 42 };
       },
     });
-    const p = await createPlatform({
-      registry: new JobRegistry([computed]),
-      timings: { leaseSeconds: 10, heartbeatSeconds: 1, visibilityTimeoutSeconds: 10 },
-    });
-    const proxy = await proxyTo(p.db.url);
-    const pool = createPool({ url: proxy.url(p.db.url), max: 8, applicationName: 'jobs-worker completion-failover-test' });
-    onTestFinished(async () => {
-      await p.close();
-      await pool.end().catch(() => undefined);
-      await proxy.stop();
-    });
+    const { p, proxy, pool } = await behindProxy(
+      { registry: new JobRegistry([computed]), timings: { leaseSeconds: 10, heartbeatSeconds: 1, visibilityTimeoutSeconds: 10 } },
+      'jobs-worker completion-failover-test',
+    );
     const [job] = await p.client.enqueueNow([{ type: 'test.computed', payload: {} }]);
     const w = p.worker({ pool, workerId: 'completion-failover' });
     w.start();

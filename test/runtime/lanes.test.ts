@@ -8,6 +8,7 @@ import { afterEach, beforeEach, describe, expect, it, onTestFinished } from 'vit
 import { ConfigError } from '../../runtime/config/rules.ts';
 import { sqsFromEnv } from '../../runtime/config/sqs.ts';
 import { ValidationError } from '../../runtime/domain/errors.ts';
+import type { Lane } from '../../runtime/domain/lanes.ts';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
 import { pause } from '../../runtime/handlers/validate.ts';
@@ -304,6 +305,28 @@ describe('lanes: the worker prefers urgent and never starves bulk', () => {
   });
 });
 
+/** `n` urgent jobs older than the reconciler's minimum age (every job is aged), whose messages the urgent queue lost (a purge). */
+async function urgentJobsPurged(n: number) {
+  const jobs = await l.client.enqueueNow(
+    Array.from({ length: n }, (_, i) => ({ type: 'test.work', payload: { tag: `u${i}` }, lane: 'urgent' as const })),
+  );
+  await l.db.pool.query("UPDATE jobs.job SET created_at = created_at - interval '1 hour', run_after = run_after - interval '1 hour'");
+  await waitFor(async () => (await l.db.pool.query('SELECT count(*)::int AS n FROM jobs.outbox')).rows[0].n === 0, 5000, 'outbox emptied');
+  l.urgent.purge();
+  return jobs;
+}
+
+/** A reconciler over the lanes' queues, each counted by `count` (default: the queue's own count). */
+function laneReconciler(count = (queue: MemoryQueue, _lanes: readonly Lane[]) => queue.approximateCount()): Reconciler {
+  return new Reconciler({
+    pool: l.db.pool,
+    publisher: new Publisher(l.db.pool, l.queue, silentLogger),
+    queues: l.queue.queues.map((q) => ({ lanes: q.lanes, countMessages: () => count(q.queue as MemoryQueue, q.lanes) })),
+    log: silentLogger,
+    timings: { intervalMs: 1000, minAgeSeconds: 1, republishWindowSeconds: 60 },
+  });
+}
+
 describe("lanes: every message of a job goes to its lane's queue", () => {
   beforeEach(async () => {
     l = await lanes();
@@ -381,24 +404,8 @@ describe("lanes: every message of a job goes to its lane's queue", () => {
 
   it('the reconciler heals a purged urgent queue from urgent jobs, not from the bulk backlog', async () => {
     const bulkJobs = await l.client.enqueueNow(Array.from({ length: 5 }, (_, i) => ({ type: 'test.work', payload: { tag: `b${i}` } })));
-    const urgentJobs = await l.client.enqueueNow(
-      Array.from({ length: 3 }, (_, i) => ({ type: 'test.work', payload: { tag: `u${i}` }, lane: 'urgent' as const })),
-    );
-    // Older than the reconciler's minimum age, and the urgent queue loses every message.
-    await l.db.pool.query("UPDATE jobs.job SET created_at = created_at - interval '1 hour', run_after = run_after - interval '1 hour'");
-    await waitFor(
-      async () => (await l.db.pool.query('SELECT count(*)::int AS n FROM jobs.outbox')).rows[0].n === 0,
-      5000,
-      'outbox emptied',
-    );
-    l.urgent.purge();
-    const reconciler = new Reconciler({
-      pool: l.db.pool,
-      publisher: new Publisher(l.db.pool, l.queue, silentLogger),
-      queues: l.queue.queues.map((q) => ({ lanes: q.lanes, countMessages: () => (q.queue as MemoryQueue).approximateCount() })),
-      log: silentLogger,
-      timings: { intervalMs: 1000, minAgeSeconds: 1, republishWindowSeconds: 60 },
-    });
+    const urgentJobs = await urgentJobsPurged(3);
+    const reconciler = laneReconciler();
     expect((await reconciler.runOnce()).deficit).toBe(3); // seen once: not acted on yet
     expect((await reconciler.runOnce()).republished).toBe(3);
     expect(new Set(ids(l.urgent))).toEqual(new Set(urgentJobs.map((r) => r.job.id)));
@@ -408,35 +415,17 @@ describe("lanes: every message of a job goes to its lane's queue", () => {
   it("the reconciler's pass holds no picked job's row while it waits on SQS: a claim of one goes through meanwhile", async () => {
     // Before: the urgent lane's picks were locked, then the bulk queue was counted (an SQS call)
     // in the same transaction; a worker's claim of a picked job waited for that call.
-    const urgentJobs = await l.client.enqueueNow(
-      Array.from({ length: 3 }, (_, i) => ({ type: 'test.work', payload: { tag: `u${i}` }, lane: 'urgent' as const })),
-    );
-    await l.db.pool.query("UPDATE jobs.job SET created_at = created_at - interval '1 hour', run_after = run_after - interval '1 hour'");
-    await waitFor(
-      async () => (await l.db.pool.query('SELECT count(*)::int AS n FROM jobs.outbox')).rows[0].n === 0,
-      5000,
-      'outbox emptied',
-    );
-    l.urgent.purge();
+    const urgentJobs = await urgentJobsPurged(3);
     let slowCounts = false;
     let countsStarted = 0;
     let countsEnded = 0;
-    const reconciler = new Reconciler({
-      pool: l.db.pool,
-      publisher: new Publisher(l.db.pool, l.queue, silentLogger),
-      queues: l.queue.queues.map((q) => ({
-        lanes: q.lanes,
-        countMessages: async () => {
-          if (slowCounts && q.lanes.includes('bulk')) {
-            countsStarted++;
-            await new Promise((r) => setTimeout(r, 3000)); // SQS throttled
-            countsEnded++;
-          }
-          return (q.queue as MemoryQueue).approximateCount();
-        },
-      })),
-      log: silentLogger,
-      timings: { intervalMs: 1000, minAgeSeconds: 1, republishWindowSeconds: 60 },
+    const reconciler = laneReconciler(async (queue, lanes) => {
+      if (slowCounts && lanes.includes('bulk')) {
+        countsStarted++;
+        await new Promise((r) => setTimeout(r, 3000)); // SQS throttled
+        countsEnded++;
+      }
+      return queue.approximateCount();
     });
     expect((await reconciler.runOnce()).deficit).toBe(3); // seen once
     slowCounts = true;
