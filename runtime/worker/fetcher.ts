@@ -349,7 +349,7 @@ export class Fetcher {
           case 'retry-shortly':
           case 'reclaim-after-lease':
             this.ctx.metrics.count(METRIC.claimMisses);
-            await this.messages.changeVisibility([{ receipt: m.receipt, seconds: s.seconds }]);
+            await this.messages.retryLater(m, id, s.seconds);
             break;
           case 'dead-letter-job': {
             const [dead] = await ctx.store.deadLetterExpired([id]);

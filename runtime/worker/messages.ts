@@ -110,6 +110,23 @@ export class QueueMessages {
     await this.republish(again.map((h) => h.job.id));
   }
 
+  /**
+   * Bring `m` back in `seconds` for its job `jobId` to be tried again (a claim that missed: the row
+   * locked, the lease about to run out): hidden, or, when SQS would dead-letter it at its next
+   * receive, replaced by a fresh message due then (the old one deleted). Contention is not the
+   * job's fault; without this, a job whose claims keep missing went to the DLQ and paged.
+   */
+  async retryLater(m: ReceivedMessage, jobId: string, seconds: number): Promise<void> {
+    if (
+      this.replaceBeforeWaiting(m, seconds) === 'near-redrive' &&
+      (await this.republish([jobId], new Date(Date.now() + seconds * 1000)))
+    ) {
+      this.delete(m, 'replaced by a fresh message before SQS would redrive it');
+      return;
+    }
+    await this.changeVisibility([{ receipt: m.receipt, seconds }]);
+  }
+
   /** Send the deletes still queued. */
   drain(): Promise<void> {
     return this.deletes.drain();

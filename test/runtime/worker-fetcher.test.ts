@@ -150,6 +150,19 @@ describe('fetcher: settling a message whose job it could not claim, by the job r
     expect(p.queue.depth().total).toBe(1);
   });
 
+  it('the same, its message near the receive limit: a fresh message due just after the lease, the old one deleted, not a page from the DLQ', async () => {
+    const job = await enqueue('F-EXPIRING-NEAR');
+    await p.store.claim([job.id], 'slow-worker', 30);
+    await setLease(p, job.id, 0.4);
+    const m = await receiveFor(p, job.id);
+    const send = vi.spyOn(p.queue, 'send');
+    await u.fetcher.handleBatch([{ ...m, receiveCount: FAST_RECEIVE_LIMIT }]);
+    expect(send).toHaveBeenCalledWith([{ body: jobMessageBody(job.id, 'ledger.post'), delaySeconds: 1, lane: 'bulk' }]);
+    await u.messages.drain();
+    expect(p.queue.peek().map((x) => x.receiveCount)).toEqual([0]);
+    expect(p.dlq.peek()).toEqual([]);
+  });
+
   it('a running job whose lease expired on its final attempt: dead, its reason in the DLQ, its message deleted', async () => {
     const job = await enqueue('F-LAST', { maxAttempts: 1 });
     await p.store.claim([job.id], 'doomed-worker', 30);
