@@ -221,13 +221,16 @@ export async function jobCommand(
       for (const j of jobs) {
         // A blocked job says what it waits for; one due later, when (a retry, then its last error); any other, its last error.
         const later = j.state === 'pending' && j.runAfter.getTime() > Date.now();
-        const error = j.lastError?.message.slice(0, 60) ?? '';
+        const error = j.lastError ? clip(j.lastError.message, 60) : '';
         const note =
           j.blockedSince && j.state === 'pending'
             ? `waiting ${waitingFor(j)}`
             : later
               ? `due in ${formatDuration((j.runAfter.getTime() - Date.now()) / 1000)}${error ? ` · ${error}` : ''}`
-              : error;
+              : // A job that succeeded after failing: its error was an earlier attempt's, not its outcome.
+                j.state === 'succeeded' && error
+                ? `after a failed attempt: ${error}`
+                : error;
         out(
           `${j.id}  ${j.type.padEnd(16)}  ${j.state.padEnd(9)}  ${j.lane.padEnd(6)}  ${String(j.attempt).padStart(3)}  ${j.createdAt.toISOString().padEnd(24)}  ${note}`,
         );
@@ -275,4 +278,12 @@ function duplicateText(job: Job): string {
   return job.finishedAt
     ? `duplicate: the job with this key ended ${job.state}; its type keeps the key, so it is not enqueued again`
     : 'duplicate: an active job with this key exists';
+}
+
+/** `s` in at most `max` characters, cut at a word where it can be, with an ellipsis when cut. */
+function clip(s: string, max: number): string {
+  if (s.length <= max) return s;
+  const cut = s.slice(0, max - 1);
+  const space = cut.lastIndexOf(' ');
+  return `${space > max / 2 ? cut.slice(0, space) : cut}…`;
 }

@@ -73,6 +73,18 @@ describe('jobs command', () => {
     expect(again.stdout).toMatch(/already ended \(cancelled\)/);
   });
 
+  it("list: a job that succeeded after a failed attempt says the error was an earlier attempt's, cut at a word", async () => {
+    const e = await jobs(['enqueue', 'ledger.post', '--payload', '{"batch":"CLI-AGAIN","entries":1}', '--json']);
+    const { id } = JSON.parse(e.stdout);
+    const message = 'simulated failure of batch CLI-AGAIN on attempt 1 (fails the first 1 attempts)';
+    await db.pool.query(`UPDATE jobs.job SET state = 'succeeded', attempt = 2, finished_at = now(), last_error = $2 WHERE id = $1`, [
+      id,
+      { name: 'Error', message, retryable: true },
+    ]);
+    const note = new RegExp(`^${id} .*succeeded .*  (.*)$`, 'm').exec((await jobs(['list', '--type', 'ledger.post'])).stdout)?.[1];
+    expect(note).toBe('after a failed attempt: simulated failure of batch CLI-AGAIN on attempt 1 (fails…');
+  });
+
   it('a job due later says when, and that its SQS message is sent only 15 min before (a newcomer took it for a lost one); a --run-at in the past is noted', async () => {
     const runAt = new Date(Date.now() + 2 * 3_600_000 + 60_000).toISOString();
     const later = await jobs(['enqueue', 'ledger.post', '--payload', '{"batch":"CLI-LATER","entries":1}', '--run-at', runAt]);
