@@ -2,7 +2,7 @@
 // printing what it did and why for every job, or one JSON document with --json. Exit 1 when a
 // job asked for was skipped.
 
-import { payloadRefused } from '../domain/settlement.ts';
+import { PAYLOAD_REFUSED_ADVICE, payloadRefused } from '../domain/settlement.ts';
 import type { OpsJob } from '../oncall/db.ts';
 import { deathSummary } from '../oncall/dead-jobs.ts';
 import { parseCommand } from './args.ts';
@@ -93,10 +93,7 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
         out(`  ${d.attemptsUsed} of ${j.maxAttempts} attempts used; last owner ${d.lastOwner ?? 'unknown'}`);
         if (j.dead?.discardedAt)
           out(`  discarded by ${j.dead.discardedBy} at ${j.dead.discardedAt.toISOString()}: ${j.dead.discardReason}`);
-        else if (payloadRefused(j))
-          out(
-            `  its payload was refused, and a redrive runs the same payload: enqueue a corrected job, then npx tsx bin/jobs.ts dead discard ${j.id} --reason "<why>"`,
-          );
+        else if (payloadRefused(j)) out(`  ${PAYLOAD_REFUSED_ADVICE} npx tsx bin/jobs.ts dead discard ${j.id} --reason "<why>"`);
         else out(`  to run it again: npx tsx bin/jobs.ts dead redrive ${j.id} --reason "<what was fixed>"`);
       } else {
         out(`not dead: the job is ${j.state}`);

@@ -54,10 +54,13 @@ export function payloadRefused(job: Pick<Job, 'lastError'>): boolean {
   return e?.name === 'ValidationError' && e.retryable === false && /^payload\b/.test(e.message);
 }
 
+/** The advice for a job whose payload was refused; the discard command follows it. */
+export const PAYLOAD_REFUSED_ADVICE = 'its payload was refused, and a redrive runs the same payload: enqueue a corrected job, then';
+
 /** What on-call does with a dead job: redrive it once the cause is fixed, or, if its payload was refused, enqueue a corrected one. */
 export function deadJobAdvice(job: Pick<Job, 'id' | 'lastError'>): string {
   return payloadRefused(job)
-    ? `its payload was refused, and a redrive runs the same payload: enqueue a corrected job, then discard this one (jobs dead discard ${job.id} --reason "<why>")`
+    ? `${PAYLOAD_REFUSED_ADVICE} discard this one (jobs dead discard ${job.id} --reason "<why>")`
     : `redrive it (jobs dead redrive ${job.id}) to run it again, or discard it`;
 }
 

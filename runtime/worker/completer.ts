@@ -89,7 +89,6 @@ export class Completer {
   /** The success committed: count it, tell observers, delete the message. */
   succeeded(h: Held, log: AttemptLog): void {
     const { ctx } = this;
-    h.settled = true;
     ctx.metrics.count(METRIC.jobsSucceeded);
     ctx.emit('succeeded', h.job);
     ctx.metrics.timing(METRIC.jobDuration, Date.now() - h.claimedAt);
