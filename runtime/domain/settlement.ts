@@ -17,6 +17,7 @@
 //     job running, live lease             → drop: its owner holds its own message; never re-run
 //     job succeeded or cancelled          → drop: nothing to run; never re-run
 //     job dead, discarded                 → drop: on-call decided not to run it
+//     job dead again since this report    → drop: the newer report (and the job row) has it
 //     job dead                            → keep: redrive the job or discard it
 //     no such job / body names no job     → keep: poison, reported, never resent
 //
@@ -125,13 +126,15 @@ export type Verdict = 'resend' | 'drop' | 'keep';
 
 /**
  * The DLQ reconciliation's rule for a dead letter (see the table at the top). `jobId`: the job the
- * letter names, null when it names none (`bodyProblem` says why).
+ * letter names, null when it names none (`bodyProblem` says why). `reportedDeadAt`: when the death
+ * a worker's dead-job report tells of happened (its body's deadAt, the job row's finished_at then).
  */
 export function judgeDeadLetter(
   jobId: string | null,
   job: JobRowView | undefined,
   dbNow: Date,
   bodyProblem: string,
+  reportedDeadAt?: Date | null,
 ): { verdict: Verdict; why: string } {
   const v = (verdict: Verdict, why: string) => ({ verdict, why });
   if (!jobId) return v('keep', `poison: the body names no job (${bodyProblem}); read it to find the sender, then discard it`);
@@ -151,6 +154,13 @@ export function judgeDeadLetter(
       return v('resend', 'job is pending: resent so a worker claims it');
     case 'dead':
       if (job.dead?.discardedAt) return v('drop', `job was discarded by ${job.dead.discardedBy}: ${job.dead.discardReason}`);
+      // Redriven, then dead again: this letter tells of the earlier death, with its error. The
+      // later death has a letter of its own (or the sweeper sends it), and the job row has both.
+      if (reportedDeadAt && job.finishedAt && reportedDeadAt.getTime() < job.finishedAt.getTime())
+        return v(
+          'drop',
+          `an earlier death's report (${reportedDeadAt.toISOString()}): the job was redriven and died again at ${job.finishedAt.toISOString()}; the newer letter and jobs dead show ${job.id} have that death`,
+        );
       return v('keep', `job is dead (${job.lastError?.message ?? 'no error recorded'}): ${deadJobAdvice(job)}`);
   }
 }

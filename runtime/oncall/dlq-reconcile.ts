@@ -8,6 +8,7 @@
 //   job running, live lease             → drop: its owner holds its own message; never re-run
 //   job succeeded or cancelled          → drop: nothing to run; never re-run
 //   job dead, discarded                 → drop: on-call decided not to run it
+//   job dead again since this report    → drop: the newer report (and the job row) has it
 //   job dead                            → keep: redrive the job (jobs dead redrive) or discard it
 //   no such job / body names no job     → keep: poison, reported, never resent
 
@@ -72,7 +73,27 @@ export function reconcile(letter: DeadLetter, job: OpsJob | undefined, dbNow: Da
     attributes: letter.attributes,
   };
   // The rules and their reasons live once, beside the worker's (runtime/domain/settlement.ts).
-  return { ...base, ...judgeDeadLetter(jobId, job, dbNow, parsed.ok ? 'no job id' : parsed.reason) };
+  return {
+    ...base,
+    ...judgeDeadLetter(
+      jobId,
+      job,
+      dbNow,
+      parsed.ok ? 'no job id' : parsed.reason,
+      kind === 'dead-job' ? reportedDeadAt(letter.body) : null,
+    ),
+  };
+}
+
+/** When the death a worker's dead-job report tells of happened (its body's deadAt), if it says. */
+function reportedDeadAt(body: string): Date | null {
+  try {
+    const deadAt = (JSON.parse(body) as { deadAt?: unknown }).deadAt;
+    const at = typeof deadAt === 'string' ? new Date(deadAt) : null;
+    return at && !Number.isNaN(at.getTime()) ? at : null;
+  } catch {
+    return null;
+  }
 }
 
 /** The job a dead letter names, if any (its JobId attribute, else its body). */

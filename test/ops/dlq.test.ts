@@ -206,6 +206,34 @@ describe('dead-letter queue, reconciled with the job table', () => {
     expect(sqs.inspect('ops-dlq-dlq').ready).toBe(0);
   });
 
+  it('a job redriven and dead again: its earlier letter is dropped as superseded, the newer one kept', async () => {
+    const dead = await makeDead();
+    await new DeadJobService(p.db.pool, p.publisher).redrive({ ids: [dead.id], by: 'ops' });
+    const [c] = await p.store.claim([dead.id], 'worker-x', 30);
+    const again = await p.store.fail(
+      { id: c!.id, attempt: c!.attempt },
+      { name: 'Error', message: 'ERP endpoint said 503', retryable: true },
+      0,
+      true,
+    );
+    expect(again!.finishedAt!.getTime()).toBeGreaterThan(dead.finishedAt!.getTime());
+    expect(await reporter.reportDeadJob(again!, 'attempts-exhausted', 'src-2')).toBe(true);
+    const look = await service.look();
+    expect(look.letters.map((l) => [l.detail, l.verdict])).toEqual(
+      expect.arrayContaining([
+        ['ERP endpoint said 500', 'drop'],
+        ['ERP endpoint said 503', 'keep'],
+      ]),
+    );
+    expect(look.letters.find((l) => l.verdict === 'drop')!.why).toMatch(
+      /^an earlier death's report .*: the job was redriven and died again at /,
+    );
+    const r = await service.redrive({ by: 'ops' });
+    expect(r.counts).toEqual({ resend: 0, drop: 1, keep: 1 });
+    expect(dlqBodies()).toHaveLength(1);
+    expect(dlqBodies()[0]).toContain('ERP endpoint said 503');
+  });
+
   it('discard: deletes the named dead letters with a reason, marks their poison records resolved, reports the unknown ones', async () => {
     await recordPoisonMessage(p.db.pool, {
       sourceMessageId: 'src-xml',

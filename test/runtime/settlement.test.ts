@@ -140,6 +140,16 @@ describe('judgeDeadLetter: a dead letter, by its job row', () => {
       ),
     ).toEqual({ verdict: 'drop', why: 'job was discarded by ops: posted by hand' });
   });
+
+  it("dead again since the letter's report (redriven, died again): drop; the report of this death: keep", () => {
+    const deadAgain = row({ state: 'dead', finishedAt: at(-60), lastError: { name: 'Error', message: 'boom', retryable: true } });
+    expect(judgeDeadLetter('j1', deadAgain, now, '', at(-3600))).toEqual({
+      verdict: 'drop',
+      why: "an earlier death's report (2026-11-30T11:00:00.000Z): the job was redriven and died again at 2026-11-30T11:59:00.000Z; the newer letter and jobs dead show j1 have that death",
+    });
+    expect(judgeDeadLetter('j1', deadAgain, now, '', at(-60)).verdict).toBe('keep');
+    expect(judgeDeadLetter('j1', deadAgain, now, '', null).verdict).toBe('keep');
+  });
 });
 
 it('the dead-letter reasons the worker writes, as the DLQ reads them', () => {
