@@ -7,7 +7,7 @@
 // occurrence one job, so schedules fire while any task is up.
 // A bad configuration exits 1 before touching anything.
 
-import { runService } from './entry.ts';
+import { checkSchema, runService } from './entry.ts';
 import { serviceCredentials } from './service-credentials.ts';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -217,6 +217,14 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
     idleTimeoutMs: SERVICE_IDLE_TIMEOUT_MS,
     onError: (err) => log.warn({ err }, 'database connection dropped; it will be replaced'),
   });
+  try {
+    await checkSchema(pool, 'API', log);
+  } catch (err) {
+    await endPool(pool);
+    await credentials?.stop();
+    await cloudwatch?.stop();
+    throw err;
+  }
   // Each lane's queue: an urgent job's message goes to the urgent queue (the bulk one when it has none).
   const sqsSettings = {
     queueUrl: config.queueUrl,

@@ -6,7 +6,7 @@
 
 import { ECSClient } from '@aws-sdk/client-ecs';
 import { defaultWorkerId, ecsDeploymentProbe, ecsTask } from './ecs-task.ts';
-import { runService } from './entry.ts';
+import { checkSchema, runService } from './entry.ts';
 import { serviceCredentials } from './service-credentials.ts';
 import { databaseSecretArnFromEnv, databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv } from '../config/env.ts';
 import { retentionFromEnv } from '../config/retention.ts';
@@ -103,6 +103,12 @@ export async function startWorkerService(
     idleTimeoutMs: SERVICE_IDLE_TIMEOUT_MS,
     onError: (err) => log.warn({ err }, 'database connection dropped; it will be replaced'),
   });
+  try {
+    await checkSchema(pool, 'worker', log);
+  } catch (err) {
+    await Promise.all([endPool(pool), endPool(maintenancePool)]);
+    throw err;
+  }
   // Live view (JOBS_EVENTS=notify, local stack): worker events on a PostgreSQL NOTIFY channel.
   const events = workerEventSink(env, pool, workerId, { log, running: () => worker.runningJobs.length });
   // Each lane's queue and DLQ (the urgent lane shares the bulk ones when it has none of its own).

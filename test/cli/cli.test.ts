@@ -1,7 +1,7 @@
 // The jobs command as a person runs it: a separate process, settings from the environment,
 // exit codes and messages for bad input.
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
@@ -177,6 +177,26 @@ describe('jobs command', () => {
     expect(r.stderr).toMatch(
       /refusing to start[\s\S]*\[heartbeat-within-lease\] JOBS_HEARTBEAT_SECONDS = 5 must be at most 1\/3 of JOBS_LEASE_SECONDS = 6/,
     );
+  });
+
+  it('refuses to start a worker against a database that lacks a migration of its build, naming it (exit 1)', async () => {
+    const migrations = readdirSync(join('runtime', 'db', 'migrations')).sort();
+    const behind = await createTestDb({ migrateThrough: migrations.length - 1 });
+    try {
+      const r = await jobs(['worker'], {
+        DATABASE_URL: behind.url,
+        JOBS_QUEUE_URL: 'http://127.0.0.1:9/000000000000/jobs',
+        JOBS_DLQ_URL: 'http://127.0.0.1:9/000000000000/jobs-dlq',
+        JOBS_SQS_ENDPOINT: 'http://127.0.0.1:9',
+        AWS_REGION: 'us-east-1',
+      });
+      expect(r.code).toBe(1);
+      expect(r.stderr).toContain(
+        `jobs worker: refusing to start.\nthe database lacks a migration this worker was built with: ${migrations.at(-1)}.`,
+      );
+    } finally {
+      await behind.drop();
+    }
   });
 
   it('jobs worker starts one worker service, not two (the bundle: every module shares its URL, and an "am I the entry?" test in runtime/apps/worker.ts held there too)', async () => {
