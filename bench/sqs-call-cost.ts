@@ -1,4 +1,5 @@
-// CPU per SQS call on the hot path, through the SDK and over the wire (runtime/queue/sqs-wire.ts),
+// CPU per SQS call on the hot path, through the SDK and over the wire (runtime/queue/sqs-wire.ts,
+// with the platform's HTTP client and with node:http),
 // measured in this process against the local SQS endpoint running in its own (bench/sqs-local.ts),
 // so the figures are the client's alone. Each operation is SqsQueue's, as the worker calls it:
 // send 10 (to the DLQ, which fills), receive up to 10 (no wait, from the job queue, empty), change
@@ -15,6 +16,7 @@ import net from 'node:net';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
 import { createSqsClient, SqsQueue } from '../runtime/queue/sqs.ts';
+import { SqsWire } from '../runtime/queue/sqs-wire.ts';
 import { startSqsChild } from './sqs-local.ts';
 
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
@@ -31,9 +33,13 @@ try {
   const client = createSqsClient({ endpoint: sqs.endpoint, region: 'us-east-1' });
   const sdk = (queueUrl: string) => new SqsQueue({ queueUrl, client });
   const wire = (queueUrl: string) => new SqsQueue({ queueUrl, endpoint: sqs.endpoint, region: 'us-east-1' });
+  // The wire as it sent before the platform's HTTP client (JOBS_SQS_HTTP_CLIENT=node).
+  const nodeWire = SqsWire.forClient(client, { httpClient: 'node' });
+  const wireNode = (queueUrl: string) => new SqsQueue({ queueUrl, client, wire: nodeWire });
   const transports = {
     sdk: { queue: sdk(sqs.queueUrl), dlq: sdk(sqs.dlqUrl) },
     wire: { queue: wire(sqs.queueUrl), dlq: wire(sqs.dlqUrl) },
+    wireNode: { queue: wireNode(sqs.queueUrl), dlq: wireNode(sqs.dlqUrl) },
   };
   type Queues = (typeof transports)['sdk'];
   // The floor: the same endpoint over the same kind of keep-alive agent, a body of about the size
@@ -138,14 +144,14 @@ try {
   const out = [
     `Node ${process.version}, ${CALLS} calls per operation and transport, ${ROUNDS} rounds alternating; median (min–max) µs per call`,
     '',
-    '| operation | SDK CPU | wire CPU | SDK ÷ wire | bare HTTP CPU | wire ÷ bare | bare undici CPU | raw socket CPU | SDK wall | wire wall |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| operation | SDK CPU | wire CPU | SDK ÷ wire | wire over node:http CPU | bare HTTP CPU | wire ÷ bare | bare undici CPU | raw socket CPU | SDK wall | wire wall |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   for (const op of Object.keys(operations)) {
-    const [s, w, b, u, r] = [cpu[op]!.sdk!, cpu[op]!.wire!, cpu[op]!.bare!, cpu[op]!.undici!, cpu[op]!.raw!];
+    const [s, w, n, b, u, r] = [cpu[op]!.sdk!, cpu[op]!.wire!, cpu[op]!.wireNode!, cpu[op]!.bare!, cpu[op]!.undici!, cpu[op]!.raw!];
     const range = (xs: number[]) => `${f(median(xs))} (${f(Math.min(...xs))}–${f(Math.max(...xs))})`;
     out.push(
-      `| ${op} | ${range(s)} | ${range(w)} | ${(median(s) / median(w)).toFixed(1)}× | ${range(b)} | ${(median(w) / median(b)).toFixed(1)}× | ${range(u)} | ${range(r)} | ${f(median(wall[op]!.sdk!))} | ${f(median(wall[op]!.wire!))} |`,
+      `| ${op} | ${range(s)} | ${range(w)} | ${(median(s) / median(w)).toFixed(1)}× | ${range(n)} | ${range(b)} | ${(median(w) / median(b)).toFixed(1)}× | ${range(u)} | ${range(r)} | ${f(median(wall[op]!.sdk!))} | ${f(median(wall[op]!.wire!))} |`,
     );
   }
   process.stdout.write(`${out.join('\n')}\n`);

@@ -34,6 +34,8 @@ export const ENV = {
   sqsEndpoint: 'JOBS_SQS_ENDPOINT',
   /** Attempts per SQS call (the first included) before the error reaches the caller; default 5. */
   sqsMaxAttempts: 'JOBS_SQS_MAX_ATTEMPTS',
+  /** The HTTP client of the SQS hot path: platform (default) or node (node:http). */
+  sqsHttpClient: 'JOBS_SQS_HTTP_CLIENT',
   leaseSeconds: 'JOBS_LEASE_SECONDS',
   heartbeatSeconds: 'JOBS_HEARTBEAT_SECONDS',
   visibilityTimeoutSeconds: 'JOBS_VISIBILITY_TIMEOUT_SECONDS',

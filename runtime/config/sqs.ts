@@ -11,11 +11,18 @@
 //
 // JOBS_SQS_MAX_ATTEMPTS: attempts per SQS call before its error reaches the caller (the SDK
 // client's maxAttempts, which the wire takes too); unset, the client's default of 5.
+//
+// JOBS_SQS_HTTP_CLIENT: what sends the hot path's calls, `platform` (the default: the platform's
+// own HTTP/1.1 client, runtime/queue/http1.ts) or `node` (node:http, at about twice the CPU a call).
 
 import { ENV, intFromEnv, requiredUrl } from './env.ts';
 import { ConfigError, type RuleViolation } from './rules.ts';
 
 type Env = Record<string, string | undefined>;
+
+/** The HTTP clients the SQS hot path can send through (JOBS_SQS_HTTP_CLIENT; runtime/queue/sqs-wire.ts). */
+export const SQS_HTTP_CLIENTS = ['platform', 'node'] as const;
+export type SqsHttpClient = (typeof SQS_HTTP_CLIENTS)[number];
 
 /** The region assumed next to a local SQS endpoint; `jobs local` writes it to .jobs-local/env as AWS_REGION. */
 export const LOCAL_SQS_REGION = 'us-east-1';
@@ -35,6 +42,8 @@ export interface SqsSettings {
   region: string;
   /** JOBS_SQS_MAX_ATTEMPTS, when set: attempts per SQS call, the first included. */
   maxAttempts?: number;
+  /** JOBS_SQS_HTTP_CLIENT, when set: what sends the hot path's calls. */
+  httpClient?: SqsHttpClient;
 }
 
 /** The bounds of JOBS_SQS_MAX_ATTEMPTS: one attempt at least; past 10 the backoff (capped at 20 s) holds a caller for minutes. */
@@ -95,6 +104,13 @@ export function sqsFromEnv(env: Env, needs: SqsNeeds = {}): SqsSettings {
       violations.push(...err.violations);
     }
   }
+  const httpClient = env[ENV.sqsHttpClient]?.trim() || undefined;
+  if (httpClient !== undefined && !(SQS_HTTP_CLIENTS as readonly string[]).includes(httpClient)) {
+    violations.push({
+      rule: 'sqs-http-client',
+      message: `${ENV.sqsHttpClient} must be one of ${SQS_HTTP_CLIENTS.join(', ')} (got ${JSON.stringify(httpClient)}); unset, platform`,
+    });
+  }
   const region = env[ENV.region]?.trim() || (env[ENV.sqsEndpoint]?.trim() ? LOCAL_SQS_REGION : undefined);
   if (!region) {
     violations.push({
@@ -111,6 +127,7 @@ export function sqsFromEnv(env: Env, needs: SqsNeeds = {}): SqsSettings {
     ...(endpoint ? { endpoint } : {}),
     region: region!,
     ...(maxAttempts !== undefined ? { maxAttempts } : {}),
+    ...(httpClient !== undefined ? { httpClient: httpClient as SqsHttpClient } : {}),
   };
 }
 

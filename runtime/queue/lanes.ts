@@ -144,7 +144,7 @@ export function sqsLanes(
   opts: { client?: SQSClient; wrap?: (q: SqsQueue) => JobQueue } = {},
 ): { queue: LaneQueues; dlq: LaneQueues | null; client: SQSClient; wire: SqsWire | null; sqsQueues: SqsQueue[] } {
   const client = opts.client ?? createSqsClient(sqsClientOptions(s));
-  const wire = opts.client ? null : SqsWire.forClient(client);
+  const wire = opts.client ? null : SqsWire.forClient(client, s.httpClient ? { httpClient: s.httpClient } : {});
   const sqsQueue = (queueUrl: string) => new SqsQueue({ queueUrl, client, ...(wire ? { wire } : {}) });
   const bulk = sqsQueue(s.queueUrl);
   const urgent = s.urgentQueueUrl ? sqsQueue(s.urgentQueueUrl) : null;

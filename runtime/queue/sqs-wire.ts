@@ -1,6 +1,7 @@
 // A lean SQS client for the hot path: ReceiveMessage, DeleteMessageBatch,
 // ChangeMessageVisibilityBatch and SendMessageBatch as AWS JSON 1.0 POSTs, SigV4-signed with
-// node:crypto (sqs-sign.ts), over a keep-alive agent. Why: per call the SDK's middleware stack,
+// node:crypto (sqs-sign.ts), over keep-alive connections of the platform's own HTTP/1.1 client
+// (http1.ts; node:http's agent with JOBS_SQS_HTTP_CLIENT=node). Why: per call the SDK's middleware stack,
 // schema serde, endpoint resolution and signer cost several times the CPU of the request itself
 // (a DeleteMessageBatch of 10 against the local endpoint: ~1.3 ms of CPU through the SDK, ~0.36
 // ms sent plainly), and every job pays for about 0.2 such calls. SqsQueue (sqs.ts) says when it
@@ -42,6 +43,8 @@ import type {
   SendMessageBatchResult,
   SQSClient,
 } from '@aws-sdk/client-sqs';
+import type { SqsHttpClient } from '../config/sqs.ts';
+import { Http1Client } from './http1.ts';
 import { type SigningKeyCache, type SqsCredentials, sha256Hex, signSqsRequest } from './sqs-sign.ts';
 import {
   CLOCK_SKEW_MS,
@@ -71,6 +74,11 @@ export interface SqsWireTimings {
   receiveGraceMs?: number;
   /** The backoff bases (default 50 ms and 1 s for throttling, the SDK's); tests shorten them. */
   retryDelayMs?: { base: number; throttling: number };
+  /**
+   * Which HTTP client sends: the platform's own (http1.ts, the default: half the CPU a call) or
+   * node:http (JOBS_SQS_HTTP_CLIENT=node, should the platform's ever misread a server).
+   */
+  httpClient?: SqsHttpClient;
 }
 
 export interface SqsWireOptions extends SqsWireTimings {
@@ -84,6 +92,10 @@ export interface SqsWireOptions extends SqsWireTimings {
 export class SqsWire implements SqsHotPath {
   private readonly httpAgent = new http.Agent({ keepAlive: true, maxSockets: 50 });
   private readonly httpsAgent = new https.Agent({ keepAlive: true, maxSockets: 50 });
+  /** What sends: the platform's HTTP/1.1 client or node:http (JOBS_SQS_HTTP_CLIENT). */
+  readonly httpClient: SqsHttpClient;
+  /** The platform's own HTTP/1.1 client (http1.ts); null when node:http sends. */
+  private readonly http1: Http1Client | null;
   private readonly keys: SigningKeyCache = {};
   private readonly origins = new Map<string, URL>();
   private settings: Promise<{ region: string; maxAttempts: number; endpoint: URL | undefined }> | undefined;
@@ -98,6 +110,8 @@ export class SqsWire implements SqsHotPath {
     this.requestTimeoutMs = o.requestTimeoutMs ?? 30_000;
     this.receiveGraceMs = o.receiveGraceMs ?? 15_000;
     this.retryDelayMs = o.retryDelayMs ?? { base: 50, throttling: 1000 };
+    this.httpClient = o.httpClient ?? 'platform';
+    this.http1 = this.httpClient === 'platform' ? new Http1Client({ maxSockets: 50 }) : null;
   }
 
   /** The wire for what `client` is configured with: its credentials, region, attempt cap and endpoint. */
@@ -156,6 +170,7 @@ export class SqsWire implements SqsHotPath {
 
   /** Close the idle keep-alive connections (they do not keep the process alive either way). */
   destroy(): void {
+    this.http1?.destroy();
     this.httpAgent.destroy();
     this.httpsAgent.destroy();
   }
@@ -245,6 +260,20 @@ export class SqsWire implements SqsHotPath {
   }
 
   private post(url: URL, operation: string, headers: Record<string, string>, body: string, timeoutMs: number, signal?: AbortSignal) {
+    if (this.http1) {
+      return this.http1
+        .post(url, headers, body, {
+          timeoutMs,
+          signal,
+          timeoutError: () => timeoutError(operation, url, timeoutMs),
+          abortError: () => abortError(signal!),
+        })
+        .catch((err: Error & { code?: string }) => {
+          // As node:http words it: the operation and the host, with the socket's code kept.
+          if (err.code === 'ECONNRESET' && /before the response was complete/.test(err.message)) throw connectionLost(operation, url);
+          throw err;
+        });
+    }
     return new Promise<WireResponse>((resolve, reject) => {
       let settled = false;
       let destroyedWith: Error | undefined;
@@ -285,16 +314,7 @@ export class SqsWire implements SqsHotPath {
         req.destroy(err);
         finish(err);
       };
-      const timer = setTimeout(
-        () =>
-          stop(
-            Object.assign(new Error(`${operation} to ${url.host}: no answer within ${timeoutMs} ms`), {
-              name: 'TimeoutError',
-              code: 'ETIMEDOUT',
-            }),
-          ),
-        timeoutMs,
-      );
+      const timer = setTimeout(() => stop(timeoutError(operation, url, timeoutMs)), timeoutMs);
       const onAbort = () => stop(abortError(signal!));
       signal?.addEventListener('abort', onAbort, { once: true });
       req.on('error', (e) => finish(destroyedWith ?? e));
@@ -309,6 +329,13 @@ function md5Hex(s: string): string {
 
 function abortError(signal: AbortSignal): Error {
   return Object.assign(new Error('Request aborted'), { name: 'AbortError', cause: signal.reason });
+}
+
+function timeoutError(operation: string, url: URL, timeoutMs: number): Error {
+  return Object.assign(new Error(`${operation} to ${url.host}: no answer within ${timeoutMs} ms`), {
+    name: 'TimeoutError',
+    code: 'ETIMEDOUT',
+  });
 }
 
 function connectionLost(operation: string, url: URL): Error {

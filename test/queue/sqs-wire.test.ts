@@ -15,6 +15,7 @@ import { sqsLanes } from '../../runtime/queue/lanes.ts';
 import { SqsBatchError, SqsQueue } from '../../runtime/queue/sqs.ts';
 import { signSqsRequest } from '../../runtime/queue/sqs-sign.ts';
 import { type SqsWireOptions, SqsWire, sqsErrorName } from '../../runtime/queue/sqs-wire.ts';
+import type { SqsHttpClient } from '../../runtime/config/sqs.ts';
 
 const md5 = (s: string) => createHash('md5').update(s, 'utf8').digest('hex');
 
@@ -130,8 +131,12 @@ const hang: Handler = () => undefined;
 
 const QUEUE_URL = 'https://sqs.eu-west-1.amazonaws.com/123456789012/jobs';
 
+/** What the wire sends through in the describe running (both are tested against the fake SQS). */
+let httpClient: SqsHttpClient = 'platform';
+
 function wireFor(fake: FakeSqs, o: Partial<SqsWireOptions> = {}): SqsWire {
   return new SqsWire({
+    httpClient,
     credentials: async () => ({ accessKeyId: 'AKID', secretAccessKey: 'secret' }),
     region: async () => 'eu-west-1',
     maxAttempts: async () => 5,
@@ -150,7 +155,14 @@ async function using<T>(fake: FakeSqs, f: () => Promise<T>): Promise<T> {
   }
 }
 
-describe('SqsQueue over the wire, against a fake SQS', () => {
+describe.each(['platform', 'node'] as const)('SqsQueue over the wire (the %s HTTP client), against a fake SQS', (client) => {
+  beforeAll(() => {
+    httpClient = client;
+  });
+  afterAll(() => {
+    httpClient = 'platform';
+  });
+
   it('speaks AWS JSON 1.0: POST / with the target, the query mode and a signature', async () => {
     const fake = await fakeSqs(ok({ Successful: [{ Id: '0' }], Failed: [] }));
     await using(fake, () => queueFor(wireFor(fake)).delete(['r0']));

@@ -1,0 +1,277 @@
+// The platform's HTTP/1.1 client for the SQS hot path (runtime/queue/http1.ts), against Node's
+// own HTTP server and against raw sockets that answer what a server, a load balancer or a broken
+// network can: keep-alive reuse and its cap, chunked and read-until-close bodies, informational
+// answers, `Connection: close`, a server closing idle connections, resets mid-answer, deadlines,
+// aborts, garbage, and TLS that verifies the server's certificate.
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import https from 'node:https';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { Http1Client } from '../../runtime/queue/http1.ts';
+
+const closers: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of closers.splice(0)) await c();
+});
+
+const errors = {
+  timeoutError: () => Object.assign(new Error('no answer in time'), { code: 'ETIMEDOUT' }),
+  abortError: () => Object.assign(new Error('Request aborted'), { name: 'AbortError' }),
+};
+const opts = (timeoutMs = 5000, signal?: AbortSignal) => ({ timeoutMs, signal, ...errors });
+
+function client(o: ConstructorParameters<typeof Http1Client>[0] = {}): Http1Client {
+  const c = new Http1Client(o);
+  closers.push(() => c.destroy());
+  return c;
+}
+
+/** Node's HTTP server, counting the connections it accepted. */
+async function nodeServer(handler: http.RequestListener, tune?: (s: http.Server) => void) {
+  const server = http.createServer(handler);
+  tune?.(server);
+  let connections = 0;
+  server.on('connection', () => connections++);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  closers.push(
+    () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  );
+  const url = new URL(`http://127.0.0.1:${(server.address() as net.AddressInfo).port}`);
+  return { url, connections: () => connections };
+}
+
+/** A raw TCP server: `onRequest` gets each socket once a whole request head and body arrived. */
+async function rawServer(onRequest: (socket: net.Socket, request: string) => void) {
+  const sockets = new Set<net.Socket>();
+  let connections = 0;
+  const server = net.createServer((socket) => {
+    connections++;
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+    socket.on('error', () => undefined);
+    let buf = '';
+    socket.on('data', (d) => {
+      buf += d.toString('latin1');
+      const end = buf.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      const length = Number(/content-length: (\d+)/i.exec(buf.slice(0, end))?.[1] ?? 0);
+      if (buf.length < end + 4 + length) return;
+      const request = buf.slice(0, end + 4 + length);
+      buf = buf.slice(end + 4 + length);
+      onRequest(socket, request);
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  closers.push(
+    () =>
+      new Promise<void>((r) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => r());
+      }),
+  );
+  return { url: new URL(`http://127.0.0.1:${(server.address() as net.AddressInfo).port}`), sockets, connections: () => connections };
+}
+
+const echo: http.RequestListener = (req, res) => {
+  let body = '';
+  req.on('data', (d) => (body += d));
+  req.on('end', () => {
+    res.setHeader('content-type', 'application/json');
+    res.end(JSON.stringify({ method: req.method, url: req.url, host: req.headers.host, target: req.headers['x-target'], body }));
+  });
+};
+
+describe('Http1Client', () => {
+  it('POSTs the body with Host and Content-Length, and reuses one keep-alive connection', async () => {
+    const s = await nodeServer(echo);
+    const c = client();
+    for (let i = 0; i < 20; i++) {
+      const res = await c.post(s.url, { 'x-target': 'AmazonSQS.ReceiveMessage' }, `{"n":${i},"é":"ü"}`, opts());
+      expect(res.status).toBe(200);
+      expect(res.headers['content-type']).toBe('application/json');
+      expect(JSON.parse(res.text)).toEqual({
+        method: 'POST',
+        url: '/',
+        host: s.url.host,
+        target: 'AmazonSQS.ReceiveMessage',
+        body: `{"n":${i},"é":"ü"}`,
+      });
+    }
+    expect(s.connections()).toBe(1);
+  });
+
+  it('opens at most maxSockets connections; the requests beyond wait for one and are all answered', async () => {
+    const s = await nodeServer((req, res) => setTimeout(() => echo(req, res), 20));
+    const c = client({ maxSockets: 2 });
+    const answers = await Promise.all(Array.from({ length: 8 }, (_, i) => c.post(s.url, {}, String(i), opts())));
+    expect(answers.map((a) => JSON.parse(a.text).body)).toEqual(['0', '1', '2', '3', '4', '5', '6', '7']);
+    expect(s.connections()).toBe(2);
+  });
+
+  it('reads a chunked body (a large one, its multi-byte characters split between chunks) and a body up to the close', async () => {
+    const big = 'ü'.repeat(300_000);
+    const s = await nodeServer((_req, res) => {
+      // No Content-Length: Node sends it chunked; odd slices split the two-byte characters.
+      const bytes = Buffer.from(big);
+      for (let i = 0; i < bytes.length; i += 7777) res.write(bytes.subarray(i, i + 7777));
+      res.end();
+    });
+    const c = client();
+    expect((await c.post(s.url, {}, '', opts())).text).toBe(big);
+    expect((await c.post(s.url, {}, '', opts())).text).toBe(big);
+    expect(s.connections()).toBe(1);
+
+    const raw = await rawServer((socket) => socket.end('HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nuntil the close'));
+    expect((await c.post(raw.url, {}, 'x', opts())).text).toBe('until the close');
+  });
+
+  it('skips an informational answer (100 Continue) and reads the one that follows', async () => {
+    const raw = await rawServer((socket) =>
+      socket.write('HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\nx-a: 1\r\nx-a: 2\r\n\r\nok'),
+    );
+    const res = await client().post(raw.url, {}, 'x', opts());
+    expect(res).toEqual({ status: 200, headers: { 'content-length': '2', 'x-a': '1, 2' }, text: 'ok' });
+  });
+
+  it('does not reuse a connection answered with Connection: close, nor one the server closed while idle', async () => {
+    const s = await nodeServer((req, res) => {
+      if (req.headers['x-close']) res.setHeader('connection', 'close');
+      echo(req, res);
+    });
+    const c = client();
+    await c.post(s.url, { 'x-close': '1' }, 'a', opts());
+    await c.post(s.url, {}, 'b', opts());
+    expect(s.connections()).toBe(2);
+    // A server (or a load balancer) that closes a keep-alive connection 50 ms after its answer:
+    // the next request opens another, no error.
+    const raw = await rawServer((socket) => {
+      socket.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok');
+      setTimeout(() => socket.end(), 50);
+    });
+    for (let i = 0; i < 3; i++) {
+      expect((await c.post(raw.url, {}, String(i), opts())).text).toBe('ok');
+      await new Promise((r) => setTimeout(r, 150));
+    }
+    expect(raw.connections()).toBe(3);
+  });
+
+  it('a connection reset in the middle of an answer rejects with ECONNRESET; the next request gets a fresh connection', async () => {
+    let n = 0;
+    const raw = await rawServer((socket) => {
+      if (n++ === 0) {
+        socket.write('HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly part of it');
+        setTimeout(() => socket.resetAndDestroy(), 20);
+      } else socket.write('HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nwhole');
+    });
+    const c = client();
+    await expect(c.post(raw.url, {}, 'x', opts())).rejects.toMatchObject({ code: 'ECONNRESET' });
+    expect((await c.post(raw.url, {}, 'x', opts())).text).toBe('whole');
+  });
+
+  it('a server that closes without a word, and one that refuses connections, reject with their codes', async () => {
+    const raw = await rawServer((socket) => socket.end());
+    await expect(client().post(raw.url, {}, 'x', opts())).rejects.toMatchObject({
+      code: 'ECONNRESET',
+      message: 'the connection closed before the response was complete',
+    });
+    const closed = await rawServer(() => undefined);
+    const port = closed.url.port;
+    await closers.pop()!();
+    await expect(client().post(new URL(`http://127.0.0.1:${port}`), {}, 'x', opts())).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+  });
+
+  it('gives up at its deadline and on its abort, closing that connection', async () => {
+    const raw = await rawServer(() => undefined); // never answers
+    const c = client();
+    await expect(c.post(raw.url, {}, 'x', opts(100))).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+    const ac = new AbortController();
+    const pending = c.post(raw.url, {}, 'x', opts(5000, ac.signal));
+    setTimeout(() => ac.abort(), 50);
+    await expect(pending).rejects.toMatchObject({ name: 'AbortError' });
+    await new Promise((r) => setTimeout(r, 50));
+    expect(raw.sockets.size).toBe(0);
+    // Waiting for a connection counts too: with the only one busy, a second request times out waiting.
+    const one = client({ maxSockets: 1 });
+    const busy = one.post(raw.url, {}, 'x', opts(300)).catch((e: unknown) => e);
+    await expect(one.post(raw.url, {}, 'y', opts(100))).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+    await busy;
+  });
+
+  it('rejects garbage instead of a status line, a bad Content-Length and a bad chunk size', async () => {
+    for (const answer of [
+      'SMTP 220 hello\r\n\r\n',
+      'HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n',
+      'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n',
+    ]) {
+      const raw = await rawServer((socket) => socket.write(answer));
+      await expect(client().post(raw.url, {}, 'x', opts()), answer).rejects.toMatchObject({ code: 'HPE_INVALID' });
+    }
+  });
+});
+
+describe('Http1Client over TLS', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'http1-tls-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  const openssl = (args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
+  writeFileSync(join(dir, 'san.cnf'), 'subjectAltName=DNS:localhost\n');
+  openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=test-ca']);
+  openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=localhost']);
+  openssl(
+    [
+      'x509',
+      '-req',
+      '-in',
+      'server.csr',
+      '-CA',
+      'ca.pem',
+      '-CAkey',
+      'ca.key',
+      '-CAcreateserial',
+      '-out',
+      'server.pem',
+      '-days',
+      '2',
+    ].concat(['-extfile', 'san.cnf']),
+  );
+
+  async function tlsServer() {
+    const server = https.createServer({ key: readFileSync(join(dir, 'server.key')), cert: readFileSync(join(dir, 'server.pem')) }, echo);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    closers.push(
+      () =>
+        new Promise<void>((r) => {
+          server.closeAllConnections();
+          server.close(() => r());
+        }),
+    );
+    return (server.address() as net.AddressInfo).port;
+  }
+
+  it('refuses a server whose certificate no trusted CA signed', async () => {
+    const port = await tlsServer();
+    await expect(client().post(new URL(`https://localhost:${port}`), {}, 'x', opts())).rejects.toMatchObject({
+      code: 'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+    });
+  });
+
+  it('speaks to a server its CAs trust, by name (SNI), over one connection', async () => {
+    const port = await tlsServer();
+    const c = client({ tls: { ca: readFileSync(join(dir, 'ca.pem')) } });
+    for (const body of ['a', 'b']) {
+      const res = await c.post(new URL(`https://localhost:${port}`), {}, body, opts());
+      expect(JSON.parse(res.text)).toMatchObject({ host: `localhost:${port}`, body });
+    }
+    // Another name than the certificate's: refused.
+    await expect(c.post(new URL(`https://127.0.0.1:${port}`), {}, 'x', opts())).rejects.toMatchObject({
+      code: 'ERR_TLS_CERT_ALTNAME_INVALID',
+    });
+  });
+});
