@@ -24,7 +24,7 @@ import {
 } from '../config/env.ts';
 import { keepFinishedDaysFromEnv } from '../config/retention.ts';
 import { ConfigError, type RuleViolation } from '../config/rules.ts';
-import { sqsFromEnv } from '../config/sqs.ts';
+import { type SqsHttpClient, sqsFromEnv } from '../config/sqs.ts';
 import { createPool, endPool, SERVICE_IDLE_TIMEOUT_MS, warmPool } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
@@ -62,6 +62,8 @@ export interface ApiConfig {
   sqsEndpoint?: string;
   /** JOBS_SQS_MAX_ATTEMPTS, when set. */
   sqsMaxAttempts?: number;
+  /** JOBS_SQS_HTTP_CLIENT, when set: what sends the publisher's SQS calls. */
+  sqsHttpClient?: SqsHttpClient;
   apiToken?: string;
   /** The on-call operator's token (API_OPERATOR_TOKEN): the on-call routes need it when set. */
   operatorToken?: string;
@@ -134,6 +136,7 @@ export function apiConfigFromEnv(env: Env): ApiConfig {
     region: sqs!.region,
     ...(sqs!.endpoint ? { sqsEndpoint: sqs!.endpoint } : {}),
     ...(sqs!.maxAttempts !== undefined ? { sqsMaxAttempts: sqs!.maxAttempts } : {}),
+    ...(sqs!.httpClient !== undefined ? { sqsHttpClient: sqs!.httpClient } : {}),
     ...(apiToken ? { apiToken } : {}),
     ...(operatorToken ? { operatorToken } : {}),
     port: port!,
@@ -232,6 +235,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
     region: config.region,
     ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}),
     ...(config.sqsMaxAttempts !== undefined ? { maxAttempts: config.sqsMaxAttempts } : {}),
+    ...(config.sqsHttpClient !== undefined ? { httpClient: config.sqsHttpClient } : {}),
   };
   const queue = deps.queue ?? sqsLanes(sqsSettings).queue;
   const publisher = new Publisher(pool, queue, log);

@@ -62,6 +62,11 @@ describe('apiConfigFromEnv', () => {
     expect(c).toMatchObject({ region: 'us-east-1', sqsEndpoint: 'http://127.0.0.1:4566' });
   });
 
+  it('JOBS_SQS_HTTP_CLIENT reaches the API too (its publisher and relay send through the wire)', () => {
+    expect(apiConfigFromEnv(GOOD_ENV).sqsHttpClient).toBeUndefined();
+    expect(apiConfigFromEnv({ ...GOOD_ENV, JOBS_SQS_HTTP_CLIENT: 'node' }).sqsHttpClient).toBe('node');
+  });
+
   it('an empty API_TOKEN means no token', () => {
     expect(apiConfigFromEnv({ ...GOOD_ENV, API_TOKEN: '' }).apiToken).toBeUndefined();
   });

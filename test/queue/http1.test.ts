@@ -3,14 +3,15 @@
 // network can: keep-alive reuse and its cap, chunked and read-until-close bodies, informational
 // answers, `Connection: close`, a server closing idle connections, resets mid-answer, deadlines,
 // aborts, garbage, and TLS that verifies the server's certificate.
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
+import { promisify } from 'node:util';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { Http1Client } from '../../runtime/queue/http1.ts';
 
 const closers: (() => Promise<void> | void)[] = [];
@@ -203,6 +204,93 @@ describe('Http1Client', () => {
     const busy = one.post(raw.url, {}, 'x', opts(300)).catch((e: unknown) => e);
     await expect(one.post(raw.url, {}, 'y', opts(100))).rejects.toMatchObject({ code: 'ETIMEDOUT' });
     await busy;
+  });
+
+  it('reads trailers after the last chunk, and HTTP/1.0 answers (kept alive only when they say so)', async () => {
+    const raw = await rawServer((socket, request) => {
+      const n = /\r\n\r\n(.*)$/s.exec(request)![1];
+      if (n === 'trailers') socket.write('HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nx-checksum: 1\r\n\r\n');
+      else if (n === 'old-keep') socket.write('HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 4\r\n\r\nkeep');
+      else socket.write('HTTP/1.0 200 OK\r\ncontent-length: 4\r\n\r\nonce');
+    });
+    const c = client();
+    expect((await c.post(raw.url, {}, 'trailers', opts())).text).toBe('abc');
+    expect((await c.post(raw.url, {}, 'old-keep', opts())).text).toBe('keep');
+    expect(raw.connections()).toBe(1);
+    expect((await c.post(raw.url, {}, 'old', opts())).text).toBe('once');
+    expect((await c.post(raw.url, {}, 'trailers', opts())).text).toBe('abc');
+    expect(raw.connections()).toBe(2);
+  });
+
+  it("hands a freed connection to the requests waiting, in the order they asked, and a closed one's slot too", async () => {
+    let n = 0;
+    const raw = await rawServer((socket, request) => {
+      // The first request's connection is reset: the waiting ones must not wait for a free one in vain.
+      if (n++ === 0) socket.resetAndDestroy();
+      else setTimeout(() => socket.write(`HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n${request.at(-1)}`), 5);
+    });
+    const c = client({ maxSockets: 1 });
+    const order: string[] = [];
+    const first = c.post(raw.url, {}, 'x', opts()).catch((e: { code?: string }) => e.code);
+    const rest = ['a', 'b', 'c', 'd'].map((b) => c.post(raw.url, {}, b, opts()).then((r) => order.push(r.text)));
+    expect(await first).toBe('ECONNRESET');
+    await Promise.all(rest);
+    expect(order).toEqual(['a', 'b', 'c', 'd']);
+    expect(raw.connections()).toBe(2);
+  });
+
+  it('a request aborted while it waits for a connection leaves the queue, and the connection serves the next', async () => {
+    let answer: (() => void) | null = null;
+    let requests = 0;
+    const raw = await rawServer((socket) => {
+      const ok = () => socket.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok');
+      // The first is held until the test answers it; the next is answered at once.
+      if (requests++ === 0) answer = ok;
+      else ok();
+    });
+    const c = client({ maxSockets: 1 });
+    const busy = c.post(raw.url, {}, '1', opts());
+    const ac = new AbortController();
+    const waiting = c.post(raw.url, {}, '2', opts(5000, ac.signal));
+    const after = c.post(raw.url, {}, '3', opts());
+    ac.abort();
+    await expect(waiting).rejects.toMatchObject({ name: 'AbortError' });
+    await vi.waitFor(() => expect(answer).not.toBeNull());
+    answer!();
+    expect((await busy).text).toBe('ok');
+    expect((await after).text).toBe('ok');
+    // The aborted request was never sent.
+    expect(requests).toBe(2);
+    expect(raw.connections()).toBe(1);
+  });
+
+  it('drops an idle connection that receives bytes nobody asked for', async () => {
+    const raw = await rawServer((socket) => {
+      socket.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok');
+      setTimeout(() => socket.write('HTTP/1.1 200 OK\r\n'), 20);
+    });
+    const c = client();
+    expect((await c.post(raw.url, {}, 'x', opts())).text).toBe('ok');
+    await new Promise((r) => setTimeout(r, 80));
+    expect((await c.post(raw.url, {}, 'y', opts())).text).toBe('ok');
+    expect(raw.connections()).toBe(2);
+  });
+
+  it('idle connections do not keep a process alive: it exits once its work is done', async () => {
+    const s = await nodeServer(echo);
+    const script = `import { Http1Client } from ${JSON.stringify(new URL('../../runtime/queue/http1.ts', import.meta.url).pathname)};
+const c = new Http1Client();
+const o = { timeoutMs: 5000, timeoutError: () => new Error('t'), abortError: () => new Error('a') };
+const r = await c.post(new URL(${JSON.stringify(s.url.href)}), {}, 'bye', o);
+process.stdout.write(JSON.parse(r.text).body);`;
+    const t0 = Date.now();
+    // Not execFileSync: this process's server must answer meanwhile.
+    const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      timeout: 20_000,
+    });
+    expect(stdout).toBe('bye');
+    // Well before the 30 s an idle connection is kept.
+    expect(Date.now() - t0).toBeLessThan(15_000);
   });
 
   it('rejects garbage instead of a status line, a bad Content-Length and a bad chunk size', async () => {
