@@ -57,6 +57,11 @@ export class Connection {
   }
 
   send(request: string, pending: Pending): void {
+    if (this.closed || this.socket.destroyed) {
+      // A write to a destroyed socket goes nowhere and says nothing: fail it now.
+      pending.reject(Object.assign(new Error('the connection closed before the request was sent'), { code: 'ECONNRESET' }));
+      return;
+    }
     clearTimeout(this.idleTimer);
     this.socket.ref();
     this.pending = pending;

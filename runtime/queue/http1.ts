@@ -99,7 +99,10 @@ export class Http1Client {
     });
   }
 
-  /** Close every connection, idle or not (requests under way fail with ECONNRESET). */
+  /**
+   * Close the idle connections; those under way close as their answers end, and no request is
+   * sent after this (they reject).
+   */
   destroy(): void {
     this.destroyed = true;
     for (const o of this.origins.values()) {
@@ -129,6 +132,7 @@ export class Http1Client {
     opts: { signal?: AbortSignal | undefined; timeoutError: () => Error; abortError: () => Error },
   ): Promise<Connection> {
     for (;;) {
+      if (this.destroyed) throw new Error('Http1Client: destroyed');
       if (opts.signal?.aborted) throw opts.abortError();
       for (let c = o.idle.pop(); c; c = o.idle.pop()) {
         // Destroyed by its idle timer or the server's close, and its 'close' not yet come.
@@ -154,7 +158,14 @@ export class Http1Client {
         opts.signal?.addEventListener('abort', onAbort, { once: true });
         o.waiting.push(wake);
       });
-      if (handed) return handed;
+      // Aborted (or destroyed) between the wake-up and now: what it was given goes to the next.
+      if (opts.signal?.aborted || this.destroyed) {
+        if (handed) this.free(o, handed);
+        else if (o.open < this.maxSockets) o.waiting.shift()?.(null);
+        continue;
+      }
+      // Handed over, then closed before this resumed: its 'close' wakes a waiter for its slot.
+      if (handed && !handed.closed && !handed.socket.destroyed) return handed;
     }
   }
 

@@ -50,7 +50,7 @@ async function nodeServer(handler: http.RequestListener, tune?: (s: http.Server)
 }
 
 /** A raw TCP server: `onRequest` gets each socket once a whole request head and body arrived. */
-async function rawServer(onRequest: (socket: net.Socket, request: string) => void) {
+async function rawServer(onRequest: (socket: net.Socket, request: string) => unknown) {
   const sockets = new Set<net.Socket>();
   let connections = 0;
   const server = net.createServer((socket) => {
@@ -67,7 +67,7 @@ async function rawServer(onRequest: (socket: net.Socket, request: string) => voi
       if (buf.length < end + 4 + length) return;
       const request = buf.slice(0, end + 4 + length);
       buf = buf.slice(end + 4 + length);
-      onRequest(socket, request);
+      void onRequest(socket, request);
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
@@ -219,6 +219,39 @@ describe('Http1Client', () => {
     expect(raw.connections()).toBe(1);
     expect((await c.post(raw.url, {}, 'old', opts())).text).toBe('once');
     expect((await c.post(raw.url, {}, 'trailers', opts())).text).toBe('abc');
+    expect(raw.connections()).toBe(2);
+  });
+
+  it('parses answers that arrive a byte at a time (chunked with an extension and trailers, and by length)', async () => {
+    const answers = [
+      'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n2\r\nü\r\n0\r\nx: y\r\n\r\n',
+      'HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nwxyz',
+      'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n',
+    ];
+    let n = 0;
+    const raw = await rawServer(async (socket) => {
+      socket.setNoDelay(true);
+      for (const byte of Buffer.from(answers[n++]!)) {
+        socket.write(Buffer.from([byte]));
+        await new Promise((r) => setImmediate(r));
+      }
+    });
+    const c = client();
+    expect((await c.post(raw.url, {}, '1', opts())).text).toBe('abcü');
+    expect((await c.post(raw.url, {}, '2', opts())).text).toBe('wxyz');
+    expect((await c.post(raw.url, {}, '3', opts())).text).toBe('abc');
+    expect(raw.connections()).toBe(1);
+  });
+
+  it('does not reuse a connection that sent more than the answer asked for (two answers in one packet)', async () => {
+    const raw = await rawServer((socket) =>
+      socket.write(
+        'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale',
+      ),
+    );
+    const c = client();
+    expect((await c.post(raw.url, {}, '1', opts())).text).toBe('ok');
+    expect((await c.post(raw.url, {}, '2', opts())).text).toBe('ok');
     expect(raw.connections()).toBe(2);
   });
 
