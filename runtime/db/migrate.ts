@@ -162,7 +162,7 @@ export async function requireMigrated(pool: pg.Pool, service: string, opts: { di
   if (missing.length === 0) return;
   throw new SchemaBehindError(
     `the database lacks ${missing.length === 1 ? 'a migration' : `${missing.length} migrations`} this ${service} was built with: ` +
-      `${missing.join(', ')}. Apply them before starting it: \`cdk deploy\` runs the schema bootstrap before it updates the ` +
+      `${missing.join(', ')}. Apply ${missing.length === 1 ? 'it' : 'them'} before starting the ${service}: \`cdk deploy\` runs the schema bootstrap before it updates the ` +
       'services; against another database, `jobs migrate` (the local stack, `npm start`, runs it)',
   );
 }

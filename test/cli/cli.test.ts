@@ -165,6 +165,14 @@ describe('jobs command', () => {
     expect(r.stderr).toMatch(message);
   });
 
+  /** Queues where nothing listens: a worker that starts gets receive errors, one that refuses never asks. */
+  const NOWHERE_SQS = {
+    JOBS_QUEUE_URL: 'http://127.0.0.1:9/000000000000/jobs',
+    JOBS_DLQ_URL: 'http://127.0.0.1:9/000000000000/jobs-dlq',
+    JOBS_SQS_ENDPOINT: 'http://127.0.0.1:9',
+    AWS_REGION: 'us-east-1',
+  };
+
   it('refuses to start a worker with a bad configuration, naming the variable and the rule', async () => {
     const r = await jobs(['worker'], {
       JOBS_LEASE_SECONDS: '6',
@@ -183,13 +191,7 @@ describe('jobs command', () => {
     const migrations = readdirSync(join('runtime', 'db', 'migrations')).sort();
     const behind = await createTestDb({ migrateThrough: migrations.length - 1 });
     try {
-      const r = await jobs(['worker'], {
-        DATABASE_URL: behind.url,
-        JOBS_QUEUE_URL: 'http://127.0.0.1:9/000000000000/jobs',
-        JOBS_DLQ_URL: 'http://127.0.0.1:9/000000000000/jobs-dlq',
-        JOBS_SQS_ENDPOINT: 'http://127.0.0.1:9',
-        AWS_REGION: 'us-east-1',
-      });
+      const r = await jobs(['worker'], { DATABASE_URL: behind.url, ...NOWHERE_SQS });
       expect(r.code).toBe(1);
       expect(r.stderr).toContain(
         `jobs worker: refusing to start.\nthe database lacks a migration this worker was built with: ${migrations.at(-1)}.`,
@@ -204,11 +206,8 @@ describe('jobs command', () => {
       env: {
         ...jobsEnv(),
         LOG_LEVEL: 'info',
-        AWS_REGION: 'us-east-1',
         // Nothing listens there: the worker starts, then its receives fail and retry.
-        JOBS_QUEUE_URL: 'http://127.0.0.1:9/000000000000/jobs',
-        JOBS_DLQ_URL: 'http://127.0.0.1:9/000000000000/jobs-dlq',
-        JOBS_SQS_ENDPOINT: 'http://127.0.0.1:9',
+        ...NOWHERE_SQS,
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });

@@ -3,9 +3,9 @@
 // network can: keep-alive reuse and its cap, chunked and read-until-close bodies, informational
 // answers, `Connection: close`, a server closing idle connections, resets mid-answer, deadlines,
 // aborts, garbage, and TLS that verifies the server's certificate.
-import { execFile, execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { Http1Client } from '../../runtime/queue/http1.ts';
+import { makeCertificates } from '../support/certificates.ts';
 
 const closers: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -37,6 +38,12 @@ async function nodeServer(handler: http.RequestListener, tune?: (s: http.Server)
   tune?.(server);
   let connections = 0;
   server.on('connection', () => connections++);
+  const url = new URL(`http://127.0.0.1:${await listen(server)}`);
+  return { url, connections: () => connections };
+}
+
+/** Listen on a free port of 127.0.0.1, closed (its connections too) after the test. */
+async function listen(server: http.Server | https.Server): Promise<number> {
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   closers.push(
     () =>
@@ -45,8 +52,7 @@ async function nodeServer(handler: http.RequestListener, tune?: (s: http.Server)
         server.close(() => r());
       }),
   );
-  const url = new URL(`http://127.0.0.1:${(server.address() as net.AddressInfo).port}`);
-  return { url, connections: () => connections };
+  return (server.address() as net.AddressInfo).port;
 }
 
 /** A raw TCP server: `onRequest` gets each socket once a whole request head and body arrived. */
@@ -341,39 +347,10 @@ process.stdout.write(JSON.parse(r.text).body);`;
 describe('Http1Client over TLS', () => {
   const dir = mkdtempSync(join(tmpdir(), 'http1-tls-'));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
-  const openssl = (args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
-  writeFileSync(join(dir, 'san.cnf'), 'subjectAltName=DNS:localhost\n');
-  openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=test-ca']);
-  openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=localhost']);
-  openssl(
-    [
-      'x509',
-      '-req',
-      '-in',
-      'server.csr',
-      '-CA',
-      'ca.pem',
-      '-CAkey',
-      'ca.key',
-      '-CAcreateserial',
-      '-out',
-      'server.pem',
-      '-days',
-      '2',
-    ].concat(['-extfile', 'san.cnf']),
-  );
+  const certs = makeCertificates(dir);
 
   async function tlsServer() {
-    const server = https.createServer({ key: readFileSync(join(dir, 'server.key')), cert: readFileSync(join(dir, 'server.pem')) }, echo);
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    closers.push(
-      () =>
-        new Promise<void>((r) => {
-          server.closeAllConnections();
-          server.close(() => r());
-        }),
-    );
-    return (server.address() as net.AddressInfo).port;
+    return listen(https.createServer({ key: readFileSync(certs.keyFile), cert: readFileSync(certs.certFile) }, echo));
   }
 
   it('refuses a server whose certificate no trusted CA signed', async () => {
@@ -385,7 +362,7 @@ describe('Http1Client over TLS', () => {
 
   it('speaks to a server its CAs trust, by name (SNI), over one connection', async () => {
     const port = await tlsServer();
-    const c = client({ tls: { ca: readFileSync(join(dir, 'ca.pem')) } });
+    const c = client({ tls: { ca: readFileSync(certs.caFile) } });
     for (const body of ['a', 'b']) {
       const res = await c.post(new URL(`https://localhost:${port}`), {}, body, opts());
       expect(JSON.parse(res.text)).toMatchObject({ host: `localhost:${port}`, body });

@@ -3,7 +3,7 @@
 // another CA or named otherwise. Against a real PostgreSQL with TLS on, certificates made here by
 // openssl (a CA, and a server certificate for DNS:localhost).
 import { execFileSync } from 'node:child_process';
-import { chmodSync, chownSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -11,58 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { databaseTlsUnverified, databaseUrlFromEnv, ENV } from '../../runtime/config/env.ts';
 import { ConfigError } from '../../runtime/config/rules.ts';
 import { startEmbeddedPg, type EmbeddedPg } from '../../dev/embedded-pg.ts';
-
-const openssl = (args: string[], cwd: string) => execFileSync('openssl', args, { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
-
-/** A CA, a server certificate for DNS:localhost it signed, and an unrelated CA. */
-function makeCertificates(dir: string) {
-  const ca = (name: string) => {
-    openssl(
-      [
-        'req',
-        '-x509',
-        '-newkey',
-        'rsa:2048',
-        '-nodes',
-        '-keyout',
-        `${name}.key`,
-        '-out',
-        `${name}.pem`,
-        '-days',
-        '2',
-        '-subj',
-        `/CN=${name}`,
-      ],
-      dir,
-    );
-    return join(dir, `${name}.pem`);
-  };
-  const caFile = ca('test-root-ca');
-  const otherCaFile = ca('some-other-ca');
-  writeFileSync(join(dir, 'san.cnf'), 'subjectAltName=DNS:localhost\n');
-  openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=localhost'], dir);
-  openssl(
-    [
-      'x509',
-      '-req',
-      '-in',
-      'server.csr',
-      '-CA',
-      'test-root-ca.pem',
-      '-CAkey',
-      'test-root-ca.key',
-      '-CAcreateserial',
-      '-out',
-      'server.pem',
-      '-days',
-      '2',
-      '-extfile',
-      'san.cnf',
-    ],
-    dir,
-  );
-  return { caFile, otherCaFile, certFile: join(dir, 'server.pem'), keyFile: join(dir, 'server.key') };
-}
+import { makeCertificates } from '../support/certificates.ts';
 
 function secretEnv(host: string, port: number, caFile?: string) {
   return {

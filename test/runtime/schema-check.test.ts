@@ -30,7 +30,7 @@ describe('the schema check at a service start', () => {
     const err = await requireMigrated(behind.pool, 'worker').catch((e: unknown) => e);
     expect(err).toBeInstanceOf(SchemaBehindError);
     expect((err as Error).message).toBe(
-      `the database lacks a migration this worker was built with: ${newest}. Apply them before starting it: \`cdk deploy\` runs the schema bootstrap before it updates the services; against another database, \`jobs migrate\` (the local stack, \`npm start\`, runs it)`,
+      `the database lacks a migration this worker was built with: ${newest}. Apply it before starting the worker: \`cdk deploy\` runs the schema bootstrap before it updates the services; against another database, \`jobs migrate\` (the local stack, \`npm start\`, runs it)`,
     );
   });
 
