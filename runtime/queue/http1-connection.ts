@@ -205,7 +205,7 @@ export class Connection {
   private complete(reusable: boolean): void {
     const p = this.pending;
     const head = this.head!;
-    const text = Buffer.concat(this.chunks).toString('utf8');
+    const text = (this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks)).toString('utf8');
     this.pending = null;
     this.head = null;
     this.body = null;
