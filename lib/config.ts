@@ -40,6 +40,12 @@ export interface QueueConfig {
   retentionDays: number;
   /** How long the DLQ keeps a dead letter: must be longer than the queue's so a redriven message never expires before on-call sees it. SQS caps it at 14. */
   deadLetterRetentionDays: number;
+  /**
+   * What the services send their SQS calls (receive, delete, visibility, send) through
+   * (JOBS_SQS_HTTP_CLIENT): unset, the platform's own HTTP/1.1 client; `node`, node:http, should
+   * the platform's ever misread an endpoint (README "Configuration").
+   */
+  httpClient?: 'platform' | 'node';
 }
 
 export interface DatabaseConfig {

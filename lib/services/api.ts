@@ -97,6 +97,8 @@ export interface ApiServiceProps {
   database: JobDatabase;
   /** database.idleInTransactionTimeoutSeconds (PGOPTIONS). */
   idleInTransactionTimeoutSeconds: number;
+  /** queues.httpClient (JOBS_SQS_HTTP_CLIENT), when set. */
+  sqsHttpClient?: 'platform' | 'node' | undefined;
   apiToken: secretsmanager.ISecret;
   /** The on-call operator's token (API_OPERATOR_TOKEN): the on-call routes need it, not the API token. */
   operatorToken: secretsmanager.ISecret;
@@ -242,6 +244,7 @@ export class ApiService extends Construct {
           stuckJobs: props.stuckJobs,
           retention: props.retention,
           idleInTransactionTimeoutSeconds: props.idleInTransactionTimeoutSeconds,
+          sqsHttpClient: props.sqsHttpClient,
         }),
         [ENV.port]: String(API_PORT),
         [ENV.apiPoolSize]: String(c.poolSize),

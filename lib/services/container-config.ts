@@ -30,6 +30,8 @@ export interface JobEnvironmentProps {
   idleInTransactionTimeoutSeconds: number;
   /** jobRetention: the API decides a new job's keep (JOBS_KEEP_FINISHED_DAYS), the workers' pruner all four. */
   retention: Retention;
+  /** queues.httpClient (JOBS_SQS_HTTP_CLIENT), when set. */
+  sqsHttpClient?: 'platform' | 'node' | undefined;
 }
 
 /**
@@ -70,6 +72,7 @@ export function jobEnvironment(p: JobEnvironmentProps): Record<string, string> {
     [STUCK_ENV.pendingSeconds]: String(p.stuckJobs.pendingSeconds),
     [PG_OPTIONS_VARIABLE]: pgOptions(p.idleInTransactionTimeoutSeconds),
     ...retentionEnv(p.retention),
+    ...(p.sqsHttpClient ? { [ENV.sqsHttpClient]: p.sqsHttpClient } : {}),
   };
 }
 

@@ -52,6 +52,8 @@ export interface WorkerServiceProps {
   database: JobDatabase;
   /** database.idleInTransactionTimeoutSeconds (PGOPTIONS). */
   idleInTransactionTimeoutSeconds: number;
+  /** queues.httpClient (JOBS_SQS_HTTP_CLIENT), when set. */
+  sqsHttpClient?: 'platform' | 'node' | undefined;
   /** The execution role's fixed name: the database secret's resource policy admits it by name (secret-readers.ts). */
   executionRoleName: string;
   /** The task role's fixed name: the database secret's resource policy admits it too, to read the secret again (secret-readers.ts). */
@@ -155,6 +157,7 @@ export class WorkerService extends Construct {
           stuckJobs: props.stuckJobs,
           retention: props.retention,
           idleInTransactionTimeoutSeconds: props.idleInTransactionTimeoutSeconds,
+          sqsHttpClient: props.sqsHttpClient,
         }),
         ...(c.prefetch !== undefined ? { [ENV.prefetch]: String(c.prefetch) } : {}),
         ...databaseSecretRenewal(props.database.appSecret, taskRole),

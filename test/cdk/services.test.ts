@@ -250,6 +250,16 @@ describe('containers', () => {
     expect(workerEnv).toContainEqual({ Name: ENV.prefetch, Value: '200' });
   });
 
+  it("give both JOBS_SQS_HTTP_CLIENT only when the environment sets queues.httpClient (else the platform's own client)", () => {
+    for (const name of ['api', 'worker']) expect(envOf(name), name).not.toHaveProperty(ENV.sqsHttpClient);
+    const viaNode = synthConfig(withChanges('dev', (x) => (x.queues.httpClient = 'node')));
+    const containers = Object.values(resourcesOfType(viaNode.servicesTemplate, 'AWS::ECS::TaskDefinition')).flatMap(
+      (r) => (r.Properties as { ContainerDefinitions: Container[] }).ContainerDefinitions,
+    );
+    for (const name of ['api', 'worker'])
+      expect(containers.find((x) => x.Name === name)!.Environment, name).toContainEqual({ Name: ENV.sqsHttpClient, Value: 'node' });
+  });
+
   it('get the database secret, the API token and the operator token as ECS secrets, never as plain environment', () => {
     const forbidden: string[] = [
       ENV.databaseSecret,
