@@ -23,7 +23,7 @@ import { ENV } from '../../runtime/config/env.ts';
 import type { JobTimings } from '../../runtime/config/rules.ts';
 import type { Retention } from '../../runtime/config/retention.ts';
 import type { StuckThresholds } from '../../runtime/config/stuck-thresholds.ts';
-import type { ApiConfig, EnvironmentName, LogRetentionDays } from '../config.ts';
+import type { ApiConfig, EnvironmentName, LogRetentionDays, QueueConfig } from '../config.ts';
 import type { JobDatabase } from '../database.ts';
 import { acknowledge } from '../nag.ts';
 import type { Network } from '../network.ts';
@@ -98,7 +98,7 @@ export interface ApiServiceProps {
   /** database.idleInTransactionTimeoutSeconds (PGOPTIONS). */
   idleInTransactionTimeoutSeconds: number;
   /** queues.httpClient (JOBS_SQS_HTTP_CLIENT), when set. */
-  sqsHttpClient?: 'platform' | 'node' | undefined;
+  sqsHttpClient?: QueueConfig['httpClient'];
   apiToken: secretsmanager.ISecret;
   /** The on-call operator's token (API_OPERATOR_TOKEN): the on-call routes need it, not the API token. */
   operatorToken: secretsmanager.ISecret;

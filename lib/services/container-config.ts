@@ -16,7 +16,7 @@ import { retentionEnv, type Retention } from '../../runtime/config/retention.ts'
 import type { JobTimings } from '../../runtime/config/rules.ts';
 import { metricNamespace } from '../../runtime/observability/metric-names.ts';
 import { STUCK_ENV, type StuckThresholds } from '../../runtime/config/stuck-thresholds.ts';
-import type { EnvironmentName } from '../config.ts';
+import type { EnvironmentName, QueueConfig } from '../config.ts';
 import type { JobQueues } from '../queues.ts';
 import { REPO_ROOT } from '../paths.ts';
 
@@ -31,7 +31,7 @@ export interface JobEnvironmentProps {
   /** jobRetention: the API decides a new job's keep (JOBS_KEEP_FINISHED_DAYS), the workers' pruner all four. */
   retention: Retention;
   /** queues.httpClient (JOBS_SQS_HTTP_CLIENT), when set. */
-  sqsHttpClient?: 'platform' | 'node' | undefined;
+  sqsHttpClient?: QueueConfig['httpClient'];
 }
 
 /**

@@ -20,7 +20,7 @@ import { ECS_MAX_STOP_TIMEOUT_SECONDS, RELEASE_MARGIN_SECONDS, type JobTimings }
 import { ENV } from '../../runtime/config/env.ts';
 import type { Retention } from '../../runtime/config/retention.ts';
 import type { StuckThresholds } from '../../runtime/config/stuck-thresholds.ts';
-import type { EnvironmentName, LogRetentionDays, WorkerConfig } from '../config.ts';
+import type { EnvironmentName, LogRetentionDays, QueueConfig, WorkerConfig } from '../config.ts';
 import type { JobDatabase } from '../database.ts';
 import { acknowledge } from '../nag.ts';
 import type { Network } from '../network.ts';
@@ -53,7 +53,7 @@ export interface WorkerServiceProps {
   /** database.idleInTransactionTimeoutSeconds (PGOPTIONS). */
   idleInTransactionTimeoutSeconds: number;
   /** queues.httpClient (JOBS_SQS_HTTP_CLIENT), when set. */
-  sqsHttpClient?: 'platform' | 'node' | undefined;
+  sqsHttpClient?: QueueConfig['httpClient'];
   /** The execution role's fixed name: the database secret's resource policy admits it by name (secret-readers.ts). */
   executionRoleName: string;
   /** The task role's fixed name: the database secret's resource policy admits it too, to read the secret again (secret-readers.ts). */

@@ -5,6 +5,12 @@
 import net from 'node:net';
 import tls from 'node:tls';
 
+/** A connection that closed under a request, without an error of its socket's: retried as a reset (ECONNRESET). */
+export class ConnectionClosed extends Error {
+  override name = 'ConnectionClosed';
+  readonly code = 'ECONNRESET';
+}
+
 export interface Http1Response {
   status: number;
   /** Lower-case names; a header sent more than once is joined with ", ". */
@@ -59,7 +65,7 @@ export class Connection {
   send(request: string, pending: Pending): void {
     if (this.closed || this.socket.destroyed) {
       // A write to a destroyed socket goes nowhere and says nothing: fail it now.
-      pending.reject(Object.assign(new Error('the connection closed before the request was sent'), { code: 'ECONNRESET' }));
+      pending.reject(new ConnectionClosed('the connection closed before the request was sent'));
       return;
     }
     clearTimeout(this.idleTimer);
@@ -86,12 +92,7 @@ export class Connection {
     const p = this.pending;
     if (!p) return;
     this.pending = null;
-    p.reject(
-      err ??
-        Object.assign(new Error('the connection closed before the response was complete'), {
-          code: 'ECONNRESET',
-        }),
-    );
+    p.reject(err ?? new ConnectionClosed('the connection closed before the response was complete'));
   }
 
   private data(d: Buffer): void {

@@ -20,7 +20,7 @@
 
 import { Connection, type Http1Response } from './http1-connection.ts';
 
-export type { Http1Response } from './http1-connection.ts';
+export { ConnectionClosed, type Http1Response } from './http1-connection.ts';
 
 export interface Http1Options {
   /** Connections per origin at most (default 50, node:http's agent as the wire used it). */

@@ -44,7 +44,7 @@ import type {
   SQSClient,
 } from '@aws-sdk/client-sqs';
 import type { SqsHttpClient } from '../config/sqs.ts';
-import { Http1Client } from './http1.ts';
+import { ConnectionClosed, Http1Client } from './http1.ts';
 import { type SigningKeyCache, type SqsCredentials, sha256Hex, signSqsRequest } from './sqs-sign.ts';
 import {
   CLOCK_SKEW_MS,
@@ -268,10 +268,9 @@ export class SqsWire implements SqsHotPath {
           timeoutError: () => timeoutError(operation, url, timeoutMs),
           abortError: () => abortError(signal!),
         })
-        .catch((err: Error & { code?: string }) => {
-          // As node:http words it: the operation and the host, with the socket's code kept.
-          if (err.code === 'ECONNRESET' && /before the response was complete/.test(err.message)) throw connectionLost(operation, url);
-          throw err;
+        .catch((err: unknown) => {
+          // Worded as through node:http: the operation and the host.
+          throw err instanceof ConnectionClosed ? connectionLost(operation, url) : err;
         });
     }
     return new Promise<WireResponse>((resolve, reject) => {
