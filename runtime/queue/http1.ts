@@ -18,7 +18,7 @@
 // pipelining, redirects, proxies, compression, informational answers other than skipped 1xx.
 // JOBS_SQS_HTTP_CLIENT=node sends through node:http instead (runtime/config/sqs.ts).
 
-import { Connection, type Http1Response } from './http1-connection.ts';
+import { Connection, type Http1Response, type Pending } from './http1-connection.ts';
 
 export { ConnectionClosed, type Http1Response } from './http1-connection.ts';
 
@@ -44,6 +44,7 @@ export class Http1Client {
   private readonly idleMs: number;
   private readonly tls: Http1Options['tls'];
   private readonly origins = new Map<string, Origin>();
+  private readonly bySignal = new WeakMap<AbortSignal, Set<InFlight>>();
   private destroyed = false;
 
   constructor(o: Http1Options = {}) {
@@ -61,7 +62,7 @@ export class Http1Client {
     url: URL,
     headers: Record<string, string>,
     body: string,
-    opts: { timeoutMs: number; signal?: AbortSignal | undefined; timeoutError: () => Error; abortError: () => Error },
+    opts: { timeoutMs: number; signal?: AbortSignal | undefined } & PostErrors,
   ): Promise<Http1Response> {
     if (this.destroyed) throw new Error('Http1Client: destroyed');
     let head = 'POST / HTTP/1.1\r\n';
@@ -79,24 +80,32 @@ export class Http1Client {
       throw opts.abortError();
     }
     return new Promise<Http1Response>((resolve, reject) => {
-      const timer = setTimeout(() => conn.abort(opts.timeoutError()), Math.max(0, deadline - Date.now()));
-      const onAbort = () => conn.abort(opts.abortError());
-      opts.signal?.addEventListener('abort', onAbort, { once: true });
-      const done = () => {
-        clearTimeout(timer);
-        opts.signal?.removeEventListener('abort', onAbort);
-      };
-      conn.send(request, {
-        resolve: (res) => {
-          done();
-          resolve(res);
-        },
-        reject: (err) => {
-          done();
-          reject(err);
-        },
-      });
+      const r = new InFlight(conn, resolve, reject, opts, this.underWay(opts.signal));
+      r.timer = setTimeout(deadlinePassed, Math.max(0, deadline - Date.now()), r);
+      conn.send(request, r);
     });
+  }
+
+  /**
+   * The requests under way for `signal`, aborted together when it fires: one listener a signal
+   * (a worker's receives share its stop signal), not an add and a remove on it every request.
+   */
+  private underWay(signal: AbortSignal | undefined): Set<InFlight> | null {
+    if (!signal) return null;
+    let set = this.bySignal.get(signal);
+    if (!set) {
+      const requests = new Set<InFlight>();
+      signal.addEventListener(
+        'abort',
+        () => {
+          for (const r of requests) r.abort();
+        },
+        { once: true },
+      );
+      this.bySignal.set(signal, requests);
+      set = requests;
+    }
+    return set;
   }
 
   /**
@@ -129,7 +138,7 @@ export class Http1Client {
     url: URL,
     o: Origin,
     deadline: number,
-    opts: { signal?: AbortSignal | undefined; timeoutError: () => Error; abortError: () => Error },
+    opts: { signal?: AbortSignal | undefined } & PostErrors,
   ): Promise<Connection> {
     for (;;) {
       if (this.destroyed) throw new Error('Http1Client: destroyed');
@@ -208,4 +217,50 @@ export class Http1Client {
     c.idleTimer = setTimeout(() => c.socket.destroy(), this.idleMs);
     c.idleTimer.unref();
   }
+}
+
+type PostErrors = { timeoutError: () => Error; abortError: () => Error };
+
+/** A request sent and not yet answered: settles once, by its answer, its connection's end, its deadline or its caller's abort. */
+class InFlight implements Pending {
+  timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly conn: Connection,
+    private readonly ok: (res: Http1Response) => void,
+    private readonly fail: (err: Error) => void,
+    private readonly errors: PostErrors,
+    private readonly underWay: Set<InFlight> | null,
+  ) {
+    underWay?.add(this);
+  }
+
+  resolve(res: Http1Response): void {
+    this.done();
+    this.ok(res);
+  }
+
+  reject(err: Error): void {
+    this.done();
+    this.fail(err);
+  }
+
+  /** The deadline passed: the connection goes, and the request rejects with the caller's timeout error. */
+  expire(): void {
+    this.conn.abort(this.errors.timeoutError());
+  }
+
+  abort(): void {
+    this.conn.abort(this.errors.abortError());
+  }
+
+  private done(): void {
+    clearTimeout(this.timer);
+    this.underWay?.delete(this);
+  }
+}
+
+/** setTimeout's callback for every request (the request its argument): no closure a request. */
+function deadlinePassed(r: InFlight): void {
+  r.expire();
 }

@@ -7,7 +7,7 @@
 // (one entry: a worker signs for one region with one set of credentials at a time) and derived
 // again when the day or the credentials change.
 
-import { createHash, createHmac } from 'node:crypto';
+import { createHmac, hash } from 'node:crypto';
 
 export interface SqsCredentials {
   accessKeyId: string;
@@ -36,8 +36,9 @@ export interface SigningKeyCache {
   last?: { secret: string; scope: string; key: Buffer };
 }
 
+/** One-shot (crypto.hash): half the CPU of createHash().update().digest() for a short string. */
 export function sha256Hex(s: string): string {
-  return createHash('sha256').update(s, 'utf8').digest('hex');
+  return hash('sha256', s, 'hex');
 }
 
 /** "20240102T030405Z" for 2024-01-02T03:04:05.678Z. */

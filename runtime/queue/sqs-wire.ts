@@ -29,7 +29,7 @@
 // anything else at 30 s), so a socket that stops answering (a NAT or ENI change) is abandoned and
 // retried instead of hanging the worker.
 
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import http, { type IncomingHttpHeaders } from 'node:http';
 import https from 'node:https';
 import type {
@@ -323,7 +323,7 @@ export class SqsWire implements SqsHotPath {
 }
 
 function md5Hex(s: string): string {
-  return createHash('md5').update(s, 'utf8').digest('hex');
+  return hash('md5', s, 'hex');
 }
 
 function abortError(signal: AbortSignal): Error {

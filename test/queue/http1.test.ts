@@ -4,6 +4,7 @@
 // answers, `Connection: close`, a server closing idle connections, resets mid-answer, deadlines,
 // aborts, garbage, and TLS that verifies the server's certificate.
 import { execFile } from 'node:child_process';
+import { getEventListeners } from 'node:events';
 import { promisify } from 'node:util';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import http from 'node:http';
@@ -210,6 +211,24 @@ describe('Http1Client', () => {
     const busy = one.post(raw.url, {}, 'x', opts(300)).catch((e: unknown) => e);
     await expect(one.post(raw.url, {}, 'y', opts(100))).rejects.toMatchObject({ code: 'ETIMEDOUT' });
     await busy;
+  });
+
+  it('one signal shared by many requests (a worker stop): one listener on it, and its abort stops every request under way', async () => {
+    const raw = await rawServer((socket, request) => {
+      // "hold" is never answered; anything else at once.
+      if (!request.endsWith('hold')) socket.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok');
+    });
+    const c = client();
+    const ac = new AbortController();
+    for (let i = 0; i < 50; i++) expect((await c.post(raw.url, {}, 'quick', opts(5000, ac.signal))).text).toBe('ok');
+    const held = [1, 2, 3].map(() => c.post(raw.url, {}, 'hold', opts(5000, ac.signal)).catch((e: unknown) => e));
+    await new Promise((r) => setTimeout(r, 50));
+    expect(getEventListeners(ac.signal, 'abort')).toHaveLength(1);
+    ac.abort();
+    for (const e of await Promise.all(held)) expect(e).toMatchObject({ name: 'AbortError' });
+    // A request with the fired signal is refused before it is sent; another signal still works.
+    await expect(c.post(raw.url, {}, 'quick', opts(5000, ac.signal))).rejects.toMatchObject({ name: 'AbortError' });
+    expect((await c.post(raw.url, {}, 'quick', opts(5000, new AbortController().signal))).text).toBe('ok');
   });
 
   it('reads trailers after the last chunk, and HTTP/1.0 answers (kept alive only when they say so)', async () => {
