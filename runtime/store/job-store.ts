@@ -309,6 +309,24 @@ export class JobStore {
     return new Set(rows.map((r) => r.id as string));
   }
 
+  /** Release unstarted the jobs among `ids` still running under `owner` (a claim whose answer was lost), each with an outbox row to publish. */
+  async releaseLostClaims(
+    ids: string[],
+    owner: string,
+    reason: string,
+  ): Promise<(Pick<ClaimedJob, 'id' | 'type' | 'lane' | 'attempt' | 'concurrencyKey'> & { outboxId: string })[]> {
+    if (ids.length === 0) return [];
+    const { rows } = await deadlockRetried(() => run(this.pool, 'jobReleaseLostClaims', [[...ids].sort(), owner, reason]));
+    return rows.map((r) => ({
+      id: r.id,
+      type: r.type,
+      lane: r.lane,
+      attempt: r.attempt,
+      concurrencyKey: r.concurrency_key ?? null,
+      outboxId: String(r.outbox_id),
+    }));
+  }
+
   /** Cancel a pending or running job; null when it does not exist or has already ended. */
   async cancel(id: string, by: string): Promise<Job | null> {
     const { rows } = await run(this.pool, 'jobCancel', [id, by]);

@@ -4,8 +4,9 @@
 // fail, release, dead-letter, rescue, reconcile) and the job reads; sql-outbox.ts the outbox
 // relay's and the deferred publishes'; sql-keys.ts the claim of jobs with a concurrency key;
 // sql-operator.ts the operators' (cancel, republish, redrive, discard); sql-retention.ts the
-// pruner's (finished jobs past their retention). SQL below is all five, run by name (run() in
-// job-store.ts); nothing else writes these tables.
+// pruner's (finished jobs past their retention); sql-lost-claims.ts the release of claims whose
+// answer a failover lost. SQL below is all six, run by name (run() in job-store.ts); nothing else
+// writes these tables.
 //
 // Conventions:
 //  - Time is statement_timestamp(), not now(): inside a long handler transaction now() is the
@@ -25,6 +26,7 @@
 
 import { CLAIM_RETURNING, CLAIM_SET, JOB_COLUMNS, PUBLISH_HORIZON } from './sql-fragments.ts';
 import { KEY_SQL } from './sql-keys.ts';
+import { LOST_CLAIM_SQL } from './sql-lost-claims.ts';
 import { OUTBOX_SQL } from './sql-outbox.ts';
 import { OPERATOR_SQL } from './sql-operator.ts';
 import { RETENTION_SQL } from './sql-retention.ts';
@@ -381,6 +383,6 @@ ${CLAIM_RETURNING}`,
 } as const;
 
 /** Every job-table statement by name: the workers' (above), the concurrency keys' (sql-keys.ts), the operators' (sql-operator.ts) and the pruner's (sql-retention.ts). */
-export const SQL = { ...WORKER_SQL, ...OUTBOX_SQL, ...KEY_SQL, ...OPERATOR_SQL, ...RETENTION_SQL } as const;
+export const SQL = { ...WORKER_SQL, ...OUTBOX_SQL, ...KEY_SQL, ...OPERATOR_SQL, ...RETENTION_SQL, ...LOST_CLAIM_SQL } as const;
 
 export type SqlName = keyof typeof SQL;

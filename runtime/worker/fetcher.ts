@@ -5,13 +5,12 @@
 // re-published, retried shortly, reclaimed after the lease, or dead-lettered. While the database
 // is unreachable it receives nothing and hands back what it held but did not start.
 
-import type { Job } from '../domain/job.ts';
 import { settleMessage } from '../domain/settlement.ts';
 import { isQueryReadTimeout } from '../db/pool.ts';
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import { METRIC } from '../observability/metric-names.ts';
-import { jobMessageBody, parseJobMessage } from '../queue/message.ts';
-import { SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type ReceivedMessage } from '../queue/types.ts';
+import { parseJobMessage } from '../queue/message.ts';
+import { SQS_BATCH_LIMIT, type ReceivedMessage } from '../queue/types.ts';
 import type { ClaimedJob } from '../store/job-store.ts';
 import type { DeadLetters } from './dead-letter.ts';
 import { sleep, type WorkerContext } from './held.ts';
@@ -20,6 +19,7 @@ import type { QueueMessages } from './messages.ts';
 import { Batcher } from './batcher.ts';
 import { DatabaseGate } from './database-gate.ts';
 import { Pace } from './pace.ts';
+import { LostClaims } from './lost-claims.ts';
 import { Signal } from './signal.ts';
 
 /** What the fetcher asks of the coordinator, which owns the handler slots. */
@@ -73,6 +73,8 @@ export class Fetcher {
   });
   /** Fires when a receive returns, and when it and its claim end: the loop counts the room again. */
   private readonly arrival = new Signal();
+  /** Jobs of claims that failed without an answer: released, if they committed, once the database answers. */
+  private readonly lost: LostClaims;
 
   constructor(
     private readonly ctx: WorkerContext,
@@ -82,6 +84,7 @@ export class Fetcher {
     bulkSlots = defaultBulkSlots(ctx.opts.timings.concurrency),
   ) {
     this.gate = new DatabaseGate(ctx);
+    this.lost = new LostClaims(ctx);
     const t = ctx.opts.timings;
     this.capacity = t.concurrency + (ctx.opts.prefetch ?? t.concurrency);
     this.pace = new Pace(() => slots.finished(), undefined, this.capacity);
@@ -105,6 +108,11 @@ export class Fetcher {
     const receives = new Set<Promise<void>>();
     while (!ctx.stopping) {
       if (this.gate.closed && !(await this.gate.probe())) continue;
+      const unavailable = this.lost.pending ? await this.lost.release() : null;
+      if (unavailable) {
+        this.gate.close(unavailable);
+        continue;
+      }
       if (this.backoffUntil > Date.now()) {
         await sleep(this.backoffUntil - Date.now(), ctx.stopAc.signal);
         continue;
@@ -153,6 +161,7 @@ export class Fetcher {
     // Stopping: the receives in flight return (or are aborted at the drain deadline) and hand back what they bring.
     while (receives.size > 0) await Promise.allSettled([...receives]);
     await this.claims.drain();
+    if (!this.gate.closed) await this.lost.release();
     await this.lanes?.stop();
   }
 
@@ -210,6 +219,7 @@ export class Fetcher {
         // takes it once the database answers instead of after the visibility timeout, and stop
         // receiving until then: a gated loop spends no receives toward maxReceiveCount.
         this.databaseUnavailable(err);
+        this.lost.note(messages);
         // A poll opened while this claim ran would take them again at once (a second receive
         // toward the DLQ); until it returns they are still hidden. What the lanes' polls brought
         // goes back too: it waits for a pass that the closed gate will not make.
@@ -344,7 +354,7 @@ export class Fetcher {
             this.messages.delete(m, s.why);
             break;
           case 'hide-until-due':
-            await this.hideUntil(m, job!, s.seconds);
+            await this.messages.hideUntilDue(m, job!, s.seconds);
             break;
           case 'retry-shortly':
           case 'reclaim-after-lease':
@@ -368,33 +378,6 @@ export class Fetcher {
           }
         }
       }
-    }
-  }
-
-  /**
-   * Hide a message until its job is due. Each early arrival costs a receive against
-   * maxReceiveCount, and the queue-age alarm counts a message's age across its hides
-   * (MAX_WAITING_MESSAGE_AGE_SECONDS). A job due beyond the publish horizon (SQS's longest
-   * delay, 15 min) should have no message yet (jobs.outbox_deferred; this one is a re-publish
-   * or a message from before migration 0018): its publish is deferred through the outbox and the
-   * message deleted once that is durable. When the message is older than that age or near its
-   * receive limit, send a fresh message (receive count 0, delayed to the due time) and delete
-   * this one — in that order, so a failure leaves the old message in place.
-   */
-  private async hideUntil(m: ReceivedMessage, job: Job, seconds: number): Promise<void> {
-    if (!this.messages.replaceBeforeWaiting(m, seconds)) {
-      const [failure] = await this.messages.changeVisibility([{ receipt: m.receipt, seconds }]);
-      if (!failure) return;
-    }
-    if (seconds > SQS_MAX_DELAY_SECONDS) {
-      if (await this.messages.republish([job.id], job.runAfter)) this.messages.delete(m, 'deferred: due beyond the publish horizon');
-      return;
-    }
-    try {
-      await this.ctx.queue.send([{ body: jobMessageBody(job.id, job.type), delaySeconds: seconds, lane: job.lane }]);
-      this.messages.delete(m, 're-published for a later due time');
-    } catch (err) {
-      this.ctx.log.warn({ err, jobId: job.id }, 're-publish for a later due time failed; the message will return');
     }
   }
 }

@@ -1,9 +1,18 @@
 // The worker's writes to the job queue, shared by its units: batched deletes, visibility changes
-// in batches of ten, and the durable re-publish through the outbox for a job whose message could
-// not be repositioned.
+// in batches of ten, a message hidden until its job is due, and the durable re-publish through
+// the outbox for a job whose message could not be repositioned.
 
 import { MAX_WAITING_MESSAGE_AGE_SECONDS } from '../config/rules.ts';
-import { chunk, messageAgeSeconds, SQS_BATCH_LIMIT, type EntryFailure, type ReceivedMessage } from '../queue/types.ts';
+import type { Job } from '../domain/job.ts';
+import { jobMessageBody } from '../queue/message.ts';
+import {
+  chunk,
+  messageAgeSeconds,
+  SQS_BATCH_LIMIT,
+  SQS_MAX_DELAY_SECONDS,
+  type EntryFailure,
+  type ReceivedMessage,
+} from '../queue/types.ts';
 import { Batcher } from './batcher.ts';
 import { outboxInsert } from '../store/outbox.ts';
 import type { Held, WorkerContext } from './held.ts';
@@ -125,6 +134,33 @@ export class QueueMessages {
       return;
     }
     await this.changeVisibility([{ receipt: m.receipt, seconds }]);
+  }
+
+  /**
+   * Hide a message until its job is due. Each early arrival costs a receive against
+   * maxReceiveCount, and the queue-age alarm counts a message's age across its hides
+   * (MAX_WAITING_MESSAGE_AGE_SECONDS). A job due beyond the publish horizon (SQS's longest
+   * delay, 15 min) should have no message yet (jobs.outbox_deferred; this one is a re-publish
+   * or a message from before migration 0018): its publish is deferred through the outbox and the
+   * message deleted once that is durable. When the message is older than that age or near its
+   * receive limit, send a fresh message (receive count 0, delayed to the due time) and delete
+   * this one — in that order, so a failure leaves the old message in place.
+   */
+  async hideUntilDue(m: ReceivedMessage, job: Job, seconds: number): Promise<void> {
+    if (!this.replaceBeforeWaiting(m, seconds)) {
+      const [failure] = await this.changeVisibility([{ receipt: m.receipt, seconds }]);
+      if (!failure) return;
+    }
+    if (seconds > SQS_MAX_DELAY_SECONDS) {
+      if (await this.republish([job.id], job.runAfter)) this.delete(m, 'deferred: due beyond the publish horizon');
+      return;
+    }
+    try {
+      await this.ctx.queue.send([{ body: jobMessageBody(job.id, job.type), delaySeconds: seconds, lane: job.lane }]);
+      this.delete(m, 're-published for a later due time');
+    } catch (err) {
+      this.ctx.log.warn({ err, jobId: job.id }, 're-publish for a later due time failed; the message will return');
+    }
   }
 
   /** Send the deletes still queued. */

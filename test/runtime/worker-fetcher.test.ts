@@ -6,7 +6,7 @@ import { METRIC } from '../../runtime/observability/metric-names.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { jobMessageBody } from '../../runtime/queue/message.ts';
 import { OutboxRelay } from '../../runtime/store/outbox.ts';
-import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
+import { createPlatform, FAST_TIMINGS, waitFor, type Platform } from '../support/platform.ts';
 import { deliver, receiveFor, setLease, workerUnits, type Units } from '../support/worker-units.ts';
 
 let p: Platform;
@@ -225,6 +225,51 @@ describe('fetcher: the database gate', () => {
     expect(received).toBeLessThanOrEqual(5);
     expect((await state(job.id)).state).toBe('pending');
   }, 15_000);
+
+  it('a claim that committed but whose answer a reset lost: once the database answers, the job is released unstarted and claimed again at once, on its last attempt too, not left to a 60 s lease and the rescuer', async () => {
+    // Before: the job sat running under a lease nobody renewed, its returning message deleted as a
+    // duplicate of that lease, then the rescuer spent its only attempt: dead without having run.
+    const w = workerUnits(p, { timings: { ...FAST_TIMINGS, leaseSeconds: 60 } }, 'lost-answer-worker');
+    const job = await enqueue('F-LOST-ANSWER', { maxAttempts: 1 });
+    const claim = w.ctx.store.claim.bind(w.ctx.store);
+    vi.spyOn(w.ctx.store, 'claim').mockImplementationOnce(async (...a: Parameters<typeof claim>) => {
+      await claim(...a);
+      throw new Error('Connection terminated unexpectedly');
+    });
+    const loop = w.fetcher.receiveLoop();
+    try {
+      await waitFor(() => w.started.some((h) => h.job.id === job.id), 5000, 'claimed again after the release');
+    } finally {
+      w.ctx.stopping = true;
+      w.ctx.stopAc.abort();
+      await loop;
+      await w.messages.drain();
+    }
+    expect(w.started.map((h) => [h.job.id, h.token.attempt])).toEqual([[job.id, 2]]);
+    const row = await state(job.id);
+    expect(row).toMatchObject({ state: 'running', attempt: 2, releases: 1, leaseOwner: 'lost-answer-worker' });
+    expect(row.attemptLog).toEqual([
+      expect.objectContaining({ attempt: 1, owner: 'lost-answer-worker', outcome: 'released', message: expect.stringContaining('got no answer') }),
+    ]);
+    expect(p.metrics.get(METRIC.databaseUnavailable)).toBe(1);
+    expect(dlq()).toHaveLength(0);
+  });
+
+  it('releasing lost claims touches only the jobs still running under this worker, and queues a publish for each', async () => {
+    const [mine, theirs, waiting, done] = await Promise.all(['L-MINE', 'L-THEIRS', 'L-WAITING', 'L-DONE'].map((b) => enqueue(b)));
+    await u.ctx.store.claim([mine!.id], 'me', 60);
+    await u.ctx.store.claim([theirs!.id, done!.id], 'someone-else', 60);
+    const [d] = await u.ctx.store.claim([done!.id], 'me', 60).then(async () => [(await state(done!.id))!]);
+    await u.ctx.store.release([{ id: d!.id, attempt: d!.attempt }], 'test');
+    const ids = [mine!.id, theirs!.id, waiting!.id, done!.id];
+    const before = Number((await p.db.pool.query('SELECT count(*) FROM jobs.outbox')).rows[0].count);
+    const released = await u.ctx.store.releaseLostClaims(ids, 'me', 'lost');
+    expect(released.map((r) => r.id)).toEqual([mine!.id]);
+    expect(Number((await p.db.pool.query('SELECT count(*) FROM jobs.outbox')).rows[0].count)).toBe(before + 1);
+    expect(await state(mine!.id)).toMatchObject({ state: 'pending', releases: 1, leaseOwner: null });
+    expect(await state(theirs!.id)).toMatchObject({ state: 'running', leaseOwner: 'someone-else' });
+    expect((await state(waiting!.id)).state).toBe('pending');
+  });
 
   it('a claim that got no answer in time (it may have committed) hides its messages for a lease instead of handing them back at once', async () => {
     // At once, a message would find the lease the late claim may have taken, live and unused, and be deleted as a duplicate.

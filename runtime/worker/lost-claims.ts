@@ -1,0 +1,80 @@
+// Claims whose answer the database connection lost. A claim is one UPDATE in autocommit: when
+// its connection resets or refuses mid-statement (a failover, a proxy restart, a read timeout)
+// the UPDATE may have committed, and its jobs then run under this worker's lease with no handler.
+// Left alone, each waited for its lease to run out and the rescuer, and spent an attempt without
+// running: a job on its last attempt died (`LeaseExpired`) having never started. So the fetcher
+// notes the jobs such a claim named, and once the database answers again, before it receives
+// anything more, releases the ones still running under this worker's id that it does not hold:
+// back to pending unstarted (no attempt spent, attempt log "released" with the reason), with a
+// fresh message through the outbox (the one handed back may meanwhile have met the unused lease
+// and been deleted as a duplicate). The worker id is unique to the process (defaultWorkerId; a
+// JOBS_WORKER_ID shared by two processes would let one release what the other claimed, fenced
+// but wasted).
+
+import { isDatabaseUnavailable } from '../db/unavailable.ts';
+import { parseJobMessage } from '../queue/message.ts';
+import type { ReceivedMessage } from '../queue/types.ts';
+import type { WorkerContext } from './held.ts';
+
+export class LostClaims {
+  /** Jobs named by claims that failed without an answer, not yet checked. */
+  private readonly ids = new Set<string>();
+
+  constructor(private readonly ctx: WorkerContext) {}
+
+  get pending(): boolean {
+    return this.ids.size > 0;
+  }
+
+  /** A claim of these messages' jobs failed with the database unavailable: it may have committed. */
+  note(messages: readonly ReceivedMessage[]): void {
+    for (const m of messages) {
+      const parsed = parseJobMessage(m.body);
+      if (parsed.ok) this.ids.add(parsed.message.jobId);
+    }
+  }
+
+  /**
+   * Release the noted jobs that a lost claim left running under this worker. Returns the error
+   * when the database is unavailable again (the ids stay noted, for the next time it answers),
+   * else null; any other failure is logged and the ids dropped (their leases run out and the
+   * rescuer takes them).
+   */
+  async release(): Promise<unknown> {
+    if (this.ids.size === 0) return null;
+    const { ctx } = this;
+    // A job this worker holds was claimed (the answer came, or a later claim took it): not lost.
+    const ids = [...this.ids].filter((id) => !ctx.held.has(id));
+    try {
+      const released = await ctx.store.releaseLostClaims(
+        ids,
+        ctx.workerId,
+        `claimed by worker ${ctx.workerId}, whose claim got no answer from the database (a failover or a reset); released unstarted`,
+      );
+      this.ids.clear();
+      for (const j of released) {
+        ctx.log.warn(
+          { jobId: j.id, type: j.type, attempt: j.attempt },
+          'a claim the database committed but whose answer was lost: job released unstarted (no attempt spent) and published again',
+        );
+        ctx.emit('released', j, 'claim answer lost in a database failover');
+      }
+      if (released.length > 0) {
+        // Durable in the outbox already: a publish failing here is the relay's to repeat.
+        await ctx.opts.publisher
+          .publish(released.map((j) => ({ outboxId: j.outboxId, jobId: j.id, type: j.type, lane: j.lane })))
+          .catch((err: unknown) => ctx.log.warn({ err }, 'publish after releasing lost claims failed; the outbox relay sends them'));
+        if (released.some((j) => j.concurrencyKey)) ctx.keyWake.nudge();
+      }
+      return null;
+    } catch (err) {
+      if (isDatabaseUnavailable(err)) return err;
+      this.ids.clear();
+      ctx.log.error(
+        { err },
+        'could not release the jobs of claims whose answer was lost; their leases will run out and the rescuer re-queues them',
+      );
+      return null;
+    }
+  }
+}
