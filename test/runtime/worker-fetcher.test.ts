@@ -249,7 +249,12 @@ describe('fetcher: the database gate', () => {
     const row = await state(job.id);
     expect(row).toMatchObject({ state: 'running', attempt: 2, releases: 1, leaseOwner: 'lost-answer-worker' });
     expect(row.attemptLog).toEqual([
-      expect.objectContaining({ attempt: 1, owner: 'lost-answer-worker', outcome: 'released', message: expect.stringContaining('got no answer') }),
+      expect.objectContaining({
+        attempt: 1,
+        owner: 'lost-answer-worker',
+        outcome: 'released',
+        message: expect.stringContaining('got no answer'),
+      }),
     ]);
     expect(p.metrics.get(METRIC.databaseUnavailable)).toBe(1);
     expect(dlq()).toHaveLength(0);
