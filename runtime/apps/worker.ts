@@ -6,7 +6,7 @@
 
 import { ECSClient } from '@aws-sdk/client-ecs';
 import { defaultWorkerId, ecsDeploymentProbe, ecsTask } from './ecs-task.ts';
-import { checkSchema, runService } from './entry.ts';
+import { checkSchema, runService, type SchemaWatch } from './entry.ts';
 import { serviceCredentials } from './service-credentials.ts';
 import { databaseSecretArnFromEnv, databaseTlsUnverified, databaseUrlFromEnv, ENV, intFromEnv, jobTimingsFromEnv } from '../config/env.ts';
 import { retentionFromEnv } from '../config/retention.ts';
@@ -47,6 +47,8 @@ export interface RunningWorker {
   worker: Worker;
   /** Graceful stop: drain, release, close. Resolves when everything is closed. */
   shutdown(reason: string): Promise<void>;
+  /** Settles if a schema check skipped at start (the database did not answer) finds it behind later (entry.ts). */
+  schemaBehind: Promise<Error>;
 }
 
 export async function startWorkerService(
@@ -103,8 +105,9 @@ export async function startWorkerService(
     idleTimeoutMs: SERVICE_IDLE_TIMEOUT_MS,
     onError: (err) => log.warn({ err }, 'database connection dropped; it will be replaced'),
   });
+  let schema: SchemaWatch;
   try {
-    await checkSchema(pool, 'worker', log);
+    schema = await checkSchema(pool, 'worker', log);
   } catch (err) {
     await Promise.all([endPool(pool), endPool(maintenancePool)]);
     throw err;
@@ -271,9 +274,11 @@ export async function startWorkerService(
   let shuttingDown: Promise<void> | null = null;
   return {
     worker,
+    schemaBehind: schema.behind,
     shutdown(reason: string) {
       shuttingDown ??= (async () => {
         log.info({ reason, drainSeconds: timings.drainSeconds }, 'shutting down');
+        schema.stop();
         deployments?.stop();
         await worker.stop(timings.drainSeconds);
         await Promise.all([

@@ -10,6 +10,7 @@ import { jobsBundle, removeJobsBundle, runJobs } from '../support/cli.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
 import { unknownTypeMessage } from '../support/registered-types.ts';
 import { waitFor } from '../support/platform.ts';
+import { startDbProxy } from '../../dev/db-proxy.ts';
 import { usageFor } from '../../runtime/cli/main.ts';
 import { defaultRegistry } from '../../runtime/handlers/index.ts';
 import { JobStore } from '../../runtime/store/job-store.ts';
@@ -197,6 +198,30 @@ describe('jobs command', () => {
         `jobs worker: refusing to start.\nthe database lacks a migration this worker was built with: ${migrations.at(-1)}.`,
       );
     } finally {
+      await behind.drop();
+    }
+  });
+
+  it('a worker that started while the database did not answer checks it once it answers, and stops with exit 1 when it lacks a migration of its build', async () => {
+    // Before: the check was skipped for good, and every claim then failed on the missing schema,
+    // spending the waiting messages' receives toward the DLQ.
+    const migrations = readdirSync(join('runtime', 'db', 'migrations')).sort();
+    const behind = await createTestDb({ migrateThrough: migrations.length - 1 });
+    const u = new URL(behind.url);
+    const proxy = await startDbProxy({ host: u.hostname, port: Number(u.port) });
+    try {
+      proxy.failover(3);
+      const r = await runJobs(['worker'], {
+        env: { ...jobsEnv(), DATABASE_URL: proxy.url(behind.url), LOG_LEVEL: 'warn', ...NOWHERE_SQS },
+        timeoutMs: 30_000,
+      });
+      expect(r.stdout).toContain('starting, and checking again once it answers');
+      expect(r.stderr).toContain(
+        `jobs worker: stopping, as a start would refuse.\nthe database lacks a migration this worker was built with: ${migrations.at(-1)}.`,
+      );
+      expect(r.code).toBe(1);
+    } finally {
+      await proxy.stop();
       await behind.drop();
     }
   });

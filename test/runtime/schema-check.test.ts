@@ -12,6 +12,8 @@ import { loadMigrations, requireMigrated, SchemaBehindError } from '../../runtim
 import { createPool } from '../../runtime/db/pool.ts';
 import { silentLogger, type Logger } from '../../runtime/observability/log.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
+import { waitFor } from '../support/platform.ts';
+import { startDbProxy } from '../../dev/db-proxy.ts';
 
 let behind: TestDb;
 let empty: TestDb;
@@ -56,11 +58,45 @@ describe('the schema check at a service start', () => {
     const log = { ...silentLogger, warn: (_: object, msg: string) => warnings.push(msg) } as unknown as Logger;
     const nowhere = createPool({ url: 'postgres://jobs@127.0.0.1:9/jobs', max: 1, applicationName: 'jobs-test' });
     try {
-      await checkSchema(nowhere, 'worker', log);
+      (await checkSchema(nowhere, 'worker', log)).stop();
     } finally {
       await nowhere.end();
     }
-    expect(warnings).toEqual(["could not check the database for this build's migrations: it did not answer; starting without the check"]);
+    expect(warnings).toEqual([
+      "could not check the database for this build's migrations: it did not answer; starting, and checking again once it answers",
+    ]);
+  });
+
+  it('a check skipped at start is made again once the database answers: behind, the watch settles with the refusal; current, it says so and settles nothing', async () => {
+    const current = await createTestDb();
+    const proxies = await Promise.all(
+      [behind, current].map((d) => startDbProxy({ host: new URL(d.url).hostname, port: Number(new URL(d.url).port) })),
+    );
+    const pools = [behind, current].map((d, i) => createPool({ url: proxies[i]!.url(d.url), max: 1, applicationName: 'jobs-test' }));
+    const infos: string[] = [];
+    const log = { ...silentLogger, warn: () => undefined, info: (...a: unknown[]) => infos.push(String(a.at(-1))) } as unknown as Logger;
+    try {
+      for (const p of proxies) p.failover(1);
+      const [behindWatch, currentWatch] = await Promise.all(pools.map((pool) => checkSchema(pool, 'worker', log, 200)));
+      const refusal = await Promise.race([behindWatch!.behind, new Promise((r) => setTimeout(() => r('not settled'), 10_000))]);
+      expect(refusal).toBeInstanceOf(SchemaBehindError);
+      expect((refusal as Error).message).toContain(`lacks a migration this worker was built with: ${newest}`);
+      await waitFor(
+        () => infos.includes('the database answered: it has every migration this build carries'),
+        10_000,
+        'the current one checked',
+      );
+      let settled = false;
+      void currentWatch!.behind.then(() => (settled = true));
+      await new Promise((r) => setTimeout(r, 500));
+      expect(settled).toBe(false);
+      currentWatch!.stop();
+      behindWatch!.stop();
+    } finally {
+      await Promise.all(pools.map((p) => p.end()));
+      await Promise.all(proxies.map((p) => p.stop()));
+      await current.drop();
+    }
   });
 
   it('the worker service refuses to start, and leaves no connection open behind it', async () => {
