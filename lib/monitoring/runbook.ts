@@ -21,6 +21,7 @@ export const RUNBOOK_SECTION = {
   databaseSecretUnreadable: 'database-secret-unreadable',
   databasePasswordNotRotated: 'database-password-not-rotated',
   databaseLoginsRefused: 'database-logins-refused',
+  claimsFailing: 'claims-failing',
   apiUnhealthyTargets: 'api-unhealthy-targets',
   apiTasksBelowMinimum: 'api-tasks-below-minimum',
   workerAtMaximum: 'worker-at-maximum-with-backlog',

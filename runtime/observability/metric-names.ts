@@ -38,6 +38,12 @@ export const METRIC = {
   schedulePassesFailed: 'SchedulePassesFailed',
   /** Count: a worker's probes, while it has stopped receiving, whose fresh login the database refused (the password not followed). */
   databaseLoginsRefused: 'DatabaseLoginsRefused',
+  /**
+   * Count: claims of received messages that failed with the database answering (not an outage): a
+   * grant revoked, a table or function changed by hand, a statement timeout. Their messages return
+   * after the visibility timeout, each receive spent toward the DLQ.
+   */
+  claimsFailed: 'ClaimsFailed',
   /** Count: reads of the database secret that failed, by workers and API tasks (runtime/db/credentials.ts: hourly, and on a refused login). */
   databaseSecretReadsFailed: 'DatabaseSecretReadsFailed',
   /** Milliseconds: age of the database secret's current version (since its last rotation), at each task's start and hourly read (workers and API). */

@@ -236,7 +236,8 @@ export class Fetcher {
         );
       } else {
         this.claimFailures++;
-        // The messages reappear after their visibility timeout; nothing is lost.
+        // The messages reappear after their visibility timeout; nothing is lost, but each receive counts toward the DLQ.
+        this.ctx.metrics.count(METRIC.claimsFailed);
         this.ctx.log.error({ err, messages: messages.length }, 'could not handle received messages; they will be redelivered');
         this.backoffUntil = Math.max(this.backoffUntil, Date.now() + Math.min(30_000, 200 * 2 ** Math.min(this.claimFailures, 8)));
       }

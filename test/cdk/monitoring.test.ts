@@ -11,6 +11,7 @@ import { connectionBudget, ENVIRONMENTS, INSTANCE_MEMORY_GIB } from '../../lib/c
 import {
   API_DEPLOYMENT_ALARMS,
   DATABASE_PASSWORD_NOT_ROTATED_GRACE_DAYS,
+  CLAIMS_FAILING_ALARM,
   DATABASE_LOGINS_REFUSED_ALARM,
   DATABASE_SECRET_UNREADABLE_ALARM,
   JOBS_STUCK_ALARM,
@@ -78,8 +79,8 @@ describe('on-call topic', () => {
 });
 
 describe('alarms', () => {
-  it('are the twenty-three on-call alarms, no more', () => {
-    expect(alarms).toHaveLength(23);
+  it('are the twenty-four on-call alarms, no more', () => {
+    expect(alarms).toHaveLength(24);
   });
 
   it.each(alarms.map((a) => [a.AlarmName as string, a] as const))('%s notifies the on-call topic when it fires and clears', (_name, a) => {
@@ -105,7 +106,7 @@ describe('alarms', () => {
   it('each runbook section the alarms use exists, one per alarm', () => {
     for (const s of Object.values(RUNBOOK_SECTION)) expect(sections.has(s), s).toBe(true);
     const cited = alarms.map((a) => /#([a-z0-9-]+)$/.exec(a.AlarmDescription as string)![1]);
-    expect(new Set(cited).size).toBe(23);
+    expect(new Set(cited).size).toBe(24);
   });
 
   it('DLQ not empty: any visible message, missing data not breaching', () => {
@@ -310,6 +311,26 @@ describe('alarms', () => {
     expect(a.AlarmDescription).toMatch(/stopped receiving.*Runbook: docs\/runbooks\/README\.md#database-logins-refused$/s);
   });
 
+  it("claims failing: the workers' ClaimsFailed by its imported name, in each of three minutes, paging before the DLQ would", () => {
+    const a = alarmNamed('claims failing');
+    expect(a).toMatchObject({
+      Namespace: metricNamespace('prod'),
+      MetricName: METRIC.claimsFailed,
+      Statistic: 'Sum',
+      Period: CLAIMS_FAILING_ALARM.periodMinutes * 60,
+      ComparisonOperator: 'GreaterThanOrEqualToThreshold',
+      Threshold: 1,
+      EvaluationPeriods: 3,
+      DatapointsToAlarm: 3,
+      TreatMissingData: 'notBreaching',
+    });
+    // Three minutes against the messages' way to the DLQ: maxReceiveCount receives a visibility timeout apart.
+    expect(CLAIMS_FAILING_ALARM.periodMinutes * CLAIMS_FAILING_ALARM.evaluationPeriods * 60).toBeLessThan(
+      c.jobTimings.maxReceiveCount * c.jobTimings.visibilityTimeoutSeconds,
+    );
+    expect(a.AlarmDescription).toMatch(/class 42.*Runbook: docs\/runbooks\/README\.md#claims-failing$/s);
+  });
+
   it("database password not rotated: the secret's age as the workers read it, past the period plus the grace", () => {
     const a = alarmNamed('database password not rotated');
     expect(a).toMatchObject({
@@ -412,7 +433,7 @@ describe('alarm delivery (issue 12)', () => {
       },
     ]);
     // Every alarm's ARN, in the order they were made, and nothing else.
-    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(23);
+    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(24);
   });
 
   it('the key lets CloudWatch use it under the same conditions, and allows grants only for AWS services', () => {

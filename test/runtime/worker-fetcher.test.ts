@@ -276,6 +276,19 @@ describe('fetcher: the database gate', () => {
     expect((await state(waiting!.id)).state).toBe('pending');
   });
 
+  it('a claim the database refuses while it answers (a grant revoked: 42501) is counted as ClaimsFailed, the alarm a person is paged by, not as an outage', async () => {
+    const job = await enqueue('F-REVOKED');
+    vi.spyOn(u.ctx.store, 'claim').mockRejectedValue(Object.assign(new Error('permission denied for table job'), { code: '42501' }));
+    const loop = u.fetcher.receiveLoop();
+    await waitFor(() => p.metrics.get(METRIC.claimsFailed) >= 1, 5000, 'counted');
+    u.ctx.stopping = true;
+    u.ctx.stopAc.abort();
+    await loop;
+    expect(p.metrics.get(METRIC.databaseUnavailable)).toBe(0);
+    // Left to return after the visibility timeout; the row untouched.
+    expect((await state(job.id)).state).toBe('pending');
+  });
+
   it('a claim that got no answer in time (it may have committed) hides its messages for a lease instead of handing them back at once', async () => {
     // At once, a message would find the lease the late claim may have taken, live and unused, and be deleted as a duplicate.
     await enqueue('F-READ-TIMEOUT');
