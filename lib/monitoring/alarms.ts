@@ -108,12 +108,13 @@ export const DATABASE_LOGINS_REFUSED_ALARM = { periodMinutes: 1, evaluationPerio
 
 /**
  * Workers whose claims fail while the database answers (ClaimsFailed: a grant revoked, a table or
- * function changed by hand, a statement timeout), in each of this many minutes. A failing worker
- * retries within 30 s, so every minute counts while it lasts; a one-off (a deadlock that outlived
- * its retries) does not fill three. Paged before the messages reach the DLQ (maxReceiveCount ×
- * the visibility timeout: 15 minutes by default), with the cause rather than a DLQ of healthy jobs.
+ * function changed by hand, a statement timeout), in 3 of 5 minutes. A failed claim's messages
+ * return after the visibility timeout (90 s by default), so with little traffic the failures come
+ * a minute or two apart: 3 minutes in a row would miss them. A one-off (a deadlock that outlived
+ * its retries) fills one. Paged before the messages reach the DLQ (maxReceiveCount × the
+ * visibility timeout: 15 minutes by default), with the cause rather than a DLQ of healthy jobs.
  */
-export const CLAIMS_FAILING_ALARM = { periodMinutes: 1, evaluationPeriods: 3 } as const;
+export const CLAIMS_FAILING_ALARM = { periodMinutes: 1, evaluationPeriods: 5, datapointsToAlarm: 3 } as const;
 
 /** A platform metric as the worker emits it: its environment's namespace, no dimensions. */
 export function jobMetric(
@@ -363,14 +364,14 @@ export class JobAlarms extends Construct {
       claimsFailing: make('claimsFailing', {
         alarmName: `${prefix} claims failing`,
         alarmDescription: describe(
-          `the workers' claims of received messages have failed in each of ${CLAIMS_FAILING_ALARM.evaluationPeriods} minutes while the database answers (not an outage): nothing new starts, and every message received spends a receive toward the DLQ (it returns after the visibility timeout; after maxReceiveCount receives SQS dead-letters it, and *DLQ not empty* pages). Usually the platform's statements are refused: a grant revoked or a table or function changed by hand (SQLSTATE class 42), or a statement timeout. The workers log \`could not handle received messages\` with the error.`,
+          `the workers' claims of received messages have failed in ${CLAIMS_FAILING_ALARM.datapointsToAlarm} of the last ${CLAIMS_FAILING_ALARM.evaluationPeriods} minutes while the database answers (not an outage): nothing new starts, and every message received spends a receive toward the DLQ (it returns after the visibility timeout; after maxReceiveCount receives SQS dead-letters it, and *DLQ not empty* pages). Usually the platform's statements are refused: a grant revoked or a table or function changed by hand (SQLSTATE class 42), or a statement timeout. The workers log \`could not handle received messages\` with the error.`,
           RUNBOOK_SECTION.claimsFailing,
         ),
         metric: jobMetric(envName, METRIC.claimsFailed, 'Sum', Duration.minutes(CLAIMS_FAILING_ALARM.periodMinutes)),
         comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
         threshold: 1,
         evaluationPeriods: CLAIMS_FAILING_ALARM.evaluationPeriods,
-        datapointsToAlarm: CLAIMS_FAILING_ALARM.evaluationPeriods,
+        datapointsToAlarm: CLAIMS_FAILING_ALARM.datapointsToAlarm,
         // The workers emit only when a claim fails.
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       }),

@@ -301,6 +301,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
       });
     });
   } catch (err) {
+    schema.stop();
     await live?.stop();
     await credentials?.stop();
     await cloudwatch?.stop();

@@ -11,8 +11,11 @@ import type { Logger } from '../observability/log.ts';
 
 /** What a later check found, when the one at start could not be made. */
 export interface SchemaWatch {
-  /** Settles, with the refusal, only if the database turns out to lack a migration of this build. */
-  readonly behind: Promise<SchemaBehindError>;
+  /**
+   * Settles only with what would have refused the start: the database lacks a migration of this
+   * build (SchemaBehindError), or the check itself is refused (no access to the bookkeeping).
+   */
+  readonly behind: Promise<Error>;
   stop(): void;
 }
 
@@ -42,7 +45,7 @@ export async function checkSchema(pool: pg.Pool, service: string, log: Logger, r
   }
   let timer: NodeJS.Timeout | undefined;
   let stopped = false;
-  const behind = new Promise<SchemaBehindError>((found) => {
+  const behind = new Promise<Error>((found) => {
     const again = () => {
       timer = setTimeout(async () => {
         try {
@@ -50,8 +53,9 @@ export async function checkSchema(pool: pg.Pool, service: string, log: Logger, r
           log.info('the database answered: it has every migration this build carries');
         } catch (err) {
           if (stopped) return;
-          if (err instanceof SchemaBehindError) found(err);
-          else again();
+          // Still out of reach: try again. Anything else would have refused the start.
+          if (isDatabaseUnavailable(err)) again();
+          else found(err instanceof Error ? err : new Error(String(err)));
         }
       }, recheckMs);
       timer.unref();

@@ -44,7 +44,7 @@ export class Http1Client {
   private readonly idleMs: number;
   private readonly tls: Http1Options['tls'];
   private readonly origins = new Map<string, Origin>();
-  private readonly bySignal = new WeakMap<AbortSignal, Set<InFlight>>();
+  private readonly bySignal = new WeakMap<AbortSignal, UnderWay>();
   private destroyed = false;
 
   constructor(o: Http1Options = {}) {
@@ -88,24 +88,18 @@ export class Http1Client {
 
   /**
    * The requests under way for `signal`, aborted together when it fires: one listener a signal
-   * (a worker's receives share its stop signal), not an add and a remove on it every request.
+   * while it has requests (a worker's receives share its stop signal), not an add and a remove
+   * on it every request. The listener goes with the signal's last request, so a signal made for
+   * one call is not kept alive by it.
    */
-  private underWay(signal: AbortSignal | undefined): Set<InFlight> | null {
+  private underWay(signal: AbortSignal | undefined): UnderWay | null {
     if (!signal) return null;
-    let set = this.bySignal.get(signal);
-    if (!set) {
-      const requests = new Set<InFlight>();
-      signal.addEventListener(
-        'abort',
-        () => {
-          for (const r of requests) r.abort();
-        },
-        { once: true },
-      );
-      this.bySignal.set(signal, requests);
-      set = requests;
+    let u = this.bySignal.get(signal);
+    if (!u) {
+      u = new UnderWay(signal, () => this.bySignal.delete(signal));
+      this.bySignal.set(signal, u);
     }
-    return set;
+    return u;
   }
 
   /**
@@ -230,7 +224,7 @@ class InFlight implements Pending {
     private readonly ok: (res: Http1Response) => void,
     private readonly fail: (err: Error) => void,
     private readonly errors: PostErrors,
-    private readonly underWay: Set<InFlight> | null,
+    private readonly underWay: UnderWay | null,
   ) {
     underWay?.add(this);
   }
@@ -256,7 +250,33 @@ class InFlight implements Pending {
 
   private done(): void {
     clearTimeout(this.timer);
-    this.underWay?.delete(this);
+    this.underWay?.remove(this);
+  }
+}
+
+/** One signal's requests under way, and its one 'abort' listener while there are any. */
+class UnderWay {
+  private readonly requests = new Set<InFlight>();
+  private readonly onAbort = () => {
+    for (const r of this.requests) r.abort();
+  };
+
+  constructor(
+    private readonly signal: AbortSignal,
+    private readonly emptied: () => void,
+  ) {
+    signal.addEventListener('abort', this.onAbort, { once: true });
+  }
+
+  add(r: InFlight): void {
+    this.requests.add(r);
+  }
+
+  remove(r: InFlight): void {
+    this.requests.delete(r);
+    if (this.requests.size > 0) return;
+    this.signal.removeEventListener('abort', this.onAbort);
+    this.emptied();
   }
 }
 

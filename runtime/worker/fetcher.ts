@@ -108,7 +108,8 @@ export class Fetcher {
     const receives = new Set<Promise<void>>();
     while (!ctx.stopping) {
       if (this.gate.closed && !(await this.gate.probe())) continue;
-      const unavailable = this.lost.pending ? await this.lost.release() : null;
+      // No claim of this worker's in flight meanwhile: one could take a noted job for this worker.
+      const unavailable = this.lost.pending ? await this.claims.drain().then(() => this.lost.release()) : null;
       if (unavailable) {
         this.gate.close(unavailable);
         continue;
@@ -219,7 +220,6 @@ export class Fetcher {
         // takes it once the database answers instead of after the visibility timeout, and stop
         // receiving until then: a gated loop spends no receives toward maxReceiveCount.
         this.databaseUnavailable(err);
-        this.lost.note(messages);
         // A poll opened while this claim ran would take them again at once (a second receive
         // toward the DLQ); until it returns they are still hidden. What the lanes' polls brought
         // goes back too: it waits for a pass that the closed gate will not make.
@@ -282,7 +282,7 @@ export class Fetcher {
     // The lease runs from the claim statement, which is after this moment: counting from here
     // errs on the safe side when the worker decides alone that a lease ran out.
     const sentAt = performance.now();
-    const claimed = await ctx.store.claim(ids, ctx.workerId, ctx.opts.timings.leaseSeconds);
+    const claimed = await this.lost.watch(ids, () => ctx.store.claim(ids, ctx.workerId, ctx.opts.timings.leaseSeconds));
     const misses = new Set(ids);
     // Urgent first: each start takes a free slot at once, before the rest of the batch is in hand.
     claimed.sort((a, b) => Number(b.lane === 'urgent') - Number(a.lane === 'urgent'));
@@ -296,6 +296,7 @@ export class Fetcher {
   private startClaimed(job: ClaimedJob, byJob: Map<string, ReceivedMessage[]>, sentAt: number): void {
     const { ctx } = this;
     const [first, ...copies] = byJob.get(job.id)!;
+    this.lost.forget(job.id);
     ctx.metrics.timing(METRIC.queueLag, job.queueLagMs);
     ctx.emit(job.reclaimed ? 'reclaimed' : 'claimed', job);
     this.slots.start(job, first!, sentAt);
@@ -321,7 +322,9 @@ export class Fetcher {
       return j && (j.state === 'pending' || j.state === 'running');
     });
     if (keyed.length > 0) {
-      const { claimed, blocked } = await ctx.store.claimKeyed(keyed, ctx.workerId, ctx.opts.timings.leaseSeconds);
+      const { claimed, blocked } = await this.lost.watch(keyed, () =>
+        ctx.store.claimKeyed(keyed, ctx.workerId, ctx.opts.timings.leaseSeconds),
+      );
       for (const job of claimed) this.startClaimed(job, byJob, sentAt);
       for (const id of blocked) {
         const job = jobs.get(id)!;

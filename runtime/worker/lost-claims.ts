@@ -3,8 +3,10 @@
 // the UPDATE may have committed, and its jobs then run under this worker's lease with no handler.
 // Left alone, each waited for its lease to run out and the rescuer, and spent an attempt without
 // running: a job on its last attempt died (`LeaseExpired`) having never started. So the fetcher
-// notes the jobs such a claim named, and once the database answers again, before it receives
-// anything more, releases the ones still running under this worker's id that it does not hold:
+// notes the jobs such a claim statement named (not those of a statement that answered: their
+// attempts, even one whose completion then failed, are the worker's to settle), and once the
+// database answers again, with no claim of its own in flight and before it receives anything
+// more, releases the ones still running under this worker's id that it does not hold:
 // back to pending unstarted (no attempt spent, attempt log "released" with the reason), with a
 // fresh message through the outbox (the one handed back may meanwhile have met the unused lease
 // and been deleted as a duplicate). The worker id is unique to the process (defaultWorkerId; a
@@ -12,8 +14,6 @@
 // but wasted).
 
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
-import { parseJobMessage } from '../queue/message.ts';
-import type { ReceivedMessage } from '../queue/types.ts';
 import type { WorkerContext } from './held.ts';
 
 export class LostClaims {
@@ -26,12 +26,23 @@ export class LostClaims {
     return this.ids.size > 0;
   }
 
-  /** A claim of these messages' jobs failed with the database unavailable: it may have committed. */
-  note(messages: readonly ReceivedMessage[]): void {
-    for (const m of messages) {
-      const parsed = parseJobMessage(m.body);
-      if (parsed.ok) this.ids.add(parsed.message.jobId);
+  /**
+   * Run `claim`, a statement claiming `ids` for this worker; when it fails with the database
+   * unavailable (it may have committed, its answer lost), note them. Statements that answered, and
+   * jobs this worker started since, are not noted: their attempts are the worker's to settle.
+   */
+  async watch<T>(ids: readonly string[], claim: () => Promise<T>): Promise<T> {
+    try {
+      return await claim();
+    } catch (err) {
+      if (isDatabaseUnavailable(err)) for (const id of ids) this.ids.add(id);
+      throw err;
     }
+  }
+
+  /** A noted job this worker claimed since (a later claim answered): not lost. */
+  forget(id: string): void {
+    this.ids.delete(id);
   }
 
   /**
@@ -44,14 +55,16 @@ export class LostClaims {
     if (this.ids.size === 0) return null;
     const { ctx } = this;
     // A job this worker holds was claimed (the answer came, or a later claim took it): not lost.
-    const ids = [...this.ids].filter((id) => !ctx.held.has(id));
+    const noted = [...this.ids];
+    const ids = noted.filter((id) => !ctx.held.has(id));
     try {
       const released = await ctx.store.releaseLostClaims(
         ids,
         ctx.workerId,
         `claimed by worker ${ctx.workerId}, whose claim got no answer from the database (a failover or a reset); released unstarted`,
       );
-      this.ids.clear();
+      // Only those asked about: a claim failing meanwhile noted others.
+      for (const id of noted) this.ids.delete(id);
       for (const j of released) {
         ctx.log.warn(
           { jobId: j.id, type: j.type, attempt: j.attempt },
@@ -69,7 +82,7 @@ export class LostClaims {
       return null;
     } catch (err) {
       if (isDatabaseUnavailable(err)) return err;
-      this.ids.clear();
+      for (const id of noted) this.ids.delete(id);
       ctx.log.error(
         { err },
         'could not release the jobs of claims whose answer was lost; their leases will run out and the rescuer re-queues them',

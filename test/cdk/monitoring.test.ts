@@ -311,7 +311,7 @@ describe('alarms', () => {
     expect(a.AlarmDescription).toMatch(/stopped receiving.*Runbook: docs\/runbooks\/README\.md#database-logins-refused$/s);
   });
 
-  it("claims failing: the workers' ClaimsFailed by its imported name, in each of three minutes, paging before the DLQ would", () => {
+  it("claims failing: the workers' ClaimsFailed by its imported name, in 3 of 5 minutes (a failed claim's messages return a visibility timeout later), paging before the DLQ would", () => {
     const a = alarmNamed('claims failing');
     expect(a).toMatchObject({
       Namespace: metricNamespace('prod'),
@@ -320,11 +320,16 @@ describe('alarms', () => {
       Period: CLAIMS_FAILING_ALARM.periodMinutes * 60,
       ComparisonOperator: 'GreaterThanOrEqualToThreshold',
       Threshold: 1,
-      EvaluationPeriods: 3,
+      EvaluationPeriods: 5,
       DatapointsToAlarm: 3,
       TreatMissingData: 'notBreaching',
     });
-    // Three minutes against the messages' way to the DLQ: maxReceiveCount receives a visibility timeout apart.
+    // With one message failing each time it returns (every visibility timeout), 3 of 5 minutes fill:
+    const minutes = new Set([0, 1, 2, 3].map((k) => Math.floor((k * c.jobTimings.visibilityTimeoutSeconds) / 60)));
+    expect([...minutes].filter((m) => m < CLAIMS_FAILING_ALARM.evaluationPeriods).length).toBeGreaterThanOrEqual(
+      CLAIMS_FAILING_ALARM.datapointsToAlarm,
+    );
+    // Five minutes against the messages' way to the DLQ: maxReceiveCount receives a visibility timeout apart.
     expect(CLAIMS_FAILING_ALARM.periodMinutes * CLAIMS_FAILING_ALARM.evaluationPeriods * 60).toBeLessThan(
       c.jobTimings.maxReceiveCount * c.jobTimings.visibilityTimeoutSeconds,
     );

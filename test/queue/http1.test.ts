@@ -213,7 +213,7 @@ describe('Http1Client', () => {
     await busy;
   });
 
-  it('one signal shared by many requests (a worker stop): one listener on it, and its abort stops every request under way', async () => {
+  it('one signal shared by many requests (a worker stop): one listener on it while they are under way, none after, and its abort stops every request under way', async () => {
     const raw = await rawServer((socket, request) => {
       // "hold" is never answered; anything else at once.
       if (!request.endsWith('hold')) socket.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok');
@@ -221,6 +221,8 @@ describe('Http1Client', () => {
     const c = client();
     const ac = new AbortController();
     for (let i = 0; i < 50; i++) expect((await c.post(raw.url, {}, 'quick', opts(5000, ac.signal))).text).toBe('ok');
+    // None under way: no listener left on it (a signal made for one call is not kept alive).
+    expect(getEventListeners(ac.signal, 'abort')).toHaveLength(0);
     const held = [1, 2, 3].map(() => c.post(raw.url, {}, 'hold', opts(5000, ac.signal)).catch((e: unknown) => e));
     await new Promise((r) => setTimeout(r, 50));
     expect(getEventListeners(ac.signal, 'abort')).toHaveLength(1);

@@ -6,6 +6,7 @@ import { METRIC } from '../../runtime/observability/metric-names.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { jobMessageBody } from '../../runtime/queue/message.ts';
 import { OutboxRelay } from '../../runtime/store/outbox.ts';
+import { LostClaims } from '../../runtime/worker/lost-claims.ts';
 import { createPlatform, FAST_TIMINGS, waitFor, type Platform } from '../support/platform.ts';
 import { deliver, receiveFor, setLease, workerUnits, type Units } from '../support/worker-units.ts';
 
@@ -262,18 +263,59 @@ describe('fetcher: the database gate', () => {
 
   it('releasing lost claims touches only the jobs still running under this worker, and queues a publish for each', async () => {
     const [mine, theirs, waiting, done] = await Promise.all(['L-MINE', 'L-THEIRS', 'L-WAITING', 'L-DONE'].map((b) => enqueue(b)));
-    await u.ctx.store.claim([mine!.id], 'me', 60);
-    await u.ctx.store.claim([theirs!.id, done!.id], 'someone-else', 60);
-    const [d] = await u.ctx.store.claim([done!.id], 'me', 60).then(async () => [(await state(done!.id))!]);
-    await u.ctx.store.release([{ id: d!.id, attempt: d!.attempt }], 'test');
+    await u.ctx.store.claim([mine!.id, done!.id], 'me', 60);
+    await u.ctx.store.claim([theirs!.id], 'someone-else', 60);
+    await u.ctx.store.completeMany([{ id: done!.id, attempt: 1, result: null }]);
+    expect((await state(done!.id)).state).toBe('succeeded');
     const ids = [mine!.id, theirs!.id, waiting!.id, done!.id];
-    const before = Number((await p.db.pool.query('SELECT count(*) FROM jobs.outbox')).rows[0].count);
+    const outbox = async () => Number((await p.db.pool.query('SELECT count(*) FROM jobs.outbox')).rows[0].count);
+    const before = await outbox();
     const released = await u.ctx.store.releaseLostClaims(ids, 'me', 'lost');
     expect(released.map((r) => r.id)).toEqual([mine!.id]);
-    expect(Number((await p.db.pool.query('SELECT count(*) FROM jobs.outbox')).rows[0].count)).toBe(before + 1);
+    expect(await outbox()).toBe(before + 1);
     expect(await state(mine!.id)).toMatchObject({ state: 'pending', releases: 1, leaseOwner: null });
     expect(await state(theirs!.id)).toMatchObject({ state: 'running', leaseOwner: 'someone-else' });
     expect((await state(waiting!.id)).state).toBe('pending');
+    expect((await state(done!.id)).state).toBe('succeeded');
+  });
+
+  it('notes only the jobs of a claim statement that got no answer, never releases one this worker holds, and keeps what a claim failing meanwhile noted', async () => {
+    const lost = new LostClaims(u.ctx);
+    const [a, b, c, d] = await Promise.all(['N-A', 'N-B', 'N-C', 'N-D'].map((x) => enqueue(x)));
+    const me = u.ctx.workerId;
+    const reset = () => Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' });
+    // A statement that answered: nothing noted, whatever fails after it (its attempts are the worker's to settle).
+    await lost.watch([a!.id], () => u.ctx.store.claim([a!.id], me, 60));
+    // A statement refused for another reason took nothing: nothing noted.
+    await expect(
+      lost.watch([d!.id], () => Promise.reject(Object.assign(new Error('permission denied'), { code: '42501' }))),
+    ).rejects.toThrow();
+    expect(lost.pending).toBe(false);
+    // One that committed and lost its answer: noted.
+    await expect(
+      lost.watch([b!.id, c!.id], async () => {
+        await u.ctx.store.claim([b!.id, c!.id], me, 60);
+        throw reset();
+      }),
+    ).rejects.toThrow('ECONNRESET');
+    expect(lost.pending).toBe(true);
+    // c is held by this worker (a later claim of it answered): not released.
+    u.ctx.held.set(c!.id, {} as never);
+    // A claim failing while the release runs notes d: kept for the next time.
+    const store = u.ctx.store;
+    const releaseLostClaims = store.releaseLostClaims.bind(store);
+    vi.spyOn(store, 'releaseLostClaims').mockImplementationOnce(async (...x: Parameters<typeof releaseLostClaims>) => {
+      await lost.watch([d!.id], () => Promise.reject(reset())).catch(() => undefined);
+      return releaseLostClaims(...x);
+    });
+    expect(await lost.release()).toBeNull();
+    u.ctx.held.delete(c!.id);
+    expect(await state(b!.id)).toMatchObject({ state: 'pending', releases: 1 });
+    expect(await state(c!.id)).toMatchObject({ state: 'running', leaseOwner: me });
+    expect(await state(a!.id)).toMatchObject({ state: 'running', leaseOwner: me });
+    expect(lost.pending).toBe(true);
+    lost.forget(d!.id);
+    expect(lost.pending).toBe(false);
   });
 
   it('a claim the database refuses while it answers (a grant revoked: 42501) is counted as ClaimsFailed, the alarm a person is paged by, not as an outage', async () => {
