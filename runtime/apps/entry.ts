@@ -87,7 +87,7 @@ export async function runService<S extends { shutdown(reason: string): Promise<v
   }
   void svc.schemaBehind?.then((err) => {
     process.stderr.write(`${name}: stopping, as a start would refuse.\n${err.message}\n`);
-    svc.shutdown('the database lacks migrations of this build').finally(() => process.exit(1));
+    svc.shutdown('a schema check the start could not make refused this build').finally(() => process.exit(1));
   });
   for (const sig of ['SIGTERM', 'SIGINT'] as const) {
     process.once(sig, () => {
