@@ -80,6 +80,17 @@ export const CLAIM_SET = `       SET state = 'running',
            claimed_at = statement_timestamp(),
            blocked_since = NULL`;
 
+/**
+ * What a release of `j` sets besides its state and due time: no attempt spent (releases + 1), a
+ * "released" entry in the attempt log with the reason ($3), the lease and the type's slot given
+ * up. The graceful release (sql.ts jobRelease) and the release of lost claims (sql-lost-claims.ts).
+ */
+export const RELEASE_SET = `releases = j.releases + 1,
+           attempt_log = j.attempt_log || jsonb_build_array(jsonb_build_object(
+             'attempt', j.attempt, 'owner', j.lease_owner, 'at', statement_timestamp(), 'outcome', 'released',
+             'message', $3::text)),
+           lease_owner = NULL, lease_expires_at = NULL, type_slot = false`;
+
 /** What a claim returns: the ClaimedJob row (job-store.ts). */
 export const CLAIM_RETURNING = `    RETURNING id, type, payload, attempt, releases, max_attempts, checkpoint, progress, concurrency_key, type_slot, lane,
               -- Numbers rather than timestamps and the attempt log: the worker parses a float per

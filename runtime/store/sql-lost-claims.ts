@@ -1,6 +1,8 @@
 // The release of claims whose answer was lost (runtime/worker/lost-claims.ts). The conventions at
 // the top of sql.ts hold here; sql.ts merges this into SQL, so it is run by name like the rest.
 
+import { RELEASE_SET } from './sql-fragments.ts';
+
 export const LOST_CLAIM_SQL = {
   /**
    * A claim statement whose connection failed before its answer came (a failover, a reset) may
@@ -15,11 +17,8 @@ export const LOST_CLAIM_SQL = {
   jobReleaseLostClaims: `
     WITH lost AS (
       UPDATE jobs.job j
-         SET state = 'pending', releases = j.releases + 1,
-             attempt_log = j.attempt_log || jsonb_build_array(jsonb_build_object(
-               'attempt', j.attempt, 'owner', j.lease_owner, 'at', statement_timestamp(), 'outcome', 'released',
-               'message', $3::text)),
-             lease_owner = NULL, lease_expires_at = NULL, type_slot = false
+         SET state = 'pending',
+             ${RELEASE_SET}
        WHERE j.id = ANY($1::uuid[]) AND j.state = 'running' AND j.lease_owner = $2
       RETURNING j.id, j.type, j.lane, j.attempt, j.concurrency_key
     ), outboxed AS (

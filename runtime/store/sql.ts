@@ -24,7 +24,7 @@
 //    job_left_type_slot (0013) wakes the type's next blocked job at COMMIT (and clears a slot a
 //    statement left set).
 
-import { CLAIM_RETURNING, CLAIM_SET, JOB_COLUMNS, PUBLISH_HORIZON } from './sql-fragments.ts';
+import { CLAIM_RETURNING, CLAIM_SET, JOB_COLUMNS, PUBLISH_HORIZON, RELEASE_SET } from './sql-fragments.ts';
 import { KEY_SQL } from './sql-keys.ts';
 import { LOST_CLAIM_SQL } from './sql-lost-claims.ts';
 import { OUTBOX_SQL } from './sql-outbox.ts';
@@ -247,11 +247,8 @@ ${CLAIM_RETURNING}`,
    */
   jobRelease: `
     UPDATE jobs.job j
-       SET state = 'pending', run_after = CASE WHEN $4::boolean THEN j.run_after ELSE statement_timestamp() END, releases = j.releases + 1,
-           attempt_log = j.attempt_log || jsonb_build_array(jsonb_build_object(
-             'attempt', j.attempt, 'owner', j.lease_owner, 'at', statement_timestamp(), 'outcome', 'released',
-             'message', $3::text)),
-           lease_owner = NULL, lease_expires_at = NULL, type_slot = false
+       SET state = 'pending', run_after = CASE WHEN $4::boolean THEN j.run_after ELSE statement_timestamp() END,
+           ${RELEASE_SET}
       FROM unnest($1::uuid[], $2::int[]) AS r(id, attempt)
      WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running'
     RETURNING j.id`,
