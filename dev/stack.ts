@@ -28,10 +28,10 @@ import { startLocalSqs, type LocalSqs } from './fauxqs.ts';
 /** The services' role in the local stack, as erp_jobs_app is deployed (row access only). */
 export const LOCAL_APP_ROLE = 'jobs_app';
 
-import { isLiveProcessOf, LOCAL_DIR, localStackPid } from '../runtime/cli/local-env.ts';
+import { isLiveProcessOf, LOCAL_DIR, localStackPid } from '../runtime/support/local-env.ts';
 import { ReportedError } from '../runtime/domain/errors.ts';
 
-export { LOCAL_DIR, readLocalEnv } from '../runtime/cli/local-env.ts';
+export { LOCAL_DIR, readLocalEnv } from '../runtime/support/local-env.ts';
 
 /** Timings for the local stack: short enough to watch a lease expire, sound by the same rules. */
 export const LOCAL_TIMINGS: JobTimings = {

@@ -53,7 +53,7 @@ Settings come from the environment (DATABASE_URL, JOBS_QUEUE_URL, …); next to 
 
 async function resolveEnv(): Promise<Env> {
   if (process.env.JOBS_LOCAL_ENV === '0') return process.env;
-  const { readLocalEnv } = await import('./local-env.ts');
+  const { readLocalEnv } = await import('../support/local-env.ts');
   const local = await readLocalEnv();
   // The real environment wins over the local stack's file.
   return { ...local, ...process.env };

@@ -20,6 +20,7 @@ import type * as z from 'zod';
 import { databaseSecretArnFromEnv, databaseUrlFromEnv, ENV, jobTimingsFromEnv } from '../config/env.ts';
 import { keepFinishedDaysFromEnv } from '../config/retention.ts';
 import { ConfigError, type RuleViolation } from '../config/rules.ts';
+import { liveLocalEnvFile } from '../support/local-env.ts';
 import { sqsFromEnv } from '../config/sqs.ts';
 import { databaseCredentialSource } from '../db/credentials.ts';
 import { createPool } from '../db/pool.ts';
@@ -98,7 +99,7 @@ export function createJobClient<D extends JobDefinition<any, any, any> = Registe
   // The attempt cap of a job that sets none: the JOBS_* timings the worker checks.
   const timings = check(() => jobTimingsFromEnv(env));
   const keepFinishedDays = check(() => keepFinishedDaysFromEnv(env));
-  if (violations.length > 0) throw new ConfigError('environment', violations);
+  if (violations.length > 0) throw new ConfigError('environment', violations.map(localStackHint));
 
   const log = opts.log ?? createLogger('jobs-client', env[ENV.logLevel] || 'info', env.JOBS_LOG_FORMAT);
   // DATABASE_SECRET with its ARN, as the services have them: a rotated password needs no restart here either.
@@ -190,4 +191,18 @@ export function createJobClient<D extends JobDefinition<any, any, any> = Registe
       return closed;
     },
   };
+}
+
+/**
+ * The jobs command reads a running local stack's settings itself; an ERP script's client takes
+ * only its environment. Beside a running stack whose settings are not exported, a missing
+ * database says so, rather than that no stack runs.
+ */
+function localStackHint(v: RuleViolation): RuleViolation {
+  if (v.rule !== 'database-configured') return v;
+  const file = liveLocalEnvFile();
+  const local = file
+    ? `Locally: a stack runs in this directory, but its settings are not in this process's environment: export them first (set -a; . ${file}; set +a)`
+    : 'Locally: `npm start` runs a stack and writes its settings to .jobs-local/env; export them first (set -a; . .jobs-local/env; set +a)';
+  return { ...v, message: v.message.replace(/ Locally: .*$/, ` ${local}`) };
 }

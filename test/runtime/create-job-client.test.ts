@@ -2,6 +2,11 @@
 // (issue 18 §3), against the test database and a local SQS (fauxqs). The enqueue is typed by the
 // registered job definitions: the @ts-expect-error lines below are checked by `npm run typecheck`
 // (tsc over test/**), where a line that compiles fails the check.
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startLocalSqs, type LocalSqs } from '../../dev/fauxqs.ts';
@@ -123,6 +128,42 @@ describe('createJobClient', () => {
       expect.stringMatching(/^\[aws-region-set\] AWS_REGION is required/),
       '[maxAttempts-is-a-number] JOBS_MAX_ATTEMPTS = "many" is not a number',
     ]);
+  });
+
+  it('beside a running local stack whose settings are not exported, says to export them, not that no stack runs', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'jobs-client-local-'));
+    // A stand-in for `jobs local`: a live process whose command line names jobs.ts, as the stack's does.
+    const stack = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)', 'jobs.ts'], { stdio: 'ignore' });
+    const cwd = process.cwd();
+    const databaseMessage = () => {
+      try {
+        createJobClient({});
+      } catch (err) {
+        return (err as ConfigError).violations.find((v) => v.rule === 'database-configured')?.message;
+      }
+      throw new Error('no refusal');
+    };
+    try {
+      mkdirSync(join(dir, '.jobs-local'));
+      writeFileSync(
+        join(dir, '.jobs-local/env'),
+        `# Written by jobs local (pid ${stack.pid})\nDATABASE_URL=postgres://x@127.0.0.1:1/jobs\n`,
+      );
+      process.chdir(dir);
+      expect(databaseMessage()).toMatch(
+        /a stack runs in this directory, but its settings are not in this process's environment: export them first \(set -a; \. \.jobs-local\/env; set \+a\)$/,
+      );
+      stack.kill('SIGKILL');
+      await once(stack, 'exit');
+      // The stack is gone (its file left by a SIGKILL): start one.
+      expect(databaseMessage()).toMatch(
+        /Locally: `npm start` runs a stack and writes its settings to \.jobs-local\/env; export them first/,
+      );
+    } finally {
+      process.chdir(cwd);
+      stack.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 

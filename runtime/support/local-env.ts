@@ -1,6 +1,7 @@
 // Where `jobs local` (dev/stack.ts) writes the connection settings of the stack it runs, and how
 // the other jobs commands read them: next to a running local stack, `jobs list` just works. Here,
-// not in dev/, because every jobs command reads it, the bundled one in the worker image too.
+// not in dev/, because every jobs command reads it, the bundled one in the worker image too, and
+// createJobClient names it when an ERP script runs beside a stack without its settings.
 
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -46,12 +47,27 @@ export async function readLocalEnv(dir = LOCAL_DIR): Promise<Record<string, stri
   const file = resolve(dir, 'env');
   if (!existsSync(file)) return {};
   const text = await readFile(file, 'utf8');
-  const pid = localStackPid(text);
-  if (pid !== null && !isLiveProcessOf(pid, ['jobs.ts', 'jobs local'])) return {};
+  if (!writerRuns(text)) return {};
   const out: Record<string, string> = {};
   for (const line of text.split('\n')) {
     const m = /^([A-Z_][A-Z0-9_]*)=(.*)$/.exec(line.trim());
     if (m) out[m[1]!] = m[2]!;
   }
   return out;
+}
+
+/** Whether the `jobs local` that wrote an env file's text still runs (a file without its PID: assumed so). */
+function writerRuns(text: string): boolean {
+  const pid = localStackPid(text);
+  return pid === null || isLiveProcessOf(pid, ['jobs.ts', 'jobs local']);
+}
+
+/** The env file of a local stack running in `dir` (relative to the working directory), or null. */
+export function liveLocalEnvFile(dir = LOCAL_DIR): string | null {
+  const file = resolve(dir, 'env');
+  try {
+    return writerRuns(readFileSync(file, 'utf8')) ? `${dir}/env` : null;
+  } catch {
+    return null; // no file (or unreadable): no stack here
+  }
 }
