@@ -46,9 +46,29 @@ async function adminQuery(url: string, sql: string): Promise<void> {
   }
 }
 
+/**
+ * The kit creates a database of its own; a role that may not (42501) is most often the local
+ * stack's row-access role, whose DATABASE_URL an exported .jobs-local/env left in the shell.
+ */
+function cannotCreateDatabase(err: unknown, url: string, source: string): unknown {
+  if ((err as { code?: string }).code !== '42501') return err;
+  const user = decodeURIComponent(new URL(url).username) || 'this user';
+  return new Error(
+    `the test kit creates a database of its own, and ${user} (from ${source}) may not create databases. ` +
+      (source === 'DATABASE_URL'
+        ? 'If this shell exported .jobs-local/env, DATABASE_URL is the local stack\'s row-access role: unset it (the kit then uses an embedded PostgreSQL of its own) or run the tests with DATABASE_URL="$DATABASE_ADMIN_URL".'
+        : 'Give it a role with CREATEDB.'),
+    { cause: err },
+  );
+}
+
 export async function openKitDatabase(databaseUrl?: string): Promise<KitDatabase> {
   let server: EmbeddedPg | null = null;
-  let admin = databaseUrl ?? (await providedByVitest()) ?? process.env.DATABASE_URL;
+  const provided = databaseUrl ? undefined : await providedByVitest();
+  let admin = databaseUrl ?? provided ?? process.env.DATABASE_URL;
+  // The suite's global setup passes DATABASE_URL on when it is set: name the variable the person set.
+  const source =
+    admin === process.env.DATABASE_URL ? 'DATABASE_URL' : databaseUrl ? "the kit's databaseUrl option" : "the vitest global setup's server";
   if (!admin) {
     server = await startEmbeddedPg();
     admin = server.url;
@@ -57,7 +77,9 @@ export async function openKitDatabase(databaseUrl?: string): Promise<KitDatabase
   const name = `jobs_kit_${randomBytes(6).toString('hex')}`;
   const pools: pg.Pool[] = [];
   try {
-    await adminQuery(admin, `CREATE DATABASE ${name}`);
+    await adminQuery(admin, `CREATE DATABASE ${name}`).catch((err: unknown) => {
+      throw cannotCreateDatabase(err, admin!, source);
+    });
     const url = withDatabase(admin, name);
     const poolOn = (at: string) => (max: number) => {
       const p = createPool({ url: at, max, applicationName: 'jobs-test-kit' });

@@ -148,6 +148,33 @@ describe('test kit', () => {
   });
 });
 
+describe('test kit start', () => {
+  it("with the local stack's row-access role exported as DATABASE_URL, says so and what to run instead", async () => {
+    const adminUrl = inject('pgAdminUrl');
+    const admin = new pg.Client({ connectionString: adminUrl });
+    admin.on('error', () => undefined);
+    await admin.connect();
+    const role = `kit_rowonly_${process.pid}`;
+    const saved = process.env.DATABASE_URL;
+    try {
+      await admin.query(`CREATE ROLE ${role} LOGIN PASSWORD 'rowonly' NOCREATEDB`);
+      const u = new URL(adminUrl);
+      u.username = role;
+      u.password = 'rowonly';
+      process.env.DATABASE_URL = u.toString();
+      const err = await createTestKit({ jobs: [ledgerPost], databaseUrl: u.toString() }).catch((e: unknown) => e);
+      expect((err as Error).message).toBe(
+        `the test kit creates a database of its own, and ${role} (from DATABASE_URL) may not create databases. If this shell exported .jobs-local/env, DATABASE_URL is the local stack's row-access role: unset it (the kit then uses an embedded PostgreSQL of its own) or run the tests with DATABASE_URL="$DATABASE_ADMIN_URL".`,
+      );
+    } finally {
+      if (saved === undefined) delete process.env.DATABASE_URL;
+      else process.env.DATABASE_URL = saved;
+      await admin.query(`DROP ROLE IF EXISTS ${role}`);
+      await admin.end();
+    }
+  });
+});
+
 describe('test kit close', () => {
   it('drops its database and ends its pools, with an attempt still paused', async () => {
     const other = await createTestKit({ jobs: [ledgerPost] });
