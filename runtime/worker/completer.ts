@@ -205,6 +205,26 @@ export class Completer {
   }
 
   /**
+   * Jobs claimed ahead whose leases ran out in an outage before they started (heartbeat.ts):
+   * released unstarted, fenced by attempt (no attempt spent), their messages shown. What the
+   * database could not be asked about goes to `note`, released once it answers (lost-claims.ts).
+   */
+  async releaseUnstarted(jobs: Held[], note: (ids: string[]) => void): Promise<void> {
+    const { ctx } = this;
+    try {
+      await this.handBack(
+        jobs,
+        `worker ${ctx.workerId} claimed it ahead; its lease ran out before it started, the database not answering`,
+        'unstarted',
+      );
+    } catch (err) {
+      if (isDatabaseUnavailable(err)) note(jobs.map((h) => h.job.id));
+      else
+        ctx.log.error({ err, jobs: jobs.length }, 'could not release jobs claimed ahead whose leases ran out; the rescuer re-queues them');
+    }
+  }
+
+  /**
    * Hand claimed jobs back (fenced release in the database, then their messages visible at once,
    * or re-published when a receipt no longer works or the message is old: QueueMessages.showNow);
    * returns the ids released. Throws when the database could not be asked (nothing was released then).

@@ -22,6 +22,7 @@ export class JobExecutor {
   async execute(h: Held): Promise<void> {
     const { job } = h;
     if (h.lost || h.released) return;
+    h.started = true;
     const { ctx, completer } = this;
     // Log bindings per call rather than a child logger per job: pino serializes a child's
     // bindings when it is made, a cost every job would pay even with logging turned down.

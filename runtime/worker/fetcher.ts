@@ -252,6 +252,11 @@ export class Fetcher {
     await this.lanes?.pollsEnded();
   }
 
+  /** Jobs claimed ahead, given up unstarted, that the database could not be asked to release: released once it answers. */
+  noteUnstarted(ids: string[]): void {
+    this.lost.note(ids, 'lease-ran-out');
+  }
+
   /** Close the database gate (also called by the heartbeat). */
   databaseUnavailable(err: unknown): void {
     this.gate.close(err);

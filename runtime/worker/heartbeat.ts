@@ -24,6 +24,8 @@ export class Heartbeat {
     private readonly messages: QueueMessages,
     /** The fetcher's database gate: a renewal that could not reach the database closes it. */
     private readonly onDatabaseUnavailable: (err: unknown) => void,
+    /** Jobs claimed ahead whose leases ran out before they started: the worker releases them unstarted (worker.ts). */
+    private readonly onUnstartedGivenUp: (held: Held[]) => void = () => undefined,
   ) {}
 
   start(): void {
@@ -128,18 +130,27 @@ export class Heartbeat {
    * Self-fence (DESIGN 4, 12): a job whose lease this worker could not renew before it ran out
    * may already belong to another worker, so its handler is aborted as a lost lease. Its
    * transaction, if the database dropped it, was lost anyway; its message is left to return.
+   * A job claimed ahead that never started (no handler slot yet) is no lost lease: it is given up
+   * unstarted, and the worker releases it with no attempt spent (its claim counted one: left to
+   * the rescuer, a job on its last attempt died without having run).
    */
   fenceUnrenewed(): void {
     const deadline = performance.now() - this.ctx.opts.timings.leaseSeconds * 1000;
     const fenced: Held[] = [];
+    const unstarted: Held[] = [];
     for (const h of this.ctx.held.values()) {
       // A settled job (its row no longer running through us) has no lease left to lose.
-      if (!h.lost && !h.released && !h.settled && h.lastRenewedAt < deadline) {
-        this.loseLease(h, 'heartbeat (the lease ran out before the database could renew it)', true);
-        fenced.push(h);
+      if (h.lost || h.released || h.settled || h.lastRenewedAt >= deadline) continue;
+      if (!h.started) {
+        h.released = true; // the heartbeat leaves it alone from here, and it never starts
+        unstarted.push(h);
+        continue;
       }
+      this.loseLease(h, 'heartbeat (the lease ran out before the database could renew it)', true);
+      fenced.push(h);
     }
     if (fenced.length > 0) void this.giveUp(fenced);
+    if (unstarted.length > 0) this.onUnstartedGivenUp(unstarted);
   }
 
   /**

@@ -94,6 +94,8 @@ export interface Held {
   /** Its handler slot went to the next job (when the handler ended, before the batched completion). */
   slotFreed: boolean;
   done?: Promise<void>;
+  /** It got a handler slot (executor.ts): false while a job claimed ahead waits in line. */
+  started?: boolean;
   /** Its handler's run() is under way (executor.ts): what an abort must end. */
   inHandler?: boolean;
 }

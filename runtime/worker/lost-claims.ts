@@ -12,13 +12,34 @@
 // and been deleted as a duplicate). The worker id is unique to the process (defaultWorkerId; a
 // JOBS_WORKER_ID shared by two processes would let one release what the other claimed, fenced
 // but wasted).
+//
+// The same befalls a job claimed ahead of a free slot when an outage outlasts its lease: the
+// heartbeat gives it up unstarted (heartbeat.ts), the worker's release of it needs the database,
+// and what could not be released then is noted here and released the same way once it answers.
 
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import type { WorkerContext } from './held.ts';
 
+/** Why a job is noted: its claim's answer was lost, or it was given up unstarted when its lease ran out in an outage. */
+export type LostKind = 'answer-lost' | 'lease-ran-out';
+
+const WHY: Record<LostKind, { reason: (workerId: string) => string; log: string; event: string }> = {
+  'answer-lost': {
+    reason: (w) => `claimed by worker ${w}, whose claim got no answer from the database (a failover or a reset); released unstarted`,
+    log: 'a claim the database committed but whose answer was lost: job released unstarted (no attempt spent) and published again',
+    event: 'claim answer lost in a database failover',
+  },
+  'lease-ran-out': {
+    reason: (w) =>
+      `claimed ahead by worker ${w}, whose lease on it ran out before it started while the database did not answer; released unstarted`,
+    log: 'a job claimed ahead whose lease ran out in a database outage before it started: released unstarted (no attempt spent) and published again',
+    event: 'lease ran out in a database outage before it started',
+  },
+};
+
 export class LostClaims {
-  /** Jobs named by claims that failed without an answer, not yet checked. */
-  private readonly ids = new Set<string>();
+  /** Jobs named by claims that failed without an answer, or given up unstarted, not yet checked. */
+  private readonly ids = new Map<string, LostKind>();
 
   constructor(private readonly ctx: WorkerContext) {}
 
@@ -35,9 +56,14 @@ export class LostClaims {
     try {
       return await claim();
     } catch (err) {
-      if (isDatabaseUnavailable(err)) for (const id of ids) this.ids.add(id);
+      if (isDatabaseUnavailable(err)) this.note(ids, 'answer-lost');
       throw err;
     }
+  }
+
+  /** Note jobs to release once the database answers (those still running under this worker that it does not hold). */
+  note(ids: readonly string[], kind: LostKind): void {
+    for (const id of ids) this.ids.set(id, kind);
   }
 
   /** A noted job this worker claimed since (a later claim answered): not lost. */
@@ -46,32 +72,29 @@ export class LostClaims {
   }
 
   /**
-   * Release the noted jobs that a lost claim left running under this worker. Returns the error
-   * when the database is unavailable again (the ids stay noted, for the next time it answers),
-   * else null; any other failure is logged and the ids dropped (their leases run out and the
-   * rescuer takes them).
+   * Release the noted jobs left running under this worker. Returns the error when the database
+   * is unavailable again (the ids stay noted, for the next time it answers), else null; any other
+   * failure is logged and the ids dropped (their leases run out and the rescuer takes them).
    */
   async release(): Promise<unknown> {
     if (this.ids.size === 0) return null;
     const { ctx } = this;
-    // A job this worker holds was claimed (the answer came, or a later claim took it): not lost.
     const noted = [...this.ids];
-    const ids = noted.filter((id) => !ctx.held.has(id));
+    // A job this worker holds was claimed (the answer came, or a later claim took it): not lost.
+    const byKind = new Map<LostKind, string[]>();
+    for (const [id, kind] of noted) if (!ctx.held.has(id)) byKind.set(kind, [...(byKind.get(kind) ?? []), id]);
     try {
-      const released = await ctx.store.releaseLostClaims(
-        ids,
-        ctx.workerId,
-        `claimed by worker ${ctx.workerId}, whose claim got no answer from the database (a failover or a reset); released unstarted`,
-      );
-      // Only those asked about: a claim failing meanwhile noted others.
-      for (const id of noted) this.ids.delete(id);
-      for (const j of released) {
-        ctx.log.warn(
-          { jobId: j.id, type: j.type, attempt: j.attempt },
-          'a claim the database committed but whose answer was lost: job released unstarted (no attempt spent) and published again',
-        );
-        ctx.emit('released', j, 'claim answer lost in a database failover');
+      const released: Awaited<ReturnType<typeof ctx.store.releaseLostClaims>> = [];
+      for (const [kind, ids] of byKind) {
+        const why = WHY[kind];
+        for (const j of await ctx.store.releaseLostClaims(ids, ctx.workerId, why.reason(ctx.workerId))) {
+          ctx.log.warn({ jobId: j.id, type: j.type, attempt: j.attempt }, why.log);
+          ctx.emit('released', j, why.event);
+          released.push(j);
+        }
       }
+      // Only those asked about: a claim failing meanwhile noted others.
+      for (const [id, kind] of noted) if (this.ids.get(id) === kind) this.ids.delete(id);
       if (released.length > 0) {
         // Durable in the outbox already: a publish failing here is the relay's to repeat.
         await ctx.opts.publisher
@@ -82,7 +105,7 @@ export class LostClaims {
       return null;
     } catch (err) {
       if (isDatabaseUnavailable(err)) return err;
-      for (const id of noted) this.ids.delete(id);
+      for (const [id, kind] of noted) if (this.ids.get(id) === kind) this.ids.delete(id);
       ctx.log.error(
         { err },
         'could not release the jobs of claims whose answer was lost; their leases will run out and the rescuer re-queues them',

@@ -35,16 +35,14 @@ export { sleep } from './held.ts';
 
 /** Connections a worker opens before its first receive (warm). */
 const WARM_CONNECTIONS = 4;
-/** How often the worker looks for jobs claimed ahead that will not start soon (releaseSurplus). */
+/** How often the worker looks for jobs claimed ahead that will not start soon (releaseSurplus); the first in line waited this long: the line is not moving. */
 const SURPLUS_CHECK_MS = 250;
-/** The first job in line waited this long: the line is not moving. */
 const SURPLUS_WAIT_MS = 1_000;
 
 export class Worker {
   readonly workerId: string;
   readonly store: JobStore;
-  // Protected, not private, for one reader: the test kit's worker (testing/worker.ts) stops
-  // like a killed process through them. Production code has no such stop.
+  // Protected for one reader: the test kit's worker (testing/worker.ts) stops like a killed process through them.
   protected readonly ctx: WorkerContext;
   private readonly messages: QueueMessages;
   private readonly deadLetters: DeadLetters;
@@ -69,9 +67,8 @@ export class Worker {
   private busy = false;
   /** Handler slots freed since start (the fetcher's pace.ts reads how fast jobs finish). */
   private slotsFreed = 0;
-  /** Checks whether jobs claimed ahead wait in a line that stopped moving (releaseSurplus). */
+  /** Checks whether jobs claimed ahead wait in a line that stopped moving (releaseSurplus), and whether a pass is under way. */
   private surplusTimer: NodeJS.Timeout | null = null;
-  /** A releaseSurplus pass is under way (one at a time). */
   private releasing = false;
 
   constructor(private readonly opts: WorkerOptions) {
@@ -80,7 +77,12 @@ export class Worker {
     this.store = ctx.store;
     this.messages = new QueueMessages(ctx);
     this.deadLetters = new DeadLetters(ctx, this.messages);
-    this.beat = new Heartbeat(ctx, this.messages, (err) => this.fetcher.databaseUnavailable(err));
+    this.beat = new Heartbeat(
+      ctx,
+      this.messages,
+      (err) => this.fetcher.databaseUnavailable(err),
+      (unstarted) => this.releaseUnstarted(unstarted),
+    );
     this.completer = new Completer(ctx, this.messages, this.deadLetters, this.beat, (h) => this.freeSlot(h));
     this.executor = new JobExecutor(ctx, this.completer, this.beat);
     this.bulkSlots = opts.bulkSlots ?? defaultBulkSlots(opts.timings.concurrency);
@@ -116,11 +118,10 @@ export class Worker {
       { concurrency: t.concurrency, leaseSeconds: t.leaseSeconds, heartbeatSeconds: t.heartbeatSeconds, bulkSlots: this.bulkSlots },
       'worker started',
     );
-    if (this.ctx.queue.shared) {
+    if (this.ctx.queue.shared)
       this.ctx.log.info(
         'one queue for every lane (no JOBS_URGENT_QUEUE_URL): urgent jobs share the bulk queue, so they are preferred only among the jobs this worker has claimed',
       );
-    }
   }
 
   /**
@@ -139,9 +140,8 @@ export class Worker {
   }
 
   /**
-   * This worker's job types are registered (what SQL callers may enqueue, migration 0012), and
-   * their fleet limits (`defineJob({ maxRunning })`) become the ones in force, before its first claim. When the database cannot be reached the limits stay as the
-   * last worker wrote them (the claim enforces what is in force either way).
+   * This worker's job types are registered (what SQL callers may enqueue, migration 0012) and their fleet limits
+   * (`defineJob({ maxRunning })`) put in force before its first claim; unreachable, the last worker's stay.
    */
   private async registerTypes(): Promise<void> {
     const { registry } = this.opts;
@@ -170,13 +170,11 @@ export class Worker {
    * Graceful stop (DESIGN 10): stop receiving, let running jobs finish for `drainSeconds`,
    * then abort and release the rest (fenced, visibility 0) so another worker starts them at once.
    *
-   * An open long poll is not aborted at once: SQS still answers a poll whose client has gone
-   * away, and the messages it hands out then stay hidden for the queue's visibility timeout
-   * (the local endpoint does the same). Measured with consecutive drains: the stopped worker's
-   * last poll took the next backlog's first 10 messages, which ran 60 s late. So the poll may
-   * return by itself (within its wait, at most 20 s) and what it brought goes straight back
-   * (visibility 0); only at the drain deadline is it aborted. An idle worker therefore takes up
-   * to one poll's wait to stop; a worker with running jobs drains meanwhile.
+   * An open long poll is not aborted at once: SQS still answers a poll whose client has gone away,
+   * and what it hands out stays hidden for the visibility timeout (measured: a stopped worker's last
+   * poll took the next backlog's first 10 messages, which ran 60 s late). The poll may return by
+   * itself (within its wait) and what it brought goes straight back; it is aborted at the drain
+   * deadline. An idle worker takes up to one poll's wait to stop; a busy one drains meanwhile.
    */
   stop(drainSeconds = this.opts.timings.drainSeconds): Promise<void> {
     // A second stop may shorten the drain (a retired worker's long drain, then SIGTERM's), never lengthen it.
@@ -232,6 +230,14 @@ export class Worker {
     await this.opts.publisher.flush();
     this.setBusy(false);
     ctx.log.info('worker stopped');
+  }
+
+  /** Jobs claimed ahead whose leases ran out before they started (heartbeat.ts): out of line, released unstarted. */
+  private releaseUnstarted(unstarted: Held[]): void {
+    for (const h of unstarted) this.ctx.forget(h);
+    this.waiting.splice(0, this.waiting.length, ...this.waiting.filter((h) => !unstarted.includes(h)));
+    void this.completer.releaseUnstarted(unstarted, (ids) => this.fetcher.noteUnstarted(ids));
+    if (this.ctx.held.size === 0 && this.ctx.running === 0) this.setBusy(false);
   }
 
   /** Claimed jobs that never got a handler slot go back (fenced release, visibility 0). */

@@ -336,3 +336,35 @@ describe('isDatabaseUnavailable', () => {
     }
   });
 });
+
+describe('a failover longer than the lease, with jobs claimed ahead of a free slot', () => {
+  it('the jobs that never started are released unstarted (no attempt spent) and run once the database answers: one on its last attempt does not die', async () => {
+    // Review finding: the heartbeat gave up every held job whose lease ran out, the prefetched
+    // ones too; their claims had counted an attempt, so once the database answered a job on its
+    // final attempt was dead-lettered (`LeaseExpired`) without ever having run.
+    const { p, proxy, pool } = await behindProxy(
+      { timings: { leaseSeconds: 2, heartbeatSeconds: 0.5, visibilityTimeoutSeconds: 3, maxReceiveCount: 10, concurrency: 1 } },
+      'jobs-worker prefetch-failover-test',
+    );
+    const w = p.worker({ pool, workerId: 'prefetch-failover', prefetch: 1 });
+    w.start();
+    const [long] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'PFO-1', entries: 1, workMs: 6000 } }]);
+    await waitFor(async () => (await p.store.get(long!.job.id))?.state === 'running', 10_000, 'the long job running');
+    const [ahead] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'PFO-2', entries: 2 }, maxAttempts: 1 }]);
+    await waitFor(async () => (await p.store.get(ahead!.job.id))?.state === 'running', 10_000, 'the second job claimed ahead');
+    // Concurrency 1: the long job has the slot, the second waits for it, claimed.
+    const posted = async () =>
+      (await p.db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM ledger_entries WHERE batch = 'PFO-2'")).rows[0]!.n;
+    expect(await posted()).toBe(0);
+    await proxy.failover(4).over;
+    const ended = async () => ['succeeded', 'dead'].includes((await p.store.get(ahead!.job.id))?.state ?? '');
+    await waitFor(ended, 20_000, 'the job claimed ahead ended after the outage');
+    const after = (await p.store.get(ahead!.job.id))!;
+    expect(after.state).toBe('succeeded');
+    // Its second claim, the first one released unstarted: one attempt used of its one.
+    expect(after).toMatchObject({ attempt: 2, releases: 1 });
+    expect(after.attemptLog).toEqual([expect.objectContaining({ attempt: 1, outcome: 'released' })]);
+    expect(await posted()).toBe(2);
+    await w.stop(1);
+  }, 60_000);
+});

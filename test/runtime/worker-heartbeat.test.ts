@@ -67,6 +67,25 @@ describe('heartbeat', () => {
     expect((h.abortReason as Error).message).toMatch(/the lease ran out before the database could renew it/);
   });
 
+  it('a job claimed ahead whose lease ran out before it started is no lost lease: given up unstarted, and released with no attempt spent', async () => {
+    // Review finding: counted and left to the rescuer, such a job on its last attempt died without having run.
+    const running = await ledger('H-RUN');
+    const ahead = await claimOne(p, u, 'ledger.post', { batch: 'H-AHEAD', entries: 1 }, 1);
+    ahead.started = false;
+    for (const h of [running, ahead]) h.lastRenewedAt = performance.now() - FAST_TIMINGS.leaseSeconds * 1000 - 100;
+    u.heartbeat.fenceUnrenewed();
+    expect(running.lost).toBe(true);
+    expect(ahead).toMatchObject({ lost: false, released: true });
+    expect(u.givenUpUnstarted).toEqual([ahead]);
+    expect(p.metrics.get(METRIC.leasesLost)).toBe(1);
+    // The worker releases it (completer.releaseUnstarted): pending, due now, its one attempt unspent.
+    const noted: string[][] = [];
+    await u.completer.releaseUnstarted(u.givenUpUnstarted, (ids) => noted.push(ids));
+    expect(noted).toEqual([]);
+    expect(await state(ahead.job.id)).toMatchObject({ state: 'pending', attempt: 1, releases: 1, maxAttempts: 1 });
+    expect((await p.store.claim([ahead.job.id], 'next-worker', 30)).map((j) => j.attempt)).toEqual([2]);
+  });
+
   it('a step of the wall clock neither fences a healthy lease nor keeps an unrenewed one: the lease is timed on the monotonic clock', async () => {
     // Fault review: Date.now() timed the lease, so an NTP step or a resumed VM 30 s ahead
     // self-fenced every running job (the handler ran twice); a step back kept a lease this worker

@@ -26,6 +26,8 @@ export interface Units {
   started: Held[];
   freed: Held[];
   databaseDown: unknown[];
+  /** What the heartbeat gave up unstarted (claimed ahead, its lease run out): the coordinator's to release. */
+  givenUpUnstarted: Held[];
 }
 
 export function workerUnits(p: Platform, over: Partial<WorkerOptions> = {}, workerId = 'unit-worker'): Units {
@@ -46,7 +48,13 @@ export function workerUnits(p: Platform, over: Partial<WorkerOptions> = {}, work
   const messages = new QueueMessages(ctx);
   const deadLetters = new DeadLetters(ctx, messages);
   const databaseDown: unknown[] = [];
-  const heartbeat = new Heartbeat(ctx, messages, (err) => databaseDown.push(err));
+  const givenUpUnstarted: Held[] = [];
+  const heartbeat = new Heartbeat(
+    ctx,
+    messages,
+    (err) => databaseDown.push(err),
+    (hs) => givenUpUnstarted.push(...hs),
+  );
   const freed: Held[] = [];
   const completer = new Completer(ctx, messages, deadLetters, heartbeat, (h) => freed.push(h));
   const executor = new JobExecutor(ctx, completer, heartbeat);
@@ -58,7 +66,7 @@ export function workerUnits(p: Platform, over: Partial<WorkerOptions> = {}, work
     finished: () => 0,
   };
   const fetcher = new Fetcher(ctx, messages, deadLetters, slots);
-  return { ctx, messages, deadLetters, heartbeat, completer, executor, fetcher, started, freed, databaseDown };
+  return { ctx, messages, deadLetters, heartbeat, completer, executor, fetcher, started, freed, databaseDown, givenUpUnstarted };
 }
 
 /** A held job as the coordinator makes one (worker.ts startJob). */
@@ -77,6 +85,7 @@ export function hold(ctx: WorkerContext, job: ClaimedJob, message: ReceivedMessa
     lastRenewedAt: claimSentAt,
     claimedAt: Date.now(),
     slotFreed: false,
+    started: true, // as if its handler runs: the units' tests drive it by hand
   };
   ctx.held.set(job.id, h);
   return h;
