@@ -15,6 +15,7 @@ import type { DeadLetters } from './dead-letter.ts';
 import type { Heartbeat } from './heartbeat.ts';
 import { sleep, type Held, type WorkerContext } from './held.ts';
 import type { JobTransaction } from './job-transaction.ts';
+import { LostClaims } from './lost-claims.ts';
 import type { QueueMessages } from './messages.ts';
 
 /** How long a job of a type this worker lacks waits before a worker sees it again (handOnUnknownType). */
@@ -27,8 +28,18 @@ export interface AttemptLog {
   error(a: string | Record<string, unknown>, b?: string): void;
 }
 
+/**
+ * An attempt whose own transaction lost its connection (a failover, a reset) is released with its
+ * attempt not counted while the job has been released fewer times than this (releaseInterrupted);
+ * past it, a handler that keeps losing its connection (one that crashes the server, say) fails as
+ * any attempt, and its cap ends it.
+ */
+export const INTERRUPTED_RELEASE_LIMIT = 5;
+
 export class Completer {
   private readonly completions: Batcher<LeaseToken & { result: unknown; progress: Progress | null; held: Held }, boolean>;
+  /** Jobs left running under this worker that the database could not be asked to release: released once it answers (the fetcher's gate). */
+  readonly lost: LostClaims;
 
   constructor(
     private readonly ctx: WorkerContext,
@@ -38,6 +49,7 @@ export class Completer {
     /** The coordinator's: the job's handler slot goes to the next job. */
     private readonly freeSlot: (h: Held) => void,
   ) {
+    this.lost = new LostClaims(ctx);
     // Jobs whose handlers wrote nothing complete together: one fenced UPDATE for many.
     this.completions = new Batcher(
       async (items) => {
@@ -205,11 +217,32 @@ export class Completer {
   }
 
   /**
+   * The attempt's own transaction lost its connection (a failover, a reset: `err`): the outage's
+   * fault, not the job's, so the attempt is not counted (before, the job failed it, and one on its
+   * last attempt died). Released (fenced by attempt: a COMMIT that landed after all matches
+   * nothing), its message shown, to run again; the database not answering, noted and released once
+   * it does. Its effects since its last checkpoint rolled back with the connection.
+   */
+  async releaseInterrupted(h: Held, err: unknown, log: AttemptLog): Promise<void> {
+    if (h.job.releases >= INTERRUPTED_RELEASE_LIMIT) return this.fail(h, err, false, log);
+    const { ctx } = this;
+    log.warn({ err }, "the job's database connection was lost (a failover or a reset): attempt released, not counted");
+    try {
+      const why = `worker ${ctx.workerId} lost the job's database connection (a failover or a reset); its attempt not counted`;
+      const released = await this.handBack([h], why, 'connection lost');
+      if (!released.has(h.job.id)) this.heartbeat.loseLease(h, 'release');
+    } catch (dbErr) {
+      if (isDatabaseUnavailable(dbErr)) this.lost.note([h.job.id], 'connection-lost');
+      else log.error({ err: dbErr }, 'could not release the interrupted attempt; the job is reclaimed once its lease runs out');
+    }
+  }
+
+  /**
    * Jobs claimed ahead whose leases ran out in an outage before they started (heartbeat.ts):
    * released unstarted, fenced by attempt (no attempt spent), their messages shown. What the
    * database could not be asked about goes to `note`, released once it answers (lost-claims.ts).
    */
-  async releaseUnstarted(jobs: Held[], note: (ids: string[]) => void): Promise<void> {
+  async releaseUnstarted(jobs: Held[]): Promise<void> {
     const { ctx } = this;
     try {
       await this.handBack(
@@ -218,7 +251,11 @@ export class Completer {
         'unstarted',
       );
     } catch (err) {
-      if (isDatabaseUnavailable(err)) note(jobs.map((h) => h.job.id));
+      if (isDatabaseUnavailable(err))
+        this.lost.note(
+          jobs.map((h) => h.job.id),
+          'lease-ran-out',
+        );
       else
         ctx.log.error({ err, jobs: jobs.length }, 'could not release jobs claimed ahead whose leases ran out; the rescuer re-queues them');
     }

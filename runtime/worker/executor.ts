@@ -53,6 +53,8 @@ export class JobExecutor {
       const cause = tx.violation ?? err;
       await tx.rollback();
       if (h.lost || h.released) return;
+      // Its transaction's connection lost (it may have caught that and thrown its own): the outage's fault.
+      if (!tx.violation && tx.connectionLost) return completer.releaseInterrupted(h, tx.connectionLost, log);
       return completer.fail(h, cause, cause instanceof NonRetryableError, log);
     }
     h.inHandler = false;
@@ -70,6 +72,7 @@ export class JobExecutor {
       // Given up meanwhile (the batched completion's retries outlived the lease): not ours to fail.
       if (h.lost || h.released) return;
       log.warn({ err }, 'completion did not commit');
+      if (!(err instanceof NonRetryableError) && tx.connectionLost) return completer.releaseInterrupted(h, tx.connectionLost, log);
       return completer.fail(h, err, err instanceof NonRetryableError, log);
     }
     if (!completed) {
@@ -95,7 +98,10 @@ export class JobExecutor {
     const saved = progress ? h.lastProgress : null;
     const ok = tx.opened
       ? await tx.commitChunk((client) => store.checkpoint(h.token, checkpoint, saved, client))
-      : await store.checkpoint(h.token, checkpoint, saved);
+      : await store.checkpoint(h.token, checkpoint, saved).catch((err: unknown) => {
+          tx.noteConnectionError(err); // the checkpoint is the attempt's own statement, on the platform's connection
+          throw err;
+        });
     if (!ok) {
       this.heartbeat.loseLease(h, 'checkpoint');
       throw new LeaseLostError(h.job.id, h.token.attempt, 'checkpoint');

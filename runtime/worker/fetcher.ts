@@ -73,8 +73,6 @@ export class Fetcher {
   });
   /** Fires when a receive returns, and when it and its claim end: the loop counts the room again. */
   private readonly arrival = new Signal();
-  /** Jobs of claims that failed without an answer: released, if they committed, once the database answers. */
-  private readonly lost: LostClaims;
 
   constructor(
     private readonly ctx: WorkerContext,
@@ -82,9 +80,10 @@ export class Fetcher {
     private readonly deadLetters: DeadLetters,
     private readonly slots: Slots,
     bulkSlots = defaultBulkSlots(ctx.opts.timings.concurrency),
+    /** Jobs of claims that failed without an answer, and others left running unstarted: released once the database answers (the completer's). */
+    private readonly lost = new LostClaims(ctx),
   ) {
     this.gate = new DatabaseGate(ctx);
-    this.lost = new LostClaims(ctx);
     const t = ctx.opts.timings;
     this.capacity = t.concurrency + (ctx.opts.prefetch ?? t.concurrency);
     this.pace = new Pace(() => slots.finished(), undefined, this.capacity);
@@ -250,11 +249,6 @@ export class Fetcher {
     // Each receive that returns fires `arrival` (at once with messages, else as it ends).
     while (this.polling > 0) await this.arrival.wait();
     await this.lanes?.pollsEnded();
-  }
-
-  /** Jobs claimed ahead, given up unstarted, that the database could not be asked to release: released once it answers. */
-  noteUnstarted(ids: string[]): void {
-    this.lost.note(ids, 'lease-ran-out');
   }
 
   /** Close the database gate (also called by the heartbeat). */

@@ -28,6 +28,7 @@
 import type pg from 'pg';
 import { inheritQueryTimeout, releaseClient, timed } from '../db/pool.ts';
 import { JobTransactionEndedError, type NonRetryableError, TransactionControlRefusedError } from '../domain/errors.ts';
+import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import type { JobDb } from '../handlers/types.ts';
 import { findTransactionControl } from './sql-statements.ts';
 
@@ -41,6 +42,7 @@ export class JobTransaction implements JobDb {
   /** extract(epoch FROM now()) of the transaction opened at BEGIN, as PostgreSQL printed it. */
   private startedAt: string | null = null;
   private leftFence: NonRetryableError | null = null;
+  private lostTo: unknown = null;
   private readonly pendingAfterCommit: (() => void)[] = [];
 
   constructor(private readonly pool: pg.Pool) {
@@ -58,6 +60,20 @@ export class JobTransaction implements JobDb {
     return this.leftFence;
   }
 
+  /**
+   * The error with which this transaction's own connection failed (a failover, a reset, a server
+   * that cannot serve it: db/unavailable.ts), even if the handler caught it; null if none did.
+   * Errors of other connections a handler opens itself are not its.
+   */
+  get connectionLost(): unknown {
+    return this.lostTo;
+  }
+
+  /** A statement of the attempt's own failed with `err`: the transaction's connection, or the platform's for its checkpoint. */
+  noteConnectionError(err: unknown): void {
+    if (this.lostTo === null && isDatabaseUnavailable(err)) this.lostTo = err;
+  }
+
   async query<R extends Record<string, unknown> = Record<string, unknown>>(text: string, values?: unknown[]) {
     if (this.leftFence) throw this.leftFence;
     if (this.closed) throw new Error('the job transaction has ended: the job completed, failed or lost its lease');
@@ -69,6 +85,7 @@ export class JobTransaction implements JobDb {
     try {
       r = await c.query(text, values);
     } catch (err) {
+      this.noteConnectionError(err);
       this.checkStillOpen(c, text);
       throw err;
     }
@@ -128,6 +145,7 @@ export class JobTransaction implements JobDb {
       this.runAfterCommit();
       return true;
     } catch (err) {
+      this.noteConnectionError(err);
       await this.rollback();
       throw err;
     }
@@ -207,7 +225,10 @@ export class JobTransaction implements JobDb {
 
   private open(): Promise<pg.PoolClient> {
     this.opening ??= (async () => {
-      const c = await this.pool.connect();
+      const c = await this.pool.connect().catch((err: unknown) => {
+        this.noteConnectionError(err);
+        throw err;
+      });
       // The platform's statements in it (BEGIN, the fenced completion, COMMIT, ROLLBACK) get the
       // pool's read timeout; the handler's own (ctx.db) do not: they may run long by design.
       inheritQueryTimeout(this.pool, c);
@@ -224,6 +245,7 @@ export class JobTransaction implements JobDb {
           throw new Error(`unexpected transaction start time from PostgreSQL: ${JSON.stringify(started)}`);
         this.startedAt = started;
       } catch (err) {
+        this.noteConnectionError(err);
         releaseClient(c, err as Error);
         throw err;
       }

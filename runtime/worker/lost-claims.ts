@@ -13,15 +13,17 @@
 // JOBS_WORKER_ID shared by two processes would let one release what the other claimed, fenced
 // but wasted).
 //
-// The same befalls a job claimed ahead of a free slot when an outage outlasts its lease: the
-// heartbeat gives it up unstarted (heartbeat.ts), the worker's release of it needs the database,
-// and what could not be released then is noted here and released the same way once it answers.
+// The same befalls a job claimed ahead of a free slot when an outage outlasts its lease (the
+// heartbeat gives it up unstarted, heartbeat.ts), and an attempt whose own transaction lost its
+// connection (completer.ts releaseInterrupted): the worker releases them with no attempt
+// spent, and what the database could not be asked about then is noted here and released the same
+// way once it answers.
 
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import type { WorkerContext } from './held.ts';
 
 /** Why a job is noted: its claim's answer was lost, or it was given up unstarted when its lease ran out in an outage. */
-export type LostKind = 'answer-lost' | 'lease-ran-out';
+export type LostKind = 'answer-lost' | 'lease-ran-out' | 'connection-lost';
 
 const WHY: Record<LostKind, { reason: (workerId: string) => string; log: string; event: string }> = {
   'answer-lost': {
@@ -34,6 +36,12 @@ const WHY: Record<LostKind, { reason: (workerId: string) => string; log: string;
       `claimed ahead by worker ${w}, whose lease on it ran out before it started while the database did not answer; released unstarted`,
     log: 'a job claimed ahead whose lease ran out in a database outage before it started: released unstarted (no attempt spent) and published again',
     event: 'lease ran out in a database outage before it started',
+  },
+  'connection-lost': {
+    reason: (w) =>
+      `worker ${w} lost the job's database connection (a failover or a reset) and could not release it then; its attempt not counted`,
+    log: 'an attempt whose database connection was lost in an outage: released once the database answered (attempt not counted) and published again',
+    event: "the job's database connection lost in an outage",
   },
 };
 

@@ -30,8 +30,7 @@ import { workerPoolSize } from '../config/rules.ts';
 import { warmPool } from '../db/pool.ts';
 
 export type { DeadLetterReason, WorkerEvent, WorkerEventKind } from '../domain/events.ts';
-export type { WorkerOptions } from './held.ts';
-export { sleep } from './held.ts';
+export { sleep, type WorkerOptions } from './held.ts';
 
 /** Connections a worker opens before its first receive (warm). */
 const WARM_CONNECTIONS = 4;
@@ -98,11 +97,12 @@ export class Worker {
         finished: () => this.slotsFreed,
       },
       this.bulkSlots,
+      this.completer.lost,
     );
   }
 
   get runningJobs(): { id: string; attempt: number; type: string }[] {
-    return [...this.ctx.held.values()].map((h) => ({ id: h.job.id, attempt: h.token.attempt, type: h.job.type }));
+    return [...this.ctx.held.values()].map(({ job, token }) => ({ id: job.id, attempt: token.attempt, type: job.type }));
   }
 
   start(): void {
@@ -236,7 +236,7 @@ export class Worker {
   private releaseUnstarted(unstarted: Held[]): void {
     for (const h of unstarted) this.ctx.forget(h);
     this.waiting.splice(0, this.waiting.length, ...this.waiting.filter((h) => !unstarted.includes(h)));
-    void this.completer.releaseUnstarted(unstarted, (ids) => this.fetcher.noteUnstarted(ids));
+    void this.completer.releaseUnstarted(unstarted);
     if (this.ctx.held.size === 0 && this.ctx.running === 0) this.setBusy(false);
   }
 

@@ -368,3 +368,32 @@ describe('a failover longer than the lease, with jobs claimed ahead of a free sl
     await w.stop(1);
   }, 60_000);
 });
+
+describe("a failover shorter than the lease, under a job's own transaction", () => {
+  it('the attempt is released, not counted: a job on its last attempt runs again and succeeds, its rows written once', async () => {
+    // Review finding: the handler's transaction died with its connection, and the attempt was
+    // failed as the handler's own: a job on its last attempt died (attempts-exhausted) although
+    // its lease was never at risk.
+    const { p, proxy, pool } = await behindProxy(
+      { timings: { leaseSeconds: 10, heartbeatSeconds: 1, visibilityTimeoutSeconds: 10, maxReceiveCount: 10 } },
+      'jobs-worker tx-failover-test',
+    );
+    const w = p.worker({ pool, workerId: 'tx-failover' });
+    w.start();
+    const [job] = await p.client.enqueueNow([
+      { type: 'ledger.post', payload: { batch: 'TXF-1', entries: 3, workAfterWriteMs: 1500 }, maxAttempts: 1 },
+    ]);
+    await waitFor(async () => (await p.store.get(job!.job.id))?.state === 'running', 10_000, 'running');
+    await new Promise((r) => setTimeout(r, 300)); // its rows written, its transaction open
+    await proxy.failover(2).over;
+    const ended = async () => ['succeeded', 'dead'].includes((await p.store.get(job!.job.id))?.state ?? '');
+    await waitFor(ended, 20_000, 'the job ended after the outage');
+    const after = (await p.store.get(job!.job.id))!;
+    expect(after).toMatchObject({ state: 'succeeded', attempt: 2, releases: 1 });
+    expect(after.attemptLog).toEqual([expect.objectContaining({ attempt: 1, outcome: 'released' })]);
+    const { rows } = await p.db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM ledger_entries WHERE batch = 'TXF-1'");
+    expect(rows[0]!.n).toBe(3);
+    expect(p.metrics.counts.get(METRIC.jobsFailed) ?? 0).toBe(0);
+    await w.stop(1);
+  }, 60_000);
+});

@@ -7,6 +7,8 @@ import { ledgerPost } from '../../runtime/handlers/ledger-post.ts';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob, type JobContext } from '../../runtime/handlers/types.ts';
 import { attemptsUsed } from '../../runtime/domain/job.ts';
+import { METRIC } from '../../runtime/observability/metric-names.ts';
+import { INTERRUPTED_RELEASE_LIMIT } from '../../runtime/worker/completer.ts';
 import { createPlatform, type Platform, waitFor } from '../support/platform.ts';
 import { claimOne, hold, setLease, workerUnits, type Units } from '../support/worker-units.ts';
 
@@ -30,6 +32,24 @@ const jobs = [
     parse: () => ({}),
     async run() {
       throw new NonRetryableError('period closed');
+    },
+  }),
+  defineJob<Record<string, never>, null>({
+    type: 'test.cut',
+    description: "writes, then its transaction's connection is cut (as a failover's reset does)",
+    parse: () => ({}),
+    async run(_p, ctx) {
+      await ctx.db.query('SELECT 1');
+      await ctx.db.query('SELECT pg_terminate_backend(pg_backend_pid())');
+      return null;
+    },
+  }),
+  defineJob<Record<string, never>, null>({
+    type: 'test.elsewhere',
+    description: 'fails reaching a database of its own (not the job transaction)',
+    parse: () => ({}),
+    async run() {
+      throw Object.assign(new Error('connect ECONNREFUSED 10.0.0.9:5432'), { code: 'ECONNREFUSED' });
     },
   }),
   defineJob<Record<string, never>, null>({
@@ -127,6 +147,33 @@ describe('executor', () => {
     // The old message deleted, a fresh one (receive count 0) on its way, delayed.
     await waitFor(() => p.queue.peek().length === 1 && p.queue.peek()[0]!.receiveCount === 0, 5000, 'a fresh message');
     expect(p.dlq.depth().total).toBe(0);
+  });
+
+  it('an attempt whose own transaction lost its connection is released, not counted: a job on its last attempt runs again', async () => {
+    const h = await claimOne(p, u, 'test.cut', {}, 1);
+    await u.executor.execute(h);
+    const after = await state(h.job.id);
+    expect(after).toMatchObject({ state: 'pending', attempt: 1, releases: 1, lastError: null });
+    expect(after.attemptLog.at(-1)).toMatchObject({
+      outcome: 'released',
+      message: expect.stringMatching(/lost the job's database connection/),
+    });
+    expect(p.metrics.get(METRIC.jobsFailed) ?? 0).toBe(0);
+    // Claimable at once, its one attempt still to use.
+    expect((await u.ctx.store.claim([h.job.id], 'next-worker', 30)).map((j) => j.attempt)).toEqual([2]);
+  });
+
+  it("a connection error from elsewhere (a database of the handler's own) fails the attempt as any error: counted, with its backoff", async () => {
+    const h = await claimOne(p, u, 'test.elsewhere', {});
+    await u.executor.execute(h);
+    expect(await state(h.job.id)).toMatchObject({ state: 'pending', attempt: 1, releases: 0, lastError: { message: /ECONNREFUSED/ } });
+  });
+
+  it(`a job released ${INTERRUPTED_RELEASE_LIMIT} times already: a lost connection fails the attempt (a handler that keeps cutting its connection ends at its cap)`, async () => {
+    const h = await claimOne(p, u, 'test.cut', {}, 1);
+    h.job = { ...h.job, releases: INTERRUPTED_RELEASE_LIMIT };
+    await u.executor.execute(h);
+    expect(await state(h.job.id)).toMatchObject({ state: 'dead', lastError: { message: /terminating connection/ } });
   });
 
   it('a non-retryable error or a bad payload: dead after one attempt', async () => {

@@ -56,6 +56,7 @@ export function workerUnits(p: Platform, over: Partial<WorkerOptions> = {}, work
     (hs) => givenUpUnstarted.push(...hs),
   );
   const freed: Held[] = [];
+  // Shares its lost-claims list with the fetcher, as in worker.ts.
   const completer = new Completer(ctx, messages, deadLetters, heartbeat, (h) => freed.push(h));
   const executor = new JobExecutor(ctx, completer, heartbeat);
   const started: Held[] = [];
@@ -65,7 +66,7 @@ export function workerUnits(p: Platform, over: Partial<WorkerOptions> = {}, work
     start: (job, message, claimSentAt) => started.push(hold(ctx, job, message, claimSentAt)),
     finished: () => 0,
   };
-  const fetcher = new Fetcher(ctx, messages, deadLetters, slots);
+  const fetcher = new Fetcher(ctx, messages, deadLetters, slots, undefined, completer.lost);
   return { ctx, messages, deadLetters, heartbeat, completer, executor, fetcher, started, freed, databaseDown, givenUpUnstarted };
 }
 
