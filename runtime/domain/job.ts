@@ -19,7 +19,8 @@ export interface AttemptOutcome {
   owner: string | null;
   at: string;
   /** redriven, discarded: an operator's action on a dead job (runtime/oncall), recorded in the log with who asked. */
-  outcome: 'retry' | 'dead' | 'released' | 'rescued' | 'redriven' | 'discarded';
+  /** rescued: the rescuer re-queued it, its lease expired; reclaimed: a worker's claim took it over, its lease expired. */
+  outcome: 'retry' | 'dead' | 'released' | 'rescued' | 'reclaimed' | 'redriven' | 'discarded';
   name?: string;
   message?: string;
   /** Who asked, for an operator's action. */

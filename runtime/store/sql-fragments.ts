@@ -70,9 +70,19 @@ export const DEAD_FILTER = `j.state = 'dead'
  * never blocked (migration 0015's constraint): blocked_since is null already for almost every
  * claim (no change, so still a HOT update), but not for a woken keyed job claimed in the same
  * breath, nor for a job of a type whose limit was removed while it waited and that wake_type
- * skipped (locked at that moment), which the plain claim then starts.
+ * skipped (locked at that moment), which the plain claim then starts. A reclaim (the row still
+ * running, its lease expired: its owner died or stalled) records the attempt it ends, its owner
+ * and the lease's expiry, as the rescuer does when it gets there first: without it a crashed
+ * attempt left no trace in `jobs show`, and which of the two got there was a race. (Every SET
+ * expression reads the row as it was: `attempt` and `lease_owner` are the ended attempt's.)
  */
 export const CLAIM_SET = `       SET state = 'running',
+           attempt_log = CASE WHEN state = 'running' THEN attempt_log || jsonb_build_array(jsonb_build_object(
+             'attempt', attempt, 'owner', lease_owner, 'at', statement_timestamp(), 'outcome', 'reclaimed',
+             'name', 'LeaseExpired', 'message', 'lease expired (worker ' || coalesce(lease_owner, '?') || ' stopped heartbeating); reclaimed by ' || $2))
+             ELSE attempt_log END,
+           last_error = CASE WHEN state = 'running' THEN jsonb_build_object('name', 'LeaseExpired', 'retryable', true,
+             'message', 'lease expired (worker ' || coalesce(lease_owner, '?') || ' stopped heartbeating)') ELSE last_error END,
            attempt = attempt + 1,
            lease_owner = $2,
            lease_expires_at = statement_timestamp() + $3::float8 * interval '1 second',
@@ -98,8 +108,8 @@ export const CLAIM_RETURNING = `    RETURNING id, type, payload, attempt, releas
               -- date_part, not extract: extract returns numeric (PostgreSQL 14+), slower to compute.
               date_part('epoch', created_at) * 1000 AS created_at_ms,
               (date_part('epoch', statement_timestamp()) - date_part('epoch', greatest(created_at, run_after))) * 1000 AS queue_lag_ms,
-              -- A reclaim: the attempt before this one did not end in a recorded retry or release
-              -- (its owner's lease ran out), or the rescuer re-queued it.
+              -- A reclaim: this claim or the rescuer recorded the attempt before this one as ended by
+              -- its lease (or, for a row older than that record, it ended in no retry or release).
               CASE WHEN attempt > 1
-                   THEN coalesce((attempt_log->-1->>'attempt')::int <> attempt - 1 OR attempt_log->-1->>'outcome' = 'rescued', true)
+                   THEN coalesce((attempt_log->-1->>'attempt')::int <> attempt - 1 OR attempt_log->-1->>'outcome' IN ('rescued', 'reclaimed'), true)
                    ELSE false END AS reclaimed`;

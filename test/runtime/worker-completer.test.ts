@@ -122,7 +122,8 @@ describe('completer: failure', () => {
     await p.store.claim([h.job.id], 'thief', 30);
     await u.completer.fail(h, new Error('late'), false, silentLogger);
     expect(h.lost).toBe(true);
-    expect(await state(h.job.id)).toMatchObject({ state: 'running', attempt: 2, lastError: null });
+    // The thief's reclaim recorded the lease's expiry; the late failure wrote nothing over it.
+    expect(await state(h.job.id)).toMatchObject({ state: 'running', attempt: 2, lastError: { name: 'LeaseExpired' } });
     // Said once the job row shows it was not a cancel (heartbeat.ts loseLease).
     await waitFor(() => events.length > 0, 2000, 'lease-lost event');
     expect(events).toEqual(['lease-lost']);

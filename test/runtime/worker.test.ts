@@ -176,7 +176,12 @@ describe('worker', () => {
     await waitFor(() => seen.aborted.length > 0, 3000, 'handler aborted');
     expect(String(seen.aborted[0])).toMatch(/LeaseLostError: lease on job .* attempt 1 lost \(heartbeat\)/);
     await waitFor(() => w.runningJobs.length === 0, 2000, 'worker let go of the job');
-    expect(await jobState(job.id)).toMatchObject({ state: 'running', attempt: 2, leaseOwner: 'usurper', lastError: null });
+    expect(await jobState(job.id)).toMatchObject({
+      state: 'running',
+      attempt: 2,
+      leaseOwner: 'usurper',
+      lastError: { name: 'LeaseExpired' },
+    });
     // Counted once the row is read (a cancel is not a lost lease), which may be after the worker let go.
     await waitFor(() => p.metrics.get(METRIC.leasesLost) === 1, 3000, 'the lost lease counted');
   });
@@ -268,7 +273,16 @@ describe('worker', () => {
     const done = await until(job.id, 'succeeded', 15_000);
     expect(done.attempt).toBe(2);
     expect(events.find((e) => e.jobId === job.id && e.kind === 'reclaimed')).toMatchObject({ attempt: 2 });
-    expect(done.attemptLog).toEqual([]);
+    // The crashed attempt is on record (before, a reclaim by a claim left none: only the rescuer's did).
+    expect(done.attemptLog).toEqual([
+      expect.objectContaining({
+        attempt: 1,
+        owner: a.workerId,
+        outcome: 'reclaimed',
+        name: 'LeaseExpired',
+        message: `lease expired (worker ${a.workerId} stopped heartbeating); reclaimed by ${b.workerId}`,
+      }),
+    ]);
     expect(await ledgerRows('B-CRASH')).toBe(9);
   });
 
