@@ -27,7 +27,10 @@ const STUCK = `
     WITH expected AS (
       SELECT * FROM unnest($1::text[], $2::float8[]) AS e(type, seconds)
     ), running AS (
-      SELECT ${JOB('j')}, coalesce(e.seconds, $3::float8) AS limit_seconds,
+      SELECT ${JOB('j')},
+             -- The limit of the reason given: a lease expired for longer than the pending limit, else the running one.
+             CASE WHEN j.lease_expires_at < statement_timestamp() - $4::float8 * interval '1 second' THEN $4::float8
+                  ELSE coalesce(e.seconds, $3::float8) END AS limit_seconds,
              CASE WHEN j.lease_expires_at < statement_timestamp() - $4::float8 * interval '1 second' THEN 'lease-expired'
                   ELSE 'running-too-long' END AS reason,
              coalesce(j.claimed_at, j.started_at) AS since
