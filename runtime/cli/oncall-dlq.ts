@@ -128,12 +128,16 @@ export async function dlqCommand(argv: string[], env: Env, out: Out): Promise<nu
       );
       if (values.json) {
         out(JSON.stringify(r));
-        return r.notFound.length > 0 ? 1 : 0;
+        return r.notFound.length > 0 || r.letters.some((l) => l.done === 'kept') ? 1 : 0;
       }
-      out(`discarded by ${by}: ${r.letters.length} dead letter(s) (${values.reason!.trim()})`);
+      const kept = r.letters.filter((l) => l.done === 'kept');
+      out(
+        `discarded by ${by}: ${r.letters.length - kept.length} dead letter(s) (${values.reason!.trim()})${kept.length > 0 ? `; ${kept.length} kept, their jobs need them` : ''}`,
+      );
       for (const l of r.letters) out(letterLine(l));
-      for (const id of r.notFound) out(`  not found in the DLQ: ${id}`);
-      return r.notFound.length > 0 ? 1 : 0;
+      for (const id of r.notFound)
+        out(`  not found in the DLQ: ${id} (a DLQ message id from jobs dlq list, or the source id jobs poison list shows)`);
+      return r.notFound.length > 0 || kept.length > 0 ? 1 : 0;
     }
 
     case 'move-status': {

@@ -91,7 +91,13 @@ export class DeadLetterService {
     return report;
   }
 
-  /** Delete the named dead letters for good, with a reason; poison messages among them are marked resolved. */
+  /**
+   * Delete the named dead letters for good, with a reason; poison messages among them are marked
+   * resolved. A letter is named by its DLQ message id (jobs dlq list) or by the id of the message it
+   * copies (`SourceMessageId`: what jobs poison list shows). A letter whose job still needs its
+   * message (verdict resend: the job is pending or was orphaned) is not discarded but kept, with
+   * what to do instead: deleting it would leave the job to wait for the reconciler.
+   */
   async discard(req: {
     messageIds: string[];
     by: string;
@@ -103,7 +109,7 @@ export class DeadLetterService {
     if (req.messageIds.length === 0) throw new ValidationError('messageIds', 'must name at least one message id (see jobs dlq list)');
     const wanted = new Set(req.messageIds);
     const report = await this.pass({ limit: req.limit ?? MAX_SCAN_LIMIT, mode: 'discard', by: operatorName(req.by), reason, wanted });
-    const found = new Set(report.letters.map((l) => l.messageId));
+    const found = new Set(report.letters.flatMap((l) => [l.messageId, l.attributes.SourceMessageId ?? l.messageId]));
     return { ...report, notFound: req.messageIds.filter((id) => !found.has(id)) };
   }
 
@@ -198,11 +204,17 @@ export class DeadLetterService {
           return;
         }
         if (p.mode === 'discard') {
-          const mine = judged.filter((l) => p.wanted!.has(l.messageId));
-          keepHeld.push(...judged.filter((l) => !p.wanted!.has(l.messageId)).map((l) => l.messageId));
+          const named = judged.filter((l) => isNamed(l, p.wanted!));
+          const needed = named.filter((l) => l.verdict === 'resend');
+          const mine = named.filter((l) => l.verdict !== 'resend');
+          keepHeld.push(...judged.filter((l) => !mine.includes(l)).map((l) => l.messageId));
+          for (const l of needed) {
+            l.done = 'kept';
+            l.why = `not discarded: its job is ${l.jobState ?? '?'} and still needs a message (${l.why}); \`jobs dlq redrive\` resends it, or \`jobs cancel ${l.jobId}\` first if the job must not run`;
+          }
           await this.act(mine, receipts, p.by!, 'dlq-discard', p.reason);
           for (const l of mine) l.done = 'discarded';
-          letters.push(...mine);
+          letters.push(...named);
           const poison = mine.map((l) => l.attributes.SourceMessageId).filter((x): x is string => Boolean(x));
           await resolvePoisonMessages(this.opts.pool, poison, p.by!, `dead letter discarded: ${p.reason}`);
           return;
@@ -293,9 +305,10 @@ export class DeadLetterService {
     if (!Number.isInteger(limit) || limit < 1 || limit > MAX_SCAN_LIMIT)
       throw new ValidationError('limit', `must be a whole number from 1 to ${MAX_SCAN_LIMIT}`);
     const seen = new Set<string>();
+    const seenSources = new Set<string>();
     for (;;) {
       if (seen.size >= limit) return { complete: false };
-      if (stopWhenFound && [...stopWhenFound].every((id) => seen.has(id))) return { complete: false };
+      if (stopWhenFound && [...stopWhenFound].every((id) => seen.has(id) || seenSources.has(id))) return { complete: false };
       // On SQS an empty answer is only trustworthy from a long poll (a short one samples a subset
       // of servers); the local endpoint is one process, so it need not wait.
       const got = await this.opts.dlq.receive(Math.min(SQS_BATCH_LIMIT, limit - seen.size), this.local ? 0 : 1, HOLD_SECONDS);
@@ -303,6 +316,7 @@ export class DeadLetterService {
       for (const m of got) receipts.set(m.messageId, m.receipt);
       const fresh = got.filter((m) => !seen.has(m.messageId));
       for (const m of fresh) seen.add(m.messageId);
+      for (const m of fresh) if (m.attributes.SourceMessageId) seenSources.add(m.attributes.SourceMessageId);
       if (fresh.length === 0) continue;
       const ids = [...new Set(fresh.map((m) => reconcileJobId(m)).filter((x): x is string => Boolean(x)))];
       const { rows } = ids.length > 0 ? await runOps(this.opts.pool, 'jobsForDeadLetters', [ids]) : { rows: [] as pg.QueryResultRow[] };
@@ -320,4 +334,9 @@ export class DeadLetterService {
     for (const l of letters) counts[l.verdict]++;
     return { letters, complete, dryRun, method, counts, notes: [] };
   }
+}
+
+/** A letter named by its DLQ message id or by the source message id it copies (jobs poison list). */
+function isNamed(l: ReconciledLetter, wanted: Set<string>): boolean {
+  return wanted.has(l.messageId) || (l.attributes.SourceMessageId !== undefined && wanted.has(l.attributes.SourceMessageId));
 }

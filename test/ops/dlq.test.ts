@@ -270,4 +270,24 @@ describe('dead-letter queue, reconciled with the job table', () => {
       detail: { body: '<invoice id="7"/>', kind: 'poison' },
     });
   });
+
+  it('discard: a letter named by the source id `jobs poison list` shows is found; one whose job still needs it is kept, saying what to do instead', async () => {
+    // On-call drill: `poison list` gave the source id, `dlq discard` wanted the DLQ's and said
+    // "not found"; and a pending job's letter was deleted, reported as "resent".
+    const s = await scenario();
+    const pendingLetter = (await service.look()).letters.find((l) => l.jobId === s.pending.id)!;
+    const r = await service.discard({ messageIds: ['src-xml', pendingLetter.messageId], by: 'ops', reason: 'cleanup' });
+    expect(r.notFound).toEqual([]);
+    const v = byJob(r.letters);
+    expect(v['<invoice id="7"/>']).toMatchObject({ done: 'discarded' });
+    expect(v[s.pending.id]).toMatchObject({ done: 'kept' });
+    expect(v[s.pending.id]!.why).toMatch(
+      new RegExp(
+        `^not discarded: its job is pending and still needs a message .*; \`jobs dlq redrive\` resends it, or \`jobs cancel ${s.pending.id}\` first`,
+      ),
+    );
+    expect(dlqBodies()).not.toContain('<invoice id="7"/>');
+    expect(dlqBodies().some((b) => b.includes(s.pending.id))).toBe(true);
+    expect((await p.store.get(s.pending.id))!.state).toBe('pending');
+  });
 });
