@@ -163,7 +163,7 @@ export class JobAlarms extends Construct {
       dlqNotEmpty: make('dlqNotEmpty', {
         alarmName: `${prefix} DLQ not empty`,
         alarmDescription: describe(
-          "the bulk (default) lane's dead-letter queue holds at least one message. A job reached its attempt cap or failed non-retryably, or the worker met a message it cannot handle (unparseable body, unknown job, crash loop past maxReceiveCount). Nothing retries a dead letter: triage it.",
+          "the bulk (default) lane's dead-letter queue holds at least one message. A job reached its attempt cap or failed non-retryably, or the worker met a message it cannot handle (unparseable body, unknown job, crash loop past maxReceiveCount). Nothing retries a dead letter: triage it. First: jobs dlq list (each letter's job, verdict and what to do), then jobs dead show ID.",
           RUNBOOK_SECTION.dlqNotEmpty,
         ),
         metric: queues.deadLetterQueue.metricApproximateNumberOfMessagesVisible({ period: Duration.minutes(1), statistic: 'Maximum' }),

@@ -62,17 +62,29 @@ export function formatJob(j: Job, around: JobSurroundings = {}): string {
   if (j.finishedAt) lines.push(`finished  ${j.finishedAt.toISOString()}`);
   const due = dueReading(j);
   if (due) lines.push(`due       ${due}`);
-  if (j.leaseOwner) lines.push(`lease     ${j.leaseOwner} until ${j.leaseExpiresAt?.toISOString()}`);
+  if (j.leaseOwner) lines.push(`lease     ${j.leaseOwner} until ${j.leaseExpiresAt?.toISOString()}${leaseExpired(j)}`);
   if (j.progress) lines.push(`progress  ${Math.round(j.progress.fraction * 100)}%${j.progress.message ? ` ${j.progress.message}` : ''}`);
   if (j.cancelledBy) lines.push(`cancelled by ${j.cancelledBy}`);
   // The error is the job's state only when it ended dead; otherwise it is history (domain/reading.ts).
   const error = errorReading(j.state, j.lastError);
   if (error) lines.push(`${error.kind === 'state' ? 'error  ' : 'earlier'}   ${error.text}`);
-  for (const a of j.attemptLog)
-    lines.push(`  attempt ${a.attempt} ${a.outcome} at ${isoTime(a.at)} by ${a.by ?? a.owner ?? '?'}${a.message ? `: ${a.message}` : ''}`);
+  for (const a of j.attemptLog) {
+    // An operator's entry says who in its message too ("redriven by alice (cli): …"): once is enough.
+    const said = a.by ? `${a.outcome} by ${a.by}` : null;
+    const message = said && a.message?.startsWith(said) ? a.message.slice(said.length).replace(/^:\s*/, '').trim() : a.message;
+    lines.push(`  attempt ${a.attempt} ${a.outcome} at ${isoTime(a.at)} by ${a.by ?? a.owner ?? '?'}${message ? `: ${message}` : ''}`);
+  }
   lines.push(`payload   ${JSON.stringify(j.payload)}`);
   if (j.result !== null) lines.push(`result    ${JSON.stringify(j.result)}`);
   return lines.join('\n');
+}
+
+/** A running job's lease in the past (by this machine's clock): its worker stopped heartbeating, and nobody has taken it over yet. */
+function leaseExpired(j: Pick<Job, 'state' | 'leaseExpiresAt'>): string {
+  const ago = j.leaseExpiresAt ? Math.round((Date.now() - j.leaseExpiresAt.getTime()) / 1000) : 0;
+  return j.state === 'running' && ago > 0
+    ? ` (expired ${ago} s ago: its worker stopped heartbeating; the rescuer, or the next worker to receive its message, takes it over)`
+    : '';
 }
 
 /** The attempt log's times come as PostgreSQL writes them (…48.490545+00:00): shown like every other time here (…48.490Z). */

@@ -94,7 +94,7 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
         if (j.dead?.discardedAt)
           out(`  discarded by ${j.dead.discardedBy} at ${j.dead.discardedAt.toISOString()}: ${j.dead.discardReason}`);
         else if (payloadRefused(j)) out(`  ${PAYLOAD_REFUSED_ADVICE} npx tsx bin/jobs.ts dead discard ${j.id} --reason "<why>"`);
-        else out(`  to run it again: npx tsx bin/jobs.ts dead redrive ${j.id} --reason "<what was fixed>"`);
+        else out(`  to run it again: npx tsx bin/jobs.ts dead redrive ${j.id} --reason "<what was fixed>" --by <you>`);
       } else {
         out(`not dead: the job is ${j.state}`);
       }

@@ -62,7 +62,7 @@ export const PAYLOAD_REFUSED_ADVICE = 'its payload was refused, and a redrive ru
 export function deadJobAdvice(job: Pick<Job, 'id' | 'lastError'>): string {
   return payloadRefused(job)
     ? `${PAYLOAD_REFUSED_ADVICE} discard this one (jobs dead discard ${job.id} --reason "<why>")`
-    : `redrive it (jobs dead redrive ${job.id}) to run it again, or discard it`;
+    : `redrive it (jobs dead redrive ${job.id} --reason "<what was fixed>" --by <you>) to run it again, or discard it (jobs dead discard ${job.id} --reason …)`;
 }
 
 /** The reasons the worker writes on messages it could not handle at all. */

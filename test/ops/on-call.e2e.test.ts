@@ -199,7 +199,7 @@ describe('jobs dead', () => {
     expect(after.attempt).toBe(2);
     expect(await ledgerRows(after.result.batch)).toBe(3);
     const shown = await jobs(['dead', 'show', fixable]);
-    expect(shown.stdout).toMatch(/attempt 1 redriven at .* by oncall \(cli\): redriven by oncall \(cli\): ERP endpoint fixed/);
+    expect(shown.stdout).toMatch(/attempt 1 redriven at .* by oncall \(cli\): ERP endpoint fixed/);
     expect(shown.stdout).toMatch(/job-redrive by oncall \(cli\): ERP endpoint fixed/);
 
     expect((await jobs(['dead', 'discard', doomed])).code).toBe(2);

@@ -123,7 +123,7 @@ describe('judgeDeadLetter: a dead letter, by its job row', () => {
   it('dead: keep for a redrive or a discard; discarded: drop', () => {
     expect(judgeDeadLetter('j1', row({ state: 'dead', lastError: { name: 'Error', message: 'boom', retryable: true } }), now, '')).toEqual({
       verdict: 'keep',
-      why: 'job is dead (boom): redrive it (jobs dead redrive j1) to run it again, or discard it',
+      why: 'job is dead (boom): redrive it (jobs dead redrive j1 --reason "<what was fixed>" --by <you>) to run it again, or discard it (jobs dead discard j1 --reason …)',
     });
     // Its payload refused by the handler's schema: a redrive would die the same way.
     const refused = { name: 'ValidationError', message: 'payload.batch: must be a string (got 1)', retryable: false };
