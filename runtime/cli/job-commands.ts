@@ -1,6 +1,7 @@
 // The job commands of `jobs` (runtime/cli/main.ts dispatches here): list the job types, enqueue
 // a job, show, list and cancel jobs. Each opens its own small pool, does its one thing and closes it.
 
+import type pg from 'pg';
 import { databaseUrlFromEnv, jobTimingsFromEnv } from '../config/env.ts';
 import { keepFinishedDaysFromEnv } from '../config/retention.ts';
 import { sqsFromEnvIfSet } from '../config/sqs.ts';
@@ -12,11 +13,12 @@ import { JOB_STATES } from '../domain/job.ts';
 import { isLane, LANES, type Lane } from '../domain/lanes.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import { formatDuration, waitingFor } from '../domain/reading.ts';
-import { payloadFields } from '../handlers/types.ts';
+import { describeJobType } from '../handlers/types.ts';
 import { announceCancel, eventsEnabled } from '../live/events.ts';
 import { silentLogger } from '../observability/log.ts';
 import { JobClient } from '../store/client.ts';
 import type { JobStore } from '../store/job-store.ts';
+import { isTypeRegistered } from '../store/job-types.ts';
 import { Publisher } from '../store/outbox.ts';
 import { parseCommand } from './args.ts';
 import { blockers, formatJob, UsageError } from './format.ts';
@@ -27,7 +29,10 @@ export type Env = Record<string, string | undefined>;
 
 export type JobCommand = 'types' | 'enqueue' | 'show' | 'cancel' | 'list';
 
-async function withClient<T>(env: Env, fn: (c: { store: JobStore; client: JobClient; publisher: Publisher }) => Promise<T>): Promise<T> {
+async function withClient<T>(
+  env: Env,
+  fn: (c: { store: JobStore; client: JobClient; publisher: Publisher; pool: pg.Pool }) => Promise<T>,
+): Promise<T> {
   const sqs = sqsFromEnvIfSet(env);
   const pool = createPool({ url: databaseUrlFromEnv(env), max: 2, applicationName: 'jobs-cli' });
   try {
@@ -43,7 +48,7 @@ async function withClient<T>(env: Env, fn: (c: { store: JobStore; client: JobCli
       // `jobs cancel` shows in the live view's feed, with who asked, when the stack's event bus is on.
       ...(eventsEnabled(env) ? { onCancelled: (job: Job) => announceCancel(pool, job, 'cli') } : {}),
     });
-    const out = await fn({ store: client.store, client, publisher });
+    const out = await fn({ store: client.store, client, publisher, pool });
     await publisher.flush();
     return out;
   } finally {
@@ -62,23 +67,24 @@ export async function jobCommand(
     case 'types': {
       const { values } = parseCommand('jobs types', rest, { describe: { type: 'boolean' }, json: { type: 'boolean' } });
       const registry = defaultRegistry();
+      // What GET /v1/job-types gives, one shape (handlers/types.ts describeJobType).
+      const types = registry.types().map((t) => describeJobType(registry.get(t)!));
       if (values.json) {
-        out(
-          JSON.stringify(
-            registry.types().map((t) => ({ type: t, description: registry.get(t)!.description, payload: payloadFields(registry.get(t)!) })),
-            null,
-            2,
-          ),
-        );
+        out(JSON.stringify(types, null, 2));
         return 0;
       }
-      for (const t of registry.types()) {
-        out(`${t.padEnd(20)} ${registry.get(t)!.description}`);
+      for (const d of types) {
+        out(`${d.type.padEnd(20)} ${d.description}`);
         if (!values.describe) continue;
-        const idem = registry.get(t)!.idempotency;
+        const idem = d.idempotency;
         if (idem) out(`  idempotency keys kept ${'keep' in idem ? 'forever' : `${idem.keepDays} days`} after the job ends`);
+        out(
+          `  lane ${d.lane}${d.maxAttempts !== undefined ? `; at most ${d.maxAttempts} attempts` : ''}${d.expectedMaxSeconds !== undefined ? `; stuck after ${d.expectedMaxSeconds} s running` : ''}`,
+        );
+        if (d.concurrency) out(`  concurrency key ${d.concurrency.key}: at most ${d.concurrency.limit} at a time per key`);
+        if (d.maxRunning !== undefined) out(`  at most ${d.maxRunning} running at once across the fleet`);
         // One line per payload field, from the type's schema: name, type, required or its default, the rule.
-        for (const f of payloadFields(registry.get(t)!)) {
+        for (const f of d.payload.fields) {
           const need = f.required ? 'required' : f.default !== undefined ? `default ${JSON.stringify(f.default)}` : 'optional';
           out(
             `  ${f.name.padEnd(18)} ${f.type.padEnd(8)} ${need}${f.rule ? `; ${f.rule}` : ''}${f.description ? ` — ${f.description}` : ''}`,
@@ -117,28 +123,36 @@ export async function jobCommand(
         throw new UsageError(`--payload is not valid JSON: ${(err as Error).message}`);
       }
       const env = await resolveEnv();
-      const [r] = await withClient(env, ({ client }) =>
-        client
-          .enqueueNow({
-            type,
-            payload,
-            idempotencyKey: values.key ?? null,
-            maxAttempts: values['max-attempts'] ? Number(values['max-attempts']) : null,
-            runAt: values['run-at'] ?? null,
-            concurrencyKey: values['concurrency-key'] ?? null,
-            concurrencyLimit: values['concurrency-limit'] ? Number(values['concurrency-limit']) : null,
-            // Checked by the enqueue rules (a bad lane is refused naming the allowed ones).
-            lane: (values.lane as Lane | undefined) ?? null,
-          })
-          .catch((err: unknown) => {
-            throw asFlagError(err, values);
-          }),
-      );
+      const { r, registered } = await withClient(env, async ({ client, pool }) => ({
+        r: (
+          await client
+            .enqueueNow({
+              type,
+              payload,
+              idempotencyKey: values.key ?? null,
+              maxAttempts: values['max-attempts'] ? Number(values['max-attempts']) : null,
+              runAt: values['run-at'] ?? null,
+              concurrencyKey: values['concurrency-key'] ?? null,
+              concurrencyLimit: values['concurrency-limit'] ? Number(values['concurrency-limit']) : null,
+              // Checked by the enqueue rules (a bad lane is refused naming the allowed ones).
+              lane: (values.lane as Lane | undefined) ?? null,
+            })
+            .catch((err: unknown) => {
+              throw asFlagError(err, values);
+            })
+        )[0],
+        registered: await isTypeRegistered(pool, type),
+      }));
       if (values.json) out(JSON.stringify({ ...r!.job, duplicate: r!.duplicate }));
       else out(`${r!.duplicate ? duplicateText(r!.job) : 'enqueued'}\n${formatJob(r!.job)}`);
       // Accepted (the API takes a past runAt as "now"), but a year typed wrong should not pass unseen.
       if (values['run-at'] && !r!.duplicate && r!.job.runAfter < r!.job.createdAt)
         process.stderr.write(`jobs: note: --run-at ${values['run-at']} is in the past: the job is due now\n`);
+      // This command loads the code afresh; the running services know the types they had at start.
+      if (!registered)
+        process.stderr.write(
+          `jobs: note: no API or worker on this database has registered job type ${type} (each registers its types when it starts): the job waits, handed on between workers, until one that has the type runs. Locally: restart \`npm start\` after adding a handler.\n`,
+        );
       return 0;
     }
 

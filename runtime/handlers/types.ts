@@ -188,6 +188,35 @@ export function payloadFields(def: JobDefinition<any, any, any>): PayloadField[]
   });
 }
 
+/**
+ * What a job type's definition decides, as people read it: GET /v1/job-types and `jobs types
+ * --json` give exactly this, `jobs types --describe` prints it. The lane is the type's default
+ * (bulk unless it says); a concurrency key given as a function reads as computed from the payload.
+ */
+export function describeJobType(d: JobDefinition<any, any, any>) {
+  const key = d.concurrency?.key;
+  return {
+    type: d.type,
+    description: d.description,
+    lane: d.lane ?? 'bulk',
+    ...(d.maxAttempts !== undefined ? { maxAttempts: d.maxAttempts } : {}),
+    ...(d.expectedMaxSeconds !== undefined ? { expectedMaxSeconds: d.expectedMaxSeconds } : {}),
+    // Keys that outlive the job (README "Idempotency keys that outlive the job"), and the type's own retention.
+    ...(d.idempotency ? { idempotency: d.idempotency } : {}),
+    ...(d.keepFinishedDays !== undefined ? { keepFinishedDays: d.keepFinishedDays } : {}),
+    ...(d.concurrency
+      ? {
+          concurrency: {
+            key: typeof key === 'string' ? key : '(computed from the payload by the handler code; SQL callers pass it)',
+            limit: d.concurrency.limit ?? 1,
+          },
+        }
+      : {}),
+    ...(d.maxRunning !== undefined ? { maxRunning: d.maxRunning } : {}),
+    payload: { fields: payloadFields(d) },
+  };
+}
+
 /** A default key's function (method syntax: checked bivariantly, as the definition's other functions are). */
 type KeyOf<P> = { key(payload: P): string | null | undefined }['key'];
 

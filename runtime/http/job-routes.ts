@@ -13,7 +13,7 @@ import { isJobId, parseIsoTime } from '../domain/ids.ts';
 import { JOB_STATES, type Job, type JobState } from '../domain/job.ts';
 import { LANES } from '../domain/lanes.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
-import { payloadFields } from '../handlers/types.ts';
+import { describeJobType } from '../handlers/types.ts';
 import type { Logger } from '../observability/log.ts';
 import { MAX_PAYLOAD_BYTES, type JobClient } from '../store/client.ts';
 import { enqueueRequest, type EnqueueRequest } from '../store/enqueue-request.ts';
@@ -242,19 +242,7 @@ export function jobRouteTable(opts: JobRoutesOptions): RouteTable {
   }
 
   function jobTypes() {
-    return registry.types().map((type) => {
-      const d = registry.get(type)!;
-      return {
-        type,
-        description: d.description,
-        ...(d.maxAttempts !== undefined ? { maxAttempts: d.maxAttempts } : {}),
-        ...(d.expectedMaxSeconds !== undefined ? { expectedMaxSeconds: d.expectedMaxSeconds } : {}),
-        // Keys that outlive the job (README "Idempotency keys that outlive the job"), and the type's own retention.
-        ...(d.idempotency ? { idempotency: d.idempotency } : {}),
-        ...(d.keepFinishedDays !== undefined ? { keepFinishedDays: d.keepFinishedDays } : {}),
-        payload: { fields: payloadFields(d) },
-      };
-    });
+    return registry.types().map((type) => describeJobType(registry.get(type)!));
   }
 
   async function enqueue(ctx: RouteContext<unknown, EnqueueRequest>): Promise<Reply> {

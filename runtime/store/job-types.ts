@@ -46,3 +46,9 @@ export async function registerJobTypes(db: Queryable, registry: JobRegistry, def
     ],
   });
 }
+
+/** Whether an API or worker of this database has registered `type` (at its start): a job of a type none has waits for one that does. */
+export async function isTypeRegistered(db: Queryable, type: string): Promise<boolean> {
+  const { rows } = await db.query({ name: 'jobTypeRegistered', text: 'SELECT 1 FROM jobs.job_type WHERE type = $1', values: [type] });
+  return rows.length > 0;
+}

@@ -13,11 +13,15 @@ import { waitFor } from '../support/platform.ts';
 import { startDbProxy } from '../../dev/db-proxy.ts';
 import { usageFor } from '../../runtime/cli/main.ts';
 import { defaultRegistry } from '../../runtime/handlers/index.ts';
+import { describeJobType } from '../../runtime/handlers/types.ts';
 import { JobStore } from '../../runtime/store/job-store.ts';
+import { registerJobTypes } from '../../runtime/store/job-types.ts';
 
 let db: TestDb;
 beforeAll(async () => {
   [db] = await Promise.all([createTestDb(), jobsBundle()]);
+  // As a running deployment has them: its API and workers registered their types at start.
+  await registerJobTypes(db.pool, defaultRegistry(), { maxAttempts: 3 }, 'cli-test');
 });
 afterAll(async () => {
   await db.drop();
@@ -127,6 +131,20 @@ describe('jobs command', () => {
     expect(resent.stdout).toContain(job.id);
   });
 
+  it('enqueue of a type no running API or worker has registered (a handler added since they started) says the job will wait', async () => {
+    await db.pool.query("DELETE FROM jobs.job_type WHERE type = 'inventory.cost'");
+    try {
+      const r = await jobs(['enqueue', 'inventory.cost', '--payload', '{"store":"S-NEW","period":"2026-11"}']);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toMatch(/^enqueued$/m);
+      expect(r.stderr).toBe(
+        'jobs: note: no API or worker on this database has registered job type inventory.cost (each registers its types when it starts): the job waits, handed on between workers, until one that has the type runs. Locally: restart `npm start` after adding a handler.\n',
+      );
+    } finally {
+      await registerJobTypes(db.pool, defaultRegistry(), { maxAttempts: 3 }, 'cli-test');
+    }
+  });
+
   it('types --describe lists each payload field from the handler schema', async () => {
     const r = await jobs(['types', '--describe']);
     expect(r.code).toBe(0);
@@ -135,6 +153,18 @@ describe('jobs command', () => {
     expect(r.stdout).toMatch(/^ {2}workMs +integer +default 0; 0 to 3600000/m);
     expect(r.stdout).toMatch(/^ledger\.post .*\n {2}idempotency keys kept forever after the job ends$/m);
     expect(r.stdout).toMatch(/^ {2}period +string +required; .*matches YYYY-MM/m);
+    // What the type decides besides its payload (newcomer trial: learnt only from an enqueue's refusal).
+    expect(r.stdout).toMatch(
+      /^inventory\.cost .*\n {2}lane bulk; stuck after 3600 s running\n {2}concurrency key costing:\{store\}: at most 1 at a time per key\n {2}at most 4 running at once across the fleet$/m,
+    );
+    // --json is GET /v1/job-types' shape, field for field.
+    const json = JSON.parse((await jobs(['types', '--json'])).stdout);
+    expect(json).toEqual(
+      defaultRegistry()
+        .types()
+        .map((t) => JSON.parse(JSON.stringify(describeJobType(defaultRegistry().get(t)!)))),
+    );
+    expect(json.find((t: { type: string }) => t.type === 'ledger.post')).toMatchObject({ idempotency: { keep: 'forever' } });
     const plain = (await jobs(['types'])).stdout;
     expect(plain).not.toMatch(/^ {2}entries/m);
     // Every registered type, one line each, whichever the application registered.
