@@ -143,11 +143,15 @@ export async function jobCommand(
         )[0],
         registered: await isTypeRegistered(pool, type),
       }));
-      if (values.json) out(JSON.stringify({ ...r!.job, duplicate: r!.duplicate }));
+      if (values.json) out(JSON.stringify({ ...r!.job, duplicate: r!.duplicate, ...(r!.payloadDiffers ? { payloadDiffers: true } : {}) }));
       else out(`${r!.duplicate ? duplicateText(r!.job) : 'enqueued'}\n${formatJob(r!.job)}`);
       // Accepted (the API takes a past runAt as "now"), but a year typed wrong should not pass unseen.
       if (values['run-at'] && !r!.duplicate && r!.job.runAfter < r!.job.createdAt)
         process.stderr.write(`jobs: note: --run-at ${values['run-at']} is in the past: the job is due now\n`);
+      if (r!.payloadDiffers)
+        process.stderr.write(
+          `jobs: note: the job this key names has another payload (${clip(JSON.stringify(r!.job.payload), 200)}): nothing was enqueued for this one; other work needs another key\n`,
+        );
       // This command loads the code afresh; the running services know the types they had at start.
       if (!registered)
         process.stderr.write(

@@ -143,7 +143,7 @@ export function jobRouteTable(opts: JobRoutesOptions): RouteTable {
       method: 'POST',
       path: '/v1/jobs',
       summary:
-        "enqueue a job (201; 200 with duplicate: true and the key's job as it is, for an active job with the same type and idempotency key, or an ended one its type keeps the key of)",
+        "enqueue a job (201; 200 with duplicate: true and the key's job as it is, for an active job with the same type and idempotency key, or an ended one its type keeps the key of; payloadDiffers: true when that job's payload is not this request's)",
       // The enqueue request's one schema (store/enqueue-request.ts), which JobClient applies to library callers too.
       body: enqueueRequest(registry),
       bodyRequired: true,
@@ -247,10 +247,10 @@ export function jobRouteTable(opts: JobRoutesOptions): RouteTable {
 
   async function enqueue(ctx: RouteContext<unknown, EnqueueRequest>): Promise<Reply> {
     const [r] = await client.insertNow([client.newJob(ctx.body)]);
-    const { job, duplicate } = r!;
+    const { job, duplicate, payloadDiffers } = r!;
     return {
       status: duplicate ? 200 : 201,
-      body: jobView(job, { duplicate }),
+      body: jobView(job, { duplicate, ...(payloadDiffers ? { payloadDiffers } : {}) }),
       headers: { location: `/v1/jobs/${job.id}` },
     };
   }
@@ -260,7 +260,11 @@ export function jobRouteTable(opts: JobRoutesOptions): RouteTable {
     const results = await client.insertNow(ctx.body.jobs.map((r) => client.newJob(r)));
     return {
       status: results.every((r) => r.duplicate) ? 200 : 201,
-      body: { jobs: results.map((r) => jobView(r.job, { duplicate: r.duplicate })) },
+      body: {
+        jobs: results.map((r) =>
+          jobView(r.job, { duplicate: r.duplicate, ...(r.payloadDiffers ? { payloadDiffers: true as const } : {}) }),
+        ),
+      },
     };
   }
 

@@ -62,9 +62,11 @@ export interface JobView {
   blockedSince: string | null;
   parentId: string | null;
   duplicate?: boolean;
+  /** On a duplicate: this request's payload differs from that job's (the key names other work). */
+  payloadDiffers?: true;
 }
 
-export function jobView(job: Job, extra: { duplicate?: boolean } = {}): JobView {
+export function jobView(job: Job, extra: { duplicate?: boolean; payloadDiffers?: true } = {}): JobView {
   return {
     id: job.id,
     type: job.type,

@@ -42,6 +42,12 @@ export interface EnqueueResult {
    * That job is returned as it is (its state and result), and no other is made.
    */
   duplicate: boolean;
+  /**
+   * On a duplicate, true when this enqueue's payload differs from that job's: the key names other
+   * work than the caller meant (a key reused by mistake, e.g. one without the period in it), and
+   * nothing was enqueued for this payload. Absent when the payloads are the same, or not a duplicate.
+   */
+  payloadDiffers?: true;
 }
 
 export interface JobClientOptions {
@@ -119,7 +125,11 @@ export class JobClient {
       .filter((i) => i.outboxId)
       .map((i) => ({ outboxId: i.outboxId!, jobId: i.job.id, type: i.job.type, lane: i.job.lane, runAfter: i.job.runAfter }));
     return {
-      jobs: inserted.map((i) => ({ job: i.job, duplicate: i.duplicate })),
+      jobs: inserted.map((i, n) =>
+        i.duplicate && !sameJson(rows[n]!.payload ?? {}, i.job.payload)
+          ? { job: i.job, duplicate: true, payloadDiffers: true }
+          : { job: i.job, duplicate: i.duplicate },
+      ),
       afterCommit: () => this.opts.publisher.publish(toPublish),
     };
   }
@@ -158,4 +168,20 @@ export class JobClient {
     const current = await this.store.get(id);
     return current ? { job: current, cancelled: false } : null;
   }
+}
+
+/** Equal as JSON values (key order aside, as jsonb stores them). */
+function sameJson(a: unknown, b: unknown): boolean {
+  return canonical(a) === canonical(b);
+}
+
+function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
+  if (v && typeof v === 'object')
+    return `{${Object.keys(v)
+      .filter((k) => (v as Record<string, unknown>)[k] !== undefined)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
+      .join(',')}}`;
+  return JSON.stringify(v ?? null);
 }

@@ -158,8 +158,12 @@ describe('jobs API', () => {
       expect(first.status).toBe(201);
       expect(second.status).toBe(200);
       expect(second.body.duplicate).toBe(true);
+      expect(second.body.payloadDiffers).toBeUndefined();
       expect(second.body.id).toBe(first.body.id);
       expect(messagesFor(p, first.body.id)).toHaveLength(1);
+      // The key reused for other work: the same answer, saying so.
+      const reused = await call(api.url, 'POST', '/v1/jobs', { json: ledger('B-OTHER', { idempotencyKey: 'close-2026-11' }) });
+      expect(reused.body).toMatchObject({ id: first.body.id, duplicate: true, payloadDiffers: true });
       // ledger.post keeps its keys after the job ends: once cancelled, the key still answers with that job, as it is.
       expect((await call(api.url, 'POST', `/v1/jobs/${first.body.id}/cancel`, { json: { by: 'ops' } })).status).toBe(200);
       const third = await call(api.url, 'POST', '/v1/jobs', { json: ledger('B-DUP', { idempotencyKey: 'close-2026-11' }) });
