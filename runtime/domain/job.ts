@@ -25,6 +25,8 @@ export interface AttemptOutcome {
   message?: string;
   /** Who asked, for an operator's action. */
   by?: string;
+  /** A release of an attempt whose own connection was lost (counted toward INTERRUPTED_RELEASE_LIMIT). */
+  interrupted?: true;
 }
 
 export interface Progress {

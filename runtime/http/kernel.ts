@@ -46,27 +46,25 @@ export interface JobView {
   payload: unknown;
   progress: Job['progress'];
   result: unknown;
-  /** The last failure, without its stack (that stays in the job row and the worker's logs). */
-  lastError: { name: string; message: string; retryable: boolean } | null;
+  lastError: { name: string; message: string; retryable: boolean } | null; // the last failure, without its stack (the row and the logs have it)
   idempotencyKey: string | null;
   runAfter: string;
   cancelledBy: string | null;
   createdAt: string;
   startedAt: string | null;
   finishedAt: string | null;
-  /** Its priority lane (urgent or bulk). */
-  lane: Job['lane'];
+  lane: Job['lane']; // its priority lane (urgent or bulk)
   /** Its key and limit (null without a key); since when it has waited for them (null: not waiting); the job that enqueued it. */
   concurrencyKey: string | null;
   concurrencyLimit: number | null;
   blockedSince: string | null;
   parentId: string | null;
+  /** An enqueue's answer: the key named this job already; and, on a duplicate, the request's payload is not this job's (the key names other work). */
   duplicate?: boolean;
-  /** On a duplicate: this request's payload differs from that job's (the key names other work). */
   payloadDiffers?: true;
 }
 
-export function jobView(job: Job, extra: { duplicate?: boolean; payloadDiffers?: true } = {}): JobView {
+export function jobView(job: Job, extra: Pick<JobView, 'duplicate' | 'payloadDiffers'> = {}): JobView {
   return {
     id: job.id,
     type: job.type,

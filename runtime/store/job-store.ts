@@ -309,22 +309,18 @@ export class JobStore {
     return new Set(rows.map((r) => r.id as string));
   }
 
-  /** Release unstarted the jobs among `ids` still running under `owner` (a claim whose answer was lost), each with an outbox row to publish. */
+  /** Release the jobs among `tokens` (attempt null: unknown) still running under `owner` with no handler, each with an outbox row (sql-lost-claims.ts; `interruptedLimit` for interrupted attempts). */
   async releaseLostClaims(
-    ids: string[],
+    tokens: { id: string; attempt: number | null }[],
     owner: string,
     reason: string,
-  ): Promise<(Pick<ClaimedJob, 'id' | 'type' | 'lane' | 'attempt' | 'concurrencyKey'> & { outboxId: string })[]> {
-    if (ids.length === 0) return [];
-    const { rows } = await deadlockRetried(() => run(this.pool, 'jobReleaseLostClaims', [[...ids].sort(), owner, reason]));
-    return rows.map((r) => ({
-      id: r.id,
-      type: r.type,
-      lane: r.lane,
-      attempt: r.attempt,
-      concurrencyKey: r.concurrency_key ?? null,
-      outboxId: String(r.outbox_id),
-    }));
+    interruptedLimit: number | null = null,
+  ): Promise<(Pick<ClaimedJob, 'id' | 'type' | 'lane' | 'attempt' | 'concurrencyKey' | 'typeSlot'> & { outboxId: string })[]> {
+    const sorted = byId(tokens);
+    const values = [sorted.map((t) => t.id), owner, reason, sorted.map((t) => t.attempt), interruptedLimit];
+    const { rows } = tokens.length > 0 ? await deadlockRetried(() => run(this.pool, 'jobReleaseLostClaims', values)) : { rows: [] };
+    // biome-ignore format: one line a job
+    return rows.map((r) => ({ id: r.id, type: r.type, lane: r.lane, attempt: r.attempt, concurrencyKey: r.concurrency_key ?? null, typeSlot: r.type_slot === true, outboxId: String(r.outbox_id) }));
   }
 
   /** Cancel a pending or running job; null when it does not exist or has already ended. */

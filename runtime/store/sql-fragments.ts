@@ -92,14 +92,16 @@ export const CLAIM_SET = `       SET state = 'running',
 
 /**
  * What a release of `j` sets besides its state and due time: no attempt spent (releases + 1), a
- * "released" entry in the attempt log with the reason ($3), the lease and the type's slot given
- * up. The graceful release (sql.ts jobRelease) and the release of lost claims (sql-lost-claims.ts).
+ * "released" entry in the attempt log with the reason ($3) and `extra` (a jsonb expression merged
+ * into the entry), the lease and the type's slot given up. The graceful release (sql.ts
+ * jobRelease) and the release of jobs left running with no handler (sql-lost-claims.ts).
  */
-export const RELEASE_SET = `releases = j.releases + 1,
+export const releaseSet = (extra = "'{}'::jsonb") => `releases = j.releases + 1,
            attempt_log = j.attempt_log || jsonb_build_array(jsonb_build_object(
              'attempt', j.attempt, 'owner', j.lease_owner, 'at', statement_timestamp(), 'outcome', 'released',
-             'message', $3::text)),
+             'message', $3::text) || ${extra}),
            lease_owner = NULL, lease_expires_at = NULL, type_slot = false`;
+export const RELEASE_SET = releaseSet();
 
 /** What a claim returns: the ClaimedJob row (job-store.ts). */
 export const CLAIM_RETURNING = `    RETURNING id, type, payload, attempt, releases, max_attempts, checkpoint, progress, concurrency_key, type_slot, lane,

@@ -16,6 +16,8 @@ import type { Heartbeat } from './heartbeat.ts';
 import { sleep, type Held, type WorkerContext } from './held.ts';
 import type { JobTransaction } from './job-transaction.ts';
 import { LostClaims } from './lost-claims.ts';
+
+export { INTERRUPTED_RELEASE_LIMIT } from './lost-claims.ts';
 import type { QueueMessages } from './messages.ts';
 
 /** How long a job of a type this worker lacks waits before a worker sees it again (handOnUnknownType). */
@@ -27,14 +29,6 @@ export interface AttemptLog {
   warn(a: string | Record<string, unknown>, b?: string): void;
   error(a: string | Record<string, unknown>, b?: string): void;
 }
-
-/**
- * An attempt whose own transaction lost its connection (a failover, a reset) is released with its
- * attempt not counted while the job has been released fewer times than this (releaseInterrupted);
- * past it, a handler that keeps losing its connection (one that crashes the server, say) fails as
- * any attempt, and its cap ends it.
- */
-export const INTERRUPTED_RELEASE_LIMIT = 5;
 
 export class Completer {
   private readonly completions: Batcher<LeaseToken & { result: unknown; progress: Progress | null; held: Held }, boolean>;
@@ -220,21 +214,24 @@ export class Completer {
    * The attempt's own transaction lost its connection (a failover, a reset: `err`): the outage's
    * fault, not the job's, so the attempt is not counted (before, the job failed it, and one on its
    * last attempt died). Released (fenced by attempt: a COMMIT that landed after all matches
-   * nothing), its message shown, to run again; the database not answering, noted and released once
-   * it does. Its effects since its last checkpoint rolled back with the connection.
+   * nothing) with a fresh message, to run again; the database not answering, noted and released
+   * once it does (lost-claims.ts). Its effects since its last checkpoint rolled back with the
+   * connection. Past INTERRUPTED_RELEASE_LIMIT such releases of the job, it fails as any attempt.
    */
   async releaseInterrupted(h: Held, err: unknown, log: AttemptLog): Promise<void> {
-    if (h.job.releases >= INTERRUPTED_RELEASE_LIMIT) return this.fail(h, err, false, log);
-    const { ctx } = this;
-    log.warn({ err }, "the job's database connection was lost (a failover or a reset): attempt released, not counted");
+    let released: boolean;
     try {
-      const why = `worker ${ctx.workerId} lost the job's database connection (a failover or a reset); its attempt not counted`;
-      const released = await this.handBack([h], why, 'connection lost');
-      if (!released.has(h.job.id)) this.heartbeat.loseLease(h, 'release');
+      released = (await this.lost.releaseNow([h.token], 'connection-lost')).length > 0;
     } catch (dbErr) {
-      if (isDatabaseUnavailable(dbErr)) this.lost.note([h.job.id], 'connection-lost');
-      else log.error({ err: dbErr }, 'could not release the interrupted attempt; the job is reclaimed once its lease runs out');
+      if (isDatabaseUnavailable(dbErr)) this.lost.note([h.token], 'connection-lost');
+      else log.error({ err: dbErr, cause: err }, 'could not release the interrupted attempt; the job is reclaimed once its lease runs out');
+      return;
     }
+    // Past the limit, or no longer ours: failed as any attempt (fenced: a lost lease then).
+    if (!released) return this.fail(h, err, false, log);
+    h.settled = true;
+    log.warn({ err }, "the job's database connection was lost (a failover or a reset): attempt released, not counted");
+    this.messages.delete(h.message, 'replaced by a fresh message: the attempt was released', h);
   }
 
   /**
@@ -253,7 +250,7 @@ export class Completer {
     } catch (err) {
       if (isDatabaseUnavailable(err))
         this.lost.note(
-          jobs.map((h) => h.job.id),
+          jobs.map((h) => h.token),
           'lease-ran-out',
         );
       else

@@ -69,9 +69,17 @@ export class JobTransaction implements JobDb {
     return this.lostTo;
   }
 
-  /** A statement of the attempt's own failed with `err`: the transaction's connection, or the platform's for its checkpoint. */
+  /**
+   * A statement of the attempt's own failed with `err`: the transaction's connection, or the
+   * platform's for its checkpoint. Not the pool's own wait for a connection (the worker's pool
+   * full: no connection was lost). A ROLLBACK that then succeeds on the same connection clears it:
+   * the connection was alive, the error was the statement's (a class 08 error from dblink, a disk
+   * full), and the attempt counts as any failure.
+   */
   noteConnectionError(err: unknown): void {
-    if (this.lostTo === null && isDatabaseUnavailable(err)) this.lostTo = err;
+    if (this.lostTo !== null || !isDatabaseUnavailable(err)) return;
+    if (/timeout exceeded when trying to connect/i.test(String((err as Error)?.message ?? ''))) return;
+    this.lostTo = err;
   }
 
   async query<R extends Record<string, unknown> = Record<string, unknown>>(text: string, values?: unknown[]) {
@@ -203,6 +211,7 @@ export class JobTransaction implements JobDb {
       // With the pool's read timeout: on a server gone silent a ROLLBACK would wait for TCP to give
       // up, and the worker's stop with it; timed out, the connection is dropped (below).
       await c.query(timed(c, { text: 'ROLLBACK' }));
+      this.lostTo = null; // the connection answered: not lost (noteConnectionError)
       // A handler that ended the transaction may have committed session state (SET SESSION …)
       // with it: the connection does not go back to the pool.
       this.finish(this.leftFence instanceof JobTransactionEndedError ? this.leftFence : undefined);

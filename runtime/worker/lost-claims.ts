@@ -15,15 +15,24 @@
 //
 // The same befalls a job claimed ahead of a free slot when an outage outlasts its lease (the
 // heartbeat gives it up unstarted, heartbeat.ts), and an attempt whose own transaction lost its
-// connection (completer.ts releaseInterrupted): the worker releases them with no attempt
-// spent, and what the database could not be asked about then is noted here and released the same
-// way once it answers.
+// connection (completer.ts releaseInterrupted): the worker releases them with no attempt spent,
+// fenced by the attempt it knows (this worker may have claimed the job again since), now or,
+// the database not answering, once it does. An interrupted attempt is released so at most
+// INTERRUPTED_RELEASE_LIMIT times a job (counted in its attempt log): past that, a handler that
+// keeps losing its connection (one whose statement crashes the server) counts its attempts.
 
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import type { WorkerContext } from './held.ts';
 
-/** Why a job is noted: its claim's answer was lost, or it was given up unstarted when its lease ran out in an outage. */
+/** Why a job is noted: its claim's answer was lost, it was given up unstarted when its lease ran out in an outage, or its attempt lost its connection. */
 export type LostKind = 'answer-lost' | 'lease-ran-out' | 'connection-lost';
+
+/**
+ * The releases an attempt whose own transaction lost its connection gets per job, its attempt not
+ * counted; past it, such an attempt counts as any failure (its cap ends a handler that keeps
+ * cutting its connection).
+ */
+export const INTERRUPTED_RELEASE_LIMIT = 5;
 
 const WHY: Record<LostKind, { reason: (workerId: string) => string; log: string; event: string }> = {
   'answer-lost': {
@@ -38,16 +47,18 @@ const WHY: Record<LostKind, { reason: (workerId: string) => string; log: string;
     event: 'lease ran out in a database outage before it started',
   },
   'connection-lost': {
-    reason: (w) =>
-      `worker ${w} lost the job's database connection (a failover or a reset) and could not release it then; its attempt not counted`,
-    log: 'an attempt whose database connection was lost in an outage: released once the database answered (attempt not counted) and published again',
-    event: "the job's database connection lost in an outage",
+    reason: (w) => `worker ${w} lost the job's database connection (a failover or a reset); its attempt not counted`,
+    log: 'an attempt whose database connection was lost: released (attempt not counted) and published again',
+    event: "the job's database connection lost",
   },
 };
 
+/** A job released here, as the statement returns it. */
+type Released = Awaited<ReturnType<WorkerContext['store']['releaseLostClaims']>>[number];
+
 export class LostClaims {
-  /** Jobs named by claims that failed without an answer, or given up unstarted, not yet checked. */
-  private readonly ids = new Map<string, LostKind>();
+  /** Jobs noted, with why and the attempt they ran under where known, not yet checked. */
+  private readonly ids = new Map<string, { kind: LostKind; attempt: number | null }>();
 
   constructor(private readonly ctx: WorkerContext) {}
 
@@ -64,19 +75,47 @@ export class LostClaims {
     try {
       return await claim();
     } catch (err) {
-      if (isDatabaseUnavailable(err)) this.note(ids, 'answer-lost');
+      if (isDatabaseUnavailable(err))
+        this.note(
+          ids.map((id) => ({ id, attempt: null })),
+          'answer-lost',
+        );
       throw err;
     }
   }
 
-  /** Note jobs to release once the database answers (those still running under this worker that it does not hold). */
-  note(ids: readonly string[], kind: LostKind): void {
-    for (const id of ids) this.ids.set(id, kind);
+  /** Note jobs to release once the database answers (those still running under this worker, at that attempt where given, that it does not hold). */
+  note(tokens: readonly { id: string; attempt: number | null }[], kind: LostKind): void {
+    for (const t of tokens) this.ids.set(t.id, { kind, attempt: t.attempt });
   }
 
   /** A noted job this worker claimed since (a later claim answered): not lost. */
   forget(id: string): void {
     this.ids.delete(id);
+  }
+
+  /**
+   * Release these jobs now (fenced as the statement says: sql-lost-claims.ts), log and publish
+   * them; throws when the database could not be asked. Returns those released.
+   */
+  async releaseNow(tokens: { id: string; attempt: number | null }[], kind: LostKind): Promise<Released[]> {
+    const { ctx } = this;
+    const why = WHY[kind];
+    const limit = kind === 'connection-lost' ? INTERRUPTED_RELEASE_LIMIT : null;
+    const released = await ctx.store.releaseLostClaims(tokens, ctx.workerId, why.reason(ctx.workerId), limit);
+    for (const j of released) {
+      ctx.log.warn({ jobId: j.id, type: j.type, attempt: j.attempt }, why.log);
+      ctx.emit('released', j, why.event);
+    }
+    if (released.length > 0) {
+      // Durable in the outbox already: a publish failing here is the relay's to repeat.
+      await ctx.opts.publisher
+        .publish(released.map((j) => ({ outboxId: j.outboxId, jobId: j.id, type: j.type, lane: j.lane })))
+        .catch((err: unknown) => ctx.log.warn({ err }, 'publish after a release failed; the outbox relay sends them'));
+      // Their key's or type's next job may start now (key-wake.ts).
+      if (released.some((j) => j.concurrencyKey || j.typeSlot)) ctx.keyWake.nudge();
+    }
+    return released;
   }
 
   /**
@@ -88,35 +127,23 @@ export class LostClaims {
     if (this.ids.size === 0) return null;
     const { ctx } = this;
     const noted = [...this.ids];
-    // A job this worker holds was claimed (the answer came, or a later claim took it): not lost.
-    const byKind = new Map<LostKind, string[]>();
-    for (const [id, kind] of noted) if (!ctx.held.has(id)) byKind.set(kind, [...(byKind.get(kind) ?? []), id]);
-    try {
-      const released: Awaited<ReturnType<typeof ctx.store.releaseLostClaims>> = [];
-      for (const [kind, ids] of byKind) {
-        const why = WHY[kind];
-        for (const j of await ctx.store.releaseLostClaims(ids, ctx.workerId, why.reason(ctx.workerId))) {
-          ctx.log.warn({ jobId: j.id, type: j.type, attempt: j.attempt }, why.log);
-          ctx.emit('released', j, why.event);
-          released.push(j);
-        }
-      }
+    // A job this worker holds was claimed again (the answer came, or a later claim took it): not lost.
+    const byKind = new Map<LostKind, { id: string; attempt: number | null }[]>();
+    for (const [id, n] of noted) if (!ctx.held.has(id)) byKind.set(n.kind, [...(byKind.get(n.kind) ?? []), { id, attempt: n.attempt }]);
+    const done = () => {
       // Only those asked about: a claim failing meanwhile noted others.
-      for (const [id, kind] of noted) if (this.ids.get(id) === kind) this.ids.delete(id);
-      if (released.length > 0) {
-        // Durable in the outbox already: a publish failing here is the relay's to repeat.
-        await ctx.opts.publisher
-          .publish(released.map((j) => ({ outboxId: j.outboxId, jobId: j.id, type: j.type, lane: j.lane })))
-          .catch((err: unknown) => ctx.log.warn({ err }, 'publish after releasing lost claims failed; the outbox relay sends them'));
-        if (released.some((j) => j.concurrencyKey)) ctx.keyWake.nudge();
-      }
+      for (const [id, n] of noted) if (this.ids.get(id) === n) this.ids.delete(id);
+    };
+    try {
+      for (const [kind, tokens] of byKind) await this.releaseNow(tokens, kind);
+      done();
       return null;
     } catch (err) {
       if (isDatabaseUnavailable(err)) return err;
-      for (const [id, kind] of noted) if (this.ids.get(id) === kind) this.ids.delete(id);
+      done();
       ctx.log.error(
         { err },
-        'could not release the jobs of claims whose answer was lost; their leases will run out and the rescuer re-queues them',
+        'could not release the jobs left running under this worker; their leases run out and the rescuer re-queues them',
       );
       return null;
     }

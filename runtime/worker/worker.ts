@@ -50,8 +50,7 @@ export class Worker {
   private readonly executor: JobExecutor;
   private readonly fetcher: Fetcher;
   private stopPromise: Promise<void> | null = null;
-  /** Every runJob not yet settled. */
-  private readonly runs = new Set<Promise<void>>();
+  private readonly runs = new Set<Promise<void>>(); // every runJob not yet settled
   /** When a stopping worker stops waiting for its running jobs (epoch ms). */
   private drainDeadline = Number.POSITIVE_INFINITY;
   protected loopPromise: Promise<void> | null = null;
@@ -64,8 +63,7 @@ export class Worker {
   private activeBulk = 0;
   private readonly bulkSlots: number;
   private busy = false;
-  /** Handler slots freed since start (the fetcher's pace.ts reads how fast jobs finish). */
-  private slotsFreed = 0;
+  private slotsFreed = 0; // handler slots freed since start (the fetcher's pace.ts reads how fast jobs finish)
   /** Checks whether jobs claimed ahead wait in a line that stopped moving (releaseSurplus), and whether a pass is under way. */
   private surplusTimer: NodeJS.Timeout | null = null;
   private releasing = false;
@@ -225,6 +223,7 @@ export class Worker {
       );
     await this.beat.stop();
     await this.completer.drain();
+    if (this.completer.lost.pending) await this.completer.lost.release(); // noted since the receive loop ended
     await this.ctx.keyWake.idle();
     await this.messages.drain();
     await this.opts.publisher.flush();
@@ -237,6 +236,7 @@ export class Worker {
     for (const h of unstarted) this.ctx.forget(h);
     this.waiting.splice(0, this.waiting.length, ...this.waiting.filter((h) => !unstarted.includes(h)));
     void this.completer.releaseUnstarted(unstarted);
+    this.wakeSlotWaiters(); // the fetcher counts its room again
     if (this.ctx.held.size === 0 && this.ctx.running === 0) this.setBusy(false);
   }
 

@@ -45,6 +45,15 @@ const jobs = [
     },
   }),
   defineJob<Record<string, never>, null>({
+    type: 'test.remote',
+    description: 'its own statement fails with a connection error from elsewhere (dblink), on a live connection',
+    parse: () => ({}),
+    async run(_p, ctx) {
+      await ctx.db.query("DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = '08006', MESSAGE = 'could not connect to the remote server'; END $$");
+      return null;
+    },
+  }),
+  defineJob<Record<string, never>, null>({
     type: 'test.elsewhere',
     description: 'fails reaching a database of its own (not the job transaction)',
     parse: () => ({}),
@@ -169,11 +178,28 @@ describe('executor', () => {
     expect(await state(h.job.id)).toMatchObject({ state: 'pending', attempt: 1, releases: 0, lastError: { message: /ECONNREFUSED/ } });
   });
 
-  it(`a job released ${INTERRUPTED_RELEASE_LIMIT} times already: a lost connection fails the attempt (a handler that keeps cutting its connection ends at its cap)`, async () => {
-    const h = await claimOne(p, u, 'test.cut', {}, 1);
-    h.job = { ...h.job, releases: INTERRUPTED_RELEASE_LIMIT };
+  it('a connection error on a connection that still answers (a dblink query, say) fails the attempt as any error', async () => {
+    // Review finding: class 08 from the handler's own statement read as a lost connection, and the attempt ran again at once, uncounted.
+    const h = await claimOne(p, u, 'test.remote', {});
     await u.executor.execute(h);
-    expect(await state(h.job.id)).toMatchObject({ state: 'dead', lastError: { message: /terminating connection/ } });
+    expect(await state(h.job.id)).toMatchObject({ state: 'pending', attempt: 1, releases: 0, lastError: { message: /remote server/ } });
+  });
+
+  it(`a job whose attempts lost their connection ${INTERRUPTED_RELEASE_LIMIT} times: the next one counts (a handler that keeps cutting its connection ends at its cap), however often it was released otherwise`, async () => {
+    const h = await claimOne(p, u, 'test.cut', {}, 1);
+    // Released for other reasons (deploys): these do not count toward the limit (review finding).
+    await p.db.pool.query('UPDATE jobs.job SET releases = releases + 7, attempt = attempt + 7 WHERE id = $1', [h.job.id]);
+    let held = hold(u.ctx, { ...h.job, attempt: 8, releases: 7 }, h.message);
+    for (let i = 0; i < INTERRUPTED_RELEASE_LIMIT; i++) {
+      await u.executor.execute(held);
+      expect(await state(h.job.id)).toMatchObject({ state: 'pending' });
+      const [again] = await u.ctx.store.claim([h.job.id], u.ctx.workerId, 30);
+      held = hold(u.ctx, again!, h.message);
+    }
+    await u.executor.execute(held);
+    const after = await state(h.job.id);
+    expect(after).toMatchObject({ state: 'dead', lastError: { message: /terminating connection/ } });
+    expect(after.attemptLog.filter((a) => a.outcome === 'released')).toHaveLength(INTERRUPTED_RELEASE_LIMIT);
   });
 
   it('a non-retryable error or a bad payload: dead after one attempt', async () => {

@@ -267,12 +267,22 @@ describe('fetcher: the database gate', () => {
     await u.ctx.store.claim([theirs!.id], 'someone-else', 60);
     await u.ctx.store.completeMany([{ id: done!.id, attempt: 1, result: null }]);
     expect((await state(done!.id)).state).toBe('succeeded');
-    const ids = [mine!.id, theirs!.id, waiting!.id, done!.id];
+    // Noted at attempt 1, claimed again by this same worker since (attempt 2): that attempt is not the noted one (review finding).
+    const again = await enqueue('L-AGAIN');
+    await u.ctx.store.claim([again!.id], 'me', 60);
+    await p.db.pool.query("UPDATE jobs.job SET lease_expires_at = now() - interval '1 second' WHERE id = $1", [again!.id]);
+    expect((await u.ctx.store.claim([again!.id], 'me', 60)).map((j) => j.attempt)).toEqual([2]);
+    const tokens: { id: string; attempt: number | null }[] = [mine!.id, theirs!.id, waiting!.id, done!.id].map((id) => ({
+      id,
+      attempt: null,
+    }));
+    tokens.push({ id: again!.id, attempt: 1 });
     const outbox = async () => Number((await p.db.pool.query('SELECT count(*) FROM jobs.outbox')).rows[0].count);
     const before = await outbox();
-    const released = await u.ctx.store.releaseLostClaims(ids, 'me', 'lost');
+    const released = await u.ctx.store.releaseLostClaims(tokens, 'me', 'lost');
     expect(released.map((r) => r.id)).toEqual([mine!.id]);
     expect(await outbox()).toBe(before + 1);
+    expect(await state(again!.id)).toMatchObject({ state: 'running', attempt: 2, leaseOwner: 'me' });
     expect(await state(mine!.id)).toMatchObject({ state: 'pending', releases: 1, leaseOwner: null });
     expect(await state(theirs!.id)).toMatchObject({ state: 'running', leaseOwner: 'someone-else' });
     expect((await state(waiting!.id)).state).toBe('pending');
