@@ -4,7 +4,7 @@
 
 import { PAYLOAD_REFUSED_ADVICE, payloadRefused } from '../domain/settlement.ts';
 import type { OpsJob } from '../oncall/db.ts';
-import { deathSummary } from '../oncall/dead-jobs.ts';
+import { deathSummary, REDRIVE_BATCH } from '../oncall/dead-jobs.ts';
 import { parseCommand } from './args.ts';
 import { formatJob, UsageError } from './format.ts';
 import { type Env, ids, intFlag, type Out, parseTime, skippedLines, whoAsked, withOps } from './oncall-common.ts';
@@ -147,6 +147,10 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
         for (const j of r.jobs)
           out(`  ${j.id}  ${j.type}  attempt budget ${j.maxAttempts}${j.checkpoint ? ' (resumes from its checkpoint)' : ''}`);
       }
+      for (const d of r.wereDiscarded)
+        out(
+          `  note: ${d.id} had been discarded by ${d.by} (${d.reason}); ${r.dryRun ? 'a redrive would run' : 'this redrive runs'} it after all`,
+        );
       for (const l of skippedLines(r.skipped)) out(l);
       return r.skipped.length > 0 ? 1 : 0;
     }
@@ -155,7 +159,7 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
       const { values, positionals } = parseCommand(
         'jobs dead discard',
         rest,
-        { ...filterOptions, reason: { type: 'string' } },
+        { ...filterOptions, reason: { type: 'string' }, 'dry-run': { type: 'boolean' } },
         { max: Number.POSITIVE_INFINITY, what: 'ID…' },
       );
       const idList = positionals.length > 0 ? ids(positionals, 'jobs dead discard') : undefined;
@@ -173,6 +177,7 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
           ...(since ? { since } : {}),
           ...(until ? { until } : {}),
           all: values.all ?? false,
+          dryRun: values['dry-run'] ?? false,
         }),
       );
       // A job already discarded is as asked (like `jobs cancel` of a cancelled job): exit 0.
@@ -181,7 +186,11 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
         out(JSON.stringify(r));
         return failed;
       }
-      out(`discarded by ${by}: ${r.jobs.length} dead job(s) (${values.reason!.trim()})`);
+      out(
+        r.dryRun
+          ? `dry run: would discard ${r.jobs.length} dead job(s)${r.jobs.length >= REDRIVE_BATCH ? ' (the first batch; more may match)' : ''}`
+          : `discarded by ${by}: ${r.jobs.length} dead job(s) (${values.reason!.trim()})`,
+      );
       for (const j of r.jobs) out(`  ${j.id}  ${j.type}`);
       for (const l of skippedLines(r.skipped)) out(l);
       return failed;

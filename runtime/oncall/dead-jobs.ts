@@ -48,6 +48,8 @@ export interface DiscardRequest extends DeadJobFilter {
   all?: boolean;
   by: string;
   reason: string;
+  /** Say which jobs would be discarded (at most one batch, REDRIVE_BATCH), change nothing. */
+  dryRun?: boolean;
 }
 
 export interface Skipped {
@@ -66,11 +68,15 @@ export interface RedriveReport {
   /** Dry run only: ids of the jobs that would be redriven. */
   wouldRedrive: string[];
   skipped: Skipped[];
+  /** Of those redriven (or that would be), the ones an operator had discarded: by whom and why (reached only by id). */
+  wereDiscarded: { id: string; by: string; reason: string }[];
 }
 
 export interface DiscardReport {
+  /** Discarded (or, on a dry run, those that would be: `dryRun`). */
   jobs: OpsJob[];
   skipped: Skipped[];
+  dryRun?: boolean;
 }
 
 /** Rows per transaction when a filter matches many dead jobs. */
@@ -118,7 +124,7 @@ export class DeadJobService {
     const reason = req.reason?.trim() ? req.reason.trim().slice(0, 1000) : null;
     const dryRun = req.dryRun ?? false;
     const explicit = req.ids !== undefined;
-    const report: RedriveReport = { dryRun, jobs: [], wouldRedrive: [], skipped: [] };
+    const report: RedriveReport = { dryRun, jobs: [], wouldRedrive: [], skipped: [], wereDiscarded: [] };
     let cursor: { t: string; i: string } | null = null;
     for (;;) {
       const rows = await this.redriveBatch([
@@ -138,6 +144,12 @@ export class DeadJobService {
           report.skipped.push({ id: r.target_id as string, type: r.target_type as string, state: 'dead', reason: r.skip_reason as string });
         else if (dryRun) report.wouldRedrive.push(r.target_id as string);
         else report.jobs.push(rowToOpsJob(r));
+        if (!r.skip_reason && r.was_discarded_at)
+          report.wereDiscarded.push({
+            id: r.target_id as string,
+            by: r.was_discarded_by as string,
+            reason: r.was_discard_reason as string,
+          });
       }
       const last = rows.at(-1);
       if (explicit || !last || rows.length < REDRIVE_BATCH) break;
@@ -186,17 +198,18 @@ export class DeadJobService {
     if (reason.length > 1000) throw new ValidationError('reason', 'must be at most 1000 characters');
     const by = operatorName(req.by);
     const explicit = req.ids !== undefined;
-    const report: DiscardReport = { jobs: [], skipped: [] };
+    const dryRun = req.dryRun ?? false;
+    const report: DiscardReport = { jobs: [], skipped: [], ...(dryRun ? { dryRun } : {}) };
     for (;;) {
-      const { rows } = await run(this.pool, 'deadJobDiscard', [
-        ...filterValues(req),
-        by,
-        reason,
-        explicit ? Math.max(1, req.ids!.length) : REDRIVE_BATCH,
-      ]);
+      const values = [...filterValues(req), by, reason, explicit ? Math.max(1, req.ids!.length) : REDRIVE_BATCH];
+      // A dry run discards in a transaction it rolls back: what it would do, nothing done.
+      const rows = await withTransaction(this.pool, async (client) => (await run(client, 'deadJobDiscard', values)).rows, {
+        rollback: dryRun,
+      });
       report.jobs.push(...rows.map(rowToOpsJob));
-      // Each batch leaves the discarded ones behind, so the next batch starts after them.
-      if (explicit || rows.length < REDRIVE_BATCH) break;
+      // Each batch leaves the discarded ones behind, so the next batch starts after them (not a
+      // rolled-back one: a dry run looks at one batch).
+      if (explicit || dryRun || rows.length < REDRIVE_BATCH) break;
     }
     if (explicit) {
       const done = new Set(report.jobs.map((j) => j.id));

@@ -84,7 +84,7 @@ export const OPERATOR_SQL = {
    */
   deadJobRedrive: `
     WITH locked AS (
-      SELECT j.id, j.type, j.idempotency_key, d.dead_at, d.dead_at::text AS dead_at_key, d.discarded_at,
+      SELECT j.id, j.type, j.idempotency_key, d.dead_at, d.dead_at::text AS dead_at_key, d.discarded_at, d.discarded_by, d.discard_reason,
              j.attempt - j.releases AS attempts_used,
              -- The budget the job had before any redrive overrode it (a probe's --max-attempts 1):
              -- what a plain redrive gives back. Null when no redrive ever overrode it.
@@ -138,6 +138,7 @@ export const OPERATOR_SQL = {
         FROM redriven r JOIN judged ON judged.id = r.id
     )
     SELECT judged.id AS target_id, judged.type AS target_type, judged.dead_at_key, judged.skip_reason, judged.attempts_used,
+           judged.discarded_at AS was_discarded_at, judged.discarded_by AS was_discarded_by, judged.discard_reason AS was_discard_reason,
            o.outbox_id, ${JOB('r')}
       FROM judged
       LEFT JOIN redriven r ON r.id = judged.id

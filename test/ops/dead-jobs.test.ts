@@ -220,6 +220,10 @@ describe('dead jobs', () => {
   it('discard: with a reason, recorded, left out of the listing; a discard of a non-dead job is refused', async () => {
     const job = await deadJob();
     await expect(dead.discard({ ids: [job.id], by: 'erin', reason: '  ' })).rejects.toThrow(/reason: is required/);
+    // A dry run says what it would discard and discards nothing (on-call drill: `--all` had no preview).
+    const dry = await dead.discard({ ids: [job.id], by: 'erin', reason: 'duplicate of INV-7, posted by hand', dryRun: true });
+    expect(dry).toMatchObject({ dryRun: true, jobs: [{ id: job.id }] });
+    expect((await dead.list({ limit: 500 })).jobs.map((j) => j.id)).toContain(job.id);
     const r = await dead.discard({ ids: [job.id], by: 'erin', reason: 'duplicate of INV-7, posted by hand' });
     expect(r.jobs[0]).toMatchObject({
       id: job.id,
@@ -233,8 +237,12 @@ describe('dead jobs', () => {
     expect(again.skipped[0]!.reason).toMatch(/already discarded by erin/);
     // Discarded jobs stay out of filtered redrives, but an explicit id brings one back.
     expect((await dead.redrive({ type: 'test.fatal', by: 'x', dryRun: true })).wouldRedrive).not.toContain(job.id);
+    // ...saying whose discard it overrides (on-call drill: it went ahead without a word).
+    const look = await dead.redrive({ ids: [job.id], by: 'frank', dryRun: true });
+    expect(look.wereDiscarded).toEqual([{ id: job.id, by: 'erin', reason: 'duplicate of INV-7, posted by hand' }]);
     const back = await dead.redrive({ ids: [job.id], by: 'frank', reason: 'it was not a duplicate after all' });
     expect(back.jobs[0]).toMatchObject({ state: 'pending' });
+    expect(back.wereDiscarded).toEqual([{ id: job.id, by: 'erin', reason: 'duplicate of INV-7, posted by hand' }]);
     await p.store.cancel(job.id, 'cleanup');
   });
 
