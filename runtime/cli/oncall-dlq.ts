@@ -31,11 +31,23 @@ function laneFlag(v: string | undefined): Lane | undefined {
   return v;
 }
 
+/**
+ * Who sent the letter: for a copy the worker made (it carries SourceMessageId) that is the worker's
+ * role, not the system that sent the original (on-call drill: read as the culprit); the original's
+ * attributes are in `jobs poison list`. A message SQS redrove keeps its original sender.
+ */
+function senderLine(l: ReconciledLetter): string {
+  if (!l.senderId) return '';
+  return l.attributes.SourceMessageId
+    ? `\n    copied to the DLQ by: ${l.senderId} (the worker; the original message ${l.attributes.SourceMessageId} and its attributes: jobs poison list)`
+    : `\n    sender: ${l.senderId}`;
+}
+
 function letterLine(l: ReconciledLetter): string {
   const job = l.jobId ? `job ${l.jobId}${l.jobType ? ` (${l.jobType})` : ''} ${l.jobState ?? 'missing'}` : 'no job';
   const sent = l.sentAt ? l.sentAt.toISOString() : '?';
   const done = l.done ? `${l.done}: ` : `${l.verdict}: `;
-  return `${l.messageId}  ${l.lane.padEnd(6)}  ${sent}  ${l.reason.padEnd(27)}  ${job}\n    ${done}${l.why}${l.detail ? `\n    detail: ${l.detail.slice(0, 200)}` : ''}${l.kind === 'poison' ? `\n    body (${l.body.length} bytes): ${JSON.stringify(l.body.slice(0, 300))}${l.senderId ? `\n    sender: ${l.senderId}` : ''}` : ''}`;
+  return `${l.messageId}  ${l.lane.padEnd(6)}  ${sent}  ${l.reason.padEnd(27)}  ${job}\n    ${done}${l.why}${l.detail ? `\n    detail: ${l.detail.slice(0, 200)}` : ''}${l.kind === 'poison' ? `\n    body (${l.body.length} bytes): ${JSON.stringify(l.body.slice(0, 300))}${senderLine(l)}` : ''}`;
 }
 
 function passSummary(r: DlqPassReport): string {

@@ -255,6 +255,10 @@ describe('jobs dlq and jobs poison', () => {
     expect(look.code).toBe(0);
     expect(look.stdout).toMatch(new RegExp(`attempts-exhausted +job ${fixable} \\(ledger.post\\) dead\\n +keep: job is dead`));
     expect(look.stdout).toMatch(/unparseable-body +no job\n +keep: poison: the body names no job/);
+    // The worker made the copy: its role is not the original's sender (on-call drill: read as the culprit).
+    const sourceId = /unparseable-body {2}message (\S+)/.exec(poison.stdout)![1]!;
+    expect(look.stdout).toContain(`copied to the DLQ by: `);
+    expect(look.stdout).toContain(`(the worker; the original message ${sourceId} and its attributes: jobs poison list)`);
 
     // Redrive the fixable job, then the DLQ: its letter is now resent, the doomed one and the poison kept.
     expect((await jobs(['dead', 'redrive', fixable, '--by', 'oncall'])).code).toBe(0);
