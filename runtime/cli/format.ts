@@ -64,6 +64,10 @@ export function formatJob(j: Job, around: JobSurroundings = {}): string {
   if (due) lines.push(`due       ${due}`);
   if (j.leaseOwner) lines.push(`lease     ${j.leaseOwner} until ${j.leaseExpiresAt?.toISOString()}${leaseExpired(j)}`);
   if (j.progress) lines.push(`progress  ${Math.round(j.progress.fraction * 100)}%${j.progress.message ? ` ${j.progress.message}` : ''}`);
+  if (j.checkpoint !== null && j.checkpoint !== undefined) {
+    const cp = JSON.stringify(j.checkpoint);
+    lines.push(`checkpoint ${cp.length > 300 ? `${cp.slice(0, 300)}… (jobs show --json has it whole)` : cp}`);
+  }
   if (j.cancelledBy) lines.push(`cancelled by ${j.cancelledBy}`);
   // The error is the job's state only when it ended dead; otherwise it is history (domain/reading.ts).
   const error = errorReading(j.state, j.lastError);

@@ -56,7 +56,8 @@ export function payloadRefused(job: Pick<Job, 'lastError'>): boolean {
 }
 
 /** The advice for a job whose payload was refused; the discard command follows it. */
-export const PAYLOAD_REFUSED_ADVICE = 'its payload was refused, and a redrive runs the same payload: enqueue a corrected job, then';
+export const PAYLOAD_REFUSED_ADVICE =
+  'its payload was refused, and a redrive runs the same payload: enqueue a corrected job (under a new idempotency key if its type keeps keys: this job keeps its own), then';
 
 /** What on-call does with a dead job: redrive it once the cause is fixed, or, if its payload was refused, enqueue a corrected one. */
 export function deadJobAdvice(job: Pick<Job, 'id' | 'lastError'>): string {

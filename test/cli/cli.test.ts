@@ -78,6 +78,12 @@ describe('jobs command', () => {
     expect(again.stdout).toMatch(/already ended \(cancelled\)/);
   });
 
+  it('show: a job with a checkpoint shows it (where a reclaimed attempt resumes)', async () => {
+    const { id } = JSON.parse((await jobs(['enqueue', 'ledger.post', '--payload', '{"batch":"CLI-CP","entries":1}', '--json'])).stdout);
+    await db.pool.query(`UPDATE jobs.job SET checkpoint = '{"after":"INV-42"}' WHERE id = $1`, [id]);
+    expect((await jobs(['show', id])).stdout).toMatch(/^checkpoint {"after":"INV-42"}$/m);
+  });
+
   it("list: a job that succeeded after a failed attempt says the error was an earlier attempt's, cut at a word", async () => {
     const e = await jobs(['enqueue', 'ledger.post', '--payload', '{"batch":"CLI-AGAIN","entries":1}', '--json']);
     const { id } = JSON.parse(e.stdout);

@@ -129,7 +129,7 @@ describe('judgeDeadLetter: a dead letter, by its job row', () => {
     const refused = { name: 'ValidationError', message: 'payload.batch: must be a string (got 1)', retryable: false };
     expect(judgeDeadLetter('j1', row({ state: 'dead', lastError: refused }), now, '')).toEqual({
       verdict: 'keep',
-      why: 'job is dead (payload.batch: must be a string (got 1)): its payload was refused, and a redrive runs the same payload: enqueue a corrected job, then discard this one (jobs dead discard j1 --reason "<why>")',
+      why: 'job is dead (payload.batch: must be a string (got 1)): its payload was refused, and a redrive runs the same payload: enqueue a corrected job (under a new idempotency key if its type keeps keys: this job keeps its own), then discard this one (jobs dead discard j1 --reason "<why>")',
     });
     expect(
       judgeDeadLetter(
