@@ -112,7 +112,8 @@ export async function main(argv: string[]): Promise<number> {
       out('');
       out(`  API          ${stack.apiUrl}   (live view: ${stack.apiUrl}/)`);
       out(`  PostgreSQL   ${stack.env.DATABASE_URL}`);
-      out(`  SQS          ${stack.sqs.endpoint}  queue ${stack.sqs.queueName}, DLQ ${stack.sqs.dlqName}`);
+      out(`  SQS          ${stack.sqs.endpoint}  bulk lane: queue ${stack.sqs.queueName}, DLQ ${stack.sqs.dlqName}`);
+      out(`                urgent lane: queue ${stack.sqs.urgentQueueName}, DLQ ${stack.sqs.urgentDlqName}`);
       out(`  workers      ${workers} process${workers === 1 ? '' : 'es'}`);
       out(`  settings     .jobs-local/env  (other jobs commands read it)`);
       out('  schedules    every-minute-demo posts a small ledger batch every minute (jobs schedules list)');
