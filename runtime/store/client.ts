@@ -126,7 +126,7 @@ export class JobClient {
       .map((i) => ({ outboxId: i.outboxId!, jobId: i.job.id, type: i.job.type, lane: i.job.lane, runAfter: i.job.runAfter }));
     return {
       jobs: inserted.map((i, n) =>
-        i.duplicate && !sameJson(rows[n]!.payload ?? {}, i.job.payload)
+        i.duplicate && !sameJson(JSON.parse(JSON.stringify(rows[n]!.payload ?? {})), i.job.payload)
           ? { job: i.job, duplicate: true, payloadDiffers: true }
           : { job: i.job, duplicate: i.duplicate },
       ),

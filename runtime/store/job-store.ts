@@ -315,12 +315,12 @@ export class JobStore {
     owner: string,
     reason: string,
     interruptedLimit: number | null = null,
-  ): Promise<(Pick<ClaimedJob, 'id' | 'type' | 'lane' | 'attempt' | 'concurrencyKey' | 'typeSlot'> & { outboxId: string })[]> {
+  ): Promise<(Pick<ClaimedJob, 'id' | 'type' | 'lane' | 'attempt' | 'concurrencyKey'> & { outboxId: string })[]> {
     const sorted = byId(tokens);
     const values = [sorted.map((t) => t.id), owner, reason, sorted.map((t) => t.attempt), interruptedLimit];
     const { rows } = tokens.length > 0 ? await deadlockRetried(() => run(this.pool, 'jobReleaseLostClaims', values)) : { rows: [] };
     // biome-ignore format: one line a job
-    return rows.map((r) => ({ id: r.id, type: r.type, lane: r.lane, attempt: r.attempt, concurrencyKey: r.concurrency_key ?? null, typeSlot: r.type_slot === true, outboxId: String(r.outbox_id) }));
+    return rows.map((r) => ({ id: r.id, type: r.type, lane: r.lane, attempt: r.attempt, concurrencyKey: r.concurrency_key ?? null, outboxId: String(r.outbox_id) }));
   }
 
   /** Cancel a pending or running job; null when it does not exist or has already ended. */

@@ -27,9 +27,9 @@ export const LOST_CLAIM_SQL = {
         FROM unnest($1::uuid[], $4::int[]) AS r(id, attempt)
        WHERE j.id = r.id AND j.state = 'running' AND j.lease_owner = $2 AND (r.attempt IS NULL OR j.attempt = r.attempt)
          AND ($5::int IS NULL OR (SELECT count(*) FROM jsonb_array_elements(j.attempt_log) e WHERE e ? 'interrupted') < $5::int)
-      RETURNING j.id, j.type, j.lane, j.attempt, j.concurrency_key, j.type_slot
+      RETURNING j.id, j.type, j.lane, j.attempt, j.concurrency_key
     ), outboxed AS (
       INSERT INTO jobs.outbox (job_id) SELECT id FROM lost RETURNING id AS outbox_id, job_id
     )
-    SELECT l.id, l.type, l.lane, l.attempt, l.concurrency_key, l.type_slot, o.outbox_id FROM lost l JOIN outboxed o ON o.job_id = l.id`,
+    SELECT l.id, l.type, l.lane, l.attempt, l.concurrency_key, o.outbox_id FROM lost l JOIN outboxed o ON o.job_id = l.id`,
 } as const;

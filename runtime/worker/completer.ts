@@ -221,7 +221,12 @@ export class Completer {
   async releaseInterrupted(h: Held, err: unknown, log: AttemptLog): Promise<void> {
     let released: boolean;
     try {
-      released = (await this.lost.releaseNow([h.token], 'connection-lost')).length > 0;
+      released =
+        (
+          await this.lost.releaseNow([h.token], 'connection-lost', (r) => {
+            if (r.length > 0) h.settled = true;
+          })
+        ).length > 0;
     } catch (dbErr) {
       if (isDatabaseUnavailable(dbErr)) this.lost.note([h.token], 'connection-lost');
       else log.error({ err: dbErr, cause: err }, 'could not release the interrupted attempt; the job is reclaimed once its lease runs out');
@@ -229,7 +234,6 @@ export class Completer {
     }
     // Past the limit, or no longer ours: failed as any attempt (fenced: a lost lease then).
     if (!released) return this.fail(h, err, false, log);
-    h.settled = true;
     log.warn({ err }, "the job's database connection was lost (a failover or a reset): attempt released, not counted");
     this.messages.delete(h.message, 'replaced by a fresh message: the attempt was released', h);
   }
@@ -247,6 +251,8 @@ export class Completer {
         `worker ${ctx.workerId} claimed it ahead; its lease ran out before it started, the database not answering`,
         'unstarted',
       );
+      // Their key's or type's next job may start now (key-wake.ts).
+      if (jobs.some((h) => h.job.concurrencyKey || h.job.typeSlot)) ctx.keyWake.nudge();
     } catch (err) {
       if (isDatabaseUnavailable(err))
         this.lost.note(

@@ -211,7 +211,9 @@ export class JobTransaction implements JobDb {
       // With the pool's read timeout: on a server gone silent a ROLLBACK would wait for TCP to give
       // up, and the worker's stop with it; timed out, the connection is dropped (below).
       await c.query(timed(c, { text: 'ROLLBACK' }));
-      this.lostTo = null; // the connection answered: not lost (noteConnectionError)
+      // The connection answered: not lost (noteConnectionError), unless the error was the server's
+      // own outage (a read-only standby after a failover, a shutdown under way).
+      if (!/^(25006|57P0[123])$/.test(String((this.lostTo as { code?: unknown } | null)?.code ?? ''))) this.lostTo = null;
       // A handler that ended the transaction may have committed session state (SET SESSION …)
       // with it: the connection does not go back to the pool.
       this.finish(this.leftFence instanceof JobTransactionEndedError ? this.leftFence : undefined);

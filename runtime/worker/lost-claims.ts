@@ -98,11 +98,17 @@ export class LostClaims {
    * Release these jobs now (fenced as the statement says: sql-lost-claims.ts), log and publish
    * them; throws when the database could not be asked. Returns those released.
    */
-  async releaseNow(tokens: { id: string; attempt: number | null }[], kind: LostKind): Promise<Released[]> {
+  async releaseNow(
+    tokens: { id: string; attempt: number | null }[],
+    kind: LostKind,
+    /** Called as soon as the database has answered, before the publish: a held job is settled in that turn (a renewal answered meanwhile must not read it as a lost lease). */
+    answered: (released: Released[]) => void = () => undefined,
+  ): Promise<Released[]> {
     const { ctx } = this;
     const why = WHY[kind];
     const limit = kind === 'connection-lost' ? INTERRUPTED_RELEASE_LIMIT : null;
     const released = await ctx.store.releaseLostClaims(tokens, ctx.workerId, why.reason(ctx.workerId), limit);
+    answered(released);
     for (const j of released) {
       ctx.log.warn({ jobId: j.id, type: j.type, attempt: j.attempt }, why.log);
       ctx.emit('released', j, why.event);
@@ -112,8 +118,8 @@ export class LostClaims {
       await ctx.opts.publisher
         .publish(released.map((j) => ({ outboxId: j.outboxId, jobId: j.id, type: j.type, lane: j.lane })))
         .catch((err: unknown) => ctx.log.warn({ err }, 'publish after a release failed; the outbox relay sends them'));
-      // Their key's or type's next job may start now (key-wake.ts).
-      if (released.some((j) => j.concurrencyKey || j.typeSlot)) ctx.keyWake.nudge();
+      // Their key's or type's next job may start now (key-wake.ts; the row as released no longer says whether it held a type's slot).
+      ctx.keyWake.nudge();
     }
     return released;
   }

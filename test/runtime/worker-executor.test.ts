@@ -54,6 +54,17 @@ const jobs = [
     },
   }),
   defineJob<Record<string, never>, null>({
+    type: 'test.standby',
+    description: 'its statement reaches a read-only server (a connection that landed on a standby in a failover)',
+    parse: () => ({}),
+    async run(_p, ctx) {
+      await ctx.db.query(
+        "DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = '25006', MESSAGE = 'cannot execute INSERT in a read-only transaction'; END $$",
+      );
+      return null;
+    },
+  }),
+  defineJob<Record<string, never>, null>({
     type: 'test.elsewhere',
     description: 'fails reaching a database of its own (not the job transaction)',
     parse: () => ({}),
@@ -170,6 +181,12 @@ describe('executor', () => {
     expect(p.metrics.get(METRIC.jobsFailed) ?? 0).toBe(0);
     // Claimable at once, its one attempt still to use.
     expect((await u.ctx.store.claim([h.job.id], 'next-worker', 30)).map((j) => j.attempt)).toEqual([2]);
+  });
+
+  it("a read-only server (a connection that reached a standby in a failover) is the outage's too, though its ROLLBACK answers: released, not counted", async () => {
+    const h = await claimOne(p, u, 'test.standby', {}, 1);
+    await u.executor.execute(h);
+    expect(await state(h.job.id)).toMatchObject({ state: 'pending', attempt: 1, releases: 1, lastError: null });
   });
 
   it("a connection error from elsewhere (a database of the handler's own) fails the attempt as any error: counted, with its backoff", async () => {

@@ -318,9 +318,12 @@ describe('fetcher: the database gate', () => {
       await lost.watch([d!.id], () => Promise.reject(reset())).catch(() => undefined);
       return releaseLostClaims(...x);
     });
+    const nudge = vi.spyOn(u.ctx.keyWake, 'nudge');
     expect(await lost.release()).toBeNull();
     u.ctx.held.delete(c!.id);
     expect(await state(b!.id)).toMatchObject({ state: 'pending', releases: 1 });
+    // A release may free a key's or a type's slot: its next job is woken (review: the type's never was).
+    expect(nudge).toHaveBeenCalled();
     expect(await state(c!.id)).toMatchObject({ state: 'running', leaseOwner: me });
     expect(await state(a!.id)).toMatchObject({ state: 'running', leaseOwner: me });
     expect(lost.pending).toBe(true);
