@@ -16,9 +16,9 @@ import type { Heartbeat } from './heartbeat.ts';
 import { sleep, type Held, type WorkerContext } from './held.ts';
 import type { JobTransaction } from './job-transaction.ts';
 import { LostClaims } from './lost-claims.ts';
+import type { QueueMessages } from './messages.ts';
 
 export { INTERRUPTED_RELEASE_LIMIT } from './lost-claims.ts';
-import type { QueueMessages } from './messages.ts';
 
 /** How long a job of a type this worker lacks waits before a worker sees it again (handOnUnknownType). */
 export const UNKNOWN_TYPE_RETRY_SECONDS = 60;
