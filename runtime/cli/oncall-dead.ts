@@ -12,7 +12,7 @@ import { type Env, ids, intFlag, type Out, parseTime, skippedLines, whoAsked, wi
 function deadLine(j: OpsJob): string {
   const d = deathSummary(j);
   const triage = j.dead?.discardedAt ? `  [discarded by ${j.dead.discardedBy}: ${j.dead.discardReason}]` : '';
-  return `${j.id}  ${j.type.padEnd(16)}  ${(j.dead?.deadAt ?? j.finishedAt)?.toISOString() ?? '?'}  ${`${d.attemptsUsed}/${j.maxAttempts}`.padStart(5)}  ${(d.lastOwner ?? '?').padEnd(18)}  ${d.error.slice(0, 80)}${triage}`;
+  return `${j.id}  ${j.type.padEnd(16)}  ${j.lane.padEnd(6)}  ${(j.dead?.deadAt ?? j.finishedAt)?.toISOString() ?? '?'}  ${`${d.attemptsUsed}/${j.maxAttempts}`.padStart(5)}  ${(d.lastOwner ?? '?').padEnd(18)}  ${d.error.slice(0, 80)}${triage}`;
 }
 
 /** Which dead jobs, in the flags a person types (the service's own refusal names its request fields). */
@@ -65,7 +65,7 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
         out(JSON.stringify(page));
         return 0;
       }
-      out(`${'id'.padEnd(36)}  ${'type'.padEnd(16)}  ${'died'.padEnd(24)}  ${'att'.padStart(5)}  ${'last owner'.padEnd(18)}  error`);
+      out(`${'id'.padEnd(36)}  ${'type'.padEnd(16)}  ${'lane'.padEnd(6)}  ${'died'.padEnd(24)}  ${'att'.padStart(5)}  ${'last owner'.padEnd(18)}  error`);
       for (const j of page.jobs) out(deadLine(j));
       if (page.jobs.length === 0) out('(no dead jobs)');
       else if (page.nextCursor) out(`… more: narrow with --type, --since, --until or raise --limit`);

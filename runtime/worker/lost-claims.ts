@@ -154,4 +154,15 @@ export class LostClaims {
       return null;
     }
   }
+
+  /** At a graceful stop: release what is noted, or say what is left (the database not answering) for the rescuer. */
+  async releaseAtStop(): Promise<void> {
+    if (this.ids.size === 0) return;
+    const err = await this.release();
+    if (this.ids.size > 0)
+      this.ctx.log.warn(
+        { err, jobs: [...this.ids.keys()] },
+        'stopping with jobs left running under this worker that the database could not be asked to release: their leases run out and the rescuer re-queues them, their attempts counted',
+      );
+  }
 }

@@ -223,7 +223,7 @@ export class Worker {
       );
     await this.beat.stop();
     await this.completer.drain();
-    if (this.completer.lost.pending) await this.completer.lost.release(); // noted since the receive loop ended
+    await this.completer.lost.releaseAtStop(); // noted since the receive loop ended
     await this.ctx.keyWake.idle();
     await this.messages.drain();
     await this.opts.publisher.flush();

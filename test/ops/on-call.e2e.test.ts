@@ -174,7 +174,8 @@ describe('jobs dead', () => {
 
     const list = await jobs(['dead', 'list', '--since', '10m', '--type', 'ledger.post']);
     expect(list.code).toBe(0);
-    expect(list.stdout).toMatch(new RegExp(`${fixable}  ledger.post .* 1/1  local-worker-\\d +Error: simulated failure of batch FIX-`));
+    // Its lane: the urgent DLQ's runbook step tells urgent dead jobs from bulk ones by it.
+    expect(list.stdout).toMatch(new RegExp(`${fixable}  ledger.post +bulk +\\S+ +1/1  local-worker-\\d +Error: simulated failure of batch FIX-`));
     expect(list.stdout).toContain(doomed);
     expect(list.stdout).not.toContain(done);
 

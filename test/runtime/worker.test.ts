@@ -15,6 +15,7 @@ import { jobMessageBody } from '../../runtime/queue/message.ts';
 import { Rescuer } from '../../runtime/maintenance/rescuer.ts';
 import type { WorkerEvent } from '../../runtime/worker/worker.ts';
 import { ABANDON_GRACE_MS } from '../../runtime/worker/held.ts';
+import type { Completer } from '../../runtime/worker/completer.ts';
 import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
 
 const seen: { aborted: unknown[] } = { aborted: [] };
@@ -83,6 +84,25 @@ describe('worker', () => {
     expect(await ledgerRows('B-1')).toBe(7);
     await waitFor(() => p.queue.depth().total === 0, 2000, 'message deleted');
     expect(p.metrics.get(METRIC.jobsSucceeded)).toBe(1);
+  });
+
+  it('a job noted for release (left running under the worker with no handler) is released by the time the worker has stopped, no attempt spent', async () => {
+    // Review finding: jobs noted after the receive loop ended were never released (the stop now tries once more).
+    const job = await enqueue('ledger.post', { batch: 'B-NOTED', entries: 1 });
+    const w = p.worker({ workerId: 'noted-at-stop' });
+    w.start();
+    await until(job.id, 'succeeded');
+    // Due in an hour (no message, nothing claims it), then running under this worker's id with
+    // nothing holding it, as a claim whose answer was lost leaves a job.
+    const [r] = await p.client.enqueueNow({ type: 'test.block', payload: {}, maxAttempts: 1, runAt: new Date(Date.now() + 3_600_000) });
+    const left = r!.job;
+    await p.db.pool.query(
+      "UPDATE jobs.job SET state = 'running', attempt = 1, lease_owner = 'noted-at-stop', lease_expires_at = now() + interval '60 seconds' WHERE id = $1",
+      [left.id],
+    );
+    (w as unknown as { completer: Completer }).completer.lost.note([{ id: left.id, attempt: 1 }], 'lease-ran-out');
+    await w.stop(1);
+    expect(await jobState(left.id)).toMatchObject({ state: 'pending', attempt: 1, releases: 1 });
   });
 
   it('retries a failing job with backoff and succeeds on the third attempt with its rows once', async () => {
