@@ -65,7 +65,9 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
         out(JSON.stringify(page));
         return 0;
       }
-      out(`${'id'.padEnd(36)}  ${'type'.padEnd(16)}  ${'lane'.padEnd(6)}  ${'died'.padEnd(24)}  ${'att'.padStart(5)}  ${'last owner'.padEnd(18)}  error`);
+      out(
+        `${'id'.padEnd(36)}  ${'type'.padEnd(16)}  ${'lane'.padEnd(6)}  ${'died'.padEnd(24)}  ${'att'.padStart(5)}  ${'last owner'.padEnd(18)}  error`,
+      );
       for (const j of page.jobs) out(deadLine(j));
       if (page.jobs.length === 0) out('(no dead jobs)');
       else if (page.nextCursor) out(`… more: narrow with --type, --since, --until or raise --limit`);

@@ -175,7 +175,9 @@ describe('jobs dead', () => {
     const list = await jobs(['dead', 'list', '--since', '10m', '--type', 'ledger.post']);
     expect(list.code).toBe(0);
     // Its lane: the urgent DLQ's runbook step tells urgent dead jobs from bulk ones by it.
-    expect(list.stdout).toMatch(new RegExp(`${fixable}  ledger.post +bulk +\\S+ +1/1  local-worker-\\d +Error: simulated failure of batch FIX-`));
+    expect(list.stdout).toMatch(
+      new RegExp(`${fixable}  ledger.post +bulk +\\S+ +1/1  local-worker-\\d +Error: simulated failure of batch FIX-`),
+    );
     expect(list.stdout).toContain(doomed);
     expect(list.stdout).not.toContain(done);
 
