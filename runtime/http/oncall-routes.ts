@@ -12,7 +12,7 @@
 //   POST /v1/dead-jobs/discard               { ids? | type?, since?, until? | all: true, by?, reason }
 //   GET|POST /v1/dlq/…                       the dead-letter queue's routes (dlq-routes.ts)
 //   GET  /v1/poison-messages?reason=&since=&includeResolved=&limit=&cursor=
-//   GET  /v1/stuck-jobs?limit=
+//   GET  /v1/stuck-jobs?limit=&runningSeconds=&pendingSeconds=
 //   POST /v1/pending-jobs/republish          { ids? | type? | olderThanSeconds?, by?, reason?, limit? }   fresh messages for pending jobs
 //   GET|POST /v1/schedules/…                 the schedules: list, pause, resume, trigger (schedule-routes.ts)
 //
@@ -37,6 +37,7 @@ import {
   route,
   text,
   wholeNumber,
+  wholeNumberParam,
   type JobView,
   type Reply,
   type Route,
@@ -124,7 +125,9 @@ const PoisonQuery = z.object({
     .regex(/^\d{1,18}$/, { error: 'is not a cursor this listing returned' })
     .optional(),
 });
-const StuckQuery = z.object({ limit: listLimit(1000, 100) });
+// Other limits than the alarm's, as `jobs stuck --running-seconds/--pending-seconds` (a drill, a closer look).
+const stuckLimit = () => optional(wholeNumberParam(1, 7 * 86_400)).meta({ description: "seconds; default the alarm's" });
+const StuckQuery = z.object({ limit: listLimit(1000, 100), runningSeconds: stuckLimit(), pendingSeconds: stuckLimit() });
 const Republish = z.strictObject({
   ids: jobIds,
   type: optional(text(100)),
@@ -374,11 +377,13 @@ export class OpsRoutes {
   }
 
   private async stuck(c: Ctx<In<typeof StuckQuery>>): Promise<OpsReply> {
-    const stuck = await findStuckJobs(this.ops.pool, this.ops.registry, this.ops.stuck, c.query.limit ?? 100);
+    const { limit, ...asked } = c.query;
+    const thresholds = { ...this.ops.stuck, ...Object.fromEntries(Object.entries(asked).filter(([, v]) => v !== undefined)) };
+    const stuck = await findStuckJobs(this.ops.pool, this.ops.registry, thresholds, limit ?? 100);
     return {
       status: 200,
       body: {
-        thresholds: this.ops.stuck,
+        thresholds,
         stuckJobs: stuck.map((s) => ({
           ...jobView(s.job),
           reason: s.reason,

@@ -58,6 +58,17 @@ describe('on-call routes in the API server', () => {
       thresholds: { runningSeconds: 3600, pendingSeconds: 900 },
       stuckJobs: [],
     });
+    // Other limits than the alarm's, as `jobs stuck --pending-seconds` (on-call drill: the API refused them).
+    expect((await call(api.url, 'GET', '/v1/stuck-jobs?pendingSeconds=5', { headers: auth })).body.thresholds).toEqual({
+      runningSeconds: 3600,
+      pendingSeconds: 5,
+    });
+    const bad = await call(api.url, 'GET', '/v1/stuck-jobs?runningSeconds=0', { headers: auth });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error).toMatchObject({
+      field: 'runningSeconds',
+      message: expect.stringMatching(/must be a whole number from 1 to 604800/),
+    });
     const dlq = await call(api.url, 'GET', '/v1/dlq/messages', { headers: auth });
     expect(dlq.status).toBe(501);
     expect(dlq.body.error).toMatchObject({
