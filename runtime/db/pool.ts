@@ -102,7 +102,22 @@ const CHECK_CONNECTION = `SET client_connection_check_interval = ${CLIENT_CHECK_
 class CheckedClient extends pg.Client {
   // pg's two overloads in one body (pg-pool connects with a callback, others with the promise).
   override connect(callback?: any): any {
-    const connected = super.connect().then(() => this.query(CHECK_CONNECTION).then(noop, noop));
+    // Until its holder listens (pg-pool attaches its listener in the connect callback): a backend
+    // ended right after the login (pg_terminate_backend in a failover, in the same packet as its
+    // ReadyForQuery) is reported as an 'error' event while nobody listens, and Node ends the
+    // process. Caught here, the connect fails with it instead (seen once in CI under load).
+    let early: unknown;
+    const onEarly = (err: unknown) => {
+      early ??= err;
+    };
+    this.on('error', onEarly);
+    const connected = super
+      .connect()
+      .then(() => this.query(CHECK_CONNECTION).then(noop, noop))
+      .then(() => {
+        if (early !== undefined) throw early;
+      })
+      .finally(() => this.removeListener('error', onEarly));
     if (!callback) return connected;
     connected.then(
       () => callback(),

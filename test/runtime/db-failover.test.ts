@@ -1,6 +1,7 @@
 // The database failing over under a worker and the schema bootstrap, in-process and through a
 // TCP proxy that resets every connection and refuses new ones (dev/db-proxy.ts). The
 // end-to-end version on real processes is test/e2e/db-failover.test.ts.
+import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { migrateAt } from '../../runtime/bootstrap/handler.ts';
 import { workerQueryTimeoutMs } from '../../runtime/config/rules.ts';
@@ -406,4 +407,24 @@ describe("a failover shorter than the lease, under a job's own transaction", () 
     expect(p.metrics.counts.get(METRIC.jobsFailed) ?? 0).toBe(0);
     await w.stop(1);
   }, 60_000);
+});
+
+describe('a connection ended right after its login', () => {
+  it('fails its connect with the server’s error instead of ending the process (an error event nobody listened to yet)', async () => {
+    // CI once: pg_terminate_backend's FATAL arrived in the same packet as the login's
+    // ReadyForQuery, before pg-pool listened on the new client: an uncaught 'error'.
+    const p = await createPlatform({});
+    onTestFinished(() => p.close());
+    const pool = createPool({ url: p.db.url, max: 1, applicationName: 'jobs-test early-error' });
+    onTestFinished(() => pool.end().catch(() => undefined));
+    const { Client, options } = pool as unknown as { Client: new (o: unknown) => pg.Client; options: unknown };
+    const c = new Client(options) as pg.Client & { connection: { emit(e: string, m: unknown): void } };
+    const fatal = Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01', severity: 'FATAL' });
+    // 'connect' is emitted while pg handles ReadyForQuery: the message that follows it in the packet comes here.
+    c.once('connect', () => c.connection.emit('errorMessage', fatal));
+    await expect(c.connect()).rejects.toMatchObject({ code: '57P01' });
+    await c.end().catch(() => undefined);
+    // The pool's own connections go the same way: a refused connect, handled by its caller.
+    expect(isDatabaseUnavailable(fatal)).toBe(true);
+  });
 });
