@@ -50,6 +50,11 @@ export interface ClaimedJob
   lane: Lane;
 }
 
+/** A job left running under a worker with no handler, and the attempt it ran under (null: not known): releaseLostClaims. */
+export type NotedToken = { id: string; attempt: number | null };
+/** A job releaseLostClaims released, with the outbox row that publishes it. */
+export type ReleasedJob = Pick<ClaimedJob, 'id' | 'type' | 'lane' | 'attempt' | 'concurrencyKey'> & { outboxId: string };
+
 /** Blocked jobs of one key and type: what they wait for ("key ledger:company-7", "a slot of inventory.cost") and who holds it. */
 export interface WaitingGroup {
   waitsFor: string;
@@ -311,11 +316,11 @@ export class JobStore {
 
   /** Release the jobs among `tokens` (attempt null: unknown) still running under `owner` with no handler, each with an outbox row (sql-lost-claims.ts; `interruptedLimit` for interrupted attempts). */
   async releaseLostClaims(
-    tokens: { id: string; attempt: number | null }[],
+    tokens: NotedToken[],
     owner: string,
     reason: string,
     interruptedLimit: number | null = null,
-  ): Promise<(Pick<ClaimedJob, 'id' | 'type' | 'lane' | 'attempt' | 'concurrencyKey'> & { outboxId: string })[]> {
+  ): Promise<ReleasedJob[]> {
     const sorted = byId(tokens);
     const values = [sorted.map((t) => t.id), owner, reason, sorted.map((t) => t.attempt), interruptedLimit];
     const { rows } = tokens.length > 0 ? await deadlockRetried(() => run(this.pool, 'jobReleaseLostClaims', values)) : { rows: [] };

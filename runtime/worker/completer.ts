@@ -9,7 +9,7 @@ import { errorToJson } from '../domain/errors.ts';
 import { attemptsUsed, type Job, type Progress } from '../domain/job.ts';
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import { METRIC } from '../observability/metric-names.ts';
-import type { LeaseToken } from '../store/job-store.ts';
+import type { LeaseToken, ReleasedJob } from '../store/job-store.ts';
 import { Batcher } from './batcher.ts';
 import type { DeadLetters } from './dead-letter.ts';
 import type { Heartbeat } from './heartbeat.ts';
@@ -219,21 +219,19 @@ export class Completer {
    * connection. Past INTERRUPTED_RELEASE_LIMIT such releases of the job, it fails as any attempt.
    */
   async releaseInterrupted(h: Held, err: unknown, log: AttemptLog): Promise<void> {
-    let released: boolean;
+    let released: ReleasedJob[];
     try {
-      released =
-        (
-          await this.lost.releaseNow([h.token], 'connection-lost', (r) => {
-            if (r.length > 0) h.settled = true;
-          })
-        ).length > 0;
+      // Settled in the turn the release commits: a renewal answered during the publish must not read a lost lease.
+      released = await this.lost.releaseNow([h.token], 'connection-lost', (r) => {
+        if (r.length > 0) h.settled = true;
+      });
     } catch (dbErr) {
       if (isDatabaseUnavailable(dbErr)) this.lost.note([h.token], 'connection-lost');
       else log.error({ err: dbErr, cause: err }, 'could not release the interrupted attempt; the job is reclaimed once its lease runs out');
       return;
     }
     // Past the limit, or no longer ours: failed as any attempt (fenced: a lost lease then).
-    if (!released) return this.fail(h, err, false, log);
+    if (released.length === 0) return this.fail(h, err, false, log);
     log.warn({ err }, "the job's database connection was lost (a failover or a reset): attempt released, not counted");
     this.messages.delete(h.message, 'replaced by a fresh message: the attempt was released', h);
   }

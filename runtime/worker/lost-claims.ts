@@ -22,6 +22,7 @@
 // keeps losing its connection (one whose statement crashes the server) counts its attempts.
 
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
+import type { NotedToken, ReleasedJob } from '../store/job-store.ts';
 import type { WorkerContext } from './held.ts';
 
 /** Why a job is noted: its claim's answer was lost, it was given up unstarted when its lease ran out in an outage, or its attempt lost its connection. */
@@ -53,9 +54,6 @@ const WHY: Record<LostKind, { reason: (workerId: string) => string; log: string;
   },
 };
 
-/** A job released here, as the statement returns it. */
-type Released = Awaited<ReturnType<WorkerContext['store']['releaseLostClaims']>>[number];
-
 export class LostClaims {
   /** Jobs noted, with why and the attempt they ran under where known, not yet checked. */
   private readonly ids = new Map<string, { kind: LostKind; attempt: number | null }>();
@@ -85,7 +83,7 @@ export class LostClaims {
   }
 
   /** Note jobs to release once the database answers (those still running under this worker, at that attempt where given, that it does not hold). */
-  note(tokens: readonly { id: string; attempt: number | null }[], kind: LostKind): void {
+  note(tokens: readonly NotedToken[], kind: LostKind): void {
     for (const t of tokens) this.ids.set(t.id, { kind, attempt: t.attempt });
   }
 
@@ -99,11 +97,11 @@ export class LostClaims {
    * them; throws when the database could not be asked. Returns those released.
    */
   async releaseNow(
-    tokens: { id: string; attempt: number | null }[],
+    tokens: NotedToken[],
     kind: LostKind,
     /** Called as soon as the database has answered, before the publish: a held job is settled in that turn (a renewal answered meanwhile must not read it as a lost lease). */
-    answered: (released: Released[]) => void = () => undefined,
-  ): Promise<Released[]> {
+    answered: (released: ReleasedJob[]) => void = () => undefined,
+  ): Promise<ReleasedJob[]> {
     const { ctx } = this;
     const why = WHY[kind];
     const limit = kind === 'connection-lost' ? INTERRUPTED_RELEASE_LIMIT : null;
@@ -134,7 +132,7 @@ export class LostClaims {
     const { ctx } = this;
     const noted = [...this.ids];
     // A job this worker holds was claimed again (the answer came, or a later claim took it): not lost.
-    const byKind = new Map<LostKind, { id: string; attempt: number | null }[]>();
+    const byKind = new Map<LostKind, NotedToken[]>();
     for (const [id, n] of noted) if (!ctx.held.has(id)) byKind.set(n.kind, [...(byKind.get(n.kind) ?? []), { id, attempt: n.attempt }]);
     const done = () => {
       // Only those asked about: a claim failing meanwhile noted others.
