@@ -13,7 +13,7 @@ export const LOST_CLAIM_SQL = {
    * lost claim answer, whose attempt it never learnt), goes back to pending as a release
    * (releases + 1: no attempt spent; due when it was), with an outbox row so a message is
    * published. $5, for an interrupted attempt: the most such releases a job gets (each marked
-   * `interrupted` in its attempt log); past it the row is left, and its attempt counts. Fenced by
+   * `interrupted` in its attempt log; since its last redrive); past it the row is left, and its attempt counts. Fenced by
    * owner, attempt and state: a job reclaimed, rescued, cancelled or finished since, or claimed
    * again by this worker, matches no row, and the row lock makes a concurrent claim or completion
    * of it wait and re-check (EvalPlanQual). Ids sorted by the caller, so the primary-key scan
@@ -26,7 +26,11 @@ export const LOST_CLAIM_SQL = {
              ${releaseSet("CASE WHEN $5::int IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('interrupted', true) END")}
         FROM unnest($1::uuid[], $4::int[]) AS r(id, attempt)
        WHERE j.id = r.id AND j.state = 'running' AND j.lease_owner = $2 AND (r.attempt IS NULL OR j.attempt = r.attempt)
-         AND ($5::int IS NULL OR (SELECT count(*) FROM jsonb_array_elements(j.attempt_log) e WHERE e ? 'interrupted') < $5::int)
+         -- Counted since the last redrive: a redrive gives a fresh budget, of these releases too.
+         AND ($5::int IS NULL OR (SELECT count(*) FROM jsonb_array_elements(j.attempt_log) WITH ORDINALITY AS x(e, n)
+                                   WHERE x.e ? 'interrupted'
+                                     AND x.n > (SELECT coalesce(max(y.n), 0) FROM jsonb_array_elements(j.attempt_log) WITH ORDINALITY AS y(e, n)
+                                                 WHERE y.e->>'outcome' = 'redriven')) < $5::int)
       RETURNING j.id, j.type, j.lane, j.attempt, j.concurrency_key
     ), outboxed AS (
       INSERT INTO jobs.outbox (job_id) SELECT id FROM lost RETURNING id AS outbox_id, job_id

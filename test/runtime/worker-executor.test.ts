@@ -9,6 +9,7 @@ import { defineJob, type JobContext } from '../../runtime/handlers/types.ts';
 import { attemptsUsed } from '../../runtime/domain/job.ts';
 import { METRIC } from '../../runtime/observability/metric-names.ts';
 import { INTERRUPTED_RELEASE_LIMIT } from '../../runtime/worker/completer.ts';
+import { DeadJobService } from '../../runtime/oncall/dead-jobs.ts';
 import { createPlatform, type Platform, waitFor } from '../support/platform.ts';
 import { claimOne, hold, setLease, workerUnits, type Units } from '../support/worker-units.ts';
 
@@ -202,7 +203,7 @@ describe('executor', () => {
     expect(await state(h.job.id)).toMatchObject({ state: 'pending', attempt: 1, releases: 0, lastError: { message: /remote server/ } });
   });
 
-  it(`a job whose attempts lost their connection ${INTERRUPTED_RELEASE_LIMIT} times: the next one counts (a handler that keeps cutting its connection ends at its cap), however often it was released otherwise`, async () => {
+  it(`a job whose attempts lost their connection ${INTERRUPTED_RELEASE_LIMIT} times: the next one counts (a handler that keeps cutting its connection ends at its cap), however often it was released otherwise; a redrive starts the count again`, async () => {
     const h = await claimOne(p, u, 'test.cut', {}, 1);
     // Released for other reasons (deploys): these do not count toward the limit (review finding).
     await p.db.pool.query('UPDATE jobs.job SET releases = releases + 7, attempt = attempt + 7 WHERE id = $1', [h.job.id]);
@@ -217,6 +218,14 @@ describe('executor', () => {
     const after = await state(h.job.id);
     expect(after).toMatchObject({ state: 'dead', lastError: { message: /terminating connection/ } });
     expect(after.attemptLog.filter((a) => a.outcome === 'released')).toHaveLength(INTERRUPTED_RELEASE_LIMIT);
+
+    // Redriven with one attempt (a probe): a fresh budget of these releases too, so the next
+    // interruption does not spend that one attempt.
+    const r = await new DeadJobService(p.db.pool, p.publisher).redrive({ ids: [h.job.id], by: 'oncall', maxAttempts: 1 });
+    expect(r.jobs.map((j) => j.id)).toEqual([h.job.id]);
+    const [redriven] = await u.ctx.store.claim([h.job.id], u.ctx.workerId, 30);
+    await u.executor.execute(hold(u.ctx, redriven!, h.message));
+    expect(await state(h.job.id)).toMatchObject({ state: 'pending', releases: redriven!.releases + 1 });
   });
 
   it('a non-retryable error or a bad payload: dead after one attempt', async () => {
