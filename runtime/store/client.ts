@@ -5,6 +5,9 @@
 //   await tx.query('COMMIT');
 //   await afterCommit();            // or let the outbox relay publish within seconds
 //
+// afterCommit publishes only the jobs whose rows exist (a COMMIT can end in a rollback) and waits
+// for SQS at most PUBLISH_WAIT_MS (outbox.ts).
+//
 // or, when the enqueue is the whole transaction: `await jobs.enqueueNow(spec)`.
 
 import { withTransaction } from '../db/transaction.ts';
@@ -115,11 +118,17 @@ export class JobClient {
     return this.insert(
       tx,
       (Array.isArray(specs) ? specs : [specs]).map((s) => this.validate(s)),
+      // The caller commits: its COMMIT may have rolled back (Publisher.publishCommitted).
+      true,
     );
   }
 
-  /** Insert checked jobs (validate, newJob) in the caller's transaction `tx`; `afterCommit` as for enqueue. */
-  async insert(tx: Queryable, rows: NewJob[]): Promise<{ jobs: EnqueueResult[]; afterCommit: () => Promise<void> }> {
+  /**
+   * Insert checked jobs (validate, newJob) in the caller's transaction `tx`; `afterCommit` as for
+   * enqueue. `callerCommits`: afterCommit checks that the rows exist first, as the caller's
+   * COMMIT may have ended in a rollback; false where the platform itself committed.
+   */
+  async insert(tx: Queryable, rows: NewJob[], callerCommits = false): Promise<{ jobs: EnqueueResult[]; afterCommit: () => Promise<void> }> {
     const inserted = await this.store.insertMany(tx, rows);
     const toPublish = inserted
       .filter((i) => i.outboxId)
@@ -130,7 +139,7 @@ export class JobClient {
           ? { job: i.job, duplicate: true, payloadDiffers: true }
           : { job: i.job, duplicate: i.duplicate },
       ),
-      afterCommit: () => this.opts.publisher.publish(toPublish),
+      afterCommit: () => (callerCommits ? this.opts.publisher.publishCommitted(toPublish) : this.opts.publisher.publish(toPublish)),
     };
   }
 

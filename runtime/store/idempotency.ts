@@ -22,6 +22,19 @@ export interface KeyedJob {
   keepDays?: number;
 }
 
+/**
+ * The order a batch's rows are inserted in: by type and key, a stable sort (of one key's rows,
+ * the first asked for wins), so that two batches sharing keys in different orders do not each
+ * wait on a key the other inserted first (a deadlock: PostgreSQL fails one, a 500). Request
+ * order when no row has a key.
+ */
+export function insertOrder(jobs: Pick<KeyedJob, 'type' | 'idempotencyKey'>[]): number[] {
+  const at = jobs.map((_, i) => i);
+  if (!jobs.some((j) => j.idempotencyKey)) return at;
+  const key = (i: number) => `${jobs[i]!.type}\u0000${jobs[i]!.idempotencyKey ?? ''}`;
+  return at.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : a - b));
+}
+
 /** How long a finished job is kept when neither its type nor JOBS_KEEP_FINISHED_DAYS says. */
 export const DEFAULT_KEEP_FINISHED_DAYS = 30;
 

@@ -4,7 +4,8 @@
 
 import { onActiveJobs } from './active-jobs.ts';
 import type pg from 'pg';
-import { keepDaysOf, keyHolder, type KeyedJob } from './idempotency.ts';
+import { type ClaimedJob, toClaimed } from './claimed-job.ts';
+import { insertOrder, keepDaysOf, keyHolder, type KeyedJob } from './idempotency.ts';
 import { byId, deadlockRetried, jsonOrNull, pgArray, run, type Queryable } from './statements.ts';
 import { withTransaction } from '../db/transaction.ts';
 import { uuidv7 } from '../domain/uuid7.ts';
@@ -12,6 +13,7 @@ import { DEFAULT_LANE, type Lane } from '../domain/lanes.ts';
 import { rowToJob, type Job, type JobError, type JobState, type Progress, type WithDbNow } from '../domain/job.ts';
 
 export { namedStatements, run, type Queryable } from './statements.ts';
+export type { ClaimedJob } from './claimed-job.ts';
 
 /** A job to insert; its retention and its key's (KeyedJob: keepDays, keyKeepDays) the client decides (client.ts). */
 export interface NewJob extends KeyedJob {
@@ -33,21 +35,6 @@ export interface Inserted {
   duplicate: boolean;
   /** The outbox row to publish after COMMIT (absent for a duplicate, and for a job due beyond the publish horizon: deferred). */
   outboxId?: string;
-}
-
-/** What a claim returns: what the worker needs to run the attempt, nothing more. */
-export interface ClaimedJob
-  extends Pick<Job, 'id' | 'type' | 'payload' | 'attempt' | 'releases' | 'maxAttempts' | 'checkpoint' | 'progress' | 'createdAt'> {
-  /** Due (created or run_after) to claimed, by the database clock. */
-  queueLagMs: number;
-  /** Taken over from an owner whose lease expired (directly or via the rescuer). */
-  reclaimed: boolean;
-  /** Its concurrency key: when it ends, the key's next job may be published (worker/key-wake.ts). */
-  concurrencyKey: string | null;
-  /** It holds a slot of its type's fleet limit: when it ends, the type's next job may be published. */
-  typeSlot: boolean;
-  /** Its priority lane (the worker's slots prefer urgent, worker/lane-choice.ts). */
-  lane: Lane;
 }
 
 /** A job left running under a worker with no handler, and the attempt it ran under (null: not known): releaseLostClaims. */
@@ -95,20 +82,23 @@ export class JobStore {
   async insertMany(db: Queryable, jobs: NewJob[]): Promise<Inserted[]> {
     if (jobs.length === 0) return [];
     const ids = jobs.map(() => uuidv7());
+    // In key order, against deadlocks (idempotency.ts insertOrder); the ids keep the request's order.
+    const at = insertOrder(jobs);
+    const sorted = at.map((i) => jobs[i]!);
     const { rows } = await run(db, 'jobInsertMany', [
-      ids,
-      jobs.map((j) => j.type),
-      jobs.map((j) => JSON.stringify(j.payload ?? {})),
-      jobs.map((j) => j.idempotencyKey ?? null),
-      jobs.map((j) => j.maxAttempts),
-      jobs.map((j) => j.runAt ?? null),
-      jobs.map((j) => j.concurrencyKey ?? null),
-      jobs.map((j) => (j.concurrencyKey ? (j.concurrencyLimit ?? 1) : null)),
-      jobs.map((j) => j.parentId ?? null),
+      at.map((i) => ids[i]!),
+      sorted.map((j) => j.type),
+      sorted.map((j) => JSON.stringify(j.payload ?? {})),
+      sorted.map((j) => j.idempotencyKey ?? null),
+      sorted.map((j) => j.maxAttempts),
+      sorted.map((j) => j.runAt ?? null),
+      sorted.map((j) => j.concurrencyKey ?? null),
+      sorted.map((j) => (j.concurrencyKey ? (j.concurrencyLimit ?? 1) : null)),
+      sorted.map((j) => j.parentId ?? null),
       // float8 text: Infinity (forever) is PostgreSQL's 'Infinity' too.
-      jobs.map((j) => keepDaysOf(j)),
-      jobs.map((j) => (j.idempotencyKey ? (j.keyKeepDays ?? null) : null)),
-      jobs.map((j) => j.lane ?? DEFAULT_LANE),
+      sorted.map((j) => keepDaysOf(j)),
+      sorted.map((j) => (j.idempotencyKey ? (j.keyKeepDays ?? null) : null)),
+      sorted.map((j) => j.lane ?? DEFAULT_LANE),
     ]);
     const byId = new Map(rows.map((r) => [r.id as string, r]));
     const out: Inserted[] = [];
@@ -378,23 +368,4 @@ export class JobStore {
     for (const r of rows) out[r.state as JobState] = r.count as number;
     return out;
   }
-}
-
-function toClaimed(r: Record<string, unknown>): ClaimedJob {
-  return {
-    id: r.id as string,
-    type: r.type as string,
-    payload: r.payload,
-    attempt: r.attempt as number,
-    releases: r.releases as number,
-    maxAttempts: r.max_attempts as number,
-    checkpoint: r.checkpoint ?? null,
-    progress: (r.progress as Progress | null) ?? null,
-    createdAt: new Date(r.created_at_ms as number),
-    queueLagMs: Math.max(0, r.queue_lag_ms as number),
-    reclaimed: r.reclaimed as boolean,
-    concurrencyKey: (r.concurrency_key as string | null) ?? null,
-    typeSlot: r.type_slot === true,
-    lane: (r.lane as Lane | undefined) ?? DEFAULT_LANE,
-  };
 }

@@ -58,29 +58,42 @@ export function delayFor(runAfter: Date | undefined, now = Date.now()): number {
   return Math.max(0, Math.min(SQS_MAX_DELAY_SECONDS, Math.ceil((runAfter.getTime() - now) / 1000)));
 }
 
+/**
+ * How long publish() waits for SQS before it returns (the send goes on; what it cannot send stays
+ * in the outbox for the relay). A committed job is safe in its outbox row: a request that enqueued
+ * it must not hang on SQS's retries (30 s a call, 5 tries) and answer with a gateway timeout, so
+ * that its caller, retrying, makes a second job.
+ */
+export const PUBLISH_WAIT_MS = 1000;
+/** How long flush() waits for sends still in flight (a stopping process): what is not sent by then is the relay's. */
+export const FLUSH_WAIT_MS = 5000;
+
 export class Publisher {
   private pendingDeletes: string[] = [];
   private flushing: Promise<void> | null = null;
   private timer: NodeJS.Timeout | null = null;
+  /** Sends that publish() stopped waiting for. */
+  private readonly sending = new Set<Promise<void>>();
 
   constructor(
     private readonly pool: pg.Pool,
     private readonly queue: JobQueue,
     private readonly log: Logger,
-    private readonly opts: { deleteBatchDelayMs?: number } = {},
+    private readonly opts: { deleteBatchDelayMs?: number; waitMs?: number; flushWaitMs?: number } = {},
   ) {}
 
   /**
    * Send after COMMIT. Never throws: what it cannot send stays in the outbox for the relay, and
-   * so does a job due beyond the publish horizon, which the relay defers.
+   * so does a job due beyond the publish horizon, which the relay defers. Returns once the sends
+   * are done or after PUBLISH_WAIT_MS, whichever is first; a send still under way then goes on.
    */
   async publish(entries: PublishEntry[]): Promise<void> {
     const now = Date.now();
     const due = entries.filter((e) => !beyondHorizon(e.runAfter, now));
     if (due.length === 0) return;
     const sent: string[] = [];
-    await Promise.all(
-      chunk(due, SQS_BATCH_LIMIT).map(async (batch) => {
+    const sends = Promise.all(
+      chunkPerLane(due, (e) => e.lane).map(async (batch) => {
         try {
           await this.queue.send(
             batch.map((e) => ({ body: jobMessageBody(e.jobId, e.type), delaySeconds: delayFor(e.runAfter), lane: e.lane })),
@@ -90,13 +103,44 @@ export class Publisher {
           this.log.warn({ err, jobIds: batch.map((e) => e.jobId) }, 'publish failed; the outbox relay will retry');
         }
       }),
-    );
-    this.pendingDeletes.push(...sent);
-    this.scheduleFlush();
+    ).then(() => {
+      this.pendingDeletes.push(...sent);
+      this.scheduleFlush();
+    });
+    this.sending.add(sends);
+    void sends.finally(() => this.sending.delete(sends));
+    await within(sends, this.opts.waitMs ?? PUBLISH_WAIT_MS);
+  }
+
+  /**
+   * After a caller's own COMMIT (JobClient.enqueue's afterCommit): publish the entries whose outbox
+   * rows exist. A COMMIT can end in a rollback without an error (PostgreSQL answers an aborted
+   * transaction's COMMIT with ROLLBACK; a ROLLBACK TO SAVEPOINT can undo the enqueue): then the
+   * rows and their jobs do not exist, and a message would name no job (dead-lettered as
+   * unknown-job, a page). Outbox ids come from a sequence and are never reused.
+   */
+  async publishCommitted(entries: PublishEntry[]): Promise<void> {
+    if (entries.length === 0) return;
+    let live: Set<string>;
+    try {
+      const { rows } = await run(this.pool, 'outboxExisting', [entries.map((e) => e.outboxId)]);
+      live = new Set(rows.map((r) => String(r.id)));
+    } catch (err) {
+      this.log.warn({ err, count: entries.length }, 'could not check the outbox after COMMIT; the outbox relay will publish');
+      return;
+    }
+    const committed = entries.filter((e) => live.has(e.outboxId));
+    if (committed.length < entries.length)
+      this.log.warn(
+        { jobIds: entries.filter((e) => !live.has(e.outboxId)).map((e) => e.jobId) },
+        'afterCommit: these jobs are not in the database (the transaction rolled back: a COMMIT after an error, or a ROLLBACK TO SAVEPOINT); nothing published for them',
+      );
+    await this.publish(committed);
   }
 
   /** Delete the outbox rows of what was sent. A failure only means a harmless re-publish later. */
   async flush(): Promise<void> {
+    if (this.sending.size > 0) await within(Promise.allSettled([...this.sending]), this.opts.flushWaitMs ?? FLUSH_WAIT_MS);
     if (this.timer) {
       clearTimeout(this.timer);
       this.timer = null;
@@ -173,39 +217,92 @@ export class OutboxRelay {
       if ((rowCount ?? 0) < this.opts.batchSize || this.stopped) break;
     }
     let total = 0;
+    // Rows whose send failed in this pass: left for the next pass, and not locked again in this
+    // one, so that the rows behind them (another lane's) are reached.
+    const failed: { err: unknown; jobIds: string[] }[] = [];
+    const skip: string[] = [];
     for (;;) {
-      const n = await this.batch();
+      const n = await this.batch(skip);
       total += n.sent;
-      if (n.locked < this.opts.batchSize || this.stopped) return total;
+      failed.push(...n.failed);
+      skip.push(...n.unsent);
+      if (n.locked < this.opts.batchSize || this.stopped) break;
     }
+    if (failed.length > 0) {
+      const jobIds = failed.flatMap((f) => f.jobIds);
+      throw Object.assign(
+        new Error(
+          `the outbox relay could not publish ${jobIds.length} job(s) (published ${total}): ${String((failed[0]!.err as Error)?.message ?? failed[0]!.err)}`,
+        ),
+        { cause: failed[0]!.err, jobIds: jobIds.slice(0, 20) },
+      );
+    }
+    return total;
   }
 
-  private async batch(): Promise<{ locked: number; sent: number }> {
-    const { rows, live } = await withTransaction(this.pool, async (client) => {
-      const { rows } = await run(client, 'outboxLockDue', [this.opts.minAgeSeconds, this.opts.batchSize, !this.opts.skipDeferred]);
+  /**
+   * One transaction: lock due rows (less `skip`), send them lane by lane, delete what was sent. A
+   * lane whose send fails (its queue deleted, its permission revoked, SQS down for it) keeps its
+   * rows; the other lane's go out and are deleted: before, the whole batch rolled back, and every
+   * pass re-sent the healthy lane's messages while the rows behind never came up.
+   */
+  private async batch(
+    skip: string[],
+  ): Promise<{ locked: number; sent: number; unsent: string[]; failed: { err: unknown; jobIds: string[] }[] }> {
+    const failed: { err: unknown; jobIds: string[] }[] = [];
+    const { rows, sent, unsent } = await withTransaction(this.pool, async (client) => {
+      const { rows } = await run(client, 'outboxLockDue', [this.opts.minAgeSeconds, this.opts.batchSize, !this.opts.skipDeferred, skip]);
       // A job that is gone or already terminal needs no message; one due beyond the horizon, none yet.
       const later = rows.filter((r) => r.later && r.state === 'pending');
       if (later.length > 0) await run(client, 'outboxDefer', [later.map((r) => r.outbox_id as string)]);
       const live = rows.filter((r) => (r.state === 'pending' && !r.later) || r.state === 'running');
-      for (const batch of chunk(live, SQS_BATCH_LIMIT)) {
-        await this.queue.send(
-          batch.map((r) => ({
-            body: jobMessageBody(r.job_id as string, r.type as string),
-            delaySeconds: r.delay_seconds as number,
-            lane: r.lane as Lane,
-          })),
-        );
+      const unsent = new Set<(typeof live)[number]>();
+      for (const batch of chunkPerLane(live, (r) => r.lane as Lane)) {
+        try {
+          await this.queue.send(
+            batch.map((r) => ({
+              body: jobMessageBody(r.job_id as string, r.type as string),
+              delaySeconds: r.delay_seconds as number,
+              lane: r.lane as Lane,
+            })),
+          );
+        } catch (err) {
+          failed.push({ err, jobIds: batch.map((r) => r.job_id as string) });
+          for (const r of batch) unsent.add(r);
+        }
       }
-      await run(client, 'outboxDelete', [rows.filter((r) => !later.includes(r)).map((r) => r.outbox_id as string)]);
-      return { rows, live };
+      await run(client, 'outboxDelete', [rows.filter((r) => !later.includes(r) && !unsent.has(r)).map((r) => r.outbox_id as string)]);
+      return { rows, sent: live.filter((r) => !unsent.has(r)), unsent: [...unsent].map((r) => String(r.outbox_id)) };
     });
     // A deferred publish come due is by design, not a publish that had gone missing.
-    const news = live.filter((r) => !r.from_deferred);
+    const news = sent.filter((r) => !r.from_deferred);
     if (news.length > 0 && !this.opts.quiet)
       this.log.info(
         { count: news.length, jobIds: news.map((r) => r.job_id).slice(0, 20) },
         'relay published jobs whose publish had not happened',
       );
-    return { locked: rows.length, sent: live.length };
+    return { locked: rows.length, sent: sent.length, unsent, failed };
   }
+}
+
+/** Batches of at most SQS_BATCH_LIMIT, each of one lane: a lane's failing send does not take the other's messages with it. */
+function chunkPerLane<T>(items: T[], laneOf: (t: T) => Lane): T[][] {
+  const byLane = new Map<Lane, T[]>();
+  for (const t of items) {
+    const lane = laneOf(t) ?? 'bulk';
+    const group = byLane.get(lane);
+    if (group) group.push(t);
+    else byLane.set(lane, [t]);
+  }
+  return [...byLane.values()].flatMap((group) => chunk(group, SQS_BATCH_LIMIT));
+}
+
+/** Wait for `p`, at most `ms` (a timer that keeps no process alive). */
+function within(p: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, ms);
+    timer.unref();
+  });
+  return Promise.race([p.then(() => undefined), timeout]).finally(() => clearTimeout(timer));
 }

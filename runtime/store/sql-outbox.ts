@@ -19,7 +19,8 @@ export const OUTBOX_SQL = {
    * before COMMIT publishes twice, which is harmless. The message delay comes from the job's
    * run_after (SQS caps it at 900 s); its queue from the job's lane. `later`: the job is due
    * beyond the horizon, so the row is deferred (outboxDefer) instead of sent. $3: take the rows
-   * brought back from deferral too (the concurrency keys' wake-up, on the hot path, does not).
+   * brought back from deferral too (the concurrency keys' wake-up, on the hot path, does not). $4:
+   * rows whose send failed earlier in this pass, left for the next.
    */
   outboxLockDue: `
     SELECT o.id AS outbox_id, o.job_id, j.type, j.state, j.lane, o.from_deferred,
@@ -28,11 +29,15 @@ export const OUTBOX_SQL = {
       FROM jobs.outbox o
       LEFT JOIN jobs.job j ON j.id = o.job_id
      WHERE (o.created_at < statement_timestamp() - $1::float8 * interval '1 second' OR o.relay_now OR (o.from_deferred AND $3::boolean))
+       AND NOT (o.id = ANY($4::bigint[]))
      ORDER BY o.id
      LIMIT $2
        FOR UPDATE OF o SKIP LOCKED`,
 
   outboxDelete: `DELETE FROM jobs.outbox WHERE id = ANY($1::bigint[])`,
+
+  /** Which of these outbox rows exist (committed and not yet published by a relay): Publisher.publishCommitted. */
+  outboxExisting: `SELECT id FROM jobs.outbox WHERE id = ANY($1::bigint[])`,
 
   /**
    * Defer the outbox rows $1 (locked by outboxLockDue, their jobs due beyond PUBLISH_HORIZON):

@@ -114,6 +114,100 @@ describe('enqueue', () => {
     expect(ok.every((r) => messagesFor(p, r.job.id).length === 1)).toBe(true);
   });
 
+  it('a COMMIT that PostgreSQL turned into a ROLLBACK (an error earlier in the transaction): afterCommit publishes nothing', async () => {
+    // Review finding: afterCommit sent the message of a job that did not exist; the worker
+    // dead-lettered it as unknown-job and the DLQ alarm paged on-call.
+    const c = await p.db.pool.connect();
+    let jobId: string;
+    let afterCommit: () => Promise<void>;
+    try {
+      await c.query('BEGIN');
+      const r = await p.client.enqueue(c, ledger('B-ABORTED'));
+      jobId = r.jobs[0]!.job.id;
+      afterCommit = r.afterCommit;
+      // The ERP's code catches a failed statement and commits anyway.
+      await c.query('SELECT 1/0').catch(() => undefined);
+      expect((await c.query('COMMIT')).command).toBe('ROLLBACK');
+    } finally {
+      c.release();
+    }
+    await afterCommit();
+    await p.publisher.flush();
+    expect(await p.store.get(jobId)).toBeNull();
+    expect(messagesFor(p, jobId)).toHaveLength(0);
+  });
+
+  it('a ROLLBACK TO SAVEPOINT past the enqueue: afterCommit publishes the jobs that committed, not the undone one', async () => {
+    const c = await p.db.pool.connect();
+    let kept: string;
+    let undone: string;
+    let afters: (() => Promise<void>)[];
+    try {
+      await c.query('BEGIN');
+      const a = await p.client.enqueue(c, ledger('B-KEPT'));
+      await c.query('SAVEPOINT s');
+      const b = await p.client.enqueue(c, ledger('B-UNDONE'));
+      await c.query('ROLLBACK TO SAVEPOINT s');
+      await c.query('COMMIT');
+      kept = a.jobs[0]!.job.id;
+      undone = b.jobs[0]!.job.id;
+      afters = [a.afterCommit, b.afterCommit];
+    } finally {
+      c.release();
+    }
+    for (const after of afters) await after();
+    expect(messagesFor(p, kept)).toHaveLength(1);
+    expect(messagesFor(p, undone)).toHaveLength(0);
+  });
+
+  it('batches that share idempotency keys in opposite orders, enqueued at the same time, never deadlock', async () => {
+    // Review finding: rows were inserted in request order, so each batch could wait on a key the
+    // other had inserted first; PostgreSQL failed one with 40P01 and the API answered 500.
+    for (let round = 0; round < 15; round++) {
+      const keys = Array.from({ length: 50 }, (_, i) => `DL-${round}-${i}`);
+      const batch = (ks: string[]) => ks.map((k) => ({ ...ledger(k), idempotencyKey: k }));
+      const [a, b] = await Promise.all([p.client.enqueueNow(batch(keys)), p.client.enqueueNow(batch([...keys].reverse()))]);
+      // One job per key; each batch's answers in its own order.
+      expect(a.map((r) => r.job.idempotencyKey)).toEqual(keys);
+      expect(b.map((r) => r.job.idempotencyKey)).toEqual([...keys].reverse());
+      const jobs = new Map(a.map((r) => [r.job.idempotencyKey, r.job.id]));
+      for (const r of b) expect(r.job.id).toBe(jobs.get(r.job.idempotencyKey));
+    }
+  });
+
+  it('a request does not wait on an SQS that does not answer: publish returns after its wait, the send goes on, and what it sent is cleaned up', async () => {
+    // Review finding: an enqueue request waited for SQS's retries (30 s a call, 5 tries) after
+    // its job had committed: a gateway timeout, and a caller that retried made a second job.
+    let answer: () => void = () => undefined;
+    const sent: unknown[] = [];
+    const hanging = {
+      ...p.queue,
+      send: (messages: unknown[]) =>
+        new Promise<void>((resolve) => {
+          answer = () => {
+            sent.push(...messages);
+            resolve();
+          };
+        }),
+    };
+    const { Publisher } = await import('../../runtime/store/outbox.ts');
+    const publisher = new Publisher(p.db.pool, hanging as never, silentLogger, { waitMs: 50 });
+    const [r] = await p.client.store.insertMany(p.db.pool, [
+      { type: 'ledger.post', payload: { batch: 'B-HANG', entries: 1 }, maxAttempts: 3 },
+    ]);
+    // Returns though the send has not answered; the outbox row stays meanwhile.
+    await publisher.publish([{ outboxId: r!.outboxId!, jobId: r!.job.id, lane: 'bulk' }]);
+    expect(sent).toHaveLength(0);
+    const outbox = async () =>
+      (await p.db.pool.query('SELECT count(*)::int AS n FROM jobs.outbox WHERE job_id = $1', [r!.job.id])).rows[0].n as number;
+    expect(await outbox()).toBe(1);
+    // SQS answers later: the row of what was sent is deleted (flush waits for the send).
+    answer();
+    await publisher.flush();
+    expect(sent).toHaveLength(1);
+    expect(await outbox()).toBe(0);
+  });
+
   it('a job committed but never published (the process died after COMMIT) is published by the relay', async () => {
     const c = await p.db.pool.connect();
     let jobId: string;

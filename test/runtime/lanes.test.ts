@@ -366,6 +366,39 @@ describe("lanes: every message of a job goes to its lane's queue", () => {
     expect(ids(l.bulk)).toEqual([b!.job.id]);
   });
 
+  it("one lane's queue failing (deleted, its permission revoked) does not hold the other's publishes back, nor re-send them", async () => {
+    // Review finding: the sends of both lanes were one all-or-nothing: the publisher counted the
+    // bulk messages failed with the urgent ones, and every relay pass re-sent the bulk lane's
+    // messages and rolled back, the rows behind never reached.
+    const brokenUrgent = { ...l.urgent, send: () => Promise.reject(new Error('AWS.SimpleQueueService.NonExistentQueue')) };
+    const queue = new LaneQueues({ bulk: l.bulk, urgent: brokenUrgent as never });
+    const rows = await l.store.insertMany(l.db.pool, [
+      ...Array.from({ length: 3 }, (_, i) => ({ type: 'test.work', payload: { tag: `lu${i}` }, maxAttempts: 3, lane: 'urgent' as const })),
+      ...Array.from({ length: 12 }, (_, i) => ({ type: 'test.work', payload: { tag: `lb${i}` }, maxAttempts: 3 })),
+    ]);
+    const urgentIds = rows.slice(0, 3).map((r) => r.job.id);
+    const bulkIds = rows.slice(3).map((r) => r.job.id);
+    // The publisher: the bulk lane's go out and their rows go.
+    const publisher = new Publisher(l.db.pool, queue, silentLogger);
+    await publisher.publish(rows.map((r) => ({ outboxId: r.outboxId!, jobId: r.job.id, lane: r.job.lane })));
+    await publisher.flush();
+    const outboxJobs = async () =>
+      (await l.db.pool.query('SELECT job_id FROM jobs.outbox WHERE job_id = ANY($1::uuid[])', [rows.map((r) => r.job.id)])).rows.map(
+        (r) => r.job_id as string,
+      );
+    expect((await outboxJobs()).sort()).toEqual([...urgentIds].sort());
+    // More bulk jobs behind the urgent rows, left by an enqueuer that died: the relay, batches of 2,
+    // several passes, sends each once and reports the urgent lane's failure every pass.
+    const behind = await l.store.insertMany(
+      l.db.pool,
+      Array.from({ length: 3 }, (_, i) => ({ type: 'test.work', payload: { tag: `lr${i}` }, maxAttempts: 3 })),
+    );
+    const relay = new OutboxRelay(l.db.pool, queue, silentLogger, { minAgeSeconds: 0, intervalMs: 1000, batchSize: 2 });
+    for (let pass = 0; pass < 3; pass++) await expect(relay.runOnce()).rejects.toThrow(/could not publish 3 job\(s\).*NonExistentQueue/);
+    expect((await outboxJobs()).sort()).toEqual([...urgentIds].sort());
+    for (const id of [...bulkIds, ...behind.map((r) => r.job.id)]) expect(sentIds(l.bulk).filter((s) => s === id)).toHaveLength(1);
+  });
+
   it("a concurrency key's next job (relay_now) goes to the urgent queue, and a dead urgent job's report to the urgent DLQ", async () => {
     const keyed = await l.client.enqueueNow(
       Array.from({ length: 3 }, (_, i) => ({
