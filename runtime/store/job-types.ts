@@ -10,14 +10,15 @@ import type { Queryable } from './job-store.ts';
 
 const REGISTER = `
   INSERT INTO jobs.job_type (type, default_max_attempts, concurrency_key_template, concurrency_limit, key_from_code,
-                             default_lane, key_keep_days, keep_finished_days, registered_by)
-  SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::int[], $5::boolean[], $6::text[], $7::float8[], $8::float8[]),
-                (VALUES ($9::text)) AS by(name)
+                             default_lane, key_keep_days, keep_finished_days, payload_fields, registered_by)
+  SELECT t.*, by.name
+    FROM unnest($1::text[], $2::int[], $3::text[], $4::int[], $5::boolean[], $6::text[], $7::float8[], $8::float8[], $10::jsonb[]) AS t,
+         (VALUES ($9::text)) AS by(name)
   ON CONFLICT (type) DO UPDATE
      SET default_max_attempts = excluded.default_max_attempts, concurrency_key_template = excluded.concurrency_key_template,
          concurrency_limit = excluded.concurrency_limit, key_from_code = excluded.key_from_code, default_lane = excluded.default_lane,
          key_keep_days = excluded.key_keep_days, keep_finished_days = excluded.keep_finished_days,
-         registered_at = now(), registered_by = excluded.registered_by`;
+         payload_fields = excluded.payload_fields, registered_at = now(), registered_by = excluded.registered_by`;
 
 export interface JobTypeDefaults {
   /** JOBS_MAX_ATTEMPTS: the cap of a type that sets none. */
@@ -43,8 +44,21 @@ export async function registerJobTypes(db: Queryable, registry: JobRegistry, def
       types.map((t) => registry.keyKeepDays(t)),
       defs.map((d) => d.keepFinishedDays ?? defaults.keepFinishedDays ?? DEFAULT_KEEP_FINISHED_DAYS),
       by,
+      // The payload's fields (migration 0020): a worker on an older image hands on a job with a field it lacks.
+      defs.map((d) => (d.schema ? JSON.stringify(Object.keys(d.schema.shape)) : null)),
     ],
   });
+}
+
+/** The payload fields of `type`'s latest registration; null when it did not say (no schema, an older image) or the type is unknown. */
+export async function registeredPayloadFields(db: Queryable, type: string): Promise<string[] | null> {
+  const { rows } = await db.query({
+    name: 'jobTypePayloadFields',
+    text: 'SELECT payload_fields FROM jobs.job_type WHERE type = $1',
+    values: [type],
+  });
+  const fields = rows[0]?.payload_fields;
+  return Array.isArray(fields) ? fields.map(String) : null;
 }
 
 /** Whether an API or worker of this database has registered `type` (at its start): a job of a type none has waits for one that does. */

@@ -178,12 +178,34 @@ export class Completer {
   async handOnUnknownType(h: Held, log: AttemptLog): Promise<void> {
     const { ctx } = this;
     const { job } = h;
-    const why = `no handler for job type "${job.type}" in worker ${ctx.workerId} (known: ${ctx.opts.registry.types().join(', ')}): left for a worker that has it`;
+    await this.handOn(
+      h,
+      `no handler for job type "${job.type}" in worker ${ctx.workerId} (known: ${ctx.opts.registry.types().join(', ')}): left for a worker that has it`,
+      log,
+    );
+  }
+
+  /**
+   * A job whose payload has fields this worker's schema lacks and the type's latest registration
+   * has (a newer image, its deploy half done; executor.ts): handed on as a job of an unknown type is.
+   */
+  async handOnNewerPayload(h: Held, fields: string[], log: AttemptLog): Promise<void> {
+    const { ctx } = this;
+    await this.handOn(
+      h,
+      `payload field(s) ${fields.join(', ')} of "${h.job.type}" are not known to worker ${ctx.workerId}, an older image than the type's latest registration: left for a worker that knows them`,
+      log,
+    );
+  }
+
+  private async handOn(h: Held, why: string, log: AttemptLog): Promise<void> {
+    const { ctx } = this;
+    const { job } = h;
     let released: Set<string>;
     try {
       released = await ctx.store.release([h.token], why, { keepDue: true });
     } catch (err) {
-      log.error({ err }, 'could not hand on a job of an unknown type; it is reclaimed when its lease runs out');
+      log.error({ err }, 'could not hand on the job; it is reclaimed when its lease runs out');
       return;
     }
     if (!released.has(job.id)) {

@@ -4,7 +4,8 @@
 // job released. The completer writes the outcome.
 
 import { LeaseLostError, NonRetryableError } from '../domain/errors.ts';
-import type { ChildJobSpec, JobContext } from '../handlers/types.ts';
+import type { ChildJobSpec, JobContext, JobDefinition } from '../handlers/types.ts';
+import { registeredPayloadFields } from '../store/job-types.ts';
 import type { EnqueueSpec } from '../store/client.ts';
 import type { Logger } from '../observability/log.ts';
 import type { Completer } from './completer.ts';
@@ -34,6 +35,9 @@ export class JobExecutor {
     try {
       payload = def.parse(job.payload);
     } catch (err) {
+      // Fields of a newer image's schema (a deploy half done): handed on, not the job's fault.
+      const newer = await fieldsOfNewerImage(ctx, def, job.payload);
+      if (newer) return completer.handOnNewerPayload(h, newer, log);
       return completer.fail(h, err, true, log);
     }
     const tx = new JobTransaction(ctx.opts.pool);
@@ -207,4 +211,20 @@ class AttemptContext implements JobContext {
   enqueue(jobs: ChildJobSpec | ChildJobSpec[]): Promise<{ id: string; type: string; duplicate: boolean }[]> {
     return this.executor.enqueueChildren(this.h, this.db, Array.isArray(jobs) ? jobs : [jobs]);
   }
+}
+
+/**
+ * The payload's fields this worker's schema lacks, when the rest parses and the type's latest
+ * registration (migration 0020) has every one of them: the job was enqueued by a newer image, and
+ * a worker of it can run the job. Null otherwise (a field no registration has is a mistake: the
+ * job ends dead at once, the field named), and when the database cannot say.
+ */
+async function fieldsOfNewerImage(ctx: WorkerContext, def: JobDefinition<any, any, any>, payload: unknown): Promise<string[] | null> {
+  if (!def.schema || !payload || typeof payload !== 'object' || Array.isArray(payload)) return null;
+  const known = Object.keys(def.schema.shape);
+  const extra = Object.keys(payload).filter((k) => !known.includes(k));
+  if (extra.length === 0) return null;
+  if (!def.schema.safeParse(Object.fromEntries(Object.entries(payload).filter(([k]) => known.includes(k)))).success) return null;
+  const registered = await registeredPayloadFields(ctx.opts.pool, def.type).catch(() => null);
+  return registered && extra.every((k) => registered.includes(k)) ? extra : null;
 }

@@ -5,7 +5,9 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { LeaseLostError, NonRetryableError } from '../../runtime/domain/errors.ts';
 import { ledgerPost } from '../../runtime/handlers/ledger-post.ts';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
+import * as z from 'zod';
 import { defineJob, type JobContext } from '../../runtime/handlers/types.ts';
+import { registerJobTypes } from '../../runtime/store/job-types.ts';
 import { attemptsUsed } from '../../runtime/domain/job.ts';
 import { METRIC } from '../../runtime/observability/metric-names.ts';
 import { INTERRUPTED_RELEASE_LIMIT } from '../../runtime/worker/completer.ts';
@@ -156,6 +158,49 @@ describe('executor', () => {
     expect(again!.attempt).toBe(2);
     await u.executor.execute(hold(u.ctx, again!, h.message));
     expect(await state(h.job.id)).toMatchObject({ state: 'succeeded', result: { steps: 2 } });
+  });
+
+  describe('a rolling deploy that adds a payload field: a worker still on the old image', () => {
+    // Review finding: the old worker's strict schema refused the new field and the job ended dead
+    // at once (a DLQ page, a re-enqueue by hand), for every job the new API accepted meanwhile.
+    const newerImage = async () => {
+      const newer = defineJob({ ...ledgerPost, schema: ledgerPost.schema.extend({ warehouse: z.string().optional() }) });
+      await registerJobTypes(p.db.pool, new JobRegistry([newer]), { maxAttempts: 3 }, 'api-new-image');
+    };
+
+    it("hands on a job with a field the type's latest registration has: pending, no attempt spent, the field named; a worker that knows it runs the job", async () => {
+      await newerImage();
+      const h = await claimOne(p, u, 'ledger.post', { batch: 'X-NEW', entries: 2 }, 1);
+      h.job = { ...h.job, payload: { batch: 'X-NEW', entries: 2, warehouse: 'W-7' } };
+      await u.executor.execute(h);
+      const after = await state(h.job.id);
+      expect(after).toMatchObject({ state: 'pending', attempt: 1, releases: 1, lastError: null });
+      expect(after.attemptLog.at(-1)).toMatchObject({
+        outcome: 'released',
+        message: expect.stringMatching(
+          /^payload field\(s\) warehouse of "ledger\.post" are not known to worker .*: left for a worker that knows them$/,
+        ),
+      });
+      expect(p.dlq.depth().total).toBe(0);
+      // Its one attempt is still there for the new image's worker.
+      expect((await u.ctx.store.claim([h.job.id], 'new-image-worker', 30)).map((j) => j.attempt)).toEqual([2]);
+    });
+
+    it('a field no registration has (a misspelling, enqueued through SQL) still ends the job dead at once, the field named', async () => {
+      await newerImage();
+      const h = await claimOne(p, u, 'ledger.post', { batch: 'X-TYPO', entries: 2 });
+      h.job = { ...h.job, payload: { batch: 'X-TYPO', entries: 2, warehous: 'W-7' } };
+      await u.executor.execute(h);
+      expect(await state(h.job.id)).toMatchObject({ state: 'dead', lastError: { message: /payload\.warehous: is not a field/ } });
+    });
+
+    it('a known field that is wrong, beside the new one, ends the job dead at once as before', async () => {
+      await newerImage();
+      const h = await claimOne(p, u, 'ledger.post', { batch: 'X-BAD', entries: 2 });
+      h.job = { ...h.job, payload: { batch: 'X-BAD', entries: -1, warehouse: 'W-7' } };
+      await u.executor.execute(h);
+      expect((await state(h.job.id)).state).toBe('dead');
+    });
   });
 
   it('a job of an unknown type whose message SQS would redrive at its next receive gets a fresh message instead', async () => {
