@@ -6,6 +6,7 @@
 // the rule and the knob to turn.
 
 import { DEFAULT_RETENTION, retentionViolations, type Retention } from '../runtime/config/retention.ts';
+import { SQS_HTTP_CLIENTS } from '../runtime/config/sqs.ts';
 import { DEFAULT_STUCK_THRESHOLDS, MAX_STUCK_SECONDS, type StuckThresholds } from '../runtime/config/stuck-thresholds.ts';
 import {
   assertJobTimings,
@@ -591,7 +592,7 @@ export function checkEnvironment(c: EnvironmentConfig): RuleViolation[] {
   if (c.worker.backlogPerTaskTarget <= 0) {
     out.push({ rule: 'worker-backlog-target', message: `worker.backlogPerTaskTarget = ${c.worker.backlogPerTaskTarget} must be positive` });
   }
-  out.push(...checkHttps(c), ...checkAlarmEmails(c), ...checkDatabase(c));
+  out.push(...checkHttps(c), ...checkAlarmEmails(c), ...checkDatabase(c), ...checkValues(c));
   if (out.length > 0) return out;
 
   const b = connectionBudget(c);
@@ -793,6 +794,69 @@ function checkDatabase(c: EnvironmentConfig): RuleViolation[] {
     const v = c.alarms[key];
     if (!(v > 0 && v < 1)) out.push({ rule: 'database-alarm-fraction', message: `alarms.${key} = ${v} must be between 0 and 1` });
   }
+  return out;
+}
+
+/** CloudWatch Logs' retention values that LogRetentionDays allows. */
+const LOG_RETENTION_DAYS: readonly number[] = [7, 14, 30, 90, 180, 365];
+
+/**
+ * What TypeScript's types say but `cdk synth` would otherwise not check: the app runs through
+ * tsx, which does not type-check (cdk.json type-checks first; these hold whoever runs bin/app.ts
+ * without it), and some mistakes type-check. A misspelt `removal` or a misspelt
+ * `deletionProtection` key turned a production database's protection off with synth exiting 0;
+ * an `httpClient` the containers refuse crash-looped the deployment; a CPU alarm of 0.8 (a
+ * fraction where a percent is meant) paged at 0.8 %; a DLQ age alarm past the DLQ's retention
+ * could never fire.
+ */
+function checkValues(c: EnvironmentConfig): RuleViolation[] {
+  const out: RuleViolation[] = [];
+  const d = c.database;
+  if (d.removal !== 'snapshot' && d.removal !== 'destroy')
+    out.push({
+      rule: 'database-removal',
+      message: `database.removal = ${JSON.stringify(d.removal)} must be 'snapshot' (keep a final snapshot) or 'destroy'`,
+    });
+  for (const key of ['deletionProtection', 'multiAz', 'performanceInsights'] as const) {
+    if (typeof d[key] !== 'boolean')
+      out.push({
+        rule: 'database-flag',
+        message: `database.${key} = ${JSON.stringify(d[key])} must be true or false (a misspelt key leaves it unset, and the database without it)`,
+      });
+  }
+  for (const key of ['terminationProtection', 'retainLogs'] as const) {
+    if (typeof c[key] !== 'boolean')
+      out.push({ rule: 'environment-flag', message: `${key} = ${JSON.stringify(c[key])} must be true or false` });
+  }
+  const http = c.queues.httpClient;
+  if (http !== undefined && !(SQS_HTTP_CLIENTS as readonly string[]).includes(http))
+    out.push({
+      rule: 'sqs-http-client',
+      message: `queues.httpClient = ${JSON.stringify(http)} must be one of ${SQS_HTTP_CLIENTS.join(', ')} (JOBS_SQS_HTTP_CLIENT: the containers refuse any other and would not start), or left unset`,
+    });
+  const cpu = c.alarms.databaseCpuPercent;
+  if (!(cpu >= 1 && cpu <= 100))
+    out.push({
+      rule: 'database-cpu-percent',
+      message: `alarms.databaseCpuPercent = ${cpu} must be a percent from 1 to 100${cpu > 0 && cpu < 1 ? ` (${cpu} reads as a fraction: for ${Math.round(cpu * 100)} %, write ${Math.round(cpu * 100)})` : ''}`,
+    });
+  const dlqAge = c.alarms.deadLetterOldestMessageAgeSeconds;
+  const dlqKeeps = c.queues.deadLetterRetentionDays * 86_400;
+  if (!(dlqAge >= 60 && dlqAge < dlqKeeps))
+    out.push({
+      rule: 'dlq-age-alarm',
+      message: `alarms.deadLetterOldestMessageAgeSeconds = ${dlqAge} must be at least 60 and below the DLQ's retention (queues.deadLetterRetentionDays = ${c.queues.deadLetterRetentionDays}: ${dlqKeeps} s), or the alarm could never fire: a dead letter expires first`,
+    });
+  if (!LOG_RETENTION_DAYS.includes(c.logRetentionDays))
+    out.push({
+      rule: 'log-retention',
+      message: `logRetentionDays = ${c.logRetentionDays} must be one of ${LOG_RETENTION_DAYS.join(', ')}`,
+    });
+  if (!Number.isInteger(c.accessLogRetentionDays) || c.accessLogRetentionDays < 1)
+    out.push({
+      rule: 'access-log-retention',
+      message: `accessLogRetentionDays = ${c.accessLogRetentionDays} must be a whole number of days ≥ 1 (S3 refuses an expiration of 0)`,
+    });
   return out;
 }
 

@@ -3,7 +3,7 @@
 // unknown or missing environment name lists the valid ones.
 
 import { execFile } from 'node:child_process';
-import { mkdtemp, readdir } from 'node:fs/promises';
+import { readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -25,7 +25,7 @@ import {
 } from '../../lib/config.ts';
 import { REPO_ROOT } from '../../lib/paths.ts';
 import { JOB_DEFINITIONS } from '../../runtime/handlers/index.ts';
-import { CDK_JSON_CONTEXT, environment, TEST_ALARM_EMAIL, TEST_CERTIFICATE_ARN, withChanges } from './support.ts';
+import { CDK_JSON_CONTEXT, environment, TEST_ALARM_EMAIL, TEST_CERTIFICATE_ARN, testOutdir, withChanges } from './support.ts';
 
 const run = promisify(execFile);
 
@@ -68,7 +68,7 @@ describe('environment config', () => {
   });
 
   it('bin/app.ts synthesizes an environment the way `cdk synth` runs it (no credentials)', async () => {
-    const outdir = await mkdtemp(join(tmpdir(), 'cdk-out-'));
+    const outdir = testOutdir();
     const env: Record<string, string | undefined> = {
       ...process.env,
       // The CLI passes cdk.json's context (the feature flags) with the command line's.
@@ -121,6 +121,38 @@ describe('environment config', () => {
     expect(ENVIRONMENTS.prod.alarms.emails).toEqual(['erp-jobs-oncall@example.com']); // unchanged
   });
 
+  it('a misspelt value or key that tsx runs unchecked is refused, naming the value and the rule (platform engineer trial)', () => {
+    // Before, each of these synthesized with exit 0: prod's database and queues with
+    // DeletionPolicy Delete, no deletion protection, single-AZ; containers that refused to start.
+    const prod = environment('prod');
+    const rules = (c: unknown) => checkEnvironment(c as typeof prod).map((v) => `[${v.rule}] ${v.message}`);
+    expect(rules({ ...prod, database: { ...prod.database, removal: 'Snapshot' } })).toEqual([
+      `[database-removal] database.removal = "Snapshot" must be 'snapshot' (keep a final snapshot) or 'destroy'`,
+    ]);
+    const { deletionProtection: _d, multiAz: _m, ...misspelt } = prod.database;
+    expect(rules({ ...prod, database: { ...misspelt, deletionProtecton: true, multiAZ: true } })).toEqual([
+      '[database-flag] database.deletionProtection = undefined must be true or false (a misspelt key leaves it unset, and the database without it)',
+      '[database-flag] database.multiAz = undefined must be true or false (a misspelt key leaves it unset, and the database without it)',
+    ]);
+    expect(rules({ ...prod, queues: { ...prod.queues, httpClient: 'Node' } })).toEqual([
+      '[sqs-http-client] queues.httpClient = "Node" must be one of platform, node (JOBS_SQS_HTTP_CLIENT: the containers refuse any other and would not start), or left unset',
+    ]);
+    expect(rules({ ...prod, alarms: { ...prod.alarms, databaseCpuPercent: 0.8 } })).toEqual([
+      '[database-cpu-percent] alarms.databaseCpuPercent = 0.8 must be a percent from 1 to 100 (0.8 reads as a fraction: for 80 %, write 80)',
+    ]);
+    expect(rules({ ...prod, alarms: { ...prod.alarms, deadLetterOldestMessageAgeSeconds: 20 * 86_400 } })).toEqual([
+      expect.stringMatching(
+        /^\[dlq-age-alarm\] alarms\.deadLetterOldestMessageAgeSeconds = 1728000 must be at least 60 and below the DLQ's retention/,
+      ),
+    ]);
+    expect(rules({ ...prod, accessLogRetentionDays: 0 })).toEqual([
+      expect.stringMatching(/^\[access-log-retention\] accessLogRetentionDays = 0/),
+    ]);
+    expect(rules({ ...prod, logRetentionDays: 45 })).toEqual([
+      '[log-retention] logRetentionDays = 45 must be one of 7, 14, 30, 90, 180, 365',
+    ]);
+  });
+
   it('prod keeps its data: Multi-AZ, deletion protection, backups, termination protection, snapshots', () => {
     const p = ENVIRONMENTS.prod;
     expect(p.database).toMatchObject({ multiAz: true, deletionProtection: true, removal: 'snapshot' });
@@ -134,8 +166,8 @@ describe("job timings at synth (the worker's rules)", () => {
     const broken = withChanges('dev', (c) => {
       c.jobTimings.heartbeatSeconds = 30; // lease 60: a heartbeat must be ≤ 20
     });
-    expect(() => buildJobPlatform(new App(), broken)).toThrow(ConfigError);
-    expect(() => buildJobPlatform(new App(), broken)).toThrow(
+    expect(() => buildJobPlatform(new App({ outdir: testOutdir() }), broken)).toThrow(ConfigError);
+    expect(() => buildJobPlatform(new App({ outdir: testOutdir() }), broken)).toThrow(
       /lib\/config\.ts \(dev\): invalid job platform configuration:\n {2}- \[heartbeat-within-lease\] heartbeatSeconds = 30 must be at most 1\/3 of leaseSeconds = 60/,
     );
   });
@@ -282,7 +314,7 @@ describe('connection budget', () => {
     });
     let message = '';
     try {
-      buildJobPlatform(new App(), broken);
+      buildJobPlatform(new App({ outdir: testOutdir() }), broken);
     } catch (err) {
       message = (err as Error).message;
     }
@@ -312,7 +344,7 @@ describe('HTTPS (issue 12)', () => {
       expect(() => resolveConfig(name)).toThrow(
         /\[api-certificate\] .*set api\.certificateArn in lib\/config\.ts .* or pass -c apiCertificateArn=arn:aws:acm:/,
       );
-      expect(() => buildJobPlatform(new App(), ENVIRONMENTS[name])).toThrow(/\[api-certificate\]/);
+      expect(() => buildJobPlatform(new App({ outdir: testOutdir() }), ENVIRONMENTS[name])).toThrow(/\[api-certificate\]/);
     },
   );
 
