@@ -4,7 +4,7 @@ import SlowFirstSequencer from './test/setup/sequencer.ts';
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
-    globalSetup: ['test/setup/global-pg.ts'],
+    globalSetup: ['test/setup/global-pg.ts', 'test/setup/cdk-out.ts'],
     reporters: ['default', './test/setup/summary-reporter.ts'],
     testTimeout: 30_000,
     hookTimeout: 60_000,

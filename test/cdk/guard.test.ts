@@ -5,14 +5,14 @@
 // synthesized once with the rules on, in a child process (guard-synth.ts: cfn-guard blocks).
 
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ENVIRONMENT_NAMES } from '../../lib/config.ts';
 import { GUARD_ACKNOWLEDGEMENTS, GUARD_NAMESPACE } from '../../lib/guard.ts';
 import { REPO_ROOT } from '../../lib/paths.ts';
+import { testOutdir } from './support.ts';
 
 const run = promisify(execFile);
 
@@ -27,7 +27,7 @@ interface Acknowledgement {
 
 /** Synthesize an environment with the guard rules on; the assembly's report and the acknowledgements applied. */
 async function synthWithGuard(name: string, ...flags: string[]): Promise<{ outdir: string; code: number; stderr: string }> {
-  const outdir = mkdtempSync(join(tmpdir(), `guard-${name}-`));
+  const outdir = testOutdir();
   const r = await run(process.execPath, ['--import', 'tsx', 'test/cdk/guard-synth.ts', name, outdir, ...flags], {
     cwd: REPO_ROOT,
     maxBuffer: 32 * 1024 * 1024,

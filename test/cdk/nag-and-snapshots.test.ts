@@ -12,7 +12,7 @@ import { buildJobPlatform } from '../../lib/app.ts';
 import { ENVIRONMENT_NAMES, ENVIRONMENTS } from '../../lib/config.ts';
 import { NAG_NAMESPACE } from '../../lib/nag.ts';
 import { APP_MIGRATIONS_DIR, MIGRATIONS_DIR } from '../../lib/paths.ts';
-import { CDK_JSON_CONTEXT, synthEnv } from './support.ts';
+import { CDK_JSON_CONTEXT, synthEnv, testOutdir } from './support.ts';
 
 // Asset hashes (S3 keys, image tags, source hashes) and the migrations hash are sha256 hex.
 const HASH = /[0-9a-f]{64}/g;
@@ -97,7 +97,11 @@ describe('Lambda bundles', () => {
 
 describe('cdk-nag', () => {
   it('fails synth on a non-compliant resource, naming the rule', () => {
-    const app = new App({ builtinCloudFormationValidation: false, context: { ...CDK_JSON_CONTEXT, 'aws:cdk:bundling-stacks': [] } });
+    const app = new App({
+      outdir: testOutdir(),
+      builtinCloudFormationValidation: false,
+      context: { ...CDK_JSON_CONTEXT, 'aws:cdk:bundling-stacks': [] },
+    });
     const { data } = buildJobPlatform(app, ENVIRONMENTS.dev);
     new sqs.Queue(data, 'Unencrypted', { encryption: sqs.QueueEncryption.UNENCRYPTED });
     expect(() => app.synth()).toThrow(/AwsSolutions-SQS(2|3|4)/);

@@ -5,7 +5,8 @@
 // Staging and prod refuse to synthesize without a certificate: the tests give them
 // TEST_CERTIFICATE_ARN, as `-c apiCertificateArn=…` would.
 
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { App, CfnElement, Stack } from 'aws-cdk-lib';
 import type { IConstruct } from 'constructs';
@@ -14,6 +15,12 @@ import type { CloudAssembly } from 'aws-cdk-lib/cx-api';
 import { buildJobPlatform, type JobPlatform } from '../../lib/app.ts';
 import { ENVIRONMENTS, withOverrides, type EnvironmentConfig, type EnvironmentName } from '../../lib/config.ts';
 import { REPO_ROOT } from '../../lib/paths.ts';
+import { CDK_OUT_ENV } from '../setup/cdk-out.ts';
+
+/** A fresh assembly directory for one App, in the run's directory (test/setup/cdk-out.ts removes it at the end). */
+export function testOutdir(): string {
+  return mkdtempSync(join(process.env[CDK_OUT_ENV] ?? tmpdir(), 'app-'));
+}
 
 /** cdk.json's context: the feature flags `cdk synth` runs with. */
 export const CDK_JSON_CONTEXT = (JSON.parse(readFileSync(join(REPO_ROOT, 'cdk.json'), 'utf8')) as { context: Record<string, unknown> })
@@ -33,7 +40,7 @@ export interface SynthOptions {
   bundle?: boolean;
   /** Run the Control Tower guard rules too (about 10 s per environment: test/cdk/guard.test.ts). */
   guard?: boolean;
-  /** Where the assembly goes (default: a temporary directory). */
+  /** Where the assembly goes (default: a temporary directory, removed with the test process). */
   outdir?: string;
   /** Change the platform before synth (e.g. add a resource that breaks a rule). */
   before?: (p: JobPlatform) => void;
@@ -53,7 +60,7 @@ export function environment(name: EnvironmentName): EnvironmentConfig {
 
 export function synthConfig(config: EnvironmentConfig, opts: SynthOptions = {}): Synthesized {
   const app = new App({
-    ...(opts.outdir ? { outdir: opts.outdir } : {}),
+    outdir: opts.outdir ?? testOutdir(),
     context: { ...CDK_JSON_CONTEXT, 'aws:cdk:bundling-stacks': opts.bundle ? ['**'] : [] },
     builtinCloudFormationValidation: false,
     analyticsReporting: false,
