@@ -131,6 +131,8 @@ describe('architecture', () => {
       'runtime/config/rules.ts',
       'runtime/config/stuck-thresholds.ts',
       'runtime/config/retention.ts',
+      // JOBS_SQS_* rules (SQS_HTTP_CLIENTS): config only, no SDK.
+      'runtime/config/sqs.ts',
       'runtime/observability/metric-names.ts',
       'runtime/bootstrap/handler.ts',
     ];
