@@ -137,6 +137,11 @@ export class JobsServicesStack extends Stack {
       value: this.passwordRotation.function.functionArn,
       description: "The function that rotates the services' database password (docs/runbooks/README.md#database-password-not-rotated)",
     });
+    new CfnOutput(this, 'SchemaBootstrapFunctionName', {
+      value: this.bootstrap.function.functionName,
+      description:
+        "Applies the migrations and grants the services' role its access; invoke it to give back a revoked grant (docs/runbooks/README.md#claims-failing)",
+    });
     new CfnOutput(this, 'OnCallTopicArn', { value: onCall.topic.topicArn, description: 'SNS topic the alarms publish to' });
     new CfnOutput(this, 'DlqAlarmName', {
       value: this.alarms.names.dlqNotEmpty!,

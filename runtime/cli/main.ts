@@ -40,6 +40,7 @@ On-call (docs/runbooks/README.md):
   jobs dlq move-cancel TASK_HANDLE [--by WHO] [--json]   stop a running move task (AWS): what it moved stays moved, the rest stays in the DLQ
   jobs poison list [--reason R] [--since T] [--resolved] [--limit N] [--json]
   jobs stuck [--running-seconds N] [--pending-seconds N] [--limit N] [--json]
+  jobs connections [--json]                   who holds the database's connections: count per application name and user
   jobs republish (ID… | --type T | --state pending --older-than D) [--by WHO] [--reason R] [--limit N] [--json]
                                               a fresh message for pending jobs whose message is lost (the reconciler does it within minutes)
   jobs schedules list [--next N] [--last N] [--json]   the schedules declared in code: next and last occurrences, paused or not
@@ -183,6 +184,7 @@ export async function main(argv: string[]): Promise<number> {
     case 'dlq':
     case 'poison':
     case 'stuck':
+    case 'connections':
     case 'republish':
       return (await import('./oncall.ts')).opsCommand(command, rest, await resolveEnv(), out);
 

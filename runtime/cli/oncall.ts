@@ -35,6 +35,8 @@ export async function opsCommand(command: string, argv: string[], env: Env, out:
       return stuckCommand(argv, env, out);
     case 'republish':
       return republishCommand(argv, env, out);
+    case 'connections':
+      return connectionsCommand(argv, env, out);
     default:
       throw new UsageError(`unknown on-call command ${command} (see jobs help)`);
   }
@@ -145,6 +147,43 @@ async function stuckCommand(argv: string[], env: Env, out: Out): Promise<number>
   }
   if (stuck.length === 0) out('(no stuck jobs)');
   return 0;
+}
+
+/**
+ * `jobs connections`: who holds the database's connections (the *database connections* alarm), by
+ * application name and user. The services' own role sees every session's application name and
+ * user (PostgreSQL hides other roles' states and queries, not these), so on-call runs it from an
+ * operator task like any other command: no master user needed.
+ */
+async function connectionsCommand(argv: string[], env: Env, out: Out): Promise<number> {
+  const { values } = parseCommand('jobs connections', argv, { json: { type: 'boolean' } });
+  const pool = createPool({ url: databaseUrlFromEnv(env), max: 1, applicationName: 'jobs-cli connections' });
+  try {
+    const [{ rows }, max] = await Promise.all([
+      pool.query<{ application: string; user: string; connections: number }>(
+        `SELECT coalesce(nullif(application_name, ''), '(none)') AS application, usename AS "user", count(*)::int AS connections
+           FROM pg_stat_activity
+          WHERE usename IS NOT NULL
+          GROUP BY 1, 2
+          ORDER BY 3 DESC, 1, 2`,
+      ),
+      pool.query<{ max_connections: string }>('SHOW max_connections'),
+    ]);
+    const total = rows.reduce((n, r) => n + r.connections, 0);
+    const maxConnections = Number(max.rows[0]!.max_connections);
+    if (values.json) {
+      out(JSON.stringify({ total, maxConnections, byApplication: rows }));
+      return 0;
+    }
+    out(
+      `connections: ${total} of max_connections ${maxConnections} (this command's own included; the budget: docs/deploy.md#connection-budget)`,
+    );
+    out(`${'count'.padStart(5)}  ${'user'.padEnd(20)}  application`);
+    for (const r of rows) out(`${String(r.connections).padStart(5)}  ${r.user.padEnd(20)}  ${r.application}`);
+    return 0;
+  } finally {
+    await pool.end();
+  }
 }
 
 /** An age such as 90s, 30m, 6h, 2d, in seconds. */

@@ -47,6 +47,27 @@ describe('jobs migrate', () => {
   });
 });
 
+describe('jobs connections', () => {
+  it("names who holds the database's connections, by application name and user, with max_connections (the database connections alarm's first step)", async () => {
+    // As a worker task's pool: 3 connections under its application name.
+    const worker = db.newPool(3);
+    const held = await Promise.all([1, 2, 3].map(() => worker.connect()));
+    try {
+      for (const c of held) await c.query("SET application_name = 'jobs-worker ecs-task-7'");
+      const r = await jobs(['connections']);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toMatch(/^connections: \d+ of max_connections \d+ /);
+      expect(r.stdout).toMatch(/^ {4}3 {2}\S+ +jobs-worker ecs-task-7$/m);
+      const json = JSON.parse((await jobs(['connections', '--json'])).stdout);
+      expect(json.byApplication).toContainEqual(expect.objectContaining({ application: 'jobs-worker ecs-task-7', connections: 3 }));
+      expect(json.maxConnections).toBeGreaterThan(0);
+    } finally {
+      for (const c of held) c.release();
+      await worker.end();
+    }
+  });
+});
+
 describe('who asked', () => {
   it('without --by and without USER (a container shell), an action is recorded under the OS account, not "unknown"', async () => {
     const e = await jobs(['enqueue', 'ledger.post', '--payload', '{"batch":"CLI-WHO","entries":1}', '--json']);
