@@ -132,7 +132,7 @@ export class JobDatabase extends Construct {
     acknowledge(
       instance,
       'AwsSolutions-RDS11',
-      'The default port is kept on purpose: the instance sits in isolated subnets and its security group admits only the API, worker and bootstrap security groups, so a non-default port would add no protection.',
+      'The default port is kept on purpose: the instance sits in isolated subnets and its security group admits only the API, worker, bootstrap and password-rotation security groups, so a non-default port would add no protection.',
     );
     acknowledge(
       instance,

@@ -4,7 +4,7 @@
 // notify it (by ARN, aws:SourceArn) and nothing else; the key's policy lets CloudWatch use the key
 // under the same conditions. TLS-only publishing; key grants only for AWS services.
 
-import { ArnFormat, Duration, Lazy, RemovalPolicy, Stack } from 'aws-cdk-lib';
+import { Annotations, ArnFormat, Duration, Lazy, RemovalPolicy, Stack } from 'aws-cdk-lib';
 import type * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cloudwatchActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -82,6 +82,13 @@ export class OnCallTopic extends Construct {
         this.alarmArns.length === 0 ? ['no alarm notifies the on-call topic: CloudWatch would be allowed to publish for none'] : [],
     });
     for (const email of props.emails) topic.addSubscription(new subscriptions.EmailSubscription(email));
+    // Staging and prod refuse to synthesize without an address (lib/config.ts checkAlarmEmails); an
+    // environment allowed none still says so, so that nobody takes its alarms for a pager.
+    if (props.emails.length === 0)
+      Annotations.of(this).addWarningV2(
+        'erp-jobs:alarms-page-nobody',
+        `the ${props.envName} alarms notify an on-call topic with no subscription: they page nobody; set alarms.emails in lib/config.ts or pass -c alarmEmails=you@your-company.com`,
+      );
     this.topic = topic;
     this.key = key;
     this.action = new cloudwatchActions.SnsAction(topic);
