@@ -84,9 +84,10 @@ export class Completer {
       try {
         return await this.completions.add({ ...h.token, result, progress: h.lastProgress, held: h });
       } catch (err) {
-        if (!isDatabaseUnavailable(err) || h.lost || h.released || this.ctx.stopping) throw err;
+        // Stopping too: the stop waits for this while it drains, and gives the job up (released) at its deadline.
+        if (!isDatabaseUnavailable(err) || h.lost || h.released) throw err;
         if (wait === 250) log?.warn({ err }, 'database unreachable at completion: trying again while the lease holds');
-        await sleep(wait, this.ctx.stopAc.signal);
+        await sleep(this.ctx.stopping ? Math.min(wait, 1_000) : wait, this.ctx.stopping ? undefined : this.ctx.stopAc.signal);
         if (h.lost || h.released) throw err;
       }
     }
@@ -228,7 +229,18 @@ export class Completer {
     try {
       await this.handBack(left, `worker ${ctx.workerId} stopped before the job finished`, 'worker stopping');
     } catch (err) {
-      ctx.log.error({ err }, 'release failed; the jobs will be reclaimed when their leases expire');
+      if (isDatabaseUnavailable(err)) {
+        // Released once the database answers, while the stop drains (worker.ts): before, they
+        // waited out their leases and the rescuer counted their attempts, one on its last dying.
+        this.lost.note(
+          left.map((h) => h.token),
+          'stopping',
+        );
+        ctx.log.warn(
+          { err, jobs: left.length },
+          'database unreachable while stopping: the jobs are released once it answers, within the drain',
+        );
+      } else ctx.log.error({ err }, 'release failed; the jobs will be reclaimed when their leases expire');
     }
   }
 

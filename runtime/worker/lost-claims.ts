@@ -17,7 +17,8 @@
 // heartbeat gives it up unstarted, heartbeat.ts), and an attempt whose own transaction lost its
 // connection (completer.ts releaseInterrupted): the worker releases them with no attempt spent,
 // fenced by the attempt it knows (this worker may have claimed the job again since), now or,
-// the database not answering, once it does. An interrupted attempt is released so at most
+// the database not answering, once it does. So does a worker stopping in an outage: the jobs it
+// could not hand back are released once the database answers within the drain (worker.ts). An interrupted attempt is released so at most
 // INTERRUPTED_RELEASE_LIMIT times a job (counted in its attempt log): past that, a handler that
 // keeps losing its connection (one whose statement crashes the server) counts its attempts.
 
@@ -25,8 +26,11 @@ import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import type { NotedToken, ReleasedJob } from '../store/job-store.ts';
 import type { WorkerContext } from './held.ts';
 
-/** Why a job is noted: its claim's answer was lost, it was given up unstarted when its lease ran out in an outage, or its attempt lost its connection. */
-export type LostKind = 'answer-lost' | 'lease-ran-out' | 'connection-lost';
+/**
+ * Why a job is noted: its claim's answer was lost, it was given up unstarted when its lease ran out
+ * in an outage, its attempt lost its connection, or the worker stopping could not hand it back.
+ */
+export type LostKind = 'answer-lost' | 'lease-ran-out' | 'connection-lost' | 'stopping';
 
 /**
  * The releases an attempt whose own transaction lost its connection gets per job, its attempt not
@@ -46,6 +50,11 @@ const WHY: Record<LostKind, { reason: (workerId: string) => string; log: string;
       `claimed ahead by worker ${w}, whose lease on it ran out before it started while the database did not answer; released unstarted`,
     log: 'a job claimed ahead whose lease ran out in a database outage before it started: released unstarted (no attempt spent) and published again',
     event: 'lease ran out in a database outage before it started',
+  },
+  stopping: {
+    reason: (w) => `worker ${w} stopped before the job finished (or started), the database not answering then; released once it answered`,
+    log: 'a job the stopping worker could not hand back while the database did not answer: released (attempt not counted) and published again',
+    event: 'worker stopping in a database outage',
   },
   'connection-lost': {
     reason: (w) => `worker ${w} lost the job's database connection (a failover or a reset); its attempt not counted`,
@@ -84,7 +93,8 @@ export class LostClaims {
 
   /** Note jobs to release once the database answers (those still running under this worker, at that attempt where given, that it does not hold). */
   note(tokens: readonly NotedToken[], kind: LostKind): void {
-    for (const t of tokens) this.ids.set(t.id, { kind, attempt: t.attempt });
+    // The first note says why (a stop's release failing after an interrupted attempt was noted keeps its `interrupted` mark).
+    for (const t of tokens) if (!this.ids.has(t.id)) this.ids.set(t.id, { kind, attempt: t.attempt });
   }
 
   /** A noted job this worker claimed since (a later claim answered): not lost. */
@@ -131,9 +141,11 @@ export class LostClaims {
     if (this.ids.size === 0) return null;
     const { ctx } = this;
     const noted = [...this.ids];
-    // A job this worker holds was claimed again (the answer came, or a later claim took it): not lost.
+    // A job this worker holds was claimed again (the answer came, or a later claim took it): not
+    // lost; one it gave up at a stop (released) is.
     const byKind = new Map<LostKind, NotedToken[]>();
-    for (const [id, n] of noted) if (!ctx.held.has(id)) byKind.set(n.kind, [...(byKind.get(n.kind) ?? []), { id, attempt: n.attempt }]);
+    for (const [id, n] of noted)
+      if (!ctx.held.get(id) || ctx.held.get(id)!.released) byKind.set(n.kind, [...(byKind.get(n.kind) ?? []), { id, attempt: n.attempt }]);
     const done = () => {
       // Only those asked about: a claim failing meanwhile noted others.
       for (const [id, n] of noted) if (this.ids.get(id) === n) this.ids.delete(id);

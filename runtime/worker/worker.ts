@@ -9,6 +9,7 @@
 //   completer.ts  batched and transactional completion, failure with backoff, release
 //   heartbeat.ts  lease renewal in one statement, visibility extension, lost leases
 //   dead-letter.ts the one sender of dead letters; messages.ts the queue writes they share
+//   startup.ts    the job types registered and the connections opened before the first receive
 // What settles a message (run, delete, hide, dead-letter) is said once, for the DLQ as well, in
 // runtime/domain/settlement.ts.
 
@@ -25,15 +26,11 @@ import { Fetcher } from './fetcher.ts';
 import { Heartbeat } from './heartbeat.ts';
 import { ABANDON_GRACE_MS, settledWithin, sleep, WorkerContext, type Held, type WorkerOptions } from './held.ts';
 import { QueueMessages } from './messages.ts';
-import { registerJobTypes } from '../store/job-types.ts';
-import { workerPoolSize } from '../config/rules.ts';
-import { warmPool } from '../db/pool.ts';
+import { registerTypes, warm } from './startup.ts';
 
 export type { DeadLetterReason, WorkerEvent, WorkerEventKind } from '../domain/events.ts';
 export { sleep, type WorkerOptions } from './held.ts';
 
-/** Connections a worker opens before its first receive (warm). */
-const WARM_CONNECTIONS = 4;
 /** How often the worker looks for jobs claimed ahead that will not start soon (releaseSurplus); the first in line waited this long: the line is not moving. */
 const SURPLUS_CHECK_MS = 250;
 const SURPLUS_WAIT_MS = 1_000;
@@ -106,8 +103,8 @@ export class Worker {
   start(): void {
     if (this.loopPromise) return;
     const t = this.opts.timings;
-    this.loopPromise = this.registerTypes()
-      .then(() => this.warm())
+    this.loopPromise = registerTypes(this.ctx, this.store)
+      .then(() => warm(this.ctx))
       .then(() => this.fetcher.receiveLoop());
     this.beat.start();
     this.surplusTimer = setInterval(() => void this.releaseSurplus(), SURPLUS_CHECK_MS);
@@ -120,48 +117,6 @@ export class Worker {
       this.ctx.log.info(
         'one queue for every lane (no JOBS_URGENT_QUEUE_URL): urgent jobs share the bulk queue, so they are preferred only among the jobs this worker has claimed',
       );
-  }
-
-  /**
-   * Open the connections every worker uses from its first job before the first receive
-   * (db/pool.ts warmPool): the claims, the batched completions, the heartbeat and one handler's
-   * transaction. The rest of the pool opens on demand and stays open (SERVICE_IDLE_TIMEOUT_MS). Not
-   * the whole pool: a backend costs PostgreSQL ~30 ms of CPU to start here, and a worker of
-   * no-op or short jobs never uses more than a few; measured (20,000 no-op jobs in-process,
-   * prefetch 490), warming all 12 took PostgreSQL's CPU per 1,000 jobs from 0.035 s to 0.055 s.
-   */
-  private async warm(): Promise<void> {
-    if (this.ctx.stopping) return;
-    const n = Math.min(this.opts.pool.options.max ?? 10, workerPoolSize(this.opts.timings.concurrency), WARM_CONNECTIONS);
-    const { opened, ms } = await warmPool(this.opts.pool, n);
-    this.ctx.log.debug({ opened, ms: Math.round(ms) }, 'database connections opened');
-  }
-
-  /**
-   * This worker's job types are registered (what SQL callers may enqueue, migration 0012) and their fleet limits
-   * (`defineJob({ maxRunning })`) put in force before its first claim; unreachable, the last worker's stay.
-   */
-  private async registerTypes(): Promise<void> {
-    const { registry } = this.opts;
-    const limits = registry.types().map((type) => ({ type, maxRunning: registry.get(type)!.maxRunning ?? null }));
-    try {
-      await registerJobTypes(
-        this.opts.pool,
-        registry,
-        {
-          maxAttempts: this.opts.timings.maxAttempts,
-          ...(this.opts.keepFinishedDays ? { keepFinishedDays: this.opts.keepFinishedDays } : {}),
-        },
-        this.workerId,
-      );
-      const changed = await this.store.syncTypeLimits(limits, this.workerId);
-      if (changed.length > 0) {
-        this.ctx.log.info({ types: changed, limits: limits.filter((l) => changed.includes(l.type)) }, 'job type fleet limits changed');
-        this.ctx.keyWake.nudge();
-      }
-    } catch (err) {
-      this.ctx.log.warn({ err }, "could not write the job types' fleet limits; the limits in force stay as the last worker wrote them");
-    }
   }
 
   /**
@@ -211,11 +166,15 @@ export class Worker {
       const settled = Promise.allSettled(running()).then(() => {
         drained = true;
       });
+      const noted = this.releaseNoted(() => drained);
       await Promise.race([settled, this.drainTimeout(() => drained)]);
       drained = true;
+      await noted;
     }
     const left = [...ctx.held.values()].filter((h) => !h.lost && !h.released);
     if (left.length > 0) await this.completer.release(left);
+    // What the database could not be asked to release (an outage at the stop): until the drain's deadline.
+    await this.releaseNoted(() => false);
     if (!(await settledWithin(running(), ABANDON_GRACE_MS)))
       ctx.log.error(
         { jobs: this.runningJobs, graceMs: ABANDON_GRACE_MS },
@@ -229,6 +188,15 @@ export class Worker {
     await this.opts.publisher.flush();
     this.setBusy(false);
     ctx.log.info('worker stopped');
+  }
+
+  /** Retry the noted releases (lost-claims.ts) every second until none is left, `done()`, or the drain's deadline. */
+  private async releaseNoted(done: () => boolean): Promise<void> {
+    const { lost } = this.completer;
+    while (lost.pending && !done() && Date.now() < this.drainDeadline) {
+      await lost.release();
+      if (lost.pending) await sleep(Math.min(1000, Math.max(0, this.drainDeadline - Date.now())));
+    }
   }
 
   /** Jobs claimed ahead whose leases ran out before they started (heartbeat.ts): out of line, released unstarted. */

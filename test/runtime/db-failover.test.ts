@@ -154,6 +154,35 @@ describe('a failover between a handler that wrote nothing and its batched comple
     expect(p.metrics.counts.get(METRIC.leasesLost) ?? 0).toBe(0);
     await w.stop(1);
   }, 40_000);
+
+  it('while the worker stops (a deploy): the completion is still tried again within the drain, and the job succeeds on its first attempt', async () => {
+    // Review finding: a stopping worker gave the batched completion up at its first failure; the
+    // failed attempt could not be recorded either, and the job waited out its lease for the rescuer.
+    let release: (() => void) | null = null;
+    const computed = defineJob<Record<string, never>, { total: number }>({
+      type: 'test.computed',
+      description: 'computes, writes nothing, returns a result once the test lets it',
+      parse: () => ({}),
+      async run() {
+        await new Promise<void>((r) => (release = r));
+        return { total: 7 };
+      },
+    });
+    const { p, proxy, pool } = await behindProxy(
+      { registry: new JobRegistry([computed]), timings: { leaseSeconds: 10, heartbeatSeconds: 1, visibilityTimeoutSeconds: 10 } },
+      'jobs-worker completion-stop-failover-test',
+    );
+    const [job] = await p.client.enqueueNow([{ type: 'test.computed', payload: {} }]);
+    const w = p.worker({ pool, workerId: 'completion-stop-failover' });
+    w.start();
+    await waitFor(() => release !== null, 10_000, 'the handler running');
+    const outage = proxy.failover(2);
+    const stopped = w.stop(15);
+    release!();
+    await outage.over;
+    await stopped;
+    expect(await p.store.get(job!.job.id)).toMatchObject({ state: 'succeeded', attempt: 1, result: { total: 7 } });
+  }, 40_000);
 });
 
 describe('a failover that resets nothing: the old primary just goes silent', () => {
@@ -370,6 +399,61 @@ describe('a failover longer than the lease, with jobs claimed ahead of a free sl
     ]);
     expect(await posted()).toBe(2);
     await w.stop(1);
+  }, 60_000);
+});
+
+describe('a worker stopping (a deploy) while the database fails over', () => {
+  it('what it could not hand back is released once the database answers, within the drain: a claimed-ahead job on its last attempt does not wait out its lease and die', async () => {
+    // Review finding: the stop's release of claimed-ahead jobs failed with the database down and
+    // was only logged; the jobs ran under the stopped worker until their leases ran out, and the
+    // rescuer counted the attempt: one on its last attempt died without having run.
+    const { p, proxy, pool } = await behindProxy(
+      { timings: { leaseSeconds: 8, heartbeatSeconds: 1, visibilityTimeoutSeconds: 10, maxReceiveCount: 10, concurrency: 1 } },
+      'jobs-worker stop-failover-test',
+    );
+    const w = p.worker({ pool, workerId: 'stop-failover', prefetch: 1 });
+    w.start();
+    const [long] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'SFO-1', entries: 1, workMs: 5000 } }]);
+    await waitFor(async () => (await p.store.get(long!.job.id))?.state === 'running', 10_000, 'the long job running');
+    const [ahead] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'SFO-2', entries: 2 }, maxAttempts: 1 }]);
+    await waitFor(async () => (await p.store.get(ahead!.job.id))?.state === 'running', 10_000, 'the second job claimed ahead');
+    // The deploy's SIGTERM arrives in a 3 s outage; the drain (15 s) outlasts it.
+    const outage = proxy.failover(3).over;
+    await w.stop(15);
+    await outage;
+    const after = (await p.store.get(ahead!.job.id))!;
+    // Released, not left running for its lease: its one attempt is still there for the next worker.
+    expect(after).toMatchObject({ state: 'pending', attempt: 1, releases: 1 });
+    expect(after.attemptLog).toEqual([expect.objectContaining({ attempt: 1, outcome: 'released' })]);
+    // The long job finished in the drain.
+    expect((await p.store.get(long!.job.id))!.state).toBe('succeeded');
+  }, 60_000);
+});
+
+describe("a worker retiring (a long drain) when a failover cuts a job's own transaction", () => {
+  it('the interrupted attempt is released once the database answers, not after the drain: its lease does not run out first', async () => {
+    // Review finding: an attempt noted as interrupted after the receive loop had ended was
+    // released only at the very end of the stop (after a drain of up to 24 h for a retiring
+    // task); its lease ran out first and the rescuer counted the attempt.
+    const { p, proxy, pool } = await behindProxy(
+      { timings: { leaseSeconds: 8, heartbeatSeconds: 1, visibilityTimeoutSeconds: 10, maxReceiveCount: 10 } },
+      'jobs-worker retire-failover-test',
+    );
+    const w = p.worker({ pool, workerId: 'retire-failover' });
+    w.start();
+    const [job] = await p.client.enqueueNow([
+      { type: 'ledger.post', payload: { batch: 'RFO-1', entries: 3, workAfterWriteMs: 1500 }, maxAttempts: 1 },
+    ]);
+    await waitFor(async () => (await p.store.get(job!.job.id))?.state === 'running', 10_000, 'running');
+    await new Promise((r) => setTimeout(r, 300)); // its rows written, its transaction open
+    // The handler ends inside the outage (its transaction gone): the attempt is noted, not released.
+    const stopped = w.stop(600);
+    await proxy.failover(4).over;
+    // Well within its 8 s lease: released with the interrupted mark, its attempt not counted.
+    await waitFor(async () => (await p.store.get(job!.job.id))?.state === 'pending', 5_000, 'released once the database answered');
+    expect(await p.store.get(job!.job.id)).toMatchObject({ attempt: 1, releases: 1 });
+    expect((await p.store.get(job!.job.id))!.attemptLog).toEqual([expect.objectContaining({ outcome: 'released', interrupted: true })]);
+    await stopped;
   }, 60_000);
 });
 
