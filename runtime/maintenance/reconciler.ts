@@ -25,7 +25,9 @@
 // Keeping false alarms out: the queue is counted before and after the job table and the larger
 // count is used (a job that completes or is enqueued between the readings then counts on the
 // message side, the safe one); jobs younger than the relay's reach are never picked; and a
-// deficit must be seen on two consecutive passes, only the smaller of the two is acted on.
+// deficit must be seen on two consecutive passes, only the smaller of the two is acted on, less
+// what the outbox shrank by since the last pass or within the minute SQS's count takes to settle
+// (an outage's backlog, published in seconds, would otherwise read as lost while the count lags).
 // Duplicates (a message published twice, a leftover of a finished job) inflate the message
 // count and can hide a loss for as long as they sit in the queue; they are received and deleted
 // in turn, and the loss shows then. Running jobs whose message a duplicate delivery deleted count
@@ -63,7 +65,12 @@ export interface ReconcilerTimings {
   minAgeSeconds: number;
   /** A job re-published in this window is not picked again. */
   republishWindowSeconds: number;
+  /** How long SQS's approximate count may lag a send (default COUNT_SETTLE_MS; tests shorten it). */
+  countSettleMs?: number;
 }
+
+/** SQS's ApproximateNumberOfMessages settles within about a minute of a change (AWS's documentation). */
+export const COUNT_SETTLE_MS = 60_000;
 
 /** The reconciler's timings from the job timings: a pass per lease (2 to 60 s). */
 export function reconcilerTimings(t: Pick<JobTimings, 'leaseSeconds' | 'visibilityTimeoutSeconds'>): ReconcilerTimings {
@@ -113,12 +120,15 @@ export class Reconciler {
   private readonly loop: MaintenanceLoop<ReconcilePass>;
   /** The deficit the last pass saw, per queue: a loss must show on two passes in a row. */
   private readonly lastDeficit: number[];
+  /** The publishes owed per queue (outbox and deferred) as recent passes read them (published). */
+  private readonly owedHistory: { at: number; owed: number }[][];
   private readonly queues: { lanes: readonly Lane[]; countMessages: () => Promise<number> }[];
 
   constructor(private readonly o: ReconcilerOptions) {
     this.loop = new MaintenanceLoop('reconciler', () => this.pass(), o.log, o.timings.intervalMs);
     this.queues = o.queues ?? [{ lanes: LANES, countMessages: o.countMessages! }];
     this.lastDeficit = this.queues.map(() => 0);
+    this.owedHistory = this.queues.map(() => []);
   }
 
   start(): void {
@@ -204,9 +214,29 @@ export class Reconciler {
     const messages = Math.max(before, await q.countMessages());
     const owed = c.outbox + c.deferred;
     const deficit = Math.max(0, c.pending + c.running - owed - messages);
-    const confirmed = Math.min(deficit, this.lastDeficit[i]!, MAX_PER_PASS);
+    // SQS's count settles up to a minute after a send: what the relays published since the last
+    // pass, or within that minute (the outbox shrank), may not show yet, and reads as lost.
+    const shrink = this.published(i, owed);
+    const confirmed = Math.max(0, Math.min(deficit, this.lastDeficit[i]!, MAX_PER_PASS) - shrink);
     this.lastDeficit[i] = deficit;
     return { skipped: false, messages, pending: c.pending, running: c.running, outbox: owed, deficit, republished: 0, confirmed };
+  }
+
+  /**
+   * How far the publishes owed to queue `i` fell since the last pass or within COUNT_SETTLE_MS,
+   * whichever reaches further back: sent since, perhaps not counted yet (SQS's count is
+   * approximate and lags a send by up to a minute). Before, after an outage the relays emptied
+   * the outbox in seconds, the count lagged, two passes saw the same shortfall, and the backlog
+   * was re-published: its messages doubled. A purge shrinks no outbox and is healed as before.
+   */
+  private published(i: number, owed: number): number {
+    const now = Date.now();
+    const history = this.owedHistory[i]!;
+    const last = history.at(-1);
+    const recent = history.filter((h) => now - h.at <= (this.o.timings.countSettleMs ?? COUNT_SETTLE_MS) || h === last);
+    const shrink = Math.max(0, ...recent.map((h) => h.owed - owed));
+    this.owedHistory[i] = [...recent, { at: now, owed }];
+    return shrink;
   }
 
   /** Pick `count` pending jobs of `lanes` to re-publish into `entries` (marked, with their outbox rows, in the pass's transaction). */
