@@ -811,6 +811,14 @@ const LOG_RETENTION_DAYS: readonly number[] = [7, 14, 30, 90, 180, 365];
  */
 function checkValues(c: EnvironmentConfig): RuleViolation[] {
   const out: RuleViolation[] = [];
+  // Old worker tasks hold task protection while they run jobs (always, in a backlog) and retire
+  // only once the new deployment's tasks all run (runtime/worker/deployment-watch.ts): below 200 %
+  // they have no room to start, nobody retires, and a rollout waits for the backlog to drain.
+  if (c.worker.deploymentMaxPercent !== 200)
+    out.push({
+      rule: 'worker-deployment-max-percent',
+      message: `worker.deploymentMaxPercent = ${c.worker.deploymentMaxPercent} must be 200: a rollout starts the new worker tasks beside the old ones, which hold task protection while they run jobs and retire only once the new tasks all run; with less room a rollout in a backlog waits for the backlog to drain`,
+    });
   const d = c.database;
   if (d.removal !== 'snapshot' && d.removal !== 'destroy')
     out.push({

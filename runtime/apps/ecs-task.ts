@@ -87,6 +87,7 @@ export function ecsDeploymentProbe(ecs: ECSClient, task: EcsTask): DeploymentPro
       primary: primary.id,
       primaryRunning: primary.runningCount ?? 0,
       primaryDesired: primary.desiredCount ?? 0,
+      primaryFailed: primary.failedTasks ?? 0,
     };
   };
 }

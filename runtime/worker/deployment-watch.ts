@@ -12,7 +12,8 @@
 // the backlog.
 //
 // A newer deployment whose tasks are not all running (an image that crashes, before the circuit
-// breaker rolls it back) retires nothing: the old tasks keep working. A task ECS did not start
+// breaker rolls it back) retires nothing: the old tasks keep working. Nor does one read: two reads
+// in a row must find all its tasks running, none failed in between (steadilySuperseded). A task ECS did not start
 // for a service deployment (a one-off `run-task`), a process outside ECS, or ECS not answering:
 // nothing changes, as before this existed (an error is logged once per failing streak).
 
@@ -30,14 +31,32 @@ export interface DeploymentState {
   /** The primary deployment's tasks running, and how many it wants. */
   primaryRunning: number;
   primaryDesired: number;
+  /** The primary deployment's tasks that failed to start or stopped failing (ECS's failedTasks; its circuit breaker counts them). */
+  primaryFailed?: number;
 }
 
 /** Reads the state, or null for a task no service deployment started (nothing to watch). */
 export type DeploymentProbe = () => Promise<DeploymentState | null>;
 
-/** Retire when a newer deployment is the primary one and all of its tasks run. */
+/** A newer deployment is the primary one and all of its tasks run (the watch retires on two such reads in a row: steady). */
 export function superseded(s: DeploymentState): boolean {
   return s.own !== s.primary && s.primaryDesired > 0 && s.primaryRunning >= s.primaryDesired;
+}
+
+/**
+ * Two reads an interval apart that both find the task superseded by the same deployment, with no
+ * task of it failing in between: its tasks stay up. One read was enough before, and retirement
+ * cannot be undone: a new image whose tasks all reached RUNNING and then crashed under load (the
+ * circuit breaker not yet rolling back) retired every old task, and the backlog stalled.
+ */
+export function steadilySuperseded(previous: DeploymentState | null, now: DeploymentState): boolean {
+  return (
+    previous !== null &&
+    superseded(previous) &&
+    superseded(now) &&
+    previous.primary === now.primary &&
+    (now.primaryFailed ?? 0) <= (previous.primaryFailed ?? 0)
+  );
 }
 
 export interface DeploymentWatchOptions {
@@ -53,6 +72,8 @@ export class DeploymentWatch {
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
   private failing = false;
+  /** The last read: retirement needs two in a row (steadilySuperseded). */
+  private previous: DeploymentState | null = null;
   private readonly intervalMs: number;
 
   constructor(private readonly o: DeploymentWatchOptions) {
@@ -92,7 +113,9 @@ export class DeploymentWatch {
       this.stop();
       return false;
     }
-    if (!superseded(state)) return false;
+    const previous = this.previous;
+    this.previous = state;
+    if (!steadilySuperseded(previous, state)) return false;
     this.stop();
     this.o.onSuperseded(state);
     return true;

@@ -151,6 +151,10 @@ describe('environment config', () => {
     expect(rules({ ...prod, logRetentionDays: 45 })).toEqual([
       '[log-retention] logRetentionDays = 45 must be one of 7, 14, 30, 90, 180, 365',
     ]);
+    // Review finding: below 200 % the old tasks, protected, leave the new ones no room; nobody retires.
+    expect(rules({ ...prod, worker: { ...prod.worker, deploymentMaxPercent: 150 } })).toEqual([
+      expect.stringMatching(/^\[worker-deployment-max-percent\] worker\.deploymentMaxPercent = 150 must be 200/),
+    ]);
   });
 
   it('prod keeps its data: Multi-AZ, deletion protection, backups, termination protection, snapshots', () => {

@@ -18,7 +18,7 @@ import { silentLogger } from '../../runtime/observability/log.ts';
 import { SqsQueue } from '../../runtime/queue/sqs.ts';
 import { JobClient } from '../../runtime/store/client.ts';
 import { Publisher } from '../../runtime/store/outbox.ts';
-import { DeploymentWatch, type DeploymentState, superseded } from '../../runtime/worker/deployment-watch.ts';
+import { DeploymentWatch, type DeploymentState, steadilySuperseded, superseded } from '../../runtime/worker/deployment-watch.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
 import { fakeAgent, fakeMetadata, TASK_ID } from '../support/ecs-fakes.ts';
 import { waitFor } from '../support/platform.ts';
@@ -50,12 +50,23 @@ describe('when a task counts as replaced', () => {
     expect(superseded(state(NEW, 0, 0))).toBe(false);
   });
 
+  it('retires on two reads in a row, by the same deployment, with none of its tasks failing in between (review finding: one snapshot of a new image whose tasks then crashed retired every old task for good)', () => {
+    const failed = (s: DeploymentState, n: number): DeploymentState => ({ ...s, primaryFailed: n });
+    expect(steadilySuperseded(null, state(NEW, 4, 4))).toBe(false); // the first read
+    expect(steadilySuperseded(state(NEW, 4, 4), state(NEW, 4, 4))).toBe(true);
+    expect(steadilySuperseded(state(NEW, 3, 4), state(NEW, 4, 4))).toBe(false);
+    expect(steadilySuperseded(failed(state(NEW, 4, 4), 0), failed(state(NEW, 4, 4), 2))).toBe(false); // crashing meanwhile
+    expect(steadilySuperseded(failed(state(NEW, 4, 4), 2), failed(state(NEW, 4, 4), 2))).toBe(true); // failures long past
+    expect(steadilySuperseded(state(NEW, 4, 4), state('ecs-svc/3333333333333333333', 4, 4))).toBe(false);
+  });
+
   it('the watch: reads until replaced, then calls back once and stops; ECS failing is logged once per streak and changes nothing', async () => {
     const answers: (DeploymentState | Error)[] = [
       state(OLD, 2, 2),
       new Error('Rate exceeded'),
       new Error('Rate exceeded'),
       state(NEW, 1, 2),
+      state(NEW, 2, 2),
       state(NEW, 2, 2),
       state(NEW, 2, 2),
     ];
@@ -77,7 +88,7 @@ describe('when a task counts as replaced', () => {
     await waitFor(() => replaced.length > 0, 5000, 'replaced');
     await new Promise((r) => setTimeout(r, 50));
     expect(replaced).toEqual([state(NEW, 2, 2)]);
-    expect(reads).toBe(5); // nothing read after it
+    expect(reads).toBe(6); // the second full read in a row; nothing read after it
     expect(lines.filter((l) => l.level === 40).map((l) => l.msg)).toEqual([
       expect.stringMatching(/^could not read the worker service's deployments from ECS: this task keeps taking jobs/),
     ]);
@@ -118,8 +129,8 @@ describe('what ECS is asked (aws-sdk-client-mock)', () => {
       ],
     });
     const probe = ecsDeploymentProbe(new ECSClient({ region: 'eu-west-1' }), { taskArn: TASK_ARN, cluster: CLUSTER, taskId: TASK_ID });
-    expect(await probe()).toEqual({ own: OLD, primary: NEW, primaryRunning: 3, primaryDesired: 4 });
-    expect(await probe()).toEqual({ own: OLD, primary: NEW, primaryRunning: 3, primaryDesired: 4 });
+    expect(await probe()).toEqual({ own: OLD, primary: NEW, primaryRunning: 3, primaryDesired: 4, primaryFailed: 0 });
+    expect(await probe()).toEqual({ own: OLD, primary: NEW, primaryRunning: 3, primaryDesired: 4, primaryFailed: 0 });
     expect(ecs.commandCalls(DescribeTasksCommand)).toHaveLength(1);
     expect(ecs.commandCalls(DescribeTasksCommand)[0]!.args[0].input).toEqual({ cluster: CLUSTER, tasks: [TASK_ARN] });
     expect(ecs.commandCalls(DescribeServicesCommand).map((c) => c.args[0].input)).toEqual([
