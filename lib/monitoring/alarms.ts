@@ -51,6 +51,7 @@ export type JobAlarmName =
   | 'workerTasksBelowMinimum'
   | 'jobsStuck'
   | 'scheduleFailing'
+  | 'publishingFailing'
   | 'passwordRotationFailing'
   | 'databaseSecretUnreadable'
   | 'databasePasswordNotRotated'
@@ -84,6 +85,15 @@ export const JOBS_STUCK_ALARM = { threshold: 1, periodMinutes: 5, evaluationPeri
  * schedule that has not fired for 10–15 minutes and will not by itself.
  */
 export const SCHEDULE_FAILING_ALARM = { periodMinutes: 5, evaluationPeriods: 3 } as const;
+
+/**
+ * Committed jobs that cannot reach SQS (runtime/store/outbox.ts OutboxRelay): each relay pass that
+ * could not publish some counts OutboxPublishesFailed (the API's relay and each worker's, every
+ * second). SQS down for a minute or two fails passes in one or two periods; a failure in each of
+ * three 5-minute periods is a queue deleted, a permission revoked or an endpoint gone: jobs are
+ * committed and nothing runs them. Before, only *jobs stuck* noticed, after about 25 minutes.
+ */
+export const PUBLISHING_FAILING_ALARM = { periodMinutes: 5, evaluationPeriods: 3 } as const;
 
 /**
  * Tasks (workers, API) that cannot read the database secret (runtime/db/credentials.ts reads it hourly): one
@@ -312,6 +322,20 @@ export class JobAlarms extends Construct {
         evaluationPeriods: SCHEDULE_FAILING_ALARM.evaluationPeriods,
         datapointsToAlarm: SCHEDULE_FAILING_ALARM.evaluationPeriods,
         // The worker emits only when a pass fails.
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
+      publishingFailing: make('publishingFailing', {
+        alarmName: `${prefix} publishing failing`,
+        alarmDescription: describe(
+          `the outbox relays (API and workers) have failed to publish committed jobs to SQS in each of ${PUBLISHING_FAILING_ALARM.evaluationPeriods} periods of ${PUBLISHING_FAILING_ALARM.periodMinutes} minutes: the jobs are in the database and their outbox rows wait, but no message reaches the queue, so nothing runs them. A queue deleted or recreated, a permission or key policy changed, SQS unreachable from the tasks. The relays log \`outbox relay pass failed\` with the SQS error and the job ids; every pass tries again, so the jobs go out once the cause is fixed.`,
+          RUNBOOK_SECTION.publishingFailing,
+        ),
+        metric: jobMetric(envName, METRIC.outboxPublishesFailed, 'Sum', Duration.minutes(PUBLISHING_FAILING_ALARM.periodMinutes)),
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        threshold: 1,
+        evaluationPeriods: PUBLISHING_FAILING_ALARM.evaluationPeriods,
+        datapointsToAlarm: PUBLISHING_FAILING_ALARM.evaluationPeriods,
+        // The relays emit only when a pass fails.
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       }),
       passwordRotationFailing: make('passwordRotationFailing', {

@@ -135,6 +135,7 @@ export class JobsDashboard extends Construct {
           sum(METRIC.handlersIgnoringAbort, 'Handlers ignoring their abort signal'),
           sum(METRIC.claimMisses, 'Claim misses'),
           sum(METRIC.schedulePassesFailed, 'Schedule passes failed'),
+          sum(METRIC.outboxPublishesFailed, 'Publishes failed (outbox relays)'),
           sum(METRIC.jobsRepublished, 'Jobs republished (messages lost)'),
           sum(METRIC.databaseUnavailable, 'Database unreachable (worker stopped receiving)'),
           sum(METRIC.databaseLoginsRefused, 'Database logins refused (worker probes)'),

@@ -17,6 +17,7 @@ export const RUNBOOK_SECTION = {
   workerTasksBelowMinimum: 'worker-tasks-below-minimum',
   jobsStuck: 'jobs-stuck',
   scheduleFailing: 'schedule-failing',
+  publishingFailing: 'publishing-failing',
   passwordRotationFailing: 'database-password-rotation-failing',
   databaseSecretUnreadable: 'database-secret-unreadable',
   databasePasswordNotRotated: 'database-password-not-rotated',

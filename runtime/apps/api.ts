@@ -225,7 +225,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
   };
   const queue = deps.queue ?? sqsLanes(sqsSettings).queue;
   const publisher = new Publisher(pool, queue, log);
-  const relay = new OutboxRelay(pool, queue, log, DEFAULT_RELAY);
+  const relay = new OutboxRelay(pool, queue, log, DEFAULT_RELAY, metrics ?? undefined);
   const client = new JobClient({
     pool,
     registry,

@@ -176,7 +176,7 @@ export async function startWorkerService(
       })
     : null;
   const store = new JobStore(maintenancePool);
-  const relay = new OutboxRelay(maintenancePool, queue, log, DEFAULT_RELAY);
+  const relay = new OutboxRelay(maintenancePool, queue, log, DEFAULT_RELAY, metrics);
   const rescuer = new Rescuer(store, publisher, log, {
     // One heartbeat: a live owner never lets its lease run out (it renews every heartbeat), so
     // the grace only gives the returning message the first go. It is short because the message

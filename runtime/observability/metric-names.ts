@@ -34,6 +34,8 @@ export const METRIC = {
   databaseUnavailable: 'DatabaseUnavailable',
   /** Count: messages the reconciler published for jobs whose message the queue had lost (a purge, expiry). */
   jobsRepublished: 'JobsRepublished',
+  /** Count: jobs an outbox relay pass could not publish to SQS (their rows stay; every pass tries again): a queue deleted, a permission revoked, SQS down. */
+  outboxPublishesFailed: 'OutboxPublishesFailed',
   /** Count: passes in which a schedule's due occurrence could not be enqueued (retried at the next pass, seconds later). */
   schedulePassesFailed: 'SchedulePassesFailed',
   /** Count: a worker's probes, while it has stopped receiving, whose fresh login the database refused (the password not followed). */

@@ -22,6 +22,8 @@
 import type pg from 'pg';
 import type { Lane } from '../domain/lanes.ts';
 import type { Logger } from '../observability/log.ts';
+import { METRIC } from '../observability/metric-names.ts';
+import type { Metrics } from '../observability/metrics.ts';
 import { jobMessageBody } from '../queue/message.ts';
 import { chunk, SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type JobQueue } from '../queue/types.ts';
 import { MaintenanceLoop } from '../support/maintenance-loop.ts';
@@ -191,6 +193,8 @@ export class OutboxRelay {
     private readonly queue: JobQueue,
     private readonly log: Logger,
     private readonly opts: RelayOptions = DEFAULT_RELAY,
+    /** Counts the jobs a pass could not publish (OutboxPublishesFailed: the *publishing failing* alarm). */
+    private readonly metrics?: Metrics,
   ) {
     this.loop = new MaintenanceLoop('outbox relay', () => this.pass(), log, opts.intervalMs);
   }
@@ -230,6 +234,7 @@ export class OutboxRelay {
     }
     if (failed.length > 0) {
       const jobIds = failed.flatMap((f) => f.jobIds);
+      this.metrics?.count(METRIC.outboxPublishesFailed, jobIds.length);
       throw Object.assign(
         new Error(
           `the outbox relay could not publish ${jobIds.length} job(s) (published ${total}): ${String((failed[0]!.err as Error)?.message ?? failed[0]!.err)}`,

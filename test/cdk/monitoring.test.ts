@@ -15,6 +15,7 @@ import {
   DATABASE_LOGINS_REFUSED_ALARM,
   DATABASE_SECRET_UNREADABLE_ALARM,
   JOBS_STUCK_ALARM,
+  PUBLISHING_FAILING_ALARM,
   SCHEDULE_FAILING_ALARM,
 } from '../../lib/monitoring/alarms.ts';
 import { RUNBOOK_PATH, RUNBOOK_SECTION } from '../../lib/monitoring/runbook.ts';
@@ -79,8 +80,8 @@ describe('on-call topic', () => {
 });
 
 describe('alarms', () => {
-  it('are the twenty-four on-call alarms, no more', () => {
-    expect(alarms).toHaveLength(24);
+  it('are the twenty-five on-call alarms, no more', () => {
+    expect(alarms).toHaveLength(25);
   });
 
   it.each(alarms.map((a) => [a.AlarmName as string, a] as const))('%s notifies the on-call topic when it fires and clears', (_name, a) => {
@@ -106,7 +107,7 @@ describe('alarms', () => {
   it('each runbook section the alarms use exists, one per alarm', () => {
     for (const s of Object.values(RUNBOOK_SECTION)) expect(sections.has(s), s).toBe(true);
     const cited = alarms.map((a) => /#([a-z0-9-]+)$/.exec(a.AlarmDescription as string)![1]);
-    expect(new Set(cited).size).toBe(24);
+    expect(new Set(cited).size).toBe(25);
   });
 
   it('DLQ not empty: any visible message, missing data not breaching', () => {
@@ -240,6 +241,25 @@ describe('alarms', () => {
     });
     expect(a.Dimensions).toBeUndefined();
     expect(a.AlarmDescription).toMatch(/expected maximum.*not picked up.*jobs stuck.*Runbook: docs\/runbooks\/README\.md#jobs-stuck$/s);
+  });
+
+  it("publishing failing: the relays' OutboxPublishesFailed by its imported name, a failure in each of three periods (SQS down a minute or two does not page)", () => {
+    const a = alarmNamed('publishing failing');
+    expect(a).toMatchObject({
+      Namespace: metricNamespace('prod'),
+      MetricName: METRIC.outboxPublishesFailed,
+      Statistic: 'Sum',
+      Period: PUBLISHING_FAILING_ALARM.periodMinutes * 60,
+      ComparisonOperator: 'GreaterThanOrEqualToThreshold',
+      Threshold: 1,
+      EvaluationPeriods: 3,
+      DatapointsToAlarm: 3,
+      TreatMissingData: 'notBreaching',
+    });
+    expect(a.Dimensions).toBeUndefined();
+    expect(a.AlarmDescription).toMatch(
+      /outbox relays.*nothing runs them.*outbox relay pass failed.*Runbook: docs\/runbooks\/README\.md#publishing-failing$/s,
+    );
   });
 
   it("schedule failing: the workers' SchedulePassesFailed by its imported name, a failure in each of three periods (a failover's minute does not page)", () => {
@@ -438,7 +458,7 @@ describe('alarm delivery (issue 12)', () => {
       },
     ]);
     // Every alarm's ARN, in the order they were made, and nothing else.
-    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(24);
+    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(25);
   });
 
   it('the key lets CloudWatch use it under the same conditions, and allows grants only for AWS services', () => {

@@ -22,6 +22,8 @@ import { parseJobMessage } from '../../runtime/queue/message.ts';
 import { JobClient } from '../../runtime/store/client.ts';
 import { JobStore } from '../../runtime/store/job-store.ts';
 import { OutboxRelay, Publisher } from '../../runtime/store/outbox.ts';
+import { CountingMetrics } from '../../runtime/observability/metrics.ts';
+import { METRIC } from '../../runtime/observability/metric-names.ts';
 import { NonRetryableError } from '../../runtime/domain/errors.ts';
 import { TestWorker } from 'erp-jobs/testing';
 import type pg from 'pg';
@@ -393,8 +395,11 @@ describe("lanes: every message of a job goes to its lane's queue", () => {
       l.db.pool,
       Array.from({ length: 3 }, (_, i) => ({ type: 'test.work', payload: { tag: `lr${i}` }, maxAttempts: 3 })),
     );
-    const relay = new OutboxRelay(l.db.pool, queue, silentLogger, { minAgeSeconds: 0, intervalMs: 1000, batchSize: 2 });
+    const metrics = new CountingMetrics();
+    const relay = new OutboxRelay(l.db.pool, queue, silentLogger, { minAgeSeconds: 0, intervalMs: 1000, batchSize: 2 }, metrics);
     for (let pass = 0; pass < 3; pass++) await expect(relay.runOnce()).rejects.toThrow(/could not publish 3 job\(s\).*NonExistentQueue/);
+    // What the *publishing failing* alarm counts: the jobs each failed pass could not send.
+    expect(metrics.counts.get(METRIC.outboxPublishesFailed)).toBe(9);
     expect((await outboxJobs()).sort()).toEqual([...urgentIds].sort());
     for (const id of [...bulkIds, ...behind.map((r) => r.job.id)]) expect(sentIds(l.bulk).filter((s) => s === id)).toHaveLength(1);
   });
