@@ -80,7 +80,9 @@ export class JobExecutor {
       return completer.fail(h, err, err instanceof NonRetryableError, log);
     }
     if (!completed) {
-      this.heartbeat.loseLease(h, 'completion');
+      // Released meanwhile by this worker's own stop (its drain's deadline came while the batched
+      // completion waited for the database): the stop's doing, not a lost lease (LeasesLost pages).
+      if (!h.released) this.heartbeat.loseLease(h, 'completion');
       return;
     }
     completer.succeeded(h, log);
