@@ -28,11 +28,11 @@ Usage:
   jobs help [COMMAND [SUBCOMMAND]]            this text, or one command's usage (as \`jobs COMMAND --help\` prints it)
 
 On-call (docs/runbooks/README.md):
-  jobs dead list [--type T] [--since T] [--until T] [--discarded] [--limit N] [--json]
+  jobs dead list [--type T] [--lane L] [--since T] [--until T] [--discarded] [--limit N] [--json]
   jobs dead show ID [--json]                  a dead job: its reason, each attempt's outcome and owner, what operators did
-  jobs dead redrive (ID… | --type T | --since T | --until T | --all) [--by WHO] [--reason R] [--max-attempts N] [--from-scratch] [--dry-run] [--json]
+  jobs dead redrive (ID… | --type T | --lane L | --since T | --until T | --all) [--by WHO] [--reason R] [--max-attempts N] [--from-scratch] [--dry-run] [--json]
                                               back to pending with a fresh attempt budget, re-published, recorded
-  jobs dead discard (ID… | --type T | --since T | --until T | --all) --reason R [--by WHO] [--dry-run] [--json]
+  jobs dead discard (ID… | --type T | --lane L | --since T | --until T | --all) --reason R [--by WHO] [--dry-run] [--json]
   jobs dlq list [--poison] [--lane L] [--limit N] [--json]   every lane's DLQ (or one), each message with its lane and what a redrive would do
   jobs dlq redrive [--lane L] [--dry-run] [--move] [--rate N] [--limit N] [--by WHO] [--json]   move dead letters back to their lane's queue, reconciled with the job table
   jobs dlq discard MESSAGE_ID… --reason R [--lane L] [--by WHO] [--json]

@@ -2,6 +2,7 @@
 // printing what it did and why for every job, or one JSON document with --json. Exit 1 when a
 // job asked for was skipped.
 
+import { isLane, LANES, type Lane } from '../domain/lanes.ts';
 import { PAYLOAD_REFUSED_ADVICE, payloadRefused } from '../domain/settlement.ts';
 import type { OpsJob } from '../oncall/db.ts';
 import { deathSummary, REDRIVE_BATCH } from '../oncall/dead-jobs.ts';
@@ -19,20 +20,28 @@ function deadLine(j: OpsJob): string {
 function needsSelection(
   action: 'redrive' | 'discard',
   idList: string[] | undefined,
-  v: { type?: string; since?: string; until?: string; all?: boolean },
+  v: { type?: string; lane?: string; since?: string; until?: string; all?: boolean },
 ): void {
-  const filtered = v.type !== undefined || v.since !== undefined || v.until !== undefined || v.all === true;
+  const filtered = v.type !== undefined || v.lane !== undefined || v.since !== undefined || v.until !== undefined || v.all === true;
   if (!idList && !filtered)
     throw new UsageError(
-      `jobs dead ${action} needs job ids, a type, a time range (--type T, --since T, --until T) or --all (every dead job)`,
+      `jobs dead ${action} needs job ids, a type, a lane, a time range (--type T, --lane L, --since T, --until T) or --all (every dead job)`,
     );
-  if (idList && filtered) throw new UsageError(`jobs dead ${action}: name job ids or --type/--since/--until/--all, not both`);
+  if (idList && filtered) throw new UsageError(`jobs dead ${action}: name job ids or --type/--lane/--since/--until/--all, not both`);
+}
+
+/** --lane: one lane's dead jobs (the urgent DLQ's alarm: its dead jobs, not the bulk backlog's). */
+function laneFlag(v: string | undefined): { lane?: Lane } {
+  if (v === undefined) return {};
+  if (!isLane(v)) throw new UsageError(`--lane must be one of ${LANES.join(', ')} (got ${v}); leave it out for every lane`);
+  return { lane: v };
 }
 
 export async function deadCommand(argv: string[], env: Env, out: Out): Promise<number> {
   const [sub, ...rest] = argv;
   const filterOptions = {
     type: { type: 'string' },
+    lane: { type: 'string' },
     since: { type: 'string' },
     until: { type: 'string' },
     all: { type: 'boolean' },
@@ -43,6 +52,7 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
     case 'list': {
       const { values } = parseCommand('jobs dead list', rest, {
         type: { type: 'string' },
+        lane: { type: 'string' },
         since: { type: 'string' },
         until: { type: 'string' },
         discarded: { type: 'boolean' },
@@ -57,6 +67,7 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
           limit,
           includeDiscarded: values.discarded ?? false,
           ...(values.type ? { type: values.type } : {}),
+          ...laneFlag(values.lane),
           ...(since ? { since } : {}),
           ...(until ? { until } : {}),
         }),
@@ -70,7 +81,7 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
       );
       for (const j of page.jobs) out(deadLine(j));
       if (page.jobs.length === 0) out('(no dead jobs)');
-      else if (page.nextCursor) out(`… more: narrow with --type, --since, --until or raise --limit`);
+      else if (page.nextCursor) out(`… more: narrow with --type, --lane, --since, --until or raise --limit`);
       return 0;
     }
 
@@ -128,6 +139,7 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
           by,
           ...(idList ? { ids: idList } : {}),
           ...(values.type ? { type: values.type } : {}),
+          ...laneFlag(values.lane),
           ...(since ? { since } : {}),
           ...(until ? { until } : {}),
           all: values.all ?? false,
@@ -176,6 +188,7 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
           reason: values.reason!,
           ...(idList ? { ids: idList } : {}),
           ...(values.type ? { type: values.type } : {}),
+          ...laneFlag(values.lane),
           ...(since ? { since } : {}),
           ...(until ? { until } : {}),
           all: values.all ?? false,

@@ -4,12 +4,12 @@
 // callers' addresses; the ERP clients' API_TOKEN gets a 403 here. Without an operator token they
 // take the API token, as before (the API warns at start):
 //
-//   GET  /v1/dead-jobs?type=&since=&until=&includeDiscarded=&limit=&cursor=   dead jobs, newest death first
+//   GET  /v1/dead-jobs?type=&lane=&since=&until=&includeDiscarded=&limit=&cursor=   dead jobs, newest death first
 //   GET  /v1/dead-jobs/{id}                  one job's dead-letter view: reason, every attempt, operator actions
 //   POST /v1/dead-jobs/{id}/redrive          { by?, reason?, maxAttempts?, fromScratch? }       409 when not dead
 //   POST /v1/dead-jobs/{id}/discard          { by?, reason }                                   409 when not dead
-//   POST /v1/dead-jobs/redrive               { ids? | type?, since?, until? | all: true, by?, reason?, maxAttempts?, fromScratch?, dryRun? }
-//   POST /v1/dead-jobs/discard               { ids? | type?, since?, until? | all: true, by?, reason }
+//   POST /v1/dead-jobs/redrive               { ids? | type?, lane?, since?, until? | all: true, by?, reason?, maxAttempts?, fromScratch?, dryRun? }
+//   POST /v1/dead-jobs/discard               { ids? | type?, lane?, since?, until? | all: true, by?, reason }
 //   GET|POST /v1/dlq/…                       the dead-letter queue's routes (dlq-routes.ts)
 //   GET  /v1/poison-messages?reason=&since=&includeResolved=&limit=&cursor=
 //   GET  /v1/stuck-jobs?limit=&runningSeconds=&pendingSeconds=
@@ -22,22 +22,12 @@
 // address, as for cancel: a shared token names no person.
 
 import type http from 'node:http';
-import * as z from 'zod';
+import type * as z from 'zod';
 import {
-  by,
   callerAddress,
-  flag,
-  flagParam,
   HttpError,
-  isoTime,
-  jobId,
   jobView,
-  listLimit,
-  optional,
   route,
-  text,
-  wholeNumber,
-  wholeNumberParam,
   type JobView,
   type Reply,
   type Route,
@@ -46,11 +36,23 @@ import {
 } from './kernel.ts';
 import type { AttemptOutcome } from '../domain/job.ts';
 import type { OpsJob, OperatorAction } from '../oncall/db.ts';
-import { deathSummary, type DeadJobFilter } from '../oncall/dead-jobs.ts';
+import { deathSummary } from '../oncall/dead-jobs.ts';
 import { listPoisonMessages, type PoisonReason } from '../store/poison.ts';
 import type { OpsServices } from '../oncall/services.ts';
 import { findStuckJobs } from '../oncall/stuck.ts';
 import { DlqRoutes } from './dlq-routes.ts';
+import {
+  DeadJobsQuery,
+  DiscardMany,
+  DiscardOne,
+  filterFrom,
+  id,
+  PoisonQuery,
+  RedriveMany,
+  RedriveOne,
+  Republish,
+  StuckQuery,
+} from './oncall-inputs.ts';
 import { ScheduleRoutes } from './schedule-routes.ts';
 
 const PREFIXES = ['/v1/dead-jobs', '/v1/dlq', '/v1/poison-messages', '/v1/stuck-jobs', '/v1/pending-jobs', '/v1/schedules'];
@@ -88,73 +90,8 @@ function actionView(a: OperatorAction) {
   return { at: a.at.toISOString(), action: a.action, by: a.by, messageId: a.messageId, reason: a.reason, detail: a.detail };
 }
 
-// --- Input ------------------------------------------------------------------------------------
-
-const reason = optional(text(1000));
-const idsError = 'must be an array of job ids (UUIDs)';
-const jobIds = optional(z.array(jobId(idsError), { error: idsError }));
-const filter = { ids: jobIds, type: optional(text(100)), since: optional(isoTime()), until: optional(isoTime()), all: optional(flag()) };
-const id = { id: jobId() };
-
-const DeadJobsQuery = z.object({
-  type: optional(text(100)),
-  since: optional(isoTime()),
-  until: optional(isoTime()),
-  includeDiscarded: optional(flagParam()),
-  limit: listLimit(200, 50),
-  cursor: z.string().optional(),
-});
-const RedriveMany = z.strictObject({
-  ...filter,
-  by: by(100),
-  reason,
-  maxAttempts: optional(wholeNumber(1, 100)),
-  fromScratch: optional(flag()),
-  dryRun: optional(flag()),
-});
-const DiscardMany = z.strictObject({ ...filter, by: by(100), reason: text(1000) });
-const RedriveOne = z.strictObject({ by: by(100), reason, maxAttempts: optional(wholeNumber(1, 100)), fromScratch: optional(flag()) });
-const DiscardOne = z.strictObject({ by: by(100), reason: text(1000) });
-const PoisonQuery = z.object({
-  reason: z.enum(['unparseable-body', 'unknown-job'], { error: 'must be unparseable-body or unknown-job' }).optional(),
-  since: optional(isoTime()),
-  includeResolved: optional(flagParam()),
-  limit: listLimit(200, 50),
-  cursor: z
-    .string()
-    .regex(/^\d{1,18}$/, { error: 'is not a cursor this listing returned' })
-    .optional(),
-});
-// Other limits than the alarm's, as `jobs stuck --running-seconds/--pending-seconds` (a drill, a closer look).
-const stuckLimit = () => optional(wholeNumberParam(1, 7 * 86_400)).meta({ description: "seconds; default the alarm's" });
-const StuckQuery = z.object({ limit: listLimit(1000, 100), runningSeconds: stuckLimit(), pendingSeconds: stuckLimit() });
-const Republish = z.strictObject({
-  ids: jobIds,
-  type: optional(text(100)),
-  olderThanSeconds: optional(wholeNumber(0, 365 * 86_400)),
-  by: by(200),
-  reason,
-  limit: optional(wholeNumber(1, 100_000)),
-});
-
 type Ctx<Q = unknown, B = unknown> = RouteContext<Q, B>;
 type In<S extends z.ZodType> = z.output<S>;
-
-function filterFrom(b: {
-  ids?: string[] | undefined;
-  type?: string | undefined;
-  since?: Date | undefined;
-  until?: Date | undefined;
-  all?: boolean | undefined;
-}): DeadJobFilter & { all: boolean } {
-  return {
-    ...(b.ids ? { ids: b.ids } : {}),
-    ...(b.type ? { type: b.type } : {}),
-    ...(b.since ? { since: b.since } : {}),
-    ...(b.until ? { until: b.until } : {}),
-    all: b.all ?? false,
-  };
-}
 
 // --- Routes -----------------------------------------------------------------------------------
 
@@ -177,7 +114,7 @@ export class OpsRoutes {
       route({
         method: 'POST',
         path: '/v1/dead-jobs/redrive',
-        summary: 'redrive dead jobs: ids, or a filter (type, since, until), or all',
+        summary: 'redrive dead jobs: ids, or a filter (type, lane, since, until), or all',
         bodyRequired: true,
         body: RedriveMany,
         handle: (c) => this.redriveMany(c),
@@ -287,6 +224,7 @@ export class OpsRoutes {
       limit: q.limit ?? 50,
       includeDiscarded: q.includeDiscarded ?? false,
       ...(q.type ? { type: q.type } : {}),
+      ...(q.lane ? { lane: q.lane } : {}),
       ...(q.since ? { since: q.since } : {}),
       ...(q.until ? { until: q.until } : {}),
       ...(q.cursor ? { cursor: q.cursor } : {}),

@@ -19,6 +19,8 @@ export interface DeadJobFilter {
   /** These jobs only (explicit ids also reach discarded jobs). */
   ids?: string[];
   type?: string;
+  /** Jobs of this lane only (the urgent DLQ's alarm: its dead jobs, not the bulk backlog's). */
+  lane?: Lane;
   /** Died at or after. */
   since?: Date;
   /** Died before. */
@@ -97,6 +99,7 @@ export class DeadJobService {
       cursor?.t ?? null,
       cursor?.i ?? null,
       req.limit + 1,
+      req.lane ?? null,
     ]);
     const page = rows.slice(0, req.limit);
     const last = page.at(-1);
@@ -138,6 +141,7 @@ export class DeadJobService {
         maxAttempts,
         req.fromScratch ?? false,
         dryRun,
+        req.lane ?? null,
       ]);
       for (const r of rows) {
         if (r.skip_reason)
@@ -201,7 +205,7 @@ export class DeadJobService {
     const dryRun = req.dryRun ?? false;
     const report: DiscardReport = { jobs: [], skipped: [], ...(dryRun ? { dryRun } : {}) };
     for (;;) {
-      const values = [...filterValues(req), by, reason, explicit ? Math.max(1, req.ids!.length) : REDRIVE_BATCH];
+      const values = [...filterValues(req), by, reason, explicit ? Math.max(1, req.ids!.length) : REDRIVE_BATCH, req.lane ?? null];
       // A dry run discards in a transaction it rolls back: what it would do, nothing done.
       const rows = await withTransaction(this.pool, async (client) => (await run(client, 'deadJobDiscard', values)).rows, {
         rollback: dryRun,
@@ -256,13 +260,16 @@ function filterValues(f: DeadJobFilter): unknown[] {
 function checkScope(req: DeadJobFilter & { all?: boolean }, action: string): void {
   if (req.ids !== undefined) {
     if (req.ids.length === 0) throw new ValidationError('ids', 'must name at least one job id');
-    if (req.all || req.type || req.since || req.until)
-      throw new ValidationError('ids', `name job ids or a filter (type, since, until, all), not both`);
+    if (req.all || req.type || req.lane || req.since || req.until)
+      throw new ValidationError('ids', `name job ids or a filter (type, lane, since, until, all), not both`);
     if (req.ids.length > 1000) throw new ValidationError('ids', `at most 1000 ids per ${action}; use a filter for more`);
     return;
   }
-  if (!req.all && !req.type && !req.since && !req.until) {
-    throw new ValidationError('filter', `${action} needs job ids, a type, a time range (since, until), or all to ${action} every dead job`);
+  if (!req.all && !req.type && !req.lane && !req.since && !req.until) {
+    throw new ValidationError(
+      'filter',
+      `${action} needs job ids, a type, a lane, a time range (since, until), or all to ${action} every dead job`,
+    );
   }
   if (req.since && req.until && req.since >= req.until) throw new ValidationError('until', 'must be after since');
 }

@@ -9,7 +9,7 @@
 // max_attempts` holds again while `attempt`, the fencing token, keeps growing: a worker that
 // still believed it held an old attempt is refused exactly as before.
 
-import { DEAD, DEAD_FILTER, JOB } from '../store/sql-fragments.ts';
+import { DEAD, deadFilter, JOB } from '../store/sql-fragments.ts';
 
 /**
  * Stuck jobs, as one relation: running past the type's expected maximum ($1 types, $2 seconds;
@@ -54,12 +54,12 @@ export const OPS_SQL = {
   /**
    * Dead jobs, newest death first, keyset-paged on (dead_at, job_id) over dead_job_dead_at. The
    * cursor carries dead_at as PostgreSQL's own text, which keeps the microseconds a JavaScript
-   * Date drops. Discarded jobs only when $5. $6, $7 cursor | $8 page size.
+   * Date drops. Discarded jobs only when $5. $6, $7 cursor | $8 page size | $9 lane.
    */
   deadJobList: `
     SELECT ${JOB('j')}, ${DEAD}, d.dead_at::text AS dead_at_key
       FROM jobs.dead_job d JOIN jobs.job j ON j.id = d.job_id
-     WHERE ${DEAD_FILTER}
+     WHERE ${deadFilter(9)}
        AND ($5::boolean OR d.discarded_at IS NULL)
        AND ($7::uuid IS NULL OR (d.dead_at, d.job_id) < ($6::timestamptz, $7::uuid))
      ORDER BY d.dead_at DESC, d.job_id DESC

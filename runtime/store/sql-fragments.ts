@@ -56,14 +56,16 @@ export const DEAD = 'd.dead_at, d.discarded_at, d.discarded_by, d.discard_reason
 
 /**
  * The dead-job filter shared by list, redrive and discard, over jobs.dead_job d joined to
- * jobs.job j: $1 ids | $2 type | $3 since | $4 until (on the time of death). `j.state = 'dead'`
- * is re-checked under the row lock where a statement locks.
+ * jobs.job j: $1 ids | $2 type | $3 since | $4 until (on the time of death) | `$lane` the lane,
+ * its parameter's number per statement (each adds it after its own). `j.state = 'dead'` is
+ * re-checked under the row lock where a statement locks.
  */
-export const DEAD_FILTER = `j.state = 'dead'
+export const deadFilter = (lane: number) => `j.state = 'dead'
        AND ($1::uuid[] IS NULL OR d.job_id = ANY($1::uuid[]))
        AND ($2::text IS NULL OR d.type = $2::text)
        AND ($3::timestamptz IS NULL OR d.dead_at >= $3::timestamptz)
-       AND ($4::timestamptz IS NULL OR d.dead_at < $4::timestamptz)`;
+       AND ($4::timestamptz IS NULL OR d.dead_at < $4::timestamptz)
+       AND ($${lane}::text IS NULL OR j.lane = $${lane}::text)`;
 
 /**
  * What a claim sets (the plain claim in sql.ts and the keyed one in sql-keys.ts). A running job is

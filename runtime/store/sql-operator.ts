@@ -9,7 +9,7 @@
 // `attempt`, the fencing token, keeps growing: a worker that still believed it held an old attempt
 // is refused exactly as before.
 
-import { DEAD, DEAD_FILTER, JOB, JOB_COLUMNS } from './sql-fragments.ts';
+import { DEAD, deadFilter, JOB, JOB_COLUMNS } from './sql-fragments.ts';
 
 export const OPERATOR_SQL = {
   /**
@@ -80,7 +80,7 @@ export const OPERATOR_SQL = {
    * $1–$4 the dead filter | $5 include discarded | $6, $7 cursor (dead_at text, id; ascending) |
    * $8 batch size | $9 by | $10 reason | $11 new max_attempts (null: the budget the job had before
    * any redrive overrode it, else its own: a probe's --max-attempts 1 does not stick) | $12 from scratch
-   * (drop checkpoint and progress) | $13 dry run (judge, change nothing).
+   * (drop checkpoint and progress) | $13 dry run (judge, change nothing) | $14 lane.
    */
   deadJobRedrive: `
     WITH locked AS (
@@ -93,7 +93,7 @@ export const OPERATOR_SQL = {
                WHERE x.e->>'outcome' = 'redriven' AND x.e->>'maxAttemptsBefore' IS NOT NULL
                ORDER BY x.n LIMIT 1) AS budget_before_overrides
         FROM jobs.dead_job d JOIN jobs.job j ON j.id = d.job_id
-       WHERE ${DEAD_FILTER}
+       WHERE ${deadFilter(14)}
          AND ($5::boolean OR d.discarded_at IS NULL)
          AND ($7::uuid IS NULL OR (d.dead_at, d.job_id) > ($6::timestamptz, $7::uuid))
        ORDER BY d.dead_at, d.job_id
@@ -149,12 +149,12 @@ export const OPERATOR_SQL = {
    * Discard: a dead job on-call decided not to re-run, with who and why. It stays dead (terminal,
    * no new state); the listing leaves it out by default and the DLQ reconciliation drops its dead
    * letters. Only dead jobs not yet discarded; locked, so two discards record one.
-   * $1–$4 the dead filter | $5 by | $6 reason | $7 batch size.
+   * $1–$4 the dead filter | $5 by | $6 reason | $7 batch size | $8 lane.
    */
   deadJobDiscard: `
     WITH target AS (
       SELECT d.job_id FROM jobs.dead_job d JOIN jobs.job j ON j.id = d.job_id
-       WHERE ${DEAD_FILTER} AND d.discarded_at IS NULL
+       WHERE ${deadFilter(8)} AND d.discarded_at IS NULL
        ORDER BY d.dead_at, d.job_id
        LIMIT $7
          FOR UPDATE OF d, j

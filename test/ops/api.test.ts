@@ -88,6 +88,12 @@ describe('on-call routes in the API server', () => {
     expect(text.status).toBe(415);
     const cursor = await call(api.url, 'GET', '/v1/dead-jobs?cursor=abc', { headers: auth });
     expect(cursor).toMatchObject({ status: 400, body: { error: { field: 'cursor' } } });
+    // A lane the platform does not have, in the listing and in a redrive's filter: 400 naming it.
+    const lane = await call(api.url, 'GET', '/v1/dead-jobs?lane=fast', { headers: auth });
+    expect(lane).toMatchObject({ status: 400, body: { error: { field: 'lane', message: expect.stringMatching(/urgent, bulk.*"fast"/) } } });
+    expect((await call(api.url, 'GET', '/v1/dead-jobs?lane=urgent', { headers: auth })).status).toBe(200);
+    const redrive = await call(api.url, 'POST', '/v1/dead-jobs/redrive', { headers: auth, json: { lane: 'fast', by: 'x' } });
+    expect(redrive).toMatchObject({ status: 400, body: { error: { field: 'lane' } } });
   });
 
   it('POST /v1/dlq/move-tasks/cancel cancels the task SQS is given, recorded with who asked; an unknown or finished handle is a 404 naming it, one SQS denies a 403', async () => {

@@ -44,7 +44,7 @@ beforeAll(async () => {
 afterAll(() => p.close());
 
 /** A dead job, made the way a worker makes one: claimed, then failed non-retryably (fenced). */
-async function deadJob(type = 'test.fatal', extra: { idempotencyKey?: string; maxAttempts?: number } = {}) {
+async function deadJob(type = 'test.fatal', extra: { idempotencyKey?: string; maxAttempts?: number; lane?: 'urgent' | 'bulk' } = {}) {
   const [r] = await p.client.enqueueNow({ type, payload: type === 'ledger.post' ? { batch: 'DEAD', entries: 1 } : {}, ...extra });
   const [claimed] = await p.store.claim([r!.job.id], 'worker-a', 30);
   const after = await p.store.fail(
@@ -246,8 +246,27 @@ describe('dead jobs', () => {
     await p.store.cancel(job.id, 'cleanup');
   });
 
+  it("by lane: the urgent DLQ's alarm lists, redrives and discards the urgent lane's dead jobs only (on-call drill: step 1 could not tell them from the bulk backlog's)", async () => {
+    const since = new Date();
+    const urgent = await Promise.all([deadJob('test.fatal', { lane: 'urgent' }), deadJob('test.fatal', { lane: 'urgent' })]);
+    const bulk = await deadJob('test.fatal', { lane: 'bulk' });
+    const listed = await dead.list({ lane: 'urgent', since, limit: 50 });
+    expect(listed.jobs.map((j) => j.id).sort()).toEqual(urgent.map((j) => j.id).sort());
+    expect((await dead.list({ lane: 'bulk', since, limit: 50 })).jobs.map((j) => j.id)).toEqual([bulk.id]);
+    // A lane is a scope of its own, as a type is.
+    const look = await dead.redrive({ lane: 'urgent', since, by: 'oncall', dryRun: true });
+    expect(look.wouldRedrive.sort()).toEqual(urgent.map((j) => j.id).sort());
+    const back = await dead.redrive({ lane: 'urgent', since, by: 'oncall', reason: 'urgent lane fixed' });
+    expect(back.jobs.map((j) => j.id).sort()).toEqual(urgent.map((j) => j.id).sort());
+    expect((await p.store.get(bulk.id))!.state).toBe('dead');
+    await expect(dead.redrive({ ids: [bulk.id], lane: 'bulk', by: 'x' })).rejects.toThrow(/not both/);
+    const gone = await dead.discard({ lane: 'bulk', since, by: 'oncall', reason: 'posted by hand' });
+    expect(gone.jobs.map((j) => j.id)).toEqual([bulk.id]);
+    for (const j of urgent) await p.store.cancel(j.id, 'cleanup');
+  });
+
   it('a filtered redrive needs a scope, a dry run changes nothing, and --all walks every batch', async () => {
-    await expect(dead.redrive({ by: 'x' })).rejects.toThrow(/redrive needs job ids, a type, a time range/);
+    await expect(dead.redrive({ by: 'x' })).rejects.toThrow(/redrive needs job ids, a type, a lane, a time range/);
     await expect(dead.redrive({ ids: [], by: 'x' })).rejects.toThrow(/at least one job id/);
     await expect(dead.redrive({ ids: ['00000000-0000-4000-8000-000000000001'], type: 't', by: 'x' })).rejects.toThrow(/not both/);
     await expect(dead.redrive({ all: true, by: 'x', maxAttempts: 0 })).rejects.toThrow(/maxAttempts/);

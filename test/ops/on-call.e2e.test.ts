@@ -221,13 +221,14 @@ describe('jobs dead', () => {
   it.each([
     [
       ['dead', 'redrive', '--by', 'x'],
-      /^jobs: jobs dead redrive needs job ids, a type, a time range \(--type T, --since T, --until T\) or --all/,
+      /^jobs: jobs dead redrive needs job ids, a type, a lane, a time range \(--type T, --lane L, --since T, --until T\) or --all/,
     ],
-    [['dead', 'discard', '--reason', 'x'], /^jobs: jobs dead discard needs job ids, a type, a time range/],
+    [['dead', 'discard', '--reason', 'x'], /^jobs: jobs dead discard needs job ids, a type, a lane, a time range/],
     [
       ['dead', 'redrive', '01900000-0000-7000-8000-000000000001', '--all'],
-      /^jobs: jobs dead redrive: name job ids or --type\/--since\/--until\/--all, not both/,
+      /^jobs: jobs dead redrive: name job ids or --type\/--lane\/--since\/--until\/--all, not both/,
     ],
+    [['dead', 'list', '--lane', 'fast'], /^jobs: --lane must be one of urgent, bulk \(got fast\)/],
     [['dead', 'list', '--since', 'yesterday'], /--since must be an ISO 8601 time with an offset .* or an age/],
     [['dead', 'redrive', 'not-an-id'], /not-an-id is not a job id/],
     [['dead', 'redrive', '--all', '--max-attempts', '0'], /--max-attempts must be a whole number from 1 to 100/],
