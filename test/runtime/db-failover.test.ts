@@ -125,8 +125,8 @@ describe('a claim waiting on a row lock when the connections reset', () => {
 });
 
 describe('a failover between a handler that wrote nothing and its batched completion', () => {
-  it('the completion is tried again once the database answers: the job succeeds on its first attempt with its result', async () => {
-    // Before: the completion's failure was the attempt's, so the job ran again (attempt 2).
+  /** A platform behind a failover proxy whose one job type computes, writes nothing, and returns `total` once the test calls `finish`; its job enqueued, its worker started. */
+  async function computing(total: number, workerId: string) {
     let release: (() => void) | null = null;
     const computed = defineJob<Record<string, never>, { total: number }>({
       type: 'test.computed',
@@ -134,22 +134,28 @@ describe('a failover between a handler that wrote nothing and its batched comple
       parse: () => ({}),
       async run() {
         await new Promise<void>((r) => (release = r));
-        return { total: 42 };
+        return { total };
       },
     });
     const { p, proxy, pool } = await behindProxy(
       { registry: new JobRegistry([computed]), timings: { leaseSeconds: 10, heartbeatSeconds: 1, visibilityTimeoutSeconds: 10 } },
-      'jobs-worker completion-failover-test',
+      `jobs-worker ${workerId}-test`,
     );
     const [job] = await p.client.enqueueNow([{ type: 'test.computed', payload: {} }]);
-    const w = p.worker({ pool, workerId: 'completion-failover' });
+    const w = p.worker({ pool, workerId });
     w.start();
     await waitFor(() => release !== null, 10_000, 'the handler running');
+    return { p, proxy, w, jobId: job!.job.id, finish: () => release!() };
+  }
+
+  it('the completion is tried again once the database answers: the job succeeds on its first attempt with its result', async () => {
+    // Before: the completion's failure was the attempt's, so the job ran again (attempt 2).
+    const { p, proxy, w, jobId, finish } = await computing(42, 'completion-failover');
     const outage = proxy.failover(2);
-    release!();
+    finish();
     await outage.over;
-    await waitFor(async () => (await p.store.get(job!.job.id))?.state === 'succeeded', 15_000, 'succeeded after the outage');
-    expect(await p.store.get(job!.job.id)).toMatchObject({ attempt: 1, result: { total: 42 }, attemptLog: [] });
+    await waitFor(async () => (await p.store.get(jobId))?.state === 'succeeded', 15_000, 'succeeded after the outage');
+    expect(await p.store.get(jobId)).toMatchObject({ attempt: 1, result: { total: 42 }, attemptLog: [] });
     expect(p.metrics.counts.get(METRIC.jobsFailed) ?? 0).toBe(0);
     expect(p.metrics.counts.get(METRIC.leasesLost) ?? 0).toBe(0);
     await w.stop(1);
@@ -158,30 +164,13 @@ describe('a failover between a handler that wrote nothing and its batched comple
   it('while the worker stops (a deploy): the completion is still tried again within the drain, and the job succeeds on its first attempt', async () => {
     // Review finding: a stopping worker gave the batched completion up at its first failure; the
     // failed attempt could not be recorded either, and the job waited out its lease for the rescuer.
-    let release: (() => void) | null = null;
-    const computed = defineJob<Record<string, never>, { total: number }>({
-      type: 'test.computed',
-      description: 'computes, writes nothing, returns a result once the test lets it',
-      parse: () => ({}),
-      async run() {
-        await new Promise<void>((r) => (release = r));
-        return { total: 7 };
-      },
-    });
-    const { p, proxy, pool } = await behindProxy(
-      { registry: new JobRegistry([computed]), timings: { leaseSeconds: 10, heartbeatSeconds: 1, visibilityTimeoutSeconds: 10 } },
-      'jobs-worker completion-stop-failover-test',
-    );
-    const [job] = await p.client.enqueueNow([{ type: 'test.computed', payload: {} }]);
-    const w = p.worker({ pool, workerId: 'completion-stop-failover' });
-    w.start();
-    await waitFor(() => release !== null, 10_000, 'the handler running');
+    const { p, proxy, w, jobId, finish } = await computing(7, 'completion-stop-failover');
     const outage = proxy.failover(2);
     const stopped = w.stop(15);
-    release!();
+    finish();
     await outage.over;
     await stopped;
-    expect(await p.store.get(job!.job.id)).toMatchObject({ state: 'succeeded', attempt: 1, result: { total: 7 } });
+    expect(await p.store.get(jobId)).toMatchObject({ state: 'succeeded', attempt: 1, result: { total: 7 } });
   }, 40_000);
 });
 
