@@ -19,8 +19,14 @@
 
 import type { Logger } from '../observability/log.ts';
 
-/** How long a retired worker lets its running jobs finish before releasing them (a SIGTERM shortens it to the stop's drain). */
-export const RETIRED_DRAIN_SECONDS = 24 * 3600;
+/**
+ * How long a retired worker lets its running jobs finish before releasing them (fenced, no attempt
+ * spent: they resume on a new task from their last checkpoint); a SIGTERM shortens it to the stop's
+ * drain. Below CloudFormation's wait for the worker service to stabilize (about 3 hours, not
+ * configurable): past it the stack update fails and rolls back, and the rollback's deployment
+ * waits on the same jobs. It was 24 h: a four-hour costing run on an old task failed the deploy.
+ */
+export const RETIRED_DRAIN_SECONDS = 2.5 * 3600;
 
 /** What ECS says about this task's deployment and its service's primary one. */
 export interface DeploymentState {

@@ -422,7 +422,7 @@ describe('a worker stopping (a deploy) while the database fails over', () => {
 describe("a worker retiring (a long drain) when a failover cuts a job's own transaction", () => {
   it('the interrupted attempt is released once the database answers, not after the drain: its lease does not run out first', async () => {
     // Review finding: an attempt noted as interrupted after the receive loop had ended was
-    // released only at the very end of the stop (after a drain of up to 24 h for a retiring
+    // released only at the very end of the stop (after a drain of up to hours for a retiring
     // task); its lease ran out first and the rescuer counted the attempt.
     const { p, proxy, pool } = await behindProxy(
       { timings: { leaseSeconds: 8, heartbeatSeconds: 1, visibilityTimeoutSeconds: 10, maxReceiveCount: 10 } },

@@ -305,7 +305,7 @@ describe('a deploy in the middle of a backlog, through the worker service', () =
     const t0 = Date.now();
     await oldTask.shutdown('SIGTERM');
     services.splice(0);
-    expect(Date.now() - t0).toBeLessThan(10_000); // the drain (2 s) and closing, not 24 hours
+    expect(Date.now() - t0).toBeLessThan(10_000); // the drain (2 s) and closing, not the retired drain's hours
     const after = (await client.store.get(long!.job.id))!;
     expect([after.state, after.leaseOwner]).toEqual(['pending', null]);
     held.release();
