@@ -110,7 +110,7 @@ export async function startFaultControl(opts: {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await sink.stop();
-      await publisher.flush();
+      await publisher.drain();
       await pool.end().catch(() => undefined);
     },
   };

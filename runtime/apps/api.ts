@@ -369,7 +369,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
           await closed;
         }
         await Promise.all([relay.stop(), scheduler.stop()]);
-        await publisher.flush();
+        await publisher.drain();
         await credentials?.stop();
         await cloudwatch?.stop();
         await endPool(pool);

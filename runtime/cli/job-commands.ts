@@ -49,7 +49,7 @@ async function withClient<T>(
       ...(eventsEnabled(env) ? { onCancelled: (job: Job) => announceCancel(pool, job, 'cli') } : {}),
     });
     const out = await fn({ store: client.store, client, publisher, pool });
-    await publisher.flush();
+    await publisher.drain();
     return out;
   } finally {
     await pool.end();

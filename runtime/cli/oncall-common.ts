@@ -84,7 +84,7 @@ export async function withOps<T>(env: Env, fn: (ops: OpsServices) => Promise<T>)
       defaultMaxAttempts: intFromEnv(env, ENV.maxAttempts, DEFAULT_JOB_TIMINGS.maxAttempts, 1, 100),
     });
     const result = await fn(ops);
-    await publisher.flush();
+    await publisher.drain();
     return result;
   } finally {
     await pool.end();

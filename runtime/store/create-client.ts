@@ -179,7 +179,7 @@ export function createJobClient<D extends JobDefinition<any, any, any> = Registe
               }),
             );
           }
-          await publisher.flush();
+          await publisher.drain();
         } finally {
           // Closed whether or not the publishes went out (what did not stays in the outbox for the relay).
           await credentials?.stop();

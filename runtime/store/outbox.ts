@@ -67,8 +67,8 @@ export function delayFor(runAfter: Date | undefined, now = Date.now()): number {
  * that its caller, retrying, makes a second job.
  */
 export const PUBLISH_WAIT_MS = 1000;
-/** How long flush() waits for sends still in flight (a stopping process): what is not sent by then is the relay's. */
-export const FLUSH_WAIT_MS = 5000;
+/** How long drain() waits for sends still in flight (a stopping process): what is not sent by then is the relay's. */
+export const DRAIN_WAIT_MS = 3000;
 
 export class Publisher {
   private pendingDeletes: string[] = [];
@@ -81,13 +81,14 @@ export class Publisher {
     private readonly pool: pg.Pool,
     private readonly queue: JobQueue,
     private readonly log: Logger,
-    private readonly opts: { deleteBatchDelayMs?: number; waitMs?: number; flushWaitMs?: number } = {},
+    private readonly opts: { deleteBatchDelayMs?: number; waitMs?: number; drainWaitMs?: number } = {},
   ) {}
 
   /**
    * Send after COMMIT. Never throws: what it cannot send stays in the outbox for the relay, and
    * so does a job due beyond the publish horizon, which the relay defers. Returns once the sends
-   * are done or after PUBLISH_WAIT_MS, whichever is first; a send still under way then goes on.
+   * are done or after PUBLISH_WAIT_MS, whichever is first; a send still under way then goes on,
+   * and its rows are cleaned up when it ends (drain waits for it at a stop).
    */
   async publish(entries: PublishEntry[]): Promise<void> {
     const now = Date.now();
@@ -140,9 +141,21 @@ export class Publisher {
     await this.publish(committed);
   }
 
-  /** Delete the outbox rows of what was sent. A failure only means a harmless re-publish later. */
+  /**
+   * A stopping process: wait for the sends still in flight (at most `maxMs`), then flush. What is
+   * not sent by then stays in the outbox for another process's relay.
+   */
+  async drain(maxMs = this.opts.drainWaitMs ?? DRAIN_WAIT_MS): Promise<void> {
+    if (this.sending.size > 0) await within(Promise.allSettled([...this.sending]), maxMs);
+    await this.flush();
+  }
+
+  /**
+   * Delete the outbox rows of what was sent. A failure only means a harmless re-publish later.
+   * It does not wait for sends in flight (drain does): one send stuck on a lane must not hold back
+   * the cleanup of the others, which the relays would otherwise re-send (review finding).
+   */
   async flush(): Promise<void> {
-    if (this.sending.size > 0) await within(Promise.allSettled([...this.sending]), this.opts.flushWaitMs ?? FLUSH_WAIT_MS);
     if (this.timer) {
       clearTimeout(this.timer);
       this.timer = null;

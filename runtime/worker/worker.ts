@@ -166,9 +166,11 @@ export class Worker {
       const settled = Promise.allSettled(running()).then(() => {
         drained = true;
       });
-      const noted = this.releaseNoted(() => drained);
+      const drainAc = new AbortController();
+      const noted = this.releaseNoted(() => drained, drainAc.signal);
       await Promise.race([settled, this.drainTimeout(() => drained)]);
       drained = true;
+      drainAc.abort();
       await noted;
     }
     const left = [...ctx.held.values()].filter((h) => !h.lost && !h.released);
@@ -185,17 +187,18 @@ export class Worker {
     await this.completer.lost.releaseAtStop(); // noted since the receive loop ended
     await this.ctx.keyWake.idle();
     await this.messages.drain();
-    await this.opts.publisher.flush();
+    // Bounded: the stop's margin before SIGKILL holds the release, the metrics and this (outbox.ts drain).
+    await this.opts.publisher.drain(2_000);
     this.setBusy(false);
     ctx.log.info('worker stopped');
   }
 
-  /** Retry the noted releases (lost-claims.ts) every second until none is left, `done()`, or the drain's deadline. */
-  private async releaseNoted(done: () => boolean): Promise<void> {
+  /** Retry the noted releases (lost-claims.ts) every second until none is left, `done()` (`signal` wakes it), or the drain's deadline. */
+  private async releaseNoted(done: () => boolean, signal?: AbortSignal): Promise<void> {
     const { lost } = this.completer;
     while (lost.pending && !done() && Date.now() < this.drainDeadline) {
       await lost.release();
-      if (lost.pending) await sleep(Math.min(1000, Math.max(0, this.drainDeadline - Date.now())));
+      if (lost.pending) await sleep(Math.min(1000, Math.max(0, this.drainDeadline - Date.now())), signal);
     }
   }
 

@@ -201,9 +201,9 @@ describe('enqueue', () => {
     const outbox = async () =>
       (await p.db.pool.query('SELECT count(*)::int AS n FROM jobs.outbox WHERE job_id = $1', [r!.job.id])).rows[0].n as number;
     expect(await outbox()).toBe(1);
-    // SQS answers later: the row of what was sent is deleted (flush waits for the send).
+    // SQS answers later: the row of what was sent is deleted (drain waits for the send, as a stop does).
     answer();
-    await publisher.flush();
+    await publisher.drain();
     expect(sent).toHaveLength(1);
     expect(await outbox()).toBe(0);
   });

@@ -404,6 +404,27 @@ describe("lanes: every message of a job goes to its lane's queue", () => {
     for (const id of [...bulkIds, ...behind.map((r) => r.job.id)]) expect(sentIds(l.bulk).filter((s) => s === id)).toHaveLength(1);
   });
 
+  it("a send stuck on one lane's queue does not hold back the cleanup of the other lane's publishes (the relays would send those again)", async () => {
+    // Review finding: the publisher's cleanup waited for every send in flight, so while one lane's
+    // send hung, the other lane's published rows stayed and every relay re-sent them.
+    const hangingUrgent = { ...l.urgent, send: () => new Promise<void>(() => undefined) };
+    const queue = new LaneQueues({ bulk: l.bulk, urgent: hangingUrgent as never });
+    const publisher = new Publisher(l.db.pool, queue, silentLogger, { waitMs: 50 });
+    const [u, b] = await l.store.insertMany(l.db.pool, [
+      { type: 'test.work', payload: { tag: 'hang-u' }, maxAttempts: 3, lane: 'urgent' },
+      { type: 'test.work', payload: { tag: 'hang-b' }, maxAttempts: 3 },
+    ]);
+    await publisher.publish([{ outboxId: u!.outboxId!, jobId: u!.job.id, lane: 'urgent' }]);
+    await publisher.publish([{ outboxId: b!.outboxId!, jobId: b!.job.id, lane: 'bulk' }]);
+    const rows = async () =>
+      (await l.db.pool.query('SELECT job_id FROM jobs.outbox WHERE job_id = ANY($1::uuid[])', [[u!.job.id, b!.job.id]])).rows.map(
+        (r) => r.job_id as string,
+      );
+    // The bulk row goes within the cleanup's batching delay; the urgent one waits for its send.
+    await waitFor(async () => (await rows()).length === 1, 2_000, 'the bulk row cleaned up');
+    expect(await rows()).toEqual([u!.job.id]);
+  });
+
   it("a concurrency key's next job (relay_now) goes to the urgent queue, and a dead urgent job's report to the urgent DLQ", async () => {
     const keyed = await l.client.enqueueNow(
       Array.from({ length: 3 }, (_, i) => ({
