@@ -88,6 +88,7 @@ export function ecsDeploymentProbe(ecs: ECSClient, task: EcsTask): DeploymentPro
       primaryRunning: primary.runningCount ?? 0,
       primaryDesired: primary.desiredCount ?? 0,
       primaryFailed: primary.failedTasks ?? 0,
+      ...(primary.rolloutState ? { primaryRolloutState: primary.rolloutState } : {}),
     };
   };
 }

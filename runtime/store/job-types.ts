@@ -6,6 +6,7 @@
 
 import type { JobRegistry } from '../handlers/registry.ts';
 import { DEFAULT_KEEP_FINISHED_DAYS } from './idempotency.ts';
+import { timed } from '../db/pool.ts';
 import type { Queryable } from './job-store.ts';
 
 const REGISTER = `
@@ -52,11 +53,10 @@ export async function registerJobTypes(db: Queryable, registry: JobRegistry, def
 
 /** The payload fields of `type`'s latest registration; null when it did not say (no schema, an older image) or the type is unknown. */
 export async function registeredPayloadFields(db: Queryable, type: string): Promise<string[] | null> {
-  const { rows } = await db.query({
-    name: 'jobTypePayloadFields',
-    text: 'SELECT payload_fields FROM jobs.job_type WHERE type = $1',
-    values: [type],
-  });
+  // With the pool's read timeout (the worker's): a silent primary must not hold a handler slot for TCP's 15 minutes.
+  const { rows } = await db.query(
+    timed(db, { name: 'jobTypePayloadFields', text: 'SELECT payload_fields FROM jobs.job_type WHERE type = $1', values: [type] }),
+  );
   const fields = rows[0]?.payload_fields;
   return Array.isArray(fields) ? fields.map(String) : null;
 }

@@ -13,7 +13,7 @@
 //
 // A newer deployment whose tasks are not all running (an image that crashes, before the circuit
 // breaker rolls it back) retires nothing: the old tasks keep working. Nor does one read: two reads
-// in a row must find all its tasks running, none failed in between (steadilySuperseded). A task ECS did not start
+// 30 s apart must find all its tasks running and its rollout not failed (steadilySuperseded). A task ECS did not start
 // for a service deployment (a one-off `run-task`), a process outside ECS, or ECS not answering:
 // nothing changes, as before this existed (an error is logged once per failing streak).
 
@@ -37,8 +37,10 @@ export interface DeploymentState {
   /** The primary deployment's tasks running, and how many it wants. */
   primaryRunning: number;
   primaryDesired: number;
-  /** The primary deployment's tasks that failed to start or stopped failing (ECS's failedTasks; its circuit breaker counts them). */
+  /** The primary deployment's tasks that failed to start (ECS's failedTasks, which it stops counting once a task runs). */
   primaryFailed?: number;
+  /** ECS's rolloutState of the primary deployment: FAILED once its circuit breaker gave up on it. */
+  primaryRolloutState?: string;
 }
 
 /** Reads the state, or null for a task no service deployment started (nothing to watch). */
@@ -50,10 +52,12 @@ export function superseded(s: DeploymentState): boolean {
 }
 
 /**
- * Two reads an interval apart that both find the task superseded by the same deployment, with no
- * task of it failing in between: its tasks stay up. One read was enough before, and retirement
- * cannot be undone: a new image whose tasks all reached RUNNING and then crashed under load (the
- * circuit breaker not yet rolling back) retired every old task, and the backlog stalled.
+ * Two reads an interval apart (30 s) that both find all of the same newer deployment's tasks
+ * running, its launch failures not growing and its rollout not failed. One read was enough
+ * before, and retirement cannot be undone: a new image whose tasks all reached RUNNING and then
+ * crashed under load retired every old task, and the backlog stalled. A crash within the interval
+ * shows as a task short on the second read; one later than that is the circuit breaker's, and the
+ * retired tasks' jobs are already handed on.
  */
 export function steadilySuperseded(previous: DeploymentState | null, now: DeploymentState): boolean {
   return (
@@ -61,6 +65,7 @@ export function steadilySuperseded(previous: DeploymentState | null, now: Deploy
     superseded(previous) &&
     superseded(now) &&
     previous.primary === now.primary &&
+    now.primaryRolloutState !== 'FAILED' &&
     (now.primaryFailed ?? 0) <= (previous.primaryFailed ?? 0)
   );
 }

@@ -50,7 +50,7 @@ describe('when a task counts as replaced', () => {
     expect(superseded(state(NEW, 0, 0))).toBe(false);
   });
 
-  it('retires on two reads in a row, by the same deployment, with none of its tasks failing in between (review finding: one snapshot of a new image whose tasks then crashed retired every old task for good)', () => {
+  it('retires on two reads in a row, by the same deployment, its launch failures not growing and its rollout not failed (review finding: one snapshot of a new image whose tasks then crashed retired every old task for good)', () => {
     const failed = (s: DeploymentState, n: number): DeploymentState => ({ ...s, primaryFailed: n });
     expect(steadilySuperseded(null, state(NEW, 4, 4))).toBe(false); // the first read
     expect(steadilySuperseded(state(NEW, 4, 4), state(NEW, 4, 4))).toBe(true);
@@ -58,6 +58,7 @@ describe('when a task counts as replaced', () => {
     expect(steadilySuperseded(failed(state(NEW, 4, 4), 0), failed(state(NEW, 4, 4), 2))).toBe(false); // crashing meanwhile
     expect(steadilySuperseded(failed(state(NEW, 4, 4), 2), failed(state(NEW, 4, 4), 2))).toBe(true); // failures long past
     expect(steadilySuperseded(state(NEW, 4, 4), state('ecs-svc/3333333333333333333', 4, 4))).toBe(false);
+    expect(steadilySuperseded(state(NEW, 4, 4), { ...state(NEW, 4, 4), primaryRolloutState: 'FAILED' })).toBe(false); // the circuit breaker gave up
   });
 
   it('the watch: reads until replaced, then calls back once and stops; ECS failing is logged once per streak and changes nothing', async () => {
