@@ -327,7 +327,7 @@ export class JobAlarms extends Construct {
       publishingFailing: make('publishingFailing', {
         alarmName: `${prefix} publishing failing`,
         alarmDescription: describe(
-          `the outbox relays (API and workers) have failed to publish committed jobs to SQS in each of ${PUBLISHING_FAILING_ALARM.evaluationPeriods} periods of ${PUBLISHING_FAILING_ALARM.periodMinutes} minutes: the jobs are in the database and their outbox rows wait, but no message reaches the queue, so nothing runs them. A queue deleted or recreated, a permission or key policy changed, SQS unreachable from the tasks. The relays log \`outbox relay pass failed\` with the SQS error and the job ids; every pass tries again, so the jobs go out once the cause is fixed.`,
+          `the outbox relays (API and workers) have failed to publish committed jobs to SQS in each of ${PUBLISHING_FAILING_ALARM.evaluationPeriods} periods of ${PUBLISHING_FAILING_ALARM.periodMinutes} minutes: the jobs are in the database and their outbox rows wait, but no message reaches the queue, so nothing runs them. A queue deleted or recreated, a permission or key policy changed, SQS unreachable from the tasks. The relays log \`outbox relay could not publish\` with each lane, the SQS error and the job ids; every pass tries again, so the jobs go out once the cause is fixed.`,
           RUNBOOK_SECTION.publishingFailing,
         ),
         metric: jobMetric(envName, METRIC.outboxPublishesFailed, 'Sum', Duration.minutes(PUBLISHING_FAILING_ALARM.periodMinutes)),

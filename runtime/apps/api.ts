@@ -40,6 +40,7 @@ import type { Job } from '../domain/job.ts';
 import { CloudWatchMetrics } from '../observability/cloudwatch.ts';
 import { createLogger, type Logger } from '../observability/log.ts';
 import type { Metrics } from '../observability/metrics.ts';
+import { ecsTask } from './ecs-metadata.ts';
 import { sqsLanes } from '../queue/lanes.ts';
 import type { JobQueue } from '../queue/types.ts';
 import { DEFAULT_RELAY, OutboxRelay, Publisher } from '../store/outbox.ts';
@@ -58,6 +59,8 @@ const STATEMENT_TIMEOUT_MS = 15_000;
 
 export interface ApiConfig {
   databaseUrl: string;
+  /** The database connections' application_name (`jobs connections`); default `jobs-api`, in ECS `jobs-api <task id>`. */
+  applicationName?: string;
   queueUrl: string;
   /** The urgent lane's queue (JOBS_URGENT_QUEUE_URL); absent, the urgent lane shares queueUrl. */
   urgentQueueUrl?: string;
@@ -197,7 +200,7 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
     url: config.databaseUrl,
     ...(credentials ? { credentials } : {}),
     max: config.poolSize,
-    applicationName: 'jobs-api',
+    applicationName: config.applicationName ?? 'jobs-api',
     statementTimeoutMs: STATEMENT_TIMEOUT_MS,
     // A server gone without a reset answers nothing: the platform's statements give up 5 s after
     // the server's own timeout would have (db/pool.ts platformQueryTimeoutMs), freeing the connection.
@@ -382,7 +385,14 @@ export async function startApiService(config: ApiConfig, deps: ApiDeps = {}): Pr
 
 /** Entry point (`jobs api`, the API image): start, and shut down gracefully on SIGTERM / SIGINT. Resolves once listening. */
 export function runApi(env: Env = process.env): Promise<RunningApi> {
-  return runService('jobs api', () =>
-    startApiService(apiConfigFromEnv(env), { live: liveConfigFromEnv(env), ops: opsConfigFromEnv(env), schedules: defaultSchedules(env) }),
-  );
+  return runService('jobs api', async () => {
+    const config = apiConfigFromEnv(env);
+    // In ECS, the task's id names its connections (`jobs connections`: which task holds how many).
+    const taskId = (await ecsTask(env))?.taskId;
+    return startApiService(taskId ? { ...config, applicationName: `jobs-api ${taskId}` } : config, {
+      live: liveConfigFromEnv(env),
+      ops: opsConfigFromEnv(env),
+      schedules: defaultSchedules(env),
+    });
+  });
 }

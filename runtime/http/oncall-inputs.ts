@@ -9,10 +9,9 @@ import { by, flag, flagParam, isoTime, jobId, listLimit, optional, text, wholeNu
 const reason = optional(text(1000));
 const idsError = 'must be an array of job ids (UUIDs)';
 const jobIds = optional(z.array(jobId(idsError), { error: idsError }));
-const lane = () =>
-  z
-    .enum(LANES, { error: (iss) => `must be one of ${LANES.join(', ')} (got ${JSON.stringify(String(iss.input).slice(0, 40))})` })
-    .optional();
+const laneError = (iss: { input?: unknown }) => `must be one of ${LANES.join(', ')} (got ${JSON.stringify(iss.input)?.slice(0, 40)})`;
+/** One lane's dead jobs; absent or null: every lane's (as the DLQ routes' lane). */
+const lane = () => optional(z.enum(LANES, { error: laneError }).meta({ description: "one lane's dead jobs; default every lane's" }));
 const filter = {
   ids: jobIds,
   type: optional(text(100)),
@@ -40,7 +39,7 @@ export const RedriveMany = z.strictObject({
   fromScratch: optional(flag()),
   dryRun: optional(flag()),
 });
-export const DiscardMany = z.strictObject({ ...filter, by: by(100), reason: text(1000) });
+export const DiscardMany = z.strictObject({ ...filter, by: by(100), reason: text(1000), dryRun: optional(flag()) });
 export const RedriveOne = z.strictObject({
   by: by(100),
   reason,

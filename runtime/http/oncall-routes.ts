@@ -9,7 +9,7 @@
 //   POST /v1/dead-jobs/{id}/redrive          { by?, reason?, maxAttempts?, fromScratch? }       409 when not dead
 //   POST /v1/dead-jobs/{id}/discard          { by?, reason }                                   409 when not dead
 //   POST /v1/dead-jobs/redrive               { ids? | type?, lane?, since?, until? | all: true, by?, reason?, maxAttempts?, fromScratch?, dryRun? }
-//   POST /v1/dead-jobs/discard               { ids? | type?, lane?, since?, until? | all: true, by?, reason }
+//   POST /v1/dead-jobs/discard               { ids? | type?, lane?, since?, until? | all: true, by?, reason, dryRun? }
 //   GET|POST /v1/dlq/…                       the dead-letter queue's routes (dlq-routes.ts)
 //   GET  /v1/poison-messages?reason=&since=&includeResolved=&limit=&cursor=
 //   GET  /v1/stuck-jobs?limit=&runningSeconds=&pendingSeconds=
@@ -298,7 +298,15 @@ export class OpsRoutes {
   }
 
   private async discardMany(c: Ctx<unknown, In<typeof DiscardMany>>): Promise<OpsReply> {
-    const report = await this.ops.deadJobs.discard({ ...filterFrom(c.body), by: this.who(c.req, c.body.by), reason: c.body.reason });
+    const dryRun = c.body.dryRun ?? false;
+    const report = await this.ops.deadJobs.discard({
+      ...filterFrom(c.body),
+      by: this.who(c.req, c.body.by),
+      reason: c.body.reason,
+      dryRun,
+    });
+    // A dry run answers what a discard would take (its first batch), as `jobs dead discard --dry-run` prints.
+    if (dryRun) return { status: 200, body: { dryRun, wouldDiscard: report.jobs.map(deadJobView), skipped: report.skipped } };
     return { status: 200, body: { discarded: report.jobs.map(deadJobView), skipped: report.skipped } };
   }
 

@@ -222,7 +222,7 @@ export class OutboxRelay {
     await this.loop.stop();
   }
 
-  /** One pass: publish every due outbox row. Returns how many messages it sent. */
+  /** One pass: publish every due outbox row. Returns how many messages it sent; what it could not send it logs and counts (OutboxPublishesFailed), and the next pass tries again. */
   runOnce(): Promise<number> {
     return this.loop.runOnce();
   }
@@ -236,7 +236,7 @@ export class OutboxRelay {
     let total = 0;
     // Rows whose send failed in this pass: left for the next pass, and not locked again in this
     // one, so that the rows behind them (another lane's) are reached.
-    const failed: { err: unknown; jobIds: string[] }[] = [];
+    const failed: RelayFailure[] = [];
     const skip: string[] = [];
     for (;;) {
       const n = await this.batch(skip);
@@ -248,11 +248,15 @@ export class OutboxRelay {
     if (failed.length > 0) {
       const jobIds = failed.flatMap((f) => f.jobIds);
       this.metrics?.count(METRIC.outboxPublishesFailed, jobIds.length);
-      throw Object.assign(
-        new Error(
-          `the outbox relay could not publish ${jobIds.length} job(s) (published ${total}): ${String((failed[0]!.err as Error)?.message ?? failed[0]!.err)}`,
-        ),
-        { cause: failed[0]!.err, jobIds: jobIds.slice(0, 20) },
+      // One line a pass, what on-call filters for (runbook *publishing failing*): each lane's count
+      // and SQS's error code, the first job ids; the rows stay, and the next pass tries again.
+      const lanes: Record<string, { jobs: number; error: string }> = {};
+      for (const f of failed) lanes[f.lane] = { jobs: (lanes[f.lane]?.jobs ?? 0) + f.jobIds.length, error: errorCode(f.err) };
+      this.log.warn(
+        { lanes, published: total, jobIds: jobIds.slice(0, 20), err: failed[0]!.err },
+        `outbox relay could not publish ${Object.entries(lanes)
+          .map(([lane, l]) => `${l.jobs} job(s) to the ${lane} lane's queue (${l.error})`)
+          .join(', ')}; published ${total}; every pass tries again`,
       );
     }
     return total;
@@ -264,10 +268,8 @@ export class OutboxRelay {
    * rows; the other lane's go out and are deleted: before, the whole batch rolled back, and every
    * pass re-sent the healthy lane's messages while the rows behind never came up.
    */
-  private async batch(
-    skip: string[],
-  ): Promise<{ locked: number; sent: number; unsent: string[]; failed: { err: unknown; jobIds: string[] }[] }> {
-    const failed: { err: unknown; jobIds: string[] }[] = [];
+  private async batch(skip: string[]): Promise<{ locked: number; sent: number; unsent: string[]; failed: RelayFailure[] }> {
+    const failed: RelayFailure[] = [];
     const { rows, sent, unsent } = await withTransaction(this.pool, async (client) => {
       const { rows } = await run(client, 'outboxLockDue', [this.opts.minAgeSeconds, this.opts.batchSize, !this.opts.skipDeferred, skip]);
       // A job that is gone or already terminal needs no message; one due beyond the horizon, none yet.
@@ -285,7 +287,7 @@ export class OutboxRelay {
             })),
           );
         } catch (err) {
-          failed.push({ err, jobIds: batch.map((r) => r.job_id as string) });
+          failed.push({ err, lane: batch[0]!.lane as Lane, jobIds: batch.map((r) => r.job_id as string) });
           for (const r of batch) unsent.add(r);
         }
       }
@@ -301,6 +303,19 @@ export class OutboxRelay {
       );
     return { locked: rows.length, sent: sent.length, unsent, failed };
   }
+}
+
+interface RelayFailure {
+  err: unknown;
+  lane: Lane;
+  jobIds: string[];
+}
+
+/** What names an SQS failure in a log line: its code (QueueDoesNotExist, AccessDenied) or, without one, its message. */
+function errorCode(err: unknown): string {
+  const e = err as { code?: unknown; name?: unknown; message?: unknown } | null;
+  const code = typeof e?.code === 'string' ? e.code : typeof e?.name === 'string' && e.name !== 'Error' ? e.name : null;
+  return code ?? String(e?.message ?? err).slice(0, 200);
 }
 
 /** Batches of at most SQS_BATCH_LIMIT, each of one lane: a lane's failing send does not take the other's messages with it. */

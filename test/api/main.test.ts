@@ -111,6 +111,32 @@ describe('the API service', () => {
       )
     ).rows[0]!.n;
 
+  it('names its database connections after its ECS task (`jobs connections`: which API task holds how many)', async () => {
+    const api = await startApiService(
+      {
+        databaseUrl: db.url,
+        queueUrl: 'http://unused',
+        region: 'us-east-1',
+        port: 0,
+        poolSize: 4,
+        defaultMaxAttempts: 3,
+        applicationName: 'jobs-api 0123abcd',
+      },
+      { queue: new MemoryQueue({ visibilityTimeoutSeconds: 30 }), log: silentLogger, host: '127.0.0.1' },
+    );
+    try {
+      await call(`http://127.0.0.1:${api.port}`, 'POST', '/v1/jobs', {
+        json: { type: 'ledger.post', payload: { batch: 'B-NAME', entries: 1 } },
+      });
+      const { rows } = await db.pool.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'jobs-api 0123abcd' AND datname = current_database()",
+      );
+      expect(rows[0]!.n).toBeGreaterThan(0);
+    } finally {
+      await api.shutdown('test');
+    }
+  });
+
   it('serves the API, publishes an enqueue, and its outbox relay publishes a job nobody published', async () => {
     const queue = new MemoryQueue({ visibilityTimeoutSeconds: 30 });
     const api = await start(queue);

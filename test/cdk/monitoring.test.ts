@@ -258,7 +258,7 @@ describe('alarms', () => {
     });
     expect(a.Dimensions).toBeUndefined();
     expect(a.AlarmDescription).toMatch(
-      /outbox relays.*nothing runs them.*outbox relay pass failed.*Runbook: docs\/runbooks\/README\.md#publishing-failing$/s,
+      /outbox relays.*nothing runs them.*outbox relay could not publish.*Runbook: docs\/runbooks\/README\.md#publishing-failing$/s,
     );
   });
 

@@ -94,6 +94,18 @@ describe('on-call routes in the API server', () => {
     expect((await call(api.url, 'GET', '/v1/dead-jobs?lane=urgent', { headers: auth })).status).toBe(200);
     const redrive = await call(api.url, 'POST', '/v1/dead-jobs/redrive', { headers: auth, json: { lane: 'fast', by: 'x' } });
     expect(redrive).toMatchObject({ status: 400, body: { error: { field: 'lane' } } });
+    // null is every lane, as for the other filter fields and the DLQ routes' lane (on-call drill: it was refused as "null").
+    const every = await call(api.url, 'POST', '/v1/dead-jobs/redrive', {
+      headers: auth,
+      json: { lane: null, all: true, dryRun: true, by: 'x' },
+    });
+    expect(every).toMatchObject({ status: 200, body: { dryRun: true } });
+    // A discard can be previewed through the API too (it could not: dryRun was not a field).
+    const preview = await call(api.url, 'POST', '/v1/dead-jobs/discard', {
+      headers: auth,
+      json: { lane: 'bulk', all: true, dryRun: true, by: 'x', reason: 'drill' },
+    });
+    expect(preview).toMatchObject({ status: 200, body: { dryRun: true, wouldDiscard: expect.any(Array) } });
   });
 
   it('POST /v1/dlq/move-tasks/cancel cancels the task SQS is given, recorded with who asked; an unknown or finished handle is a 404 naming it, one SQS denies a 403', async () => {

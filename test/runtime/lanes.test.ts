@@ -22,6 +22,7 @@ import { parseJobMessage } from '../../runtime/queue/message.ts';
 import { JobClient } from '../../runtime/store/client.ts';
 import { JobStore } from '../../runtime/store/job-store.ts';
 import { OutboxRelay, Publisher } from '../../runtime/store/outbox.ts';
+import { pino } from 'pino';
 import { CountingMetrics } from '../../runtime/observability/metrics.ts';
 import { METRIC } from '../../runtime/observability/metric-names.ts';
 import { NonRetryableError } from '../../runtime/domain/errors.ts';
@@ -396,8 +397,18 @@ describe("lanes: every message of a job goes to its lane's queue", () => {
       Array.from({ length: 3 }, (_, i) => ({ type: 'test.work', payload: { tag: `lr${i}` }, maxAttempts: 3 })),
     );
     const metrics = new CountingMetrics();
-    const relay = new OutboxRelay(l.db.pool, queue, silentLogger, { minAgeSeconds: 0, intervalMs: 1000, batchSize: 2 }, metrics);
-    for (let pass = 0; pass < 3; pass++) await expect(relay.runOnce()).rejects.toThrow(/could not publish 3 job\(s\).*NonExistentQueue/);
+    const lines: { msg: string; lanes?: unknown; jobIds?: string[] }[] = [];
+    const log = pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const relay = new OutboxRelay(l.db.pool, queue, log, { minAgeSeconds: 0, intervalMs: 1000, batchSize: 2 }, metrics);
+    for (let pass = 0; pass < 3; pass++) expect(await relay.runOnce()).toBe(pass === 0 ? 3 : 0);
+    // One line a pass naming the lane, SQS's error and the jobs (runbook *publishing failing*, step 1).
+    expect(lines.map((x) => x.msg)).toEqual(
+      Array(3)
+        .fill("outbox relay could not publish 3 job(s) to the urgent lane's queue (AWS.SimpleQueueService.NonExistentQueue); published ")
+        .map((m, i) => `${m}${i === 0 ? 3 : 0}; every pass tries again`),
+    );
+    expect(lines[0]).toMatchObject({ lanes: { urgent: { jobs: 3, error: 'AWS.SimpleQueueService.NonExistentQueue' } } });
+    expect([...lines[0]!.jobIds!].sort()).toEqual([...urgentIds].sort());
     // What the *publishing failing* alarm counts: the jobs each failed pass could not send.
     expect(metrics.counts.get(METRIC.outboxPublishesFailed)).toBe(9);
     expect((await outboxJobs()).sort()).toEqual([...urgentIds].sort());
