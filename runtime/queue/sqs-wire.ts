@@ -111,7 +111,12 @@ export class SqsWire implements SqsHotPath {
     this.receiveGraceMs = o.receiveGraceMs ?? 15_000;
     this.retryDelayMs = o.retryDelayMs ?? { base: 50, throttling: 1000 };
     this.httpClient = o.httpClient ?? 'platform';
-    this.http1 = this.httpClient === 'platform' ? new Http1Client({ maxSockets: 50 }) : null;
+    // Connections per origin: a worker's receives ahead (up to 32 capacities / 10 in flight at
+    // once, fetcher.ts) and its deletes, each a round trip of 10–20 ms. With 50 (the SDK's
+    // default), calls queued for a connection at 10,000 jobs/s: no-op jobs at concurrency 50 with
+    // 15 ms per call kept 73–75 % of the zero-delay rate, against 97–104 % with 256
+    // (docs/performance-history.md, session 25).
+    this.http1 = this.httpClient === 'platform' ? new Http1Client({ maxSockets: 256 }) : null;
   }
 
   /** The wire for what `client` is configured with: its credentials, region, attempt cap and endpoint. */

@@ -41,9 +41,12 @@ export interface Slots {
  * (concurrency + prefetch), a bound on memory. Too much ahead (long jobs right after fast ones)
  * is handed to idle peers (worker.ts releaseSurplus). Measured (no-op, concurrency 10, 15 ms per
  * SQS call, 100–150 messages in flight at 4,000 jobs/s here), share of the zero-delay rate:
- * 2 capacities 65 %, 4: 79 %, 8: 81 %, 16: 88 % (medians of 3).
+ * 2 capacities 65 %, 4: 79 %, 8: 81 %, 16: 88 % (medians of 3). At twice that rate (a quieter
+ * machine, drains of 20,000) 16 capacities was the bound at concurrency 10 (the loop waited with
+ * no room 5 times in 6): 85–86 % against 96–97 % with 32, two alternating pairs of 2 runs
+ * (docs/performance-history.md, session 25).
  */
-const AHEAD_CAPACITIES = 16;
+export const AHEAD_CAPACITIES = 32;
 
 export class Fetcher {
   /** Since when the database has been unreachable (a failover): no receiving until it answers. */

@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
 import { pause } from '../../runtime/handlers/validate.ts';
+import { AHEAD_CAPACITIES } from '../../runtime/worker/fetcher.ts';
 import type { JobQueue, OutgoingMessage, ReceivedMessage, VisibilityChange } from '../../runtime/queue/types.ts';
 import { createPlatform, holdJobRow, stagedJobs, waitFor, type Platform } from '../support/platform.ts';
 
@@ -108,9 +109,9 @@ describe('receiving over a queue with a round trip', () => {
     // One receive at a time would leave the slots empty one round trip per batch.
     expect(slow.maxInFlight).toBeGreaterThanOrEqual(2);
     // Full batches: about one receive per 10 jobs, plus the receives on their way when the queue
-    // empties (at most the ask-ahead bound, 16 capacities of 20 = 32 receives; they come back at
-    // once, empty) and the idle poll after the drain.
-    expect(slow.receives).toBeLessThanOrEqual(n / 10 + 6 + 32);
+    // empties (at most the ask-ahead bound, AHEAD_CAPACITIES capacities of 20 / 10 a receive;
+    // they come back at once, empty) and the idle poll after the drain.
+    expect(slow.receives).toBeLessThanOrEqual(n / 10 + 6 + (AHEAD_CAPACITIES * 20) / 10);
     expect(slow.fullReceives).toBeGreaterThanOrEqual(n / 10 - 2);
     expect([...runs.values()].every((c) => c === 1)).toBe(true);
     expect(runs.size).toBe(n);
