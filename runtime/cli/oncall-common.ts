@@ -8,6 +8,7 @@ import { DEFAULT_JOB_TIMINGS } from '../config/rules.ts';
 import { sqsFromEnvIfSet } from '../config/sqs.ts';
 import { createPool } from '../db/pool.ts';
 import { isJobId, parseIsoTime } from '../domain/ids.ts';
+import { isLane, LANES, type Lane } from '../domain/lanes.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import { defaultSchedules } from '../handlers/schedules.ts';
 import { silentLogger } from '../observability/log.ts';
@@ -89,6 +90,13 @@ export async function withOps<T>(env: Env, fn: (ops: OpsServices) => Promise<T>)
   } finally {
     await pool.end();
   }
+}
+
+/** --lane: one lane, or undefined for every lane (`every` says what leaving it out covers). */
+export function laneFlag(v: string | undefined, every: string): Lane | undefined {
+  if (v === undefined) return undefined;
+  if (!isLane(v)) throw new UsageError(`--lane must be one of ${LANES.join(', ')} (got ${v}); leave it out for ${every}`);
+  return v;
 }
 
 /** The jobs a command skipped, one line each with the reason. */

@@ -2,13 +2,19 @@
 // printing what it did and why for every job, or one JSON document with --json. Exit 1 when a
 // job asked for was skipped.
 
-import { isLane, LANES, type Lane } from '../domain/lanes.ts';
+import type { Lane } from '../domain/lanes.ts';
 import { PAYLOAD_REFUSED_ADVICE, payloadRefused } from '../domain/settlement.ts';
 import type { OpsJob } from '../oncall/db.ts';
 import { deathSummary, REDRIVE_BATCH } from '../oncall/dead-jobs.ts';
 import { parseCommand } from './args.ts';
 import { formatJob, UsageError } from './format.ts';
-import { type Env, ids, intFlag, type Out, parseTime, skippedLines, whoAsked, withOps } from './oncall-common.ts';
+import { type Env, ids, intFlag, laneFlag, type Out, parseTime, skippedLines, whoAsked, withOps } from './oncall-common.ts';
+
+/** --lane as a filter field (the urgent DLQ's alarm: its dead jobs, not the bulk backlog's). */
+function lane(v: string | undefined): { lane?: Lane } {
+  const l = laneFlag(v, 'every lane');
+  return l ? { lane: l } : {};
+}
 
 function deadLine(j: OpsJob): string {
   const d = deathSummary(j);
@@ -28,13 +34,6 @@ function needsSelection(
       `jobs dead ${action} needs job ids, a type, a lane, a time range (--type T, --lane L, --since T, --until T) or --all (every dead job)`,
     );
   if (idList && filtered) throw new UsageError(`jobs dead ${action}: name job ids or --type/--lane/--since/--until/--all, not both`);
-}
-
-/** --lane: one lane's dead jobs (the urgent DLQ's alarm: its dead jobs, not the bulk backlog's). */
-function laneFlag(v: string | undefined): { lane?: Lane } {
-  if (v === undefined) return {};
-  if (!isLane(v)) throw new UsageError(`--lane must be one of ${LANES.join(', ')} (got ${v}); leave it out for every lane`);
-  return { lane: v };
 }
 
 export async function deadCommand(argv: string[], env: Env, out: Out): Promise<number> {
@@ -67,7 +66,7 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
           limit,
           includeDiscarded: values.discarded ?? false,
           ...(values.type ? { type: values.type } : {}),
-          ...laneFlag(values.lane),
+          ...lane(values.lane),
           ...(since ? { since } : {}),
           ...(until ? { until } : {}),
         }),
@@ -139,7 +138,7 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
           by,
           ...(idList ? { ids: idList } : {}),
           ...(values.type ? { type: values.type } : {}),
-          ...laneFlag(values.lane),
+          ...lane(values.lane),
           ...(since ? { since } : {}),
           ...(until ? { until } : {}),
           all: values.all ?? false,
@@ -188,7 +187,7 @@ export async function deadCommand(argv: string[], env: Env, out: Out): Promise<n
           reason: values.reason!,
           ...(idList ? { ids: idList } : {}),
           ...(values.type ? { type: values.type } : {}),
-          ...laneFlag(values.lane),
+          ...lane(values.lane),
           ...(since ? { since } : {}),
           ...(until ? { until } : {}),
           all: values.all ?? false,

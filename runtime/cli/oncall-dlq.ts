@@ -5,12 +5,11 @@
 
 import { ENV } from '../config/env.ts';
 import { ConfigError } from '../config/rules.ts';
-import { isLane, LANES, type Lane } from '../domain/lanes.ts';
 import { MoveCancelError, type DlqPassReport, type ReconciledLetter } from '../oncall/dlq.ts';
 import type { OpsServices } from '../oncall/services.ts';
 import { parseCommand } from './args.ts';
 import { UsageError } from './format.ts';
-import { type Env, intFlag, type Out, whoAsked, withOps } from './oncall-common.ts';
+import { type Env, intFlag, laneFlag, type Out, whoAsked, withOps } from './oncall-common.ts';
 
 function needDlq(ops: OpsServices) {
   if (!ops.deadLetters) {
@@ -22,13 +21,6 @@ function needDlq(ops: OpsServices) {
     ]);
   }
   return ops.deadLetters;
-}
-
-/** --lane: one lane's DLQ (default: every lane's). */
-function laneFlag(v: string | undefined): Lane | undefined {
-  if (v === undefined) return undefined;
-  if (!isLane(v)) throw new UsageError(`--lane must be one of ${LANES.join(', ')} (got ${v}); leave it out for every lane's DLQ`);
-  return v;
 }
 
 /**
@@ -71,7 +63,7 @@ export async function dlqCommand(argv: string[], env: Env, out: Out): Promise<nu
         json: { type: 'boolean' },
       });
       const limit = intFlag('--limit', values.limit, 1, 100_000)!;
-      const lane = laneFlag(values.lane);
+      const lane = laneFlag(values.lane, "every lane's DLQ");
       const r = await withOps(env, (ops) => needDlq(ops).look(limit, lane));
       const letters = values.poison ? r.letters.filter((l) => l.verdict === 'keep' && l.jobState === null) : r.letters;
       if (values.json) {
@@ -97,7 +89,7 @@ export async function dlqCommand(argv: string[], env: Env, out: Out): Promise<nu
       const limit = intFlag('--limit', values.limit, 1, 100_000)!;
       const rate = intFlag('--rate', values.rate, 1, 500);
       const by = whoAsked(values.by);
-      const lane = laneFlag(values.lane);
+      const lane = laneFlag(values.lane, "every lane's DLQ");
       const r = await withOps(env, (ops) =>
         needDlq(ops).redrive({
           ...(lane ? { lane } : {}),
@@ -134,7 +126,7 @@ export async function dlqCommand(argv: string[], env: Env, out: Out): Promise<nu
       if (positionals.length === 0) throw new UsageError('jobs dlq discard MESSAGE_ID…: name the message ids (see jobs dlq list)');
       if (!values.reason?.trim()) throw new UsageError('jobs dlq discard: --reason is required (why are these dead letters thrown away?)');
       const by = whoAsked(values.by);
-      const lane = laneFlag(values.lane);
+      const lane = laneFlag(values.lane, "every lane's DLQ");
       const r = await withOps(env, (ops) =>
         needDlq(ops).discard({ messageIds: positionals, by, reason: values.reason!, ...(lane ? { lane } : {}) }),
       );

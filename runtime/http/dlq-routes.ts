@@ -16,6 +16,7 @@ import {
   flag,
   flagParam,
   HttpError,
+  laneFilter,
   listLimit,
   optional,
   route,
@@ -25,7 +26,6 @@ import {
   type Route,
   type RouteContext,
 } from './kernel.ts';
-import { LANES } from '../domain/lanes.ts';
 import { MoveCancelError, type DlqPassReport } from '../oncall/dlq.ts';
 import type { OpsServices } from '../oncall/services.ts';
 
@@ -44,9 +44,8 @@ function dlqView(r: DlqPassReport) {
 
 const messageIdsError = 'must be an array of 1 to 1000 message ids (see GET /v1/dlq/messages)';
 
-const laneError = (iss: { input?: unknown }) => `must be one of ${LANES.join(', ')} (got ${JSON.stringify(iss.input)?.slice(0, 40)})`;
 /** One lane's DLQ; absent: every lane's. */
-const lane = () => optional(z.enum(LANES, { error: laneError }).meta({ description: "one lane's DLQ; default every lane's" }));
+const lane = () => laneFilter("one lane's DLQ; default every lane's");
 const DlqQuery = z.object({ limit: listLimit(10_000, 1000), poison: optional(flagParam()), lane: lane() });
 const DlqRedrive = z.strictObject({
   lane: lane(),

@@ -4,6 +4,7 @@
 
 import * as z from 'zod';
 import { ISO_TIME_PATTERN, JOB_ID_PATTERN, parseIsoTime } from '../domain/ids.ts';
+import { LANES } from '../domain/lanes.ts';
 
 const got = (v: unknown) => JSON.stringify(typeof v === 'string' ? v.slice(0, 40) : v);
 
@@ -58,6 +59,14 @@ export const jobId = (error?: string) =>
 
 /** Optional: an absent or null value reads as undefined (JSON clients send null for "none"). */
 export const optional = <S extends z.ZodType>(s: S) => s.nullish().transform((v) => v ?? undefined);
+
+/** A lane filter, absent or null for every lane (the on-call routes': dead jobs, the DLQ). */
+export const laneFilter = (description: string) =>
+  optional(
+    z
+      .enum(LANES, { error: (iss) => `must be one of ${LANES.join(', ')} (got ${JSON.stringify(iss.input)?.slice(0, 40)})` })
+      .meta({ description }),
+  );
 
 /** Who asks, in an on-call body: recorded with the caller's address (a shared token names no person). */
 export const by = (max: number) => optional(text(max)).meta({ description: 'who asks (recorded with the caller address)' });

@@ -16,7 +16,7 @@ import { issueField, issueStatus } from '../domain/issues.ts';
 import type { Job, JobState } from '../domain/job.ts';
 
 // The field schemas (fields.ts), here too: a route file imports its kernel from one place.
-export { by, flag, flagParam, isoTime, jobId, listLimit, optional, text, wholeNumber, wholeNumberParam } from './fields.ts';
+export { by, flag, flagParam, isoTime, jobId, laneFilter, listLimit, optional, text, wholeNumber, wholeNumberParam } from './fields.ts';
 
 /** Deepest nesting accepted in a request body: PostgreSQL's jsonb refuses very deep documents with an error we would otherwise answer as a 500. */
 export const MAX_JSON_DEPTH = 64;

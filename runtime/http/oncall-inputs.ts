@@ -2,16 +2,15 @@
 // service runs, and the dead-job filter they share.
 
 import * as z from 'zod';
-import { LANES, type Lane } from '../domain/lanes.ts';
+import type { Lane } from '../domain/lanes.ts';
 import type { DeadJobFilter } from '../oncall/dead-jobs.ts';
-import { by, flag, flagParam, isoTime, jobId, listLimit, optional, text, wholeNumber, wholeNumberParam } from './kernel.ts';
+import { by, flag, flagParam, isoTime, jobId, laneFilter, listLimit, optional, text, wholeNumber, wholeNumberParam } from './kernel.ts';
 
 const reason = optional(text(1000));
 const idsError = 'must be an array of job ids (UUIDs)';
 const jobIds = optional(z.array(jobId(idsError), { error: idsError }));
-const laneError = (iss: { input?: unknown }) => `must be one of ${LANES.join(', ')} (got ${JSON.stringify(iss.input)?.slice(0, 40)})`;
 /** One lane's dead jobs; absent or null: every lane's (as the DLQ routes' lane). */
-const lane = () => optional(z.enum(LANES, { error: laneError }).meta({ description: "one lane's dead jobs; default every lane's" }));
+const lane = () => laneFilter("one lane's dead jobs; default every lane's");
 const filter = {
   ids: jobIds,
   type: optional(text(100)),
