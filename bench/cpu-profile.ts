@@ -3,6 +3,7 @@
 // The .cpuprofile file opens in Chrome DevTools; `summarize` prints where the time went.
 import { Session } from 'node:inspector/promises';
 import { writeFile } from 'node:fs/promises';
+import { constants, PerformanceObserver } from 'node:perf_hooks';
 
 interface ProfileNode {
   id: number;
@@ -20,8 +21,29 @@ export async function profileCpu<T>(file: string, phase: () => Promise<T>): Prom
   await session.post('Profiler.enable');
   await session.post('Profiler.setSamplingInterval', { interval: 200 });
   await session.post('Profiler.start');
+  // Allocations too (a sample every 32 KiB), kept or collected: what feeds the garbage collector.
+  await session.post('HeapProfiler.enable');
+  await session.post('HeapProfiler.startSampling', {
+    samplingInterval: 32_768,
+    includeObjectsCollectedByMajorGC: true,
+    includeObjectsCollectedByMinorGC: true,
+  });
+  let heap: HeapProfile | undefined;
+  // The collector's pauses by kind (young generation: scavenges; old: mark-compact), in the phase.
+  const gc = { minor: { n: 0, ms: 0 }, major: { n: 0, ms: 0 } };
+  const gcWatch = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      const kind =
+        (e as unknown as { detail?: { kind?: number } }).detail?.kind === constants.NODE_PERFORMANCE_GC_MINOR ? gc.minor : gc.major;
+      kind.n++;
+      kind.ms += e.duration;
+    }
+  });
+  gcWatch.observe({ entryTypes: ['gc'] });
   const stop = async (): Promise<Profile> => {
+    gcWatch.disconnect();
     const { profile } = (await session.post('Profiler.stop')) as unknown as { profile: Profile };
+    heap = ((await session.post('HeapProfiler.stopSampling')) as unknown as { profile: HeapProfile }).profile;
     session.disconnect();
     return profile;
   };
@@ -34,7 +56,38 @@ export async function profileCpu<T>(file: string, phase: () => Promise<T>): Prom
   }
   const profile = await stop();
   await writeFile(file, JSON.stringify(profile));
-  return { result, summary: summarize(profile) };
+  await writeFile(file.replace(/\.cpuprofile$/, '.heapprofile'), JSON.stringify(heap));
+  const pauses = `  garbage collector pauses: ${gc.minor.n} scavenges ${gc.minor.ms.toFixed(0)} ms, ${gc.major.n} others (mark-compact, incremental steps) ${gc.major.ms.toFixed(0)} ms`;
+  return { result, summary: `${summarize(profile)}\n${summarizeHeap(heap!)}\n${pauses}` };
+}
+
+interface HeapNode {
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  selfSize: number;
+  children: HeapNode[];
+}
+interface HeapProfile {
+  head: HeapNode;
+}
+
+/** Bytes allocated by function (sampled), largest first. */
+export function summarizeHeap(p: HeapProfile, top = 15): string {
+  const byFn = new Map<string, number>();
+  let total = 0;
+  const walk = (n: HeapNode) => {
+    const cf = n.callFrame;
+    const url = cf.url.replace(/^.*node_modules\//, '').replace(/^file:\/\/.*?\/(runtime|bench)\//, '$1/');
+    const fn = `${cf.functionName || '(anonymous)'} ${url}${url ? `:${cf.lineNumber + 1}` : ''}`;
+    byFn.set(fn, (byFn.get(fn) ?? 0) + n.selfSize);
+    total += n.selfSize;
+    for (const c of n.children) walk(c);
+  };
+  walk(p.head);
+  const rows = [...byFn]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, top)
+    .map(([k, b]) => `    ${(b / 2 ** 20).toFixed(1).padStart(8)} MiB ${((100 * b) / total).toFixed(1).padStart(5)} %  ${k}`);
+  return [`  allocations in the process phase (sampled): ${(total / 2 ** 20).toFixed(0)} MiB`, '  by function (self):', ...rows].join('\n');
 }
 
 /** Self time by source file and by function, largest first. */

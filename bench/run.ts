@@ -9,7 +9,7 @@
 //   npm run bench                                 # defaults: 20,000 jobs, 3 runs, c = 1, 10, 50
 //   npm run bench -- --runs 1 --jobs 5000 --concurrency 10 --transports memory
 //   npm run bench -- --peers                      # also run ../shared/bench/peers on the same PostgreSQL
-//   npm run bench -- --profile                    # WAL per statement (pg_stat_statements) and a CPU profile of the process phase
+//   npm run bench -- --profile                    # WAL per statement (pg_stat_statements), a CPU and an allocation profile of the process phase, its GC pauses
 //   npm run bench -- --keys 0,1,10                # keyed no-op jobs (limit 1 per key) over that many keys, 0 = unkeyed, same run
 //   npm run bench -- --key-backlog 500,2000       # one key with N jobs waiting: does a key's backlog slow its claims?
 //   npm run bench -- --sqs-latency-ms 0,15        # every SQS call 15 ms slower (a delaying proxy), beside 0 ms
