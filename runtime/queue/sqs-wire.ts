@@ -142,9 +142,12 @@ export class SqsWire implements SqsHotPath {
     for (const m of out.Messages ?? []) {
       if (md5Hex(m.Body ?? '') !== m.MD5OfBody) bad.push(m.MessageId ?? '?');
       // Binary attribute values travel as base64; the SDK's type says bytes.
-      for (const v of Object.values(m.MessageAttributes ?? {})) {
-        if (typeof v.BinaryValue === 'string') v.BinaryValue = Buffer.from(v.BinaryValue, 'base64');
-      }
+      const attributes = m.MessageAttributes;
+      if (attributes)
+        for (const k in attributes) {
+          const v = attributes[k]!;
+          if (typeof v.BinaryValue === 'string') v.BinaryValue = Buffer.from(v.BinaryValue, 'base64');
+        }
     }
     if (bad.length > 0) throw new Error(`Invalid MD5 checksum on messages: ${bad.join(', ')}`);
     return out;

@@ -148,14 +148,23 @@ export class SqsQueue implements JobQueue {
         },
         signal,
       );
-      return (out.Messages ?? []).map((m) => ({
-        messageId: m.MessageId ?? '',
-        receipt: m.ReceiptHandle ?? '',
-        body: m.Body ?? '',
-        receiveCount: Number(m.Attributes?.ApproximateReceiveCount ?? 1),
-        attributes: Object.fromEntries(Object.entries(m.MessageAttributes ?? {}).map(([k, v]) => [k, v.StringValue ?? ''])),
-        ...(m.Attributes?.SentTimestamp ? { sentAt: Number(m.Attributes.SentTimestamp) } : {}),
-      }));
+      const received: ReceivedMessage[] = [];
+      for (const m of out.Messages ?? []) {
+        const attributes: Record<string, string> = {};
+        const given = m.MessageAttributes;
+        if (given) for (const k in given) attributes[k] = given[k]!.StringValue ?? '';
+        const r: ReceivedMessage = {
+          messageId: m.MessageId ?? '',
+          receipt: m.ReceiptHandle ?? '',
+          body: m.Body ?? '',
+          receiveCount: Number(m.Attributes?.ApproximateReceiveCount ?? 1),
+          attributes,
+        };
+        const sent = m.Attributes?.SentTimestamp;
+        if (sent) r.sentAt = Number(sent);
+        received.push(r);
+      }
+      return received;
     } catch (err) {
       if (signal?.aborted) return [];
       throw err;

@@ -59,6 +59,7 @@ export interface JobQueue {
   /** Send messages; throws if any could not be sent (callers keep their outbox row and retry). */
   send(messages: OutgoingMessage[]): Promise<void>;
   /** Long-poll for up to `max` (≤ 10) messages. Resolves early with [] when `signal` aborts. */
+  /** Up to `max` messages, each a new object the caller owns (LaneQueues marks them in place). */
   receive(max: number, waitSeconds: number, signal?: AbortSignal): Promise<ReceivedMessage[]>;
   /** Batch visibility change; returns the entries that failed. */
   changeVisibility(changes: VisibilityChange[]): Promise<EntryFailure[]>;
