@@ -98,7 +98,10 @@ export const OPERATOR_SQL = {
          AND ($7::uuid IS NULL OR (d.dead_at, d.job_id) > ($6::timestamptz, $7::uuid))
        ORDER BY d.dead_at, d.job_id
        LIMIT $8
-         FOR UPDATE OF j
+         -- Both rows, in the discard's order: a discard committing while this waits is seen when
+         -- PostgreSQL re-checks the row (it re-reads only the rows it locks), so a filtered redrive
+         -- leaves the just-discarded job dead instead of undoing the discard.
+         FOR UPDATE OF d, j
     ), judged AS (
       SELECT l.*,
              CASE

@@ -201,6 +201,43 @@ describe('dead jobs', () => {
     await Promise.all(ids.map((id) => p.store.cancel(id, 'cleanup')));
   });
 
+  it('a filtered redrive that waits for a discard committing meanwhile leaves the discarded job dead (API review: it redrove it)', async () => {
+    const since = new Date();
+    const job = await deadJob();
+    // A discard under way: its dead_job and job rows locked and updated, not yet committed.
+    const alice = await p.db.pool.connect();
+    try {
+      await alice.query('BEGIN');
+      await alice.query('SELECT 1 FROM jobs.dead_job d JOIN jobs.job j ON j.id = d.job_id WHERE d.job_id = $1 FOR UPDATE OF d, j', [
+        job.id,
+      ]);
+      await alice.query(
+        "UPDATE jobs.dead_job SET discarded_at = now(), discarded_by = 'alice', discard_reason = 'posted by hand' WHERE job_id = $1",
+        [job.id],
+      );
+      await alice.query('UPDATE jobs.job SET attempt_log = attempt_log WHERE id = $1', [job.id]);
+      // Bob's redrive of every dead job of the type (discarded ones left out) waits for the locks...
+      const bob = dead.redrive({ type: 'test.fatal', since, by: 'bob' });
+      await waitFor(async () => {
+        const { rows } = await p.db.pool.query(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%WITH locked AS%'",
+        );
+        return rows[0].n > 0;
+      });
+      // ...and Alice's discard commits first.
+      await alice.query('COMMIT');
+      const r = await bob;
+      expect({ redriven: r.jobs.map((j) => j.id), wereDiscarded: r.wereDiscarded }).toEqual({ redriven: [], wereDiscarded: [] });
+    } finally {
+      alice.release();
+    }
+    const { rows } = await p.db.pool.query(
+      'SELECT j.state, d.discarded_by FROM jobs.job j LEFT JOIN jobs.dead_job d ON d.job_id = j.id WHERE j.id = $1',
+      [job.id],
+    );
+    expect(rows[0]).toEqual({ state: 'dead', discarded_by: 'alice' });
+  });
+
   it('idempotency keys: a dead job whose key an active job holds is skipped with the reason, not a 500', async () => {
     const old = await deadJob('test.fatal', { idempotencyKey: 'close-2026-10' });
     const [active] = await p.client.enqueueNow({ type: 'test.fatal', payload: {}, idempotencyKey: 'close-2026-10' });
