@@ -22,6 +22,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { ReportedError } from '../domain/errors.ts';
+import { timed } from './pool.ts';
 
 /** A migration that cannot apply: the message names the file, what is wrong and what to do (the `jobs` command prints it without a stack). */
 export class MigrationError extends ReportedError {
@@ -387,9 +388,15 @@ export async function pendingMigrations(pool: pg.Pool, dir?: string, appDir?: st
   const sets = [await loadMigrations(dir), await loadAppMigrations(appDir)];
   const pending: string[] = [];
   for (const [i, ledger] of LEDGERS.entries()) {
-    const { rows } = await pool.query<{ exists: boolean }>('SELECT to_regclass($1) IS NOT NULL AS exists', [ledger.table]);
+    // With the pool's read timeout: /readyz polled during a silent primary would otherwise hold a
+    // connection per call until TCP gives up (about 15 minutes), and the API's enqueues wait for one.
+    const { rows } = await pool.query<{ exists: boolean }>(
+      timed(pool, { text: 'SELECT to_regclass($1) IS NOT NULL AS exists', values: [ledger.table] }),
+    );
     const have = new Set(
-      rows[0]?.exists ? (await pool.query<{ version: number }>(`SELECT version FROM ${ledger.table}`)).rows.map((r) => r.version) : [],
+      rows[0]?.exists
+        ? (await pool.query<{ version: number }>(timed(pool, { text: `SELECT version FROM ${ledger.table}` }))).rows.map((r) => r.version)
+        : [],
     );
     pending.push(...sets[i]!.filter((m) => !have.has(m.version)).map((m) => ledger.prefix + m.name));
   }

@@ -6,6 +6,7 @@
 import type pg from 'pg';
 import { rowToJob, type Job } from '../domain/job.ts';
 import { SQL } from './sql.ts';
+import { timed } from '../db/pool.ts';
 
 type Queryable = Pick<pg.Pool, 'query'> | Pick<pg.PoolClient, 'query'>;
 
@@ -87,5 +88,6 @@ async function lastingKey(db: Queryable, spec: KeyedJob): Promise<Job | null> {
 
 /** A named statement as a prepared statement (job-store.ts run(), which this file cannot import without a cycle). */
 function q(db: Queryable, name: 'jobGetActiveByKey' | 'keyGet' | 'keyRelease' | 'keyRepoint' | 'keyAdopt', values: unknown[]) {
-  return db.query({ name, text: SQL[name], values });
+  // With the read timeout of the pool or transaction (a silent primary must not hold the connection for TCP's 15 minutes).
+  return db.query(timed(db, { name, text: SQL[name], values }));
 }

@@ -4,12 +4,13 @@
 // enqueue publishes exactly one message after COMMIT.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_PAYLOAD_BYTES } from '../../runtime/store/client.ts';
-import { createPool } from '../../runtime/db/pool.ts';
+import { createPool, endPool } from '../../runtime/db/pool.ts';
 import { migrate } from '../../runtime/db/migrate.ts';
 import { JobClient } from '../../runtime/store/client.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { parseJobMessage } from '../../runtime/queue/message.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
+import { startDbProxy } from '../../dev/db-proxy.ts';
 import { createPlatform, type Platform } from '../support/platform.ts';
 import { expectJobTypesListed, unknownTypeMessage } from '../support/registered-types.ts';
 import { defaultRegistry } from '../../runtime/handlers/index.ts';
@@ -113,6 +114,29 @@ describe('jobs API', () => {
       } finally {
         await s.close();
         await dead.end();
+      }
+    });
+    it("GET /readyz on a silent primary lets its connection go after the read timeout: enqueues work again once the database answers (API review: each call held one for TCP's 15 minutes)", async () => {
+      const u = new URL(p.db.url);
+      const proxy = await startDbProxy({ host: u.hostname, port: Number(u.port) });
+      const pool = createPool({ url: proxy.url(p.db.url), max: 1, applicationName: 'readyz-stall', platformQueryTimeoutMs: 300 });
+      const client = new JobClient({ pool, registry: p.registry, publisher: p.publisher, defaultMaxAttempts: 3 });
+      const s = await startServer({ pool, client, registry: p.registry, log: silentLogger, readyTimeoutMs: 200 });
+      try {
+        expect((await call(s.url, 'GET', '/readyz')).status).toBe(200);
+        expect(proxy.stall()).toBe(1); // the primary goes silent: the open connection hears nothing, never a reset
+        expect((await call(s.url, 'GET', '/readyz')).status).toBe(503);
+        // New connections reach the database again (the proxy forwards them), once the pool has room for one.
+        const r = await Promise.race([
+          call(s.url, 'POST', '/v1/jobs', { json: ledger('READYZ-STALL') }),
+          new Promise<{ status: string }>((resolve) => setTimeout(() => resolve({ status: 'no answer within 5 s' }), 5000)),
+        ]);
+        expect(r.status).toBe(201);
+        await p.store.cancel((r as { body: { id: string } }).body.id, 'cleanup');
+      } finally {
+        await s.close();
+        await endPool(pool, 1000);
+        await proxy.stop();
       }
     });
   });
