@@ -383,20 +383,15 @@ async function lockHolders(client: pg.PoolClient, olderThanMs: number): Promise<
     .join('; ');
 }
 
-/** Names of migrations not yet applied, the platform's and the application's (empty when the schema is current). Used by /readyz. */
+/** Migrations not yet applied, the platform's and the application's. /readyz's: with the read timeout (a silent primary held a connection per call for ~15 min). */
 export async function pendingMigrations(pool: pg.Pool, dir?: string, appDir?: string): Promise<string[]> {
   const sets = [await loadMigrations(dir), await loadAppMigrations(appDir)];
   const pending: string[] = [];
+  const query = <R extends pg.QueryResultRow>(text: string, values: unknown[] = []) => pool.query<R>(timed(pool, { text, values }));
   for (const [i, ledger] of LEDGERS.entries()) {
-    // With the pool's read timeout: /readyz polled during a silent primary would otherwise hold a
-    // connection per call until TCP gives up (about 15 minutes), and the API's enqueues wait for one.
-    const { rows } = await pool.query<{ exists: boolean }>(
-      timed(pool, { text: 'SELECT to_regclass($1) IS NOT NULL AS exists', values: [ledger.table] }),
-    );
+    const { rows } = await query<{ exists: boolean }>('SELECT to_regclass($1) IS NOT NULL AS exists', [ledger.table]);
     const have = new Set(
-      rows[0]?.exists
-        ? (await pool.query<{ version: number }>(timed(pool, { text: `SELECT version FROM ${ledger.table}` }))).rows.map((r) => r.version)
-        : [],
+      rows[0]?.exists ? (await query<{ version: number }>(`SELECT version FROM ${ledger.table}`)).rows.map((r) => r.version) : [],
     );
     pending.push(...sets[i]!.filter((m) => !have.has(m.version)).map((m) => ledger.prefix + m.name));
   }
