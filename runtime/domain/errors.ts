@@ -75,3 +75,24 @@ export function errorToJson(err: unknown, retryable: boolean): { name: string; m
   }
   return { name: 'Error', message: String(err).slice(0, 4000), retryable };
 }
+
+/**
+ * Jobs without an idempotency key whose insert (or COMMIT) had been sent when the database
+ * connection failed: they may exist or not, and enqueuing them again may create them twice. Look
+ * them up by id first (the API: GET /v1/jobs/{id}, 404 = not created), or enqueue with an
+ * idempotency key, which never creates a job twice. The database is unavailable (the cause):
+ * isDatabaseUnavailable holds for it, and the API answers 503 `outcome_unknown` with the ids.
+ */
+export class EnqueueOutcomeUnknownError extends Error {
+  override name = 'EnqueueOutcomeUnknownError';
+  constructor(
+    readonly jobIds: string[],
+    override readonly cause: unknown,
+  ) {
+    super(
+      `the database connection failed after ${jobIds.length === 1 ? 'the job was' : `${jobIds.length} jobs were`} sent to it: ` +
+        `${jobIds.length === 1 ? 'it' : 'they'} may have been created (${jobIds.join(', ')}); look ${jobIds.length === 1 ? 'it' : 'them'} up by id ` +
+        'before enqueuing again, or enqueue with an idempotency key, which never creates a job twice',
+    );
+  }
+}

@@ -10,8 +10,6 @@
 
 import type http from 'node:http';
 import * as z from 'zod';
-import { isDatabaseUnavailable } from '../db/unavailable.ts';
-import { ValidationError } from '../domain/errors.ts';
 import { issueField, issueStatus } from '../domain/issues.ts';
 import type { Job, JobState } from '../domain/job.ts';
 
@@ -30,6 +28,8 @@ export class HttpError extends Error {
     message: string,
     readonly field?: string,
     readonly headers: Record<string, string> = {},
+    /** More of the error's body (the job ids of an enqueue whose outcome is unknown). */
+    readonly detail: Record<string, unknown> = {},
   ) {
     super(message);
     this.name = 'HttpError';
@@ -115,21 +115,6 @@ export function send(res: http.ServerResponse, status: number, body: unknown, he
     'x-content-type-options': 'nosniff',
   });
   res.end(text);
-}
-
-/** Map what a handler threw to a response. Only a database outage is a 503; anything unexpected is a 500 with no details. */
-export function toHttpError(err: unknown, requestId: string): HttpError {
-  if (err instanceof HttpError) return err;
-  if (err instanceof ValidationError) {
-    const code = err.status === 413 ? 'payload_too_large' : 'invalid_field';
-    return new HttpError(err.status, code, err.message, err.field);
-  }
-  if (isDatabaseUnavailable(err)) {
-    return new HttpError(503, 'unavailable', `the job database is unavailable; retry shortly (request id ${requestId})`, undefined, {
-      'retry-after': '2',
-    });
-  }
-  return new HttpError(500, 'internal', `internal error; report request id ${requestId}`);
 }
 
 /**

@@ -13,7 +13,11 @@ const ERROR_SCHEMA = {
       type: 'object',
       required: ['code', 'message'],
       properties: {
-        code: { type: 'string', description: 'machine-readable, e.g. invalid_field, not_found, method_not_allowed, unavailable' },
+        code: {
+          type: 'string',
+          description:
+            'machine-readable, e.g. invalid_field, not_found, method_not_allowed, unavailable (the database unreachable), busy (a statement timeout, lock wait or deadlock; rolled back)',
+        },
         message: { type: 'string', description: 'the field, the rule and the fix, for a person' },
         field: { type: 'string', description: 'the field, parameter or header at fault' },
         requestId: { type: 'string', description: 'on a 5xx: quote it when reporting' },

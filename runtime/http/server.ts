@@ -21,7 +21,8 @@ import type { JobRegistry } from '../handlers/registry.ts';
 import type { Logger } from '../observability/log.ts';
 import { MAX_PAYLOAD_BYTES, type JobClient } from '../store/client.ts';
 import { jobRouteTable, MAX_BATCH_BODY_BYTES } from './job-routes.ts';
-import { dispatch, HttpError, send, toHttpError, type Reply, type Route } from './kernel.ts';
+import { dispatch, HttpError, send, type Reply, type Route } from './kernel.ts';
+import { toHttpError } from './http-errors.ts';
 import type { LiveRoutes } from './live-routes.ts';
 import type { OpsRoutes } from './oncall-routes.ts';
 import { openApiDocument } from './openapi.ts';
@@ -220,7 +221,15 @@ export function createApiServer(opts: ApiServerOptions): http.Server {
     send(
       res,
       e.status,
-      { error: { code: e.code, message: e.message, ...(e.field ? { field: e.field } : {}), ...(e.status >= 500 ? { requestId } : {}) } },
+      {
+        error: {
+          code: e.code,
+          message: e.message,
+          ...(e.field ? { field: e.field } : {}),
+          ...e.detail,
+          ...(e.status >= 500 ? { requestId } : {}),
+        },
+      },
       e.headers,
     );
   }

@@ -11,6 +11,10 @@
 // or, when the enqueue is the whole transaction: `await jobs.enqueueNow(spec)`.
 
 import { withTransaction } from '../db/transaction.ts';
+import { inheritQueryTimeout, releaseClient } from '../db/pool.ts';
+import { isDatabaseUnavailable } from '../db/unavailable.ts';
+import { EnqueueOutcomeUnknownError } from '../domain/errors.ts';
+import { uuidv7 } from '../domain/uuid7.ts';
 import type pg from 'pg';
 import type { JobRegistry } from '../handlers/registry.ts';
 import type { Job } from '../domain/job.ts';
@@ -160,11 +164,35 @@ export class JobClient {
    * is resolved by more statements in the same transaction (JobStore.insertMany).
    */
   async insertNow(rows: NewJob[]): Promise<EnqueueResult[]> {
-    const result = rows.every((r) => !r.idempotencyKey)
-      ? await this.insert(this.opts.pool, rows)
-      : await withTransaction(this.opts.pool, (client) => this.insert(client, rows));
+    // Jobs without a key get their ids here, so that a failure after the insert (or its COMMIT)
+    // was sent can name them: the caller must look them up before enqueuing again, as a blind
+    // retry may create them twice (EnqueueOutcomeUnknownError). A keyed job's retry is safe.
+    const named = rows.map((r) => (r.idempotencyKey || r.id ? r : { ...r, id: uuidv7() }));
+    const keyless = named.filter((r) => !r.idempotencyKey).map((r) => r.id!);
+    const unknown = (err: unknown) =>
+      keyless.length > 0 && isDatabaseUnavailable(err) ? new EnqueueOutcomeUnknownError(keyless, err) : err;
+    const result =
+      keyless.length === named.length
+        ? await this.insertAlone(named, unknown)
+        : await withTransaction(this.opts.pool, (client) => this.insert(client, named), { commitError: unknown });
     await result.afterCommit();
     return result.jobs;
+  }
+
+  /** The insert as one statement on a connection of its own: a failure to connect sent nothing; one after, maybe everything. */
+  private async insertAlone(rows: NewJob[], unknown: (err: unknown) => unknown) {
+    const client = await this.opts.pool.connect();
+    inheritQueryTimeout(this.opts.pool, client);
+    let broken: Error | undefined;
+    try {
+      return await this.insert(client, rows);
+    } catch (err) {
+      // A connection that failed, or a statement that got no answer, goes (the pool replaces it).
+      if (isDatabaseUnavailable(err)) broken = err as Error;
+      throw unknown(err);
+    } finally {
+      releaseClient(client, broken);
+    }
   }
 
   /** Cancel a pending or running job. Returns the job (cancelled, or as it already ended), or null if unknown. */

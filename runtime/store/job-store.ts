@@ -17,6 +17,8 @@ export type { ClaimedJob } from './claimed-job.ts';
 
 /** A job to insert; its retention and its key's (KeyedJob: keepDays, keyKeepDays) the client decides (client.ts). */
 export interface NewJob extends KeyedJob {
+  /** Its id, when the caller chose it (JobClient.insertNow, to name the jobs of an enqueue whose outcome is unknown); else a new UUIDv7. */
+  id?: string;
   type: string;
   payload: unknown;
   idempotencyKey?: string | null;
@@ -81,7 +83,7 @@ export class JobStore {
    */
   async insertMany(db: Queryable, jobs: NewJob[]): Promise<Inserted[]> {
     if (jobs.length === 0) return [];
-    const ids = jobs.map(() => uuidv7());
+    const ids = jobs.map((j) => j.id ?? uuidv7());
     // In key order, against deadlocks (idempotency.ts insertOrder); the ids keep the request's order.
     const at = insertOrder(jobs);
     const sorted = at.map((i) => jobs[i]!);

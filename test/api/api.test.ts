@@ -2,6 +2,7 @@
 // platform's SQS-like MemoryQueue: every route, each class of bad input with its status and
 // message, idempotency under concurrency, keyset paging, cancel, auth, readiness, and that an
 // enqueue publishes exactly one message after COMMIT.
+import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_PAYLOAD_BYTES } from '../../runtime/store/client.ts';
 import { createPool, endPool } from '../../runtime/db/pool.ts';
@@ -142,6 +143,123 @@ describe('jobs API', () => {
   });
 
   describe('POST /v1/jobs', () => {
+    it('a statement timeout (a keyed enqueue waiting behind an uncommitted one with its key) is a 503 "busy" with Retry-After, not a 500 (API review)', async () => {
+      const pool = createPool({ url: p.db.url, max: 2, applicationName: 'busy-api', statementTimeoutMs: 300 });
+      const client = new JobClient({ pool, registry: p.registry, publisher: p.publisher, defaultMaxAttempts: 3 });
+      const s = await startServer({ pool, client, registry: p.registry, log: silentLogger });
+      const holder = await p.db.pool.connect();
+      try {
+        await holder.query('BEGIN');
+        await p.client.enqueue(holder, ledger('BUSY-1', { idempotencyKey: 'busy-key' }));
+        const r = await call(s.url, 'POST', '/v1/jobs', { json: ledger('BUSY-1', { idempotencyKey: 'busy-key' }) });
+        expect({ status: r.status, code: r.body.error?.code, retryAfter: r.headers.get('retry-after') }).toEqual({
+          status: 503,
+          code: 'busy',
+          retryAfter: '2',
+        });
+        expect(r.body.error.message).toMatch(/statement timeout.*rolled back; retry shortly/);
+      } finally {
+        await holder.query('ROLLBACK');
+        holder.release();
+        await s.close();
+        await pool.end();
+      }
+    });
+
+    describe('an enqueue whose answer the connection lost (API review: a keyless one answered "retry shortly", and the retry made a second job)', () => {
+      /** A pool whose next `statement` (a prepared statement's name, or COMMIT) runs, commits, and then loses its answer, as in a failover. */
+      function answerLostAfter(statement: string) {
+        const pool = createPool({ url: p.db.url, max: 2, applicationName: 'answer-lost' });
+        const connect = pool.connect.bind(pool) as () => Promise<pg.PoolClient>;
+        let armed = true;
+        const patched = async () => {
+          const c = await connect();
+          const query = c.query.bind(c) as (...a: unknown[]) => Promise<unknown>;
+          (c as unknown as { query: (...a: unknown[]) => Promise<unknown> }).query = async (...a: unknown[]) => {
+            const r = await query(...a);
+            const cfg = a[0] as string | { name?: string; text?: string };
+            const which = typeof cfg === 'string' ? cfg : (cfg.name ?? cfg.text);
+            if (armed && which === statement) {
+              armed = false;
+              throw new Error('Connection terminated unexpectedly');
+            }
+            return r;
+          };
+          return c;
+        };
+        // pool.query asks for a connection with a callback; everything else awaits one.
+        (pool as unknown as { connect: (cb?: (err: unknown, c?: pg.PoolClient, done?: (e?: Error) => void) => void) => unknown }).connect =
+          (cb) => (cb ? void patched().then((c) => cb(undefined, c, (e) => c.release(e)), cb) : patched());
+        return pool;
+      }
+      async function serve(pool: pg.Pool) {
+        const client = new JobClient({ pool, registry: p.registry, publisher: p.publisher, defaultMaxAttempts: 3 });
+        return startServer({ pool, client, registry: p.registry, log: silentLogger });
+      }
+      const jobsOfBatch = async (batch: string) =>
+        (await p.db.pool.query("SELECT id FROM jobs.job WHERE payload->>'batch' = $1", [batch])).rows.map((r) => r.id as string);
+
+      it('without a key: 503 outcome_unknown with the job id and its Location; GET tells it exists; its outbox row publishes it', async () => {
+        const pool = answerLostAfter('jobInsertMany');
+        const s = await serve(pool);
+        try {
+          const r = await call(s.url, 'POST', '/v1/jobs', { json: ledger('LOST-ANSWER-1') });
+          const [id] = await jobsOfBatch('LOST-ANSWER-1');
+          expect({ status: r.status, code: r.body.error.code, jobIds: r.body.error.jobIds, location: r.headers.get('location') }).toEqual({
+            status: 503,
+            code: 'outcome_unknown',
+            jobIds: [id],
+            location: `/v1/jobs/${id}`,
+          });
+          expect(r.headers.get('retry-after')).toBe('2');
+          expect(r.body.error.message).toMatch(/may have been created.*GET \/v1\/jobs\/\{id\}.*idempotencyKey/);
+          expect((await call(s.url, 'GET', `/v1/jobs/${id}`)).status).toBe(200);
+          const outbox = await p.db.pool.query('SELECT 1 FROM jobs.outbox WHERE job_id = $1', [id]);
+          expect(outbox.rowCount).toBe(1);
+          await p.store.cancel(id!, 'cleanup');
+        } finally {
+          await s.close();
+          await pool.end();
+        }
+      });
+
+      it('a batch without keys: both ids, no Location', async () => {
+        const pool = answerLostAfter('jobInsertMany');
+        const s = await serve(pool);
+        try {
+          const r = await call(s.url, 'POST', '/v1/jobs/batch', { json: { jobs: [ledger('LOST-ANSWER-2'), ledger('LOST-ANSWER-2')] } });
+          const ids = await jobsOfBatch('LOST-ANSWER-2');
+          expect({ status: r.status, code: r.body.error.code, location: r.headers.get('location') }).toEqual({
+            status: 503,
+            code: 'outcome_unknown',
+            location: null,
+          });
+          expect([...r.body.error.jobIds].sort()).toEqual([...ids].sort());
+          expect(ids).toHaveLength(2);
+          for (const id of ids) await p.store.cancel(id, 'cleanup');
+        } finally {
+          await s.close();
+          await pool.end();
+        }
+      });
+
+      it('with a key: 503 unavailable, and the retry answers 200 duplicate with the one job', async () => {
+        const pool = answerLostAfter('COMMIT');
+        const s = await serve(pool);
+        try {
+          const r = await call(s.url, 'POST', '/v1/jobs', { json: ledger('LOST-ANSWER-3', { idempotencyKey: 'lost-answer-3' }) });
+          expect({ status: r.status, code: r.body.error.code }).toEqual({ status: 503, code: 'unavailable' });
+          const again = await call(s.url, 'POST', '/v1/jobs', { json: ledger('LOST-ANSWER-3', { idempotencyKey: 'lost-answer-3' }) });
+          expect({ status: again.status, duplicate: again.body.duplicate }).toEqual({ status: 200, duplicate: true });
+          expect(await jobsOfBatch('LOST-ANSWER-3')).toEqual([again.body.id]);
+          await p.store.cancel(again.body.id, 'cleanup');
+        } finally {
+          await s.close();
+          await pool.end();
+        }
+      });
+    });
+
     it('enqueues: 201 with the job, a Location, and exactly one SQS message with its id', async () => {
       const r = await call(api.url, 'POST', '/v1/jobs', { json: ledger('B-201') });
       expect(r.status).toBe(201);
