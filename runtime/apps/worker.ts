@@ -206,7 +206,7 @@ export async function startWorkerService(
     pool: maintenancePool,
     publisher,
     // Each lane's queue against its own jobs (lanes sharing a queue counted together).
-    queues: queue.queues.map((q, i) => ({ lanes: q.lanes, countMessages: () => lanes.sqsQueues[i]!.approximateCount() })),
+    queues: queue.queues.map((q, i) => ({ lanes: q.lanes, countMessages: (signal) => lanes.sqsQueues[i]!.approximateCount(signal) })),
     log,
     metrics,
     timings: reconcilerTimings(timings),

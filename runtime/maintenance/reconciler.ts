@@ -67,10 +67,14 @@ export interface ReconcilerTimings {
   republishWindowSeconds: number;
   /** How long SQS's approximate count may lag a send (default COUNT_SETTLE_MS; tests shorten it). */
   countSettleMs?: number;
+  /** How long a count of the queue's messages may take before the pass gives up (default COUNT_TIMEOUT_MS); tests shorten it. */
+  countTimeoutMs?: number;
 }
 
 /** SQS's ApproximateNumberOfMessages settles within about a minute of a change (AWS's documentation). */
 export const COUNT_SETTLE_MS = 60_000;
+/** The longest a count of a queue's messages (GetQueueAttributes) may take: a healthy one takes milliseconds, the SDK retries within it. */
+export const COUNT_TIMEOUT_MS = 10_000;
 
 /** The reconciler's timings from the job timings: a pass per lease (2 to 60 s). */
 export function reconcilerTimings(t: Pick<JobTimings, 'leaseSeconds' | 'visibilityTimeoutSeconds'>): ReconcilerTimings {
@@ -109,8 +113,8 @@ export interface ReconcilerOptions {
    * Messages the job queue holds (SqsQueue.approximateCount), when every lane shares one queue;
    * else `queues`: each queue with the lanes it carries.
    */
-  countMessages?: () => Promise<number>;
-  queues?: { lanes: readonly Lane[]; countMessages: () => Promise<number> }[];
+  countMessages?: (signal: AbortSignal) => Promise<number>;
+  queues?: { lanes: readonly Lane[]; countMessages: (signal: AbortSignal) => Promise<number> }[];
   log: Logger;
   metrics?: Metrics;
   timings: ReconcilerTimings;
@@ -122,7 +126,7 @@ export class Reconciler {
   private readonly lastDeficit: number[];
   /** The publishes owed per queue (outbox and deferred) as recent passes read them (published). */
   private readonly owedHistory: { at: number; owed: number }[][];
-  private readonly queues: { lanes: readonly Lane[]; countMessages: () => Promise<number> }[];
+  private readonly queues: { lanes: readonly Lane[]; countMessages: (signal: AbortSignal) => Promise<number> }[];
 
   constructor(private readonly o: ReconcilerOptions) {
     this.loop = new MaintenanceLoop('reconciler', () => this.pass(), o.log, o.timings.intervalMs);
@@ -201,9 +205,13 @@ export class Reconciler {
   private async countQueue(
     client: pg.PoolClient,
     i: number,
-    q: { lanes: readonly Lane[]; countMessages: () => Promise<number> },
+    q: { lanes: readonly Lane[]; countMessages: (signal: AbortSignal) => Promise<number> },
   ): Promise<ReconcilePass & { confirmed: number }> {
-    const before = await q.countMessages();
+    // Each count within its deadline: the second is made holding the fleet's reconciler lock, and
+    // an SQS that stops answering (the SDK waits up to 15 minutes a try) held it, and every other
+    // task's pass was skipped, while a purge went unhealed (maintenance review).
+    const count = () => q.countMessages(AbortSignal.timeout(this.o.timings.countTimeoutMs ?? COUNT_TIMEOUT_MS));
+    const before = await count();
     const { rows } = await run<{ locked: boolean; pending: number; running: number; outbox: number; deferred: number }>(
       client,
       'reconcileCount',
@@ -211,7 +219,7 @@ export class Reconciler {
     );
     const c = rows[0]!;
     if (!c.locked) return { skipped: true, messages: before, pending: 0, running: 0, outbox: 0, deficit: 0, republished: 0, confirmed: 0 };
-    const messages = Math.max(before, await q.countMessages());
+    const messages = Math.max(before, await count());
     const owed = c.outbox + c.deferred;
     const deficit = Math.max(0, c.pending + c.running - owed - messages);
     // SQS's count settles up to a minute after a send: what the relays published since the last

@@ -100,12 +100,13 @@ export class SqsQueue implements JobQueue {
    * Messages the queue holds: ready, in flight and delayed (GetQueueAttributes; SQS calls them
    * approximate). The reconciler compares this with the jobs that need a message.
    */
-  async approximateCount(): Promise<number> {
+  async approximateCount(signal?: AbortSignal): Promise<number> {
     const out = await this.client.send(
       new GetQueueAttributesCommand({
         QueueUrl: this.queueUrl,
         AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible', 'ApproximateNumberOfMessagesDelayed'],
       }),
+      signal ? { abortSignal: signal } : {},
     );
     const a = out.Attributes ?? {};
     return (

@@ -167,6 +167,16 @@ async function using<T>(fake: FakeSqs, f: () => Promise<T>): Promise<T> {
   }
 }
 
+describe('the queue count (GetQueueAttributes, through the SDK)', () => {
+  it("gives up when its signal fires: an SQS that stops answering does not hold the reconciler's lock for the SDK's 15 minutes (maintenance review)", async () => {
+    const silent = await fakeSqs(hang);
+    const queue = new SqsQueue({ queueUrl: `${silent.url}/123456789012/jobs`, endpoint: silent.url, region: 'eu-west-1' });
+    const t0 = Date.now();
+    const err = await using(silent, () => queue.approximateCount(AbortSignal.timeout(200)).catch((e: unknown) => e));
+    expect({ name: (err as Error).name, within2s: Date.now() - t0 < 2000 }).toEqual({ name: 'AbortError', within2s: true });
+  });
+});
+
 describe.each(['platform', 'node'] as const)('SqsQueue over the wire (the %s HTTP client), against a fake SQS', (client) => {
   beforeAll(() => {
     httpClient = client;

@@ -156,6 +156,36 @@ describe('reconciler', () => {
     }
   });
 
+  it("a task whose SQS count stops answering while it holds the lock gives the lock up at the count's deadline: the other tasks' passes heal a purge (maintenance review)", async () => {
+    await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'HUNG-COUNT-1', entries: 1 } }]);
+    await p.publisher.flush();
+    p.queue.purge();
+    // Task A: its first count answers, its second (made holding the lock) never does unless aborted.
+    let calls = 0;
+    const hung = new Reconciler({
+      pool: p.db.pool,
+      publisher: new Publisher(p.db.pool, p.queue, silentLogger),
+      countMessages: (signal) =>
+        ++calls === 1
+          ? p.queue.approximateCount()
+          : new Promise<number>((_, reject) => signal?.addEventListener('abort', () => reject(signal.reason), { once: true })),
+      log: silentLogger,
+      timings: { ...QUICK, countTimeoutMs: 300 },
+    });
+    reconcilers.push(hung);
+    const a = hung.runOnce().then(
+      () => 'answered',
+      (err: Error) => err.name,
+    );
+    await waitFor(() => calls === 2);
+    const { r: b } = reconciler();
+    expect(await b.runOnce()).toMatchObject({ skipped: true }); // A holds the lock, waiting for its count
+    expect(await a).toBe('TimeoutError');
+    // Two passes in a row confirm a loss: both B's now, with the lock free again.
+    expect(await b.runOnce()).toMatchObject({ skipped: false, deficit: 1 });
+    expect(await b.runOnce()).toMatchObject({ skipped: false, republished: 1 });
+  });
+
   it('does not re-publish a job younger than its minimum age, nor one it re-published within the window', async () => {
     await p.client.enqueueNow(Array.from({ length: 4 }, (_, i) => ({ type: 'ledger.post', payload: { batch: `AGE-${i}`, entries: 1 } })));
     await p.publisher.flush();
