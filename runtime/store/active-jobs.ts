@@ -23,6 +23,7 @@
 // with two of them on a busy machine).
 
 import type pg from 'pg';
+import { timed } from '../db/pool.ts';
 import { withTransaction } from '../db/transaction.ts';
 
 /** The planner settings of those reads, for a transaction of the caller's own (the reconciler's), until it ends. */
@@ -32,7 +33,7 @@ export const ACTIVE_JOBS_PLAN =
 /** `read` in a transaction of its own with the active jobs' plan (above). */
 export function onActiveJobs<T>(pool: pg.Pool, read: (client: pg.PoolClient) => Promise<T>): Promise<T> {
   return withTransaction(pool, async (client) => {
-    await client.query(ACTIVE_JOBS_PLAN);
+    await client.query(timed(client, { text: ACTIVE_JOBS_PLAN })); // with the read timeout, as every statement of the pass
     return read(client);
   });
 }
