@@ -21,8 +21,12 @@ export interface RescuerOptions {
   onDead?: (job: Job) => Promise<void>;
 }
 
+/** Dead-letter reports of one rescuer under way at once at most. */
+const MAX_REPORTS_IN_FLIGHT = 10;
+
 export class Rescuer {
   private readonly loop: MaintenanceLoop<Job[]>;
+  private readonly reporting = new Set<Promise<void>>();
 
   constructor(
     private readonly store: JobStore,
@@ -52,11 +56,24 @@ export class Rescuer {
         { jobId: job.id, type: job.type, attempt: job.attempt, state: job.state, lastOwner: job.attemptLog.at(-1)?.owner },
         job.state === 'dead' ? 'rescuer: lease expired on the final attempt; job is dead' : 'rescuer: lease expired; job re-queued',
       );
-      if (job.state === 'dead') await this.opts.onDead?.(job);
     }
     await this.publisher.publish(
       moved.filter((m) => m.outboxId).map((m) => ({ outboxId: m.outboxId!, jobId: m.job.id, type: m.job.type, lane: m.job.lane })),
     );
+    // The dead jobs' reports go on beside the next passes: each may wait out the DLQ's retries,
+    // and awaited one by one they held rescuing (and the re-queued jobs' publish) for minutes
+    // while the DLQ was unreachable (maintenance review). Beyond the limit in flight, and should a
+    // report fail, the dead-report sweeper reports them.
+    for (const { job } of moved) {
+      if (job.state !== 'dead' || !this.opts.onDead || this.reporting.size >= MAX_REPORTS_IN_FLIGHT) continue;
+      const report: Promise<void> = this.opts
+        .onDead(job)
+        .catch((err: unknown) =>
+          this.log.warn({ err, jobId: job.id }, 'rescuer: dead-letter report failed; the dead-report sweeper retries it'),
+        )
+        .finally(() => this.reporting.delete(report));
+      this.reporting.add(report);
+    }
     return moved.map((m) => m.job);
   }
 }
