@@ -238,8 +238,13 @@ export class OutboxRelay {
     // one, so that the rows behind them (another lane's) are reached.
     const failed: RelayFailure[] = [];
     const skip: string[] = [];
+    // A lane whose send failed is not sent to again in this pass (its later rows are kept, as
+    // failed with the same error): each send to an SQS that does not answer waits out its retries,
+    // minutes, and a pass that tried every batch of ten held its connection for as many
+    // (maintenance review).
+    const down = new Map<Lane, unknown>();
     for (;;) {
-      const n = await this.batch(skip);
+      const n = await this.batch(skip, down);
       total += n.sent;
       failed.push(...n.failed);
       skip.push(...n.unsent);
@@ -268,7 +273,10 @@ export class OutboxRelay {
    * rows; the other lane's go out and are deleted: before, the whole batch rolled back, and every
    * pass re-sent the healthy lane's messages while the rows behind never came up.
    */
-  private async batch(skip: string[]): Promise<{ locked: number; sent: number; unsent: string[]; failed: RelayFailure[] }> {
+  private async batch(
+    skip: string[],
+    down: Map<Lane, unknown>,
+  ): Promise<{ locked: number; sent: number; unsent: string[]; failed: RelayFailure[] }> {
     const failed: RelayFailure[] = [];
     const { rows, sent, unsent } = await withTransaction(this.pool, async (client) => {
       const { rows } = await run(client, 'outboxLockDue', [this.opts.minAgeSeconds, this.opts.batchSize, !this.opts.skipDeferred, skip]);
@@ -278,6 +286,12 @@ export class OutboxRelay {
       const live = rows.filter((r) => (r.state === 'pending' && !r.later) || r.state === 'running');
       const unsent = new Set<(typeof live)[number]>();
       for (const batch of chunkPerLane(live, (r) => r.lane as Lane)) {
+        const lane = batch[0]!.lane as Lane;
+        if (down.has(lane)) {
+          failed.push({ err: down.get(lane), lane, jobIds: batch.map((r) => r.job_id as string) });
+          for (const r of batch) unsent.add(r);
+          continue;
+        }
         try {
           await this.queue.send(
             batch.map((r) => ({
@@ -287,7 +301,8 @@ export class OutboxRelay {
             })),
           );
         } catch (err) {
-          failed.push({ err, lane: batch[0]!.lane as Lane, jobIds: batch.map((r) => r.job_id as string) });
+          failed.push({ err, lane, jobIds: batch.map((r) => r.job_id as string) });
+          down.set(lane, err);
           for (const r of batch) unsent.add(r);
         }
       }
