@@ -13,7 +13,7 @@ import { HttpError } from './kernel.ts';
  * a lock not available (55P03), a deadlock (40P01), a serialization failure (40001).
  */
 const BUSY: Record<string, string> = {
-  '57014': 'it did not answer within the statement timeout',
+  '57014': 'a statement cancelled, by its statement timeout or an operator',
   '55P03': 'a lock was not available',
   '40P01': 'a deadlock',
   '40001': 'a serialization failure',
