@@ -54,3 +54,24 @@ export function isAuthenticationFailure(err: unknown): boolean {
   if (!e || typeof e !== 'object') return false;
   return e.code === '28P01' || e.code === '28000' || (e.cause !== undefined && e.cause !== err && isAuthenticationFailure(e.cause));
 }
+
+/**
+ * The statement was sent and its answer lost with the connection (a reset, a close, no answer
+ * within the read timeout): it may have run, and committed, or not. Not a statement the server
+ * refused (a read-only standby, a full disk, a shutdown: it answered, and nothing was done), nor
+ * a connection that never opened.
+ */
+export function isAnswerLost(err: unknown): boolean {
+  const e = err as { code?: unknown; message?: unknown; cause?: unknown } | null;
+  if (!e || typeof e !== 'object') return false;
+  const code = typeof e.code === 'string' ? e.code : '';
+  const message = typeof e.message === 'string' ? e.message : '';
+  return (
+    code === 'ECONNRESET' ||
+    code === 'EPIPE' ||
+    code === 'ETIMEDOUT' ||
+    code.startsWith('08') ||
+    /Connection terminated|Connection ended|read ECONNRESET|^Query read timeout$/i.test(message) ||
+    (e.cause !== undefined && e.cause !== err && isAnswerLost(e.cause))
+  );
+}

@@ -12,7 +12,7 @@
 
 import { withTransaction } from '../db/transaction.ts';
 import { inheritQueryTimeout, releaseClient } from '../db/pool.ts';
-import { isDatabaseUnavailable } from '../db/unavailable.ts';
+import { isAnswerLost, isDatabaseUnavailable } from '../db/unavailable.ts';
 import { EnqueueOutcomeUnknownError } from '../domain/errors.ts';
 import { uuidv7 } from '../domain/uuid7.ts';
 import type pg from 'pg';
@@ -164,13 +164,14 @@ export class JobClient {
    * is resolved by more statements in the same transaction (JobStore.insertMany).
    */
   async insertNow(rows: NewJob[]): Promise<EnqueueResult[]> {
-    // Jobs without a key get their ids here, so that a failure after the insert (or its COMMIT)
-    // was sent can name them: the caller must look them up before enqueuing again, as a blind
-    // retry may create them twice (EnqueueOutcomeUnknownError). A keyed job's retry is safe.
-    const named = rows.map((r) => (r.idempotencyKey || r.id ? r : { ...r, id: uuidv7() }));
+    // Every job's id is chosen here, in request order (UUIDv7: a concurrency key's jobs start in
+    // the order they came), so that a failure after a keyless job's insert (or its COMMIT) was
+    // sent can name it: the caller must look it up before enqueuing again, as a blind retry may
+    // create it twice (EnqueueOutcomeUnknownError). A keyed job's retry is safe.
+    if (rows.length === 0) return [];
+    const named = rows.map((r) => (r.id ? r : { ...r, id: uuidv7() }));
     const keyless = named.filter((r) => !r.idempotencyKey).map((r) => r.id!);
-    const unknown = (err: unknown) =>
-      keyless.length > 0 && isDatabaseUnavailable(err) ? new EnqueueOutcomeUnknownError(keyless, err) : err;
+    const unknown = (err: unknown) => (keyless.length > 0 && isAnswerLost(err) ? new EnqueueOutcomeUnknownError(keyless, err) : err);
     const result =
       keyless.length === named.length
         ? await this.insertAlone(named, unknown)

@@ -4,6 +4,8 @@ import { ValidationError } from '../../runtime/domain/errors.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { parseJobMessage } from '../../runtime/queue/message.ts';
 import { OutboxRelay } from '../../runtime/store/outbox.ts';
+import { JobClient } from '../../runtime/store/client.ts';
+import { isDatabaseUnavailable } from '../../runtime/db/unavailable.ts';
 import { createPlatform, type Platform } from '../support/platform.ts';
 import { unknownTypeMessage } from '../support/registered-types.ts';
 import { defaultRegistry } from '../../runtime/handlers/index.ts';
@@ -112,6 +114,34 @@ describe('enqueue', () => {
     const ok = await p.client.enqueueNow([ledger('B-ATOMIC-1'), ledger('B-ATOMIC-2')]);
     expect(ok.map((r) => r.duplicate)).toEqual([false, false]);
     expect(ok.every((r) => messagesFor(p, r.job.id).length === 1)).toBe(true);
+  });
+
+  it("a batch mixing keyed and keyless jobs keeps the request's order in the ids (a concurrency key's jobs start in that order; review: the keyless ones got theirs first)", async () => {
+    const [a, b, c] = await p.client.enqueueNow(
+      [ledger('B-ORDER-1', {}), ledger('B-ORDER-2'), ledger('B-ORDER-3')].map((spec, i) => ({
+        ...spec,
+        concurrencyKey: 'order-key',
+        ...(i === 0 ? { idempotencyKey: 'order-1' } : {}),
+      })),
+    );
+    expect([a!.job.id < b!.job.id, b!.job.id < c!.job.id]).toEqual([true, true]);
+    for (const r of [a, b, c]) await p.store.cancel(r!.job.id, 'cleanup');
+  });
+
+  it('a statement the database refused (a read-only standby reached in a failover) is unavailable, not an outcome unknown: nothing was written', async () => {
+    const pool = p.db.newPool(1);
+    pool.on('connect', (c) => void c.query('SET default_transaction_read_only = on').catch(() => undefined));
+    try {
+      const client = new JobClient({ pool, registry: p.registry, publisher: p.publisher, defaultMaxAttempts: 3 });
+      const err = await client.enqueueNow(ledger('B-READ-ONLY')).catch((e: unknown) => e);
+      expect({ name: (err as Error).name, code: (err as { code?: string }).code, unavailable: isDatabaseUnavailable(err) }).toEqual({
+        name: 'error',
+        code: '25006',
+        unavailable: true,
+      });
+    } finally {
+      await pool.end();
+    }
   });
 
   it('a COMMIT that PostgreSQL turned into a ROLLBACK (an error earlier in the transaction): afterCommit publishes nothing', async () => {
