@@ -187,8 +187,8 @@ export async function startWorkerService(
     graceSeconds: Math.max(timings.heartbeatSeconds, 1),
     intervalMs: Math.max(1000, Math.min(10_000, timings.heartbeatSeconds * 1000)),
     batchSize: 100,
+    countDead: (n) => metrics.count(METRIC.jobsDeadLettered, n),
     onDead: async (job) => {
-      metrics.count(METRIC.jobsDeadLettered);
       await worker.reportDeadJob(job, 'lease-expired-final-attempt');
     },
   });

@@ -17,12 +17,16 @@ export interface RescuerOptions {
   graceSeconds: number;
   intervalMs: number;
   batchSize: number;
-  /** Called for each job the rescuer sent to dead (the worker dead-letters its message). */
+  /** Called for each job the rescuer sent to dead (the worker dead-letters its message); at most MAX_REPORTS_IN_FLIGHT at once. */
   onDead?: (job: Job) => Promise<void>;
+  /** Counts the jobs each pass sent to dead, every one (the dead-jobs metric), reported or not. */
+  countDead?: (n: number) => void;
 }
 
 /** Dead-letter reports of one rescuer under way at once at most. */
 const MAX_REPORTS_IN_FLIGHT = 10;
+/** How long a stopping rescuer waits for its reports under way (a report cut off is sent again by the sweeper: a duplicate letter). */
+const REPORTS_STOP_WAIT_MS = 3_000;
 
 export class Rescuer {
   private readonly loop: MaintenanceLoop<Job[]>;
@@ -41,8 +45,17 @@ export class Rescuer {
     this.loop.start();
   }
 
-  stop(): Promise<void> {
-    return this.loop.stop();
+  /** Stops the loop, and waits for the reports under way at most REPORTS_STOP_WAIT_MS (the dead-report sweeper sends the rest). */
+  async stop(): Promise<void> {
+    await this.loop.stop();
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.allSettled([...this.reporting]),
+      new Promise((resolve) => {
+        timer = setTimeout(resolve, REPORTS_STOP_WAIT_MS);
+      }),
+    ]);
+    clearTimeout(timer);
   }
 
   runOnce(): Promise<Job[]> {
@@ -60,6 +73,8 @@ export class Rescuer {
     await this.publisher.publish(
       moved.filter((m) => m.outboxId).map((m) => ({ outboxId: m.outboxId!, jobId: m.job.id, type: m.job.type, lane: m.job.lane })),
     );
+    const dead = moved.filter((m) => m.job.state === 'dead').length;
+    if (dead > 0) this.opts.countDead?.(dead);
     // The dead jobs' reports go on beside the next passes: each may wait out the DLQ's retries,
     // and awaited one by one they held rescuing (and the re-queued jobs' publish) for minutes
     // while the DLQ was unreachable (maintenance review). Beyond the limit in flight, and should a
