@@ -98,10 +98,12 @@ export const OPERATOR_SQL = {
          AND ($7::uuid IS NULL OR (d.dead_at, d.job_id) > ($6::timestamptz, $7::uuid))
        ORDER BY d.dead_at, d.job_id
        LIMIT $8
-         -- Both rows, in the discard's order: a discard committing while this waits is seen when
-         -- PostgreSQL re-checks the row (it re-reads only the rows it locks), so a filtered redrive
-         -- leaves the just-discarded job dead instead of undoing the discard.
-         FOR UPDATE OF d, j
+         -- Both rows: a discard committing while this waits is seen when PostgreSQL re-checks the
+         -- row (it re-reads only the rows it locks), so a filtered redrive leaves the just-discarded
+         -- job dead instead of undoing the discard. The job row first (the OF list's order), as the
+         -- discard, the pruner and the dead-lettering lock them: in the other order a redrive and
+         -- the pruner deleting the same discarded job deadlocked.
+         FOR UPDATE OF j, d
     ), judged AS (
       SELECT l.*,
              CASE
@@ -160,7 +162,7 @@ export const OPERATOR_SQL = {
        WHERE ${deadFilter(8)} AND d.discarded_at IS NULL
        ORDER BY d.dead_at, d.job_id
        LIMIT $7
-         FOR UPDATE OF d, j
+         FOR UPDATE OF j, d
     ), marked AS (
       UPDATE jobs.dead_job d
          SET discarded_at = statement_timestamp(), discarded_by = $5::text, discard_reason = $6::text

@@ -208,7 +208,7 @@ describe('dead jobs', () => {
     const alice = await p.db.pool.connect();
     try {
       await alice.query('BEGIN');
-      await alice.query('SELECT 1 FROM jobs.dead_job d JOIN jobs.job j ON j.id = d.job_id WHERE d.job_id = $1 FOR UPDATE OF d, j', [
+      await alice.query('SELECT 1 FROM jobs.dead_job d JOIN jobs.job j ON j.id = d.job_id WHERE d.job_id = $1 FOR UPDATE OF j, d', [
         job.id,
       ]);
       await alice.query(
@@ -236,6 +236,30 @@ describe('dead jobs', () => {
       [job.id],
     );
     expect(rows[0]).toEqual({ state: 'dead', discarded_by: 'alice' });
+  });
+
+  it('a redrive of a discarded job the pruner is deleting at that moment waits for it, without a deadlock (diff review)', async () => {
+    const job = await deadJob();
+    await dead.discard({ ids: [job.id], by: 'erin', reason: 'posted by hand' });
+    // The pruner's order: the job row (locked), then its dead_job row (deleted).
+    const pruner = await p.db.pool.connect();
+    try {
+      await pruner.query('BEGIN');
+      await pruner.query('SELECT 1 FROM jobs.job WHERE id = $1 FOR UPDATE SKIP LOCKED', [job.id]);
+      const redrive = dead.redrive({ ids: [job.id], by: 'frank' }).catch((e: unknown) => e as Error);
+      await waitFor(async () => {
+        const { rows } = await p.db.pool.query(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%WITH locked AS%'",
+        );
+        return rows[0].n > 0;
+      });
+      await pruner.query('DELETE FROM jobs.dead_job WHERE job_id = $1', [job.id]);
+      await pruner.query('COMMIT'); // (the job row's own delete left out: its message would then name no job)
+      const r = await redrive;
+      expect(r instanceof Error ? r.message : { redriven: r.jobs.length }).toEqual({ redriven: 0 });
+    } finally {
+      pruner.release();
+    }
   });
 
   it('idempotency keys: a dead job whose key an active job holds is skipped with the reason, not a 500', async () => {
