@@ -331,7 +331,9 @@ export class WorkerService extends Construct {
   /**
    * Visible (waiting) job messages of every lane: the backlog the scaling divides by running tasks.
    * FILL: a lane with no data point (SQS stops reporting a queue idle for hours) counts as empty
-   * instead of blanking the sum.
+   * instead of blanking the sum. Each lane's Average: SQS reports the count once a minute, so over
+   * a longer period (the *worker at maximum* alarm's 5 minutes) a Sum counted the backlog five
+   * times and paged at a fifth of its threshold (alarm review).
    */
   metricVisibleMessages(period: Duration = Duration.minutes(1)): cloudwatch.IMetric {
     return new cloudwatch.MathExpression({
@@ -343,7 +345,7 @@ export class WorkerService extends Construct {
             namespace: 'AWS/SQS',
             metricName: 'ApproximateNumberOfMessagesVisible',
             dimensionsMap: { QueueName: queueName },
-            statistic: 'Sum',
+            statistic: 'Average',
             period,
           }),
         ]),

@@ -577,7 +577,7 @@ describe('alarms beyond the queue (issue 12)', () => {
       Id: string;
       Expression?: string;
       ReturnData?: boolean;
-      MetricStat?: { Metric: { Dimensions?: unknown } };
+      MetricStat?: { Metric: { Dimensions?: unknown }; Stat?: string; Period?: number };
     }[];
     const expr = metrics.find((m) => m.Expression && m.ReturnData !== false)!;
     expect(expr.Expression).toBe(`IF(running >= ${c.worker.maxTasks} AND visible / running > ${c.worker.backlogPerTaskTarget}, 1, 0)`);
@@ -588,6 +588,8 @@ describe('alarms beyond the queue (issue 12)', () => {
       expect(JSON.stringify(metrics.find((m) => m.Id === id)?.MetricStat?.Metric.Dimensions), id).toContain(
         `${idOf(l.queue.node.defaultChild!)}QueueName`,
       );
+      // The backlog over 5 minutes: SQS's once-a-minute count averaged (a Sum counted it five times, alarm review).
+      expect(metrics.find((m) => m.Id === id)?.MetricStat).toMatchObject({ Stat: 'Average', Period: 300 });
     }
     expect(a).toMatchObject({
       Threshold: 1,
