@@ -50,6 +50,7 @@ export type JobAlarmName =
   | 'api5xx'
   | 'workerTasksBelowMinimum'
   | 'jobsStuck'
+  | 'workersSilent'
   | 'scheduleFailing'
   | 'publishingFailing'
   | 'passwordRotationFailing'
@@ -69,6 +70,9 @@ export type JobAlarmName =
 export const API_DEPLOYMENT_ALARMS: readonly JobAlarmName[] = ['api5xx', 'apiUnhealthyTargets'];
 
 const GIB = 1024 ** 3;
+
+/** *Workers silent*: no stuck-job report (the workers' once-a-minute heartbeat) in two 5-minute periods in a row. */
+export const WORKERS_SILENT_ALARM = { periodMinutes: 5, evaluationPeriods: 2 } as const;
 
 /**
  * Stuck jobs (runtime/oncall/stuck.ts): every worker publishes the count once a minute, so Maximum
@@ -309,6 +313,24 @@ export class JobAlarms extends Construct {
         // Workers publish every minute, zero included; no data means no worker, which
         // "worker tasks below minimum" pages for.
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
+      // The stuck count doubles as the workers' heartbeat: every worker publishes it once a minute
+      // once the database has answered its count. None for 10 minutes while tasks run (or none
+      // run) is a fleet that stopped working or reporting: wedged handlers, a database the tasks
+      // cannot reach, metrics that cannot be put. Every other custom-metric alarm goes quiet then,
+      // and *worker tasks below minimum* counts running tasks only (alarm review).
+      workersSilent: make('workersSilent', {
+        alarmName: `${prefix} workers silent`,
+        alarmDescription: describe(
+          `no worker has reported for ${WORKERS_SILENT_ALARM.periodMinutes * WORKERS_SILENT_ALARM.evaluationPeriods} minutes (each reports its stuck-job count once a minute after the database answers it): the workers are wedged, cannot reach the database, or cannot put metrics, and every alarm on the workers' own metrics is blind meanwhile. Check the worker tasks' logs for the last lines and errors.`,
+          RUNBOOK_SECTION.workersSilent,
+        ),
+        metric: jobMetric(envName, METRIC.jobsStuck, 'SampleCount', Duration.minutes(WORKERS_SILENT_ALARM.periodMinutes)),
+        comparisonOperator: cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+        threshold: 1,
+        evaluationPeriods: WORKERS_SILENT_ALARM.evaluationPeriods,
+        datapointsToAlarm: WORKERS_SILENT_ALARM.evaluationPeriods,
+        treatMissingData: cloudwatch.TreatMissingData.BREACHING,
       }),
       scheduleFailing: make('scheduleFailing', {
         alarmName: `${prefix} schedule failing`,

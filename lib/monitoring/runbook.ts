@@ -16,6 +16,7 @@ export const RUNBOOK_SECTION = {
   api5xx: 'api-5xx',
   workerTasksBelowMinimum: 'worker-tasks-below-minimum',
   jobsStuck: 'jobs-stuck',
+  workersSilent: 'workers-silent',
   scheduleFailing: 'schedule-failing',
   publishingFailing: 'publishing-failing',
   passwordRotationFailing: 'database-password-rotation-failing',

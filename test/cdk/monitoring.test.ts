@@ -15,6 +15,7 @@ import {
   DATABASE_LOGINS_REFUSED_ALARM,
   DATABASE_SECRET_UNREADABLE_ALARM,
   JOBS_STUCK_ALARM,
+  WORKERS_SILENT_ALARM,
   PUBLISHING_FAILING_ALARM,
   SCHEDULE_FAILING_ALARM,
 } from '../../lib/monitoring/alarms.ts';
@@ -81,7 +82,7 @@ describe('on-call topic', () => {
 
 describe('alarms', () => {
   it('are the twenty-five on-call alarms, no more', () => {
-    expect(alarms).toHaveLength(25);
+    expect(alarms).toHaveLength(26);
   });
 
   it.each(alarms.map((a) => [a.AlarmName as string, a] as const))('%s notifies the on-call topic when it fires and clears', (_name, a) => {
@@ -107,7 +108,7 @@ describe('alarms', () => {
   it('each runbook section the alarms use exists, one per alarm', () => {
     for (const s of Object.values(RUNBOOK_SECTION)) expect(sections.has(s), s).toBe(true);
     const cited = alarms.map((a) => /#([a-z0-9-]+)$/.exec(a.AlarmDescription as string)![1]);
-    expect(new Set(cited).size).toBe(25);
+    expect(new Set(cited).size).toBe(26);
   });
 
   it('DLQ not empty: any visible message, missing data not breaching', () => {
@@ -241,6 +242,25 @@ describe('alarms', () => {
     });
     expect(a.Dimensions).toBeUndefined();
     expect(a.AlarmDescription).toMatch(/expected maximum.*not picked up.*jobs stuck.*Runbook: docs\/runbooks\/README\.md#jobs-stuck$/s);
+  });
+
+  it("workers silent: no JobsStuck report (every worker's once-a-minute heartbeat) in two 5-minute periods pages, missing data counting as silence (alarm review: a wedged fleet, a database the tasks cannot reach, or PutMetricData refused paged nobody)", () => {
+    const a = alarmNamed('workers silent');
+    expect(a).toMatchObject({
+      Namespace: metricNamespace('prod'),
+      MetricName: METRIC.jobsStuck,
+      Statistic: 'SampleCount',
+      Period: WORKERS_SILENT_ALARM.periodMinutes * 60,
+      ComparisonOperator: 'LessThanThreshold',
+      Threshold: 1,
+      EvaluationPeriods: 2,
+      DatapointsToAlarm: 2,
+      TreatMissingData: 'breaching',
+    });
+    expect(a.Dimensions).toBeUndefined();
+    expect(a.AlarmDescription).toMatch(
+      /no worker has reported for 10 minutes.*wedged.*Runbook: docs\/runbooks\/README\.md#workers-silent$/s,
+    );
   });
 
   it("publishing failing: the relays' OutboxPublishesFailed by its imported name, a failure in each of three periods (SQS down a minute or two does not page)", () => {
@@ -458,7 +478,7 @@ describe('alarm delivery (issue 12)', () => {
       },
     ]);
     // Every alarm's ARN, in the order they were made, and nothing else.
-    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(25);
+    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(26);
   });
 
   it('the key lets CloudWatch use it under the same conditions, and allows grants only for AWS services', () => {
