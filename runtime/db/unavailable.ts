@@ -19,11 +19,17 @@ const CONNECTION_ERRORS = new Set([
   'EPIPE',
 ]);
 
-export function isDatabaseUnavailable(err: unknown): boolean {
+/** An error's SQLSTATE or socket code, its message and its cause, as far as it has them; null for a non-object. */
+function errorParts(err: unknown): { code: string; message: string; cause: unknown } | null {
   const e = err as { code?: unknown; message?: unknown; cause?: unknown } | null;
-  if (!e || typeof e !== 'object') return false;
-  const code = typeof e.code === 'string' ? e.code : '';
-  const message = typeof e.message === 'string' ? e.message : '';
+  if (!e || typeof e !== 'object') return null;
+  return { code: typeof e.code === 'string' ? e.code : '', message: typeof e.message === 'string' ? e.message : '', cause: e.cause };
+}
+
+export function isDatabaseUnavailable(err: unknown): boolean {
+  const e = errorParts(err);
+  if (!e) return false;
+  const { code, message } = e;
   return (
     CONNECTION_ERRORS.has(code) ||
     // Class 08: connection exception; 57P01-03: the server is shutting down or starting up
@@ -62,10 +68,9 @@ export function isAuthenticationFailure(err: unknown): boolean {
  * a connection that never opened.
  */
 export function isAnswerLost(err: unknown): boolean {
-  const e = err as { code?: unknown; message?: unknown; cause?: unknown } | null;
-  if (!e || typeof e !== 'object') return false;
-  const code = typeof e.code === 'string' ? e.code : '';
-  const message = typeof e.message === 'string' ? e.message : '';
+  const e = errorParts(err);
+  if (!e) return false;
+  const { code, message } = e;
   return (
     code === 'ECONNRESET' ||
     code === 'EPIPE' ||
