@@ -135,6 +135,13 @@ export interface AlarmConfig {
   /** E-mail addresses subscribed to the on-call topic (each confirms by mail once). */
   emails: string[];
   /**
+   * HTTPS endpoints subscribed to the on-call topic: a pager's integration URL (PagerDuty's or
+   * Opsgenie's Amazon CloudWatch integration, an incident webhook), which confirms the subscription
+   * itself. Its URL usually carries the integration's key: give it on the command line
+   * (`-c alarmEndpoints=https://…`), not here in git.
+   */
+  httpsEndpoints?: string[];
+  /**
    * The job queue's oldest message older than this alarms. Includes running jobs (their message
    * stays until they finish) and their waits: at least the longest job + stuckJobs.pendingSeconds
    * + 30 min (checked: queueAgeBelowJobRuns).
@@ -674,6 +681,8 @@ function checkHttps(c: EnvironmentConfig): RuleViolation[] {
 
 /** What `-c alarmEmails=a@x.com,b@x.com` names. */
 export const ALARM_EMAILS_CONTEXT_KEY = 'alarmEmails';
+/** What `-c alarmEndpoints=https://…` names: a pager's integration URLs, kept out of git. */
+export const ALARM_ENDPOINTS_CONTEXT_KEY = 'alarmEndpoints';
 const EMAIL = /^[^@\s,]+@[^@\s,]+\.[^@\s,]+$/;
 /** Domains reserved for examples and tests (RFC 2606, 6761): mail to them is never delivered. */
 const RESERVED_DOMAIN = /(^|\.)(example\.(com|net|org)|example|invalid|test|localhost)$/i;
@@ -695,10 +704,27 @@ function checkAlarmEmails(c: EnvironmentConfig): RuleViolation[] {
         message: `alarms.emails has ${email}, on a domain reserved for examples, where mail is never delivered: every alarm of ${c.envName} would page nobody; ${how}`,
       });
   }
-  if (c.alarms.emails.length === 0 && c.terminationProtection) {
+  const endpointHow = `set alarms.httpsEndpoints or pass -c ${ALARM_ENDPOINTS_CONTEXT_KEY}=https://your-pager/…[,…]`;
+  for (const endpoint of c.alarms.httpsEndpoints ?? []) {
+    let url: URL | null = null;
+    try {
+      url = new URL(endpoint);
+    } catch {}
+    if (!url || url.protocol !== 'https:')
+      out.push({
+        rule: 'alarm-endpoint',
+        message: `alarms.httpsEndpoints has ${JSON.stringify(endpoint)}, which is not an https:// URL (SNS delivers to a pager over HTTPS only here); ${endpointHow}`,
+      });
+    else if (RESERVED_DOMAIN.test(url.hostname))
+      out.push({
+        rule: 'alarm-endpoint',
+        message: `alarms.httpsEndpoints has ${url.origin}, on a domain reserved for examples: every alarm of ${c.envName} would page nobody; ${endpointHow}`,
+      });
+  }
+  if (c.alarms.emails.length === 0 && (c.alarms.httpsEndpoints ?? []).length === 0 && c.terminationProtection) {
     out.push({
       rule: 'alarm-email',
-      message: `alarms.emails is empty: ${c.envName} keeps its data (terminationProtection), and its alarms would page nobody; ${how}`,
+      message: `alarms.emails and alarms.httpsEndpoints are empty: ${c.envName} keeps its data (terminationProtection), and its alarms would page nobody; ${how}, or ${endpointHow}`,
     });
   }
   return out;
@@ -899,6 +925,7 @@ export function resolveConfig(
 export interface CommandLineOverrides {
   apiCertificateArn?: unknown;
   alarmEmails?: unknown;
+  alarmEndpoints?: unknown;
 }
 
 const given = (v: unknown) => v !== undefined && v !== null && v !== '';
@@ -930,6 +957,18 @@ export function withOverrides(c: EnvironmentConfig, o: CommandLineOverrides): En
           .filter((e) => e !== ''),
       },
     };
+  }
+  const endpoints = o.alarmEndpoints;
+  if (given(endpoints)) {
+    if (typeof endpoints !== 'string')
+      throw new ConfigError(`-c ${ALARM_ENDPOINTS_CONTEXT_KEY}`, [
+        { rule: 'alarm-endpoint', message: `-c ${ALARM_ENDPOINTS_CONTEXT_KEY} must be https:// URLs separated by commas` },
+      ]);
+    const list = endpoints
+      .split(',')
+      .map((e) => e.trim())
+      .filter((e) => e !== '');
+    out = { ...out, alarms: { ...out.alarms, httpsEndpoints: list } };
   }
   return out;
 }

@@ -18,6 +18,8 @@ export interface OnCallTopicProps {
   envName: EnvironmentName;
   /** E-mail addresses subscribed (each confirms once by mail). */
   emails: string[];
+  /** HTTPS endpoints subscribed: a pager's integration (it confirms the subscription itself). */
+  httpsEndpoints?: string[];
 }
 
 export const CLOUDWATCH_PRINCIPAL = 'cloudwatch.amazonaws.com';
@@ -82,9 +84,11 @@ export class OnCallTopic extends Construct {
         this.alarmArns.length === 0 ? ['no alarm notifies the on-call topic: CloudWatch would be allowed to publish for none'] : [],
     });
     for (const email of props.emails) topic.addSubscription(new subscriptions.EmailSubscription(email));
+    for (const url of props.httpsEndpoints ?? [])
+      topic.addSubscription(new subscriptions.UrlSubscription(url, { protocol: sns.SubscriptionProtocol.HTTPS }));
     // Staging and prod refuse to synthesize without an address (lib/config.ts checkAlarmEmails); an
     // environment allowed none still says so, so that nobody takes its alarms for a pager.
-    if (props.emails.length === 0)
+    if (props.emails.length === 0 && (props.httpsEndpoints ?? []).length === 0)
       Annotations.of(this).addWarningV2(
         'erp-jobs:alarms-page-nobody',
         `the ${props.envName} alarms notify an on-call topic with no subscription: they page nobody; set alarms.emails in lib/config.ts or pass -c alarmEmails=you@your-company.com`,

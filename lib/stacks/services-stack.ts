@@ -97,7 +97,11 @@ export class JobsServicesStack extends Stack {
       startAfter: [this.bootstrap.resource],
     });
 
-    const onCall = new OnCallTopic(this, 'OnCall', { envName: c.envName, emails: c.alarms.emails });
+    const onCall = new OnCallTopic(this, 'OnCall', {
+      envName: c.envName,
+      emails: c.alarms.emails,
+      httpsEndpoints: c.alarms.httpsEndpoints ?? [],
+    });
     this.alarms = new JobAlarms(this, 'Alarms', {
       envName: c.envName,
       config: c.alarms,

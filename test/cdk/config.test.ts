@@ -114,11 +114,27 @@ describe('environment config', () => {
     for (const reserved of ['a@example.com', 'a@mail.example.org', 'a@corp.example', 'a@x.invalid', 'a@erp.test', 'a@mail.localhost'])
       expect(violations([reserved]), reserved).toEqual([expect.stringContaining('on a domain reserved for examples')]);
     expect(violations(['oncall'])).toEqual([expect.stringContaining('"oncall", which is not an e-mail address')]);
-    expect(violations([])).toEqual([expect.stringContaining('alarms.emails is empty: prod keeps its data (terminationProtection)')]);
+    expect(violations([])).toEqual([expect.stringContaining('alarms.emails and alarms.httpsEndpoints are empty: prod keeps its data (terminationProtection)')]);
     expect(violations([], 'dev')).toEqual([]); // dev's alarms may go nowhere
     const given = withOverrides(ENVIRONMENTS.prod, { alarmEmails: ' oncall@acme-erp.com, finance-ops@acme-erp.com ' });
     expect(given.alarms.emails).toEqual(['oncall@acme-erp.com', 'finance-ops@acme-erp.com']);
     expect(ENVIRONMENTS.prod.alarms.emails).toEqual(['erp-jobs-oncall@example.com']); // unchanged
+  });
+
+  it("a pager's HTTPS endpoint counts as a person reached; one that is not https:// or on an example domain is refused; -c alarmEndpoints gives them", () => {
+    const violations = (emails: string[], httpsEndpoints: string[]) =>
+      checkEnvironment({ ...environment('prod'), alarms: { ...environment('prod').alarms, emails, httpsEndpoints } })
+        .filter((v) => v.rule === 'alarm-email' || v.rule === 'alarm-endpoint')
+        .map((v) => `[${v.rule}] ${v.message}`);
+    expect(violations([], ['https://events.pagerduty.com/integration/abc/enqueue'])).toEqual([]);
+    expect(violations(['oncall@acme-erp.com'], ['http://hooks.acme-erp.com/page', 'https://pager.example.com/x', 'not a url'])).toEqual([
+      expect.stringContaining('[alarm-endpoint] alarms.httpsEndpoints has "http://hooks.acme-erp.com/page", which is not an https:// URL'),
+      expect.stringContaining('[alarm-endpoint] alarms.httpsEndpoints has https://pager.example.com, on a domain reserved for examples'),
+      expect.stringContaining('[alarm-endpoint] alarms.httpsEndpoints has "not a url", which is not an https:// URL'),
+    ]);
+    expect(violations([], [])).toEqual([expect.stringContaining('alarms.emails and alarms.httpsEndpoints are empty')]);
+    const given = withOverrides(ENVIRONMENTS.prod, { alarmEndpoints: ' https://events.pagerduty.com/integration/abc/enqueue ,' });
+    expect(given.alarms.httpsEndpoints).toEqual(['https://events.pagerduty.com/integration/abc/enqueue']);
   });
 
   it('a misspelt value or key that tsx runs unchecked is refused, naming the value and the rule (platform engineer trial)', () => {

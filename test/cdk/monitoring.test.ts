@@ -21,7 +21,7 @@ import {
 } from '../../lib/monitoring/alarms.ts';
 import { RUNBOOK_PATH, RUNBOOK_SECTION } from '../../lib/monitoring/runbook.ts';
 import { REPO_ROOT } from '../../lib/paths.ts';
-import { environment, idOf, only, resourcesOfType, synthEnv } from './support.ts';
+import { environment, idOf, only, resourcesOfType, synthConfig, synthEnv, withChanges } from './support.ts';
 
 const prod = synthEnv('prod');
 const t = prod.servicesTemplate;
@@ -77,6 +77,16 @@ describe('on-call topic', () => {
     const subs = Object.values(resourcesOfType(t, 'AWS::SNS::Subscription')).map((s) => s.Properties as Record<string, unknown>);
     expect(subs.map((s) => s.Endpoint).sort()).toEqual([...c.alarms.emails].sort());
     for (const s of subs) expect(s).toMatchObject({ Protocol: 'email', TopicArn: { Ref: topicId } });
+  });
+
+  it("a pager's HTTPS integration (-c alarmEndpoints) is subscribed beside the e-mails (alarm review: e-mail only is not a page)", () => {
+    const url = 'https://events.pagerduty.com/integration/0123456789abcdef/enqueue';
+    const s = synthConfig(withChanges('prod', (x) => void (x.alarms.httpsEndpoints = [url])));
+    const subs = Object.values(resourcesOfType(s.servicesTemplate, 'AWS::SNS::Subscription')).map(
+      (r) => r.Properties as Record<string, unknown>,
+    );
+    expect(subs.filter((r) => r.Protocol === 'https')).toEqual([expect.objectContaining({ Endpoint: url, Protocol: 'https' })]);
+    expect(subs.filter((r) => r.Protocol === 'email')).toHaveLength(c.alarms.emails.length);
   });
 });
 
