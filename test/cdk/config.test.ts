@@ -114,7 +114,9 @@ describe('environment config', () => {
     for (const reserved of ['a@example.com', 'a@mail.example.org', 'a@corp.example', 'a@x.invalid', 'a@erp.test', 'a@mail.localhost'])
       expect(violations([reserved]), reserved).toEqual([expect.stringContaining('on a domain reserved for examples')]);
     expect(violations(['oncall'])).toEqual([expect.stringContaining('"oncall", which is not an e-mail address')]);
-    expect(violations([])).toEqual([expect.stringContaining('alarms.emails and alarms.httpsEndpoints are empty: prod keeps its data (terminationProtection)')]);
+    expect(violations([])).toEqual([
+      expect.stringContaining('alarms.emails and alarms.httpsEndpoints are empty: prod keeps its data (terminationProtection)'),
+    ]);
     expect(violations([], 'dev')).toEqual([]); // dev's alarms may go nowhere
     const given = withOverrides(ENVIRONMENTS.prod, { alarmEmails: ' oncall@acme-erp.com, finance-ops@acme-erp.com ' });
     expect(given.alarms.emails).toEqual(['oncall@acme-erp.com', 'finance-ops@acme-erp.com']);
