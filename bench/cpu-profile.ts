@@ -70,14 +70,18 @@ interface HeapProfile {
   head: HeapNode;
 }
 
+/** A frame's source, shortened (runtime/…, bench/…, a package's path), and its function at its line. */
+function frameLabel(cf: { functionName: string; url: string; lineNumber: number }): { url: string; fn: string } {
+  const url = cf.url.replace(/^.*node_modules\//, '').replace(/^file:\/\/.*?\/(runtime|bench)\//, '$1/');
+  return { url, fn: `${cf.functionName || '(anonymous)'} ${url}${url ? `:${cf.lineNumber + 1}` : ''}` };
+}
+
 /** Bytes allocated by function (sampled), largest first. */
 export function summarizeHeap(p: HeapProfile, top = 15): string {
   const byFn = new Map<string, number>();
   let total = 0;
   const walk = (n: HeapNode) => {
-    const cf = n.callFrame;
-    const url = cf.url.replace(/^.*node_modules\//, '').replace(/^file:\/\/.*?\/(runtime|bench)\//, '$1/');
-    const fn = `${cf.functionName || '(anonymous)'} ${url}${url ? `:${cf.lineNumber + 1}` : ''}`;
+    const { fn } = frameLabel(n.callFrame);
     byFn.set(fn, (byFn.get(fn) ?? 0) + n.selfSize);
     total += n.selfSize;
     for (const c of n.children) walk(c);
@@ -100,7 +104,7 @@ export function summarize(p: Profile, top = 25): string {
     const dt = p.timeDeltas[i] ?? 0;
     total += dt;
     const cf = byId.get(id)!.callFrame;
-    const url = cf.url.replace(/^.*node_modules\//, '').replace(/^file:\/\/.*?\/(runtime|bench)\//, '$1/');
+    const { url, fn } = frameLabel(cf);
     const file = url
       ? url
           .split('/')
@@ -108,7 +112,6 @@ export function summarize(p: Profile, top = 25): string {
           .join('/')
       : cf.functionName;
     byFile.set(file, (byFile.get(file) ?? 0) + dt);
-    const fn = `${cf.functionName || '(anonymous)'} ${url}${url ? `:${cf.lineNumber + 1}` : ''}`;
     byFn.set(fn, (byFn.get(fn) ?? 0) + dt);
   });
   const rows = (m: Map<string, number>) =>

@@ -3,7 +3,7 @@
 // (SIGSTOP, a long GC pause, a partition: its handlers may go on, but no heartbeat renews their
 // leases, so another worker can take the jobs over while they run: zombies).
 
-import { settledWithin } from '../runtime/worker/held.ts';
+import { settledWithin } from '../runtime/support/settled.ts';
 
 /** How long crash() waits for aborted handlers: well inside vitest's default 5 s test timeout, so the error names the job. */
 const CRASH_GRACE_MS = 2_000;

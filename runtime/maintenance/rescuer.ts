@@ -7,6 +7,7 @@
 // dead worker's open long poll swallowed.
 
 import { MaintenanceLoop } from '../support/maintenance-loop.ts';
+import { settledWithin } from '../support/settled.ts';
 import type { Logger } from '../observability/log.ts';
 import type { JobStore } from '../store/job-store.ts';
 import type { Job } from '../domain/job.ts';
@@ -48,14 +49,7 @@ export class Rescuer {
   /** Stops the loop, and waits for the reports under way at most REPORTS_STOP_WAIT_MS (the dead-report sweeper sends the rest). */
   async stop(): Promise<void> {
     await this.loop.stop();
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      Promise.allSettled([...this.reporting]),
-      new Promise((resolve) => {
-        timer = setTimeout(resolve, REPORTS_STOP_WAIT_MS);
-      }),
-    ]);
-    clearTimeout(timer);
+    await settledWithin([...this.reporting], REPORTS_STOP_WAIT_MS);
   }
 
   runOnce(): Promise<Job[]> {

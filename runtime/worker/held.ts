@@ -224,21 +224,6 @@ export function recordProgress(h: Held, fraction: number, message?: string): voi
  */
 export const ABANDON_GRACE_MS = 5_000;
 
-/** True once every promise has settled, false if `ms` passes first. */
-export async function settledWithin(promises: Promise<unknown>[], ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      Promise.allSettled(promises).then(() => true),
-      new Promise<boolean>((resolve) => {
-        timer = setTimeout(() => resolve(false), ms);
-      }),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     if (signal?.aborted) return resolve();

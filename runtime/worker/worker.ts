@@ -24,7 +24,8 @@ import { JobExecutor } from './executor.ts';
 import { defaultBulkSlots, nextWaiting } from './lane-choice.ts';
 import { Fetcher } from './fetcher.ts';
 import { Heartbeat } from './heartbeat.ts';
-import { ABANDON_GRACE_MS, settledWithin, sleep, WorkerContext, type Held, type WorkerOptions } from './held.ts';
+import { ABANDON_GRACE_MS, sleep, WorkerContext, type Held, type WorkerOptions } from './held.ts';
+import { settledWithin } from '../support/settled.ts';
 import { QueueMessages } from './messages.ts';
 import { registerTypes, warm } from './startup.ts';
 
