@@ -7,8 +7,9 @@
 //
 // OutboxRelay: every process with a database connection runs one. It publishes outbox rows
 // older than a few seconds — left by a process that died between COMMIT and publish, or by a
-// failed send — and deletes them in the same transaction. Publishing twice is harmless: the
-// worker's claim decides, and a message for a job that needs none is deleted.
+// failed send — under a lease (no transaction held across the send), and deletes them once sent.
+// Publishing twice is harmless: the worker's claim decides, and a message for a job that needs
+// none is deleted.
 //
 // Both send each message to its job's lane (runtime/queue/lanes.ts): the entry carries it, the
 // relay reads it from the job row.
@@ -27,7 +28,6 @@ import type { Metrics } from '../observability/metrics.ts';
 import { jobMessageBody } from '../queue/message.ts';
 import { chunk, SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type JobQueue } from '../queue/types.ts';
 import { MaintenanceLoop } from '../support/maintenance-loop.ts';
-import { withTransaction } from '../db/transaction.ts';
 import { run, type Queryable } from './job-store.ts';
 
 export interface PublishEntry {
@@ -193,7 +193,16 @@ export interface RelayOptions {
   quiet?: boolean;
   /** Leave deferred publishes, and the rows brought back from deferral, to the other relays (the concurrency keys' wake-up, on the hot path). */
   skipDeferred?: boolean;
+  /** How long a relay's lease on the rows it is sending lasts (default RELAY_LEASE_SECONDS). */
+  leaseSeconds?: number;
 }
+
+/**
+ * How long the relay's rows stay leased (migration 0021): longer than a send that waits out every
+ * retry (5 tries of 30 s, with backoff), so that another relay does not send them again meanwhile;
+ * what a relay that died leaves waits this long for another.
+ */
+export const RELAY_LEASE_SECONDS = 180;
 
 export const DEFAULT_RELAY: RelayOptions = { minAgeSeconds: 2, intervalMs: 1000, batchSize: 100 };
 
@@ -268,23 +277,34 @@ export class OutboxRelay {
   }
 
   /**
-   * One transaction: lock due rows (less `skip`), send them lane by lane, delete what was sent. A
-   * lane whose send fails (its queue deleted, its permission revoked, SQS down for it) keeps its
-   * rows; the other lane's go out and are deleted: before, the whole batch rolled back, and every
-   * pass re-sent the healthy lane's messages while the rows behind never came up.
+   * Lease due rows (less `skip`; one statement, committed at once), send them lane by lane holding
+   * no connection, then delete what was sent and release the rest. A lane whose send fails (its
+   * queue deleted, its permission revoked, SQS down for it) keeps its rows; the other lane's go
+   * out and are deleted. Before, the rows were locked in a transaction held across the sends: an
+   * SQS that did not answer held a maintenance connection idle in transaction for the SDK's
+   * retries, minutes (migration 0021).
    */
   private async batch(
     skip: string[],
     down: Map<Lane, unknown>,
   ): Promise<{ locked: number; sent: number; unsent: string[]; failed: RelayFailure[] }> {
     const failed: RelayFailure[] = [];
-    const { rows, sent, unsent } = await withTransaction(this.pool, async (client) => {
-      const { rows } = await run(client, 'outboxLockDue', [this.opts.minAgeSeconds, this.opts.batchSize, !this.opts.skipDeferred, skip]);
-      // A job that is gone or already terminal needs no message; one due beyond the horizon, none yet.
-      const later = rows.filter((r) => r.later && r.state === 'pending');
-      if (later.length > 0) await run(client, 'outboxDefer', [later.map((r) => r.outbox_id as string)]);
-      const live = rows.filter((r) => (r.state === 'pending' && !r.later) || r.state === 'running');
-      const unsent = new Set<(typeof live)[number]>();
+    const leaseSeconds = this.opts.leaseSeconds ?? RELAY_LEASE_SECONDS;
+    const { rows } = await run(this.pool, 'outboxLeaseDue', [
+      this.opts.minAgeSeconds,
+      this.opts.batchSize,
+      !this.opts.skipDeferred,
+      skip,
+      leaseSeconds,
+    ]);
+    if (rows.length === 0) return { locked: 0, sent: 0, unsent: [], failed };
+    // A job that is gone or already terminal needs no message; one due beyond the horizon, none yet.
+    const later = rows.filter((r) => r.later && r.state === 'pending');
+    const live = rows.filter((r) => (r.state === 'pending' && !r.later) || r.state === 'running');
+    const unsent = new Set<(typeof live)[number]>();
+    const sent: typeof live = [];
+    try {
+      if (later.length > 0) await run(this.pool, 'outboxDefer', [later.map((r) => r.outbox_id as string)]);
       for (const batch of chunkPerLane(live, (r) => r.lane as Lane)) {
         const lane = batch[0]!.lane as Lane;
         if (down.has(lane)) {
@@ -300,15 +320,22 @@ export class OutboxRelay {
               lane: r.lane as Lane,
             })),
           );
+          sent.push(...batch);
         } catch (err) {
           failed.push({ err, lane, jobIds: batch.map((r) => r.job_id as string) });
           down.set(lane, err);
           for (const r of batch) unsent.add(r);
         }
       }
-      await run(client, 'outboxDelete', [rows.filter((r) => !later.includes(r) && !unsent.has(r)).map((r) => r.outbox_id as string)]);
-      return { rows, sent: live.filter((r) => !unsent.has(r)), unsent: [...unsent].map((r) => String(r.outbox_id)) };
-    });
+    } finally {
+      // What was sent, and what needs no message, goes; every other row is released for the next
+      // pass (a deferred one is gone already, unless its job was cancelled since the lease or the
+      // deferral failed). If this fails, the rows come back when their lease ends: a second
+      // message at worst, harmless.
+      const done = new Set([...rows.filter((r) => !later.includes(r) && !live.includes(r)), ...sent]);
+      const ids = (keep: boolean) => rows.filter((r) => done.has(r) === keep).map((r) => r.outbox_id as string);
+      await run(this.pool, 'outboxSettle', [ids(true), ids(false)]);
+    }
     // A deferred publish come due is by design, not a publish that had gone missing.
     const news = sent.filter((r) => !r.from_deferred);
     if (news.length > 0 && !this.opts.quiet)
@@ -316,7 +343,7 @@ export class OutboxRelay {
         { count: news.length, jobIds: news.map((r) => r.job_id).slice(0, 20) },
         'relay published jobs whose publish had not happened',
       );
-    return { locked: rows.length, sent: sent.length, unsent, failed };
+    return { locked: rows.length, sent: sent.length, unsent: [...unsent].map((r) => String(r.outbox_id)), failed };
   }
 }
 

@@ -13,26 +13,41 @@ export const OUTBOX_SQL = {
 
   /**
    * The relay: outbox rows older than $1 seconds, whose enqueuer died between COMMIT and publish
-   * (or whose publish failed, or which it left because the job is due beyond PUBLISH_HORIZON).
-   * Locked with SKIP LOCKED inside the relay's transaction, so concurrent relays split the rows;
-   * deleted in the same transaction after SendMessage succeeded. A crash after SendMessage and
-   * before COMMIT publishes twice, which is harmless. The message delay comes from the job's
-   * run_after (SQS caps it at 900 s); its queue from the job's lane. `later`: the job is due
-   * beyond the horizon, so the row is deferred (outboxDefer) instead of sent. $3: take the rows
-   * brought back from deferral too (the concurrency keys' wake-up, on the hot path, does not). $4:
-   * rows whose send failed earlier in this pass, left for the next.
+   * (or whose publish failed, or which it left because the job is due beyond PUBLISH_HORIZON),
+   * not leased by another relay: at most $2 of them leased for $5 seconds, in one statement that
+   * commits at once (migration 0021). The relay sends them holding no connection, then deletes
+   * the rows sent and releases the rest (outboxSettle); a relay that dies in between leaves its
+   * rows to another when the lease ends (a second message at worst: harmless). SKIP LOCKED:
+   * concurrent relays split the rows. The message delay comes from the job's run_after (SQS caps
+   * it at 900 s); its queue from the job's lane. `later`: the job is due beyond the horizon, so the
+   * row is deferred (outboxDefer) instead of sent. $3: take the rows brought back from deferral
+   * too (the concurrency keys' wake-up, on the hot path, does not). $4: rows whose send failed
+   * earlier in this pass, left for the next.
    */
-  outboxLockDue: `
-    SELECT o.id AS outbox_id, o.job_id, j.type, j.state, j.lane, o.from_deferred,
+  outboxLeaseDue: `
+    WITH leased AS (
+      UPDATE jobs.outbox o SET leased_until = statement_timestamp() + $5::float8 * interval '1 second'
+       WHERE o.id IN (
+         SELECT id FROM jobs.outbox
+          WHERE (created_at < statement_timestamp() - $1::float8 * interval '1 second' OR relay_now OR (from_deferred AND $3::boolean))
+            AND (leased_until IS NULL OR leased_until <= statement_timestamp())
+            AND NOT (id = ANY($4::bigint[]))
+          ORDER BY id
+          LIMIT $2
+            FOR UPDATE SKIP LOCKED)
+      RETURNING o.id, o.job_id, o.from_deferred
+    )
+    SELECT l.id AS outbox_id, l.job_id, j.type, j.state, j.lane, l.from_deferred,
            greatest(0, ceil(extract(epoch FROM j.run_after - statement_timestamp())))::int AS delay_seconds,
            coalesce(j.run_after > statement_timestamp() + ${PUBLISH_HORIZON}, false) AS later
-      FROM jobs.outbox o
-      LEFT JOIN jobs.job j ON j.id = o.job_id
-     WHERE (o.created_at < statement_timestamp() - $1::float8 * interval '1 second' OR o.relay_now OR (o.from_deferred AND $3::boolean))
-       AND NOT (o.id = ANY($4::bigint[]))
-     ORDER BY o.id
-     LIMIT $2
-       FOR UPDATE OF o SKIP LOCKED`,
+      FROM leased l
+      LEFT JOIN jobs.job j ON j.id = l.job_id
+     ORDER BY l.id`,
+
+  /** The relay after its sends: delete the rows $1 (sent, or needing no message), release the rows $2 (not sent) for the next pass. */
+  outboxSettle: `
+    WITH released AS (UPDATE jobs.outbox SET leased_until = NULL WHERE id = ANY($2::bigint[]))
+    DELETE FROM jobs.outbox WHERE id = ANY($1::bigint[])`,
 
   outboxDelete: `DELETE FROM jobs.outbox WHERE id = ANY($1::bigint[])`,
 
@@ -40,11 +55,11 @@ export const OUTBOX_SQL = {
   outboxExisting: `SELECT id FROM jobs.outbox WHERE id = ANY($1::bigint[])`,
 
   /**
-   * Defer the outbox rows $1 (locked by outboxLockDue, their jobs due beyond PUBLISH_HORIZON):
+   * Defer the outbox rows $1 (leased by outboxLeaseDue, their jobs due beyond PUBLISH_HORIZON):
    * each job's publish waits in jobs.outbox_deferred until run_after - PUBLISH_HORIZON, and the
    * outbox rows go. One deferred row per job: a later deferral sets the time from the job's
-   * current run_after. A job cancelled since the lock keeps its outbox row, which the next pass
-   * drops (a terminal job needs no message).
+   * current run_after. A job cancelled since the lease keeps its outbox row, which the relay
+   * releases and its next pass drops (a terminal job needs no message).
    */
   outboxDefer: `
     WITH moved AS (

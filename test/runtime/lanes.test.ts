@@ -447,6 +447,63 @@ describe("lanes: every message of a job goes to its lane's queue", () => {
     expect(await rows()).toEqual([u!.job.id]);
   });
 
+  it('the relay holds no connection while a send hangs (SQS not answering), and no other relay sends those rows meanwhile', async () => {
+    // Before (migration 0021): the rows were locked in a transaction held across the send, so an
+    // SQS that did not answer held a maintenance connection idle in transaction for the SDK's
+    // retries, minutes, and the rescuer and the stuck count queued behind it.
+    let release!: () => void;
+    let hung = 0;
+    const hangingUrgent = {
+      ...l.urgent,
+      send: (m: Parameters<MemoryQueue['send']>[0]) => {
+        hung++;
+        return new Promise<void>((r) => (release = r)).then(() => l.urgent.send(m));
+      },
+    };
+    const queue = new LaneQueues({ bulk: l.bulk, urgent: hangingUrgent as never });
+    const [u, b] = await l.store.insertMany(l.db.pool, [
+      { type: 'test.work', payload: { tag: 'lease-u' }, maxAttempts: 3, lane: 'urgent' },
+      { type: 'test.work', payload: { tag: 'lease-b' }, maxAttempts: 3 },
+    ]);
+    const relay = new OutboxRelay(l.db.pool, queue, silentLogger, { minAgeSeconds: 0, intervalMs: 1000, batchSize: 100 });
+    const pass = relay.runOnce();
+    await waitFor(() => hung === 1, 2_000, 'the urgent send under way');
+    const { rows } = await l.db.pool.query(
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+    );
+    expect(rows[0].n).toBe(0);
+    // Another relay (another task) meanwhile: the leased row is not sent again.
+    const other = new OutboxRelay(l.db.pool, l.queue, silentLogger, { minAgeSeconds: 0, intervalMs: 1000, batchSize: 100 });
+    expect(await other.runOnce()).toBe(0);
+    release();
+    expect(await pass).toBe(2);
+    expect(sentIds(l.urgent)).toEqual([u!.job.id]);
+    expect(sentIds(l.bulk)).toEqual([b!.job.id]);
+    expect((await l.db.pool.query('SELECT count(*)::int AS n FROM jobs.outbox')).rows[0].n).toBe(0);
+  });
+
+  it("a relay that dies mid-send leaves its rows to another relay when its lease ends; a failed send's rows are released at once", async () => {
+    const [u] = await l.store.insertMany(l.db.pool, [{ type: 'test.work', payload: { tag: 'died' }, maxAttempts: 3, lane: 'urgent' }]);
+    const dying = new LaneQueues({ bulk: l.bulk, urgent: { ...l.urgent, send: () => new Promise<void>(() => undefined) } as never });
+    const opts = { minAgeSeconds: 0, intervalMs: 1000, batchSize: 100, leaseSeconds: 1 };
+    void new OutboxRelay(l.db.pool, dying, silentLogger, opts).runOnce(); // never ends: the task died
+    await waitFor(
+      async () => (await l.db.pool.query('SELECT 1 FROM jobs.outbox WHERE leased_until IS NOT NULL')).rowCount === 1,
+      2_000,
+      'leased',
+    );
+    const other = new OutboxRelay(l.db.pool, l.queue, silentLogger, opts);
+    expect(await other.runOnce()).toBe(0);
+    await waitFor(async () => (await other.runOnce()) === 1, 3_000, 'sent by the other relay after the lease');
+    expect(sentIds(l.urgent)).toEqual([u!.job.id]);
+    // A send that fails releases its row for the next pass, not after the lease.
+    const [v] = await l.store.insertMany(l.db.pool, [{ type: 'test.work', payload: { tag: 'refused' }, maxAttempts: 3, lane: 'urgent' }]);
+    const refusing = new LaneQueues({ bulk: l.bulk, urgent: { ...l.urgent, send: () => Promise.reject(new Error('throttled')) } as never });
+    expect(await new OutboxRelay(l.db.pool, refusing, silentLogger, { ...opts, leaseSeconds: 600 }).runOnce()).toBe(0);
+    expect(await other.runOnce()).toBe(1);
+    expect(sentIds(l.urgent)).toEqual([u!.job.id, v!.job.id]);
+  });
+
   it("a concurrency key's next job (relay_now) goes to the urgent queue, and a dead urgent job's report to the urgent DLQ", async () => {
     const keyed = await l.client.enqueueNow(
       Array.from({ length: 3 }, (_, i) => ({

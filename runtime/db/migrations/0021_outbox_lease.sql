@@ -1,0 +1,13 @@
+-- The outbox relay takes its rows with a lease instead of a transaction held across the send.
+--
+-- Before, the relay locked its rows (FOR UPDATE SKIP LOCKED) and sent them to SQS inside the
+-- transaction: while SQS did not answer (a brownout, a throttled account), each send waited out
+-- the SDK's retries, minutes, and held one of the process's two maintenance connections idle in
+-- transaction all along; the rescuer, the stuck count and the pruner queued behind it. Now one
+-- statement marks the rows leased_until a time ahead and commits; the send runs with no
+-- connection held; the rows sent are deleted after. A relay that dies between the two leaves its
+-- rows leased: another relay takes them when the lease ends (a second message at worst, which the
+-- worker's claim makes harmless); a row whose send failed is released for the next pass. Null:
+-- not leased. A relay of the previous image, during the rollout, ignores the lease: it may send a
+-- row a new relay is sending (a second message again, harmless).
+ALTER TABLE jobs.outbox ADD COLUMN leased_until timestamptz;
