@@ -75,12 +75,25 @@ export class Completer {
    * The batched completion, tried again while the database cannot be reached (a failover) for as
    * long as the job is still ours: the handler's work is done and wrote nothing, its result is in
    * hand, and counting the outage as the attempt's failure would run it again and spend an
-   * attempt (dead, on the last one). The heartbeat renews the lease meanwhile, or gives the job
-   * up once it could not for a lease; then this gives up too, and the job is reclaimed as any
-   * job whose worker lost it.
+   * attempt (dead, on the last one). The heartbeat renews the lease meanwhile; an outage longer
+   * than the lease does not make the job lost (`completing`: the heartbeat does not give it up):
+   * the completion, fenced by attempt, lands when the database answers, unless another worker
+   * reclaimed the job first (then it matches nothing, and the job is that worker's). Before, the
+   * job was given up with its lease and run again, or died on its last attempt, its work done.
    */
   private async completeBatched(h: Held, result: unknown, log?: AttemptLog): Promise<boolean> {
-    for (let wait = 250; ; wait = Math.min(wait * 2, 4_000)) {
+    h.completing = true;
+    try {
+      return await this.completeBatchedRetrying(h, result, log);
+    } finally {
+      h.completing = false;
+    }
+  }
+
+  private async completeBatchedRetrying(h: Held, result: unknown, log?: AttemptLog): Promise<boolean> {
+    // At most a second apart: after the outage the completion must land before the job's message,
+    // back from its visibility timeout, lets another worker reclaim it.
+    for (let wait = 250; ; wait = Math.min(wait * 2, 1_000)) {
       try {
         return await this.completions.add({ ...h.token, result, progress: h.lastProgress, held: h });
       } catch (err) {

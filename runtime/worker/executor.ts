@@ -82,7 +82,9 @@ export class JobExecutor {
     if (!completed) {
       // Released meanwhile by this worker's own stop (its drain's deadline came while the batched
       // completion waited for the database): the stop's doing, not a lost lease (LeasesLost pages).
-      if (!h.released) this.heartbeat.loseLease(h, 'completion');
+      // A completion that committed and whose answer was lost (its retry matched nothing) is a
+      // success after all: loseLease finds the row succeeded by this attempt and counts it.
+      if (!h.released) this.heartbeat.loseLease(h, 'completion', false, () => completer.succeeded(h, log));
       return;
     }
     completer.succeeded(h, log);

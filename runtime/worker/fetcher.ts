@@ -274,7 +274,8 @@ export class Fetcher {
     for (const m of messages) {
       const parsed = parseJobMessage(m.body);
       if (!parsed.ok) poison.push({ message: m, reason: parsed.reason });
-      else byJob.set(parsed.message.jobId, [...(byJob.get(parsed.message.jobId) ?? []), m]);
+      else if (!ctx.adoptReturned(parsed.message.jobId, m))
+        byJob.set(parsed.message.jobId, [...(byJob.get(parsed.message.jobId) ?? []), m]);
     }
     for (const p of poison) {
       await this.deadLetters.deadLetterMessage(p.message, 'unparseable-body', { detail: p.reason });

@@ -139,8 +139,9 @@ export class Heartbeat {
     const fenced: Held[] = [];
     const unstarted: Held[] = [];
     for (const h of this.ctx.held.values()) {
-      // A settled job (its row no longer running through us) has no lease left to lose.
-      if (h.lost || h.released || h.settled || h.lastRenewedAt >= deadline) continue;
+      // A settled job (its row no longer running through us) has no lease left to lose; one whose
+      // handler is done and wrote nothing waits for its fenced completion (completer.ts).
+      if (h.lost || h.released || h.settled || h.completing || h.lastRenewedAt >= deadline) continue;
       if (!h.started) {
         h.released = true; // the heartbeat leaves it alone from here, and it never starts
         unstarted.push(h);
@@ -181,7 +182,7 @@ export class Heartbeat {
    * at info, not counted as a lost lease (three cancels of running postings paged on-call for
    * "jobs running twice"). Anything else, or a row that cannot be read: a lost lease, counted.
    */
-  loseLease(h: Held, during: string, unrenewed = false): void {
+  loseLease(h: Held, during: string, unrenewed = false, succeededHere?: () => void): void {
     if (h.lost) return;
     const { ctx } = this;
     h.lost = true;
@@ -208,7 +209,10 @@ export class Heartbeat {
             'job cancelled while it ran; handler aborted',
           );
         } else if (j?.state === 'succeeded' && j.attempt === h.token.attempt) {
-          // This very attempt completed it (only its fenced completion can), just before the renewal was answered: nothing was lost.
+          // This very attempt completed it (only its fenced completion can): just before the
+          // renewal was answered, or a completion that committed and whose answer was lost (its
+          // retry then matched nothing): a success to count, with its message deleted there.
+          if (succeededHere) return succeededHere();
           ctx.log.debug({ jobId: h.job.id, attempt: h.token.attempt, state: j.state }, 'job already settled by this attempt');
         } else lost();
         // If the job ended (cancelled), our message is a leftover: delete it.

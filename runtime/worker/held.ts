@@ -93,6 +93,13 @@ export interface Held {
   claimedAt: number;
   /** Its handler slot went to the next job (when the handler ended, before the batched completion). */
   slotFreed: boolean;
+  /**
+   * Its handler returned having written nothing, and its batched completion is under way
+   * (completer.ts): a lease that runs out meanwhile (a failover) does not make it lost. The
+   * completion is fenced by attempt and lands once the database answers, unless another worker
+   * has reclaimed the job by then.
+   */
+  completing?: boolean;
   done?: Promise<void>;
   /** It got a handler slot (executor.ts): false while a job claimed ahead waits in line. */
   started?: boolean;
@@ -114,6 +121,19 @@ export class WorkerContext {
   /** `h` is no longer held: removed unless the job's entry is already a later attempt of it (reclaimed by this worker). */
   forget(h: Held): void {
     if (this.held.get(h.job.id) === h) this.held.delete(h.job.id);
+  }
+  /**
+   * The message of a job this worker is completing (its handler done, the completion waiting for
+   * the database: completer.ts), back after its visibility ran out in a failover: the fetcher does
+   * not claim it (the lease may have run out in the database too, and a claim would take the job
+   * from its own completion and run it again); it becomes the job's message, the newest receipt.
+   */
+  adoptReturned(jobId: string, m: ReceivedMessage): boolean {
+    const h = this.held.get(jobId);
+    if (!h?.completing || h.lost || h.released || h.settled) return false;
+    h.message = m;
+    h.receiptStale = false;
+    return true;
   }
   /** Aborted when the worker stops: its sleeps and slot waits end at once. */
   readonly stopAc = new AbortController();

@@ -126,7 +126,11 @@ describe('a claim waiting on a row lock when the connections reset', () => {
 
 describe('a failover between a handler that wrote nothing and its batched completion', () => {
   /** A platform behind a failover proxy whose one job type computes, writes nothing, and returns `total` once the test calls `finish`; its job enqueued, its worker started. */
-  async function computing(total: number, workerId: string) {
+  async function computing(
+    total: number,
+    workerId: string,
+    o: { timings?: NonNullable<Parameters<typeof createPlatform>[0]>['timings']; maxAttempts?: number } = {},
+  ) {
     let release: (() => void) | null = null;
     const computed = defineJob<Record<string, never>, { total: number }>({
       type: 'test.computed',
@@ -138,10 +142,15 @@ describe('a failover between a handler that wrote nothing and its batched comple
       },
     });
     const { p, proxy, pool } = await behindProxy(
-      { registry: new JobRegistry([computed]), timings: { leaseSeconds: 10, heartbeatSeconds: 1, visibilityTimeoutSeconds: 10 } },
+      {
+        registry: new JobRegistry([computed]),
+        timings: o.timings ?? { leaseSeconds: 10, heartbeatSeconds: 1, visibilityTimeoutSeconds: 10 },
+      },
       `jobs-worker ${workerId}-test`,
     );
-    const [job] = await p.client.enqueueNow([{ type: 'test.computed', payload: {} }]);
+    const [job] = await p.client.enqueueNow([
+      { type: 'test.computed', payload: {}, ...(o.maxAttempts ? { maxAttempts: o.maxAttempts } : {}) },
+    ]);
     const w = p.worker({ pool, workerId });
     w.start();
     await waitFor(() => release !== null, 10_000, 'the handler running');
@@ -157,6 +166,44 @@ describe('a failover between a handler that wrote nothing and its batched comple
     await waitFor(async () => (await p.store.get(jobId))?.state === 'succeeded', 15_000, 'succeeded after the outage');
     expect(await p.store.get(jobId)).toMatchObject({ attempt: 1, result: { total: 42 }, attemptLog: [] });
     expect(p.metrics.counts.get(METRIC.jobsFailed) ?? 0).toBe(0);
+    expect(p.metrics.counts.get(METRIC.leasesLost) ?? 0).toBe(0);
+    await w.stop(1);
+  }, 40_000);
+
+  it('an outage longer than the lease: the completion still lands when the database answers; a job on its one attempt does not die, its work done', async () => {
+    // Review finding: the heartbeat gave the job up with its lease (a lost lease counted), the
+    // completion stopped trying, and the job ran again, or died on its last attempt.
+    const { p, proxy, w, jobId, finish } = await computing(5, 'completion-long-failover', {
+      timings: { leaseSeconds: 2, heartbeatSeconds: 0.5, visibilityTimeoutSeconds: 3 },
+      maxAttempts: 1,
+    });
+    const outage = proxy.failover(5);
+    await new Promise((r) => setTimeout(r, 300));
+    finish();
+    await outage.over;
+    await waitFor(async () => ['succeeded', 'dead'].includes((await p.store.get(jobId))?.state ?? ''), 20_000, 'ended');
+    expect(await p.store.get(jobId)).toMatchObject({ state: 'succeeded', attempt: 1, result: { total: 5 } });
+    expect(p.metrics.counts.get(METRIC.leasesLost) ?? 0).toBe(0);
+    expect(p.metrics.counts.get(METRIC.jobsSucceeded)).toBe(1);
+    await w.stop(1);
+  }, 40_000);
+
+  it('a completion that committed and whose answer was lost is counted a success (metric, event), not a lost lease', async () => {
+    // Review finding: its retry matched nothing (the job already succeeded), and the success went
+    // uncounted: after every failover CloudWatch under-counted the jobs that succeeded.
+    const { p, w, jobId, finish } = await computing(3, 'completion-answer-lost');
+    const real = w.store.completeMany.bind(w.store);
+    let cut = false;
+    w.store.completeMany = async (...args: Parameters<typeof real>) => {
+      const out = await real(...args);
+      if (cut) return out;
+      cut = true;
+      throw new Error('Connection terminated unexpectedly');
+    };
+    finish();
+    await waitFor(() => (p.metrics.counts.get(METRIC.jobsSucceeded) ?? 0) === 1, 10_000, 'the success counted');
+    expect(cut).toBe(true);
+    expect(await p.store.get(jobId)).toMatchObject({ state: 'succeeded', attempt: 1 });
     expect(p.metrics.counts.get(METRIC.leasesLost) ?? 0).toBe(0);
     await w.stop(1);
   }, 40_000);
