@@ -67,7 +67,15 @@ export interface LocalStack {
   pg: EmbeddedPg;
   sqs: LocalSqs;
   workers: ChildProcess[];
-  api: ChildProcess;
+  /** The API process (a new one after restart()). */
+  readonly api: ChildProcess;
+  /**
+   * Pick up changed code on the same database and queues (`jobs local restart`, SIGHUP): apply
+   * new migrations, start as many workers as run now, stop the old ones (they drain and hand back
+   * what they had not started, as in a deploy), then replace the API on its port. Resolves with
+   * what it did, a line for the person who asked.
+   */
+  restart(): Promise<string>;
   /** Start one more worker process (the chaos tools restart killed ones). */
   startWorker(extraEnv?: Record<string, string>): ChildProcess;
   /** Fault injection on these processes (the live view's controls, the chaos run). */
@@ -151,6 +159,8 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
   const children: ChildProcess[] = [];
   /** Set once the stack stops: a child's exit is expected from then on. */
   let ending = false;
+  /** Children a restart replaced: their exit is expected. */
+  const replaced = new Set<ChildProcess>();
   try {
     const admin = createPool({ url: pg.url, max: 1, applicationName: 'jobs-local' });
     await admin.query('CREATE DATABASE jobs');
@@ -223,7 +233,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       // A child that dies while the stack runs (killed by hand, a crash) is said, not left silent:
       // the API gone means the URLs above stop answering; a worker the live view kills is restarted there.
       child.once('exit', (code, signal) => {
-        if (ending) return;
+        if (ending || replaced.has(child)) return;
         const how = signal ? `killed by ${signal}` : `exit code ${code}`;
         log(
           command === 'api'
@@ -246,19 +256,47 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
     // Fault controls (live view, chaos run): this process owns the workers, the API forwards to it.
     faults = await startFaultControl({ databaseUrl, env, timings, repoRoot: repoRoot(), spawnWorker, dbProxy });
     const control = faults;
-    const api = spawnService('api', { PORT: String(apiPort), ...control.apiEnv });
+    let api = spawnService('api', { PORT: String(apiPort), ...control.apiEnv });
     const startWorker = (extra: Record<string, string> = {}) => control.workers.start(extra).child;
     const workers = Array.from({ length: opts.workers }, () => startWorker());
     await waitForHttp(`${apiUrl}/healthz`, 30_000, api);
 
+    const drainMs = (timings.drainSeconds + 5) * 1000;
     let stopping: Promise<void> | null = null;
+    let restarting: Promise<string> | null = null;
+    const restart = async (): Promise<string> => {
+      const admin = createPool({ url: databaseUrl, max: 1, applicationName: 'jobs-local migrate' });
+      const m = await migrate(admin).finally(() => admin.end());
+      if (ending) throw new ReportedError('the stack is stopping');
+      // As a deploy does: the new workers first, then the old ones drain and hand back what they
+      // had not started; the API last (its port is taken until the old one has stopped).
+      const old = control.workers.live().flatMap((id) => control.workers.child(id) ?? []);
+      const fresh = old.map(() => startWorker());
+      for (const c of old) replaced.add(c);
+      await stopChildren(old, drainMs);
+      workers.splice(0, workers.length, ...workers.filter((w) => !old.includes(w)), ...fresh);
+      replaced.add(api);
+      await stopChildren([api], drainMs);
+      api = spawnService('api', { PORT: String(apiPort), ...control.apiEnv });
+      await waitForHttp(`${apiUrl}/healthz`, 30_000, api);
+      const applied = m.applied.length > 0 ? `migrations applied: ${m.applied.join(', ')}; ` : '';
+      return `${applied}${fresh.length} worker${fresh.length === 1 ? '' : 's'} and the API restarted (pids ${[...fresh, api].map((c) => c.pid).join(', ')}); the database, its jobs and the queues are as they were`;
+    };
     return {
       env,
       apiUrl,
       pg,
       sqs,
       workers,
-      api,
+      get api() {
+        return api;
+      },
+      restart() {
+        restarting ??= restart().finally(() => {
+          restarting = null;
+        });
+        return restarting;
+      },
       startWorker,
       faults: control,
       dbProxy,

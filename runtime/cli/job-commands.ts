@@ -114,14 +114,9 @@ export async function jobCommand(
       if (!type) throw new UsageError('jobs enqueue TYPE --payload JSON: the job type is missing');
       if (values.payload === undefined)
         throw new UsageError(
-          `jobs enqueue ${type}: --payload is required (a JSON object, e.g. --payload '{"batch":"B-1","entries":10}' for ledger.post; \`jobs types\` lists the types)`,
+          `--payload is required: the ${type} job's payload, a JSON object (--payload '{"batch":"B-1","entries":10}' for ledger.post), @FILE to read it from a file, or - to read it from stdin; \`jobs types --describe\` lists each type's fields`,
         );
-      let payload: unknown;
-      try {
-        payload = JSON.parse(values.payload!);
-      } catch (err) {
-        throw new UsageError(`--payload is not valid JSON: ${(err as Error).message}`);
-      }
+      const payload = parsePayload(values.payload, await payloadText(values.payload));
       const env = await resolveEnv();
       const { r, registered } = await withClient(env, async ({ client, pool }) => ({
         r: (
@@ -155,7 +150,7 @@ export async function jobCommand(
       // This command loads the code afresh; the running services know the types they had at start.
       if (!registered)
         process.stderr.write(
-          `jobs: note: no API or worker on this database has registered job type ${type} (each registers its types when it starts): the job waits, handed on between workers, until one that has the type runs. Locally: restart \`npm start\` after adding a handler.\n`,
+          `jobs: note: no API or worker on this database has registered job type ${type} (each registers its types when it starts): the job waits, handed on between workers, until one that has the type runs. Locally: \`npx tsx bin/jobs.ts local restart\` after adding a handler (the stack keeps its database and jobs).\n`,
         );
       return 0;
     }
@@ -203,7 +198,14 @@ export async function jobCommand(
         process.stderr.write(`no job ${id}\n`);
         return 1;
       }
-      out(r.cancelled ? `cancelled by ${by}` : `not cancelled: the job had already ended (${r.job.state})`);
+      // Already cancelled: what was asked holds (exit 0). Ended otherwise: it was not cancelled (exit 1).
+      out(
+        r.cancelled
+          ? `cancelled by ${by}`
+          : r.job.state === 'cancelled'
+            ? 'already cancelled: nothing to do'
+            : `not cancelled: the job had already ended (${r.job.state})`,
+      );
       out(formatJob(r.job));
       return r.cancelled || r.job.state === 'cancelled' ? 0 : 1;
     }
@@ -304,4 +306,34 @@ function clip(s: string, max: number): string {
   const cut = s.slice(0, max - 1);
   const space = cut.lastIndexOf(' ');
   return `${space > max / 2 ? cut.slice(0, space) : cut}…`;
+}
+
+/**
+ * The text of `--payload`: inline JSON, `@FILE` (a payload over the shell's 128 KiB argument
+ * limit, up to the platform's 256 KiB), or `-` for stdin.
+ */
+async function payloadText(arg: string): Promise<string> {
+  if (arg === '-') {
+    const chunks: Buffer[] = [];
+    for await (const c of process.stdin) chunks.push(c as Buffer);
+    return Buffer.concat(chunks).toString('utf8');
+  }
+  if (!arg.startsWith('@')) return arg;
+  const { readFile } = await import('node:fs/promises');
+  try {
+    return await readFile(arg.slice(1), 'utf8');
+  } catch (err) {
+    throw new UsageError(
+      `--payload ${arg}: cannot read ${arg.slice(1)} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`,
+    );
+  }
+}
+
+function parsePayload(arg: string, text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    const from = arg === '-' ? ' (read from stdin)' : arg.startsWith('@') ? ` (read from ${arg.slice(1)})` : '';
+    throw new UsageError(`--payload${from} is not valid JSON: ${(err as Error).message}`);
+  }
 }

@@ -17,10 +17,11 @@ const USAGE = `jobs — the ERP job platform
 
 Usage:
   jobs local [--workers N] [--api-port P]     run everything locally (embedded PostgreSQL + local SQS + API + N workers)
+  jobs local restart                          restart the running local stack's API and workers on your changed code (new migrations applied; its database and jobs kept)
   jobs migrate                                apply database migrations (idempotent, under a lock)
   jobs api                                    run the HTTP API service
   jobs worker                                 run a worker process
-  jobs enqueue TYPE --payload JSON [--key K] [--max-attempts N] [--run-at ISO] [--concurrency-key K [--concurrency-limit N]] [--lane urgent|bulk] [--json]
+  jobs enqueue TYPE --payload JSON|@FILE|- [--key K] [--max-attempts N] [--run-at ISO] [--concurrency-key K [--concurrency-limit N]] [--lane urgent|bulk] [--json]
   jobs show ID [--json] [--watch [--interval S]]   --watch: live progress bar, attempt, lease owner and time left, until the job ends
   jobs cancel ID [--by WHO]                   cancel a pending or running job (a running handler is aborted at its next heartbeat)
   jobs list [--state S] [--type T] [--lane L] [--limit N] [--json]
@@ -29,6 +30,7 @@ Usage:
 
 On-call (docs/runbooks/README.md):
   jobs dead list [--type T] [--lane L] [--since T] [--until T] [--discarded] [--limit N] [--json]
+                                              dead jobs waiting for on-call, newest first; --discarded: those discarded too
   jobs dead show ID [--json]                  a dead job: its reason, each attempt's outcome and owner, what operators did
   jobs dead redrive (ID… | --type T | --lane L | --since T | --until T | --all) [--by WHO] [--reason R] [--max-attempts N] [--from-scratch] [--dry-run] [--json]
                                               back to pending with a fresh attempt budget, re-published, recorded
@@ -95,6 +97,12 @@ export async function main(argv: string[]): Promise<number> {
     }
 
     case 'local': {
+      if (rest[0] === 'restart') {
+        parseCommand('jobs local restart', rest.slice(1), {});
+        const { restartLocalStack } = await import('../support/local-env.ts');
+        out(await restartLocalStack());
+        return 0;
+      }
       const { values } = parseCommand('jobs local', rest, { workers: { type: 'string', default: '2' }, 'api-port': { type: 'string' } });
       const workers = Number(values.workers);
       if (!Number.isInteger(workers) || workers < 0 || workers > 32)
@@ -105,6 +113,7 @@ export async function main(argv: string[]): Promise<number> {
       if (process.env.JOBS_LOCAL_SUPERVISED !== '1') return superviseLocal(argv);
       watchParent();
       const { startLocalStack } = await import('../../dev/stack.ts');
+      const { reportRestart } = await import('../support/local-env.ts');
       const stack = await startLocalStack({
         workers,
         demoSchedules: true,
@@ -134,6 +143,18 @@ export async function main(argv: string[]): Promise<number> {
         };
         process.on('SIGINT', () => stop('SIGINT'));
         process.on('SIGTERM', () => stop('SIGTERM'));
+        // `jobs local restart`, which waits for the line this writes (support/local-env.ts).
+        process.on('SIGHUP', () => {
+          if (stopping) return;
+          out('restarting the API and the workers on the current code…');
+          void stack
+            .restart()
+            .catch((err: unknown) => `restart failed: ${err instanceof Error ? err.message : String(err)}`)
+            .then((line) => {
+              out(line);
+              return reportRestart(line);
+            });
+        });
       });
       out('stopped.');
       return 0;

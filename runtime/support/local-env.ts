@@ -5,8 +5,9 @@
 
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
+import { ReportedError } from '../domain/errors.ts';
 
 export const LOCAL_DIR = '.jobs-local';
 
@@ -70,4 +71,35 @@ export function liveLocalEnvFile(dir = LOCAL_DIR): string | null {
   } catch {
     return null; // no file (or unreadable): no stack here
   }
+}
+
+/** Where the stack writes how its last restart went (`jobs local restart` waits for it). */
+const RESTART_FILE = 'restarted';
+
+/** The stack's side: say how a restart went, for the `jobs local restart` waiting on it. */
+export async function reportRestart(line: string, dir = LOCAL_DIR): Promise<void> {
+  await writeFile(resolve(dir, RESTART_FILE), `${line}\n`).catch(() => undefined);
+}
+
+/**
+ * `jobs local restart`: signal the stack running here (SIGHUP) and wait for it to say how the
+ * restart went: its workers drain first, so this takes up to its drain time and the API's start.
+ */
+export async function restartLocalStack(dir = LOCAL_DIR, timeoutMs = 120_000): Promise<string> {
+  const file = resolve(dir, 'env');
+  const pid = existsSync(file) ? localStackPid(await readFile(file, 'utf8')) : null;
+  if (pid === null || !isLiveProcessOf(pid, ['jobs.ts', 'jobs local']))
+    throw new ReportedError(
+      `no local stack is running in ${resolve(dir, '..')} (start one with \`npm start\`; it begins with an empty database)`,
+    );
+  const report = resolve(dir, RESTART_FILE);
+  await rm(report, { force: true });
+  process.kill(pid, 'SIGHUP');
+  for (const deadline = Date.now() + timeoutMs; Date.now() < deadline; ) {
+    await new Promise((r) => setTimeout(r, 200));
+    const line = existsSync(report) ? (await readFile(report, 'utf8')).trim() : '';
+    if (line.startsWith('restart failed')) throw new ReportedError(`${line} (the stack's terminal has the details)`);
+    if (line) return line;
+  }
+  throw new ReportedError(`the local stack (pid ${pid}) did not finish restarting within ${timeoutMs / 1000} s: see its terminal`);
 }

@@ -12,6 +12,7 @@ import { ENV } from '../../runtime/config/env.ts';
 import { JobStore } from '../../runtime/store/job-store.ts';
 import { LOCAL_APP_ROLE, startLocalStack, type LocalStack } from '../../dev/stack.ts';
 import { waitFor } from '../support/platform.ts';
+import { restartLocalStack } from '../../runtime/support/local-env.ts';
 
 let stack: LocalStack;
 let db: pg.Pool;
@@ -160,5 +161,34 @@ describe('local stack end to end', () => {
     expect(running.attempt).toBe(1);
     await until(created.body.id, 'succeeded');
     expect(await rows('E2E-DRAIN')).toBe(5);
+  });
+
+  it('jobs local restart: new API and worker processes on the same database and queues; the job running is handed over, not lost', async () => {
+    // Newcomer trial: the note for a type no process had registered said to restart `npm start`,
+    // which begins with an empty database: the job it said was waiting went with it.
+    const before = await post('ledger.post', { batch: 'E2E-RESTART-1', entries: 2, workMs: 1500 });
+    await until(before.body.id, 'running');
+    const oldApi = stack.api.pid;
+    const oldWorkers = stack.workers.filter((w) => w.exitCode === null && w.signalCode === null).map((w) => w.pid!);
+    expect(oldWorkers.length).toBeGreaterThan(0);
+    const line = await stack.restart();
+    expect(line).toMatch(
+      new RegExp(
+        `^${oldWorkers.length} workers? and the API restarted \\(pids [\\d, ]+\\); the database, its jobs and the queues are as they were$`,
+      ),
+    );
+    expect(stack.api.pid).not.toBe(oldApi);
+    for (const pid of oldWorkers) expect(() => process.kill(pid, 0)).toThrow();
+    await until(before.body.id, 'succeeded');
+    const after = await post('ledger.post', { batch: 'E2E-RESTART-2', entries: 3 });
+    await until(after.body.id, 'succeeded');
+    expect(await rows('E2E-RESTART-1')).toBe(2);
+    expect(await rows('E2E-RESTART-2')).toBe(3);
+  });
+
+  it('jobs local restart with no stack running says so, and how to start one', async () => {
+    await expect(restartLocalStack(await mkdtemp(join(tmpdir(), 'jobs-local-none-')))).rejects.toThrow(
+      /^no local stack is running in .* \(start one with `npm start`; it begins with an empty database\)$/,
+    );
   });
 });

@@ -36,14 +36,18 @@ export async function removeJobsBundle(): Promise<void> {
 }
 
 /** Runs `jobs ARGS…` (the bundle) to its end; a non-zero exit is a result, not a throw. */
-export async function runJobs(args: string[], options: { env: NodeJS.ProcessEnv; cwd?: string; timeoutMs?: number }): Promise<Run> {
+export async function runJobs(
+  args: string[],
+  options: { env: NodeJS.ProcessEnv; cwd?: string; timeoutMs?: number; input?: string },
+): Promise<Run> {
   const file = await jobsBundle();
   return new Promise((resolve) => {
-    execFile(
+    const child = execFile(
       process.execPath,
       [file, ...args],
       { cwd: options.cwd, env: options.env, timeout: options.timeoutMs ?? 60_000, maxBuffer: 10 * 1024 * 1024 },
       (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
     );
+    if (options.input !== undefined) child.stdin?.end(options.input);
   });
 }
