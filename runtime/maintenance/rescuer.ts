@@ -12,6 +12,8 @@ import type { Logger } from '../observability/log.ts';
 import type { JobStore } from '../store/job-store.ts';
 import type { Job } from '../domain/job.ts';
 import type { Publisher } from '../store/outbox.ts';
+import { isDatabaseUnavailable } from '../db/unavailable.ts';
+import { timed } from '../db/pool.ts';
 
 export interface RescuerOptions {
   /** How long after lease expiry a job counts as abandoned. */
@@ -22,7 +24,20 @@ export interface RescuerOptions {
   onDead?: (job: Job) => Promise<void>;
   /** Counts the jobs each pass sent to dead, every one (the dead-jobs metric), reported or not. */
   countDead?: (n: number) => void;
+  /** How long after the database answers again (a failover) the rescuer leaves expired leases to their owners (default OWNERS_FIRST_MS). */
+  ownersFirstMs?: number;
 }
+
+/**
+ * After a pass found the database unavailable (a failover), how long the rescuer waits, once it
+ * answers again, before it rescues anything. Every lease ran out during a long outage, and each
+ * owner, when the database returns, releases with no attempt spent the jobs the outage took from
+ * it (claimed ahead and never started, an attempt whose connection was cut: worker/lost-claims.ts),
+ * once its gate's probe answers (at most a second apart, worker/database-gate.ts). A rescuer that
+ * went first counted an attempt for each, and a job on its last attempt died without having run
+ * (review finding). A worker that did die is rescued a few seconds later.
+ */
+export const OWNERS_FIRST_MS = 5_000;
 
 /** Dead-letter reports of one rescuer under way at once at most. */
 const MAX_REPORTS_IN_FLIGHT = 10;
@@ -56,8 +71,29 @@ export class Rescuer {
     return this.loop.runOnce();
   }
 
+  /** A pass found the database unavailable; then, when it answered again. */
+  private outage = false;
+  private answeredAt = Number.NEGATIVE_INFINITY;
+
   private async pass(): Promise<Job[]> {
-    const moved = await this.store.rescueExpired(this.opts.graceSeconds, this.opts.batchSize);
+    if (this.outage) {
+      // Rescue nothing until the database has answered for a while (a failure here: still down).
+      await this.store.pool.query(timed(this.store.pool, { text: 'SELECT 1' }));
+      this.outage = false;
+      this.answeredAt = Date.now();
+      this.log.info(
+        { ownersFirstMs: this.opts.ownersFirstMs ?? OWNERS_FIRST_MS },
+        'rescuer: the database answers again; expired leases are left to their owners a little longer',
+      );
+    }
+    if (Date.now() - this.answeredAt < (this.opts.ownersFirstMs ?? OWNERS_FIRST_MS)) return [];
+    let moved: Awaited<ReturnType<JobStore['rescueExpired']>>;
+    try {
+      moved = await this.store.rescueExpired(this.opts.graceSeconds, this.opts.batchSize);
+    } catch (err) {
+      if (isDatabaseUnavailable(err)) this.outage = true;
+      throw err;
+    }
     for (const { job } of moved) {
       this.log.warn(
         { jobId: job.id, type: job.type, attempt: job.attempt, state: job.state, lastOwner: job.attemptLog.at(-1)?.owner },

@@ -14,6 +14,16 @@ import { sleep, type WorkerContext } from './held.ts';
 /** A gate closed again this soon after it opened: the database answers the probe but not the work. */
 const FLAP_WINDOW_MS = 30_000;
 
+/**
+ * The longest wait between probes. What this worker must do first when the database returns
+ * waits for the gate: releasing, with no attempt spent, the jobs the outage took from it (claimed
+ * ahead and never started, an attempt whose connection the failover cut, a claim whose answer
+ * was lost). Every other task's rescuer and claims reclaim those jobs the moment they can, with
+ * the attempt counted (on the last one, dead): probing a heartbeat apart (7.5–10 s deployed), the
+ * owner came second nearly every time (review finding). A probe is one connection attempt.
+ */
+const PROBE_MAX_MS = 1_000;
+
 export class DatabaseGate {
   private downSince: number | null = null;
   private loginRefused = false;
@@ -54,8 +64,8 @@ export class DatabaseGate {
   }
 
   /**
-   * While closed: one probe per call, with backoff (capped at a heartbeat, so a returning
-   * database is noticed within one). True once it answers, and the gate is open again.
+   * While closed: one probe per call, with backoff up to PROBE_MAX_MS (a heartbeat if shorter).
+   * True once it answers, and the gate is open again.
    */
   async probe(): Promise<boolean> {
     const { ctx } = this;
@@ -73,7 +83,7 @@ export class DatabaseGate {
     } catch (err) {
       if (this.loginRefused && isAuthenticationFailure(err)) ctx.metrics.count(METRIC.databaseLoginsRefused);
       const downMs = Date.now() - (this.downSince ?? Date.now());
-      const wait = Math.min(ctx.opts.timings.heartbeatSeconds * 1000, 250 + downMs / 4) * (0.75 + Math.random() / 4);
+      const wait = Math.min(PROBE_MAX_MS, ctx.opts.timings.heartbeatSeconds * 1000, 250 + downMs / 4) * (0.75 + Math.random() / 4);
       await sleep(wait, ctx.stopAc.signal);
       return false;
     }

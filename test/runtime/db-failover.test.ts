@@ -11,6 +11,10 @@ import { startDbProxy, type DbProxy } from '../../dev/db-proxy.ts';
 import { METRIC } from '../../runtime/observability/metric-names.ts';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
+import { Rescuer } from '../../runtime/maintenance/rescuer.ts';
+import { JobStore } from '../../runtime/store/job-store.ts';
+import { Publisher } from '../../runtime/store/outbox.ts';
+import { silentLogger } from '../../runtime/observability/log.ts';
 import { createTestDb } from '../support/db.ts';
 import { createPlatform, holdJobRow, waitFor, type Platform } from '../support/platform.ts';
 
@@ -434,6 +438,37 @@ describe('a failover longer than the lease, with jobs claimed ahead of a free sl
       expect.objectContaining({ attempt: 1, outcome: 'released', message: expect.stringMatching(/claimed it ahead|claimed ahead/) }),
     ]);
     expect(await posted()).toBe(2);
+    await w.stop(1);
+  }, 60_000);
+
+  it("with another task's rescuer running through the same outage: the owner releases its job first, and the job does not die", async () => {
+    // Review finding: the owner's release waited for its gate's probe (a heartbeat apart,
+    // 7.5–10 s deployed) while another task's rescuer, on its first pass after the outage,
+    // reclaimed every expired lease with the attempt counted: on its last attempt, dead unrun.
+    const { p, proxy, pool } = await behindProxy(
+      { timings: { leaseSeconds: 2, heartbeatSeconds: 0.5, visibilityTimeoutSeconds: 3, maxReceiveCount: 10, concurrency: 1 } },
+      'jobs-worker rescuer-race-test',
+    );
+    const rescuerPool = createPool({ url: proxy.url(p.db.url), max: 2, applicationName: 'jobs-worker other-task' });
+    const rescuer = new Rescuer(new JobStore(rescuerPool), new Publisher(rescuerPool, p.queue, silentLogger), silentLogger, {
+      graceSeconds: 0.5,
+      intervalMs: 200,
+      batchSize: 100,
+    });
+    rescuer.start();
+    onTestFinished(async () => {
+      await rescuer.stop();
+      await rescuerPool.end().catch(() => undefined);
+    });
+    const w = p.worker({ pool, workerId: 'rescuer-race', prefetch: 1 });
+    w.start();
+    const [long] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'RRC-1', entries: 1, workMs: 6000 } }]);
+    await waitFor(async () => (await p.store.get(long!.job.id))?.state === 'running', 10_000, 'the long job running');
+    const [ahead] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'RRC-2', entries: 2 }, maxAttempts: 1 }]);
+    await waitFor(async () => (await p.store.get(ahead!.job.id))?.state === 'running', 10_000, 'the second job claimed ahead');
+    await proxy.failover(4).over;
+    await waitFor(async () => ['succeeded', 'dead'].includes((await p.store.get(ahead!.job.id))?.state ?? ''), 20_000, 'ended');
+    expect(await p.store.get(ahead!.job.id)).toMatchObject({ state: 'succeeded', attempt: 2, releases: 1 });
     await w.stop(1);
   }, 60_000);
 });
