@@ -13,7 +13,7 @@ import { parseJobMessage } from '../queue/message.ts';
 import { SQS_BATCH_LIMIT, type ReceivedMessage } from '../queue/types.ts';
 import type { ClaimedJob } from '../store/job-store.ts';
 import type { DeadLetters } from './dead-letter.ts';
-import { sleep, type WorkerContext } from './held.ts';
+import { longPollSeconds, sleep, type WorkerContext } from './held.ts';
 import { defaultBulkSlots, LaneReceiver } from './lane-choice.ts';
 import type { QueueMessages } from './messages.ts';
 import { Batcher } from './batcher.ts';
@@ -96,7 +96,7 @@ export class Fetcher {
           // Bulk's share of the jobs in hand, prefetched ones included, so that a bulk job waits
           // for the slot a finishing bulk job frees (with prefetch, that slot would go to urgent).
           bulkInHandTarget: Math.ceil((bulkSlots * this.capacity) / t.concurrency),
-          waitSeconds: ctx.opts.receiveWaitSeconds ?? 20,
+          waitSeconds: ctx.opts.receiveWaitSeconds ?? longPollSeconds(t.drainSeconds),
           bulkInHand: () => slots.bulkInHand?.() ?? 0,
         });
   }
@@ -152,7 +152,7 @@ export class Fetcher {
       const sizes: number[] = [];
       if (!this.queueBusy || want < SQS_BATCH_LIMIT) sizes.push(Math.min(want, SQS_BATCH_LIMIT));
       else for (let k = Math.floor(want / SQS_BATCH_LIMIT); k > 0; k--) sizes.push(SQS_BATCH_LIMIT);
-      const waitSeconds = this.queueBusy ? 0 : (ctx.opts.receiveWaitSeconds ?? 20);
+      const waitSeconds = this.queueBusy ? 0 : (ctx.opts.receiveWaitSeconds ?? longPollSeconds(ctx.opts.timings.drainSeconds));
       for (const n of sizes) {
         const p: Promise<void> = this.receiveAndClaim(n, waitSeconds).finally(() => {
           receives.delete(p);

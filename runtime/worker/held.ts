@@ -36,7 +36,7 @@ export interface WorkerOptions {
   workerId?: string;
   log: Logger;
   metrics?: Metrics;
-  /** Long-poll wait per receive (SQS allows up to 20 s). */
+  /** Long-poll wait per receive (SQS allows up to 20 s; default longPollSeconds(drainSeconds)). */
   receiveWaitSeconds?: number;
   /**
    * Jobs claimed ahead of a free handler slot (default: concurrency). The worker holds at most
@@ -255,4 +255,15 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     }
     signal?.addEventListener('abort', done, { once: true });
   });
+}
+
+/**
+ * An idle worker's long poll: SQS's longest (20 s), but a second under the drain, so that a
+ * stopping idle worker's open poll returns by itself within it. A poll aborted at the drain
+ * deadline is still answered by SQS, and what it takes stays hidden for the visibility timeout:
+ * with the local stack's 10 s drain, the first job enqueued after a `jobs local restart` ran
+ * 15 s late. Deployed (a 30 s drain) it is 20 s.
+ */
+export function longPollSeconds(drainSeconds: number): number {
+  return Math.max(1, Math.min(20, Math.floor(drainSeconds) - 1));
 }

@@ -14,7 +14,7 @@ import { silentLogger } from '../../runtime/observability/log.ts';
 import { jobMessageBody } from '../../runtime/queue/message.ts';
 import { Rescuer } from '../../runtime/maintenance/rescuer.ts';
 import type { WorkerEvent } from '../../runtime/worker/worker.ts';
-import { ABANDON_GRACE_MS } from '../../runtime/worker/held.ts';
+import { ABANDON_GRACE_MS, longPollSeconds } from '../../runtime/worker/held.ts';
 import type { Completer } from '../../runtime/worker/completer.ts';
 import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
 
@@ -469,5 +469,17 @@ describe("a job allowed more attempts than the queue's maxReceiveCount", () => {
     expect(done.attempt).toBe(6);
     expect(await ledgerRows('B-MANY')).toBe(2);
     expect(p.dlq.peek()).toEqual([]);
+  });
+});
+
+describe("an idle worker's long poll", () => {
+  it('returns within the drain by itself: 20 s deployed (a 30 s drain), a second under a shorter drain (the local stack: 9 s of 10)', () => {
+    // A poll cut at the drain's deadline is still answered by SQS, and what it takes stays hidden
+    // for the visibility timeout: after a `jobs local restart` (10 s drain, 20 s poll) the first job
+    // enqueued ran 15 s late.
+    expect(longPollSeconds(30)).toBe(20);
+    expect(longPollSeconds(21)).toBe(20);
+    expect(longPollSeconds(10)).toBe(9);
+    expect(longPollSeconds(1)).toBe(1);
   });
 });
