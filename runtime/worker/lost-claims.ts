@@ -30,7 +30,7 @@ import type { WorkerContext } from './held.ts';
  * Why a job is noted: its claim's answer was lost, it was given up unstarted when its lease ran out
  * in an outage, its attempt lost its connection, or the worker stopping could not hand it back.
  */
-export type LostKind = 'answer-lost' | 'lease-ran-out' | 'connection-lost' | 'stopping';
+export type LostKind = 'answer-lost' | 'lease-ran-out' | 'connection-lost' | 'stopping' | 'hand-back-lost';
 
 /**
  * The releases an attempt whose own transaction lost its connection gets per job, its attempt not
@@ -50,6 +50,12 @@ const WHY: Record<LostKind, { reason: (workerId: string) => string; log: string;
       `claimed ahead by worker ${w}, whose lease on it ran out before it started while the database did not answer; released unstarted`,
     log: 'a job claimed ahead whose lease ran out in a database outage before it started: released unstarted (no attempt spent) and published again',
     event: 'lease ran out in a database outage before it started',
+  },
+  'hand-back-lost': {
+    reason: (w) =>
+      `claimed ahead by worker ${w}, which had no slot for it soon and handed it back; the answer was lost (a failover or a reset); released unstarted`,
+    log: 'a job claimed ahead whose hand-back got no answer from the database: released unstarted (no attempt spent) and published again',
+    event: 'hand-back answer lost in a database failover',
   },
   stopping: {
     reason: (w) => `worker ${w} stopped before the job finished (or started), the database not answering then; released once it answered`,

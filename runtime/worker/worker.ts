@@ -15,6 +15,7 @@
 
 import { hostname } from 'node:os';
 import type { DeadLetterReason } from '../domain/events.ts';
+import { isAnswerLost } from '../db/unavailable.ts';
 import type { Job } from '../domain/job.ts';
 import type { ReceivedMessage } from '../queue/types.ts';
 import type { ClaimedJob, JobStore } from '../store/job-store.ts';
@@ -254,10 +255,21 @@ export class Worker {
       // Released, or no longer this worker's (the fenced release found another attempt): either way not held here.
       for (const h of out) ctx.forget(h);
     } catch (err) {
-      // The database could not be asked: nothing was released, the jobs stay in line here.
-      ctx.log.warn({ err, jobs: out.length }, 'could not release jobs claimed ahead; they stay and run here');
-      for (const h of out) h.released = false;
-      this.waiting.push(...out);
+      if (isAnswerLost(err)) {
+        // The release may have committed, its answer lost: run here, a job would run on a token
+        // its row no longer holds (a wasted run and a lost lease counted). Released once the
+        // database answers (fenced: nothing if it had committed), and published again.
+        this.completer.lost.note(
+          out.map((h) => h.token),
+          'hand-back-lost',
+        );
+        for (const h of out) ctx.forget(h);
+      } else {
+        // The database could not be asked: nothing was released, the jobs stay in line here.
+        ctx.log.warn({ err, jobs: out.length }, 'could not release jobs claimed ahead; they stay and run here');
+        for (const h of out) h.released = false;
+        this.waiting.push(...out);
+      }
     } finally {
       this.releasing = false;
     }

@@ -8,6 +8,7 @@ import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
 import { pause } from '../../runtime/handlers/validate.ts';
 import { AHEAD_CAPACITIES } from '../../runtime/worker/fetcher.ts';
+import { METRIC } from '../../runtime/observability/metric-names.ts';
 import type { JobQueue, OutgoingMessage, ReceivedMessage, VisibilityChange } from '../../runtime/queue/types.ts';
 import { createPlatform, holdJobRow, stagedJobs, waitFor, type Platform } from '../support/platform.ts';
 
@@ -219,6 +220,28 @@ describe('receiving over a queue with a round trip', () => {
     expect(lastOver).toBeLessThan(2_500);
     expect([...runs.values()].every((c) => c === 1)).toBe(true);
   }, 60_000);
+
+  it('a hand-back whose answer a reset lost: the jobs are released once the database answers, none run on a token its row no longer holds', async () => {
+    // Review finding: the worker took the lost answer for "nothing released" and ran the jobs
+    // itself, on tokens their rows (released, pending) no longer held: each ran, its completion
+    // was refused (a lost lease counted), and it ran again elsewhere.
+    p = await createPlatform({ registry, timings: { concurrency: 4 } });
+    const a = p.worker({ queue: new SlowQueue(p.queue, 25) });
+    const release = a.store.release.bind(a.store);
+    let cut = 0;
+    a.store.release = async (...args: Parameters<typeof release>) => {
+      const out = await release(...args);
+      if (cut++ > 0) return out;
+      throw new Error('Connection terminated unexpectedly');
+    };
+    const n = 40;
+    await longJobsAfterFastOnes(a, n, 500);
+    p.worker({ queue: new SlowQueue(p.queue, 25) }).start();
+    await waitFor(async () => (await succeeded()) === 300 + n, 60_000, 'every job done');
+    expect(cut).toBeGreaterThan(0);
+    expect([...runs.values()].every((c) => c === 1)).toBe(true);
+    expect(p.metrics.counts.get(METRIC.leasesLost) ?? 0).toBe(0);
+  }, 90_000);
 
   it('a job claimed ahead whose message is one receive from the DLQ is not handed back: it runs here', async () => {
     p = await createPlatform({ registry, timings: { concurrency: 4 } });
