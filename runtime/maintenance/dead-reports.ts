@@ -17,7 +17,7 @@ import type { DeadLetterReason } from '../domain/events.ts';
 import type { Job } from '../domain/job.ts';
 import { deadJobReason } from '../domain/settlement.ts';
 import type { Logger } from '../observability/log.ts';
-import { claimUnreportedDeaths } from '../store/dead-reports.ts';
+import { claimUnreportedDeaths, stillUnreported } from '../store/dead-reports.ts';
 import { MaintenanceLoop } from '../support/maintenance-loop.ts';
 
 export interface DeadReportTimings {
@@ -79,8 +79,13 @@ export class DeadReportSweeper {
     const t = this.o.timings;
     const jobs = await claimUnreportedDeaths(this.o.pool, t.graceSeconds, t.retrySeconds, t.batchSize);
     let reported = 0;
-    for (const job of jobs) {
+    for (const claimed of jobs) {
       if (this.stopping) break;
+      // Claimed maybe long ago (a DLQ that hangs makes each report minutes): reported, discarded
+      // or redriven since, it is not reported (review: stale and duplicate letters kept the DLQ
+      // alarm on, and nothing dropped them).
+      const job = await stillUnreported(this.o.pool, claimed);
+      if (!job) continue;
       const reason = deadJobReason(job);
       const sent = await this.o.report(job, reason);
       if (sent) reported++;

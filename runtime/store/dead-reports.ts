@@ -38,6 +38,22 @@ const DEAD_REPORT_SQL = {
     )
     SELECT ${JOB('j')} FROM jobs.job j JOIN claimed c ON c.job_id = j.id WHERE j.state = 'dead'`,
 
+  /**
+   * Right before a sweeper sends a claimed report: the death at $2 of job $1 is still dead,
+   * unreported and not discarded (a pass works through its claims one by one, and while the DLQ
+   * hangs that takes long: meanwhile another sweeper may have reported it, on-call discarded or
+   * redriven the job). Marks it tried again now, so that no other sweeper reclaims it while this
+   * one sends; returns the job row as it is now, or nothing.
+   */
+  deadJobStillUnreported: `
+    WITH still AS (
+      UPDATE jobs.dead_job d SET report_tried_at = statement_timestamp()
+       WHERE d.job_id = $1::uuid AND d.reported_at IS NULL AND d.discarded_at IS NULL
+         AND d.dead_at BETWEEN $2::timestamptz - interval '1 millisecond' AND $2::timestamptz + interval '1 millisecond'
+      RETURNING d.job_id
+    )
+    SELECT ${JOB('j')} FROM jobs.job j JOIN still s ON s.job_id = j.id WHERE j.state = 'dead'`,
+
   /** Deaths whose report has not gone out (on-call's count; the chaos run waits for 0). */
   deadJobUnreportedCount: `
     SELECT count(*)::int AS n FROM jobs.dead_job WHERE reported_at IS NULL AND discarded_at IS NULL`,
@@ -56,6 +72,13 @@ export async function markDeadJobReported(db: Queryable, job: Pick<Job, 'id' | '
 export async function claimUnreportedDeaths(db: Queryable, graceSeconds: number, retrySeconds: number, limit: number): Promise<Job[]> {
   const { rows } = await runDeadReport(db, 'deadJobClaimUnreported', [graceSeconds, retrySeconds, limit]);
   return rows.map((r) => rowToJob(r));
+}
+
+/** `job`'s death (claimed earlier) as it is now, if its report is still owed; null when reported, discarded or redriven since. */
+export async function stillUnreported(db: Queryable, job: Pick<Job, 'id' | 'finishedAt'>): Promise<Job | null> {
+  if (!job.finishedAt) return null;
+  const { rows } = await runDeadReport(db, 'deadJobStillUnreported', [job.id, job.finishedAt]);
+  return rows[0] ? rowToJob(rows[0]) : null;
 }
 
 /** How many deaths have no report on the DLQ yet (discarded ones aside). */

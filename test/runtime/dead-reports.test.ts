@@ -105,6 +105,33 @@ describe('dead-job reports', () => {
     expect(await sweeper({ retrySeconds: 0 }).runOnce()).toEqual({ claimed: 3, reported: 3 });
   });
 
+  it('while the DLQ hangs: a death reported, discarded or redriven meanwhile is not reported by the pass that claimed it', async () => {
+    // Fault review: a pass sent its claims from the snapshot it took, one by one; a DLQ that hung
+    // made that take minutes, and the letters it sent once the DLQ answered named a death already
+    // reported, a job on-call had discarded, and one redriven and running again.
+    const [a, b, c, d] = [await deadJob('R-9a'), await deadJob('R-9b'), await deadJob('R-9c'), await deadJob('R-9d')];
+    let release!: () => void;
+    const hung = new Promise<void>((r) => (release = r));
+    const realSend = p.dlq.send.bind(p.dlq);
+    const send = vi.spyOn(p.dlq, 'send').mockImplementation(async (m) => {
+      await hung;
+      return realSend(m);
+    });
+    const pass = sweeper().runOnce(); // claims all four, then hangs on the first report (a)
+    await vi.waitFor(() => expect(send).toHaveBeenCalledTimes(1));
+    expect(await markDeadJobReported(p.db.pool, b)).toBe(true); // another sweeper's report went out
+    const ops = new DeadJobService(p.db.pool, p.publisher);
+    await ops.discard({ ids: [c.id], by: 'ops@example', reason: 'posted by hand' });
+    await ops.redrive({ ids: [d.id], by: 'ops@example', reason: 'ledger unlocked' });
+    release();
+    expect(await pass).toEqual({ claimed: 4, reported: 1 });
+    send.mockRestore();
+    expect(lettersFor(a.id)).toHaveLength(1);
+    expect(lettersFor(b.id)).toEqual([]); // reported by the other sweeper, not again here
+    expect(lettersFor(c.id)).toEqual([]);
+    expect(lettersFor(d.id)).toEqual([]);
+  });
+
   it('sweepers in several workers at once report each death exactly once', async () => {
     const jobs = await Promise.all(Array.from({ length: 30 }, (_, i) => deadJob(`R-4-${i}`)));
     // Three sweepers, each on its own pool connection, claiming in small batches at the same time.
