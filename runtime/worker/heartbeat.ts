@@ -76,6 +76,10 @@ export class Heartbeat {
       if (isDatabaseUnavailable(err)) this.onDatabaseUnavailable(err);
       ctx.log.warn({ err, jobs: entries.length }, 'heartbeat could not reach the database');
       this.fenceUnrenewed();
+      // A job whose completion waits for the database keeps its message hidden (SQS is up in a
+      // database failover): back in the queue, another worker would claim the job from its own
+      // completion once the database answers, and run it again (on its last attempt: dead).
+      this.extendCompleting(entries);
       return;
     }
     const renewed: Held[] = [];
@@ -86,6 +90,9 @@ export class Heartbeat {
       // Settled here while the renewal was on its way (completed, failed): not ours to renew, not lost.
       if (h.settled || ctx.held.get(h.job.id) !== h) return;
       if (!held.has(h.job.id)) {
+        // Its completion, fenced by attempt, gives the verdict: after an outage longer than the
+        // lease the renewal matches nothing (the lease ran out) while the job is still ours.
+        if (h.completing) return;
         this.loseLease(h, 'heartbeat');
         return;
       }
@@ -99,7 +106,16 @@ export class Heartbeat {
     // comes back to a receiver that finds the lease live in the database and deletes it as a
     // duplicate (settlement.ts); the job is safe in its lease, and should this worker die, the
     // rescuer re-queues it once the lease has run out.
-    this.extending ??= this.extend(renewed).finally(() => {
+    this.extending ??= this.extend([...renewed, ...entries.filter((h) => h.completing && !renewed.includes(h))]).finally(() => {
+      this.extending = null;
+    });
+  }
+
+  /** The messages of `entries` whose completion is under way, extended though their leases could not be renewed. */
+  private extendCompleting(entries: Held[]): void {
+    const completing = entries.filter((h) => h.completing);
+    if (completing.length === 0) return;
+    this.extending ??= this.extend(completing).finally(() => {
       this.extending = null;
     });
   }

@@ -181,10 +181,22 @@ describe('a failover between a handler that wrote nothing and its batched comple
       timings: { leaseSeconds: 2, heartbeatSeconds: 0.5, visibilityTimeoutSeconds: 3 },
       maxAttempts: 1,
     });
+    // Another worker through the same outage (diff review: the job's message came back while the
+    // database was down, and it claimed the job from its own completion once the database answered).
+    const otherPool = createPool({ url: proxy.url(p.db.url), max: 4, applicationName: 'jobs-worker other-test' });
+    const other = p.worker({ pool: otherPool, workerId: 'other' });
+    other.start();
+    onTestFinished(async () => {
+      await other.stop(1);
+      await otherPool.end().catch(() => undefined);
+    });
     const outage = proxy.failover(5);
     await new Promise((r) => setTimeout(r, 300));
     finish();
     await outage.over;
+    // A heartbeat right after: its renewal matches nothing (the lease ran out), and the job stays
+    // its completion's (diff review: it was given up as a lost lease).
+    await w.heartbeat();
     await waitFor(async () => ['succeeded', 'dead'].includes((await p.store.get(jobId))?.state ?? ''), 20_000, 'ended');
     expect(await p.store.get(jobId)).toMatchObject({ state: 'succeeded', attempt: 1, result: { total: 5 } });
     expect(p.metrics.counts.get(METRIC.leasesLost) ?? 0).toBe(0);
