@@ -198,11 +198,13 @@ export interface RelayOptions {
 }
 
 /**
- * How long the relay's rows stay leased (migration 0021): longer than a send that waits out every
- * retry (5 tries of 30 s, with backoff), so that another relay does not send them again meanwhile;
- * what a relay that died leaves waits this long for another.
+ * How long the relay's rows stay leased (migration 0021): what a relay that died (SIGKILL, out of
+ * memory) leaves waits this long for another, a concurrency key's next job included. A send is
+ * milliseconds; one that outlives the lease (SQS slow, waiting out its retries) may be sent again
+ * by another relay meanwhile (a duplicate message, harmless), and its release touches only rows
+ * still under its own lease.
  */
-export const RELAY_LEASE_SECONDS = 180;
+export const RELAY_LEASE_SECONDS = 30;
 
 export const DEFAULT_RELAY: RelayOptions = { minAgeSeconds: 2, intervalMs: 1000, batchSize: 100 };
 
@@ -334,7 +336,7 @@ export class OutboxRelay {
       // message at worst, harmless.
       const done = new Set([...rows.filter((r) => !later.includes(r) && !live.includes(r)), ...sent]);
       const ids = (keep: boolean) => rows.filter((r) => done.has(r) === keep).map((r) => r.outbox_id as string);
-      await run(this.pool, 'outboxSettle', [ids(true), ids(false)]);
+      await run(this.pool, 'outboxSettle', [ids(true), ids(false), rows[0]!.lease]);
     }
     // A deferred publish come due is by design, not a publish that had gone missing.
     const news = sent.filter((r) => !r.from_deferred);

@@ -35,18 +35,22 @@ export const OUTBOX_SQL = {
           ORDER BY id
           LIMIT $2
             FOR UPDATE SKIP LOCKED)
-      RETURNING o.id, o.job_id, o.from_deferred
+      RETURNING o.id, o.job_id, o.from_deferred, o.leased_until
     )
-    SELECT l.id AS outbox_id, l.job_id, j.type, j.state, j.lane, l.from_deferred,
+    SELECT l.id AS outbox_id, l.job_id, j.type, j.state, j.lane, l.from_deferred, l.leased_until::text AS lease,
            greatest(0, ceil(extract(epoch FROM j.run_after - statement_timestamp())))::int AS delay_seconds,
            coalesce(j.run_after > statement_timestamp() + ${PUBLISH_HORIZON}, false) AS later
       FROM leased l
       LEFT JOIN jobs.job j ON j.id = l.job_id
      ORDER BY l.id`,
 
-  /** The relay after its sends: delete the rows $1 (sent, or needing no message), release the rows $2 (not sent) for the next pass. */
+  /**
+   * The relay after its sends: delete the rows $1 (sent, or needing no message), release the rows
+   * $2 (not sent) for the next pass, those still under its own lease ($3, as the lease statement returned it: text, every microsecond) only: a pass that
+   * outlived its lease (SQS slow) must not release rows another relay has leased since.
+   */
   outboxSettle: `
-    WITH released AS (UPDATE jobs.outbox SET leased_until = NULL WHERE id = ANY($2::bigint[]))
+    WITH released AS (UPDATE jobs.outbox SET leased_until = NULL WHERE id = ANY($2::bigint[]) AND leased_until = $3::timestamptz)
     DELETE FROM jobs.outbox WHERE id = ANY($1::bigint[])`,
 
   outboxDelete: `DELETE FROM jobs.outbox WHERE id = ANY($1::bigint[])`,

@@ -504,6 +504,31 @@ describe("lanes: every message of a job goes to its lane's queue", () => {
     expect(sentIds(l.urgent)).toEqual([u!.job.id, v!.job.id]);
   });
 
+  it("a pass that outlived its lease releases only rows still under it: another relay's lease since stands", async () => {
+    // Diff review: a release not fenced by the lease let a third relay send the rows a second one
+    // was still sending.
+    await l.store.insertMany(l.db.pool, [{ type: 'test.work', payload: { tag: 'fenced' }, maxAttempts: 3, lane: 'urgent' }]);
+    let failA!: () => void;
+    const slow = new LaneQueues({
+      bulk: l.bulk,
+      urgent: { ...l.urgent, send: () => new Promise<void>((_, reject) => (failA = () => reject(new Error('throttled')))) } as never,
+    });
+    const opts = { minAgeSeconds: 0, intervalMs: 1000, batchSize: 100 };
+    const a = new OutboxRelay(l.db.pool, slow, silentLogger, { ...opts, leaseSeconds: 1 }).runOnce();
+    await waitFor(() => failA !== undefined, 2_000, "relay A's send under way");
+    await new Promise((r) => setTimeout(r, 1_200)); // A's lease runs out while its send waits
+    const hanging = new LaneQueues({ bulk: l.bulk, urgent: { ...l.urgent, send: () => new Promise<void>(() => undefined) } as never });
+    void new OutboxRelay(l.db.pool, hanging, silentLogger, { ...opts, leaseSeconds: 600 }).runOnce();
+    const leasedLong = async () =>
+      (await l.db.pool.query("SELECT 1 FROM jobs.outbox WHERE leased_until > now() + interval '500 seconds'")).rowCount === 1;
+    await waitFor(leasedLong, 2_000, 'relay B leased the row');
+    failA();
+    expect(await a).toBe(0);
+    expect(await leasedLong()).toBe(true);
+    expect(await new OutboxRelay(l.db.pool, l.queue, silentLogger, opts).runOnce()).toBe(0);
+    expect(sentIds(l.urgent)).toEqual([]);
+  });
+
   it("a concurrency key's next job (relay_now) goes to the urgent queue, and a dead urgent job's report to the urgent DLQ", async () => {
     const keyed = await l.client.enqueueNow(
       Array.from({ length: 3 }, (_, i) => ({
