@@ -237,7 +237,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
         const how = signal ? `killed by ${signal}` : `exit code ${code}`;
         log(
           command === 'api'
-            ? `the API (pid ${child.pid}) exited (${how}): ${apiUrl} no longer answers; stop the stack (Ctrl-C) and start it again`
+            ? `the API (pid ${child.pid}) exited (${how}): ${apiUrl} no longer answers; fix what it said above and run \`npx tsx bin/jobs.ts local restart\` (keeps the database; Ctrl-C and npm start again would begin with an empty one)`
             : `worker ${extra.JOBS_WORKER_ID ?? ''} (pid ${child.pid}) exited (${how})`,
         );
       });
@@ -267,16 +267,26 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
     const restart = async (): Promise<string> => {
       const admin = createPool({ url: databaseUrl, max: 1, applicationName: 'jobs-local migrate' });
       const m = await migrate(admin).finally(() => admin.end());
-      if (ending) throw new ReportedError('the stack is stopping');
+      const stopped = () => {
+        if (ending) throw new ReportedError('the stack is stopping');
+      };
+      stopped();
       // As a deploy does: the new workers first, then the old ones drain and hand back what they
-      // had not started; the API last (its port is taken until the old one has stopped).
-      const old = control.workers.live().flatMap((id) => control.workers.child(id) ?? []);
+      // had not started; the API last (its port is taken until the old one has stopped). A worker
+      // the live view paused is continued and replaced too (it would go on with the old code).
+      control.workers.resumeAll();
+      const old = control.workers
+        .list()
+        .filter((w) => w.state !== 'exited')
+        .flatMap((w) => control.workers.child(w.id) ?? []);
       const fresh = old.map(() => startWorker());
       for (const c of old) replaced.add(c);
       await stopChildren(old, drainMs);
       workers.splice(0, workers.length, ...workers.filter((w) => !old.includes(w)), ...fresh);
+      stopped();
       replaced.add(api);
       await stopChildren([api], drainMs);
+      stopped();
       api = spawnService('api', { PORT: String(apiPort), ...control.apiEnv });
       await waitForHttp(`${apiUrl}/healthz`, 30_000, api);
       const applied = m.applied.length > 0 ? `migrations applied: ${m.applied.join(', ')}; ` : '';

@@ -314,6 +314,7 @@ function clip(s: string, max: number): string {
  */
 async function payloadText(arg: string): Promise<string> {
   if (arg === '-') {
+    if (process.stdin.isTTY) process.stderr.write('jobs: reading the payload from stdin (end it with Ctrl-D)\n');
     const chunks: Buffer[] = [];
     for await (const c of process.stdin) chunks.push(c as Buffer);
     return Buffer.concat(chunks).toString('utf8');
@@ -331,7 +332,8 @@ async function payloadText(arg: string): Promise<string> {
 
 function parsePayload(arg: string, text: string): unknown {
   try {
-    return JSON.parse(text);
+    // A file saved by an editor that writes a byte-order mark is still JSON to the person.
+    return JSON.parse(text.replace(/^\uFEFF/, ''));
   } catch (err) {
     const from = arg === '-' ? ' (read from stdin)' : arg.startsWith('@') ? ` (read from ${arg.slice(1)})` : '';
     throw new UsageError(`--payload${from} is not valid JSON: ${(err as Error).message}`);

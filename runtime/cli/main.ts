@@ -114,24 +114,48 @@ export async function main(argv: string[]): Promise<number> {
       watchParent();
       const { startLocalStack } = await import('../../dev/stack.ts');
       const { reportRestart } = await import('../support/local-env.ts');
-      const stack = await startLocalStack({
+      // `jobs local restart` (SIGHUP), which waits for the line this writes (support/local-env.ts).
+      // Installed first: Node's default for SIGHUP ends the process, postgres left running. Asked
+      // while the stack starts, the restart runs once it is up; while it stops, it is refused.
+      let stack: Awaited<ReturnType<typeof startLocalStack>> | null = null;
+      let stopping = false;
+      let restartAsked = false;
+      const restart = (s: NonNullable<typeof stack>) => {
+        out('restarting the API and the workers on the current code…');
+        void s
+          .restart()
+          .catch((err: unknown) => `restart failed: ${err instanceof Error ? err.message : String(err)}`)
+          .then((line) => {
+            out(line);
+            return reportRestart(line);
+          });
+      };
+      process.on('SIGHUP', () => {
+        if (stopping) return void reportRestart('restart failed: the stack is stopping');
+        if (stack) return restart(stack);
+        restartAsked = true;
+        out('restart asked while the stack starts: it runs once the stack is up');
+      });
+      const started = await startLocalStack({
         workers,
         demoSchedules: true,
         ...(apiPort !== undefined ? { apiPort } : {}),
       });
+      stack = started;
       out('');
-      out(`  API          ${stack.apiUrl}   (live view: ${stack.apiUrl}/)`);
-      out(`  PostgreSQL   ${stack.env.DATABASE_URL}`);
-      out(`  SQS          ${stack.sqs.endpoint}  bulk lane: queue ${stack.sqs.queueName}, DLQ ${stack.sqs.dlqName}`);
-      out(`                urgent lane: queue ${stack.sqs.urgentQueueName}, DLQ ${stack.sqs.urgentDlqName}`);
+      out(`  API          ${started.apiUrl}   (live view: ${started.apiUrl}/)`);
+      out(`  PostgreSQL   ${started.env.DATABASE_URL}`);
+      out(`  SQS          ${started.sqs.endpoint}  bulk lane: queue ${started.sqs.queueName}, DLQ ${started.sqs.dlqName}`);
+      out(`                urgent lane: queue ${started.sqs.urgentQueueName}, DLQ ${started.sqs.urgentDlqName}`);
       out(`  workers      ${workers} process${workers === 1 ? '' : 'es'}`);
       out(`  settings     .jobs-local/env  (other jobs commands read it)`);
       out('  schedules    every-minute-demo posts a small ledger batch every minute (jobs schedules list)');
       out('');
       out(`  try: npx tsx bin/jobs.ts enqueue ledger.post --payload '{"batch":"B-1","entries":10}'`);
+      out('  after changing a handler: npx tsx bin/jobs.ts local restart   (keeps the database and its jobs)');
       out('  Ctrl-C stops everything.');
+      if (restartAsked) restart(started);
       await new Promise<void>((resolve) => {
-        let stopping = false;
         // Every signal is handled, not just the first: a second one (the supervisor's forward on
         // top of a `kill` of the whole group, an impatient Ctrl-C) must not kill this process
         // half-way, before postgres is stopped.
@@ -139,22 +163,10 @@ export async function main(argv: string[]): Promise<number> {
           if (stopping) return out(`${sig}: already stopping (workers drain, then postgres stops)…`);
           stopping = true;
           out(`\n${sig}: stopping the local stack…`);
-          void stack.stop().then(resolve);
+          void started.stop().then(resolve);
         };
         process.on('SIGINT', () => stop('SIGINT'));
         process.on('SIGTERM', () => stop('SIGTERM'));
-        // `jobs local restart`, which waits for the line this writes (support/local-env.ts).
-        process.on('SIGHUP', () => {
-          if (stopping) return;
-          out('restarting the API and the workers on the current code…');
-          void stack
-            .restart()
-            .catch((err: unknown) => `restart failed: ${err instanceof Error ? err.message : String(err)}`)
-            .then((line) => {
-              out(line);
-              return reportRestart(line);
-            });
-        });
       });
       out('stopped.');
       return 0;

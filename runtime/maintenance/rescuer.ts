@@ -71,7 +71,7 @@ export class Rescuer {
     return this.loop.runOnce();
   }
 
-  /** A pass found the database unavailable; then, when it answered again. */
+  /** A pass found the database unavailable; then, when it answered again (the monotonic clock: a wall clock stepping back would hold rescuing). */
   private outage = false;
   private answeredAt = Number.NEGATIVE_INFINITY;
 
@@ -80,13 +80,13 @@ export class Rescuer {
       // Rescue nothing until the database has answered for a while (a failure here: still down).
       await this.store.pool.query(timed(this.store.pool, { text: 'SELECT 1' }));
       this.outage = false;
-      this.answeredAt = Date.now();
+      this.answeredAt = performance.now();
       this.log.info(
         { ownersFirstMs: this.opts.ownersFirstMs ?? OWNERS_FIRST_MS },
         'rescuer: the database answers again; expired leases are left to their owners a little longer',
       );
     }
-    if (Date.now() - this.answeredAt < (this.opts.ownersFirstMs ?? OWNERS_FIRST_MS)) return [];
+    if (performance.now() - this.answeredAt < (this.opts.ownersFirstMs ?? OWNERS_FIRST_MS)) return [];
     let moved: Awaited<ReturnType<JobStore['rescueExpired']>>;
     try {
       moved = await this.store.rescueExpired(this.opts.graceSeconds, this.opts.batchSize);

@@ -100,6 +100,8 @@ export async function restartLocalStack(dir = LOCAL_DIR, timeoutMs = 120_000): P
     const line = existsSync(report) ? (await readFile(report, 'utf8')).trim() : '';
     if (line.startsWith('restart failed')) throw new ReportedError(`${line} (the stack's terminal has the details)`);
     if (line) return line;
+    if (!isLiveProcessOf(pid, ['jobs.ts', 'jobs local']))
+      throw new ReportedError(`the local stack (pid ${pid}) ended while restarting: see its terminal`);
   }
   throw new ReportedError(`the local stack (pid ${pid}) did not finish restarting within ${timeoutMs / 1000} s: see its terminal`);
 }

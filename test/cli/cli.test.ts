@@ -354,7 +354,8 @@ describe('help and usage errors', () => {
     // Newcomer trial: `--payload "$P"` of 140 KB failed in the shell (Argument list too long), and
     // no other way in existed, so the payload limit could not be met from the CLI.
     const dir = await mkdtemp(join(tmpdir(), 'cli-payload-'));
-    await writeFile(join(dir, 'small.json'), '{"batch":"CLI-FILE","entries":1}');
+    // With a byte-order mark, as some editors save it.
+    await writeFile(join(dir, 'small.json'), '\uFEFF{"batch":"CLI-FILE","entries":1}');
     const fromFile = await jobs(['enqueue', 'ledger.post', '--payload', `@${join(dir, 'small.json')}`, '--json']);
     expect(fromFile.code).toBe(0);
     expect(JSON.parse(fromFile.stdout)).toMatchObject({ type: 'ledger.post', payload: { batch: 'CLI-FILE', entries: 1 } });
