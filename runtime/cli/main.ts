@@ -48,7 +48,7 @@ On-call (docs/runbooks/README.md):
   jobs schedules list [--next N] [--last N] [--json]   the schedules declared in code: next and last occurrences, paused or not
   jobs schedules pause NAME [--by WHO] [--reason R] [--json]     no occurrence is enqueued until it is resumed (recorded)
   jobs schedules resume NAME [--by WHO] [--reason R] [--json]    from the next occurrence; those that fell while paused are not enqueued (recorded)
-  jobs schedules trigger NAME [--by WHO] [--reason R] [--json]   enqueue one of its jobs now (recorded)
+  jobs schedules trigger NAME [--by WHO] [--reason R] [--again] [--json]   enqueue one of its jobs now (recorded); a schedule with a work key whose work is done enqueues nothing unless --again
   (T: an ISO 8601 time with an offset, or an age such as 30m, 6h, 2d)
 
 Settings come from the environment (DATABASE_URL, JOBS_QUEUE_URL, …); next to a running

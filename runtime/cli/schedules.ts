@@ -65,7 +65,12 @@ async function change(action: 'pause' | 'resume' | 'trigger', argv: string[], en
   const { values, positionals } = parseCommand(
     `jobs schedules ${action}`,
     argv,
-    { by: { type: 'string' }, reason: { type: 'string' }, json: { type: 'boolean' } },
+    {
+      by: { type: 'string' },
+      reason: { type: 'string' },
+      json: { type: 'boolean' },
+      ...(action === 'trigger' ? { again: { type: 'boolean' } } : {}),
+    },
     { max: 1, what: 'NAME' },
   );
   const [name] = positionals;
@@ -75,7 +80,16 @@ async function change(action: 'pause' | 'resume' | 'trigger', argv: string[], en
   return withOps(env, async (ops) => {
     ops.schedules.definition(name);
     if (action === 'trigger') {
-      const r = await ops.schedules.trigger(name, by, reason);
+      const r = await ops.schedules.trigger(name, by, reason, (values as { again?: boolean }).again ?? false);
+      if (r.alreadyDone) {
+        const d = r.alreadyDone;
+        if (values.json) out(JSON.stringify({ schedule: name, alreadyDone: d, job: r.job }));
+        else
+          out(
+            `not enqueued: the work ${d.workKey} was done already by ${d.jobId ? `job ${d.jobId}` : 'a job'} (schedule ${d.schedule}, ${d.occurrence}${r.job ? `, ${r.job.state}` : ''}); --again runs it anyway; recorded as schedule-trigger by ${by}`,
+          );
+        return 1;
+      }
       if (values.json) out(JSON.stringify({ schedule: name, key: r.key, duplicate: r.duplicate, job: r.job }));
       else
         out(

@@ -72,7 +72,19 @@ export interface ScheduleDefinition<D extends JobDefinition<any, any, any> = Job
   missed: MissedPolicy;
   /** The attempt cap of its jobs; default the job type's, else the platform's. */
   maxAttempts?: number;
+  /**
+   * The work an occurrence does, named: `(o) => 'close-S01-' + o.month(-1)`. An occurrence whose
+   * key another occurrence already enqueued (of any schedule, at any time, or a trigger) enqueues
+   * nothing, and the job that did the work is named: a schedule moved to another day or hour on a
+   * deploy day, renamed, removed and declared again, or triggered twice does the month once
+   * (jobs.schedule_work, migration 0022; kept 400 days). Without it each occurrence is its own
+   * work. A trigger with --again runs the work anyway.
+   */
+  key?: (occurrence: Occurrence) => string;
 }
+
+/** The longest work key (a schedule's `key`). */
+export const MAX_WORK_KEY_LENGTH = 200;
 
 const NAME = /^[a-z][a-z0-9]*(-[a-z0-9]+)*$/;
 
@@ -138,6 +150,13 @@ export function checkSchedules(schedules: readonly ScheduleDefinition[], registr
         rule: 'schedule-payload',
         message: `schedule "${s.name}": its payload for ${occurrence(s, next).label} is refused: ${(err as Error).message}`,
       });
+    }
+    if (s.key) {
+      try {
+        workKeyOf(s, occurrence(s, next));
+      } catch (err) {
+        out.push({ rule: 'schedule-key', message: `schedule "${s.name}": ${(err as Error).message}` });
+      }
     }
   }
   if (out.length > 0) throw new ConfigError('schedules', out);
@@ -259,4 +278,14 @@ export function occurrence(def: Pick<ScheduleDefinition, 'timeZone'>, at: Date, 
 /** The idempotency key of an occurrence's job: `schedule:month-end-close:2026-12-01T02:00:00+01:00`. */
 export function occurrenceKey(name: string, o: Occurrence): string {
   return o.manual ? `schedule:${name}:manual:${o.at.toISOString()}` : `schedule:${name}:${o.label}`;
+}
+
+/** The work key of occurrence `o` of `def` (its `key`), checked: a non-empty string of at most MAX_WORK_KEY_LENGTH characters. */
+export function workKeyOf(def: Pick<ScheduleDefinition, 'key'>, o: Occurrence): string {
+  const k = def.key?.(o);
+  if (typeof k !== 'string' || k.trim() === '' || k.length > MAX_WORK_KEY_LENGTH)
+    throw new Error(
+      `its key for ${o.label} must be a non-empty string of at most ${MAX_WORK_KEY_LENGTH} characters (got ${JSON.stringify(k)?.slice(0, 80)})`,
+    );
+  return k;
 }

@@ -15,6 +15,8 @@ export const monthEndClose = defineSchedule({
   payload: (o) => ({ store: 'S01', period: o.month(-1) }),
   // A close missed while the platform was down still has to happen, once: the latest month.
   missed: 'latest',
+  // The work, named: moved, renamed or triggered again, the schedule closes a month once.
+  key: (o) => `inventory-cost:S01:${o.month(-1)}`,
 });
 
 /** Every schedule of this deployment. */

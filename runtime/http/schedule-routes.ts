@@ -5,7 +5,8 @@
 //   GET  /v1/schedules?next=&last=          each declared schedule: cron, zone, type, policy, paused, next and last occurrences
 //   POST /v1/schedules/{name}/pause         { by?, reason? }   409 already paused
 //   POST /v1/schedules/{name}/resume        { by?, reason? }   409 not paused; resumes from the next occurrence
-//   POST /v1/schedules/{name}/trigger       { by?, reason? }   201: one job now (key schedule:<name>:manual:<instant>)
+//   POST /v1/schedules/{name}/trigger       { by?, reason?, again? }   201: one job now (key schedule:<name>:manual:<instant>);
+//                                            409 already_done: the schedule's work key says the work was done (again: true runs it)
 //
 // A name this build does not declare is a 404 listing the known ones.
 
@@ -20,6 +21,11 @@ type In<S extends z.ZodType> = z.output<S>;
 
 const ListQuery = z.object({ next: optional(wholeNumberParam(0, 50)), last: optional(wholeNumberParam(0, 50)) });
 const Change = z.strictObject({ by: by(100), reason: optional(text(1000)) });
+const Trigger = z.strictObject({
+  by: by(100),
+  reason: optional(text(1000)),
+  again: z.boolean().optional().describe("run the work even if the schedule's work key says it was done"),
+});
 const name = { name: text(100) };
 
 export class ScheduleRoutes {
@@ -60,7 +66,7 @@ export class ScheduleRoutes {
         path: '/v1/schedules/:name/trigger',
         summary: "enqueue one of the schedule's jobs now, outside its cron expression",
         params: name,
-        body: Change,
+        body: Trigger,
         handle: (c) => this.trigger(c),
       }),
     ];
@@ -95,9 +101,23 @@ export class ScheduleRoutes {
     };
   }
 
-  private async trigger(c: Ctx<unknown, In<typeof Change>>): Promise<Reply> {
+  private async trigger(c: Ctx<unknown, In<typeof Trigger>>): Promise<Reply> {
     const n = this.known(c.params.name!);
-    const r = await this.ops.schedules.trigger(n, this.who(c.req, c.body.by), c.body.reason ?? null);
+    const r = await this.ops.schedules.trigger(n, this.who(c.req, c.body.by), c.body.reason ?? null, c.body.again ?? false);
+    if (r.alreadyDone) {
+      const d = r.alreadyDone;
+      return {
+        status: 409,
+        body: {
+          error: {
+            code: 'already_done',
+            message: `the work ${d.workKey} was done already by ${d.jobId ? `job ${d.jobId}` : 'a job'} (schedule ${d.schedule}, ${d.occurrence}); nothing enqueued; send again: true to run it anyway`,
+          },
+          alreadyDone: d,
+          job: r.job ? jobView(r.job) : null,
+        },
+      };
+    }
     return { status: r.duplicate ? 200 : 201, body: { schedule: n, key: r.key, job: jobView(r.job, { duplicate: r.duplicate }) } };
   }
 

@@ -157,6 +157,13 @@ export class Scheduler {
             })`,
           );
         }
+        for (const k of r.skipped) {
+          const d = k.doneBy;
+          this.opts.log.warn(
+            { schedule: def.name, occurrence: k.occurrence.label, workKey: d.workKey, doneBy: d },
+            `schedule ${def.name}: occurrence ${k.occurrence.label} not enqueued: its work ${d.workKey} was done already by ${d.jobId ? `job ${d.jobId}` : 'a job'} (schedule ${d.schedule}, ${d.manual ? 'a trigger' : 'its occurrence'} at ${d.occurrenceAt.toISOString()})`,
+          );
+        }
         for (const f of r.fired) {
           out.fired.push({ schedule: def.name, occurrence: f.occurrence.label, jobId: f.job.id, late: f.late, duplicate: f.duplicate });
           this.opts.log.info(

@@ -9,8 +9,11 @@ import { ValidationError } from '../domain/errors.ts';
 import { nextOccurrence, nextOccurrences, occurrence, type ScheduleDefinition } from '../handlers/schedule.ts';
 import type { JobClient } from '../store/client.ts';
 import { ScheduleStore } from '../store/schedules.ts';
+import { JobStore } from '../store/job-store.ts';
 import type { Job } from '../domain/job.ts';
 import { operatorName } from './db.ts';
+
+const occurrenceLabel = (def: Pick<ScheduleDefinition, 'timeZone'>, at: Date) => occurrence(def, at).label;
 
 /** A schedule as on-call sees it. */
 export interface ScheduleView {
@@ -35,11 +38,23 @@ export interface ScheduleView {
   overdue: { at: string; label: string; seconds: number } | null;
 }
 
+/** A trigger that enqueued nothing: the schedule's work key says the work was done, by this. */
+export interface AlreadyDone {
+  workKey: string;
+  /** The schedule whose occurrence (or trigger) did it. */
+  schedule: string;
+  /** Its occurrence's label, or `trigger at <instant>`. */
+  occurrence: string;
+  /** Its job (null: enqueued by a task that died before it recorded the job, or no longer kept). */
+  jobId: string | null;
+}
+
 /** A due occurrence not enqueued after this long is shown overdue (the schedulers look every 5 s). */
 export const OVERDUE_AFTER_MS = 60_000;
 
 export class ScheduleService {
   private readonly store: ScheduleStore;
+  private readonly jobs: JobStore;
   private readonly byName: Map<string, ScheduleDefinition>;
 
   constructor(
@@ -50,6 +65,7 @@ export class ScheduleService {
     private readonly clock?: () => Date,
   ) {
     this.store = new ScheduleStore(pool, client);
+    this.jobs = new JobStore(pool);
     this.byName = new Map(schedules.map((s) => [s.name, s]));
   }
 
@@ -116,11 +132,39 @@ export class ScheduleService {
     return { changed: r !== null, schedule: await this.one(name) };
   }
 
-  /** Enqueue one job of `name` now (key `schedule:<name>:manual:<instant>`), published after the COMMIT. */
-  async trigger(name: string, by: string, reason: string | null): Promise<{ job: Job; duplicate: boolean; key: string }> {
+  /**
+   * Enqueue one job of `name` now (key `schedule:<name>:manual:<instant>`), published after the
+   * COMMIT. A schedule with a work key (`key`) whose work is done already enqueues nothing and
+   * says who did it (`alreadyDone`, with that job if it is still kept), unless `again`.
+   */
+  async trigger(
+    name: string,
+    by: string,
+    reason: string | null,
+    again = false,
+  ): Promise<
+    | { job: Job; duplicate: boolean; key: string; alreadyDone?: undefined }
+    | { job: Job | null; duplicate: true; key: string; alreadyDone: AlreadyDone }
+  > {
     const def = this.definition(name);
-    const t = await this.store.trigger(def, this.clock?.() ?? new Date(), operatorName(by), reason);
+    const t = await this.store.trigger(def, this.clock?.() ?? new Date(), operatorName(by), reason, again);
     await t.afterCommit();
+    if (t.doneBy) {
+      const d = t.doneBy;
+      return {
+        job: d.jobId ? await this.jobs.get(d.jobId) : null,
+        duplicate: true,
+        key: d.workKey,
+        alreadyDone: {
+          workKey: d.workKey,
+          schedule: d.schedule,
+          occurrence: d.manual
+            ? `trigger at ${d.occurrenceAt.toISOString()}`
+            : occurrenceLabel(this.byName.get(d.schedule) ?? def, d.occurrenceAt),
+          jobId: d.jobId,
+        },
+      };
+    }
     return { job: t.result.job, duplicate: t.result.duplicate, key: t.result.job.idempotencyKey ?? '' };
   }
 

@@ -13,6 +13,7 @@ import {
   occurrence,
   occurrenceKey,
   planOccurrences,
+  workKeyOf,
   type Occurrence,
   type OccurrencePlan,
   type ScheduleDefinition,
@@ -29,6 +30,22 @@ export interface FiredOccurrence {
   job: Job;
   duplicate: boolean;
   late: boolean;
+}
+
+/** Who did a work key's work (jobs.schedule_work): the schedule, its occurrence (or trigger) and the job. */
+export interface WorkDoneBy {
+  workKey: string;
+  schedule: string;
+  occurrenceAt: Date;
+  manual: boolean;
+  jobId: string | null;
+}
+
+/** An occurrence a pass did not enqueue: its work key's work was done already. */
+export interface SkippedOccurrence {
+  occurrence: Occurrence;
+  late: boolean;
+  doneBy: WorkDoneBy;
 }
 
 /**
@@ -48,6 +65,8 @@ export type PassOutcome =
   | ({
       kind: 'done';
       fired: FiredOccurrence[];
+      /** Occurrences not enqueued: the schedule's `key` says their work was done already. */
+      skipped: SkippedOccurrence[];
       plan: OccurrencePlan;
       /** Everything up to here is settled (the next pass starts after it). */
       settledThrough: Date;
@@ -123,12 +142,12 @@ export class ScheduleStore {
       if (row.paused_at) return { kind: 'paused', settledThrough: row.settled_through, dbClock };
       const plan = planOccurrences(def, row.settled_through, now ?? row.db_now, undefined, triedInTime);
       if (!plan.through) {
-        return { kind: 'done', fired: [], plan, settledThrough: row.settled_through, afterCommit: async () => {}, dbClock };
+        return { kind: 'done', fired: [], skipped: [], plan, settledThrough: row.settled_through, afterCommit: async () => {}, dbClock };
       }
-      const { fired, afterCommit } = await this.fire(tx, def, plan.fire);
+      const { fired, skipped, afterCommit } = await this.fire(tx, def, plan.fire);
       const last = fired.at(-1);
       await runSchedule(tx, 'scheduleSettle', [def.name, plan.through, last?.occurrence.at ?? null, last?.job.id ?? null]);
-      return { kind: 'done', fired, plan, settledThrough: plan.through, afterCommit, dbClock };
+      return { kind: 'done', fired, skipped, plan, settledThrough: plan.through, afterCommit, dbClock };
     });
   }
 
@@ -141,25 +160,66 @@ export class ScheduleStore {
     tx: Queryable,
     def: ScheduleDefinition,
     occurrences: { at: Date; late: boolean }[],
-  ): Promise<{ fired: FiredOccurrence[]; afterCommit: () => Promise<void> }> {
-    if (occurrences.length === 0) return { fired: [], afterCommit: async () => {} };
+  ): Promise<{ fired: FiredOccurrence[]; skipped: SkippedOccurrence[]; afterCommit: () => Promise<void> }> {
+    const none = { fired: [], skipped: [], afterCommit: async () => {} };
+    if (occurrences.length === 0) return none;
     const claimed = await runSchedule<{ occurrence_at: Date }>(tx, 'occurrenceClaim', [
       def.name,
       occurrences.map((o) => o.at),
       occurrences.map((o) => o.late),
     ]);
     const mine = new Set(claimed.rows.map((r) => r.occurrence_at.getTime()));
-    const chosen = occurrences.filter((o) => mine.has(o.at.getTime())).map((o) => ({ ...o, occurrence: occurrence(def, o.at) }));
-    if (chosen.length === 0) return { fired: [], afterCommit: async () => {} };
+    let chosen = occurrences.filter((o) => mine.has(o.at.getTime())).map((o) => ({ ...o, occurrence: occurrence(def, o.at) }));
+    // The schedule's work keys: an occurrence whose work was done already (by any schedule, at
+    // any time, or a trigger) is settled without a job.
+    const skipped: SkippedOccurrence[] = [];
+    let keys: string[] = [];
+    if (def.key && chosen.length > 0) {
+      const all = chosen.map((c) => workKeyOf(def, c.occurrence));
+      const got = await runSchedule<{ work_key: string; occurrence_at: Date }>(tx, 'workClaim', [
+        def.name,
+        all,
+        chosen.map((c) => c.at),
+        false,
+      ]);
+      const won = new Set(got.rows.map((r) => `${r.work_key}|${r.occurrence_at.getTime()}`));
+      const wins = chosen.map((c, i) => won.has(`${all[i]}|${c.at.getTime()}`));
+      const lost = chosen.filter((_, i) => !wins[i]);
+      if (lost.length > 0) {
+        const lostKeys = all.filter((_, i) => !wins[i]);
+        const done = new Map((await this.doneBy(tx, lostKeys)).map((d) => [d.workKey, d]));
+        for (const [i, c] of lost.entries()) skipped.push({ occurrence: c.occurrence, late: c.late, doneBy: done.get(lostKeys[i]!)! });
+      }
+      chosen = chosen.filter((_, i) => wins[i]);
+      keys = all.filter((_, i) => wins[i]);
+    }
+    if (chosen.length === 0) return { ...none, skipped };
     const { jobs, afterCommit } = await this.client.enqueue(
       tx,
       chosen.map((c) => this.spec(def, c.occurrence)),
     );
     await runSchedule(tx, 'occurrenceSetJobs', [def.name, chosen.map((c) => c.at), jobs.map((j) => j.job.id)]);
+    if (keys.length > 0) await runSchedule(tx, 'workSetJobs', [keys, jobs.map((j) => j.job.id)]);
     return {
       fired: chosen.map((c, i) => ({ occurrence: c.occurrence, job: jobs[i]!.job, duplicate: jobs[i]!.duplicate, late: c.late })),
+      skipped,
       afterCommit,
     };
+  }
+
+  private async doneBy(tx: Queryable, keys: string[]): Promise<WorkDoneBy[]> {
+    const { rows } = await runSchedule<{ work_key: string; schedule: string; occurrence_at: Date; manual: boolean; job_id: string | null }>(
+      tx,
+      'workDoneBy',
+      [keys],
+    );
+    return rows.map((r) => ({
+      workKey: r.work_key,
+      schedule: r.schedule,
+      occurrenceAt: r.occurrence_at,
+      manual: r.manual,
+      jobId: r.job_id,
+    }));
   }
 
   /**
@@ -172,12 +232,34 @@ export class ScheduleStore {
     now: Date,
     by: string,
     reason: string | null,
-  ): Promise<{ result: EnqueueResult; occurrence: Occurrence; afterCommit: () => Promise<void> }> {
+    again = false,
+  ): Promise<
+    | { result: EnqueueResult; occurrence: Occurrence; afterCommit: () => Promise<void>; doneBy?: undefined }
+    | { result?: undefined; occurrence: Occurrence; afterCommit: () => Promise<void>; doneBy: WorkDoneBy }
+  > {
     const o = occurrence(def, now, true);
     const spec = this.spec(def, o);
     return withTransaction(this.pool, async (tx) => {
+      // The schedule's work key (without --again): work done already is not done again.
+      const key = def.key && !again ? workKeyOf(def, o) : null;
+      if (key) {
+        const got = await runSchedule(tx, 'workClaim', [def.name, [key], [now], true]);
+        if (got.rows.length === 0) {
+          const doneBy = (await this.doneBy(tx, [key]))[0]!;
+          await runSchedule(tx, 'scheduleTriggerRecord', [
+            def.name,
+            by,
+            reason,
+            doneBy.jobId,
+            `${o.label} (work ${key} already done)`,
+            true,
+          ]);
+          return { occurrence: o, afterCommit: async () => {}, doneBy };
+        }
+      }
       const { jobs, afterCommit } = await this.client.enqueue(tx, spec);
       const result = jobs[0]!;
+      if (key) await runSchedule(tx, 'workSetJobs', [[key], [result.job.id]]);
       await runSchedule(tx, 'scheduleTriggerRecord', [def.name, by, reason, result.job.id, o.label, result.duplicate]);
       return { result, occurrence: o, afterCommit };
     });

@@ -44,6 +44,25 @@ export const SCHEDULE_SQL = {
     ON CONFLICT (schedule, occurrence_at) DO NOTHING
     RETURNING occurrence_at`,
 
+  /**
+   * Claim the work keys `$2` (a schedule's `key`, migration 0022) for schedule `$1`'s occurrences
+   * `$3` (`$4`: an operator's trigger). A key already there (any schedule, any instant, committed
+   * or committing: the insert waits) comes back as no row: its work is done or being done. Two
+   * occurrences of one pass with the same key: the first (oldest) claims it.
+   */
+  workClaim: `
+    INSERT INTO jobs.schedule_work (work_key, schedule, occurrence_at, manual)
+    SELECT k, $1::text, at, $4::boolean FROM unnest($2::text[], $3::timestamptz[]) WITH ORDINALITY AS w(k, at, n) ORDER BY n
+    ON CONFLICT (work_key) DO NOTHING
+    RETURNING work_key, occurrence_at`,
+
+  /** Who did the work `$1`: the schedule, occurrence and job of each key. */
+  workDoneBy: `SELECT work_key, schedule, occurrence_at, manual, job_id FROM jobs.schedule_work WHERE work_key = ANY($1::text[])`,
+
+  /** The job of each work key `$1` (`$2`), in the transaction that enqueued it. */
+  workSetJobs: `
+    UPDATE jobs.schedule_work w SET job_id = x.job_id FROM unnest($1::text[], $2::uuid[]) AS x(k, job_id) WHERE w.work_key = x.k`,
+
   /** The job each claimed occurrence enqueued, in the same transaction. */
   occurrenceSetJobs: `
     UPDATE jobs.schedule_occurrence o SET job_id = x.job_id
@@ -53,10 +72,13 @@ export const SCHEDULE_SQL = {
   /**
    * Everything up to `$2` is settled; `$3`/`$4` the newest occurrence enqueued and its job, when
    * this pass enqueued one. Never moves settled_through back (a resume may have set it later).
-   * Then the occurrence rows 90 days older than `$2` go: no pass looks before settled_through.
+   * Then the occurrence rows 90 days older than `$2` go: no pass looks before settled_through;
+   * and the schedule's work keys older than 400 days (a year's work, and a month more).
    */
   scheduleSettle: `
-    WITH settled AS (
+    WITH old_work AS (
+      DELETE FROM jobs.schedule_work WHERE schedule = $1 AND created_at < statement_timestamp() - interval '400 days'
+    ), settled AS (
       UPDATE jobs.schedule
          SET settled_through = greatest(settled_through, $2::timestamptz),
              last_occurrence_at = coalesce($3::timestamptz, last_occurrence_at),

@@ -330,6 +330,67 @@ describe('the payload and the key from the occurrence', () => {
   });
 });
 
+describe("a schedule's work key: the work once, however the schedule changes", () => {
+  it('moved to another day after it ran, renamed during a deploy, or triggered again: the month is closed once; --again runs it anyway', async () => {
+    // Fault review: an occurrence named its instant, not its work: a close moved from the 1st to
+    // the 2nd on deploy day, or renamed while old and new tasks both ran, or triggered twice, closed
+    // the same month twice (inventory.cost adds a second set of cost rows).
+    const keyed = (name: string, cron: string) =>
+      defineSchedule({ ...schedule(name, cron, 'latest'), key: (o) => `wk-close:${o.month(-1)}` });
+    const monthly = keyed('wk-close', '0 2 1 * *');
+    const clock = testClock('2026-11-30T22:00:00Z');
+    const old = task([monthly], clock.now);
+    await old.runOnce();
+    clock.set('2026-12-01T01:00:05Z');
+    const first = await old.runOnce();
+    expect(first.fired).toHaveLength(1);
+    const closedBy = first.fired[0]!.jobId;
+
+    // The deploy moves it to the 2nd: its occurrence on the 2nd finds November closed.
+    const lines: { msg: string; doneBy?: { jobId: string } }[] = [];
+    const log = pino({ level: 'warn' }, { write: (l: string) => void lines.push(JSON.parse(l)) });
+    const moved = task([keyed('wk-close', '0 2 2 * *')], clock.now, log);
+    await moved.runOnce();
+    clock.set('2026-12-02T01:00:05Z');
+    expect((await moved.runOnce()).fired).toEqual([]);
+    expect(lines.map((l) => l.msg)).toEqual([
+      `schedule wk-close: occurrence 2026-12-02T02:00:00+01:00 not enqueued: its work wk-close:2026-11 was done already by job ${closedBy} (schedule wk-close, its occurrence at 2026-12-01T01:00:00.000Z)`,
+    ]);
+
+    // Renamed in a deploy whose old and new tasks both run at the next close: one job.
+    clock.set('2026-12-31T22:00:00Z');
+    const renamed = task([keyed('wk-close-s01', '0 2 1 * *')], clock.now);
+    const stillOld = task([monthly], clock.now);
+    await renamed.runOnce();
+    await stillOld.runOnce();
+    clock.set('2027-01-01T01:00:05Z');
+    const both = [...(await renamed.runOnce()).fired, ...(await stillOld.runOnce()).fired];
+    expect(both).toHaveLength(1);
+
+    // Two on-call engineers trigger it (or one retries after a timeout): nothing more, named.
+    const svc = new ScheduleService(p.db.pool, p.client, [monthly], clock.now);
+    const again = await svc.trigger('wk-close', 'alice (cli)', 'rerun');
+    expect(again).toMatchObject({
+      duplicate: true,
+      alreadyDone: { workKey: 'wk-close:2026-12', jobId: both[0]!.jobId },
+      job: { id: both[0]!.jobId },
+    });
+    const forced = await svc.trigger('wk-close', 'alice (cli)', 'costs corrected, run it again', true);
+    expect(forced.alreadyDone).toBeUndefined();
+    expect(forced.job!.id).not.toBe(both[0]!.jobId);
+    const { rows } = await p.db.pool.query<{ batch: string }>(
+      "SELECT payload->>'batch' AS batch FROM jobs.job WHERE idempotency_key LIKE 'schedule:wk-close%' ORDER BY created_at",
+    );
+    // November once, December once by the schedule and once on purpose (--again).
+    expect(rows).toHaveLength(3);
+  });
+
+  it('a key that is not a non-empty string refuses the start, naming the schedule and the rule', () => {
+    const bad = defineSchedule({ ...schedule('wk-bad', '0 2 1 * *', 'latest'), key: () => '' });
+    expect(() => checkSchedules([bad], p.registry)).toThrow(/schedule-key.*schedule "wk-bad": its key for .* must be a non-empty string/s);
+  });
+});
+
 describe('pause, resume and trigger', () => {
   it('hold across scheduler instances; a resume does not enqueue what fell while paused; each is an operator action', async () => {
     const def = schedule('pausable', '0 * * * *', 'all');
@@ -362,7 +423,7 @@ describe('pause, resume and trigger', () => {
     expect(rows).toEqual([
       { action: 'schedule-pause', by: 'alice (cli)', reason: 'period closed', job_id: null, schedule: 'pausable' },
       { action: 'schedule-resume', by: 'alice (cli)', reason: 'reopened', job_id: null, schedule: 'pausable' },
-      { action: 'schedule-trigger', by: 'carol (api, 127.0.0.1)', reason: 'rerun after the fix', job_id: t.job.id, schedule: 'pausable' },
+      { action: 'schedule-trigger', by: 'carol (api, 127.0.0.1)', reason: 'rerun after the fix', job_id: t.job!.id, schedule: 'pausable' },
     ]);
     const [view] = await svc.list();
     expect(view).toMatchObject({
