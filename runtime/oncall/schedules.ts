@@ -61,7 +61,7 @@ export class ScheduleService {
     pool: pg.Pool,
     client: JobClient,
     readonly schedules: readonly ScheduleDefinition[],
-    /** The time (tests step it); default the database's for pause and resume, this machine's for list and trigger. */
+    /** The time (tests step it); default the database's for pause, resume and trigger, this machine's for list. */
     private readonly clock?: () => Date,
   ) {
     this.store = new ScheduleStore(pool, client);
@@ -147,7 +147,7 @@ export class ScheduleService {
     | { job: Job | null; duplicate: true; key: string; alreadyDone: AlreadyDone }
   > {
     const def = this.definition(name);
-    const t = await this.store.trigger(def, this.clock?.() ?? new Date(), operatorName(by), reason, again);
+    const t = await this.store.trigger(def, this.clock?.() ?? null, operatorName(by), reason, again);
     await t.afterCommit();
     if (t.doneBy) {
       const d = t.doneBy;

@@ -229,7 +229,8 @@ export class ScheduleStore {
    */
   async trigger(
     def: ScheduleDefinition,
-    now: Date,
+    /** null: the database's clock (an operator's laptop clock would name the wrong day or month). */
+    at: Date | null,
     by: string,
     reason: string | null,
     again = false,
@@ -237,9 +238,10 @@ export class ScheduleStore {
     | { result: EnqueueResult; occurrence: Occurrence; afterCommit: () => Promise<void>; doneBy?: undefined }
     | { result?: undefined; occurrence: Occurrence; afterCommit: () => Promise<void>; doneBy: WorkDoneBy }
   > {
-    const o = occurrence(def, now, true);
-    const spec = this.spec(def, o);
     return withTransaction(this.pool, async (tx) => {
+      const now = at ?? (await runSchedule<{ db_now: Date }>(tx, 'clockNow', [])).rows[0]!.db_now;
+      const o = occurrence(def, now, true);
+      const spec = this.spec(def, o);
       // The schedule's work key (without --again): work done already is not done again.
       const key = def.key && !again ? workKeyOf(def, o) : null;
       if (key) {

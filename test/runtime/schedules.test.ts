@@ -435,6 +435,25 @@ describe('pause, resume and trigger', () => {
   });
 });
 
+describe('a trigger from a machine whose clock is wrong', () => {
+  it("names the database's time, not the operator's laptop's: a payload of the month before is the right month", async () => {
+    // Fault review: the trigger made its occurrence from the clock of the machine running the
+    // command; a laptop a month off would close the wrong month.
+    const def = schedule('wrong-clock', '0 2 1 * *', 'latest');
+    const svc = new ScheduleService(p.db.pool, p.client, [def]); // no injected clock: as deployed
+    const real = Date.now();
+    vi.useFakeTimers({ toFake: ['Date'] });
+    try {
+      vi.setSystemTime(new Date(real + 40 * 86_400_000)); // 40 days ahead
+      const t = await svc.trigger('wrong-clock', 'alice (cli)', null);
+      const at = Date.parse(t.key.replace('schedule:wrong-clock:manual:', ''));
+      expect(Math.abs(at - real)).toBeLessThan(60_000);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});
+
 describe('a schedule whose pass fails', () => {
   it('is counted and logged each pass, shown overdue, and its occurrence enqueued (late) by the first pass that succeeds', async () => {
     let broken = true;
