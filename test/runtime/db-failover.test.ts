@@ -419,6 +419,18 @@ describe('isDatabaseUnavailable', () => {
   });
 });
 
+/**
+ * A worker of concurrency 1 and prefetch 1: a long job (`<batch>-1`, `workMs`) holds the slot, and
+ * a job on its one attempt (`<batch>-2`, two ledger rows) waits for it, claimed ahead. Their ids.
+ */
+async function claimedAhead(p: Platform, batch: string, workMs = 6000): Promise<{ long: string; ahead: string }> {
+  const [long] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: `${batch}-1`, entries: 1, workMs } }]);
+  await waitFor(async () => (await p.store.get(long!.job.id))?.state === 'running', 10_000, 'the long job running');
+  const [ahead] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: `${batch}-2`, entries: 2 }, maxAttempts: 1 }]);
+  await waitFor(async () => (await p.store.get(ahead!.job.id))?.state === 'running', 10_000, 'the second job claimed ahead');
+  return { long: long!.job.id, ahead: ahead!.job.id };
+}
+
 describe('a failover longer than the lease, with jobs claimed ahead of a free slot', () => {
   it('the jobs that never started are released unstarted (no attempt spent) and run once the database answers: one on its last attempt does not die', async () => {
     // Review finding: the heartbeat gave up every held job whose lease ran out, the prefetched
@@ -430,18 +442,14 @@ describe('a failover longer than the lease, with jobs claimed ahead of a free sl
     );
     const w = p.worker({ pool, workerId: 'prefetch-failover', prefetch: 1 });
     w.start();
-    const [long] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'PFO-1', entries: 1, workMs: 6000 } }]);
-    await waitFor(async () => (await p.store.get(long!.job.id))?.state === 'running', 10_000, 'the long job running');
-    const [ahead] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'PFO-2', entries: 2 }, maxAttempts: 1 }]);
-    await waitFor(async () => (await p.store.get(ahead!.job.id))?.state === 'running', 10_000, 'the second job claimed ahead');
-    // Concurrency 1: the long job has the slot, the second waits for it, claimed.
+    const { ahead } = await claimedAhead(p, 'PFO');
     const posted = async () =>
       (await p.db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM ledger_entries WHERE batch = 'PFO-2'")).rows[0]!.n;
     expect(await posted()).toBe(0);
     await proxy.failover(4).over;
-    const ended = async () => ['succeeded', 'dead'].includes((await p.store.get(ahead!.job.id))?.state ?? '');
+    const ended = async () => ['succeeded', 'dead'].includes((await p.store.get(ahead))?.state ?? '');
     await waitFor(ended, 20_000, 'the job claimed ahead ended after the outage');
-    const after = (await p.store.get(ahead!.job.id))!;
+    const after = (await p.store.get(ahead))!;
     expect(after.state).toBe('succeeded');
     // Its second claim, the first one released unstarted: one attempt used of its one.
     expect(after).toMatchObject({ attempt: 2, releases: 1 });
@@ -474,13 +482,10 @@ describe('a failover longer than the lease, with jobs claimed ahead of a free sl
     });
     const w = p.worker({ pool, workerId: 'rescuer-race', prefetch: 1 });
     w.start();
-    const [long] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'RRC-1', entries: 1, workMs: 6000 } }]);
-    await waitFor(async () => (await p.store.get(long!.job.id))?.state === 'running', 10_000, 'the long job running');
-    const [ahead] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'RRC-2', entries: 2 }, maxAttempts: 1 }]);
-    await waitFor(async () => (await p.store.get(ahead!.job.id))?.state === 'running', 10_000, 'the second job claimed ahead');
+    const { ahead } = await claimedAhead(p, 'RRC');
     await proxy.failover(4).over;
-    await waitFor(async () => ['succeeded', 'dead'].includes((await p.store.get(ahead!.job.id))?.state ?? ''), 20_000, 'ended');
-    expect(await p.store.get(ahead!.job.id)).toMatchObject({ state: 'succeeded', attempt: 2, releases: 1 });
+    await waitFor(async () => ['succeeded', 'dead'].includes((await p.store.get(ahead))?.state ?? ''), 20_000, 'ended');
+    expect(await p.store.get(ahead)).toMatchObject({ state: 'succeeded', attempt: 2, releases: 1 });
     await w.stop(1);
   }, 60_000);
 });
@@ -496,20 +501,17 @@ describe('a worker stopping (a deploy) while the database fails over', () => {
     );
     const w = p.worker({ pool, workerId: 'stop-failover', prefetch: 1 });
     w.start();
-    const [long] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'SFO-1', entries: 1, workMs: 5000 } }]);
-    await waitFor(async () => (await p.store.get(long!.job.id))?.state === 'running', 10_000, 'the long job running');
-    const [ahead] = await p.client.enqueueNow([{ type: 'ledger.post', payload: { batch: 'SFO-2', entries: 2 }, maxAttempts: 1 }]);
-    await waitFor(async () => (await p.store.get(ahead!.job.id))?.state === 'running', 10_000, 'the second job claimed ahead');
+    const { long, ahead } = await claimedAhead(p, 'SFO', 5000);
     // The deploy's SIGTERM arrives in a 3 s outage; the drain (15 s) outlasts it.
     const outage = proxy.failover(3).over;
     await w.stop(15);
     await outage;
-    const after = (await p.store.get(ahead!.job.id))!;
+    const after = (await p.store.get(ahead))!;
     // Released, not left running for its lease: its one attempt is still there for the next worker.
     expect(after).toMatchObject({ state: 'pending', attempt: 1, releases: 1 });
     expect(after.attemptLog).toEqual([expect.objectContaining({ attempt: 1, outcome: 'released' })]);
     // The long job finished in the drain.
-    expect((await p.store.get(long!.job.id))!.state).toBe('succeeded');
+    expect((await p.store.get(long))!.state).toBe('succeeded');
   }, 60_000);
 });
 
