@@ -120,6 +120,17 @@ export async function main(argv: string[]): Promise<number> {
       let stack: Awaited<ReturnType<typeof startLocalStack>> | null = null;
       let stopping = false;
       let restartAsked = false;
+      // Ctrl-C while the stack starts: postgres is starting too, and Node's default for the signal
+      // would leave it running; the stop waits for the start, then stops everything in order.
+      let stopAsked: string | null = null;
+      const early = (sig: string) => () => {
+        stopAsked ??= sig;
+        out(`${sig}: the stack stops once it has started…`);
+      };
+      const earlyInt = early('SIGINT');
+      const earlyTerm = early('SIGTERM');
+      process.on('SIGINT', earlyInt);
+      process.on('SIGTERM', earlyTerm);
       const restart = (s: NonNullable<typeof stack>) => {
         out('restarting the API and the workers on the current code…');
         void s
@@ -154,7 +165,9 @@ export async function main(argv: string[]): Promise<number> {
       out(`  try: npx tsx bin/jobs.ts enqueue ledger.post --payload '{"batch":"B-1","entries":10}'`);
       out('  after changing a handler: npx tsx bin/jobs.ts local restart   (keeps the database and its jobs)');
       out('  Ctrl-C stops everything.');
-      if (restartAsked) restart(started);
+      process.off('SIGINT', earlyInt);
+      process.off('SIGTERM', earlyTerm);
+      if (restartAsked && !stopAsked) restart(started);
       await new Promise<void>((resolve) => {
         // Every signal is handled, not just the first: a second one (the supervisor's forward on
         // top of a `kill` of the whole group, an impatient Ctrl-C) must not kill this process
@@ -167,6 +180,7 @@ export async function main(argv: string[]): Promise<number> {
         };
         process.on('SIGINT', () => stop('SIGINT'));
         process.on('SIGTERM', () => stop('SIGTERM'));
+        if (stopAsked) stop(stopAsked);
       });
       out('stopped.');
       return 0;

@@ -56,7 +56,11 @@ export function describe(s: ScheduleView): string[] {
   if (s.next.length > 0) lines.push(`    next: ${s.next.map((n) => n.label).join(', ')}${s.paused ? ' (not while paused)' : ''}`);
   if (s.last.length === 0) lines.push('    last: (none enqueued yet)');
   for (const l of s.last) {
-    lines.push(`    last: ${l.label}  job ${l.jobId ?? '?'}  ${l.state ?? 'gone'}${l.late ? '  (late: caught up)' : ''}`);
+    if (l.skipped)
+      lines.push(
+        `    last: ${l.label}  not enqueued: its work ${l.skipped.workKey} was done by job ${l.skipped.jobId ?? '?'} (${l.skipped.state ?? 'gone'})`,
+      );
+    else lines.push(`    last: ${l.label}  job ${l.jobId ?? '?'}  ${l.state ?? 'gone'}${l.late ? '  (late: caught up)' : ''}`);
   }
   return lines;
 }

@@ -159,6 +159,28 @@ export function checkSchedules(schedules: readonly ScheduleDefinition[], registr
       }
     }
   }
+  // Two schedules naming one work with different payloads: the first to fire would do it and the
+  // other would be skipped every time (a schedule copied for another store, its key left as it was).
+  const byKey = new Map<string, { name: string; payload: string }>();
+  for (const s of schedules) {
+    if (!s.key || scheduleProblems(s).length > 0) continue;
+    try {
+      const next = nextOccurrence(s, now);
+      if (!next) continue;
+      const o = occurrence(s, next);
+      const key = workKeyOf(s, o);
+      const payload = JSON.stringify(s.payload(o));
+      const other = byKey.get(key);
+      if (other && other.payload !== payload)
+        out.push({
+          rule: 'schedule-key',
+          message: `schedules "${other.name}" and "${s.name}" name the same work (${key}) with different payloads: whichever fires first does it, and the other is skipped; give each its own key`,
+        });
+      else byKey.set(key, { name: s.name, payload });
+    } catch {
+      // Reported above (schedule-payload, schedule-key).
+    }
+  }
   if (out.length > 0) throw new ConfigError('schedules', out);
 }
 

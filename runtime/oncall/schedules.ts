@@ -27,7 +27,16 @@ export interface ScheduleView {
   /** The next occurrences by the cron expression (while paused they will not run). */
   next: { at: string; label: string }[];
   /** The newest occurrences enqueued, newest first. */
-  last: { at: string; label: string; jobId: string | null; state: string | null; late: boolean; firedAt: string }[];
+  last: {
+    at: string;
+    label: string;
+    jobId: string | null;
+    state: string | null;
+    late: boolean;
+    firedAt: string;
+    /** Not enqueued: the schedule's work key says its work was done, by this job (in this state; null: gone). */
+    skipped: { workKey: string; jobId: string | null; state: string | null } | null;
+  }[];
   /** Occurrences up to here are settled (enqueued, missed by policy, or before the schedule was first seen or resumed). */
   settledThrough: string | null;
   /**
@@ -108,6 +117,7 @@ export class ScheduleService {
           state: o.state,
           late: o.late,
           firedAt: o.firedAt.toISOString(),
+          skipped: o.skipped,
         })),
         settledThrough: st?.settledThrough.toISOString() ?? null,
         overdue:

@@ -97,7 +97,27 @@ export interface ScheduleState {
   paused: { at: Date; by: string; reason: string | null } | null;
   createdAt: Date;
   /** The newest occurrences enqueued, newest first, each with its job's state (null: the job is gone). */
-  recent: { at: Date; jobId: string | null; firedAt: Date; late: boolean; state: string | null }[];
+  recent: {
+    at: Date;
+    jobId: string | null;
+    firedAt: Date;
+    late: boolean;
+    state: string | null;
+    /** Not enqueued: its work key's work was done by that job (in that state; null: gone). */
+    skipped: { workKey: string; jobId: string | null; state: string | null } | null;
+  }[];
+}
+
+/** One of scheduleList's recent occurrences, as the statement builds it. */
+interface RecentRow {
+  at: string;
+  jobId: string | null;
+  firedAt: string;
+  late: boolean;
+  state: string | null;
+  skippedWork: string | null;
+  doneByJobId: string | null;
+  doneByState: string | null;
 }
 
 export class ScheduleStore {
@@ -171,25 +191,40 @@ export class ScheduleStore {
     const mine = new Set(claimed.rows.map((r) => r.occurrence_at.getTime()));
     let chosen = occurrences.filter((o) => mine.has(o.at.getTime())).map((o) => ({ ...o, occurrence: occurrence(def, o.at) }));
     // The schedule's work keys: an occurrence whose work was done already (by any schedule, at
-    // any time, or a trigger) is settled without a job.
+    // any time, or a trigger) is settled without a job. Two of this pass with one key: the oldest
+    // does the work.
     const skipped: SkippedOccurrence[] = [];
     let keys: string[] = [];
     if (def.key && chosen.length > 0) {
       const all = chosen.map((c) => workKeyOf(def, c.occurrence));
-      const got = await runSchedule<{ work_key: string; occurrence_at: Date }>(tx, 'workClaim', [
+      const first = new Map<string, number>();
+      for (const [i, k] of all.entries()) if (!first.has(k)) first.set(k, i);
+      const distinct = [...first.values()];
+      const got = await runSchedule<{ work_key: string }>(tx, 'workClaim', [
         def.name,
-        all,
-        chosen.map((c) => c.at),
+        distinct.map((i) => all[i]),
+        distinct.map((i) => chosen[i]!.at),
         false,
       ]);
-      const won = new Set(got.rows.map((r) => `${r.work_key}|${r.occurrence_at.getTime()}`));
-      const wins = chosen.map((c, i) => won.has(`${all[i]}|${c.at.getTime()}`));
-      const lost = chosen.filter((_, i) => !wins[i]);
-      if (lost.length > 0) {
-        const lostKeys = all.filter((_, i) => !wins[i]);
-        const done = new Map((await this.doneBy(tx, lostKeys)).map((d) => [d.workKey, d]));
-        for (const [i, c] of lost.entries()) skipped.push({ occurrence: c.occurrence, late: c.late, doneBy: done.get(lostKeys[i]!)! });
+      const won = new Set(got.rows.map((r) => r.work_key));
+      const wins = chosen.map((_, i) => first.get(all[i]!) === i && won.has(all[i]!));
+      const otherKeys = [...new Set(all.filter((k) => !won.has(k)))];
+      const done = new Map((await this.doneBy(tx, otherKeys)).map((d) => [d.workKey, d]));
+      for (const [i, c] of chosen.entries()) {
+        if (wins[i]) continue;
+        const k = all[i]!;
+        // Taken by this pass's older occurrence (its job set below), or done before.
+        const doneBy = done.get(k) ?? {
+          workKey: k,
+          schedule: def.name,
+          occurrenceAt: chosen[first.get(k)!]!.at,
+          manual: false,
+          jobId: null,
+        };
+        skipped.push({ occurrence: c.occurrence, late: c.late, doneBy });
       }
+      if (skipped.length > 0)
+        await runSchedule(tx, 'occurrenceSkipped', [def.name, skipped.map((k) => k.occurrence.at), skipped.map((k) => k.doneBy.workKey)]);
       chosen = chosen.filter((_, i) => wins[i]);
       keys = all.filter((_, i) => wins[i]);
     }
@@ -199,7 +234,11 @@ export class ScheduleStore {
       chosen.map((c) => this.spec(def, c.occurrence)),
     );
     await runSchedule(tx, 'occurrenceSetJobs', [def.name, chosen.map((c) => c.at), jobs.map((j) => j.job.id)]);
-    if (keys.length > 0) await runSchedule(tx, 'workSetJobs', [keys, jobs.map((j) => j.job.id)]);
+    if (keys.length > 0) {
+      await runSchedule(tx, 'workSetJobs', [keys, jobs.map((j) => j.job.id)]);
+      // Skipped for this pass's own older occurrence: its job is known now.
+      for (const k of skipped) if (k.doneBy.jobId === null) k.doneBy.jobId = jobs[keys.indexOf(k.doneBy.workKey)]?.job.id ?? null;
+    }
     return {
       fired: chosen.map((c, i) => ({ occurrence: c.occurrence, job: jobs[i]!.job, duplicate: jobs[i]!.duplicate, late: c.late })),
       skipped,
@@ -247,7 +286,13 @@ export class ScheduleStore {
       if (key) {
         const got = await runSchedule(tx, 'workClaim', [def.name, [key], [now], true]);
         if (got.rows.length === 0) {
-          const doneBy = (await this.doneBy(tx, [key]))[0]!;
+          const doneBy = (await this.doneBy(tx, [key]))[0] ?? {
+            workKey: key,
+            schedule: def.name,
+            occurrenceAt: now,
+            manual: true,
+            jobId: null,
+          };
           await runSchedule(tx, 'scheduleTriggerRecord', [
             def.name,
             by,
@@ -262,6 +307,8 @@ export class ScheduleStore {
       const { jobs, afterCommit } = await this.client.enqueue(tx, spec);
       const result = jobs[0]!;
       if (key) await runSchedule(tx, 'workSetJobs', [[key], [result.job.id]]);
+      // --again: this job does the work now, so an occurrence after it does not do it a third time.
+      else if (def.key) await runSchedule(tx, 'workRecord', [workKeyOf(def, o), def.name, now, result.job.id]);
       await runSchedule(tx, 'scheduleTriggerRecord', [def.name, by, reason, result.job.id, o.label, result.duplicate]);
       return { result, occurrence: o, afterCommit };
     });
@@ -295,12 +342,13 @@ export class ScheduleStore {
             ? { at: r.paused_at as Date, by: r.paused_by as string, reason: (r.pause_reason as string | null) ?? null }
             : null,
           createdAt: r.created_at as Date,
-          recent: (r.recent as { at: string; jobId: string | null; firedAt: string; late: boolean; state: string | null }[]).map((o) => ({
+          recent: (r.recent as RecentRow[]).map((o) => ({
             at: new Date(o.at),
             jobId: o.jobId,
             firedAt: new Date(o.firedAt),
             late: o.late,
             state: o.state,
+            skipped: o.skippedWork ? { workKey: o.skippedWork, jobId: o.doneByJobId, state: o.doneByState } : null,
           })),
         },
       ]),

@@ -45,16 +45,30 @@ export const SCHEDULE_SQL = {
     RETURNING occurrence_at`,
 
   /**
-   * Claim the work keys `$2` (a schedule's `key`, migration 0022) for schedule `$1`'s occurrences
-   * `$3` (`$4`: an operator's trigger). A key already there (any schedule, any instant, committed
-   * or committing: the insert waits) comes back as no row: its work is done or being done. Two
-   * occurrences of one pass with the same key: the first (oldest) claims it.
+   * Claim the work keys `$2` (a schedule's `key`, migration 0022; distinct) for schedule `$1`'s
+   * occurrences `$3` (`$4`: an operator's trigger). A key already there (any schedule, any instant,
+   * committed or committing: the insert waits) comes back as no row, its work done or being done,
+   * unless its job was cancelled, or died and was discarded: on-call said that work is not to be
+   * done by that job, and this claim takes the key over.
    */
   workClaim: `
-    INSERT INTO jobs.schedule_work (work_key, schedule, occurrence_at, manual)
-    SELECT k, $1::text, at, $4::boolean FROM unnest($2::text[], $3::timestamptz[]) WITH ORDINALITY AS w(k, at, n) ORDER BY n
-    ON CONFLICT (work_key) DO NOTHING
+    INSERT INTO jobs.schedule_work AS w (work_key, schedule, occurrence_at, manual)
+    SELECT k, $1::text, at, $4::boolean FROM unnest($2::text[], $3::timestamptz[]) AS x(k, at)
+    ON CONFLICT (work_key) DO UPDATE
+       SET schedule = EXCLUDED.schedule, occurrence_at = EXCLUDED.occurrence_at, manual = EXCLUDED.manual,
+           job_id = NULL, created_at = statement_timestamp()
+     WHERE EXISTS (
+       SELECT 1 FROM jobs.job j LEFT JOIN jobs.dead_job d ON d.job_id = j.id
+        WHERE j.id = w.job_id AND (j.state = 'cancelled' OR (j.state = 'dead' AND d.discarded_at IS NOT NULL)))
     RETURNING work_key, occurrence_at`,
+
+  /** An operator's trigger with --again: its job is the key's from now on (so a later occurrence does not do the work a third time). */
+  workRecord: `
+    INSERT INTO jobs.schedule_work (work_key, schedule, occurrence_at, manual, job_id)
+    VALUES ($1, $2, $3, true, $4)
+    ON CONFLICT (work_key) DO UPDATE
+       SET schedule = EXCLUDED.schedule, occurrence_at = EXCLUDED.occurrence_at, manual = true, job_id = EXCLUDED.job_id,
+           created_at = statement_timestamp()`,
 
   /** Who did the work `$1`: the schedule, occurrence and job of each key. */
   workDoneBy: `SELECT work_key, schedule, occurrence_at, manual, job_id FROM jobs.schedule_work WHERE work_key = ANY($1::text[])`,
@@ -62,6 +76,12 @@ export const SCHEDULE_SQL = {
   /** The job of each work key `$1` (`$2`), in the transaction that enqueued it. */
   workSetJobs: `
     UPDATE jobs.schedule_work w SET job_id = x.job_id FROM unnest($1::text[], $2::uuid[]) AS x(k, job_id) WHERE w.work_key = x.k`,
+
+  /** Occurrences `$2` of schedule `$1` not enqueued: their work `$3` was done (shown by scheduleList). */
+  occurrenceSkipped: `
+    UPDATE jobs.schedule_occurrence o SET skipped_work = x.k
+      FROM unnest($2::timestamptz[], $3::text[]) AS x(at, k)
+     WHERE o.schedule = $1 AND o.occurrence_at = x.at`,
 
   /** The job each claimed occurrence enqueued, in the same transaction. */
   occurrenceSetJobs: `
@@ -73,11 +93,11 @@ export const SCHEDULE_SQL = {
    * Everything up to `$2` is settled; `$3`/`$4` the newest occurrence enqueued and its job, when
    * this pass enqueued one. Never moves settled_through back (a resume may have set it later).
    * Then the occurrence rows 90 days older than `$2` go: no pass looks before settled_through;
-   * and the schedule's work keys older than 400 days (a year's work, and a month more).
+   * and the work keys older than 400 days (a year's work and a month more; a removed schedule's too).
    */
   scheduleSettle: `
     WITH old_work AS (
-      DELETE FROM jobs.schedule_work WHERE schedule = $1 AND created_at < statement_timestamp() - interval '400 days'
+      DELETE FROM jobs.schedule_work WHERE created_at < statement_timestamp() - interval '400 days'
     ), settled AS (
       UPDATE jobs.schedule
          SET settled_through = greatest(settled_through, $2::timestamptz),
@@ -141,10 +161,13 @@ export const SCHEDULE_SQL = {
     SELECT s.name, s.settled_through, s.last_occurrence_at, s.last_job_id, s.last_fired_at,
            s.paused_at, s.paused_by, s.pause_reason, s.created_at,
            coalesce((
-             SELECT json_agg(json_build_object('at', o.occurrence_at, 'jobId', o.job_id, 'firedAt', o.fired_at, 'late', o.late, 'state', j.state)
+             SELECT json_agg(json_build_object('at', o.occurrence_at, 'jobId', o.job_id, 'firedAt', o.fired_at, 'late', o.late, 'state', j.state,
+                                               'skippedWork', o.skipped_work, 'doneByJobId', w.job_id, 'doneByState', wj.state)
                              ORDER BY o.occurrence_at DESC)
                FROM (SELECT * FROM jobs.schedule_occurrence WHERE schedule = s.name ORDER BY occurrence_at DESC LIMIT $2) o
                LEFT JOIN jobs.job j ON j.id = o.job_id
+               LEFT JOIN jobs.schedule_work w ON w.work_key = o.skipped_work
+               LEFT JOIN jobs.job wj ON wj.id = w.job_id
            ), '[]'::json) AS recent
       FROM jobs.schedule s
      WHERE s.name = ANY($1::text[])`,

@@ -385,6 +385,53 @@ describe("a schedule's work key: the work once, however the schedule changes", (
     expect(rows).toHaveLength(3);
   });
 
+  it('a trigger --again before the occurrence does the work for it; a cancelled job gives its key back; list says what was skipped and why', async () => {
+    // Review: --again recorded no key, so the occurrence after it did the month a second time; a
+    // job cancelled by mistake held its key for good.
+    const def = defineSchedule({ ...schedule('wk-again', '0 2 1 * *', 'latest'), key: (o) => `wk-again:${o.month(-1)}` });
+    const clock = testClock('2027-01-31T23:30:00Z'); // 00:30 in Berlin on 1 February: before the close
+    const t = task([def], clock.now);
+    await t.runOnce();
+    const svc = new ScheduleService(p.db.pool, p.client, [def], clock.now);
+    const early = await svc.trigger('wk-again', 'alice (cli)', 'needed before 02:00', true);
+    clock.set('2027-02-01T01:00:05Z');
+    expect((await t.runOnce()).fired).toEqual([]);
+    const [view] = await svc.list();
+    expect(view!.last[0]).toMatchObject({
+      label: '2027-02-01T02:00:00+01:00',
+      skipped: { workKey: 'wk-again:2027-01', jobId: early.job!.id },
+    });
+    expect(describeSchedule(view!)).toContain(
+      `    last: 2027-02-01T02:00:00+01:00  not enqueued: its work wk-again:2027-01 was done by job ${early.job!.id} (pending)`,
+    );
+    // Cancelled: the work is not done; the next trigger takes the key over.
+    await p.client.cancel(early.job!.id, 'alice (cli)');
+    const retried = await svc.trigger('wk-again', 'alice (cli)', 'the real one');
+    expect(retried.alreadyDone).toBeUndefined();
+    expect(retried.job!.id).not.toBe(early.job!.id);
+    expect(await svc.trigger('wk-again', 'bob (cli)', null)).toMatchObject({ alreadyDone: { jobId: retried.job!.id } });
+  });
+
+  it('two occurrences of one catch-up with one key: the oldest does the work, the other names its job', async () => {
+    const def = defineSchedule({ ...schedule('wk-daily', '0 3 * * *', 'all'), key: (o) => `wk-daily:${o.month(0)}` });
+    const clock = testClock('2027-03-01T00:00:00Z');
+    const t = task([def], clock.now);
+    await t.runOnce();
+    clock.set('2027-03-03T04:00:00Z'); // two days' occurrences due, both in March
+    const pass = await t.runOnce();
+    expect(pass.fired).toHaveLength(1);
+    const [view] = await new ScheduleService(p.db.pool, p.client, [def], clock.now).list();
+    expect(view!.last[0]!.skipped).toMatchObject({ workKey: 'wk-daily:2027-03', jobId: pass.fired[0]!.jobId });
+  });
+
+  it('two schedules naming one work with different payloads refuse the start (a copy for another store, its key left as it was)', () => {
+    const s01 = defineSchedule({ ...schedule('wk-s01', '0 2 1 * *', 'latest'), key: (o) => `close:S01:${o.month(-1)}` });
+    const s02 = defineSchedule({ ...s01, name: 'wk-s02', payload: (o) => ({ batch: `S02@${o.label}`, entries: 1 }) });
+    expect(() => checkSchedules([s01, s02], p.registry)).toThrow(
+      /schedules "wk-s01" and "wk-s02" name the same work \(close:S01:.*\) with different payloads/,
+    );
+  });
+
   it('a key that is not a non-empty string refuses the start, naming the schedule and the rule', () => {
     const bad = defineSchedule({ ...schedule('wk-bad', '0 2 1 * *', 'latest'), key: () => '' });
     expect(() => checkSchedules([bad], p.registry)).toThrow(/schedule-key.*schedule "wk-bad": its key for .* must be a non-empty string/s);
