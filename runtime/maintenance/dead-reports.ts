@@ -17,7 +17,7 @@ import type { DeadLetterReason } from '../domain/events.ts';
 import type { Job } from '../domain/job.ts';
 import { deadJobReason } from '../domain/settlement.ts';
 import type { Logger } from '../observability/log.ts';
-import { claimUnreportedDeaths, stillUnreported } from '../store/dead-reports.ts';
+import { claimUnreportedDeaths, sendFailed, stillUnreported } from '../store/dead-reports.ts';
 import { MaintenanceLoop } from '../support/maintenance-loop.ts';
 
 export interface DeadReportTimings {
@@ -89,6 +89,7 @@ export class DeadReportSweeper {
       const reason = deadJobReason(job);
       const sent = await this.o.report(job, reason);
       if (sent) reported++;
+      else await sendFailed(this.o.pool, job.id).catch(() => undefined); // else tried again after the send bound
       this.o.log[sent ? 'warn' : 'error'](
         { jobId: job.id, type: job.type, reason, deadAt: job.finishedAt, lastOwner: job.attemptLog.at(-1)?.owner ?? null },
         sent

@@ -42,17 +42,21 @@ const DEAD_REPORT_SQL = {
    * Right before a sweeper sends a claimed report: the death at $2 of job $1 is still dead,
    * unreported and not discarded (a pass works through its claims one by one, and while the DLQ
    * hangs that takes long: meanwhile another sweeper may have reported it, on-call discarded or
-   * redriven the job). Marks it tried again now, so that no other sweeper reclaims it while this
-   * one sends; returns the job row as it is now, or nothing.
+   * redriven the job). Marks it tried as of $3 seconds ahead (the longest a send may take), so
+   * that no other sweeper reclaims it while this one sends; returns the job row as it is now, or
+   * nothing.
    */
   deadJobStillUnreported: `
     WITH still AS (
-      UPDATE jobs.dead_job d SET report_tried_at = statement_timestamp()
+      UPDATE jobs.dead_job d SET report_tried_at = statement_timestamp() + $3::float8 * interval '1 second'
        WHERE d.job_id = $1::uuid AND d.reported_at IS NULL AND d.discarded_at IS NULL
          AND d.dead_at BETWEEN $2::timestamptz - interval '1 millisecond' AND $2::timestamptz + interval '1 millisecond'
       RETURNING d.job_id
     )
     SELECT ${JOB('j')} FROM jobs.job j JOIN still s ON s.job_id = j.id WHERE j.state = 'dead'`,
+
+  /** A sweeper's send of the report of job $1 failed: tried again after the retry interval from now. */
+  deadJobSendFailed: `UPDATE jobs.dead_job SET report_tried_at = statement_timestamp() WHERE job_id = $1::uuid AND reported_at IS NULL`,
 
   /** Deaths whose report has not gone out (on-call's count; the chaos run waits for 0). */
   deadJobUnreportedCount: `
@@ -77,9 +81,21 @@ export async function claimUnreportedDeaths(db: Queryable, graceSeconds: number,
 /** `job`'s death (claimed earlier) as it is now, if its report is still owed; null when reported, discarded or redriven since. */
 export async function stillUnreported(db: Queryable, job: Pick<Job, 'id' | 'finishedAt'>): Promise<Job | null> {
   if (!job.finishedAt) return null;
-  const { rows } = await runDeadReport(db, 'deadJobStillUnreported', [job.id, job.finishedAt]);
+  const { rows } = await runDeadReport(db, 'deadJobStillUnreported', [job.id, job.finishedAt, SEND_BOUND_SECONDS]);
   return rows[0] ? rowToJob(rows[0]) : null;
 }
+
+/** A sweeper's send failed: the death is tried again after the retry interval from now (not from the send bound). */
+export async function sendFailed(db: Queryable, jobId: string): Promise<void> {
+  await runDeadReport(db, 'deadJobSendFailed', [jobId]);
+}
+
+/**
+ * The longest a report's send may take: three tries, each a DLQ call that waits out the SDK's
+ * retries (5 of 30 s) against a DLQ that hangs. Another sweeper leaves a death being sent alone
+ * this long (review: it sent the same letter again while the first send still hung).
+ */
+export const SEND_BOUND_SECONDS = 600;
 
 /** How many deaths have no report on the DLQ yet (discarded ones aside). */
 export async function countUnreportedDeaths(db: Queryable): Promise<number> {

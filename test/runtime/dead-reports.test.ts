@@ -132,6 +132,34 @@ describe('dead-job reports', () => {
     expect(lettersFor(d.id)).toEqual([]);
   });
 
+  it('a send that hangs keeps the death from other sweepers (one letter), and one that fails is tried again after the retry interval', async () => {
+    // Review: the claim was marked tried once, and another sweeper reclaimed the death after the
+    // retry interval (a lease) while the first send still hung on the DLQ: two letters.
+    const job = await deadJob('R-10');
+    let release!: () => void;
+    const hung = new Promise<void>((r) => (release = r));
+    const realSend = p.dlq.send.bind(p.dlq);
+    const send = vi.spyOn(p.dlq, 'send').mockImplementation(async (m) => {
+      await hung;
+      return realSend(m);
+    });
+    const first = sweeper().runOnce();
+    await vi.waitFor(() => expect(send).toHaveBeenCalledTimes(1));
+    expect(await sweeper({ retrySeconds: 0.001 }).runOnce()).toEqual({ claimed: 0, reported: 0 });
+    release();
+    expect(await first).toEqual({ claimed: 1, reported: 1 });
+    send.mockRestore();
+    expect(lettersFor(job.id)).toHaveLength(1);
+
+    const refused = await deadJob('R-11');
+    const fail = vi.spyOn(p.dlq, 'send').mockRejectedValue(new Error('DLQ unreachable'));
+    expect(await sweeper().runOnce()).toMatchObject({ claimed: 1, reported: 0 });
+    fail.mockRestore();
+    await new Promise((r) => setTimeout(r, 50));
+    expect(await sweeper({ retrySeconds: 0.01 }).runOnce()).toEqual({ claimed: 1, reported: 1 });
+    expect(lettersFor(refused.id)).toHaveLength(1);
+  });
+
   it('sweepers in several workers at once report each death exactly once', async () => {
     const jobs = await Promise.all(Array.from({ length: 30 }, (_, i) => deadJob(`R-4-${i}`)));
     // Three sweepers, each on its own pool connection, claiming in small batches at the same time.
