@@ -37,6 +37,18 @@ async function deadJob(batch: string, error = { name: 'Error', message: 'ledger 
 
 const lettersFor = (id: string) => p.dlq.peek().filter((m) => m.attributes.JobId === id);
 
+/** The DLQ's sends hang until `release()` (a DLQ that does not answer), then go through. */
+function hangDlq() {
+  let release!: () => void;
+  const hung = new Promise<void>((r) => (release = r));
+  const realSend = p.dlq.send.bind(p.dlq);
+  const send = vi.spyOn(p.dlq, 'send').mockImplementation(async (m) => {
+    await hung;
+    return realSend(m);
+  });
+  return { send, release };
+}
+
 describe('dead-job reports', () => {
   beforeEach(async () => {
     p = await createPlatform();
@@ -110,13 +122,7 @@ describe('dead-job reports', () => {
     // made that take minutes, and the letters it sent once the DLQ answered named a death already
     // reported, a job on-call had discarded, and one redriven and running again.
     const [a, b, c, d] = [await deadJob('R-9a'), await deadJob('R-9b'), await deadJob('R-9c'), await deadJob('R-9d')];
-    let release!: () => void;
-    const hung = new Promise<void>((r) => (release = r));
-    const realSend = p.dlq.send.bind(p.dlq);
-    const send = vi.spyOn(p.dlq, 'send').mockImplementation(async (m) => {
-      await hung;
-      return realSend(m);
-    });
+    const { send, release } = hangDlq();
     const pass = sweeper().runOnce(); // claims all four, then hangs on the first report (a)
     await vi.waitFor(() => expect(send).toHaveBeenCalledTimes(1));
     expect(await markDeadJobReported(p.db.pool, b)).toBe(true); // another sweeper's report went out
@@ -136,13 +142,7 @@ describe('dead-job reports', () => {
     // Review: the claim was marked tried once, and another sweeper reclaimed the death after the
     // retry interval (a lease) while the first send still hung on the DLQ: two letters.
     const job = await deadJob('R-10');
-    let release!: () => void;
-    const hung = new Promise<void>((r) => (release = r));
-    const realSend = p.dlq.send.bind(p.dlq);
-    const send = vi.spyOn(p.dlq, 'send').mockImplementation(async (m) => {
-      await hung;
-      return realSend(m);
-    });
+    const { send, release } = hangDlq();
     const first = sweeper().runOnce();
     await vi.waitFor(() => expect(send).toHaveBeenCalledTimes(1));
     expect(await sweeper({ retrySeconds: 0.001 }).runOnce()).toEqual({ claimed: 0, reported: 0 });
