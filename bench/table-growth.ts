@@ -88,7 +88,7 @@ const STATEMENTS: [string, string, unknown[], boolean][] = [
   ['rescuer jobRescueExpired', SQL.jobRescueExpired, [10, 100], true],
   ['reconciler reconcileCount', SQL.reconcileCount, [RECONCILER_LOCK_KEY, ['bulk', 'urgent']], true],
   ['reconciler jobRepublishLost', SQL.jobRepublishLost, [61, 240, 1000, ['bulk', 'urgent']], true],
-  ['relay outboxLeaseDue', SQL.outboxLeaseDue, [2, 100, true, [], 180], false],
+  ['relay outboxLeaseDue', SQL.outboxLeaseDue, [2, 100, true, [], 30, []], false],
   ['stuck stuckJobCount', OPS_SQL.stuckJobCount, [[], [], 3600, 900], true],
   ['pruner jobPrune', SQL.jobPrune, [500, 30], false],
   ['live jobCountActive', SQL.jobCountActive, [], true],

@@ -28,6 +28,7 @@ import type { Metrics } from '../observability/metrics.ts';
 import { jobMessageBody } from '../queue/message.ts';
 import { chunk, SQS_BATCH_LIMIT, SQS_MAX_DELAY_SECONDS, type JobQueue } from '../queue/types.ts';
 import { MaintenanceLoop } from '../support/maintenance-loop.ts';
+import { settledWithin } from '../support/settled.ts';
 import { run, type Queryable } from './job-store.ts';
 
 export interface PublishEntry {
@@ -112,7 +113,7 @@ export class Publisher {
     });
     this.sending.add(sends);
     void sends.finally(() => this.sending.delete(sends));
-    await within(sends, this.opts.waitMs ?? PUBLISH_WAIT_MS);
+    await settledWithin([sends], this.opts.waitMs ?? PUBLISH_WAIT_MS);
   }
 
   /**
@@ -146,7 +147,7 @@ export class Publisher {
    * not sent by then stays in the outbox for another process's relay.
    */
   async drain(maxMs = this.opts.drainWaitMs ?? DRAIN_WAIT_MS): Promise<void> {
-    if (this.sending.size > 0) await within(Promise.allSettled([...this.sending]), maxMs);
+    if (this.sending.size > 0) await settledWithin([...this.sending], maxMs);
     await this.flush();
   }
 
@@ -206,11 +207,16 @@ export interface RelayOptions {
  */
 export const RELAY_LEASE_SECONDS = 30;
 
+/** The longest a relay leaves a lane whose sends fail before it tries again (the backoff doubles from 1 s). */
+export const RELAY_LANE_BACKOFF_MAX_MS = 30_000;
+
 export const DEFAULT_RELAY: RelayOptions = { minAgeSeconds: 2, intervalMs: 1000, batchSize: 100 };
 
 export class OutboxRelay {
   private readonly loop: MaintenanceLoop<number>;
   private stopped = false;
+  /** Lanes whose send failed: not leased nor sent to until `until` (their failures in a row, the last error). */
+  private readonly backoff = new Map<Lane, { failures: number; err: unknown; until: number }>();
 
   constructor(
     private readonly pool: pg.Pool,
@@ -249,11 +255,14 @@ export class OutboxRelay {
     // one, so that the rows behind them (another lane's) are reached.
     const failed: RelayFailure[] = [];
     const skip: string[] = [];
-    // A lane whose send failed is not sent to again in this pass (its later rows are kept, as
-    // failed with the same error): each send to an SQS that does not answer waits out its retries,
-    // minutes, and a pass that tried every batch of ten held its connection for as many
-    // (maintenance review).
+    // A lane whose send failed is not sent to again in this pass, nor its rows leased (each send
+    // to an SQS that does not answer waits out its retries, minutes: maintenance review), and the
+    // next passes leave it alone for a backoff (1 s doubling to RELAY_LANE_BACKOFF_MAX_MS): its
+    // rows would otherwise be leased and released every second, in every task.
+    const now = Date.now();
     const down = new Map<Lane, unknown>();
+    for (const [lane, b] of this.backoff) if (b.until > now) down.set(lane, b.err);
+    const skipped = new Set(down.keys());
     for (;;) {
       const n = await this.batch(skip, down);
       total += n.sent;
@@ -261,6 +270,14 @@ export class OutboxRelay {
       skip.push(...n.unsent);
       if (n.locked < this.opts.batchSize || this.stopped) break;
     }
+    const failedLanes = new Set(failed.map((f) => f.lane));
+    for (const lane of failedLanes) {
+      const n = (this.backoff.get(lane)?.failures ?? 0) + 1;
+      const err = failed.find((f) => f.lane === lane)!.err;
+      this.backoff.set(lane, { failures: n, err, until: Date.now() + Math.min(RELAY_LANE_BACKOFF_MAX_MS, 1000 * 2 ** (n - 1)) });
+    }
+    // A lane this pass could try and whose sends did not fail: no more backoff.
+    for (const lane of [...this.backoff.keys()]) if (!skipped.has(lane) && !failedLanes.has(lane)) this.backoff.delete(lane);
     if (failed.length > 0) {
       const jobIds = failed.flatMap((f) => f.jobIds);
       this.metrics?.count(METRIC.outboxPublishesFailed, jobIds.length);
@@ -272,7 +289,9 @@ export class OutboxRelay {
         { lanes, published: total, jobIds: jobIds.slice(0, 20), err: failed[0]!.err },
         `outbox relay could not publish ${Object.entries(lanes)
           .map(([lane, l]) => `${l.jobs} job(s) to the ${lane} lane's queue (${l.error})`)
-          .join(', ')}; published ${total}; every pass tries again`,
+          .join(
+            ', ',
+          )}; published ${total}; trying that lane again in ${Math.round(Math.min(...failed.map((f) => this.backoff.get(f.lane)!.until - Date.now())) / 1000)} s`,
       );
     }
     return total;
@@ -298,6 +317,7 @@ export class OutboxRelay {
       !this.opts.skipDeferred,
       skip,
       leaseSeconds,
+      [...down.keys()],
     ]);
     if (rows.length === 0) return { locked: 0, sent: 0, unsent: [], failed };
     // A job that is gone or already terminal needs no message; one due beyond the horizon, none yet.
@@ -372,14 +392,4 @@ function chunkPerLane<T>(items: T[], laneOf: (t: T) => Lane): T[][] {
     else byLane.set(lane, [t]);
   }
   return [...byLane.values()].flatMap((group) => chunk(group, SQS_BATCH_LIMIT));
-}
-
-/** Wait for `p`, at most `ms` (a timer that keeps no process alive). */
-function within(p: Promise<unknown>, ms: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<void>((resolve) => {
-    timer = setTimeout(resolve, ms);
-    timer.unref();
-  });
-  return Promise.race([p.then(() => undefined), timeout]).finally(() => clearTimeout(timer));
 }

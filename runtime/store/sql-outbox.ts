@@ -22,19 +22,22 @@ export const OUTBOX_SQL = {
    * it at 900 s); its queue from the job's lane. `later`: the job is due beyond the horizon, so the
    * row is deferred (outboxDefer) instead of sent. $3: take the rows brought back from deferral
    * too (the concurrency keys' wake-up, on the hot path, does not). $4: rows whose send failed
-   * earlier in this pass, left for the next.
+   * earlier in this pass, left for the next. $6: lanes whose queue refuses sends (the relay backs
+   * off from them): their rows are not leased, so 12,000 rows of a deleted queue are not written
+   * twice a pass, every second, in every task.
    */
   outboxLeaseDue: `
     WITH leased AS (
       UPDATE jobs.outbox o SET leased_until = statement_timestamp() + $5::float8 * interval '1 second'
        WHERE o.id IN (
-         SELECT id FROM jobs.outbox
-          WHERE (created_at < statement_timestamp() - $1::float8 * interval '1 second' OR relay_now OR (from_deferred AND $3::boolean))
-            AND (leased_until IS NULL OR leased_until <= statement_timestamp())
-            AND NOT (id = ANY($4::bigint[]))
-          ORDER BY id
+         SELECT c.id FROM jobs.outbox c LEFT JOIN jobs.job cj ON cj.id = c.job_id
+          WHERE (c.created_at < statement_timestamp() - $1::float8 * interval '1 second' OR c.relay_now OR (c.from_deferred AND $3::boolean))
+            AND (c.leased_until IS NULL OR c.leased_until <= statement_timestamp())
+            AND NOT (c.id = ANY($4::bigint[]))
+            AND NOT (coalesce(cj.lane::text, 'bulk') = ANY($6::text[]))
+          ORDER BY c.id
           LIMIT $2
-            FOR UPDATE SKIP LOCKED)
+            FOR UPDATE OF c SKIP LOCKED)
       RETURNING o.id, o.job_id, o.from_deferred, o.leased_until
     )
     SELECT l.id AS outbox_id, l.job_id, j.type, j.state, j.lane, l.from_deferred, l.leased_until::text AS lease,

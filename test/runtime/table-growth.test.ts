@@ -180,7 +180,7 @@ describe('periodic reads on a table of 20,000 finished jobs and 100 active ones'
   });
 
   const asPlanned: [string, string, unknown[]][] = [
-    ['outbox relay', SQL.outboxLeaseDue, [2, 100, true, [], 180]],
+    ['outbox relay', SQL.outboxLeaseDue, [2, 100, true, [], 30, []]],
     ['pruner', SQL.jobPrune, [500, 30]],
   ];
   it.each(asPlanned)('%s reads its own index, not the table', async (_name, text, params) => {
