@@ -124,8 +124,14 @@ export async function main(argv: string[]): Promise<number> {
       // would leave it running; the stop waits for the start, then stops everything in order.
       let stopAsked: string | null = null;
       const early = (sig: string) => () => {
-        stopAsked ??= sig;
-        out(`${sig}: the stack stops once it has started…`);
+        if (stopAsked) {
+          // A second one: the start hangs (postgres not coming up). This process group is the
+          // stack's own session (superviseLocal): postgres, SQS and the services with it.
+          out(`${sig} again: killing the stack's processes now`);
+          process.kill(-process.pid, 'SIGKILL');
+        }
+        stopAsked = sig;
+        out(`${sig}: the stack stops once it has started… (again to kill it at once)`);
       };
       const earlyInt = early('SIGINT');
       const earlyTerm = early('SIGTERM');

@@ -84,12 +84,13 @@ export class DeadReportSweeper {
       // Claimed maybe long ago (a DLQ that hangs makes each report minutes): reported, discarded
       // or redriven since, it is not reported (review: stale and duplicate letters kept the DLQ
       // alarm on, and nothing dropped them).
-      const job = await stillUnreported(this.o.pool, claimed);
-      if (!job) continue;
+      const still = await stillUnreported(this.o.pool, claimed);
+      if (!still) continue;
+      const { job } = still;
       const reason = deadJobReason(job);
       const sent = await this.o.report(job, reason);
       if (sent) reported++;
-      else await sendFailed(this.o.pool, job.id).catch(() => undefined); // else tried again after the send bound
+      else await sendFailed(this.o.pool, still).catch(() => undefined); // else tried again after the send bound
       this.o.log[sent ? 'warn' : 'error'](
         { jobId: job.id, type: job.type, reason, deadAt: job.finishedAt, lastOwner: job.attemptLog.at(-1)?.owner ?? null },
         sent

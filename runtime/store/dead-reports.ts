@@ -34,9 +34,10 @@ const DEAD_REPORT_SQL = {
        LIMIT $3
        FOR UPDATE SKIP LOCKED
     ), claimed AS (
-      UPDATE jobs.dead_job d SET report_tried_at = statement_timestamp() FROM due WHERE d.job_id = due.job_id RETURNING d.job_id
+      UPDATE jobs.dead_job d SET report_tried_at = statement_timestamp() FROM due WHERE d.job_id = due.job_id
+      RETURNING d.job_id, d.report_tried_at
     )
-    SELECT ${JOB('j')} FROM jobs.job j JOIN claimed c ON c.job_id = j.id WHERE j.state = 'dead'`,
+    SELECT ${JOB('j')}, c.report_tried_at::text AS claim FROM jobs.job j JOIN claimed c ON c.job_id = j.id WHERE j.state = 'dead'`,
 
   /**
    * Right before a sweeper sends a claimed report: the death at $2 of job $1 is still dead,
@@ -44,19 +45,22 @@ const DEAD_REPORT_SQL = {
    * hangs that takes long: meanwhile another sweeper may have reported it, on-call discarded or
    * redriven the job). Marks it tried as of $3 seconds ahead (the longest a send may take), so
    * that no other sweeper reclaims it while this one sends; returns the job row as it is now, or
-   * nothing.
+   * nothing. Fenced by this sweeper's claim ($4, as the claim returned it): another sweeper that
+   * reclaimed the death since (a hanging DLQ) sends it, this one does not.
    */
   deadJobStillUnreported: `
     WITH still AS (
       UPDATE jobs.dead_job d SET report_tried_at = statement_timestamp() + $3::float8 * interval '1 second'
-       WHERE d.job_id = $1::uuid AND d.reported_at IS NULL AND d.discarded_at IS NULL
+       WHERE d.job_id = $1::uuid AND d.reported_at IS NULL AND d.discarded_at IS NULL AND d.report_tried_at = $4::timestamptz
          AND d.dead_at BETWEEN $2::timestamptz - interval '1 millisecond' AND $2::timestamptz + interval '1 millisecond'
-      RETURNING d.job_id
+      RETURNING d.job_id, d.report_tried_at
     )
-    SELECT ${JOB('j')} FROM jobs.job j JOIN still s ON s.job_id = j.id WHERE j.state = 'dead'`,
+    SELECT ${JOB('j')}, s.report_tried_at::text AS claim FROM jobs.job j JOIN still s ON s.job_id = j.id WHERE j.state = 'dead'`,
 
   /** A sweeper's send of the report of job $1 failed: tried again after the retry interval from now. */
-  deadJobSendFailed: `UPDATE jobs.dead_job SET report_tried_at = statement_timestamp() WHERE job_id = $1::uuid AND reported_at IS NULL`,
+  deadJobSendFailed: `
+    UPDATE jobs.dead_job SET report_tried_at = statement_timestamp()
+     WHERE job_id = $1::uuid AND reported_at IS NULL AND report_tried_at = $2::timestamptz`,
 
   /** Deaths whose report has not gone out (on-call's count; the chaos run waits for 0). */
   deadJobUnreportedCount: `
@@ -72,22 +76,33 @@ export async function markDeadJobReported(db: Queryable, job: Pick<Job, 'id' | '
   return (rowCount ?? 0) > 0;
 }
 
+/** A death a sweeper claimed: the job, and the claim's mark (what fences this sweeper's later steps). */
+export interface ClaimedDeath {
+  job: Job;
+  claim: string;
+}
+
 /** Claim up to `limit` deaths still unreported `graceSeconds` after, not tried in the last `retrySeconds`. */
-export async function claimUnreportedDeaths(db: Queryable, graceSeconds: number, retrySeconds: number, limit: number): Promise<Job[]> {
+export async function claimUnreportedDeaths(
+  db: Queryable,
+  graceSeconds: number,
+  retrySeconds: number,
+  limit: number,
+): Promise<ClaimedDeath[]> {
   const { rows } = await runDeadReport(db, 'deadJobClaimUnreported', [graceSeconds, retrySeconds, limit]);
-  return rows.map((r) => rowToJob(r));
+  return rows.map((r) => ({ job: rowToJob(r), claim: r.claim as string }));
 }
 
-/** `job`'s death (claimed earlier) as it is now, if its report is still owed; null when reported, discarded or redriven since. */
-export async function stillUnreported(db: Queryable, job: Pick<Job, 'id' | 'finishedAt'>): Promise<Job | null> {
-  if (!job.finishedAt) return null;
-  const { rows } = await runDeadReport(db, 'deadJobStillUnreported', [job.id, job.finishedAt, SEND_BOUND_SECONDS]);
-  return rows[0] ? rowToJob(rows[0]) : null;
+/** A claimed death as it is now, if its report is still owed and still this claim's; null when reported, discarded, redriven or reclaimed since. */
+export async function stillUnreported(db: Queryable, c: ClaimedDeath): Promise<ClaimedDeath | null> {
+  if (!c.job.finishedAt) return null;
+  const { rows } = await runDeadReport(db, 'deadJobStillUnreported', [c.job.id, c.job.finishedAt, SEND_BOUND_SECONDS, c.claim]);
+  return rows[0] ? { job: rowToJob(rows[0]), claim: rows[0].claim as string } : null;
 }
 
-/** A sweeper's send failed: the death is tried again after the retry interval from now (not from the send bound). */
-export async function sendFailed(db: Queryable, jobId: string): Promise<void> {
-  await runDeadReport(db, 'deadJobSendFailed', [jobId]);
+/** A sweeper's send failed: the death is tried again after the retry interval from now (not from the send bound), unless another sweeper took it since. */
+export async function sendFailed(db: Queryable, c: ClaimedDeath): Promise<void> {
+  await runDeadReport(db, 'deadJobSendFailed', [c.job.id, c.claim]);
 }
 
 /**

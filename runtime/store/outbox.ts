@@ -21,7 +21,7 @@
 // publishes each deferred row once its job is due within the horizon.
 
 import type pg from 'pg';
-import type { Lane } from '../domain/lanes.ts';
+import { LANES, type Lane } from '../domain/lanes.ts';
 import type { Logger } from '../observability/log.ts';
 import { METRIC } from '../observability/metric-names.ts';
 import type { Metrics } from '../observability/metrics.ts';
@@ -215,7 +215,7 @@ export const DEFAULT_RELAY: RelayOptions = { minAgeSeconds: 2, intervalMs: 1000,
 export class OutboxRelay {
   private readonly loop: MaintenanceLoop<number>;
   private stopped = false;
-  /** Lanes whose send failed: not leased nor sent to until `until` (their failures in a row, the last error). */
+  /** Lanes whose send failed: not leased nor sent to until `until` (performance.now(); their failures in a row, the last error). */
   private readonly backoff = new Map<Lane, { failures: number; err: unknown; until: number }>();
 
   constructor(
@@ -259,11 +259,13 @@ export class OutboxRelay {
     // to an SQS that does not answer waits out its retries, minutes: maintenance review), and the
     // next passes leave it alone for a backoff (1 s doubling to RELAY_LANE_BACKOFF_MAX_MS): its
     // rows would otherwise be leased and released every second, in every task.
-    const now = Date.now();
+    const now = performance.now();
     const down = new Map<Lane, unknown>();
     for (const [lane, b] of this.backoff) if (b.until > now) down.set(lane, b.err);
     const skipped = new Set(down.keys());
-    for (;;) {
+    // Every lane backed off: no lease query at all (with one lane down it walks that lane's rows to
+    // reach the other's: 12,000 waiting rows cost 14 ms a pass).
+    for (; !LANES.every((lane) => down.has(lane)); ) {
       const n = await this.batch(skip, down);
       total += n.sent;
       failed.push(...n.failed);
@@ -274,7 +276,7 @@ export class OutboxRelay {
     for (const lane of failedLanes) {
       const n = (this.backoff.get(lane)?.failures ?? 0) + 1;
       const err = failed.find((f) => f.lane === lane)!.err;
-      this.backoff.set(lane, { failures: n, err, until: Date.now() + Math.min(RELAY_LANE_BACKOFF_MAX_MS, 1000 * 2 ** (n - 1)) });
+      this.backoff.set(lane, { failures: n, err, until: performance.now() + Math.min(RELAY_LANE_BACKOFF_MAX_MS, 1000 * 2 ** (n - 1)) });
     }
     // A lane this pass could try and whose sends did not fail: no more backoff.
     for (const lane of [...this.backoff.keys()]) if (!skipped.has(lane) && !failedLanes.has(lane)) this.backoff.delete(lane);
@@ -291,7 +293,7 @@ export class OutboxRelay {
           .map(([lane, l]) => `${l.jobs} job(s) to the ${lane} lane's queue (${l.error})`)
           .join(
             ', ',
-          )}; published ${total}; trying that lane again in ${Math.round(Math.min(...failed.map((f) => this.backoff.get(f.lane)!.until - Date.now())) / 1000)} s`,
+          )}; published ${total}; trying that lane again in ${Math.round(Math.min(...failed.map((f) => this.backoff.get(f.lane)!.until - performance.now())) / 1000)} s`,
       );
     }
     return total;

@@ -62,13 +62,21 @@ export const SCHEDULE_SQL = {
         WHERE j.id = w.job_id AND (j.state = 'cancelled' OR (j.state = 'dead' AND d.discarded_at IS NOT NULL)))
     RETURNING work_key, occurrence_at`,
 
-  /** An operator's trigger with --again: its job is the key's from now on (so a later occurrence does not do the work a third time). */
+  /**
+   * An operator's trigger with --again: its job becomes the key's when the key is free (so the
+   * occurrence after it does not do the work again), or held by a job cancelled or discarded. A
+   * key whose job succeeded or still runs keeps it: cancelling the rerun must not free the work
+   * that job did (review).
+   */
   workRecord: `
-    INSERT INTO jobs.schedule_work (work_key, schedule, occurrence_at, manual, job_id)
+    INSERT INTO jobs.schedule_work AS w (work_key, schedule, occurrence_at, manual, job_id)
     VALUES ($1, $2, $3, true, $4)
     ON CONFLICT (work_key) DO UPDATE
        SET schedule = EXCLUDED.schedule, occurrence_at = EXCLUDED.occurrence_at, manual = true, job_id = EXCLUDED.job_id,
-           created_at = statement_timestamp()`,
+           created_at = statement_timestamp()
+     WHERE EXISTS (
+       SELECT 1 FROM jobs.job j LEFT JOIN jobs.dead_job d ON d.job_id = j.id
+        WHERE j.id = w.job_id AND (j.state = 'cancelled' OR (j.state = 'dead' AND d.discarded_at IS NOT NULL)))`,
 
   /** Who did the work `$1`: the schedule, occurrence and job of each key. */
   workDoneBy: `SELECT work_key, schedule, occurrence_at, manual, job_id FROM jobs.schedule_work WHERE work_key = ANY($1::text[])`,

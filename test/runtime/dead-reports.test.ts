@@ -160,6 +160,30 @@ describe('dead-job reports', () => {
     expect(lettersFor(refused.id)).toHaveLength(1);
   });
 
+  it('a death another sweeper reclaimed while this one hung on an earlier send is sent once, by that sweeper', async () => {
+    // Review: the check before each send was not fenced by the claim, so the sweeper that claimed
+    // first also sent the death the second one had reclaimed and sent: two letters.
+    const [x, y] = [await deadJob('R-12x'), await deadJob('R-12y')];
+    // Each send hangs until the test lets that one through.
+    const gates: (() => void)[] = [];
+    const realSend = p.dlq.send.bind(p.dlq);
+    const send = vi.spyOn(p.dlq, 'send').mockImplementation(async (m) => {
+      await new Promise<void>((r) => gates.push(r));
+      return realSend(m);
+    });
+    const a = sweeper().runOnce(); // claims both, hangs on the first send (x)
+    await vi.waitFor(() => expect(gates).toHaveLength(1));
+    const b = sweeper({ retrySeconds: 0.001 }).runOnce(); // reclaims y, hangs on its send
+    await vi.waitFor(() => expect(gates).toHaveLength(2));
+    gates[0]!(); // x goes out; a moves on to y while b's send of it still hangs
+    expect(await a).toEqual({ claimed: 2, reported: 1 });
+    gates[1]!();
+    expect(await b).toEqual({ claimed: 1, reported: 1 });
+    send.mockRestore();
+    expect(lettersFor(x.id)).toHaveLength(1);
+    expect(lettersFor(y.id)).toHaveLength(1);
+  });
+
   it('sweepers in several workers at once report each death exactly once', async () => {
     const jobs = await Promise.all(Array.from({ length: 30 }, (_, i) => deadJob(`R-4-${i}`)));
     // Three sweepers, each on its own pool connection, claiming in small batches at the same time.

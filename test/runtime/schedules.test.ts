@@ -412,6 +412,23 @@ describe("a schedule's work key: the work once, however the schedule changes", (
     expect(await svc.trigger('wk-again', 'bob (cli)', null)).toMatchObject({ alreadyDone: { jobId: retried.job!.id } });
   });
 
+  it('a rerun (--again) cancelled afterwards does not free the work the first job did', async () => {
+    // Review: --again made its job the key's; cancelling it let the next trigger take the key over
+    // and do the month a third time, though the first job had done it.
+    const def = defineSchedule({ ...schedule('wk-rerun', '0 2 1 * *', 'latest'), key: (o) => `wk-rerun:${o.month(-1)}` });
+    const clock = testClock('2027-03-31T22:00:00Z');
+    const t = task([def], clock.now);
+    await t.runOnce();
+    clock.set('2027-04-01T00:00:05Z'); // 02:00:05 in Berlin (CEST)
+    const first = (await t.runOnce()).fired[0]!;
+    const svc = new ScheduleService(p.db.pool, p.client, [def], clock.now);
+    const rerun = await svc.trigger('wk-rerun', 'alice (cli)', 'rerun', true);
+    await p.client.cancel(rerun.job!.id, 'alice (cli)');
+    expect(await svc.trigger('wk-rerun', 'bob (cli)', null)).toMatchObject({
+      alreadyDone: { workKey: 'wk-rerun:2027-03', jobId: first.jobId },
+    });
+  });
+
   it('two occurrences of one catch-up with one key: the oldest does the work, the other names its job', async () => {
     const def = defineSchedule({ ...schedule('wk-daily', '0 3 * * *', 'all'), key: (o) => `wk-daily:${o.month(0)}` });
     const clock = testClock('2027-03-01T00:00:00Z');
