@@ -13,8 +13,6 @@ import { JobStore } from '../store/job-store.ts';
 import type { Job } from '../domain/job.ts';
 import { operatorName } from './db.ts';
 
-const occurrenceLabel = (def: Pick<ScheduleDefinition, 'timeZone'>, at: Date) => occurrence(def, at).label;
-
 /** A schedule as on-call sees it. */
 export interface ScheduleView {
   name: string;
@@ -170,7 +168,7 @@ export class ScheduleService {
           schedule: d.schedule,
           occurrence: d.manual
             ? `trigger at ${d.occurrenceAt.toISOString()}`
-            : occurrenceLabel(this.byName.get(d.schedule) ?? def, d.occurrenceAt),
+            : occurrence(this.byName.get(d.schedule) ?? def, d.occurrenceAt).label,
           jobId: d.jobId,
         },
       };

@@ -2,6 +2,11 @@
 // the reason it is safe beside it. The jobs an occurrence enqueues go through the job store's own
 // insert (JobClient.enqueue: the job and its outbox row), in the same transaction as these.
 
+/** A work key's job gave the work up (`w`: the jobs.schedule_work row): cancelled, or dead and discarded by on-call. */
+const KEY_GIVEN_UP = `EXISTS (
+       SELECT 1 FROM jobs.job j LEFT JOIN jobs.dead_job d ON d.job_id = j.id
+        WHERE j.id = w.job_id AND (j.state = 'cancelled' OR (j.state = 'dead' AND d.discarded_at IS NOT NULL)))`;
+
 export const SCHEDULE_SQL = {
   /**
    * The rows of the schedules `$1` (names), created at `$2` (the scheduler's clock) when missing:
@@ -57,9 +62,7 @@ export const SCHEDULE_SQL = {
     ON CONFLICT (work_key) DO UPDATE
        SET schedule = EXCLUDED.schedule, occurrence_at = EXCLUDED.occurrence_at, manual = EXCLUDED.manual,
            job_id = NULL, created_at = statement_timestamp()
-     WHERE EXISTS (
-       SELECT 1 FROM jobs.job j LEFT JOIN jobs.dead_job d ON d.job_id = j.id
-        WHERE j.id = w.job_id AND (j.state = 'cancelled' OR (j.state = 'dead' AND d.discarded_at IS NOT NULL)))
+     WHERE ${KEY_GIVEN_UP}
     RETURNING work_key, occurrence_at`,
 
   /**
@@ -74,9 +77,7 @@ export const SCHEDULE_SQL = {
     ON CONFLICT (work_key) DO UPDATE
        SET schedule = EXCLUDED.schedule, occurrence_at = EXCLUDED.occurrence_at, manual = true, job_id = EXCLUDED.job_id,
            created_at = statement_timestamp()
-     WHERE EXISTS (
-       SELECT 1 FROM jobs.job j LEFT JOIN jobs.dead_job d ON d.job_id = j.id
-        WHERE j.id = w.job_id AND (j.state = 'cancelled' OR (j.state = 'dead' AND d.discarded_at IS NOT NULL)))`,
+     WHERE ${KEY_GIVEN_UP}`,
 
   /** Who did the work `$1`: the schedule, occurrence and job of each key. */
   workDoneBy: `SELECT work_key, schedule, occurrence_at, manual, job_id FROM jobs.schedule_work WHERE work_key = ANY($1::text[])`,

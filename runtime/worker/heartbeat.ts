@@ -106,16 +106,17 @@ export class Heartbeat {
     // comes back to a receiver that finds the lease live in the database and deletes it as a
     // duplicate (settlement.ts); the job is safe in its lease, and should this worker die, the
     // rescuer re-queues it once the lease has run out.
-    this.extending ??= this.extend([...renewed, ...entries.filter((h) => h.completing && !renewed.includes(h))]).finally(() => {
-      this.extending = null;
-    });
+    this.extendCompleting(entries, renewed);
   }
 
-  /** The messages of `entries` whose completion is under way, extended though their leases could not be renewed. */
-  private extendCompleting(entries: Held[]): void {
-    const completing = entries.filter((h) => h.completing);
-    if (completing.length === 0) return;
-    this.extending ??= this.extend(completing).finally(() => {
+  /**
+   * Extend `renewed`'s messages and those of `entries` whose completion is under way (their leases
+   * renewed or not), unless an extension is still on its way.
+   */
+  private extendCompleting(entries: Held[], renewed: Held[] = []): void {
+    const all = [...renewed, ...entries.filter((h) => h.completing && !renewed.includes(h))];
+    if (all.length === 0) return;
+    this.extending ??= this.extend(all).finally(() => {
       this.extending = null;
     });
   }
