@@ -209,7 +209,9 @@ export async function startWorkerService(
     queues: queue.queues.map((q, i) => ({ lanes: q.lanes, countMessages: (signal) => lanes.sqsQueues[i]!.approximateCount(signal) })),
     log,
     metrics,
-    timings: reconcilerTimings(timings),
+    // A local endpoint (the emulator) counts its messages exactly and at once: no lag to allow for
+    // (SQS's own count lags a send by up to a minute, and a purge then heals a minute later).
+    timings: reconcilerTimings(timings, { exactCount: endpoint !== undefined }),
   });
 
   // Stuck jobs (runtime/oncall/stuck.ts): counted once per interval, published as the JobsStuck gauge the stack alarms on.

@@ -35,7 +35,9 @@
 //
 // The bound: a message lost at t is re-published by the second pass that sees it, within
 // 2 × interval + minimum age; interval is the lease (2 to 60 s). With the chaos run's lease of
-// 3 s that is ~9 s; in production (lease 60 s) about 3 minutes.
+// 3 s that is ~9 s; in production (lease 60 s) about 3 minutes. A loss within a minute of a burst
+// of publishes waits for that minute to pass when the interval is shorter (the count may lag
+// them, below); a local endpoint counts exactly and has no such wait.
 //
 // Priority lanes: each lane's queue is compared with its own lane's jobs, and a shortfall is
 // re-published from that lane (a purged urgent queue is healed with urgent jobs, not with the
@@ -76,13 +78,21 @@ export const COUNT_SETTLE_MS = 60_000;
 /** The longest a count of a queue's messages (GetQueueAttributes) may take: a healthy one takes milliseconds, the SDK retries within it. */
 export const COUNT_TIMEOUT_MS = 10_000;
 
-/** The reconciler's timings from the job timings: a pass per lease (2 to 60 s). */
-export function reconcilerTimings(t: Pick<JobTimings, 'leaseSeconds' | 'visibilityTimeoutSeconds'>): ReconcilerTimings {
+/**
+ * The reconciler's timings from the job timings: a pass per lease (2 to 60 s). `exactCount`: the
+ * queue counts its messages exactly and at once (a local endpoint, the emulator), so no lag is
+ * allowed for; SQS's own count lags a send by up to COUNT_SETTLE_MS.
+ */
+export function reconcilerTimings(
+  t: Pick<JobTimings, 'leaseSeconds' | 'visibilityTimeoutSeconds'>,
+  o: { exactCount?: boolean } = {},
+): ReconcilerTimings {
   const interval = Math.min(60, Math.max(2, t.leaseSeconds));
   return {
     intervalMs: interval * 1000,
     minAgeSeconds: Math.max(interval, DEFAULT_RELAY.minAgeSeconds + 1),
     republishWindowSeconds: Math.max(4 * interval, t.visibilityTimeoutSeconds + interval),
+    countSettleMs: o.exactCount ? 0 : COUNT_SETTLE_MS,
   };
 }
 

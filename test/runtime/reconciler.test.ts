@@ -7,7 +7,13 @@ import { silentLogger } from '../../runtime/observability/log.ts';
 import { CountingMetrics } from '../../runtime/observability/metrics.ts';
 import { METRIC } from '../../runtime/observability/metric-names.ts';
 import { Publisher } from '../../runtime/store/outbox.ts';
-import { Reconciler, RECONCILER_LOCK_KEY, reconcilerTimings, type ReconcilerTimings } from '../../runtime/maintenance/reconciler.ts';
+import {
+  COUNT_SETTLE_MS,
+  Reconciler,
+  RECONCILER_LOCK_KEY,
+  reconcilerTimings,
+  type ReconcilerTimings,
+} from '../../runtime/maintenance/reconciler.ts';
 import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
 
 const QUICK: ReconcilerTimings = { intervalMs: 200, minAgeSeconds: 0, republishWindowSeconds: 2 };
@@ -246,17 +252,55 @@ describe('reconciler', () => {
     expect(await r.runOnce()).toMatchObject({ deficit: 200, republished: 200 });
   });
 
+  it('a local endpoint counts exactly: a purge right behind a burst of publishes is healed on the next two passes, not a minute later', async () => {
+    // CI finding: a pass read the outbox while a burst was being published, the queue was purged
+    // right after, and the shrink held the re-publish back for SQS's minute of count lag, which
+    // the emulator does not have (the end-to-end purge test waited 60 s for half its jobs).
+    const rows = await p.store.insertMany(
+      p.db.pool,
+      Array.from({ length: 50 }, (_, i) => ({ type: 'ledger.post', payload: { batch: `EX-${i}`, entries: 1 }, maxAttempts: 3 })),
+    );
+    const exact = (countSettleMs: number) => {
+      const r = new Reconciler({
+        pool: p.db.pool,
+        publisher: new Publisher(p.db.pool, p.queue, silentLogger),
+        countMessages: async () => p.queue.depth().total,
+        log: silentLogger,
+        timings: { ...QUICK, countSettleMs },
+      });
+      reconcilers.push(r);
+      return r;
+    };
+    const lagging = exact(COUNT_SETTLE_MS);
+    const local = exact(reconcilerTimings({ leaseSeconds: 3, visibilityTimeoutSeconds: 4 }, { exactCount: true }).countSettleMs!);
+    // Both read the outbox full, then it is published and the queue purged at once.
+    expect(await lagging.runOnce()).toMatchObject({ outbox: 50 });
+    expect(await local.runOnce()).toMatchObject({ outbox: 50 });
+    const publisher = new Publisher(p.db.pool, p.queue, silentLogger);
+    await publisher.publish(rows.map((x) => ({ outboxId: x.outboxId!, jobId: x.job.id, lane: x.job.lane })));
+    await publisher.flush();
+    p.queue.purge();
+    expect(await lagging.runOnce()).toMatchObject({ deficit: 50, republished: 0 });
+    expect(await lagging.runOnce()).toMatchObject({ deficit: 50, republished: 0 }); // the minute's shrink
+    expect(await local.runOnce()).toMatchObject({ deficit: 50, republished: 0 });
+    expect(await local.runOnce()).toMatchObject({ deficit: 50, republished: 50 });
+    expect(p.queue.depth().total).toBe(50);
+  });
+
   it('derives its timings from the job timings: a pass per lease, 2 to 60 s', () => {
     expect(reconcilerTimings({ leaseSeconds: 3, visibilityTimeoutSeconds: 4 })).toEqual({
       intervalMs: 3000,
       minAgeSeconds: 3,
       republishWindowSeconds: 12,
+      countSettleMs: COUNT_SETTLE_MS,
     });
     expect(reconcilerTimings({ leaseSeconds: 60, visibilityTimeoutSeconds: 90 })).toEqual({
       intervalMs: 60_000,
       minAgeSeconds: 60,
       republishWindowSeconds: 240,
+      countSettleMs: COUNT_SETTLE_MS,
     });
     expect(reconcilerTimings({ leaseSeconds: 600, visibilityTimeoutSeconds: 900 }).intervalMs).toBe(60_000);
+    expect(reconcilerTimings({ leaseSeconds: 3, visibilityTimeoutSeconds: 4 }, { exactCount: true }).countSettleMs).toBe(0);
   });
 });
