@@ -7,7 +7,8 @@
 export const RETENTION_SQL = {
   /**
    * Finished jobs whose time has come (prune_after, see 0009), judged under their row lock and
-   * either deleted, with their lasting key and their dead_job row, or given the next moment to
+   * either deleted, with their lasting key, their dead_job row and a schedule's work key they gave
+   * up (cancelled, or dead and discarded: the work is to be done again), or given the next moment to
    * look at them. A job stays:
    *  - kept forever (keep_days NULL: its key is kept forever);
    *  - less than keep_days after it finished (it ran long, waited for its run_at, or was redriven:
@@ -51,7 +52,11 @@ export const RETENTION_SQL = {
     ), pruned AS (
       DELETE FROM jobs.job j USING judged
        WHERE j.id = judged.id AND judged.next_look IS NULL
-      RETURNING j.id, j.type, j.idempotency_key
+      RETURNING j.id, j.type, j.idempotency_key, j.state
+    ), work AS (
+      -- A schedule's work key held by a job that gave the work up (migration 0023): freed with it.
+      DELETE FROM jobs.schedule_work w USING pruned p
+       WHERE w.job_id = p.id AND p.state IN ('cancelled', 'dead')
     ), keys AS (
       DELETE FROM jobs.idempotency_key k USING pruned p
        WHERE k.type = p.type AND k.key = p.idempotency_key AND k.job_id = p.id

@@ -2,10 +2,14 @@
 // the reason it is safe beside it. The jobs an occurrence enqueues go through the job store's own
 // insert (JobClient.enqueue: the job and its outbox row), in the same transaction as these.
 
-/** A work key's job gave the work up (`w`: the jobs.schedule_work row): cancelled, or dead and discarded by on-call. */
-const KEY_GIVEN_UP = `EXISTS (
+import { namedStatements } from './statements.ts';
+
+/** The job `jobId` (a column) gave its work up: cancelled, or dead and discarded by on-call. */
+const givenUp = (jobId: string) => `EXISTS (
        SELECT 1 FROM jobs.job j LEFT JOIN jobs.dead_job d ON d.job_id = j.id
-        WHERE j.id = w.job_id AND (j.state = 'cancelled' OR (j.state = 'dead' AND d.discarded_at IS NOT NULL)))`;
+        WHERE j.id = ${jobId} AND (j.state = 'cancelled' OR (j.state = 'dead' AND d.discarded_at IS NOT NULL)))`;
+/** A work key's job gave the work up (`w`: the jobs.schedule_work row). */
+const KEY_GIVEN_UP = givenUp('w.job_id');
 
 export const SCHEDULE_SQL = {
   /**
@@ -81,6 +85,34 @@ export const SCHEDULE_SQL = {
 
   /** Who did the work `$1`: the schedule, occurrence and job of each key. */
   workDoneBy: `SELECT work_key, schedule, occurrence_at, manual, job_id FROM jobs.schedule_work WHERE work_key = ANY($1::text[])`,
+
+  /**
+   * Schedule `$1`'s work with no key recorded, perhaps (store/schedule-work.ts): its occurrences
+   * after `$2` that enqueued a job, and its operator triggers after `$3` (primary key; index
+   * operator_action_at). Each one's key is computed by the caller and recorded by workBackfill.
+   */
+  workPast: `
+    SELECT o.occurrence_at AS at, o.job_id, false AS manual
+      FROM jobs.schedule_occurrence o
+     WHERE o.schedule = $1 AND o.occurrence_at > $2 AND o.job_id IS NOT NULL
+    UNION ALL
+    SELECT a.at, a.job_id, true
+      FROM jobs.operator_action a
+     WHERE a.at > $3 AND a.action = 'schedule-trigger' AND a.detail->>'schedule' = $1 AND a.job_id IS NOT NULL`,
+
+  /**
+   * Record work keys `$2` of schedule `$1` as done by jobs `$5` (occurrences `$3`, triggers where
+   * `$4`), each whose job is still there and did not give the work up (cancelled, or dead and
+   * discarded). A pruned job's work is not known (it may have been cancelled, and the pruner freed
+   * its key). A key recorded already keeps its row.
+   */
+  workBackfill: `
+    INSERT INTO jobs.schedule_work (work_key, schedule, occurrence_at, manual, job_id)
+    SELECT p.k, $1::text, p.at, p.manual, p.job_id
+      FROM unnest($2::text[], $3::timestamptz[], $4::boolean[], $5::uuid[]) AS p(k, at, manual, job_id)
+     WHERE EXISTS (SELECT 1 FROM jobs.job j WHERE j.id = p.job_id) AND NOT ${givenUp('p.job_id')}
+    ON CONFLICT (work_key) DO NOTHING
+    RETURNING work_key`,
 
   /** The job of each work key `$1` (`$2`), in the transaction that enqueued it. */
   workSetJobs: `
@@ -183,3 +215,5 @@ export const SCHEDULE_SQL = {
 } as const;
 
 export type ScheduleSqlName = keyof typeof SCHEDULE_SQL;
+
+export const runSchedule = namedStatements<ScheduleSqlName>('schedule', SCHEDULE_SQL);

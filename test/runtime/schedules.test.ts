@@ -22,6 +22,7 @@ import { describe as describeSchedule } from '../../runtime/cli/schedules.ts';
 import { JobClient } from '../../runtime/store/client.ts';
 import { Publisher } from '../../runtime/store/outbox.ts';
 import { ScheduleStore } from '../../runtime/store/schedules.ts';
+import { RETENTION_SQL } from '../../runtime/store/sql-retention.ts';
 import { createPlatform, type Platform, waitFor } from '../support/platform.ts';
 
 let p: Platform;
@@ -439,6 +440,63 @@ describe("a schedule's work key: the work once, however the schedule changes", (
     expect(pass.fired).toHaveLength(1);
     const [view] = await new ScheduleService(p.db.pool, p.client, [def], clock.now).list();
     expect(view!.last[0]!.skipped).toMatchObject({ workKey: 'wk-daily:2027-03', jobId: pass.fired[0]!.jobId });
+  });
+
+  it('a key added in the release that moves the close: the work the previous image did is not done again, by the moved occurrence or a trigger', async () => {
+    // Rollout review: only code that knows keys records them, so the month the previous image
+    // closed (before the release, during its rolling deploy, after a rollback) looked never done.
+    const unkeyed = schedule('wk-rollout', '0 2 1 * *', 'latest');
+    const keyed = (cron: string) => defineSchedule({ ...schedule('wk-rollout', cron, 'latest'), key: (o) => `wk-rollout:${o.month(-1)}` });
+    const clock = testClock('2027-04-30T21:00:00Z');
+    const previous = task([unkeyed], clock.now);
+    await previous.runOnce();
+    clock.set('2027-05-01T00:00:05Z'); // 02:00:05 in Berlin: the previous image closes April
+    const april = (await previous.runOnce()).fired[0]!;
+    // The previous image's trigger during the deploy (by the database's clock, as on-call's are).
+    const oldTrigger = await new ScheduleService(p.db.pool, p.client, [unkeyed]).trigger('wk-rollout', 'alice (cli)', 'old image');
+    const moved = task([keyed('0 2 2 * *')], clock.now);
+    await moved.runOnce();
+    clock.set('2027-05-02T00:00:05Z');
+    expect((await moved.runOnce()).fired).toEqual([]);
+    expect(
+      await new ScheduleService(p.db.pool, p.client, [keyed('0 2 2 * *')], clock.now).trigger('wk-rollout', 'bob (cli)', null),
+    ).toMatchObject({
+      duplicate: true,
+      alreadyDone: { workKey: 'wk-rollout:2027-04', jobId: april.jobId },
+    });
+    const triggerKey = `wk-rollout:${occurrence(unkeyed, new Date()).month(-1)}`;
+    expect(await new ScheduleService(p.db.pool, p.client, [keyed('0 2 2 * *')]).trigger('wk-rollout', 'bob (cli)', null)).toMatchObject({
+      alreadyDone: { workKey: triggerKey, jobId: oldTrigger.job!.id, occurrence: expect.stringMatching(/^trigger at /) },
+    });
+    const { rows } = await p.db.pool.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM jobs.job WHERE idempotency_key LIKE 'schedule:wk-rollout:%'",
+    );
+    expect(rows[0]!.n).toBe(2);
+  });
+
+  it('a cancelled keyed job pruned with its history frees its key: the next trigger does the work', async () => {
+    // Rollout review: the key outlived the cancelled job that held it (400 days against 30) and
+    // named a job that was gone as having done the work.
+    const def = defineSchedule({ ...schedule('wk-pruned', '0 2 1 * *', 'latest'), key: (o) => `wk-pruned:${o.month(-1)}` });
+    const clock = testClock('2027-05-31T21:00:00Z');
+    const t = task([def], clock.now);
+    await t.runOnce();
+    clock.set('2027-06-01T00:00:05Z');
+    const fired = (await t.runOnce()).fired[0]!;
+    await p.client.cancel(fired.jobId, 'alice (cli)');
+    // Its retention over (ledger.post keeps its keys for good; a type keeping them 30 days here).
+    await p.db.pool.query(
+      "UPDATE jobs.job SET finished_at = now() - interval '40 days', keep_days = 30, prune_after = now() - interval '1 second' WHERE id = $1",
+      [fired.jobId],
+    );
+    await p.db.pool.query('UPDATE jobs.idempotency_key SET keep_days = 30 WHERE job_id = $1', [fired.jobId]);
+    await p.db.pool.query(RETENTION_SQL.jobPrune, [1000, 90]);
+    expect((await p.db.pool.query('SELECT 1 FROM jobs.job WHERE id = $1', [fired.jobId])).rowCount).toBe(0);
+    expect((await p.db.pool.query("SELECT 1 FROM jobs.schedule_work WHERE work_key = 'wk-pruned:2027-05'")).rowCount).toBe(0);
+    const svc = new ScheduleService(p.db.pool, p.client, [def], clock.now);
+    const retried = await svc.trigger('wk-pruned', 'bob (cli)', 'the month was never closed');
+    expect(retried.alreadyDone).toBeUndefined();
+    expect(retried.job!.id).not.toBe(fired.jobId);
   });
 
   it('two schedules naming one work with different payloads refuse the start (a copy for another store, its key left as it was)', () => {
