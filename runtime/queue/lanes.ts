@@ -142,21 +142,34 @@ export function asLanes(queue: JobQueue): LaneQueues {
 /**
  * The lanes' SQS queues from the settings (config/sqs.ts): the bulk queue, and the urgent one when
  * configured; the same for the DLQs when given. One SQS client for all of them and, unless a client
- * is handed in (the jobs command keeps the SDK: sqs.ts's rule), one wire for their hot path.
+ * is handed in (the jobs command keeps the SDK: sqs.ts's rule), a wire for each lane's hot path
+ * (the lane's queue and its DLQ): its own connections and retry budget. With one wire for both, a
+ * silent urgent queue held its connections and spent its retries, and the bulk lane's sends
+ * waited for a connection up to their deadline (API review: 2 ms became 1.7–6.7 s).
  */
 export function sqsLanes(
   s: SqsSettings,
   opts: { client?: SQSClient; wrap?: (q: SqsQueue) => JobQueue } = {},
-): { queue: LaneQueues; dlq: LaneQueues | null; client: SQSClient; wire: SqsWire | null; sqsQueues: SqsQueue[] } {
+): { queue: LaneQueues; dlq: LaneQueues | null; client: SQSClient; wires: SqsWire[]; sqsQueues: SqsQueue[] } {
   const client = opts.client ?? createSqsClient(sqsClientOptions(s));
-  const wire = opts.client ? null : SqsWire.forClient(client, s.httpClient ? { httpClient: s.httpClient } : {});
-  const sqsQueue = (queueUrl: string) => new SqsQueue({ queueUrl, client, ...(wire ? { wire } : {}) });
-  const bulk = sqsQueue(s.queueUrl);
-  const urgent = s.urgentQueueUrl ? sqsQueue(s.urgentQueueUrl) : null;
+  const wires: SqsWire[] = [];
+  const laneWire = () => {
+    if (opts.client) return null;
+    const wire = SqsWire.forClient(client, s.httpClient ? { httpClient: s.httpClient } : {});
+    wires.push(wire);
+    return wire;
+  };
+  const lane = (queueUrl: string, dlqUrl: string | undefined) => {
+    const wire = laneWire();
+    const sqsQueue = (url: string) => new SqsQueue({ queueUrl: url, client, ...(wire ? { wire } : {}) });
+    return { queue: sqsQueue(queueUrl), dlq: dlqUrl ? sqsQueue(dlqUrl) : null };
+  };
+  const bulk = lane(s.queueUrl, s.dlqUrl);
+  const urgent = s.urgentQueueUrl ? lane(s.urgentQueueUrl, s.urgentDlqUrl) : null;
   const wrap = opts.wrap ?? ((q: SqsQueue) => q);
-  const queue = new LaneQueues({ bulk: wrap(bulk), urgent: urgent ? wrap(urgent) : null });
-  const dlq = s.dlqUrl ? new LaneQueues({ bulk: sqsQueue(s.dlqUrl), urgent: s.urgentDlqUrl ? sqsQueue(s.urgentDlqUrl) : null }) : null;
-  return { queue, dlq, client, wire, sqsQueues: urgent ? [urgent, bulk] : [bulk] };
+  const queue = new LaneQueues({ bulk: wrap(bulk.queue), urgent: urgent ? wrap(urgent.queue) : null });
+  const dlq = bulk.dlq ? new LaneQueues({ bulk: bulk.dlq, urgent: urgent?.dlq ?? null }) : null;
+  return { queue, dlq, client, wires, sqsQueues: urgent ? [urgent.queue, bulk.queue] : [bulk.queue] };
 }
 
 /** What createSqsClient takes from the settings: region, the local endpoint, JOBS_SQS_MAX_ATTEMPTS. */

@@ -185,7 +185,7 @@ export function createJobClient<D extends JobDefinition<any, any, any> = Registe
           await credentials?.stop();
           await pool.end();
           sqsClient?.client.destroy();
-          sqsClient?.wire?.destroy();
+          for (const w of sqsClient?.wires ?? []) w.destroy();
         }
       })();
       return closed;

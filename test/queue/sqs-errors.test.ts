@@ -82,7 +82,7 @@ describe('SqsQueue through the SDK', () => {
       expect(await lanes.queue.approximateCount()).toBe(4);
       expect(targets).toEqual(['AmazonSQS.ReceiveMessage']);
       expect(sent()).toEqual(['GetQueueAttributesCommand']);
-      lanes.wire!.destroy();
+      for (const w of lanes.wires) w.destroy();
     } finally {
       server.closeAllConnections();
       await new Promise((resolve) => server.close(resolve));

@@ -9,7 +9,7 @@ import * as sdk from '@aws-sdk/client-sqs';
 import { DeleteMessageBatchCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { HttpRequest } from '@smithy/core/protocols';
 import { SignatureV4 } from '@smithy/signature-v4';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type LocalSqs, startLocalSqs } from '../../dev/fauxqs.ts';
 import { sqsLanes } from '../../runtime/queue/lanes.ts';
 import { SqsBatchError, SqsQueue } from '../../runtime/queue/sqs.ts';
@@ -31,8 +31,22 @@ describe('SqsQueue over the wire, on the local SQS endpoint', () => {
   it('is what a queue built from settings uses, here and through sqsLanes (the services)', () => {
     expect(q.hotPath).toBeInstanceOf(SqsWire);
     const lanes = sqsLanes({ queueUrl: sqs.queueUrl, dlqUrl: sqs.dlqUrl, endpoint: sqs.endpoint, region: 'us-east-1' });
-    expect(lanes.wire).toBeInstanceOf(SqsWire);
-    for (const s of lanes.sqsQueues) expect(s.hotPath).toBe(lanes.wire);
+    expect(lanes.wires).toHaveLength(1);
+    expect(lanes.wires[0]).toBeInstanceOf(SqsWire);
+    for (const s of lanes.sqsQueues) expect(s.hotPath).toBe(lanes.wires[0]);
+    // Two lanes: a wire each, which the lane's queue and its DLQ share.
+    const two = sqsLanes({
+      queueUrl: sqs.queueUrl,
+      dlqUrl: sqs.dlqUrl,
+      urgentQueueUrl: `${sqs.queueUrl}-u`,
+      urgentDlqUrl: `${sqs.dlqUrl}-u`,
+      endpoint: sqs.endpoint,
+      region: 'us-east-1',
+    });
+    expect(two.wires).toHaveLength(2);
+    const [urgentQ, bulkQ] = two.sqsQueues;
+    expect([urgentQ!.hotPath, bulkQ!.hotPath]).toEqual([two.wires[1], two.wires[0]]);
+    expect((two.dlq!.queues.find((q) => q.lanes.includes('urgent'))!.queue as SqsQueue).hotPath).toBe(two.wires[1]);
   });
 
   it('sends, receives, changes visibility and deletes; attributes and receive counts come back', async () => {
@@ -384,6 +398,42 @@ describe.each(['platform', 'node'] as const)('SqsQueue over the wire (the %s HTT
 });
 
 // What SqsQueue makes of SQS's answers, over the wire (these were the SDK path's before).
+describe('the lanes over the wire (sqsLanes, the services)', () => {
+  it("each lane has its own connections: an urgent queue that stops answering leaves the bulk lane's sends going at once (API review)", async () => {
+    // One wire for both lanes: 256 urgent sends held every connection, and a bulk send waited for
+    // one until the urgent ones' 30 s deadline.
+    const fake = await fakeSqs((req, body, res) => {
+      const input = JSON.parse(body) as { QueueUrl: string; Entries: { Id: string; MessageBody: string }[] };
+      if (input.QueueUrl.endsWith('/urgent')) return; // silent
+      const sent = input.Entries.map((e) => ({ Id: e.Id, MessageId: `m${e.Id}`, MD5OfMessageBody: md5(e.MessageBody) }));
+      json(200, { Successful: sent, Failed: [] })(req, body, res);
+    });
+    const base = 'https://sqs.eu-west-1.amazonaws.com/123456789012';
+    const lanes = sqsLanes({ queueUrl: `${base}/bulk`, urgentQueueUrl: `${base}/urgent`, endpoint: fake.url, region: 'eu-west-1' });
+    expect(lanes.wires).toHaveLength(2);
+    const urgent = Array.from({ length: 300 }, (_, i) => lanes.queue.send([{ body: `u${i}`, lane: 'urgent' }]));
+    let urgentSettled = 0;
+    for (const u of urgent)
+      u.then(
+        () => urgentSettled++,
+        () => urgentSettled++,
+      );
+    try {
+      await vi.waitFor(() => expect(fake.requests.length).toBeGreaterThanOrEqual(256), { timeout: 10_000 });
+      await lanes.queue.send([
+        { body: 'b0', lane: 'bulk' },
+        { body: 'b1', lane: 'bulk' },
+      ]);
+      expect(urgentSettled).toBe(0);
+      expect(fake.requests.filter((r) => String(r.body.QueueUrl).endsWith('/bulk'))).toHaveLength(1);
+    } finally {
+      for (const w of lanes.wires) w.destroy();
+      await fake.close();
+      await Promise.allSettled(urgent);
+    }
+  });
+});
+
 describe('SqsQueue batches over the wire', () => {
   it('send throws naming the failed entries, so the caller keeps its outbox row', async () => {
     const fake = await fakeSqs(

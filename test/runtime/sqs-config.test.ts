@@ -80,8 +80,8 @@ describe('sqsFromEnv', () => {
 
   it("reads JOBS_SQS_HTTP_CLIENT (the platform's HTTP client unless node is asked for), and refuses another value", () => {
     const env = { JOBS_QUEUE_URL: QUEUE, AWS_REGION: 'eu-west-1' };
-    expect(sqsLanes(sqsFromEnv(env)).wire!.httpClient).toBe('platform');
-    expect(sqsLanes(sqsFromEnv({ ...env, JOBS_SQS_HTTP_CLIENT: 'node' })).wire!.httpClient).toBe('node');
+    expect(sqsLanes(sqsFromEnv(env)).wires.map((w) => w.httpClient)).toEqual(['platform']);
+    expect(sqsLanes(sqsFromEnv({ ...env, JOBS_SQS_HTTP_CLIENT: 'node' })).wires.map((w) => w.httpClient)).toEqual(['node']);
     expect(configError(() => sqsFromEnv({ ...env, JOBS_SQS_HTTP_CLIENT: 'undici' })).violations).toEqual([
       { rule: 'sqs-http-client', message: 'JOBS_SQS_HTTP_CLIENT must be one of platform, node (got "undici"); unset, platform' },
     ]);
