@@ -55,7 +55,8 @@ import { timed } from '../db/pool.ts';
 import { withTransaction } from '../db/transaction.ts';
 import { ACTIVE_JOBS_PLAN } from '../store/active-jobs.ts';
 import { run } from '../store/job-store.ts';
-import { DEFAULT_RELAY, type Publisher, type PublishEntry } from '../store/outbox.ts';
+import type { Publisher, PublishEntry } from '../store/outbox.ts';
+import { DEFAULT_RELAY } from '../store/outbox-relay.ts';
 
 /** pg_try_advisory_xact_lock key of the reconciler: "jobsrec\0" as a bigint. */
 export const RECONCILER_LOCK_KEY = '7669456938415252224';

@@ -35,8 +35,8 @@ export class FaultyQueue implements JobQueue {
     private readonly random: () => number = Math.random,
   ) {}
 
-  send(messages: OutgoingMessage[]): Promise<void> {
-    return this.call('SendMessageBatch', () => this.inner.send(messages));
+  send(messages: OutgoingMessage[], signal?: AbortSignal): Promise<void> {
+    return this.call('SendMessageBatch', () => this.inner.send(messages, signal));
   }
 
   receive(max: number, waitSeconds: number, signal?: AbortSignal): Promise<ReceivedMessage[]> {

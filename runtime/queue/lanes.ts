@@ -53,7 +53,7 @@ export class LaneQueues implements JobQueue {
     return this.queues.find((q) => q.lanes.includes(lane))!.lane;
   }
 
-  async send(messages: OutgoingMessage[]): Promise<void> {
+  async send(messages: OutgoingMessage[], signal?: AbortSignal): Promise<void> {
     const groups = new Map<JobQueue, OutgoingMessage[]>();
     for (const m of messages) {
       const q = this.byLane[m.lane ?? DEFAULT_LANE];
@@ -61,7 +61,7 @@ export class LaneQueues implements JobQueue {
       if (group) group.push(m);
       else groups.set(q, [m]);
     }
-    await Promise.all([...groups].map(([q, ms]) => q.send(ms)));
+    await Promise.all([...groups].map(([q, ms]) => q.send(ms, signal)));
   }
 
   /** Long-poll the queue of `lane` (the lane's own, or the one it shares). */

@@ -64,7 +64,7 @@ export interface SqsHotPath {
   receiveMessage(input: ReceiveMessageRequest, signal?: AbortSignal): Promise<ReceiveMessageResult>;
   deleteMessageBatch(input: DeleteMessageBatchRequest): Promise<DeleteMessageBatchResult>;
   changeMessageVisibilityBatch(input: ChangeMessageVisibilityBatchRequest): Promise<ChangeMessageVisibilityBatchResult>;
-  sendMessageBatch(input: SendMessageBatchRequest): Promise<SendMessageBatchResult>;
+  sendMessageBatch(input: SendMessageBatchRequest, signal?: AbortSignal): Promise<SendMessageBatchResult>;
 }
 
 export interface SqsWireTimings {
@@ -161,7 +161,7 @@ export class SqsWire implements SqsHotPath {
     return this.call('ChangeMessageVisibilityBatch', input, this.requestTimeoutMs);
   }
 
-  async sendMessageBatch(input: SendMessageBatchRequest): Promise<SendMessageBatchResult> {
+  async sendMessageBatch(input: SendMessageBatchRequest, signal?: AbortSignal): Promise<SendMessageBatchResult> {
     for (const e of input.Entries ?? []) {
       for (const v of Object.values(e.MessageAttributes ?? {})) {
         if (v.BinaryValue !== undefined || v.BinaryListValues !== undefined) {
@@ -169,7 +169,7 @@ export class SqsWire implements SqsHotPath {
         }
       }
     }
-    const out = await this.call<SendMessageBatchResult>('SendMessageBatch', input, this.requestTimeoutMs);
+    const out = await this.call<SendMessageBatchResult>('SendMessageBatch', input, this.requestTimeoutMs, signal);
     const sent = new Map((input.Entries ?? []).map((e) => [e.Id, e.MessageBody ?? '']));
     const bad = (out.Successful ?? []).filter((s) => sent.has(s.Id) && md5Hex(sent.get(s.Id)!) !== s.MD5OfMessageBody);
     if (bad.length > 0) throw new Error(`Invalid MD5 checksum on messages: ${bad.map((s) => s.MessageId).join(', ')}`);

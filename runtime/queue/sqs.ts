@@ -116,17 +116,20 @@ export class SqsQueue implements JobQueue {
     );
   }
 
-  async send(messages: OutgoingMessage[]): Promise<void> {
+  async send(messages: OutgoingMessage[], signal?: AbortSignal): Promise<void> {
     for (const batch of chunk(messages, SQS_BATCH_LIMIT)) {
-      const out = await this.hotPath.sendMessageBatch({
-        QueueUrl: this.queueUrl,
-        Entries: batch.map((m, i) => ({
-          Id: String(i),
-          MessageBody: m.body,
-          ...(m.delaySeconds ? { DelaySeconds: Math.min(900, Math.max(0, Math.round(m.delaySeconds))) } : {}),
-          ...(m.attributes && Object.keys(m.attributes).length > 0 ? { MessageAttributes: toAttributes(m.attributes) } : {}),
-        })),
-      });
+      const out = await this.hotPath.sendMessageBatch(
+        {
+          QueueUrl: this.queueUrl,
+          Entries: batch.map((m, i) => ({
+            Id: String(i),
+            MessageBody: m.body,
+            ...(m.delaySeconds ? { DelaySeconds: Math.min(900, Math.max(0, Math.round(m.delaySeconds))) } : {}),
+            ...(m.attributes && Object.keys(m.attributes).length > 0 ? { MessageAttributes: toAttributes(m.attributes) } : {}),
+          })),
+        },
+        signal,
+      );
       if (out.Failed && out.Failed.length > 0) {
         throw new SqsBatchError(
           'SendMessageBatch',
@@ -207,7 +210,7 @@ function sdkHotPath(client: SQSClient): SqsHotPath {
     receiveMessage: (input, signal) => client.send(new ReceiveMessageCommand(input), signal ? { abortSignal: signal } : {}),
     deleteMessageBatch: (input) => client.send(new DeleteMessageBatchCommand(input)),
     changeMessageVisibilityBatch: (input) => client.send(new ChangeMessageVisibilityBatchCommand(input)),
-    sendMessageBatch: (input) => client.send(new SendMessageBatchCommand(input)),
+    sendMessageBatch: (input, signal) => client.send(new SendMessageBatchCommand(input), signal ? { abortSignal: signal } : {}),
   };
 }
 

@@ -56,8 +56,11 @@ export interface EntryFailure {
 }
 
 export interface JobQueue {
-  /** Send messages; throws if any could not be sent (callers keep their outbox row and retry). */
-  send(messages: OutgoingMessage[]): Promise<void>;
+  /**
+   * Send messages; throws if any could not be sent (callers keep their outbox row and retry), or
+   * once `signal` aborts (what was sent by then stays sent: a second message later, harmless).
+   */
+  send(messages: OutgoingMessage[], signal?: AbortSignal): Promise<void>;
   /** Long-poll for up to `max` (≤ 10) messages. Resolves early with [] when `signal` aborts. */
   /** Up to `max` messages, each a new object the caller owns (LaneQueues marks them in place). */
   receive(max: number, waitSeconds: number, signal?: AbortSignal): Promise<ReceivedMessage[]>;

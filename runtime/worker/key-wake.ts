@@ -7,7 +7,7 @@
 
 import type { Logger } from '../observability/log.ts';
 import type { JobQueue } from '../queue/types.ts';
-import { OutboxRelay } from '../store/outbox.ts';
+import { OutboxRelay } from '../store/outbox-relay.ts';
 import type pg from 'pg';
 
 export class KeyWake {

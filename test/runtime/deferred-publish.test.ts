@@ -8,7 +8,8 @@ import { Reconciler } from '../../runtime/maintenance/reconciler.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { CountingMetrics } from '../../runtime/observability/metrics.ts';
 import { registerJobTypes } from '../../runtime/store/job-types.ts';
-import { OutboxRelay, Publisher } from '../../runtime/store/outbox.ts';
+import { Publisher } from '../../runtime/store/outbox.ts';
+import { OutboxRelay } from '../../runtime/store/outbox-relay.ts';
 import { SQL } from '../../runtime/store/sql.ts';
 import { createPlatform, waitFor, type Platform } from '../support/platform.ts';
 

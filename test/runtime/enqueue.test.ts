@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ValidationError } from '../../runtime/domain/errors.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { parseJobMessage } from '../../runtime/queue/message.ts';
-import { OutboxRelay } from '../../runtime/store/outbox.ts';
+import { OutboxRelay } from '../../runtime/store/outbox-relay.ts';
 import { JobClient } from '../../runtime/store/client.ts';
 import { isDatabaseUnavailable } from '../../runtime/db/unavailable.ts';
 import { createPlatform, type Platform } from '../support/platform.ts';

@@ -6,7 +6,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { registerJobTypes } from '../../runtime/store/job-types.ts';
-import { OutboxRelay } from '../../runtime/store/outbox.ts';
+import { OutboxRelay } from '../../runtime/store/outbox-relay.ts';
 import { createPlatform, type Platform, waitFor } from '../support/platform.ts';
 
 describe('jobs.enqueue, the SQL function', () => {

@@ -5,7 +5,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { METRIC } from '../../runtime/observability/metric-names.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { jobMessageBody } from '../../runtime/queue/message.ts';
-import { OutboxRelay } from '../../runtime/store/outbox.ts';
+import { OutboxRelay } from '../../runtime/store/outbox-relay.ts';
 import { LostClaims } from '../../runtime/worker/lost-claims.ts';
 import { createPlatform, FAST_TIMINGS, waitFor, type Platform } from '../support/platform.ts';
 import { deliver, receiveFor, setLease, workerUnits, type Units } from '../support/worker-units.ts';
