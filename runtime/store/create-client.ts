@@ -125,8 +125,11 @@ export function createJobClient<D extends JobDefinition<any, any, any> = Registe
     defaultKeepFinishedDays: keepFinishedDays!,
   });
 
-  // The jobs enqueue() made whose afterCommit() has not run yet, and the publishes in flight.
-  const unpublished = new Set<Job[]>();
+  // The jobs enqueue() made whose afterCommit() has not run yet (what close() publishes), and the
+  // publishes in flight. Only the last UNPUBLISHED_KEEP_MS, and no payloads: a transaction that
+  // rolled back never calls afterCommit(), and a long-running ERP server kept every such job
+  // (API review); an older one that committed is the outbox relay's by now.
+  const unpublished = new Map<object, { at: number; jobs: Pick<Job, 'id' | 'type' | 'lane' | 'runAfter'>[] }>();
   const inFlight = new Set<Promise<void>>();
   let closed: Promise<void> | null = null;
   const open = () => {
@@ -144,8 +147,14 @@ export function createJobClient<D extends JobDefinition<any, any, any> = Registe
       open();
       const r = await client.enqueue(tx, specs as EnqueueSpec | EnqueueSpec[]);
       // A duplicate made no outbox row: its job was published by whoever enqueued it first.
-      const entries = r.jobs.filter((j) => !j.duplicate).map((j) => j.job);
-      unpublished.add(entries);
+      const now = Date.now();
+      for (const [k, u] of unpublished) {
+        if (now - u.at < UNPUBLISHED_KEEP_MS) break;
+        unpublished.delete(k);
+      }
+      const entries = {};
+      const jobs = r.jobs.filter((j) => !j.duplicate).map(({ job: { id, type, lane, runAfter } }) => ({ id, type, lane, runAfter }));
+      unpublished.set(entries, { at: now, jobs });
       return {
         jobs: r.jobs,
         afterCommit: () => {
@@ -165,7 +174,7 @@ export function createJobClient<D extends JobDefinition<any, any, any> = Registe
         // now rather than wait for a relay. Rows of a transaction that rolled back (or is still
         // open) are not visible here and are left alone.
         try {
-          const pending = new Map([...unpublished].flat().map((j) => [j.id, j]));
+          const pending = new Map([...unpublished.values()].flatMap((u) => u.jobs).map((j) => [j.id, j]));
           unpublished.clear();
           if (pending.size > 0) {
             const { rows } = await pool.query<{ id: string; job_id: string }>(
@@ -192,6 +201,9 @@ export function createJobClient<D extends JobDefinition<any, any, any> = Registe
     },
   };
 }
+
+/** How long the client remembers a job whose afterCommit() has not run, to publish it at close() (the relay publishes it after 2 s). */
+const UNPUBLISHED_KEEP_MS = 60_000;
 
 /**
  * The jobs command reads a running local stack's settings itself; an ERP script's client takes

@@ -26,6 +26,8 @@ export interface RelayOptions {
   skipDeferred?: boolean;
   /** How long a relay's lease on the rows it is sending lasts (default RELAY_LEASE_SECONDS). */
   leaseSeconds?: number;
+  /** The longest one send may take, retries included (default RELAY_SEND_DEADLINE_MS). */
+  sendDeadlineMs?: number;
 }
 
 /**
@@ -36,6 +38,13 @@ export interface RelayOptions {
  * still under its own lease.
  */
 export const RELAY_LEASE_SECONDS = 30;
+
+/**
+ * The longest a relay's send may take, the wire's retries included (30 s a call, 5 tries): past
+ * it the lane counts as failing and backs off, well inside the rows' lease. A send that SQS
+ * accepted after all makes a second message later, harmless.
+ */
+export const RELAY_SEND_DEADLINE_MS = 10_000;
 
 /** The longest a relay leaves a lane whose sends fail before it tries again (the backoff doubles from 1 s). */
 export const RELAY_LANE_BACKOFF_MAX_MS = 30_000;
@@ -130,7 +139,7 @@ export class OutboxRelay {
   }
 
   /**
-   * Lease due rows (less `skip`; one statement, committed at once), send them lane by lane holding
+   * Lease due rows (less `skip`; one statement, committed at once), send them, the lanes side by side, holding
    * no connection, then delete what was sent and release the rest. A lane whose send fails (its
    * queue deleted, its permission revoked, SQS down for it) keeps its rows; the other lane's go
    * out and are deleted. Before, the rows were locked in a transaction held across the sends: an
@@ -159,28 +168,41 @@ export class OutboxRelay {
     const sent: typeof live = [];
     try {
       if (later.length > 0) await run(this.pool, 'outboxDefer', [later.map((r) => r.outbox_id as string)]);
+      // Each lane's batches in turn, the lanes side by side, and each send within its deadline: an
+      // urgent queue that does not answer held the bulk lane's rows behind it for the wire's whole
+      // retry budget, minutes, pass after pass (API review).
+      const perLane = new Map<Lane, (typeof live)[]>();
       for (const batch of chunkPerLane(live, (r) => r.lane as Lane)) {
         const lane = batch[0]!.lane as Lane;
-        if (down.has(lane)) {
-          failed.push({ err: down.get(lane), lane, jobIds: batch.map((r) => r.job_id as string) });
-          for (const r of batch) unsent.add(r);
-          continue;
-        }
-        try {
-          await this.queue.send(
-            batch.map((r) => ({
-              body: jobMessageBody(r.job_id as string, r.type as string),
-              delaySeconds: r.delay_seconds as number,
-              lane: r.lane as Lane,
-            })),
-          );
-          sent.push(...batch);
-        } catch (err) {
-          failed.push({ err, lane, jobIds: batch.map((r) => r.job_id as string) });
-          down.set(lane, err);
-          for (const r of batch) unsent.add(r);
-        }
+        perLane.set(lane, [...(perLane.get(lane) ?? []), batch]);
       }
+      const deadlineMs = this.opts.sendDeadlineMs ?? RELAY_SEND_DEADLINE_MS;
+      await Promise.all(
+        [...perLane].map(async ([lane, batches]) => {
+          for (const batch of batches) {
+            if (down.has(lane)) {
+              failed.push({ err: down.get(lane), lane, jobIds: batch.map((r) => r.job_id as string) });
+              for (const r of batch) unsent.add(r);
+              continue;
+            }
+            try {
+              await this.queue.send(
+                batch.map((r) => ({
+                  body: jobMessageBody(r.job_id as string, r.type as string),
+                  delaySeconds: r.delay_seconds as number,
+                  lane,
+                })),
+                AbortSignal.timeout(deadlineMs),
+              );
+              sent.push(...batch);
+            } catch (err) {
+              failed.push({ err, lane, jobIds: batch.map((r) => r.job_id as string) });
+              down.set(lane, err);
+              for (const r of batch) unsent.add(r);
+            }
+          }
+        }),
+      );
     } finally {
       // What was sent, and what needs no message, goes; every other row is released for the next
       // pass (a deferred one is gone already, unless its job was cancelled since the lease or the
@@ -207,9 +229,10 @@ interface RelayFailure {
   jobIds: string[];
 }
 
-/** What names an SQS failure in a log line: its code (QueueDoesNotExist, AccessDenied) or, without one, its message. */
+/** What names an SQS failure in a log line: its code (QueueDoesNotExist, AccessDenied; a batch's entries' codes) or, without one, its message. */
 function errorCode(err: unknown): string {
-  const e = err as { code?: unknown; name?: unknown; message?: unknown } | null;
+  const e = err as { code?: unknown; name?: unknown; message?: unknown; failures?: { code?: unknown }[] } | null;
+  if (Array.isArray(e?.failures) && e.failures.length > 0) return [...new Set(e.failures.map((f) => String(f.code)))].join(', ');
   const code = typeof e?.code === 'string' ? e.code : typeof e?.name === 'string' && e.name !== 'Error' ? e.name : null;
   return code ?? String(e?.message ?? err).slice(0, 200);
 }

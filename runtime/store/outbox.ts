@@ -66,6 +66,12 @@ export function delayFor(runAfter: Date | undefined, now = Date.now()): number {
  * that its caller, retrying, makes a second job.
  */
 export const PUBLISH_WAIT_MS = 1000;
+/**
+ * The longest a publish's send goes on, the wire's retries included (30 s a call, 5 tries): the
+ * outbox is its retry, so a silent SQS under a burst of enqueues holds sends and their sockets for
+ * seconds, not minutes (API review).
+ */
+export const PUBLISH_SEND_DEADLINE_MS = 10_000;
 /** How long drain() waits for sends still in flight (a stopping process): what is not sent by then is the relay's. */
 export const DRAIN_WAIT_MS = 3000;
 
@@ -80,7 +86,7 @@ export class Publisher {
     private readonly pool: pg.Pool,
     private readonly queue: JobQueue,
     private readonly log: Logger,
-    private readonly opts: { deleteBatchDelayMs?: number; waitMs?: number; drainWaitMs?: number } = {},
+    private readonly opts: { deleteBatchDelayMs?: number; waitMs?: number; drainWaitMs?: number; sendDeadlineMs?: number } = {},
   ) {}
 
   /**
@@ -93,22 +99,23 @@ export class Publisher {
     const now = Date.now();
     const due = entries.filter((e) => !beyondHorizon(e.runAfter, now));
     if (due.length === 0) return;
-    const sent: string[] = [];
+    const deadlineMs = this.opts.sendDeadlineMs ?? PUBLISH_SEND_DEADLINE_MS;
     const sends = Promise.all(
       chunkPerLane(due, (e) => e.lane).map(async (batch) => {
         try {
           await this.queue.send(
             batch.map((e) => ({ body: jobMessageBody(e.jobId, e.type), delaySeconds: delayFor(e.runAfter), lane: e.lane })),
+            AbortSignal.timeout(deadlineMs),
           );
-          for (const e of batch) sent.push(e.outboxId);
+          // Each batch's rows as soon as it is sent: a batch of both lanes kept its sent bulk rows
+          // while the urgent send hung, and every relay sent them again (API review).
+          this.pendingDeletes.push(...batch.map((e) => e.outboxId));
+          this.scheduleFlush();
         } catch (err) {
-          this.log.warn({ err, jobIds: batch.map((e) => e.jobId) }, 'publish failed; the outbox relay will retry');
+          this.log.warn({ err, lane: batch[0]!.lane, jobIds: batch.map((e) => e.jobId) }, 'publish failed; the outbox relay will retry');
         }
       }),
-    ).then(() => {
-      this.pendingDeletes.push(...sent);
-      this.scheduleFlush();
-    });
+    ).then(() => undefined);
     this.sending.add(sends);
     void sends.finally(() => this.sending.delete(sends));
     await settledWithin([sends], this.opts.waitMs ?? PUBLISH_WAIT_MS);
@@ -123,21 +130,22 @@ export class Publisher {
    */
   async publishCommitted(entries: PublishEntry[]): Promise<void> {
     if (entries.length === 0) return;
-    let live: Set<string>;
+    let rows: { outbox_id: string; committed: boolean; queued: boolean }[];
     try {
-      const { rows } = await run(this.pool, 'outboxExisting', [entries.map((e) => e.outboxId)]);
-      live = new Set(rows.map((r) => String(r.id)));
+      ({ rows } = await run(this.pool, 'outboxCommitted', [entries.map((e) => e.outboxId), entries.map((e) => e.jobId)]));
     } catch (err) {
       this.log.warn({ err, count: entries.length }, 'could not check the outbox after COMMIT; the outbox relay will publish');
       return;
     }
-    const committed = entries.filter((e) => live.has(e.outboxId));
-    if (committed.length < entries.length)
+    const by = new Map(rows.map((r) => [r.outbox_id, r]));
+    const gone = entries.filter((e) => !by.get(e.outboxId)?.committed);
+    if (gone.length > 0)
       this.log.warn(
-        { jobIds: entries.filter((e) => !live.has(e.outboxId)).map((e) => e.jobId) },
+        { jobIds: gone.map((e) => e.jobId) },
         'afterCommit: these jobs are not in the database (the transaction rolled back: a COMMIT after an error, or a ROLLBACK TO SAVEPOINT); nothing published for them',
       );
-    await this.publish(committed);
+    // A committed job whose row is gone was published by a relay already (a long transaction).
+    await this.publish(entries.filter((e) => by.get(e.outboxId)?.committed && by.get(e.outboxId)?.queued));
   }
 
   /**

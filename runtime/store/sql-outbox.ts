@@ -58,8 +58,16 @@ export const OUTBOX_SQL = {
 
   outboxDelete: `DELETE FROM jobs.outbox WHERE id = ANY($1::bigint[])`,
 
-  /** Which of these outbox rows exist (committed and not yet published by a relay): Publisher.publishCommitted. */
-  outboxExisting: `SELECT id FROM jobs.outbox WHERE id = ANY($1::bigint[])`,
+  /**
+   * For Publisher.publishCommitted, each of the outbox rows `$1` of jobs `$2`: whether its job
+   * committed, and whether the row is still there (a relay may have published it first: the row
+   * of a transaction longer than the relay's minimum age is old the moment it commits).
+   */
+  outboxCommitted: `
+    SELECT e.outbox_id::text AS outbox_id, j.id IS NOT NULL AS committed, o.id IS NOT NULL AS queued
+      FROM unnest($1::bigint[], $2::uuid[]) AS e(outbox_id, job_id)
+      LEFT JOIN jobs.job j ON j.id = e.job_id
+      LEFT JOIN jobs.outbox o ON o.id = e.outbox_id`,
 
   /**
    * Defer the outbox rows $1 (leased by outboxLeaseDue, their jobs due beyond PUBLISH_HORIZON):

@@ -4,6 +4,8 @@ import { ValidationError } from '../../runtime/domain/errors.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { parseJobMessage } from '../../runtime/queue/message.ts';
 import { OutboxRelay } from '../../runtime/store/outbox-relay.ts';
+import { Publisher } from '../../runtime/store/outbox.ts';
+import { pino } from 'pino';
 import { JobClient } from '../../runtime/store/client.ts';
 import { isDatabaseUnavailable } from '../../runtime/db/unavailable.ts';
 import { createPlatform, type Platform } from '../support/platform.ts';
@@ -188,6 +190,36 @@ describe('enqueue', () => {
     for (const after of afters) await after();
     expect(messagesFor(p, kept)).toHaveLength(1);
     expect(messagesFor(p, undone)).toHaveLength(0);
+  });
+
+  it('a transaction longer than the relay waits: the relay published the job first, and afterCommit neither says it rolled back nor sends it again', async () => {
+    // API review: the outbox row's time is its transaction's start, so a long transaction's row
+    // was old at COMMIT; a relay sent it and deleted it, and afterCommit then logged that the
+    // job was not in the database.
+    const lines: { msg: string }[] = [];
+    const log = pino({ level: 'warn' }, { write: (x: string) => void lines.push(JSON.parse(x)) });
+    const publisher = new Publisher(p.db.pool, p.queue, log);
+    const client = new JobClient({ pool: p.db.pool, registry: p.registry, publisher, defaultMaxAttempts: 3 });
+    const c = await p.db.pool.connect();
+    let jobId: string;
+    let afterCommit: () => Promise<void>;
+    try {
+      await c.query('BEGIN');
+      const r = await client.enqueue(c, ledger('B-LONG'));
+      jobId = r.jobs[0]!.job.id;
+      afterCommit = r.afterCommit;
+      await c.query('COMMIT');
+    } finally {
+      c.release();
+    }
+    // The relay's pass between the COMMIT and afterCommit (the row was old enough at once).
+    expect(
+      await new OutboxRelay(p.db.pool, p.queue, silentLogger, { minAgeSeconds: 0, intervalMs: 1000, batchSize: 100 }).runOnce(),
+    ).toBeGreaterThan(0);
+    await afterCommit();
+    await publisher.flush();
+    expect(messagesFor(p, jobId)).toHaveLength(1);
+    expect(lines).toEqual([]);
   });
 
   it('batches that share idempotency keys in opposite orders, enqueued at the same time, never deadlock', async () => {

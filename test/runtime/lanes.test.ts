@@ -18,6 +18,7 @@ import { silentLogger } from '../../runtime/observability/log.ts';
 import { DeadJobService } from '../../runtime/oncall/dead-jobs.ts';
 import { LaneQueues } from '../../runtime/queue/lanes.ts';
 import { MemoryQueue } from '../../runtime/queue/memory.ts';
+import { SqsBatchError } from '../../runtime/queue/sqs.ts';
 import { parseJobMessage } from '../../runtime/queue/message.ts';
 import { JobClient } from '../../runtime/store/client.ts';
 import { JobStore } from '../../runtime/store/job-store.ts';
@@ -452,6 +453,37 @@ describe("lanes: every message of a job goes to its lane's queue", () => {
     expect(await rows()).toEqual([u!.job.id]);
   });
 
+  it('one publish of both lanes (a batch enqueue): the bulk rows go as soon as their send is done, not when the hung urgent one ends; the urgent send gives up at its deadline', async () => {
+    // API review: the rows sent were cleaned up once every send of the publish had ended, so a
+    // hung urgent send kept the bulk rows, and every relay sent them again.
+    const silentUrgent = {
+      ...l.urgent,
+      send: (_m: unknown, signal?: AbortSignal) =>
+        new Promise<void>((_, reject) => signal?.addEventListener('abort', () => reject(signal.reason), { once: true })),
+    };
+    const queue = new LaneQueues({ bulk: l.bulk, urgent: silentUrgent as never });
+    const lines: { msg: string; lane?: string }[] = [];
+    const log = pino({ level: 'warn' }, { write: (x: string) => void lines.push(JSON.parse(x)) });
+    const publisher = new Publisher(l.db.pool, queue, log, { waitMs: 50, sendDeadlineMs: 3_000 });
+    const [u, b] = await l.store.insertMany(l.db.pool, [
+      { type: 'test.work', payload: { tag: 'mixed-u' }, maxAttempts: 3, lane: 'urgent' },
+      { type: 'test.work', payload: { tag: 'mixed-b' }, maxAttempts: 3 },
+    ]);
+    await publisher.publish([
+      { outboxId: u!.outboxId!, jobId: u!.job.id, lane: 'urgent' },
+      { outboxId: b!.outboxId!, jobId: b!.job.id, lane: 'bulk' },
+    ]);
+    const rows = async () =>
+      (await l.db.pool.query('SELECT job_id FROM jobs.outbox WHERE job_id = ANY($1::uuid[])', [[u!.job.id, b!.job.id]])).rows.map(
+        (r) => r.job_id as string,
+      );
+    await waitFor(async () => (await rows()).length === 1, 2_500, 'the bulk row cleaned up while the urgent send hangs');
+    expect(await rows()).toEqual([u!.job.id]);
+    await publisher.drain(5_000);
+    expect(lines).toMatchObject([{ msg: 'publish failed; the outbox relay will retry', lane: 'urgent' }]);
+    expect(await rows()).toEqual([u!.job.id]);
+  });
+
   it('the relay holds no connection while a send hangs (SQS not answering), and no other relay sends those rows meanwhile', async () => {
     // Before (migration 0021): the rows were locked in a transaction held across the send, so an
     // SQS that did not answer held a maintenance connection idle in transaction for the SDK's
@@ -485,6 +517,51 @@ describe("lanes: every message of a job goes to its lane's queue", () => {
     expect(sentIds(l.urgent)).toEqual([u!.job.id]);
     expect(sentIds(l.bulk)).toEqual([b!.job.id]);
     expect((await l.db.pool.query('SELECT count(*)::int AS n FROM jobs.outbox')).rows[0].n).toBe(0);
+  });
+
+  it('an urgent queue that stops answering holds neither the bulk rows beside it nor the relay: they go at once, and the urgent send gives up at its deadline', async () => {
+    // API review: the lanes were sent one after the other with no deadline, so an urgent row
+    // ahead of bulk ones held them for the wire's whole retry budget, pass after pass.
+    let silent = 0;
+    const silentUrgent = {
+      ...l.urgent,
+      send: (_m: unknown, signal?: AbortSignal) => {
+        silent++;
+        return new Promise<void>((_, reject) => signal?.addEventListener('abort', () => reject(signal.reason), { once: true }));
+      },
+    };
+    const queue = new LaneQueues({ bulk: l.bulk, urgent: silentUrgent as never });
+    const [u, ...bulk] = await l.store.insertMany(l.db.pool, [
+      { type: 'test.work', payload: { tag: 'silent-u' }, maxAttempts: 3, lane: 'urgent' },
+      ...Array.from({ length: 12 }, (_, i) => ({ type: 'test.work', payload: { tag: `beside-${i}` }, maxAttempts: 3 })),
+    ]);
+    const lines: { msg: string }[] = [];
+    const log = pino({ level: 'warn' }, { write: (x: string) => void lines.push(JSON.parse(x)) });
+    const relay = new OutboxRelay(l.db.pool, queue, log, { minAgeSeconds: 0, intervalMs: 1000, batchSize: 100, sendDeadlineMs: 500 });
+    const pass = relay.runOnce();
+    await waitFor(() => sentIds(l.bulk).length === 12, 2_000, 'the bulk rows sent while the urgent send hangs');
+    expect(silent).toBe(1);
+    expect(await pass).toBe(12);
+    expect(sentIds(l.bulk).sort()).toEqual(bulk.map((r) => r.job.id).sort());
+    expect(lines.map((x) => x.msg)).toEqual([
+      "outbox relay could not publish 1 job(s) to the urgent lane's queue (TimeoutError); published 12; trying that lane again in 1 s",
+    ]);
+    expect((await l.db.pool.query('SELECT job_id FROM jobs.outbox WHERE leased_until IS NULL')).rows).toEqual([{ job_id: u!.job.id }]);
+  });
+
+  it("a send SQS answered with failed entries names their codes in the relay's line (runbook *publishing failing*)", async () => {
+    const refusing = {
+      ...l.urgent,
+      send: () => Promise.reject(new SqsBatchError('SendMessageBatch', [{ code: 'KmsThrottled', message: 'slow down' }])),
+    };
+    const queue = new LaneQueues({ bulk: l.bulk, urgent: refusing as never });
+    await l.store.insertMany(l.db.pool, [{ type: 'test.work', payload: { tag: 'kms' }, maxAttempts: 3, lane: 'urgent' }]);
+    const lines: { msg: string }[] = [];
+    const log = pino({ level: 'warn' }, { write: (x: string) => void lines.push(JSON.parse(x)) });
+    expect(await new OutboxRelay(l.db.pool, queue, log, { minAgeSeconds: 0, intervalMs: 1000, batchSize: 100 }).runOnce()).toBe(0);
+    expect(lines.map((x) => x.msg)).toEqual([
+      "outbox relay could not publish 1 job(s) to the urgent lane's queue (KmsThrottled); published 0; trying that lane again in 1 s",
+    ]);
   });
 
   it("a relay that dies mid-send leaves its rows to another relay when its lease ends; a failed send's rows are released at once", async () => {
