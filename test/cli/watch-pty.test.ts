@@ -3,7 +3,7 @@
 // frame and its closing line, nothing else — no MaxListenersExceededWarning or other stray line breaking the in-place redraw.
 import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createPlatform, type Platform } from '../support/platform.ts';
+import { createPlatform, type Platform, waitFor } from '../support/platform.ts';
 
 let p: Platform;
 beforeAll(async () => {
@@ -52,7 +52,6 @@ function screen(raw: string): string[] {
 describe('jobs show --watch in a terminal', () => {
   it('redraws in place for the whole run of a several-second job and ends on a clean final frame', async () => {
     const [r] = await p.client.enqueueNow({ type: 'ledger.post', payload: { batch: 'PTY', entries: 1, workMs: 4000 } });
-    p.worker().start();
     const command = `${process.execPath} --import tsx bin/jobs.ts show ${r!.job.id} --watch --interval 0.1`;
     const child = spawn('script', ['-qfec', command, '/dev/null'], {
       env: { ...process.env, DATABASE_URL: p.db.url, JOBS_LOCAL_ENV: '0', JOBS_QUEUE_URL: '', COLUMNS: '80', TERM: 'xterm' },
@@ -61,7 +60,12 @@ describe('jobs show --watch in a terminal', () => {
     let raw = '';
     child.stdout!.on('data', (d: Buffer) => (raw += d.toString()));
     child.stderr!.on('data', (d: Buffer) => (raw += d.toString()));
-    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    // The worker starts once the watch draws (the command's start on a loaded machine took up to
+    // 3.6 s of the job's 4: flake review).
+    await waitFor(() => (raw.includes('pending') ? true : null), 30_000, 'the watch drawing the pending job');
+    p.worker().start();
+    const code = await exited;
     expect(code).toBe(0);
     expect(raw).not.toMatch(/Warning/);
     // It did redraw in place (a tty), many times over the run.

@@ -141,7 +141,6 @@ describe('local stack end to end', () => {
     const index = Number(/local-worker-(\d+)/.exec(job.lease_owner)![1]) - 1;
     const owner = stack.workers[index]!;
     const exited = new Promise<number | null>((r) => owner.once('exit', (code) => r(code)));
-    const t0 = Date.now();
     owner.kill('SIGTERM');
     expect(await exited).toBe(0);
     // Released (not expired): another worker holds it with attempt 2 well before the 3 s lease would have run out.
@@ -155,9 +154,8 @@ describe('local stack end to end', () => {
     );
     expect(again.lease_owner).not.toBe(job.lease_owner);
     expect(again.releases).toBe(1);
-    // releases = 1 above is the proof it was handed over, not reclaimed after expiry; the bound
-    // only catches a drain that hangs (generous: process exit and claim on a loaded 2-core box).
-    expect(Date.now() - t0).toBeLessThan(1000 * (1 + 5));
+    // releases = 1 above is the proof it was handed over, not reclaimed after expiry (a wall-clock
+    // bound here measured the loaded machine's process exits, not the drain: flake review).
     expect(running.attempt).toBe(1);
     await until(created.body.id, 'succeeded');
     expect(await rows('E2E-DRAIN')).toBe(5);

@@ -95,11 +95,12 @@ describe('local stack fault control', () => {
 
   it('pause sends SIGSTOP, then SIGCONT after the given time; kill sends SIGKILL', async () => {
     const pid = control.workers.child('fake-worker-1')!.pid!;
-    const r = await req('POST', '/faults/pause', { token, body: { workerId: 'fake-worker-1', seconds: 0.5 } });
-    expect(r).toMatchObject({ status: 200, body: { result: { workerId: 'fake-worker-1', seconds: 0.5, jobs: [] } } });
+    // 3 s: the checks of the stop fit in it on a loaded machine (0.5 s did not always: flake review).
+    const r = await req('POST', '/faults/pause', { token, body: { workerId: 'fake-worker-1', seconds: 3 } });
+    expect(r).toMatchObject({ status: 200, body: { result: { workerId: 'fake-worker-1', seconds: 3, jobs: [] } } });
     expect(control.workers.list()[0]!.state).toBe('paused');
     await waitFor(() => procState(pid) === 'T', 2000, 'the process to stop');
-    await waitFor(() => procState(pid) !== 'T', 5000, 'SIGCONT');
+    await waitFor(() => procState(pid) !== 'T', 8000, 'SIGCONT');
     expect(control.workers.list()[0]!.state).toBe('running');
 
     const k = await req('POST', '/faults/kill', { token, body: { workerId: 'fake-worker-2', restartAfterMs: -1 } });
