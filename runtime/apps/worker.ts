@@ -17,7 +17,7 @@ import {
   workerPoolSize,
   workerQueryTimeoutMs,
 } from '../config/rules.ts';
-import { sqsFromEnv } from '../config/sqs.ts';
+import { isLocalEndpoint, sqsFromEnv } from '../config/sqs.ts';
 import { createPool, endPool, SERVICE_IDLE_TIMEOUT_MS } from '../db/pool.ts';
 import { defaultRegistry } from '../handlers/index.ts';
 import type { JobRegistry } from '../handlers/registry.ts';
@@ -212,7 +212,7 @@ export async function startWorkerService(
     metrics,
     // A local endpoint (the emulator) counts its messages exactly and at once: no lag to allow for
     // (SQS's own count lags a send by up to a minute, and a purge then heals a minute later).
-    timings: reconcilerTimings(timings, { exactCount: endpoint !== undefined }),
+    timings: reconcilerTimings(timings, { exactCount: isLocalEndpoint(endpoint) }),
   });
 
   // Stuck jobs (runtime/oncall/stuck.ts): counted once per interval, published as the JobsStuck gauge the stack alarms on.

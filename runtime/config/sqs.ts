@@ -149,3 +149,17 @@ export function dlqUrlFromEnv(env: Env): string | undefined {
 export function urgentDlqUrlFromEnv(env: Env): string | undefined {
   return env[ENV.urgentDlqUrl]?.trim() ? requiredUrl(env, ENV.urgentDlqUrl) : undefined;
 }
+
+/**
+ * Whether an SQS endpoint is on this machine (the local stack's emulator), whose message counts
+ * are exact at once: a VPC interface endpoint's name is not, and keeps SQS's count lag.
+ */
+export function isLocalEndpoint(endpoint: string | undefined): boolean {
+  if (!endpoint) return false;
+  try {
+    const host = new URL(endpoint).hostname.replace(/^\[|\]$/g, '');
+    return host === 'localhost' || host.endsWith('.localhost') || host === '::1' || /^127\./.test(host);
+  } catch {
+    return false;
+  }
+}

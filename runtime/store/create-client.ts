@@ -147,7 +147,7 @@ export function createJobClient<D extends JobDefinition<any, any, any> = Registe
       open();
       const r = await client.enqueue(tx, specs as EnqueueSpec | EnqueueSpec[]);
       // A duplicate made no outbox row: its job was published by whoever enqueued it first.
-      const now = Date.now();
+      const now = performance.now();
       for (const [k, u] of unpublished) {
         if (now - u.at < UNPUBLISHED_KEEP_MS) break;
         unpublished.delete(k);

@@ -40,9 +40,9 @@ export interface RelayOptions {
 export const RELAY_LEASE_SECONDS = 30;
 
 /**
- * The longest a relay's send may take, the wire's retries included (30 s a call, 5 tries): past
- * it the lane counts as failing and backs off, well inside the rows' lease. A send that SQS
- * accepted after all makes a second message later, harmless.
+ * The longest a relay's sends to one lane of one lease may take, the wire's retries included (30
+ * s a call, 5 tries): past it the lane counts as failing and backs off, well inside the rows'
+ * lease. A send that SQS accepted after all makes a second message later, harmless.
  */
 export const RELAY_SEND_DEADLINE_MS = 10_000;
 
@@ -179,6 +179,9 @@ export class OutboxRelay {
       const deadlineMs = this.opts.sendDeadlineMs ?? RELAY_SEND_DEADLINE_MS;
       await Promise.all(
         [...perLane].map(async ([lane, batches]) => {
+          // One deadline for the lane's sends of this lease, well inside it (a lane slow but
+          // answering took 10 s a batch, past the lease, and other relays sent its rows again).
+          const signal = AbortSignal.timeout(deadlineMs);
           for (const batch of batches) {
             if (down.has(lane)) {
               failed.push({ err: down.get(lane), lane, jobIds: batch.map((r) => r.job_id as string) });
@@ -192,7 +195,7 @@ export class OutboxRelay {
                   delaySeconds: r.delay_seconds as number,
                   lane,
                 })),
-                AbortSignal.timeout(deadlineMs),
+                signal,
               );
               sent.push(...batch);
             } catch (err) {

@@ -6,61 +6,69 @@
 //  - occurrences and triggers of the previous image during a rolling deploy, or after a rollback
 //    put it back (old and new tasks fire the same schedules side by side),
 // looked never done, and a keyed occurrence or `jobs schedules trigger` did it again (rollout
-// review). The history is the schedule's occurrences that enqueued a job (kept 90 days) and its
-// operator triggers (kept 730 days); each one's key is computed with today's `key` and recorded
-// unless its job gave the work up (cancelled, or dead and discarded). A renamed schedule's
-// history stays under its old name: rename in a release of its own, after the key is in.
+// review). The history is the schedule's occurrences and operator triggers whose job is still
+// kept (finished jobs stay 30 days by default): each is given the key today's declaration gives
+// its instant, and holds it only if its job is the one today's declaration would enqueue there
+// (same type and payload: a schedule that now closes the current month instead of the last one
+// did other work before) and did not give the work up (cancelled, or dead and discarded). A
+// renamed schedule's history stays under its old name: rename in a release of its own, after the
+// key is in.
 //
-// How far back each schedule was read is remembered per process, so a schedule that fires every
-// minute reads only what is new: its occurrences are claimed under its row lock with instants
-// past its settled point, so one committed after a read lies past everything that read saw;
-// triggers are read again over their last hour (a trigger's instant is its transaction's start).
+// How far the history has been read is kept on the schedule's row (migration 0023), moved in the
+// same transaction: a pass that rolls back reads it again, and a schedule that fires every minute
+// reads only what is new, in whichever process.
 
-import { occurrence, workKeyOf, type ScheduleDefinition } from '../handlers/schedule.ts';
-import type { Queryable } from './statements.ts';
+import { occurrence, workKeyOf, type Occurrence, type ScheduleDefinition } from '../handlers/schedule.ts';
 import { runSchedule } from './sql-schedules.ts';
+import type { Queryable } from './statements.ts';
 
-/** A trigger's instant is its transaction's start: one that commits later may be older than the newest read. */
-const TRIGGER_REREAD_MS = 60 * 60_000;
-
-export class PastWork {
-  /** Per schedule, the newest occurrence and the trigger instant read up to. */
-  private readonly readTo = new Map<string, { occurrences: Date; triggers: Date }>();
-
-  /** Record `def`'s past work whose key is not recorded yet (a key its jobs hold keeps its row); returns the keys recorded. */
-  async record(tx: Queryable, def: ScheduleDefinition): Promise<string[]> {
-    if (!def.key) return [];
-    const from = this.readTo.get(def.name) ?? { occurrences: new Date(0), triggers: new Date(0) };
-    const { rows } = await runSchedule<{ at: Date; job_id: string; manual: boolean }>(tx, 'workPast', [
-      def.name,
-      from.occurrences,
-      from.triggers,
-    ]);
-    const past: { k: string; at: Date; manual: boolean; jobId: string }[] = [];
-    for (const r of rows) {
-      try {
-        past.push({ k: workKeyOf(def, occurrence(def, r.at, r.manual)), at: r.at, manual: r.manual, jobId: r.job_id });
-      } catch {
-        // A key today's function cannot give for an old instant: that work is not known as done.
-      }
+/**
+ * Record `def`'s past work whose key is not recorded yet; `payloadOf` is the payload an enqueue of
+ * today's declaration stores for an occurrence (validated as the client does). Returns the keys
+ * recorded.
+ */
+export async function recordPastWork(tx: Queryable, def: ScheduleDefinition, payloadOf: (o: Occurrence) => unknown): Promise<string[]> {
+  if (!def.key) return [];
+  const through = (
+    await runSchedule<{
+      work_read_through: Date | null;
+      work_triggers_read_through: Date | null;
+      occurrences_to: Date | null;
+      triggers_to: Date;
+    }>(tx, 'workThrough', [def.name])
+  ).rows[0]!;
+  const { rows } = await runSchedule<{ at: Date; manual: boolean; job_id: string; idempotency_key: string | null }>(tx, 'workPast', [
+    def.name,
+    through.work_read_through,
+    through.work_triggers_read_through,
+  ]);
+  const past: { k: string; at: Date; manual: boolean; jobId: string; payload: string }[] = [];
+  const manualPrefix = `schedule:${def.name}:manual:`;
+  for (const r of rows) {
+    // A trigger's instant is in its job's key (the action's time is its transaction's start).
+    const keyed = r.manual && r.idempotency_key?.startsWith(manualPrefix) ? new Date(r.idempotency_key.slice(manualPrefix.length)) : null;
+    const at = keyed && !Number.isNaN(keyed.getTime()) ? keyed : r.at;
+    try {
+      const o = occurrence(def, at, r.manual);
+      past.push({ k: workKeyOf(def, o), at, manual: r.manual, jobId: r.job_id, payload: JSON.stringify(payloadOf(o)) });
+    } catch {
+      // Today's declaration gives that instant no key or no payload: its work is not known as done.
     }
-    const recorded =
-      past.length === 0
-        ? []
-        : (
-            await runSchedule<{ work_key: string }>(tx, 'workBackfill', [
-              def.name,
-              past.map((p) => p.k),
-              past.map((p) => p.at),
-              past.map((p) => p.manual),
-              past.map((p) => p.jobId),
-            ])
-          ).rows.map((r) => r.work_key);
-    this.readTo.set(def.name, {
-      occurrences: rows.filter((r) => !r.manual).reduce((m, r) => (r.at > m ? r.at : m), from.occurrences),
-      // Every trigger older than this has committed by now, and this read saw it.
-      triggers: new Date(Math.max(from.triggers.getTime(), Date.now() - TRIGGER_REREAD_MS)),
-    });
-    return recorded;
   }
+  const recorded =
+    past.length === 0
+      ? []
+      : (
+          await runSchedule<{ work_key: string }>(tx, 'workBackfill', [
+            def.name,
+            past.map((p) => p.k),
+            past.map((p) => p.at),
+            past.map((p) => p.manual),
+            past.map((p) => p.jobId),
+            past.map((p) => p.payload),
+            def.job.type,
+          ])
+        ).rows.map((r) => r.work_key);
+  await runSchedule(tx, 'workReadThrough', [def.name, through.occurrences_to, through.triggers_to]);
+  return recorded;
 }

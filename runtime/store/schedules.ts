@@ -20,7 +20,7 @@ import {
 } from '../handlers/schedule.ts';
 import type { EnqueueResult, JobClient } from './client.ts';
 import type { Queryable } from './job-store.ts';
-import { PastWork } from './schedule-work.ts';
+import { recordPastWork } from './schedule-work.ts';
 import { runSchedule } from './sql-schedules.ts';
 
 /** An occurrence enqueued by a pass (or found already enqueued by the job's key: duplicate). */
@@ -120,9 +120,6 @@ interface RecentRow {
 }
 
 export class ScheduleStore {
-  /** Work done with no key recorded, recorded before a key is claimed (schedule-work.ts). */
-  private readonly pastWork = new PastWork();
-
   constructor(
     private readonly pool: pg.Pool,
     private readonly client: JobClient,
@@ -198,7 +195,7 @@ export class ScheduleStore {
     const skipped: SkippedOccurrence[] = [];
     let keys: string[] = [];
     if (def.key && chosen.length > 0) {
-      await this.pastWork.record(tx, def);
+      await this.recordPastWork(tx, def);
       const all = chosen.map((c) => workKeyOf(def, c.occurrence));
       const first = new Map<string, number>();
       for (const [i, k] of all.entries()) if (!first.has(k)) first.set(k, i);
@@ -287,7 +284,7 @@ export class ScheduleStore {
       // The schedule's work key (without --again): work done already is not done again.
       const key = def.key && !again ? workKeyOf(def, o) : null;
       if (key) {
-        await this.pastWork.record(tx, def);
+        await this.recordPastWork(tx, def);
         const got = await runSchedule(tx, 'workClaim', [def.name, [key], [now], true]);
         if (got.rows.length === 0) {
           const doneBy = (await this.doneBy(tx, [key]))[0] ?? {
@@ -357,6 +354,11 @@ export class ScheduleStore {
         },
       ]),
     );
+  }
+
+  /** Work done with no key recorded, recorded before a key is claimed (schedule-work.ts). */
+  private recordPastWork(tx: Queryable, def: ScheduleDefinition): Promise<string[]> {
+    return recordPastWork(tx, def, (o) => this.client.validate(this.spec(def, o)).payload);
   }
 
   private spec(def: ScheduleDefinition, o: Occurrence) {

@@ -87,32 +87,55 @@ export const SCHEDULE_SQL = {
   workDoneBy: `SELECT work_key, schedule, occurrence_at, manual, job_id FROM jobs.schedule_work WHERE work_key = ANY($1::text[])`,
 
   /**
-   * Schedule `$1`'s work with no key recorded, perhaps (store/schedule-work.ts): its occurrences
-   * after `$2` that enqueued a job, and its operator triggers after `$3` (primary key; index
-   * operator_action_at). Each one's key is computed by the caller and recorded by workBackfill.
+   * How far schedule `$1`'s history is read (store/schedule-work.ts), and how far it will be once
+   * this read is recorded: its newest occurrence (committed now; one a pass has under way lies
+   * past it, claimed in order under the schedule's row lock) and the database's time less an hour
+   * (a trigger's instant is its transaction's start, and one may commit later).
+   */
+  workThrough: `
+    SELECT s.work_read_through, s.work_triggers_read_through,
+           (SELECT max(occurrence_at) FROM jobs.schedule_occurrence WHERE schedule = $1) AS occurrences_to,
+           statement_timestamp() - interval '1 hour' AS triggers_to
+      FROM (SELECT 1) AS one LEFT JOIN jobs.schedule s ON s.name = $1`,
+
+  /**
+   * Schedule `$1`'s work that may have no key recorded: its occurrences after `$2` and its
+   * operator triggers after `$3` whose job is still kept (primary key; index operator_action_at).
    */
   workPast: `
-    SELECT o.occurrence_at AS at, o.job_id, false AS manual
-      FROM jobs.schedule_occurrence o
-     WHERE o.schedule = $1 AND o.occurrence_at > $2 AND o.job_id IS NOT NULL
+    SELECT o.occurrence_at AS at, false AS manual, j.id AS job_id, j.idempotency_key
+      FROM jobs.schedule_occurrence o JOIN jobs.job j ON j.id = o.job_id
+     WHERE o.schedule = $1 AND o.occurrence_at > coalesce($2::timestamptz, '-infinity')
     UNION ALL
-    SELECT a.at, a.job_id, true
-      FROM jobs.operator_action a
-     WHERE a.at > $3 AND a.action = 'schedule-trigger' AND a.detail->>'schedule' = $1 AND a.job_id IS NOT NULL`,
+    SELECT a.at, true, j.id, j.idempotency_key
+      FROM jobs.operator_action a JOIN jobs.job j ON j.id = a.job_id
+     WHERE a.at > coalesce($3::timestamptz, '-infinity') AND a.action = 'schedule-trigger' AND a.detail->>'schedule' = $1`,
 
   /**
    * Record work keys `$2` of schedule `$1` as done by jobs `$5` (occurrences `$3`, triggers where
-   * `$4`), each whose job is still there and did not give the work up (cancelled, or dead and
-   * discarded). A pruned job's work is not known (it may have been cancelled, and the pruner freed
-   * its key). A key recorded already keeps its row.
+   * `$4`): each whose job is of type `$7` with payload `$6` (what today's declaration gives that
+   * occurrence: a job that did other work holds no key) and did not give the work up (cancelled,
+   * or dead and discarded). A key held by a job that gave up is taken over; the newest job of a
+   * key records it.
    */
   workBackfill: `
-    INSERT INTO jobs.schedule_work (work_key, schedule, occurrence_at, manual, job_id)
-    SELECT p.k, $1::text, p.at, p.manual, p.job_id
-      FROM unnest($2::text[], $3::timestamptz[], $4::boolean[], $5::uuid[]) AS p(k, at, manual, job_id)
-     WHERE EXISTS (SELECT 1 FROM jobs.job j WHERE j.id = p.job_id) AND NOT ${givenUp('p.job_id')}
-    ON CONFLICT (work_key) DO NOTHING
+    INSERT INTO jobs.schedule_work AS w (work_key, schedule, occurrence_at, manual, job_id)
+    SELECT DISTINCT ON (p.k) p.k, $1::text, p.at, p.manual, p.job_id
+      FROM unnest($2::text[], $3::timestamptz[], $4::boolean[], $5::uuid[], $6::text[]) AS p(k, at, manual, job_id, payload)
+      JOIN jobs.job j ON j.id = p.job_id AND j.type = $7 AND j.payload = p.payload::jsonb
+     WHERE NOT ${givenUp('p.job_id')}
+     ORDER BY p.k, p.at DESC
+    ON CONFLICT (work_key) DO UPDATE
+       SET schedule = EXCLUDED.schedule, occurrence_at = EXCLUDED.occurrence_at, manual = EXCLUDED.manual, job_id = EXCLUDED.job_id,
+           created_at = statement_timestamp()
+     WHERE ${KEY_GIVEN_UP}
     RETURNING work_key`,
+
+  /** Schedule `$1`'s history read through `$2` (occurrences) and `$3` (triggers), in the transaction that recorded it. */
+  workReadThrough: `
+    UPDATE jobs.schedule SET work_read_through = GREATEST(work_read_through, $2::timestamptz),
+                             work_triggers_read_through = GREATEST(work_triggers_read_through, $3::timestamptz)
+     WHERE name = $1`,
 
   /** The job of each work key `$1` (`$2`), in the transaction that enqueued it. */
   workSetJobs: `

@@ -474,6 +474,67 @@ describe("a schedule's work key: the work once, however the schedule changes", (
     expect(rows[0]!.n).toBe(2);
   });
 
+  it("history is recorded in the pass's transaction: a pass that fails reads it again, and the month the previous image closed is closed once", async () => {
+    // Diff review: the read marker moved in memory while the pass rolled back, so the next pass
+    // never recorded April's close and closed April again.
+    const unkeyed = schedule('wk-rolled', '0 2 1 * *', 'all');
+    const broken = { june: true };
+    const keyed = defineSchedule({
+      ...schedule('wk-rolled', '0 2 2 * *', 'all'),
+      key: (o) => `wk-rolled:${o.month(-1)}`,
+      payload: (o) => {
+        if (broken.june && o.month(0) === '2027-06') throw new Error('payload not ready for June');
+        return { batch: `wk-rolled@${o.label}`, entries: 1 };
+      },
+    });
+    const clock = testClock('2027-04-30T21:00:00Z');
+    const previous = task([unkeyed], clock.now);
+    await previous.runOnce();
+    clock.set('2027-05-01T00:00:05Z');
+    const april = (await previous.runOnce()).fired[0]!;
+    const next = task([keyed], clock.now);
+    await next.runOnce();
+    clock.set('2027-06-02T00:00:05Z'); // 2 May (April's close) and 2 June (May's) in one pass
+    await expect(next.runOnce()).resolves.toMatchObject({ fired: [] });
+    broken.june = false;
+    const pass = await next.runOnce();
+    expect(pass.fired.map((f) => f.jobId)).toHaveLength(1);
+    const { rows } = await p.db.pool.query<{ work_key: string; job_id: string }>(
+      "SELECT work_key, job_id FROM jobs.schedule_work WHERE schedule = 'wk-rolled' ORDER BY work_key",
+    );
+    expect(rows).toEqual([
+      { work_key: 'wk-rolled:2027-04', job_id: april.jobId },
+      { work_key: 'wk-rolled:2027-05', job_id: pass.fired[0]!.jobId },
+    ]);
+  });
+
+  it('a past job that did other work holds no key: a schedule moved to close the current month still closes it', async () => {
+    // Diff review: the history was keyed by today's declaration whatever its job had done, so
+    // the close of April on 1 May was taken for May's, and May was never closed.
+    const lastMonth = defineSchedule({
+      ...schedule('wk-other', '0 2 1 * *', 'latest'),
+      payload: (o) => ({ batch: `close:${o.month(-1)}`, entries: 1 }),
+    });
+    const thisMonth = defineSchedule({
+      ...schedule('wk-other', '0 2 28 * *', 'latest'),
+      key: (o) => `wk-other:${o.month(0)}`,
+      payload: (o) => ({ batch: `close:${o.month(0)}`, entries: 1 }),
+    });
+    const clock = testClock('2027-04-30T21:00:00Z');
+    const previous = task([lastMonth], clock.now);
+    await previous.runOnce();
+    clock.set('2027-05-01T00:00:05Z');
+    expect((await previous.runOnce()).fired).toHaveLength(1);
+    const next = task([thisMonth], clock.now);
+    await next.runOnce();
+    clock.set('2027-05-28T00:00:05Z');
+    expect((await next.runOnce()).fired).toHaveLength(1);
+    const { rows } = await p.db.pool.query<{ batch: string }>(
+      "SELECT payload->>'batch' AS batch FROM jobs.job WHERE idempotency_key LIKE 'schedule:wk-other:%' ORDER BY created_at",
+    );
+    expect(rows.map((r) => r.batch)).toEqual(['close:2027-04', 'close:2027-05']);
+  });
+
   it('a cancelled keyed job pruned with its history frees its key: the next trigger does the work', async () => {
     // Rollout review: the key outlived the cancelled job that held it (400 days against 30) and
     // named a job that was gone as having done the work.

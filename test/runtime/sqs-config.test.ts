@@ -3,7 +3,7 @@
 // a missing region is refused with the variable and the rule named; every URL given is checked.
 import { describe, expect, it } from 'vitest';
 import { ConfigError } from '../../runtime/config/rules.ts';
-import { dlqUrlFromEnv, LOCAL_SQS_REGION, sqsFromEnv, sqsFromEnvIfSet } from '../../runtime/config/sqs.ts';
+import { dlqUrlFromEnv, isLocalEndpoint, LOCAL_SQS_REGION, sqsFromEnv, sqsFromEnvIfSet } from '../../runtime/config/sqs.ts';
 import { sqsClientOptions, sqsLanes } from '../../runtime/queue/lanes.ts';
 import { createSqsClient } from '../../runtime/queue/sqs.ts';
 
@@ -105,5 +105,11 @@ describe('dlqUrlFromEnv', () => {
     expect(dlqUrlFromEnv({})).toBeUndefined();
     expect(dlqUrlFromEnv({ JOBS_DLQ_URL: DLQ })).toBe(DLQ);
     expect(() => dlqUrlFromEnv({ JOBS_DLQ_URL: 'not a url' })).toThrow(/JOBS_DLQ_URL = "not a url" is not a URL/);
+  });
+  it("tells the local stack's endpoint (exact message counts) from a VPC endpoint's name (SQS's count, which lags)", () => {
+    for (const local of ['http://127.0.0.1:4566', 'http://localhost:9324', 'http://sqs.us-east-1.localhost:4566', 'http://[::1]:4566'])
+      expect(isLocalEndpoint(local), local).toBe(true);
+    for (const remote of [undefined, 'https://vpce-0a1b-2c3d.sqs.eu-west-1.vpce.amazonaws.com', 'http://localstack:4566', 'not a url'])
+      expect(isLocalEndpoint(remote), String(remote)).toBe(false);
   });
 });
