@@ -15,6 +15,7 @@ import * as logs from 'aws-cdk-lib/aws-logs';
 import * as cr from 'aws-cdk-lib/custom-resources';
 import { Construct, type IDependable } from 'constructs';
 import type { BootstrapProperties } from '../runtime/bootstrap/handler.ts';
+import { ENV } from '../runtime/config/env.ts';
 import type { LogRetentionDays } from './config.ts';
 import type { JobDatabase } from './database.ts';
 import { databaseFunction, ESM_BUNDLING } from './database-function.ts';
@@ -98,6 +99,9 @@ export class SchemaBootstrap extends Construct {
       roleDescription: 'Schema bootstrap function: logs, VPC network interfaces, read the database secrets (master and services)',
       description: 'Applies runtime/db/migrations to the job store (custom resource)',
       entry: BOOTSTRAP_ENTRY,
+      // The migrations this function's bundle carries: a rollback's Update, sent while the function
+      // still runs the new release, names the old release's hash, and migrates nothing.
+      environment: { [ENV.migrationsHash]: this.migrationsHash },
       memorySize: 512,
       timeout: BOOTSTRAP_TIMEOUT,
       paramsAndSecrets: lambda.ParamsAndSecretsLayerVersion.fromVersion(lambda.ParamsAndSecretsVersions.V1_0_103, {

@@ -5,7 +5,7 @@
 
 import type pg from 'pg';
 import { ConfigError } from '../config/rules.ts';
-import { requireMigrated, SchemaBehindError } from '../db/migrate.ts';
+import { requireMigrated, SchemaBehindError } from '../db/schema-check.ts';
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import type { Logger } from '../observability/log.ts';
 

@@ -45,6 +45,8 @@ export interface BootstrapResponse {
 export const SCHEMA_PHYSICAL_ID = 'erp-jobs-schema';
 
 export interface BootstrapDeps {
+  /** The migrations hash this function was deployed with (ENV.migrationsHash, set by lib/schema-bootstrap.ts); absent in older stacks. */
+  bundledMigrationsHash?: string;
   readSecret(arn: string): Promise<string>;
   /** The connection URL from the secret JSON; the services build theirs the same way. */
   databaseUrl(secretJson: string): string;
@@ -59,6 +61,18 @@ export function createBootstrapHandler(deps: BootstrapDeps) {
       // Removing the stack or this resource must never drop the jobs schema or its data.
       deps.log('delete: leaving the schema in place');
       return { PhysicalResourceId: event.PhysicalResourceId ?? SCHEMA_PHYSICAL_ID };
+    }
+    const wanted = event.ResourceProperties?.MigrationsHash;
+    if (event.RequestType === 'Update' && deps.bundledMigrationsHash && wanted && wanted !== deps.bundledMigrationsHash) {
+      // A rollback: CloudFormation asks for the previous release's schema while this function is
+      // still the new release's (it rolls back after this resource). Migrations only add, and the
+      // previous release runs on the newer schema, so there is nothing to undo. Migrating again
+      // here failed the rollback the same way the deploy had failed (UPDATE_ROLLBACK_FAILED).
+      deps.log(`update to migrations ${wanted}, not this bundle's ${deps.bundledMigrationsHash}: a rollback; the schema stays as it is`);
+      return {
+        PhysicalResourceId: event.PhysicalResourceId ?? SCHEMA_PHYSICAL_ID,
+        Data: { Applied: '', AppliedCount: 0, AlreadyApplied: 0 },
+      };
     }
     const arn = event.ResourceProperties?.DatabaseSecretArn;
     if (!arn) throw new Error('schema bootstrap: the custom resource has no DatabaseSecretArn property');
@@ -172,6 +186,7 @@ function bootstrapLog(msg: string): void {
 
 /** The Lambda entry point (`index.handler` in the bundle). */
 export const handler = createBootstrapHandler({
+  ...(process.env[ENV.migrationsHash] ? { bundledMigrationsHash: process.env[ENV.migrationsHash] } : {}),
   readSecret: (arn) => readSecretFromExtension(arn),
   // Verified TLS: the stack points DATABASE_CA_FILE at the Lambda runtime's Amazon CA bundle.
   databaseUrl: (secretJson) =>

@@ -24,6 +24,8 @@ export const ENV = {
    * sets it (lib/services/container-config.ts, the schema bootstrap).
    */
   databaseCaFile: 'DATABASE_CA_FILE',
+  /** The schema bootstrap function's: the migrations hash its bundle carries (runtime/bootstrap/handler.ts tells a rollback by it). */
+  migrationsHash: 'JOBS_MIGRATIONS_HASH',
   /** The bulk lane's queue and DLQ (the only ones before priority lanes, so a deployed queue is kept). */
   queueUrl: 'JOBS_QUEUE_URL',
   dlqUrl: 'JOBS_DLQ_URL',

@@ -131,6 +131,7 @@ export interface MigrationLockWait {
 
 export const MIGRATION_LOCK_WAIT = { lockTimeoutMs: 2000, lockWaitMs: 180_000, lockRetryDelayMs: 500 } as const;
 
+const TRY_LOCK = 'SELECT pg_try_advisory_lock($1) AS ok';
 /** PostgreSQL's lock_not_available (lock_timeout ran out) and deadlock_detected: both worth another try. */
 const LOCK_RETRY_CODES = new Set(['55P03', '40P01']);
 
@@ -140,32 +141,9 @@ function lockWait(opts: MigrationLockWait): Required<MigrationLockWait> {
     lockWaitMs: opts.lockWaitMs ?? MIGRATION_LOCK_WAIT.lockWaitMs,
     lockRetryDelayMs: opts.lockRetryDelayMs ?? MIGRATION_LOCK_WAIT.lockRetryDelayMs,
   };
-  for (const [k, v] of Object.entries(out)) {
+  for (const [k, v] of Object.entries(out))
     if (!Number.isInteger(v) || v < 1) throw new TypeError(`migrate: ${k} must be a whole number of milliseconds ≥ 1, got ${v}`);
-  }
   return out;
-}
-
-/**
- * A service started against a database that lacks migrations its build carries: its statements
- * would fail one by one (a column or function missing), and a worker's failed claims would spend
- * every message's receives toward the DLQ. The start refuses instead (runtime/apps/entry.ts).
- */
-export class SchemaBehindError extends ReportedError {
-  override name = 'SchemaBehindError';
-}
-
-/** Refuse to start (SchemaBehindError) when the database lacks a migration this build carries. */
-export async function requireMigrated(pool: pg.Pool, service: string, opts: { dir?: string; appDir?: string } = {}): Promise<void> {
-  // Applied ones this build does not know are fine: migrations only add, so the previous release
-  // runs on a newer schema (a rollback).
-  const missing = await pendingMigrations(pool, opts.dir, opts.appDir);
-  if (missing.length === 0) return;
-  throw new SchemaBehindError(
-    `the database lacks ${missing.length === 1 ? 'a migration' : `${missing.length} migrations`} this ${service} was built with: ` +
-      `${missing.join(', ')}. Apply ${missing.length === 1 ? 'it' : 'them'} before starting the ${service}: \`cdk deploy\` runs the schema bootstrap before it updates the ` +
-      'services; against another database, `jobs migrate` (the local stack, `npm start`, runs it)',
-  );
 }
 
 /** Apply every migration not yet applied, the platform's then the application's. Safe to run from many processes at once. */
@@ -177,8 +155,13 @@ export async function migrate(
   const sets = [await loadMigrations(opts.dir), await loadAppMigrations(opts.appDir)];
   const client = await pool.connect();
   try {
-    // Session-level lock: held across the per-migration transactions below, released in finally.
-    await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY]);
+    // Session-level lock: held across the per-migration transactions below, released in finally;
+    // waited for within the run's budget (a migrator's session left open held the bootstrap function
+    // for its whole timeout, and a rollback's call after it: stack review).
+    for (const until = Date.now() + wait.lockWaitMs; !(await client.query(TRY_LOCK, [MIGRATION_LOCK_KEY])).rows[0].ok; ) {
+      if (Date.now() > until) throw new Error(`migrate: another session held the migration lock for ${wait.lockWaitMs / 1000} s`);
+      await new Promise((r) => setTimeout(r, wait.lockRetryDelayMs));
+    }
     try {
       // One budget for the whole run (every file), counted from here: waiting for the advisory
       // lock (another migrator) holds up nobody else.

@@ -88,6 +88,27 @@ describe('schema bootstrap handler', () => {
     expect(updated.Data).toMatchObject({ AppliedCount: 0, AlreadyApplied: all.length });
   });
 
+  it("a rollback's Update (the previous release's hash, sent while the function is still the new release's) migrates nothing and succeeds", async () => {
+    // Stack review: it migrated again, failed as the deploy had (a bad file, a lock it could not
+    // get), and the stack stopped in UPDATE_ROLLBACK_FAILED.
+    const runs: string[] = [];
+    const onEvent = createBootstrapHandler({
+      ...deps,
+      bundledMigrationsHash: 'h-new',
+      runMigrations: async () => {
+        runs.push('migrate');
+        throw new Error('0099_bad.sql: syntax error at or near "ALTR"');
+      },
+    });
+    await expect(onEvent(event('Update', 'h-new'))).rejects.toThrow(/0099_bad\.sql/);
+    const reads = secretReads.length;
+    const rolledBack = await onEvent(event('Update', 'h-old'));
+    expect(rolledBack).toEqual({ PhysicalResourceId: SCHEMA_PHYSICAL_ID, Data: { Applied: '', AppliedCount: 0, AlreadyApplied: 0 } });
+    expect(runs).toEqual(['migrate']);
+    expect(secretReads.length).toBe(reads);
+    expect(logs.at(-1)).toBe("update to migrations h-old, not this bundle's h-new: a rollback; the schema stays as it is");
+  });
+
   it('Delete leaves the schema and its data alone and touches nothing', async () => {
     const reads = secretReads.length;
     const onEvent = createBootstrapHandler(deps);

@@ -153,6 +153,8 @@ describe('schema bootstrap', () => {
     expect(fn.Timeout).toBe(600);
     // Verified TLS to the database with the runtime's Amazon CA bundle (RDS's CAs among them).
     expect(fn.Environment.Variables[ENV.databaseCaFile]).toBe(LAMBDA_AMAZON_CA_BUNDLE);
+    // The hash its bundle carries, the resource's: a rollback's Update names another (handler.ts).
+    expect(fn.Environment.Variables[ENV.migrationsHash]).toBe(cr.props.MigrationsHash);
     const appSubnets = dev.data.network.vpc.privateSubnets.map((sn) => idOf(sn.node.findChild('Subnet')));
     const subnetRefs = JSON.stringify(fn.VpcConfig.SubnetIds);
     for (const id of appSubnets) expect(subnetRefs).toContain(id);

@@ -3,7 +3,7 @@ import pg from 'pg';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { defaultMigrationsDir, migrate, pendingMigrations } from '../../runtime/db/migrate.ts';
+import { defaultMigrationsDir, migrate, MIGRATION_LOCK_KEY, pendingMigrations } from '../../runtime/db/migrate.ts';
 import { createTestDb, type TestDb } from '../support/db.ts';
 
 describe('migrate', () => {
@@ -31,6 +31,20 @@ describe('migrate', () => {
     await cp(defaultMigrationsDir(), dir, { recursive: true });
     await writeFile(join(dir, '0001_job_table.sql'), '-- edited\n', { flag: 'a' });
     await expect(migrate(db.pool, { dir })).rejects.toThrow(/0001_job_table\.sql was changed after it was applied/);
+  });
+
+  it("waits for another session's migration lock within the run's budget, then fails saying so (stack review: it waited without end)", async () => {
+    const holder = await db.pool.connect();
+    try {
+      await holder.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY]);
+      await expect(migrate(db.pool, { lockWaitMs: 300, lockRetryDelayMs: 50 })).rejects.toThrow(
+        'migrate: another session held the migration lock for 0.3 s',
+      );
+      setTimeout(() => void holder.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY]), 200);
+      await expect(migrate(db.pool, { lockWaitMs: 5_000, lockRetryDelayMs: 50 })).resolves.toMatchObject({ applied: [] });
+    } finally {
+      holder.release();
+    }
   });
 
   it('reports a new migration as pending until it is applied', async () => {
