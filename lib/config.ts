@@ -157,7 +157,11 @@ export interface AlarmConfig {
   api5xxPer5Minutes: number;
   /** Database CPU (%) sustained for 15 minutes at which on-call is paged. */
   databaseCpuPercent: number;
-  /** Free storage below this share of the allocated storage pages on-call (autoscaling should have grown it). */
+  /**
+   * Free storage below this share of the allocated storage for 15 minutes pages on-call: below RDS
+   * storage autoscaling's own trigger (10 % for 5 minutes), so it pages when autoscaling did not
+   * keep up or hit its ceiling, not at the moment it is about to act (stack review).
+   */
   databaseFreeStorageFraction: number;
   /** Freeable memory below this share of the instance class's memory pages on-call. */
   databaseFreeableMemoryFraction: number;
@@ -225,7 +229,7 @@ export const IDLE_IN_TRANSACTION_TIMEOUT_SECONDS = 3_600;
 
 const DATABASE_AND_SCALING_ALARMS = {
   databaseCpuPercent: 80,
-  databaseFreeStorageFraction: 0.1,
+  databaseFreeStorageFraction: 0.05,
   databaseFreeableMemoryFraction: 0.1,
   workerAtMaximumMinutes: 15,
 } as const;

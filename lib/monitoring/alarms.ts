@@ -494,19 +494,22 @@ export class JobAlarms extends Construct {
         threshold: c.databaseCpuPercent,
         evaluationPeriods: 3,
         datapointsToAlarm: 3,
-        treatMissingData: cloudwatch.TreatMissingData.BREACHING,
+        // A gap in RDS's metrics says nothing of its CPU (an instance down pages as workers silent and claims failing).
+        treatMissingData: cloudwatch.TreatMissingData.IGNORE,
       }),
       databaseFreeStorage: make('databaseFreeStorage', {
         alarmName: `${prefix} database free storage`,
         alarmDescription: describe(
-          `the job store has less than ${fmtGib(freeStorageBytes)} of free storage (${Math.round(c.databaseFreeStorageFraction * 100)} % of the ${dbc.allocatedStorageGiB} GiB allocated); storage autoscaling (up to ${dbc.maxAllocatedStorageGiB} GiB) did not keep up or hit its ceiling. A full disk stops every write: enqueues, claims, completions.`,
+          `the job store has had less than ${fmtGib(freeStorageBytes)} of free storage (${Math.round(c.databaseFreeStorageFraction * 100)} % of the ${dbc.allocatedStorageGiB} GiB allocated) for 15 minutes; storage autoscaling (up to ${dbc.maxAllocatedStorageGiB} GiB) did not keep up or hit its ceiling. A full disk stops every write: enqueues, claims, completions.`,
           RUNBOOK_SECTION.databaseFreeStorage,
         ),
         metric: db.metricFreeStorageSpace({ period: Duration.minutes(5), statistic: 'Minimum' }),
         comparisonOperator: cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
         threshold: freeStorageBytes,
-        evaluationPeriods: 1,
-        treatMissingData: cloudwatch.TreatMissingData.BREACHING,
+        // 15 minutes: autoscaling acts after 5 below its 10 %; one period paged as it was about to.
+        evaluationPeriods: 3,
+        datapointsToAlarm: 3,
+        treatMissingData: cloudwatch.TreatMissingData.IGNORE,
       }),
       databaseFreeableMemory: make('databaseFreeableMemory', {
         alarmName: `${prefix} database freeable memory`,

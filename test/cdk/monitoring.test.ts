@@ -542,14 +542,18 @@ describe('alarms beyond the queue (issue 12)', () => {
     dbDims(a);
   });
 
-  it("database free storage: below the config's share of the allocated storage, in bytes", () => {
+  it("database free storage: below the config's share of the allocated storage, in bytes, for 15 minutes (below autoscaling's 10 % trigger)", () => {
     const a = alarmNamed('database free storage');
     expect(a).toMatchObject({
       MetricName: 'FreeStorageSpace',
       Statistic: 'Minimum',
       ComparisonOperator: 'LessThanThreshold',
       Threshold: Math.round(c.alarms.databaseFreeStorageFraction * c.database.allocatedStorageGiB * 1024 ** 3),
+      EvaluationPeriods: 3,
+      DatapointsToAlarm: 3,
+      TreatMissingData: 'ignore',
     });
+    expect(c.alarms.databaseFreeStorageFraction).toBeLessThan(0.1);
     dbDims(a);
   });
 
