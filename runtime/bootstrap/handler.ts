@@ -51,7 +51,7 @@ export interface BootstrapDeps {
   /** The connection URL from the secret JSON; the services build theirs the same way. */
   databaseUrl(secretJson: string): string;
   /** Migrate as the master user, then create or update the services' role when one is given. */
-  runMigrations(url: string, appRole?: AppRole): Promise<MigrateResult>;
+  runMigrations(url: string, appRole?: AppRole, opts?: { migrate: boolean }): Promise<MigrateResult>;
   log(msg: string): void;
 }
 
@@ -63,24 +63,21 @@ export function createBootstrapHandler(deps: BootstrapDeps) {
       return { PhysicalResourceId: event.PhysicalResourceId ?? SCHEMA_PHYSICAL_ID };
     }
     const wanted = event.ResourceProperties?.MigrationsHash;
-    if (event.RequestType === 'Update' && deps.bundledMigrationsHash && wanted && wanted !== deps.bundledMigrationsHash) {
-      // A rollback: CloudFormation asks for the previous release's schema while this function is
-      // still the new release's (it rolls back after this resource). Migrations only add, and the
-      // previous release runs on the newer schema, so there is nothing to undo. Migrating again
-      // here failed the rollback the same way the deploy had failed (UPDATE_ROLLBACK_FAILED).
-      deps.log(`update to migrations ${wanted}, not this bundle's ${deps.bundledMigrationsHash}: a rollback; the schema stays as it is`);
-      return {
-        PhysicalResourceId: event.PhysicalResourceId ?? SCHEMA_PHYSICAL_ID,
-        Data: { Applied: '', AppliedCount: 0, AlreadyApplied: 0 },
-      };
-    }
+    // A rollback: CloudFormation asks for the previous release's schema while this function is
+    // still the new release's (it rolls back after this resource). Migrations only add, and the
+    // previous release runs on the newer schema, so there is nothing to undo; migrating again here
+    // failed the rollback the same way the deploy had failed (UPDATE_ROLLBACK_FAILED). The
+    // services' role still gets its password from the secret the rollback names.
+    const rollback = event.RequestType === 'Update' && !!deps.bundledMigrationsHash && !!wanted && wanted !== deps.bundledMigrationsHash;
     const arn = event.ResourceProperties?.DatabaseSecretArn;
     if (!arn) throw new Error('schema bootstrap: the custom resource has no DatabaseSecretArn property');
-    deps.log(`${event.RequestType.toLowerCase()}: migrations ${event.ResourceProperties.MigrationsHash ?? '(no hash)'}`);
+    if (rollback)
+      deps.log(`update to migrations ${wanted}, not this bundle's ${deps.bundledMigrationsHash}: a rollback; the schema stays as it is`);
+    else deps.log(`${event.RequestType.toLowerCase()}: migrations ${event.ResourceProperties.MigrationsHash ?? '(no hash)'}`);
     const url = deps.databaseUrl(await deps.readSecret(arn));
     const appArn = event.ResourceProperties.AppSecretArn;
     const appRole = appArn ? appRoleFromSecret(await deps.readSecret(appArn), appArn) : undefined;
-    const result = await deps.runMigrations(url, appRole);
+    const result = await deps.runMigrations(url, appRole, { migrate: !rollback });
     deps.log(`applied ${result.applied.length} migration(s) [${result.applied.join(', ')}], ${result.alreadyApplied} already applied`);
     if (appRole) deps.log(`services' role ${appRole.username}: row access to ${APP_SCHEMAS.join(', ')}, password from its secret`);
     return {
@@ -149,6 +146,8 @@ export async function migrateAt(
     connectAttempts?: number;
     retryDelayMs?: number;
     appRole?: AppRole;
+    /** false: only the services' role (a rollback's call). */
+    migrate?: boolean;
   } = {},
 ): Promise<MigrateResult> {
   const log = opts.log ?? console.log;
@@ -162,7 +161,10 @@ export async function migrateAt(
     });
     try {
       await pool.query('SELECT 1');
-      const result = await migrate(pool, { log, ...(opts.dir ? { dir: opts.dir } : {}), ...(opts.appDir ? { appDir: opts.appDir } : {}) });
+      const result =
+        opts.migrate === false
+          ? { applied: [], alreadyApplied: 0 }
+          : await migrate(pool, { log, ...(opts.dir ? { dir: opts.dir } : {}), ...(opts.appDir ? { appDir: opts.appDir } : {}) });
       // After the migrations, so the grants cover every table they created.
       if (opts.appRole) await ensureAppRole(pool, opts.appRole);
       return result;
@@ -191,6 +193,6 @@ export const handler = createBootstrapHandler({
   // Verified TLS: the stack points DATABASE_CA_FILE at the Lambda runtime's Amazon CA bundle.
   databaseUrl: (secretJson) =>
     databaseUrlFromEnv({ [ENV.databaseSecret]: secretJson, [ENV.databaseCaFile]: process.env[ENV.databaseCaFile] }),
-  runMigrations: (url, appRole) => migrateAt(url, { log: bootstrapLog, ...(appRole ? { appRole } : {}) }),
+  runMigrations: (url, appRole, o) => migrateAt(url, { log: bootstrapLog, ...(appRole ? { appRole } : {}), ...o }),
   log: bootstrapLog,
 });

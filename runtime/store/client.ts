@@ -209,7 +209,7 @@ export class JobClient {
 }
 
 /** Equal as JSON values (key order aside, as jsonb stores them). */
-function sameJson(a: unknown, b: unknown): boolean {
+export function sameJson(a: unknown, b: unknown): boolean {
   return canonical(a) === canonical(b);
 }
 

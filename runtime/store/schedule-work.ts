@@ -23,11 +23,16 @@ import { runSchedule } from './sql-schedules.ts';
 import type { Queryable } from './statements.ts';
 
 /**
- * Record `def`'s past work whose key is not recorded yet; `payloadOf` is the payload an enqueue of
- * today's declaration stores for an occurrence (validated as the client does). Returns the keys
- * recorded.
+ * Record `def`'s past work whose key is not recorded yet. `sameJob(o, type, payload)`: whether a
+ * past job is the one today's declaration enqueues at occurrence `o` (its payload validated as
+ * today's type does, so a field the type has since given a default still matches). Returns the
+ * keys recorded.
  */
-export async function recordPastWork(tx: Queryable, def: ScheduleDefinition, payloadOf: (o: Occurrence) => unknown): Promise<string[]> {
+export async function recordPastWork(
+  tx: Queryable,
+  def: ScheduleDefinition,
+  sameJob: (o: Occurrence, type: string, payload: unknown) => boolean,
+): Promise<string[]> {
   if (!def.key) return [];
   const through = (
     await runSchedule<{
@@ -37,12 +42,18 @@ export async function recordPastWork(tx: Queryable, def: ScheduleDefinition, pay
       triggers_to: Date;
     }>(tx, 'workThrough', [def.name])
   ).rows[0]!;
-  const { rows } = await runSchedule<{ at: Date; manual: boolean; job_id: string; idempotency_key: string | null }>(tx, 'workPast', [
-    def.name,
-    through.work_read_through,
-    through.work_triggers_read_through,
-  ]);
-  const past: { k: string; at: Date; manual: boolean; jobId: string; payload: string }[] = [];
+  // The schedule's row first (a pass holds it already): a trigger that locked the keys' rows
+  // before it deadlocked with a pass, which takes them in that order (second review).
+  await runSchedule(tx, 'workReadThrough', [def.name, through.occurrences_to, through.triggers_to]);
+  const { rows } = await runSchedule<{
+    at: Date;
+    manual: boolean;
+    job_id: string;
+    idempotency_key: string | null;
+    type: string;
+    payload: unknown;
+  }>(tx, 'workPast', [def.name, through.work_read_through, through.work_triggers_read_through]);
+  const past: { k: string; at: Date; manual: boolean; jobId: string }[] = [];
   const manualPrefix = `schedule:${def.name}:manual:`;
   for (const r of rows) {
     // A trigger's instant is in its job's key (the action's time is its transaction's start).
@@ -50,25 +61,18 @@ export async function recordPastWork(tx: Queryable, def: ScheduleDefinition, pay
     const at = keyed && !Number.isNaN(keyed.getTime()) ? keyed : r.at;
     try {
       const o = occurrence(def, at, r.manual);
-      past.push({ k: workKeyOf(def, o), at, manual: r.manual, jobId: r.job_id, payload: JSON.stringify(payloadOf(o)) });
+      if (sameJob(o, r.type, r.payload)) past.push({ k: workKeyOf(def, o), at, manual: r.manual, jobId: r.job_id });
     } catch {
       // Today's declaration gives that instant no key or no payload: its work is not known as done.
     }
   }
-  const recorded =
-    past.length === 0
-      ? []
-      : (
-          await runSchedule<{ work_key: string }>(tx, 'workBackfill', [
-            def.name,
-            past.map((p) => p.k),
-            past.map((p) => p.at),
-            past.map((p) => p.manual),
-            past.map((p) => p.jobId),
-            past.map((p) => p.payload),
-            def.job.type,
-          ])
-        ).rows.map((r) => r.work_key);
-  await runSchedule(tx, 'workReadThrough', [def.name, through.occurrences_to, through.triggers_to]);
-  return recorded;
+  if (past.length === 0) return [];
+  const { rows: recorded } = await runSchedule<{ work_key: string }>(tx, 'workBackfill', [
+    def.name,
+    past.map((p) => p.k),
+    past.map((p) => p.at),
+    past.map((p) => p.manual),
+    past.map((p) => p.jobId),
+  ]);
+  return recorded.map((r) => r.work_key);
 }

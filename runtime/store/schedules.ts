@@ -18,7 +18,7 @@ import {
   type OccurrencePlan,
   type ScheduleDefinition,
 } from '../handlers/schedule.ts';
-import type { EnqueueResult, JobClient } from './client.ts';
+import { type EnqueueResult, type JobClient, sameJson } from './client.ts';
 import type { Queryable } from './job-store.ts';
 import { recordPastWork } from './schedule-work.ts';
 import { runSchedule } from './sql-schedules.ts';
@@ -283,8 +283,9 @@ export class ScheduleStore {
       const spec = this.spec(def, o);
       // The schedule's work key (without --again): work done already is not done again.
       const key = def.key && !again ? workKeyOf(def, o) : null;
+      // The past work first, --again too (its record must not take a key a past job holds).
+      if (def.key) await this.recordPastWork(tx, def);
       if (key) {
-        await this.recordPastWork(tx, def);
         const got = await runSchedule(tx, 'workClaim', [def.name, [key], [now], true]);
         if (got.rows.length === 0) {
           const doneBy = (await this.doneBy(tx, [key]))[0] ?? {
@@ -358,7 +359,11 @@ export class ScheduleStore {
 
   /** Work done with no key recorded, recorded before a key is claimed (schedule-work.ts). */
   private recordPastWork(tx: Queryable, def: ScheduleDefinition): Promise<string[]> {
-    return recordPastWork(tx, def, (o) => this.client.validate(this.spec(def, o)).payload);
+    // Both payloads as today's type validates them (a throw: not that job).
+    return recordPastWork(tx, def, (o, type, payload) => {
+      const spec = this.spec(def, o);
+      return type === def.job.type && sameJson(this.client.validate({ ...spec, payload }).payload, this.client.validate(spec).payload);
+    });
   }
 
   private spec(def: ScheduleDefinition, o: Occurrence) {

@@ -103,28 +103,28 @@ export const SCHEDULE_SQL = {
    * operator triggers after `$3` whose job is still kept (primary key; index operator_action_at).
    */
   workPast: `
-    SELECT o.occurrence_at AS at, false AS manual, j.id AS job_id, j.idempotency_key
+    SELECT o.occurrence_at AS at, false AS manual, j.id AS job_id, j.idempotency_key, j.type, j.payload
       FROM jobs.schedule_occurrence o JOIN jobs.job j ON j.id = o.job_id
      WHERE o.schedule = $1 AND o.occurrence_at > coalesce($2::timestamptz, '-infinity')
     UNION ALL
-    SELECT a.at, true, j.id, j.idempotency_key
+    SELECT a.at, true, j.id, j.idempotency_key, j.type, j.payload
       FROM jobs.operator_action a JOIN jobs.job j ON j.id = a.job_id
      WHERE a.at > coalesce($3::timestamptz, '-infinity') AND a.action = 'schedule-trigger' AND a.detail->>'schedule' = $1`,
 
   /**
    * Record work keys `$2` of schedule `$1` as done by jobs `$5` (occurrences `$3`, triggers where
-   * `$4`): each whose job is of type `$7` with payload `$6` (what today's declaration gives that
-   * occurrence: a job that did other work holds no key) and did not give the work up (cancelled,
-   * or dead and discarded). A key held by a job that gave up is taken over; the newest job of a
-   * key records it.
+   * `$4`; the caller keeps only jobs that are what today's declaration enqueues there), each whose
+   * job did not give the work up (cancelled, or dead and discarded). A key held by a job that gave
+   * up is taken over. Of a key's jobs, one that succeeded records it, the earliest: cancelling a
+   * rerun must not free the work the first job did.
    */
   workBackfill: `
     INSERT INTO jobs.schedule_work AS w (work_key, schedule, occurrence_at, manual, job_id)
     SELECT DISTINCT ON (p.k) p.k, $1::text, p.at, p.manual, p.job_id
-      FROM unnest($2::text[], $3::timestamptz[], $4::boolean[], $5::uuid[], $6::text[]) AS p(k, at, manual, job_id, payload)
-      JOIN jobs.job j ON j.id = p.job_id AND j.type = $7 AND j.payload = p.payload::jsonb
+      FROM unnest($2::text[], $3::timestamptz[], $4::boolean[], $5::uuid[]) AS p(k, at, manual, job_id)
+      JOIN jobs.job j ON j.id = p.job_id
      WHERE NOT ${givenUp('p.job_id')}
-     ORDER BY p.k, p.at DESC
+     ORDER BY p.k, j.state = 'succeeded' DESC, p.at
     ON CONFLICT (work_key) DO UPDATE
        SET schedule = EXCLUDED.schedule, occurrence_at = EXCLUDED.occurrence_at, manual = EXCLUDED.manual, job_id = EXCLUDED.job_id,
            created_at = statement_timestamp()

@@ -88,25 +88,38 @@ describe('schema bootstrap handler', () => {
     expect(updated.Data).toMatchObject({ AppliedCount: 0, AlreadyApplied: all.length });
   });
 
-  it("a rollback's Update (the previous release's hash, sent while the function is still the new release's) migrates nothing and succeeds", async () => {
+  it("a rollback's Update (the previous release's hash, sent while the function is still the new release's) migrates nothing, sets the services' role from the secret it names, and succeeds", async () => {
     // Stack review: it migrated again, failed as the deploy had (a bad file, a lock it could not
-    // get), and the stack stopped in UPDATE_ROLLBACK_FAILED.
-    const runs: string[] = [];
+    // get), and the stack stopped in UPDATE_ROLLBACK_FAILED. Second review: the role still
+    // follows the secret the rollback names.
+    const appArn = 'arn:aws:secretsmanager:eu-central-1:111122223333:secret:ErpJobsAppSecret-Rollback';
+    const runs: { appRole: string | undefined; migrate: boolean | undefined }[] = [];
     const onEvent = createBootstrapHandler({
       ...deps,
       bundledMigrationsHash: 'h-new',
-      runMigrations: async () => {
-        runs.push('migrate');
-        throw new Error('0099_bad.sql: syntax error at or near "ALTR"');
+      readSecret: async (arn) => (arn === appArn ? JSON.stringify({ username: 'jobs_app_old', password: 'p' }) : rdsSecretFor(db.url)),
+      runMigrations: async (_url, appRole, o) => {
+        runs.push({ appRole: appRole?.username, migrate: o?.migrate });
+        if (o?.migrate !== false) throw new Error('0099_bad.sql: syntax error at or near "ALTR"');
+        return { applied: [], alreadyApplied: 0 };
       },
     });
-    await expect(onEvent(event('Update', 'h-new'))).rejects.toThrow(/0099_bad\.sql/);
-    const reads = secretReads.length;
-    const rolledBack = await onEvent(event('Update', 'h-old'));
-    expect(rolledBack).toEqual({ PhysicalResourceId: SCHEMA_PHYSICAL_ID, Data: { Applied: '', AppliedCount: 0, AlreadyApplied: 0 } });
-    expect(runs).toEqual(['migrate']);
-    expect(secretReads.length).toBe(reads);
-    expect(logs.at(-1)).toBe("update to migrations h-old, not this bundle's h-new: a rollback; the schema stays as it is");
+    const withApp = (hash: string): BootstrapEvent => ({
+      RequestType: 'Update',
+      PhysicalResourceId: SCHEMA_PHYSICAL_ID,
+      ResourceProperties: { DatabaseSecretArn: SECRET_ARN, AppSecretArn: appArn, MigrationsHash: hash },
+    });
+    await expect(onEvent(withApp('h-new'))).rejects.toThrow(/0099_bad\.sql/);
+    const rolledBack = await onEvent(withApp('h-old'));
+    expect(rolledBack).toMatchObject({
+      PhysicalResourceId: SCHEMA_PHYSICAL_ID,
+      Data: { Applied: '', AppliedCount: 0, AppRole: 'jobs_app_old' },
+    });
+    expect(runs).toEqual([
+      { appRole: 'jobs_app_old', migrate: true },
+      { appRole: 'jobs_app_old', migrate: false },
+    ]);
+    expect(logs).toContain("update to migrations h-old, not this bundle's h-new: a rollback; the schema stays as it is");
   });
 
   it('Delete leaves the schema and its data alone and touches nothing', async () => {

@@ -452,6 +452,10 @@ describe("a schedule's work key: the work once, however the schedule changes", (
     await previous.runOnce();
     clock.set('2027-05-01T00:00:05Z'); // 02:00:05 in Berlin: the previous image closes April
     const april = (await previous.runOnce()).fired[0]!;
+    // Enqueued by a release whose type had none of today's defaults: still the same job.
+    await p.db.pool.query("UPDATE jobs.job SET payload = payload - 'workMs' - 'failAttempts' - 'workAfterWriteMs' WHERE id = $1", [
+      april.jobId,
+    ]);
     // The previous image's trigger during the deploy (by the database's clock, as on-call's are).
     const oldTrigger = await new ScheduleService(p.db.pool, p.client, [unkeyed]).trigger('wk-rollout', 'alice (cli)', 'old image');
     const moved = task([keyed('0 2 2 * *')], clock.now);
@@ -533,6 +537,46 @@ describe("a schedule's work key: the work once, however the schedule changes", (
       "SELECT payload->>'batch' AS batch FROM jobs.job WHERE idempotency_key LIKE 'schedule:wk-other:%' ORDER BY created_at",
     );
     expect(rows.map((r) => r.batch)).toEqual(['close:2027-04', 'close:2027-05']);
+  });
+
+  it('a trigger beside a pass of the same schedule: the schedule row, then the keys, in both (no deadlock); a succeeded job holds the key before a rerun', async () => {
+    // Second review: a trigger locked the key rows its backfill touched, then waited for the
+    // schedule's row, which a pass held while it waited for those keys: 40P01.
+    const unkeyed = schedule('wk-order', '0 2 1 * *', 'latest');
+    const def = defineSchedule({ ...schedule('wk-order', '0 2 1 * *', 'latest'), key: (o) => `wk-order:${o.month(-1)}` });
+    const clock = testClock('2026-11-30T21:00:00Z');
+    const previous = task([unkeyed], clock.now);
+    await previous.runOnce();
+    clock.set('2026-12-01T01:00:05Z');
+    const november = (await previous.runOnce()).fired[0]!;
+    await p.db.pool.query("UPDATE jobs.job SET state = 'succeeded', finished_at = now() WHERE id = $1", [november.jobId]);
+    // The previous image's rerun of the same month (no key recorded), still pending.
+    const rerun = await new ScheduleService(p.db.pool, p.client, [unkeyed], clock.now).trigger('wk-order', 'alice (cli)', 'rerun');
+    const pass = await p.db.pool.connect();
+    try {
+      await pass.query('BEGIN');
+      await pass.query("SELECT 1 FROM jobs.schedule WHERE name = 'wk-order' FOR UPDATE");
+      const trigger = new ScheduleService(p.db.pool, p.client, [def], clock.now).trigger('wk-order', 'bob (cli)', null);
+      await waitFor(
+        async () =>
+          (
+            await p.db.pool.query(
+              "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE jobs.schedule SET work_read_through%'",
+            )
+          ).rowCount === 1,
+        5_000,
+        'the trigger waiting for the schedule row',
+      );
+      // What a pass then does: the key's row (before, it waited for the trigger, which waited for it).
+      await pass.query(
+        "INSERT INTO jobs.schedule_work (work_key, schedule, occurrence_at) VALUES ('wk-order:2026-11', 'wk-order', now()) ON CONFLICT (work_key) DO NOTHING",
+      );
+      await pass.query('ROLLBACK');
+      expect(await trigger).toMatchObject({ alreadyDone: { workKey: 'wk-order:2026-11', jobId: november.jobId } });
+    } finally {
+      pass.release();
+    }
+    expect(rerun.job!.id).not.toBe(november.jobId);
   });
 
   it('a cancelled keyed job pruned with its history frees its key: the next trigger does the work', async () => {
