@@ -93,6 +93,12 @@ export class OnCallTopic extends Construct {
         'erp-jobs:alarms-page-nobody',
         `the ${props.envName} alarms notify an on-call topic with no subscription: they page nobody; set alarms.emails in lib/config.ts or pass -c alarmEmails=you@your-company.com`,
       );
+    else if ((props.httpsEndpoints ?? []).length === 0)
+      // Said at every synth, not refused: an e-mail list is allowed, but a subscription nobody
+      // confirmed delivers nothing, and no alarm notices (stack review).
+      Annotations.of(this).addInfo(
+        `the ${props.envName} alarms reach e-mail only (${props.emails.join(', ')}): each address must confirm its subscription before it receives anything, and e-mail wakes nobody at night; a pager's HTTPS endpoint (-c alarmEndpoints=https://…) pages a person. Run the alarm delivery drill (docs/deploy.md) after the first deploy.`,
+      );
     this.topic = topic;
     this.key = key;
     this.action = new cloudwatchActions.SnsAction(topic);

@@ -5,6 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Match } from 'aws-cdk-lib/assertions';
+import type { IConstruct } from 'constructs';
 import { describe, expect, it } from 'vitest';
 import { METRIC, metricNamespace } from '../../runtime/observability/metric-names.ts';
 import { connectionBudget, ENVIRONMENTS, INSTANCE_MEMORY_GIB } from '../../lib/config.ts';
@@ -87,8 +88,21 @@ describe('on-call topic', () => {
     );
     expect(subs.filter((r) => r.Protocol === 'https')).toEqual([expect.objectContaining({ Endpoint: url, Protocol: 'https' })]);
     expect(subs.filter((r) => r.Protocol === 'email')).toHaveLength(c.alarms.emails.length);
+    // With a pager, the e-mail-only note is not made.
+    expect(infos(s.services).filter((m) => m.includes('reach e-mail only'))).toEqual([]);
+  });
+
+  it('e-mail only says so at synth: a subscription nobody confirmed delivers nothing (stack review)', () => {
+    expect(infos(prod.services)).toContainEqual(
+      expect.stringMatching(/^the prod alarms reach e-mail only \(.+\): each address must confirm its subscription.*-c alarmEndpoints=/),
+    );
   });
 });
+
+/** The info annotations under a construct (what cdk synth prints as [Info …]). */
+function infos(scope: IConstruct): string[] {
+  return scope.node.findAll().flatMap((n) => n.node.metadata.filter((m) => m.type === 'aws:cdk:info').map((m) => String(m.data)));
+}
 
 describe('alarms', () => {
   it('are the twenty-five on-call alarms, no more', () => {
