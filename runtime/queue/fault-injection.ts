@@ -43,12 +43,12 @@ export class FaultyQueue implements JobQueue {
     return this.call('ReceiveMessage', () => this.inner.receive(max, waitSeconds, signal));
   }
 
-  changeVisibility(changes: VisibilityChange[]): Promise<EntryFailure[]> {
-    return this.call('ChangeMessageVisibilityBatch', () => this.inner.changeVisibility(changes));
+  changeVisibility(changes: VisibilityChange[], signal?: AbortSignal): Promise<EntryFailure[]> {
+    return this.call('ChangeMessageVisibilityBatch', () => this.inner.changeVisibility(changes, signal));
   }
 
-  delete(receipts: string[]): Promise<EntryFailure[]> {
-    return this.call('DeleteMessageBatch', () => this.inner.delete(receipts));
+  delete(receipts: string[], signal?: AbortSignal): Promise<EntryFailure[]> {
+    return this.call('DeleteMessageBatch', () => this.inner.delete(receipts, signal));
   }
 
   private async call<T>(op: SqsOperation, fn: () => Promise<T>): Promise<T> {

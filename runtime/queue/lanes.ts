@@ -89,21 +89,27 @@ export class LaneQueues implements JobQueue {
     return out;
   }
 
-  async changeVisibility(changes: VisibilityChange[]): Promise<EntryFailure[]> {
-    if (this.shared) return this.byLane.bulk.changeVisibility(changes);
+  async changeVisibility(changes: VisibilityChange[], signal?: AbortSignal): Promise<EntryFailure[]> {
+    if (this.shared) return this.byLane.bulk.changeVisibility(changes, signal);
     const out: EntryFailure[] = [];
     for (const [lane, group] of this.byMark(changes, (c) => c.receipt)) {
-      const failures = await this.byLane[lane].changeVisibility(group.map(({ item, inner }) => ({ ...item, receipt: inner })));
+      const failures = await this.byLane[lane].changeVisibility(
+        group.map(({ item, inner }) => ({ ...item, receipt: inner })),
+        signal,
+      );
       out.push(...failures.map((f) => ({ ...f, receipt: `${lane}${MARK}${f.receipt}` })));
     }
     return out;
   }
 
-  async delete(receipts: string[]): Promise<EntryFailure[]> {
-    if (this.shared) return this.byLane.bulk.delete(receipts);
+  async delete(receipts: string[], signal?: AbortSignal): Promise<EntryFailure[]> {
+    if (this.shared) return this.byLane.bulk.delete(receipts, signal);
     const out: EntryFailure[] = [];
     for (const [lane, group] of this.byMark(receipts, (r) => r)) {
-      const failures = await this.byLane[lane].delete(group.map((g) => g.inner));
+      const failures = await this.byLane[lane].delete(
+        group.map((g) => g.inner),
+        signal,
+      );
       out.push(...failures.map((f) => ({ ...f, receipt: `${lane}${MARK}${f.receipt}` })));
     }
     return out;

@@ -62,8 +62,11 @@ export { SqsServiceError, type SqsMetadata, sqsErrorName } from './sqs-wire-erro
 /** The four operations SqsQueue sends on the hot path: over the wire, or through the SDK (sqs.ts). */
 export interface SqsHotPath {
   receiveMessage(input: ReceiveMessageRequest, signal?: AbortSignal): Promise<ReceiveMessageResult>;
-  deleteMessageBatch(input: DeleteMessageBatchRequest): Promise<DeleteMessageBatchResult>;
-  changeMessageVisibilityBatch(input: ChangeMessageVisibilityBatchRequest): Promise<ChangeMessageVisibilityBatchResult>;
+  deleteMessageBatch(input: DeleteMessageBatchRequest, signal?: AbortSignal): Promise<DeleteMessageBatchResult>;
+  changeMessageVisibilityBatch(
+    input: ChangeMessageVisibilityBatchRequest,
+    signal?: AbortSignal,
+  ): Promise<ChangeMessageVisibilityBatchResult>;
   sendMessageBatch(input: SendMessageBatchRequest, signal?: AbortSignal): Promise<SendMessageBatchResult>;
 }
 
@@ -153,12 +156,15 @@ export class SqsWire implements SqsHotPath {
     return out;
   }
 
-  deleteMessageBatch(input: DeleteMessageBatchRequest): Promise<DeleteMessageBatchResult> {
-    return this.call('DeleteMessageBatch', input, this.requestTimeoutMs);
+  deleteMessageBatch(input: DeleteMessageBatchRequest, signal?: AbortSignal): Promise<DeleteMessageBatchResult> {
+    return this.call('DeleteMessageBatch', input, this.requestTimeoutMs, signal);
   }
 
-  changeMessageVisibilityBatch(input: ChangeMessageVisibilityBatchRequest): Promise<ChangeMessageVisibilityBatchResult> {
-    return this.call('ChangeMessageVisibilityBatch', input, this.requestTimeoutMs);
+  changeMessageVisibilityBatch(
+    input: ChangeMessageVisibilityBatchRequest,
+    signal?: AbortSignal,
+  ): Promise<ChangeMessageVisibilityBatchResult> {
+    return this.call('ChangeMessageVisibilityBatch', input, this.requestTimeoutMs, signal);
   }
 
   async sendMessageBatch(input: SendMessageBatchRequest, signal?: AbortSignal): Promise<SendMessageBatchResult> {

@@ -175,29 +175,35 @@ export class SqsQueue implements JobQueue {
     }
   }
 
-  async changeVisibility(changes: VisibilityChange[]): Promise<EntryFailure[]> {
+  async changeVisibility(changes: VisibilityChange[], signal?: AbortSignal): Promise<EntryFailure[]> {
     const failures: EntryFailure[] = [];
     for (const batch of chunk(changes, SQS_BATCH_LIMIT)) {
-      const out = await this.hotPath.changeMessageVisibilityBatch({
-        QueueUrl: this.queueUrl,
-        Entries: batch.map((c, i) => ({
-          Id: String(i),
-          ReceiptHandle: c.receipt,
-          VisibilityTimeout: Math.max(0, Math.min(43_200, Math.round(c.seconds))),
-        })),
-      });
+      const out = await this.hotPath.changeMessageVisibilityBatch(
+        {
+          QueueUrl: this.queueUrl,
+          Entries: batch.map((c, i) => ({
+            Id: String(i),
+            ReceiptHandle: c.receipt,
+            VisibilityTimeout: Math.max(0, Math.min(43_200, Math.round(c.seconds))),
+          })),
+        },
+        signal,
+      );
       for (const f of out.Failed ?? []) failures.push(toFailure(batch[Number(f.Id)]!.receipt, f.Code, f.Message));
     }
     return failures;
   }
 
-  async delete(receipts: string[]): Promise<EntryFailure[]> {
+  async delete(receipts: string[], signal?: AbortSignal): Promise<EntryFailure[]> {
     const failures: EntryFailure[] = [];
     for (const batch of chunk(receipts, SQS_BATCH_LIMIT)) {
-      const out = await this.hotPath.deleteMessageBatch({
-        QueueUrl: this.queueUrl,
-        Entries: batch.map((r, i) => ({ Id: String(i), ReceiptHandle: r })),
-      });
+      const out = await this.hotPath.deleteMessageBatch(
+        {
+          QueueUrl: this.queueUrl,
+          Entries: batch.map((r, i) => ({ Id: String(i), ReceiptHandle: r })),
+        },
+        signal,
+      );
       for (const f of out.Failed ?? []) failures.push(toFailure(batch[Number(f.Id)]!, f.Code, f.Message));
     }
     return failures;
@@ -208,8 +214,9 @@ export class SqsQueue implements JobQueue {
 function sdkHotPath(client: SQSClient): SqsHotPath {
   return {
     receiveMessage: (input, signal) => client.send(new ReceiveMessageCommand(input), signal ? { abortSignal: signal } : {}),
-    deleteMessageBatch: (input) => client.send(new DeleteMessageBatchCommand(input)),
-    changeMessageVisibilityBatch: (input) => client.send(new ChangeMessageVisibilityBatchCommand(input)),
+    deleteMessageBatch: (input, signal) => client.send(new DeleteMessageBatchCommand(input), signal ? { abortSignal: signal } : {}),
+    changeMessageVisibilityBatch: (input, signal) =>
+      client.send(new ChangeMessageVisibilityBatchCommand(input), signal ? { abortSignal: signal } : {}),
     sendMessageBatch: (input, signal) => client.send(new SendMessageBatchCommand(input), signal ? { abortSignal: signal } : {}),
   };
 }

@@ -64,10 +64,10 @@ export interface JobQueue {
   /** Long-poll for up to `max` (≤ 10) messages. Resolves early with [] when `signal` aborts. */
   /** Up to `max` messages, each a new object the caller owns (LaneQueues marks them in place). */
   receive(max: number, waitSeconds: number, signal?: AbortSignal): Promise<ReceivedMessage[]>;
-  /** Batch visibility change; returns the entries that failed. */
-  changeVisibility(changes: VisibilityChange[]): Promise<EntryFailure[]>;
-  /** Batch delete; returns the entries that failed. */
-  delete(receipts: string[]): Promise<EntryFailure[]>;
+  /** Batch visibility change; returns the entries that failed; throws once `signal` aborts. */
+  changeVisibility(changes: VisibilityChange[], signal?: AbortSignal): Promise<EntryFailure[]>;
+  /** Batch delete; returns the entries that failed; throws once `signal` aborts. */
+  delete(receipts: string[], signal?: AbortSignal): Promise<EntryFailure[]>;
 }
 
 /** SQS's batch limit for SendMessageBatch, DeleteMessageBatch, ChangeMessageVisibilityBatch. */

@@ -24,13 +24,19 @@ interface PendingDelete {
   jobId: string | undefined;
 }
 
+/** The longest one SQS call of a stopping worker's messages may take (QueueMessages.stoppingSignal). */
+export const STOPPING_SQS_CALL_MS = 2_000;
+
 export class QueueMessages {
   private readonly deletes: Batcher<PendingDelete, void>;
 
   constructor(private readonly ctx: WorkerContext) {
     this.deletes = new Batcher<PendingDelete, void>(
       async (items) => {
-        const failures = await ctx.queue.delete(items.map((d) => d.message.receipt));
+        const failures = await ctx.queue.delete(
+          items.map((d) => d.message.receipt),
+          this.stoppingSignal(),
+        );
         for (const f of failures) {
           const d = items.find((i) => i.message.receipt === f.receipt);
           this.ctx.log.warn(
@@ -56,6 +62,17 @@ export class QueueMessages {
     );
   }
 
+  /**
+   * While the worker stops, each SQS call here gives up after STOPPING_SQS_CALL_MS: the releases
+   * are the database's, and a message left hidden comes back at its visibility timeout (or its job
+   * gets a fresh one through the outbox). An SQS that did not answer during a deploy held the stop
+   * for the wire's retries, 30 s a try, past ECS's stop timeout: the running jobs were never
+   * released, and each lost an attempt (worker SQS review).
+   */
+  private stoppingSignal(): AbortSignal | undefined {
+    return this.ctx.stopping ? AbortSignal.timeout(STOPPING_SQS_CALL_MS) : undefined;
+  }
+
   delete(m: ReceivedMessage, why: string, h?: Held): void {
     this.deletes.push({ message: m, why, jobId: h?.job.id });
   }
@@ -65,7 +82,7 @@ export class QueueMessages {
     const batches = await Promise.all(
       chunk(changes, SQS_BATCH_LIMIT).map(async (batch): Promise<EntryFailure[]> => {
         try {
-          return await this.ctx.queue.changeVisibility(batch);
+          return await this.ctx.queue.changeVisibility(batch, this.stoppingSignal());
         } catch (err) {
           this.ctx.log.warn({ err, count: batch.length }, 'visibility change failed');
           return batch.map((c) => ({ receipt: c.receipt, code: 'RequestFailed', message: String(err), stale: false }));

@@ -27,7 +27,7 @@ import { Fetcher } from './fetcher.ts';
 import { Heartbeat } from './heartbeat.ts';
 import { ABANDON_GRACE_MS, sleep, WorkerContext, type Held, type WorkerOptions } from './held.ts';
 import { settledWithin } from '../support/settled.ts';
-import { QueueMessages } from './messages.ts';
+import { QueueMessages, STOPPING_SQS_CALL_MS } from './messages.ts';
 import { registerTypes, warm } from './startup.ts';
 
 export type { DeadLetterReason, WorkerEvent, WorkerEventKind } from '../domain/events.ts';
@@ -188,7 +188,8 @@ export class Worker {
     await this.completer.drain();
     await this.completer.lost.releaseAtStop(); // noted since the receive loop ended
     await this.ctx.keyWake.idle();
-    await this.messages.drain();
+    // Deletes sent before the stop began carry no deadline of their own: waited for as long as one that did.
+    await settledWithin([this.messages.drain()], STOPPING_SQS_CALL_MS);
     // Bounded: the stop's margin before SIGKILL holds the release, the metrics and this (outbox.ts drain).
     await this.opts.publisher.drain(2_000);
     this.setBusy(false);

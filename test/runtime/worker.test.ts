@@ -12,6 +12,7 @@ import { pause } from '../../runtime/handlers/validate.ts';
 import { METRIC } from '../../runtime/observability/metric-names.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { jobMessageBody } from '../../runtime/queue/message.ts';
+import type { JobQueue } from '../../runtime/queue/types.ts';
 import { Rescuer } from '../../runtime/maintenance/rescuer.ts';
 import type { WorkerEvent } from '../../runtime/worker/worker.ts';
 import { ABANDON_GRACE_MS, longPollSeconds } from '../../runtime/worker/held.ts';
@@ -352,6 +353,35 @@ describe('worker', () => {
     expect(Date.now() - t0).toBeLessThan(2000);
     // The release did not spend the job's attempt budget.
     expect(running.attempt - running.releases).toBe(1);
+  });
+
+  it('graceful stop while SQS does not answer visibility changes nor deletes: every job is released well within the stop timeout', async () => {
+    // Worker SQS review: the hand-back's visibility change waited for the wire's retries (30 s a
+    // try), ECS killed the task first, and the running job was never released: it lost an attempt
+    // (on its last one, dead and paged).
+    const silent = (_x: unknown, signal?: AbortSignal) =>
+      new Promise<never>((_, reject) => signal?.addEventListener('abort', () => reject(signal.reason), { once: true }));
+    const queue: JobQueue = {
+      send: (m) => p.queue.send(m),
+      receive: (max, wait, signal) => p.queue.receive(max, wait, signal),
+      changeVisibility: silent,
+      delete: silent,
+    };
+    const jobs = await Promise.all(
+      ['B-SILENT-1', 'B-SILENT-2', 'B-SILENT-3'].map((batch) => enqueue('ledger.post', { batch, entries: 1, workMs: 30_000 })),
+    );
+    const a = p.worker({ queue, timings: { concurrency: 1 }, prefetch: 2 });
+    a.start();
+    await waitFor(
+      async () => (await Promise.all(jobs.map((j) => jobState(j.id)))).filter((j) => j.state === 'running').length === 3,
+      10_000,
+      'one job running, two claimed ahead',
+    );
+    const t0 = Date.now();
+    await a.stop(0.5);
+    // ECS gives drain + 10 s; the SQS calls of the stop gave up after STOPPING_SQS_CALL_MS each.
+    expect(Date.now() - t0).toBeLessThan(500 + 10_000);
+    for (const j of jobs) expect(await jobState(j.id)).toMatchObject({ state: 'pending', releases: 1, leaseOwner: null });
   });
 
   it('graceful stop lets a job that finishes within the drain deadline complete', async () => {
