@@ -55,9 +55,14 @@ interface LaneState {
   poll: Promise<void> | null;
   /** What a background poll brought, for the next pass. */
   ready: ReceivedMessage[];
-  /** A background poll failed: the next pass throws it (the fetcher backs off). */
+  /** Its last receive failed: the error, its failures in a row, and until when (performance.now()) it is left alone. */
   error: unknown;
+  failures: number;
+  downUntil: number;
 }
+
+/** The longest a lane whose receives fail is left alone before it is tried again (1 s doubling). */
+export const LANE_RECEIVE_BACKOFF_MAX_MS = 30_000;
 
 /** The fetcher's receives when the lanes have queues of their own. */
 export class LaneReceiver {
@@ -72,7 +77,7 @@ export class LaneReceiver {
     private readonly messages: QueueMessages,
     private readonly opts: { bulkInHandTarget: number; waitSeconds: number; bulkInHand: () => number },
   ) {
-    this.lanes = LANES.map((lane) => ({ lane, busy: true, poll: null, ready: [], error: undefined }));
+    this.lanes = LANES.map((lane) => ({ lane, busy: true, poll: null, ready: [], error: undefined, failures: 0, downUntil: 0 }));
   }
 
   /**
@@ -81,12 +86,12 @@ export class LaneReceiver {
    */
   async receive(room: number): Promise<ReceivedMessage[]> {
     this.roomless = false;
-    const failed = this.lanes.find((s) => s.error !== undefined);
-    if (failed) {
-      const err = failed.error;
-      failed.error = undefined;
-      throw err;
-    }
+    // A lane whose receives fail is left alone for a while, and the other goes on: an urgent queue
+    // throttled at month-end stopped every bulk job (worker SQS review). Every lane failing: the
+    // fetcher's own backoff, and its line.
+    const now = performance.now();
+    const up = (s: LaneState) => s.downUntil <= now;
+    if (!this.lanes.some(up)) throw this.lanes.reduce((a, b) => (b.downUntil > a.downUntil ? b : a)).error;
     const [urgent, bulk] = this.lanes as [LaneState, LaneState];
     const got = { urgent: urgent.ready.splice(0), bulk: bulk.ready.splice(0) };
     // Bulk's share: what it lacks of its slots, when it has work.
@@ -96,22 +101,16 @@ export class LaneReceiver {
     // busy receives wait for the next pass, which follows at once while there is room.
     const fresh = got.urgent.length + got.bulk.length === 0;
     const urgentWant = room - reserve;
-    if (fresh && urgent.busy && !urgent.poll && urgentWant > 0) got.urgent.push(...(await this.receiveBusy(urgent, urgentWant)));
+    if (fresh && urgent.busy && !urgent.poll && urgentWant > 0 && up(urgent))
+      got.urgent.push(...(await this.receiveBusy(urgent, urgentWant)));
     const bulkWant = room - got.urgent.length;
-    if (fresh && bulk.busy && !bulk.poll && bulkWant > 0) {
-      try {
-        got.bulk.push(...(await this.receiveBusy(bulk, bulkWant)));
-      } catch (err) {
-        // What urgent brought is claimed now; the bulk lane's failure is the next pass's (its backoff).
-        if (got.urgent.length === 0) throw err;
-        bulk.error = err;
-      }
-    }
+    // What urgent brought is claimed now whatever bulk's receive does (its failure is its backoff).
+    if (fresh && bulk.busy && !bulk.poll && bulkWant > 0 && up(bulk)) got.bulk.push(...(await this.receiveBusy(bulk, bulkWant)));
     if (this.ctx.stopping) {
       await this.handBack([...got.urgent, ...got.bulk]);
       return [];
     }
-    for (const s of this.lanes) if (!s.busy && !s.poll) this.startPoll(s, Math.min(SQS_BATCH_LIMIT, Math.max(1, room)));
+    for (const s of this.lanes) if (!s.busy && !s.poll && up(s)) this.startPoll(s, Math.min(SQS_BATCH_LIMIT, Math.max(1, room)));
     const all = [...got.urgent, ...got.bulk];
     if (all.length > room) await this.handBack(all.splice(room));
     if (!fresh) this.fromPolls.add(all);
@@ -144,11 +143,18 @@ export class LaneReceiver {
     await this.noRoom();
   }
 
-  /** A busy lane: up to `want` without waiting (parallel receives of 10 when the first is full). */
+  /** A busy lane: up to `want` without waiting (parallel receives of 10 when the first is full); a failure is the lane's backoff. */
   private async receiveBusy(s: LaneState, want: number): Promise<ReceivedMessage[]> {
     const q = this.ctx.queue;
     const signal = this.ctx.receiveAc.signal;
-    const first = await q.receiveFrom(s.lane, Math.min(SQS_BATCH_LIMIT, want), 0, signal);
+    let first: ReceivedMessage[];
+    try {
+      first = await q.receiveFrom(s.lane, Math.min(SQS_BATCH_LIMIT, want), 0, signal);
+    } catch (err) {
+      this.failed(s, err);
+      return [];
+    }
+    this.answered(s);
     s.busy = first.length > 0;
     if (want <= SQS_BATCH_LIMIT || first.length < SQS_BATCH_LIMIT) return first;
     const sizes: number[] = [];
@@ -161,6 +167,7 @@ export class LaneReceiver {
     s.poll = this.ctx.queue
       .receiveFrom(s.lane, max, this.opts.waitSeconds, this.ctx.receiveAc.signal)
       .then(async (got) => {
+        this.answered(s);
         if (got.length === 0) return;
         // A full batch: there is more, receive without waiting. A short one: SQS had no more, so
         // the next pass opens a long poll again (one call per arrival on a quiet lane, not two).
@@ -168,12 +175,29 @@ export class LaneReceiver {
         if (this.ctx.stopping || this.roomless) await this.handBack(got);
         else s.ready.push(...got);
       })
-      .catch((err: unknown) => {
-        s.error = err;
-      })
+      .catch((err: unknown) => this.failed(s, err))
       .finally(() => {
         s.poll = null;
       });
+  }
+
+  private failed(s: LaneState, err: unknown): void {
+    if (this.ctx.receiveAc.signal.aborted) return; // the stop's abort, not the queue's failure
+    s.failures++;
+    s.error = err;
+    const wait = Math.min(LANE_RECEIVE_BACKOFF_MAX_MS, 1000 * 2 ** (s.failures - 1));
+    s.downUntil = performance.now() + wait;
+    const other = this.lanes.find((x) => x !== s)!;
+    this.ctx.log.warn(
+      { err, lane: s.lane, failures: s.failures, retryInMs: wait },
+      `receive from the ${s.lane} lane's queue failed; ${other.downUntil > performance.now() ? 'the other lane fails too' : `the ${other.lane} lane goes on`}; trying it again in ${wait / 1000} s`,
+    );
+  }
+
+  private answered(s: LaneState): void {
+    s.failures = 0;
+    s.downUntil = 0;
+    s.error = undefined;
   }
 
   private async handBack(ms: ReceivedMessage[]): Promise<void> {

@@ -299,6 +299,29 @@ describe('lanes: the worker prefers urgent and never starves bulk', () => {
     expect(started.slice(0, 2).sort()).toEqual(['u1', 'u2']);
   });
 
+  it('an urgent queue whose receives keep failing (throttled at month-end) leaves the bulk lane running, and is tried again after its backoff', async () => {
+    // Worker SQS review: the urgent receive's failure was thrown every pass, and no bulk job ran.
+    l = await lanes(false, { leaseSeconds: 9, heartbeatSeconds: 3, visibilityTimeoutSeconds: 30 });
+    await l.client.enqueueNow(['b1', 'b2', 'b3'].map((tag) => ({ type: 'test.work', payload: { tag } })));
+    await waitFor(async () => (await l.bulk.approximateCount()) === 3, 5_000, 'published');
+    const receive = l.urgent.receive.bind(l.urgent);
+    let throttled = true;
+    let urgentCalls = 0;
+    l.urgent.receive = async (max, wait, signal) => {
+      urgentCalls++;
+      if (throttled) throw Object.assign(new Error('Rate exceeded'), { name: 'ThrottlingException' });
+      return receive(max, wait, signal);
+    };
+    l.worker(4).start();
+    await waitFor(() => ['b1', 'b2', 'b3'].every((t) => started.includes(t)), 8_000, 'the bulk jobs ran');
+    // Left alone meanwhile (1 s, 2 s, …), not asked every pass.
+    expect(urgentCalls).toBeLessThan(5);
+    // SQS answers again: the urgent lane is back within its backoff.
+    throttled = false;
+    await l.client.enqueueNow([{ type: 'test.work', payload: { tag: 'u-back' }, lane: 'urgent' }]);
+    await waitFor(() => started.includes('u-back'), 40_000, 'the urgent job ran once the lane answered');
+  }, 60_000);
+
   it('one queue for every lane (no urgent queue): urgent jobs go to the shared queue and run', async () => {
     l = await lanes(true);
     const [r] = await l.client.enqueueNow({ type: 'test.work', payload: { tag: 'u-shared' }, lane: 'urgent' });
