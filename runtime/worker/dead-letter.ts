@@ -10,7 +10,7 @@ import type { ReceivedMessage } from '../queue/types.ts';
 import { markDeadJobReported } from '../store/dead-reports.ts';
 import { recordPoisonMessage, type PoisonReason } from '../store/poison.ts';
 import { sleep, type Held, type WorkerContext } from './held.ts';
-import type { QueueMessages } from './messages.ts';
+import { stoppingSignal, type QueueMessages } from './messages.ts';
 
 export class DeadLetters {
   constructor(
@@ -107,7 +107,7 @@ export class DeadLetters {
   private async send(msg: { body: string; attributes: Record<string, string>; lane: Lane }): Promise<boolean> {
     for (let i = 0; i < 3; i++) {
       try {
-        await this.ctx.dlq.send([msg]);
+        await this.ctx.dlq.send([msg], stoppingSignal(this.ctx));
         return true;
       } catch (err) {
         this.ctx.log.warn({ err, try: i + 1 }, 'sending to the dead-letter queue failed');

@@ -61,6 +61,20 @@ interface LaneState {
   downUntil: number;
 }
 
+/** Resolves after `ms`, or at once when `signal` aborts (the worker stops); leaves no listener behind. */
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, Math.max(0, ms));
+    signal.addEventListener('abort', done, { once: true });
+  });
+}
+
 /** The longest a lane whose receives fail is left alone before it is tried again (1 s doubling). */
 export const LANE_RECEIVE_BACKOFF_MAX_MS = 30_000;
 
@@ -95,7 +109,8 @@ export class LaneReceiver {
     const [urgent, bulk] = this.lanes as [LaneState, LaneState];
     const got = { urgent: urgent.ready.splice(0), bulk: bulk.ready.splice(0) };
     // Bulk's share: what it lacks of its slots, when it has work.
-    const bulkWork = bulk.busy || got.bulk.length > 0;
+    // A lane left alone after failures keeps no room (it held every slot, and urgent got none: review).
+    const bulkWork = (bulk.busy && up(bulk)) || got.bulk.length > 0;
     const reserve = bulkWork ? Math.max(0, Math.min(room, this.opts.bulkInHandTarget - this.opts.bulkInHand() - got.bulk.length)) : 0;
     // What a poll brought is claimed now, not after a busy lane's receive (a round trip): the
     // busy receives wait for the next pass, which follows at once while there is room.
@@ -115,8 +130,12 @@ export class LaneReceiver {
     if (all.length > room) await this.handBack(all.splice(room));
     if (!fresh) this.fromPolls.add(all);
     if (all.length > 0) return all;
-    const open = this.lanes.map((s) => s.poll).filter((p): p is Promise<void> => p !== null);
-    if (open.length > 0) await Promise.race(open);
+    // Nothing now: wait on the long polls, and for a lane left alone to be tried again (with no
+    // poll open, the caller came straight back, a pass per tick: review).
+    const waits = this.lanes.map((s) => s.poll).filter((p): p is Promise<void> => p !== null);
+    const down = this.lanes.filter((s) => !up(s));
+    if (down.length > 0) waits.push(pause(Math.min(...down.map((s) => s.downUntil)) - performance.now(), this.ctx.stopAc.signal));
+    if (waits.length > 0) await Promise.race(waits);
     return [];
   }
 

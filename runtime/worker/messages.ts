@@ -24,8 +24,19 @@ interface PendingDelete {
   jobId: string | undefined;
 }
 
-/** The longest one SQS call of a stopping worker's messages may take (QueueMessages.stoppingSignal). */
+/** The longest one SQS call of a stopping worker may take (stoppingSignal). */
 export const STOPPING_SQS_CALL_MS = 2_000;
+
+/**
+ * While the worker stops, each of its SQS calls gives up after STOPPING_SQS_CALL_MS: the releases
+ * are the database's, and a message left hidden comes back at its visibility timeout (or its job
+ * gets a fresh one through the outbox; a dead job's report, the sweeper's). An SQS that did not
+ * answer during a deploy held the stop for the wire's retries, 30 s a try, past ECS's stop
+ * timeout: the running jobs were never released, and each lost an attempt (worker SQS review).
+ */
+export function stoppingSignal(ctx: { stopping: boolean }): AbortSignal | undefined {
+  return ctx.stopping ? AbortSignal.timeout(STOPPING_SQS_CALL_MS) : undefined;
+}
 
 export class QueueMessages {
   private readonly deletes: Batcher<PendingDelete, void>;
@@ -35,7 +46,7 @@ export class QueueMessages {
       async (items) => {
         const failures = await ctx.queue.delete(
           items.map((d) => d.message.receipt),
-          this.stoppingSignal(),
+          stoppingSignal(ctx),
         );
         for (const f of failures) {
           const d = items.find((i) => i.message.receipt === f.receipt);
@@ -62,17 +73,6 @@ export class QueueMessages {
     );
   }
 
-  /**
-   * While the worker stops, each SQS call here gives up after STOPPING_SQS_CALL_MS: the releases
-   * are the database's, and a message left hidden comes back at its visibility timeout (or its job
-   * gets a fresh one through the outbox). An SQS that did not answer during a deploy held the stop
-   * for the wire's retries, 30 s a try, past ECS's stop timeout: the running jobs were never
-   * released, and each lost an attempt (worker SQS review).
-   */
-  private stoppingSignal(): AbortSignal | undefined {
-    return this.ctx.stopping ? AbortSignal.timeout(STOPPING_SQS_CALL_MS) : undefined;
-  }
-
   delete(m: ReceivedMessage, why: string, h?: Held): void {
     this.deletes.push({ message: m, why, jobId: h?.job.id });
   }
@@ -82,7 +82,7 @@ export class QueueMessages {
     const batches = await Promise.all(
       chunk(changes, SQS_BATCH_LIMIT).map(async (batch): Promise<EntryFailure[]> => {
         try {
-          return await this.ctx.queue.changeVisibility(batch, this.stoppingSignal());
+          return await this.ctx.queue.changeVisibility(batch, stoppingSignal(this.ctx));
         } catch (err) {
           this.ctx.log.warn({ err, count: batch.length }, 'visibility change failed');
           return batch.map((c) => ({ receipt: c.receipt, code: 'RequestFailed', message: String(err), stale: false }));
@@ -173,7 +173,10 @@ export class QueueMessages {
       return;
     }
     try {
-      await this.ctx.queue.send([{ body: jobMessageBody(job.id, job.type), delaySeconds: seconds, lane: job.lane }]);
+      await this.ctx.queue.send(
+        [{ body: jobMessageBody(job.id, job.type), delaySeconds: seconds, lane: job.lane }],
+        stoppingSignal(this.ctx),
+      );
       this.delete(m, 're-published for a later due time');
     } catch (err) {
       this.ctx.log.warn({ err, jobId: job.id }, 're-publish for a later due time failed; the message will return');

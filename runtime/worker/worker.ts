@@ -37,6 +37,9 @@ export { sleep, type WorkerOptions } from './held.ts';
 const SURPLUS_CHECK_MS = 250;
 const SURPLUS_WAIT_MS = 1_000;
 
+/** How long after the drain deadline a stop stops waiting for handlers that ignore their abort signal (ECS kills at + 10 s). */
+const STOP_GRACE_END_MS = 6_000;
+
 export class Worker {
   readonly workerId: string;
   readonly store: JobStore;
@@ -179,19 +182,21 @@ export class Worker {
     if (left.length > 0) await this.completer.release(left);
     // What the database could not be asked to release (an outage at the stop): until the drain's deadline.
     await this.releaseNoted(() => false);
-    if (!(await settledWithin(running(), ABANDON_GRACE_MS)))
+    // The grace ends by the drain deadline + STOP_GRACE_END_MS at the latest: ECS kills at + 10 s,
+    // and the final sends and the metrics' flush come after it (review).
+    const graceMs = Math.max(500, Math.min(ABANDON_GRACE_MS, this.drainDeadline + STOP_GRACE_END_MS - Date.now()));
+    if (!(await settledWithin(running(), graceMs)))
       ctx.log.error(
-        { jobs: this.runningJobs, graceMs: ABANDON_GRACE_MS },
+        { jobs: this.runningJobs, graceMs },
         'handlers still running after their abort signal (they do not watch ctx.signal): the worker stops without them; their jobs went back to the queue and their ctx.tx transactions are closed, but what they write elsewhere can still land',
       );
     await this.beat.stop();
     await this.completer.drain();
     await this.completer.lost.releaseAtStop(); // noted since the receive loop ended
     await this.ctx.keyWake.idle();
-    // Deletes sent before the stop began carry no deadline of their own: waited for as long as one that did.
-    await settledWithin([this.messages.drain()], STOPPING_SQS_CALL_MS);
-    // Bounded: the stop's margin before SIGKILL holds the release, the metrics and this (outbox.ts drain).
-    await this.opts.publisher.drain(2_000);
+    // Side by side, bounded: deletes sent before the stop began carry no deadline of their own, and
+    // the stop's margin before SIGKILL holds the release, the metrics and the publishes (outbox.ts drain).
+    await Promise.all([settledWithin([this.messages.drain()], STOPPING_SQS_CALL_MS), this.opts.publisher.drain(2_000)]);
     this.setBusy(false);
     ctx.log.info('worker stopped');
   }

@@ -322,6 +322,27 @@ describe('lanes: the worker prefers urgent and never starves bulk', () => {
     await waitFor(() => started.includes('u-back'), 40_000, 'the urgent job ran once the lane answered');
   }, 60_000);
 
+  it('a bulk queue whose receives keep failing leaves the urgent lane running, without spinning while it waits to try bulk again', async () => {
+    // Review: the down bulk lane still reserved every slot, so urgent was asked for nothing, and
+    // the fetcher came straight back, a pass per tick at full CPU.
+    l = await lanes(false, { leaseSeconds: 9, heartbeatSeconds: 3, visibilityTimeoutSeconds: 30 });
+    let bulkCalls = 0;
+    l.bulk.receive = async () => {
+      bulkCalls++;
+      throw Object.assign(new Error('Rate exceeded'), { name: 'ThrottlingException' });
+    };
+    const cpu0 = process.cpuUsage();
+    const t0 = performance.now();
+    l.worker(30).start();
+    await l.client.enqueueNow(['u1', 'u2'].map((tag) => ({ type: 'test.work', payload: { tag }, lane: 'urgent' as const })));
+    await waitFor(() => ['u1', 'u2'].every((t) => started.includes(t)), 8_000, 'the urgent jobs ran');
+    await new Promise((r) => setTimeout(r, 1_000));
+    const cpu = process.cpuUsage(cpu0);
+    // A loop that spins burns a core; waiting for the lane's backoff burns next to nothing.
+    expect((cpu.user + cpu.system) / 1000).toBeLessThan((performance.now() - t0) / 2);
+    expect(bulkCalls).toBeLessThan(5);
+  });
+
   it('one queue for every lane (no urgent queue): urgent jobs go to the shared queue and run', async () => {
     l = await lanes(true);
     const [r] = await l.client.enqueueNow({ type: 'test.work', payload: { tag: 'u-shared' }, lane: 'urgent' });
