@@ -58,6 +58,7 @@ export type JobAlarmName =
   | 'databasePasswordNotRotated'
   | 'databaseLoginsRefused'
   | 'claimsFailing'
+  | 'sqsCallsFailing'
   | 'apiUnhealthyTargets'
   | 'apiTasksBelowMinimum'
   | 'workerAtMaximum'
@@ -129,6 +130,15 @@ export const DATABASE_LOGINS_REFUSED_ALARM = { periodMinutes: 1, evaluationPerio
  * visibility timeout: 15 minutes by default), with the cause rather than a DLQ of healthy jobs.
  */
 export const CLAIMS_FAILING_ALARM = { periodMinutes: 1, evaluationPeriods: 5, datapointsToAlarm: 3 } as const;
+
+/**
+ * The workers' SQS calls failing after the wire's own retries (SqsCallsFailed: throttling, a
+ * permission revoked, a queue gone, SQS not answering) in each of 5 minutes: a lane's receive is
+ * retried at most 30 s apart, so a failure that lasts fills every minute, and a brownout of a
+ * minute or two does not page. Before, such an outage paged only through its consequences (jobs
+ * stuck, the queue's age), a quarter of an hour later and without its cause.
+ */
+export const SQS_CALLS_FAILING_ALARM = { periodMinutes: 1, evaluationPeriods: 5 } as const;
 
 /** A platform metric as the worker emits it: its environment's namespace, no dimensions. */
 export function jobMetric(
@@ -419,6 +429,20 @@ export class JobAlarms extends Construct {
         evaluationPeriods: CLAIMS_FAILING_ALARM.evaluationPeriods,
         datapointsToAlarm: CLAIMS_FAILING_ALARM.datapointsToAlarm,
         // The workers emit only when a claim fails.
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
+      sqsCallsFailing: make('sqsCallsFailing', {
+        alarmName: `${prefix} SQS calls failing`,
+        alarmDescription: describe(
+          `the workers' SQS calls (receives, visibility changes, deletes, dead letters) have failed in each of the last ${SQS_CALLS_FAILING_ALARM.evaluationPeriods} minutes after their own retries: throttling, a permission revoked, a queue deleted, or SQS not answering. Jobs are safe in the database; a lane whose receives fail is left alone while the other goes on, and undeleted messages return (a succeeded job's, after maxReceiveCount receives, in the DLQ). The workers log the lane and the SQS error.`,
+          RUNBOOK_SECTION.sqsCallsFailing,
+        ),
+        metric: jobMetric(envName, METRIC.sqsCallsFailed, 'Sum', Duration.minutes(SQS_CALLS_FAILING_ALARM.periodMinutes)),
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        threshold: 1,
+        evaluationPeriods: SQS_CALLS_FAILING_ALARM.evaluationPeriods,
+        datapointsToAlarm: SQS_CALLS_FAILING_ALARM.evaluationPeriods,
+        // The workers emit only when a call fails.
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       }),
       databasePasswordNotRotated: make('databasePasswordNotRotated', {

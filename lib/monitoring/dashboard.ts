@@ -140,6 +140,7 @@ export class JobsDashboard extends Construct {
           sum(METRIC.databaseUnavailable, 'Database unreachable (worker stopped receiving)'),
           sum(METRIC.databaseLoginsRefused, 'Database logins refused (worker probes)'),
           sum(METRIC.claimsFailed, 'Claims failed (database answering)'),
+          sum(METRIC.sqsCallsFailed, 'SQS calls failed (workers)'),
         ],
         // A gauge each worker reports every minute: the largest, as the alarm reads it, not a sum.
         right: [jobMetric(envName, METRIC.jobsStuck, 'Maximum', five).with({ label: 'Jobs stuck (largest report)' })],

@@ -24,6 +24,7 @@ export const RUNBOOK_SECTION = {
   databasePasswordNotRotated: 'database-password-not-rotated',
   databaseLoginsRefused: 'database-logins-refused',
   claimsFailing: 'claims-failing',
+  sqsCallsFailing: 'sqs-calls-failing',
   apiUnhealthyTargets: 'api-unhealthy-targets',
   apiTasksBelowMinimum: 'api-tasks-below-minimum',
   workerAtMaximum: 'worker-at-maximum-with-backlog',

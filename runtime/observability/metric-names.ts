@@ -46,6 +46,12 @@ export const METRIC = {
    * after the visibility timeout, each receive spent toward the DLQ.
    */
   claimsFailed: 'ClaimsFailed',
+  /**
+   * Count: a worker's SQS calls that failed after the wire's own retries (a lane's receive, a
+   * visibility change, a delete, a send for a later due time, a dead letter): throttling, a
+   * permission revoked, a queue gone, SQS not answering. Jobs are safe in the database meanwhile.
+   */
+  sqsCallsFailed: 'SqsCallsFailed',
   /** Count: reads of the database secret that failed, by workers and API tasks (runtime/db/credentials.ts: hourly, and on a refused login). */
   databaseSecretReadsFailed: 'DatabaseSecretReadsFailed',
   /** Milliseconds: age of the database secret's current version (since its last rotation), at each task's start and hourly read (workers and API). */

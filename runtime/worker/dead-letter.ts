@@ -110,6 +110,7 @@ export class DeadLetters {
         await this.ctx.dlq.send([msg], stoppingSignal(this.ctx));
         return true;
       } catch (err) {
+        this.ctx.metrics.count(METRIC.sqsCallsFailed);
         this.ctx.log.warn({ err, try: i + 1 }, 'sending to the dead-letter queue failed');
         await sleep(200 * 2 ** i);
       }

@@ -22,6 +22,7 @@
 // fetcher receives as before and only the slot rule applies, to the jobs already claimed.
 
 import { LANES, type Lane } from '../domain/lanes.ts';
+import { METRIC } from '../observability/metric-names.ts';
 import { SQS_BATCH_LIMIT, type ReceivedMessage } from '../queue/types.ts';
 import type { WorkerContext } from './held.ts';
 import type { QueueMessages } from './messages.ts';
@@ -206,6 +207,7 @@ export class LaneReceiver {
     s.error = err;
     const wait = Math.min(LANE_RECEIVE_BACKOFF_MAX_MS, 1000 * 2 ** (s.failures - 1));
     s.downUntil = performance.now() + wait;
+    this.ctx.metrics.count(METRIC.sqsCallsFailed);
     const other = this.lanes.find((x) => x !== s)!;
     this.ctx.log.warn(
       { err, lane: s.lane, failures: s.failures, retryInMs: wait },

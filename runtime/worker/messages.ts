@@ -5,6 +5,7 @@
 import { MAX_WAITING_MESSAGE_AGE_SECONDS } from '../config/rules.ts';
 import type { Job } from '../domain/job.ts';
 import { jobMessageBody } from '../queue/message.ts';
+import { METRIC } from '../observability/metric-names.ts';
 import {
   chunk,
   messageAgeSeconds,
@@ -64,11 +65,13 @@ export class QueueMessages {
       {
         maxItems: SQS_BATCH_LIMIT,
         delayMs: 50,
-        onError: (err, items) =>
+        onError: (err, items) => {
+          this.ctx.metrics.count(METRIC.sqsCallsFailed);
           this.ctx.log.warn(
             { err, messages: items.length, why: [...new Set(items.map((d) => d.why))] },
             'message delete failed; the messages will return and be settled again',
-          ),
+          );
+        },
       },
     );
   }
@@ -84,6 +87,7 @@ export class QueueMessages {
         try {
           return await this.ctx.queue.changeVisibility(batch, stoppingSignal(this.ctx));
         } catch (err) {
+          this.ctx.metrics.count(METRIC.sqsCallsFailed);
           this.ctx.log.warn({ err, count: batch.length }, 'visibility change failed');
           return batch.map((c) => ({ receipt: c.receipt, code: 'RequestFailed', message: String(err), stale: false }));
         }
@@ -179,6 +183,7 @@ export class QueueMessages {
       );
       this.delete(m, 're-published for a later due time');
     } catch (err) {
+      this.ctx.metrics.count(METRIC.sqsCallsFailed);
       this.ctx.log.warn({ err, jobId: job.id }, 're-publish for a later due time failed; the message will return');
     }
   }

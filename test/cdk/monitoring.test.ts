@@ -13,6 +13,7 @@ import {
   API_DEPLOYMENT_ALARMS,
   DATABASE_PASSWORD_NOT_ROTATED_GRACE_DAYS,
   CLAIMS_FAILING_ALARM,
+  SQS_CALLS_FAILING_ALARM,
   DATABASE_LOGINS_REFUSED_ALARM,
   DATABASE_SECRET_UNREADABLE_ALARM,
   JOBS_STUCK_ALARM,
@@ -22,6 +23,7 @@ import {
 } from '../../lib/monitoring/alarms.ts';
 import { RUNBOOK_PATH, RUNBOOK_SECTION } from '../../lib/monitoring/runbook.ts';
 import { REPO_ROOT } from '../../lib/paths.ts';
+import { LANE_RECEIVE_BACKOFF_MAX_MS } from '../../runtime/worker/lane-choice.ts';
 import { environment, idOf, only, resourcesOfType, synthConfig, synthEnv, withChanges } from './support.ts';
 
 const prod = synthEnv('prod');
@@ -105,8 +107,8 @@ function infos(scope: IConstruct): string[] {
 }
 
 describe('alarms', () => {
-  it('are the twenty-five on-call alarms, no more', () => {
-    expect(alarms).toHaveLength(26);
+  it('are the twenty-seven on-call alarms, no more', () => {
+    expect(alarms).toHaveLength(27);
   });
 
   it.each(alarms.map((a) => [a.AlarmName as string, a] as const))('%s notifies the on-call topic when it fires and clears', (_name, a) => {
@@ -132,7 +134,7 @@ describe('alarms', () => {
   it('each runbook section the alarms use exists, one per alarm', () => {
     for (const s of Object.values(RUNBOOK_SECTION)) expect(sections.has(s), s).toBe(true);
     const cited = alarms.map((a) => /#([a-z0-9-]+)$/.exec(a.AlarmDescription as string)![1]);
-    expect(new Set(cited).size).toBe(26);
+    expect(new Set(cited).size).toBe(27);
   });
 
   it('DLQ not empty: any visible message, missing data not breaching', () => {
@@ -375,6 +377,26 @@ describe('alarms', () => {
     expect(a.AlarmDescription).toMatch(/stopped receiving.*Runbook: docs\/runbooks\/README\.md#database-logins-refused$/s);
   });
 
+  it("SQS calls failing: the workers' SqsCallsFailed in each of 5 minutes (a failing lane is retried at most 30 s apart), paging with the cause before the DLQ would", () => {
+    const a = alarmNamed('SQS calls failing');
+    expect(a).toMatchObject({
+      Namespace: metricNamespace('prod'),
+      MetricName: METRIC.sqsCallsFailed,
+      Statistic: 'Sum',
+      Period: SQS_CALLS_FAILING_ALARM.periodMinutes * 60,
+      ComparisonOperator: 'GreaterThanOrEqualToThreshold',
+      Threshold: 1,
+      EvaluationPeriods: 5,
+      DatapointsToAlarm: 5,
+      TreatMissingData: 'notBreaching',
+    });
+    expect(LANE_RECEIVE_BACKOFF_MAX_MS).toBeLessThanOrEqual(SQS_CALLS_FAILING_ALARM.periodMinutes * 60_000);
+    expect(SQS_CALLS_FAILING_ALARM.periodMinutes * SQS_CALLS_FAILING_ALARM.evaluationPeriods * 60).toBeLessThan(
+      c.jobTimings.maxReceiveCount * c.jobTimings.visibilityTimeoutSeconds,
+    );
+    expect(a.AlarmDescription).toMatch(/throttling.*Runbook: docs\/runbooks\/README\.md#sqs-calls-failing$/s);
+  });
+
   it("claims failing: the workers' ClaimsFailed by its imported name, in 3 of 5 minutes (a failed claim's messages return a visibility timeout later), paging before the DLQ would", () => {
     const a = alarmNamed('claims failing');
     expect(a).toMatchObject({
@@ -502,7 +524,7 @@ describe('alarm delivery (issue 12)', () => {
       },
     ]);
     // Every alarm's ARN, in the order they were made, and nothing else.
-    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(26);
+    expect(allow[0]!.Condition.ArnLike['aws:SourceArn']).toHaveLength(27);
   });
 
   it('the key lets CloudWatch use it under the same conditions, and allows grants only for AWS services', () => {

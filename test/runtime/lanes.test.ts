@@ -76,7 +76,7 @@ interface Lanes {
   client: JobClient;
   store: JobStore;
   workers: TestWorker[];
-  worker(concurrency: number, o?: { bulkSlots?: number; prefetch?: number; pool?: pg.Pool }): TestWorker;
+  worker(concurrency: number, o?: { bulkSlots?: number; prefetch?: number; pool?: pg.Pool; metrics?: CountingMetrics }): TestWorker;
 }
 
 let l: Lanes;
@@ -312,10 +312,12 @@ describe('lanes: the worker prefers urgent and never starves bulk', () => {
       if (throttled) throw Object.assign(new Error('Rate exceeded'), { name: 'ThrottlingException' });
       return receive(max, wait, signal);
     };
-    l.worker(4).start();
+    const metrics = new CountingMetrics();
+    l.worker(4, { metrics }).start();
     await waitFor(() => ['b1', 'b2', 'b3'].every((t) => started.includes(t)), 8_000, 'the bulk jobs ran');
-    // Left alone meanwhile (1 s, 2 s, …), not asked every pass.
+    // Left alone meanwhile (1 s, 2 s, …), not asked every pass; each failure counted for the alarm.
     expect(urgentCalls).toBeLessThan(5);
+    expect(metrics.counts.get(METRIC.sqsCallsFailed)).toBe(urgentCalls);
     // SQS answers again: the urgent lane is back within its backoff.
     throttled = false;
     await l.client.enqueueNow([{ type: 'test.work', payload: { tag: 'u-back' }, lane: 'urgent' }]);
