@@ -26,7 +26,7 @@ export interface RelayOptions {
   skipDeferred?: boolean;
   /** How long a relay's lease on the rows it is sending lasts (default RELAY_LEASE_SECONDS). */
   leaseSeconds?: number;
-  /** The longest one send may take, retries included (default RELAY_SEND_DEADLINE_MS). */
+  /** The longest a lane's sends of one lease may take, retries included (default RELAY_SEND_DEADLINE_MS). */
   sendDeadlineMs?: number;
 }
 
@@ -174,7 +174,9 @@ export class OutboxRelay {
       const perLane = new Map<Lane, (typeof live)[]>();
       for (const batch of chunkPerLane(live, (r) => r.lane as Lane)) {
         const lane = batch[0]!.lane as Lane;
-        perLane.set(lane, [...(perLane.get(lane) ?? []), batch]);
+        const batches = perLane.get(lane);
+        if (batches) batches.push(batch);
+        else perLane.set(lane, [batch]);
       }
       const deadlineMs = this.opts.sendDeadlineMs ?? RELAY_SEND_DEADLINE_MS;
       await Promise.all(

@@ -24,7 +24,7 @@
 import { LANES, type Lane } from '../domain/lanes.ts';
 import { METRIC } from '../observability/metric-names.ts';
 import { SQS_BATCH_LIMIT, type ReceivedMessage } from '../queue/types.ts';
-import type { WorkerContext } from './held.ts';
+import { sleep, type WorkerContext } from './held.ts';
 import type { QueueMessages } from './messages.ts';
 
 /** The slots bulk keeps while urgent work waits: a fifth of the concurrency, at least 1. */
@@ -60,20 +60,6 @@ interface LaneState {
   error: unknown;
   failures: number;
   downUntil: number;
-}
-
-/** Resolves after `ms`, or at once when `signal` aborts (the worker stops); leaves no listener behind. */
-function pause(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, Math.max(0, ms));
-    signal.addEventListener('abort', done, { once: true });
-  });
 }
 
 /** The longest a lane whose receives fail is left alone before it is tried again (1 s doubling). */
@@ -135,7 +121,8 @@ export class LaneReceiver {
     // poll open, the caller came straight back, a pass per tick: review).
     const waits = this.lanes.map((s) => s.poll).filter((p): p is Promise<void> => p !== null);
     const down = this.lanes.filter((s) => !up(s));
-    if (down.length > 0) waits.push(pause(Math.min(...down.map((s) => s.downUntil)) - performance.now(), this.ctx.stopAc.signal));
+    if (down.length > 0)
+      waits.push(sleep(Math.max(0, Math.min(...down.map((s) => s.downUntil)) - performance.now()), this.ctx.stopAc.signal));
     if (waits.length > 0) await Promise.race(waits);
     return [];
   }
