@@ -179,6 +179,9 @@ interface Sample {
   processPerSec: number;
   /** The rate between the 10th and the 90th percent of the drain: without the worker's start and the last stragglers. */
   steadyPerSec: number;
+  /** Each tenth of the drain's rate, jobs/s, first to last; and when the first job succeeded, ms after the worker started. */
+  tenths: number[];
+  firstMs: number;
   commitsPerJob: number;
   walBytesPerJob: number;
   enqueueCost: Cost;
@@ -259,11 +262,14 @@ async function processAll(
   n: number,
   concurrency: number,
   prefetch: number | null,
-): Promise<{ perSec: number; steadyPerSec: number; cpuSeconds: number; kernelCpuSeconds: number }> {
+): Promise<{ perSec: number; steadyPerSec: number; tenths: number[]; firstMs: number; cpuSeconds: number; kernelCpuSeconds: number }> {
   const pool = createPool({ url, max: workerPoolSize(concurrency), applicationName: 'bench worker' });
   let done = 0;
   let t10 = 0;
   let t90 = 0;
+  // When each tenth of the drain ended (and the first job): where a drain's time goes, start to end.
+  const tenthEnds: number[] = [];
+  let firstAt = 0;
   let resolveDone!: () => void;
   const allDone = new Promise<void>((r) => (resolveDone = r));
   const worker = new Worker({
@@ -281,6 +287,8 @@ async function processAll(
       count: (name, k = 1) => {
         if (name !== METRIC.jobsSucceeded) return;
         done += k;
+        if (firstAt === 0) firstAt = performance.now();
+        while (tenthEnds.length < 10 && done >= ((tenthEnds.length + 1) * n) / 10) tenthEnds.push(performance.now());
         if (t10 === 0 && done >= n / 10) t10 = performance.now();
         if (t90 === 0 && done >= (n * 9) / 10) t90 = performance.now();
         if (done >= n) resolveDone();
@@ -299,6 +307,8 @@ async function processAll(
   return {
     perSec: n / seconds,
     steadyPerSec: (0.8 * n * 1000) / (t90 - t10),
+    tenths: tenthEnds.map((t, i) => (n / 10 / (t - (i === 0 ? t0 : tenthEnds[i - 1]!))) * 1000),
+    firstMs: firstAt - t0,
     cpuSeconds: (cpu.user + cpu.system) / 1e6,
     kernelCpuSeconds: cpu.system / 1e6,
   };
@@ -385,6 +395,8 @@ async function throughput(
       enqueuePerSec: enq.result,
       processPerSec: proc.result.perSec,
       steadyPerSec: proc.result.steadyPerSec,
+      tenths: proc.result.tenths,
+      firstMs: proc.result.firstMs,
       commitsPerJob: commits / n,
       walBytesPerJob: wal / n,
       enqueueCost: enq.cost,
@@ -808,7 +820,7 @@ async function main(): Promise<void> {
                     ? ''
                     : `, ${s.sqsCallsPerJob.toFixed(3)} SQS calls/job, local endpoint ${s.endpointCpuSecondsPer1000?.toFixed(3) ?? '?'} CPU s/1000`;
                 log(
-                  `  ${fmt(s.processPerSec)} jobs/s (steady ${fmt(s.steadyPerSec)}), ${s.commitsPerJob.toFixed(3)} commits/job, ${fmt(s.walBytesPerJob)} WAL B/job, worker ${s.cpuSecondsPer1000.toFixed(3)} CPU s/1000 (kernel ${s.kernelCpuSecondsPer1000.toFixed(3)})${pgCpu}${calls}`,
+                  `  ${fmt(s.processPerSec)} jobs/s (steady ${fmt(s.steadyPerSec)}; first job at ${s.firstMs.toFixed(0)} ms, tenths ${s.tenths.map((t) => fmt(t)).join(' ')}), ${s.commitsPerJob.toFixed(3)} commits/job, ${fmt(s.walBytesPerJob)} WAL B/job, worker ${s.cpuSecondsPer1000.toFixed(3)} CPU s/1000 (kernel ${s.kernelCpuSecondsPer1000.toFixed(3)})${pgCpu}${calls}`,
                 );
                 if (args.profile && run === 0) {
                   for (const [phase, cost] of [
