@@ -5,7 +5,6 @@
 // re-published, retried shortly, reclaimed after the lease, or dead-lettered. While the database
 // is unreachable it receives nothing and hands back what it held but did not start.
 
-import { settleMessage } from '../domain/settlement.ts';
 import { isQueryReadTimeout } from '../db/pool.ts';
 import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import { METRIC } from '../observability/metric-names.ts';
@@ -19,6 +18,7 @@ import type { QueueMessages } from './messages.ts';
 import { Batcher } from './batcher.ts';
 import { DatabaseGate } from './database-gate.ts';
 import { Pace } from './pace.ts';
+import { settleUnclaimed } from './settle-unclaimed.ts';
 import { LostClaims } from './lost-claims.ts';
 import { Signal } from './signal.ts';
 
@@ -76,6 +76,8 @@ export class Fetcher {
   });
   /** Fires when a receive returns, and when it and its claim end: the loop counts the room again. */
   private readonly arrival = new Signal();
+  /** The worker's start-up: claims wait for it (receiveLoop). */
+  private ready: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly ctx: WorkerContext,
@@ -101,7 +103,14 @@ export class Fetcher {
         });
   }
 
-  async receiveLoop(): Promise<void> {
+  /**
+   * `ready`: the worker's start-up (startup.ts: its types and fleet limits recorded, its first
+   * connections open). The first receive goes out meanwhile, so a worker started into a backlog
+   * has its first messages when its connections are, not a round trip later; nothing is claimed
+   * before `ready` (a fleet limit is in force before its type's first claim).
+   */
+  async receiveLoop(ready: Promise<void> = Promise.resolve()): Promise<void> {
+    this.ready = ready;
     const { ctx, slots, capacity } = this;
     const maxBatch = ctx.opts.maxClaimBatch ?? Math.min(500, capacity);
     // Jobs whose handler finished stay held (and heartbeated) until their batched completion commits,
@@ -213,6 +222,12 @@ export class Fetcher {
   /** Claim what the receives that arrived together brought, in one statement; never rejects. */
   private async claimArrivals(batches: ReceivedMessage[][]): Promise<undefined[]> {
     const messages = batches.flat();
+    await this.ready.catch(() => undefined);
+    // Stopped while the worker was starting: nothing of these is claimed.
+    if (this.ctx.stopping) {
+      await this.handBack(messages);
+      return batches.map(() => undefined);
+    }
     try {
       await this.handleBatch(messages);
       this.claimFailures = 0;
@@ -340,51 +355,6 @@ export class Fetcher {
       const done = new Set([...claimed.map((j) => j.id), ...blocked]);
       ids = missed.filter((id) => !done.has(id));
     }
-    const heartbeatSeconds = ctx.opts.timings.heartbeatSeconds;
-    for (const id of ids) {
-      const job = jobs.get(id);
-      for (const m of byJob.get(id)!) {
-        const s = settleMessage(id, job, job ? job.dbNow.getTime() : 0, heartbeatSeconds);
-        switch (s.action) {
-          case 'dead-letter-message':
-            await this.deadLetters.deadLetterMessage(m, s.reason, { jobId: id, detail: s.detail });
-            break;
-          case 'delete':
-            if (s.duplicate) {
-              ctx.metrics.count(METRIC.duplicateDeliveries);
-              ctx.emit('duplicate-ignored', job, `held by ${job!.leaseOwner}`);
-              ctx.log.info(
-                { jobId: id, type: job!.type, attempt: job!.attempt, receiveCount: m.receiveCount, owner: job!.leaseOwner },
-                'duplicate delivery ignored: another worker holds a live lease',
-              );
-            }
-            this.messages.delete(m, s.why);
-            break;
-          case 'hide-until-due':
-            await this.messages.hideUntilDue(m, job!, s.seconds);
-            break;
-          case 'retry-shortly':
-          case 'reclaim-after-lease':
-            this.ctx.metrics.count(METRIC.claimMisses);
-            await this.messages.retryLater(m, id, s.seconds);
-            break;
-          case 'dead-letter-job': {
-            const [dead] = await ctx.store.deadLetterExpired([id]);
-            if (dead) {
-              ctx.metrics.count(METRIC.jobsDeadLettered);
-              ctx.emit('dead-lettered', dead, s.why);
-              ctx.log.error(
-                { jobId: id, type: job!.type, attempt: job!.attempt, receiveCount: m.receiveCount, lastOwner: job!.leaseOwner },
-                'job dead: lease expired on its final attempt',
-              );
-              await this.deadLetters.deadLetterJob(dead, m, s.reason);
-            } else {
-              await this.messages.changeVisibility([{ receipt: m.receipt, seconds: 1 }]);
-            }
-            break;
-          }
-        }
-      }
-    }
+    await settleUnclaimed(ctx, this.messages, this.deadLetters, ids, jobs, byJob);
   }
 }

@@ -1,5 +1,6 @@
-// What a worker does before its first receive (worker.ts start): record its job types and their
-// fleet limits, then open the connections every worker uses from its first job.
+// What a worker does before its first claim (worker.ts start; its first receive overlaps it):
+// record its job types and their fleet limits, then open the connections every worker uses from
+// its first job.
 
 import { workerPoolSize } from '../config/rules.ts';
 import { warmPool } from '../db/pool.ts';
@@ -7,7 +8,7 @@ import type { JobStore } from '../store/job-store.ts';
 import { registerJobTypes } from '../store/job-types.ts';
 import type { WorkerContext } from './held.ts';
 
-/** Connections a worker opens before its first receive (warm). */
+/** Connections a worker opens before its first claim (warm). */
 const WARM_CONNECTIONS = 4;
 
 /**
@@ -36,7 +37,7 @@ export async function registerTypes(ctx: WorkerContext, store: JobStore): Promis
 }
 
 /**
- * Open the connections every worker uses from its first job before the first receive
+ * Open the connections every worker uses from its first job before the first claim
  * (db/pool.ts warmPool): the claims, the batched completions, the heartbeat and one handler's
  * transaction. The rest of the pool opens on demand and stays open (SERVICE_IDLE_TIMEOUT_MS). Not
  * the whole pool: a backend costs PostgreSQL ~30 ms of CPU to start here, and a worker of

@@ -108,9 +108,8 @@ export class Worker {
   start(): void {
     if (this.loopPromise) return;
     const t = this.opts.timings;
-    this.loopPromise = registerTypes(this.ctx, this.store)
-      .then(() => warm(this.ctx))
-      .then(() => this.fetcher.receiveLoop());
+    // The first receive overlaps the start-up; its messages are claimed once that is done.
+    this.loopPromise = this.fetcher.receiveLoop(registerTypes(this.ctx, this.store).then(() => warm(this.ctx)));
     this.beat.start();
     this.surplusTimer = setInterval(() => void this.releaseSurplus(), SURPLUS_CHECK_MS);
     this.surplusTimer.unref();

@@ -180,6 +180,45 @@ describe('fetcher: settling a message whose job it could not claim, by the job r
   });
 });
 
+describe('fetcher: the first receive overlaps the start-up', () => {
+  it('receives while the worker starts, claims nothing until it is ready, then claims what it received', async () => {
+    const job = await enqueue('F-READY');
+    const receive = vi.spyOn(p.queue, 'receive');
+    const claim = vi.spyOn(u.ctx.store, 'claim');
+    let ready!: () => void;
+    const loop = u.fetcher.receiveLoop(new Promise<void>((r) => (ready = r)));
+    await waitFor(() => receive.mock.results.length > 0, 2000, 'the first receive went out before the start-up ended');
+    await new Promise((r) => setTimeout(r, 200));
+    expect(claim).not.toHaveBeenCalled();
+    expect(u.started).toEqual([]);
+    ready();
+    await waitFor(() => u.started.some((h) => h.job.id === job.id), 5000, 'claimed once started');
+    u.ctx.stopping = true;
+    u.ctx.stopAc.abort();
+    await loop;
+  });
+
+  it('stopped while starting: what was received goes back unclaimed, at once', async () => {
+    const job = await enqueue('F-STOP-STARTING');
+    const receive = vi.spyOn(p.queue, 'receive');
+    const claim = vi.spyOn(u.ctx.store, 'claim');
+    const vis = visibility();
+    let ready!: () => void;
+    const loop = u.fetcher.receiveLoop(new Promise<void>((r) => (ready = r)));
+    await waitFor(() => receive.mock.results.length > 0, 2000, 'received');
+    await (receive.mock.results[0]!.value as Promise<unknown>);
+    u.ctx.stopping = true;
+    u.ctx.stopAc.abort();
+    ready();
+    await loop;
+    await u.messages.drain();
+    expect(claim).not.toHaveBeenCalled();
+    expect(vis.mock.calls.flatMap((c) => c[0].map((x) => x.seconds))).toEqual([0]);
+    expect((await state(job.id)).state).toBe('pending');
+    expect(p.queue.depth()).toMatchObject({ visible: 1 });
+  });
+});
+
 const FAST_RECEIVE_LIMIT = 9; // FAST_TIMINGS.maxReceiveCount - 1
 
 describe('fetcher: the database gate', () => {
