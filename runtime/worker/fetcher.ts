@@ -37,7 +37,7 @@ export interface Slots {
 }
 
 /**
- * Receiving ahead (pace.ts: at most 200 ms of work) asks for at most this many capacities
+ * Receiving ahead (pace.ts: at most 200 ms of work, 400 while climbing) asks for at most this many capacities
  * (concurrency + prefetch), a bound on memory. Too much ahead (long jobs right after fast ones)
  * is handed to idle peers (worker.ts releaseSurplus). Measured (no-op, concurrency 10, 15 ms per
  * SQS call, 100–150 messages in flight at 4,000 jobs/s here), share of the zero-delay rate:

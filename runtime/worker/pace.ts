@@ -41,7 +41,7 @@ const ALPHA = 0.3;
 /**
  * The round trip counted at most this long: one slow receive (a pause, a retried call) must not
  * make the worker claim seconds of work ahead. With HEADROOM, at most 200 ms of work at the
- * recent rate is asked ahead.
+ * recent rate is asked ahead (400 ms while climbing).
  */
 const MAX_ROUND_TRIP_MS = 100;
 /**
@@ -50,12 +50,25 @@ const MAX_ROUND_TRIP_MS = 100;
  * concurrency 10, 15 ms per SQS call): 1,525 → 2,086 jobs/s with 2×.
  */
 const HEADROOM = 2;
+/**
+ * ...and this many while climbing: a window whose rate is at least CLIMB_RATIO times the one
+ * before it (from nothing included: a drain starting) measured receives that were still short of
+ * the pace, so the next step asks twice as far. Once the rate levels off (or falls: long jobs
+ * after fast ones) it is HEADROOM again. Measured (no-op jobs, concurrency 10, 15 ms per SQS
+ * call, drains of 5,000 by a worker started into the backlog, two alternating pairs of 5 runs):
+ * the delayed drains' medians went from 9,771 and 9,755 jobs/s to 10,381 and 10,313, their
+ * share of the zero-delay rate from 82 and 86 % to 92 and 87 % (the runs' ranges overlap).
+ */
+const CLIMB_HEADROOM = 4;
+const CLIMB_RATIO = 1.5;
 
 export class Pace {
   /** Moving average of a full receive's round trip plus its claim, ms. */
   private roundTripMs = 0;
   /** Handler slots freed per ms over the last window. */
   private rate = 0;
+  /** The last window's rate rose CLIMB_RATIO-fold or more over the one before. */
+  private climbing = false;
   private sampledAt: number;
   private sampledCount = 0;
   private readonly windowCount: number;
@@ -88,10 +101,13 @@ export class Pace {
     if (elapsed >= RATE_WINDOW_MS || count - this.sampledCount >= this.windowCount) {
       // A gap much longer than the window (the loop waited: idle, or every slot busy with long
       // jobs) says nothing about the rate now: start from nothing, the next window measures it.
-      this.rate = elapsed > 2 * RATE_WINDOW_MS ? 0 : (count - this.sampledCount) / elapsed;
+      const rate = elapsed > 2 * RATE_WINDOW_MS ? 0 : (count - this.sampledCount) / elapsed;
+      this.climbing = rate > 0 && rate >= CLIMB_RATIO * this.rate;
+      this.rate = rate;
       this.sampledAt = now;
       this.sampledCount = count;
     }
-    return Math.min(cap, Math.floor(HEADROOM * this.rate * Math.min(this.roundTripMs, MAX_ROUND_TRIP_MS)));
+    const headroom = this.climbing ? CLIMB_HEADROOM : HEADROOM;
+    return Math.min(cap, Math.floor(headroom * this.rate * Math.min(this.roundTripMs, MAX_ROUND_TRIP_MS)));
   }
 }

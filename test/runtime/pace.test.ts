@@ -1,8 +1,9 @@
 // How far ahead a worker receives (runtime/worker/pace.ts), on a clock the test moves: the rate
 // is followed within one 100 ms window both ways (a drain must not spend seconds climbing to its
-// pace, long jobs after fast ones must not be claimed at the fast ones' pace), a gap starts from
-// nothing, and only full receives measure the round trip (a long poll that waited is not the
-// network's time).
+// pace, long jobs after fast ones must not be claimed at the fast ones' pace), a rising rate asks
+// twice as far as a level one (4× the rate × the round trip, then 2×), a gap starts from nothing,
+// and only full receives measure the round trip (a long poll that waited is not the network's
+// time).
 import { describe, expect, it } from 'vitest';
 import { Pace } from '../../runtime/worker/pace.ts';
 
@@ -27,10 +28,25 @@ describe('asking ahead', () => {
     const { pace, run } = paced();
     pace.receive(10, 10, 20); // full receives take 20 ms
     expect(pace.ahead(1000)).toBe(0);
-    run(30, 100); // 0.3 jobs/ms
-    expect(pace.ahead(1000)).toBe(12); // 2 × 0.3/ms × 20 ms
+    run(30, 100); // 0.3 jobs/ms, from nothing: climbing
+    expect(pace.ahead(1000)).toBe(24); // 4 × 0.3/ms × 20 ms
     run(300, 100); // ten times faster
-    expect(pace.ahead(1000)).toBe(120); // at once, not a tenth of the way per window
+    expect(pace.ahead(1000)).toBe(240); // at once, not a tenth of the way per window
+    run(300, 100); // level
+    expect(pace.ahead(1000)).toBe(120); // 2 × 3/ms × 20 ms
+  });
+
+  it('asks twice as far while the rate climbs, and no further once it levels off or falls', () => {
+    const { pace, run } = paced();
+    pace.receive(10, 10, 20);
+    run(100, 100); // 1 job/ms, from nothing
+    expect(pace.ahead(1000)).toBe(80); // 4 × 1/ms × 20 ms
+    run(140, 100); // 1.4×: not a climb
+    expect(pace.ahead(1000)).toBe(56); // 2 × 1.4/ms × 20 ms
+    run(210, 100); // 1.5×: a climb
+    expect(pace.ahead(1000)).toBe(168); // 4 × 2.1/ms × 20 ms
+    run(100, 100); // falling (long jobs after fast ones)
+    expect(pace.ahead(1000)).toBe(40); // 2 × 1/ms × 20 ms
   });
 
   it("a window that counted a capacity's worth closes after 20 ms: a starting drain climbs in steps of 20 ms, not 100", () => {
@@ -38,12 +54,12 @@ describe('asking ahead', () => {
     pace.receive(10, 10, 30);
     run(20, 10); // a capacity's worth, but not 20 ms yet
     expect(pace.ahead(1000)).toBe(0);
-    run(0, 10); // 20 ms: 1 job/ms measured now
-    expect(pace.ahead(1000)).toBe(60); // 2 × 1/ms × 30 ms
+    run(0, 10); // 20 ms: 1 job/ms measured now, climbing from nothing
+    expect(pace.ahead(1000)).toBe(120); // 4 × 1/ms × 30 ms
     run(60, 20); // 3 jobs/ms
-    expect(pace.ahead(1000)).toBe(180);
+    expect(pace.ahead(1000)).toBe(360);
     run(10, 20); // fewer than a capacity: the window stays open until 100 ms
-    expect(pace.ahead(1000)).toBe(180);
+    expect(pace.ahead(1000)).toBe(360);
     run(5, 80); // 15 slots over 100 ms
     expect(pace.ahead(1000)).toBe(9); // 2 × 0.15/ms × 30 ms
   });
@@ -54,33 +70,35 @@ describe('asking ahead', () => {
     run(1, 25); // one 20 ms job after a 20 ms round trip... measured over one job alone it would read 0.04/ms
     expect(pace.ahead(1000)).toBe(0);
     run(1, 75); // the window closes at 100 ms: 2 jobs in 100 ms
-    expect(pace.ahead(1000)).toBe(0); // 2 × 0.02/ms × 20 ms = 0.8, rounded down
+    expect(pace.ahead(1000)).toBe(1); // 4 × 0.02/ms × 20 ms (from nothing: climbing) = 1.6, rounded down
   });
 
   it('with early windows, long jobs after fast ones still ask nothing ahead within one window', () => {
     const { pace, run } = paced(20);
     pace.receive(10, 10, 20);
     run(100, 20); // 5 jobs/ms, closed early
-    expect(pace.ahead(1000)).toBe(200);
+    expect(pace.ahead(1000)).toBe(400);
     run(5, 30); // long jobs now: fewer than a capacity freed, the window stays open
-    expect(pace.ahead(1000)).toBe(200);
+    expect(pace.ahead(1000)).toBe(400);
     run(0, 70); // 100 ms: 5 slots over the window
     expect(pace.ahead(1000)).toBe(2); // 2 × 0.05/ms × 20 ms
   });
 
-  it('never more than the bound it is given, nor 200 ms of work when a receive was slow', () => {
+  it('never more than the bound it is given, nor 200 ms of work when a receive was slow (400 while climbing)', () => {
     const { pace, run } = paced();
     pace.receive(10, 10, 2_000); // one receive that took two seconds (a pause, a retried call)
-    run(400, 100); // 4 jobs/ms
+    run(400, 100); // 4 jobs/ms, climbing
     expect(pace.ahead(160)).toBe(160);
-    expect(pace.ahead(10_000)).toBe(800); // 2 × 4/ms × 100 ms, not × 2,000 ms
+    expect(pace.ahead(10_000)).toBe(1600); // 4 × 4/ms × 100 ms, not × 2,000 ms
+    run(400, 100); // level
+    expect(pace.ahead(10_000)).toBe(800); // 2 × 4/ms × 100 ms
   });
 
   it('long jobs after fast ones ask nothing ahead within one window', () => {
     const { pace, run } = paced();
     pace.receive(10, 10, 20);
     run(400, 100);
-    expect(pace.ahead(1000)).toBe(160);
+    expect(pace.ahead(1000)).toBe(320);
     run(0, 100); // nothing finishes: every slot holds a long job
     expect(pace.ahead(1000)).toBe(0);
   });
@@ -89,11 +107,11 @@ describe('asking ahead', () => {
     const { pace, run } = paced();
     pace.receive(10, 10, 20);
     run(400, 100);
-    expect(pace.ahead(1000)).toBe(160);
+    expect(pace.ahead(1000)).toBe(320);
     run(200, 1_000); // the burst's tail, then a long poll that waited
     expect(pace.ahead(1000)).toBe(0);
-    run(300, 100); // busy again: measured within the next window
-    expect(pace.ahead(1000)).toBe(120);
+    run(300, 100); // busy again: measured within the next window (climbing from nothing)
+    expect(pace.ahead(1000)).toBe(240);
   });
 
   it('only full receives measure the round trip: a long poll that waited does not', () => {
@@ -102,6 +120,6 @@ describe('asking ahead', () => {
     run(300, 100);
     expect(pace.ahead(1000)).toBe(0);
     pace.receive(10, 10, 15);
-    expect(pace.ahead(1000)).toBe(90); // 2 × 3/ms × 15 ms
+    expect(pace.ahead(1000)).toBe(180); // 4 × 3/ms × 15 ms (climbing from nothing)
   });
 });
