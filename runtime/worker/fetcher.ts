@@ -47,6 +47,18 @@ export interface Slots {
  * (docs/performance-history.md, session 25).
  */
 export const AHEAD_CAPACITIES = 32;
+/**
+ * ...and at most this many messages, whatever the capacity: what must be covered is the rate ×
+ * the round trip (640 is twice a 20 ms round trip at 16,000 jobs/s, above this machine's fastest
+ * drain), not the concurrency. Past it, receives queue behind each other (at the endpoint, in the
+ * worker's own event loop) and the round trip the worker measures grows with what it asked, so it
+ * asks more: at concurrency 50 (3,200 allowed) 2,000–3,000 messages were asked at once, round
+ * trips read 100–200 ms while the slots sat empty, and each backlog ended with ~300 receives
+ * coming back empty. With 640 (no-op jobs, concurrency 50, drains of 5,000, 3 runs each, two
+ * pairs): 0.234–0.256 SQS calls per job → 0.211–0.215, the worker's CPU per 1,000 jobs through
+ * SQS 0.048–0.059 s → 0.040–0.048, the rates the same within the runs' ranges.
+ */
+export const AHEAD_MAX_MESSAGES = 640;
 
 export class Fetcher {
   /** Since when the database has been unreachable (a failover): no receiving until it answers. */
@@ -133,7 +145,7 @@ export class Fetcher {
       const coming = this.asked + this.claiming;
       // Receive for the free slots and for those expected to free while the receive is on its
       // way (pace.ts): receives overlap each other, the claims and the handlers.
-      const ahead = this.pace.ahead(AHEAD_CAPACITIES * capacity);
+      const ahead = this.pace.ahead(Math.min(AHEAD_CAPACITIES * capacity, AHEAD_MAX_MESSAGES));
       const room = Math.min(capacity + ahead - inHand, maxHeld + ahead - ctx.held.size) - coming;
       // While jobs are in hand or on the way, wait until half the capacity is free: a few large
       // claims cost the database less than many small ones.

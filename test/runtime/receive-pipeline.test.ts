@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { JobRegistry } from '../../runtime/handlers/registry.ts';
 import { defineJob } from '../../runtime/handlers/types.ts';
 import { pause } from '../../runtime/handlers/validate.ts';
-import { AHEAD_CAPACITIES } from '../../runtime/worker/fetcher.ts';
+import { AHEAD_CAPACITIES, AHEAD_MAX_MESSAGES } from '../../runtime/worker/fetcher.ts';
 import { METRIC } from '../../runtime/observability/metric-names.ts';
 import type { JobQueue, OutgoingMessage, ReceivedMessage, VisibilityChange } from '../../runtime/queue/types.ts';
 import { createPlatform, holdJobRow, stagedJobs, waitFor, type Platform } from '../support/platform.ts';
@@ -23,9 +23,11 @@ class SlowQueue implements JobQueue {
   constructor(
     private readonly inner: JobQueue,
     private readonly delayMs: number,
+    /** Each receive also waits this long per receive already in flight: an endpoint that serves them one by one. */
+    private readonly perReceiveInFlightMs = 0,
   ) {}
-  private later<T>(f: () => Promise<T>): Promise<T> {
-    return new Promise((r) => setTimeout(r, this.delayMs)).then(f);
+  private later<T>(f: () => Promise<T>, extraMs = 0): Promise<T> {
+    return new Promise((r) => setTimeout(r, this.delayMs + extraMs)).then(f);
   }
   send(messages: OutgoingMessage[]): Promise<void> {
     return this.inner.send(messages);
@@ -34,7 +36,7 @@ class SlowQueue implements JobQueue {
     this.receives++;
     this.maxInFlight = Math.max(this.maxInFlight, ++this.inFlight);
     try {
-      const got = await this.later(() => this.inner.receive(max, waitSeconds, signal));
+      const got = await this.later(() => this.inner.receive(max, waitSeconds, signal), this.perReceiveInFlightMs * (this.inFlight - 1));
       this.delivered += got.length;
       if (got.length === 10) this.fullReceives++;
       return got;
@@ -116,6 +118,24 @@ describe('receiving over a queue with a round trip', () => {
     expect(slow.fullReceives).toBeGreaterThanOrEqual(n / 10 - 2);
     expect([...runs.values()].every((c) => c === 1)).toBe(true);
     expect(runs.size).toBe(n);
+  }, 90_000);
+
+  it('a congested endpoint (each receive slower the more are in flight): what is asked ahead stays within its bound, and the drain ends with few empty receives', async () => {
+    // The round trip the worker measures grows with what it asks; without a bound in messages,
+    // concurrency 50 (capacity 100) asked up to 32 capacities, 3,200 messages, at once.
+    p = await createPlatform({ registry, timings: { concurrency: 50 } });
+    const n = 3000;
+    for (let i = 0; i < n; i += 500)
+      await p.client.enqueueNow(Array.from({ length: 500 }, (_, k) => ({ type: 'test.step', payload: { n: i + k } })));
+    const slow = new SlowQueue(p.queue, 5, 2);
+    const w = p.worker({ queue: slow });
+    w.start();
+    await waitFor(async () => (await succeeded()) === n, 60_000, `all ${n} jobs done`);
+    // Asked at once: the capacity (100) and the ask-ahead bound, 10 a receive.
+    expect(slow.maxInFlight).toBeLessThanOrEqual((100 + AHEAD_MAX_MESSAGES) / 10);
+    expect(slow.receives).toBeLessThanOrEqual(n / 10 + (100 + AHEAD_MAX_MESSAGES) / 10 + 6);
+    expect(runs.size).toBe(n);
+    expect([...runs.values()].every((c) => c === 1)).toBe(true);
   }, 90_000);
 
   it('an idle queue: one long poll at a time', async () => {
