@@ -88,8 +88,9 @@ export class Fetcher {
   });
   /** Fires when a receive returns, and when it and its claim end: the loop counts the room again. */
   private readonly arrival = new Signal();
-  /** The worker's start-up: claims wait for it (receiveLoop). */
+  /** The worker's start-up: claims wait for it (receiveLoop); `started` once it is done. */
   private ready: Promise<void> = Promise.resolve();
+  private started = true;
 
   constructor(
     private readonly ctx: WorkerContext,
@@ -122,7 +123,13 @@ export class Fetcher {
    * before `ready` (a fleet limit is in force before its type's first claim).
    */
   async receiveLoop(ready: Promise<void> = Promise.resolve()): Promise<void> {
-    this.ready = ready;
+    this.started = false;
+    this.ready = ready
+      .catch(() => undefined)
+      .then(() => {
+        this.started = true;
+        this.arrival.fire();
+      });
     const { ctx, slots, capacity } = this;
     const maxBatch = ctx.opts.maxClaimBatch ?? Math.min(500, capacity);
     // Jobs whose handler finished stay held (and heartbeated) until their batched completion commits,
@@ -135,6 +142,12 @@ export class Fetcher {
       const unavailable = this.lost.pending ? await this.claims.drain().then(() => this.lost.release()) : null;
       if (unavailable) {
         this.gate.close(unavailable);
+        continue;
+      }
+      // Until the worker has started, one receive: a start-up held up (a failover, a hung
+      // statement) holds one batch of messages unclaimed, not a capacity's worth (review).
+      if (!this.started && this.asked + this.claiming > 0) {
+        await Promise.race([this.ready, this.arrival.wait(), slots.waitForSlot()]);
         continue;
       }
       if (this.backoffUntil > Date.now()) {
@@ -195,6 +208,7 @@ export class Fetcher {
     this.asked += n;
     this.polling++;
     const t0 = performance.now();
+    const sampled = this.started;
     let messages: ReceivedMessage[];
     try {
       messages = this.lanes ? await this.lanes.receive(n) : await ctx.queue.receiveFrom('bulk', n, waitSeconds, ctx.receiveAc.signal);
@@ -228,13 +242,15 @@ export class Fetcher {
       this.claiming -= messages.length;
       this.receivesClaiming--;
     }
-    if (!fromPolls) this.pace.receive(n, messages.length, performance.now() - t0);
+    // A receive whose claim waited for the start-up measures the start-up, not a round trip (review).
+    if (!fromPolls && sampled) this.pace.receive(n, messages.length, performance.now() - t0);
   }
 
   /** Claim what the receives that arrived together brought, in one statement; never rejects. */
   private async claimArrivals(batches: ReceivedMessage[][]): Promise<undefined[]> {
     const messages = batches.flat();
-    await this.ready.catch(() => undefined);
+    // A stop does not wait for the start-up: these go back unclaimed at once.
+    if (!this.started) await Promise.race([this.ready, stopped(this.ctx.stopAc.signal)]);
     // Stopped while the worker was starting: nothing of these is claimed.
     if (this.ctx.stopping) {
       await this.handBack(messages);
@@ -369,4 +385,9 @@ export class Fetcher {
     }
     await settleUnclaimed(ctx, this.messages, this.deadLetters, ids, jobs, byJob);
   }
+}
+
+/** Resolves when `signal` aborts (at once if it has). */
+function stopped(signal: AbortSignal): Promise<void> {
+  return signal.aborted ? Promise.resolve() : new Promise((r) => signal.addEventListener('abort', () => r(), { once: true }));
 }

@@ -9,7 +9,7 @@
 //   completer.ts  batched and transactional completion, failure with backoff, release
 //   heartbeat.ts  lease renewal in one statement, visibility extension, lost leases
 //   dead-letter.ts the one sender of dead letters; messages.ts the queue writes they share
-//   startup.ts    the job types registered and the connections opened before the first receive
+//   startup.ts    the job types registered and the connections opened before the first claim
 // What settles a message (run, delete, hide, dead-letter) is said once, for the DLQ as well, in
 // runtime/domain/settlement.ts.
 
@@ -230,7 +230,7 @@ export class Worker {
    * Jobs claimed ahead (pace.ts) that will not start soon go back to the queue for an idle peer.
    * The fetcher receives ahead by the rate at which jobs have been finishing; when long jobs
    * follow fast ones, the receives already on their way bring long jobs at the fast ones' pace
-   * (up to 32 capacities: fetcher.ts). When the first job in line has waited SURPLUS_WAIT_MS,
+   * (up to 32 capacities or 640 messages: fetcher.ts). When the first job in line has waited SURPLUS_WAIT_MS,
    * the line is not moving: what waits beyond the prefetch is released (fenced, its attempt not
    * counted) and its message made visible. Not a message near its receive limit: one more
    * receive would send a healthy job to the DLQ, so it stays and runs here.

@@ -198,6 +198,38 @@ describe('fetcher: the first receive overlaps the start-up', () => {
     await loop;
   });
 
+  it('while it starts, one receive: a start-up held up does not hold a capacity of messages', async () => {
+    for (let i = 0; i < 30; i++) await enqueue(`F-ONE-${i}`);
+    const receive = vi.spyOn(p.queue, 'receive');
+    let ready!: () => void;
+    const loop = u.fetcher.receiveLoop(new Promise<void>((r) => (ready = r)));
+    await waitFor(() => receive.mock.results.length > 0, 2000, 'received');
+    expect(await (receive.mock.results[0]!.value as Promise<unknown[]>)).toHaveLength(10);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(receive).toHaveBeenCalledTimes(1);
+    ready();
+    await waitFor(() => u.started.length >= 20, 5000, 'claimed once started, and received more');
+    u.ctx.stopping = true;
+    u.ctx.stopAc.abort();
+    await loop;
+  });
+
+  it('a stop does not wait for a start-up that hangs (a statement a failover left without an answer)', async () => {
+    const job = await enqueue('F-HUNG-START');
+    const receive = vi.spyOn(p.queue, 'receive');
+    const vis = visibility();
+    const loop = u.fetcher.receiveLoop(new Promise<void>(() => undefined));
+    await waitFor(() => receive.mock.results.length > 0, 2000, 'received');
+    await (receive.mock.results[0]!.value as Promise<unknown>);
+    await new Promise((r) => setTimeout(r, 100));
+    u.ctx.stopping = true;
+    u.ctx.stopAc.abort();
+    await loop;
+    await u.messages.drain();
+    expect(vis.mock.calls.flatMap((c) => c[0].map((x) => x.seconds))).toEqual([0]);
+    expect((await state(job.id)).state).toBe('pending');
+  });
+
   it('stopped while starting: what was received goes back unclaimed, at once', async () => {
     const job = await enqueue('F-STOP-STARTING');
     const receive = vi.spyOn(p.queue, 'receive');
