@@ -117,3 +117,8 @@ export const CLAIM_RETURNING = `    RETURNING id, type, payload, attempt, releas
               CASE WHEN attempt > 1
                    THEN coalesce((attempt_log->-1->>'attempt')::int <> attempt - 1 OR attempt_log->-1->>'outcome' IN ('rescued', 'reclaimed'), true)
                    ELSE false END AS reclaimed`;
+
+/** The job `jobId` (a column) gave its schedule work up: cancelled, or dead and discarded by on-call (0022). */
+export const givenUp = (jobId: string) => `EXISTS (
+       SELECT 1 FROM jobs.job j LEFT JOIN jobs.dead_job d ON d.job_id = j.id
+        WHERE j.id = ${jobId} AND (j.state = 'cancelled' OR (j.state = 'dead' AND d.discarded_at IS NOT NULL)))`;

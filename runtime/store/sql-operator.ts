@@ -9,7 +9,7 @@
 // `attempt`, the fencing token, keeps growing: a worker that still believed it held an old attempt
 // is refused exactly as before.
 
-import { DEAD, deadFilter, JOB, JOB_COLUMNS } from './sql-fragments.ts';
+import { DEAD, deadFilter, givenUp, JOB, JOB_COLUMNS } from './sql-fragments.ts';
 
 export const OPERATOR_SQL = {
   /**
@@ -77,6 +77,13 @@ export const OPERATOR_SQL = {
    * in a batch, only the newest is redriven. (An enqueue racing this statement with the same key
    * can still win: the caller sees a unique violation and runs the batch again.)
    *
+   * Work done since (migration 0024): a dead job is skipped when a job created after it with its
+   * type and idempotency key succeeded (the key was free once it died, and the ERP enqueued it
+   * again), or when a job created after it for the same schedule work key (a takeover of its
+   * discarded key, a trigger with --again) is pending, running or succeeded — it would post the
+   * same books twice. A redriven job takes its work key back from a job that gave it up, so the
+   * next occurrence or trigger does not take the work over while it runs.
+   *
    * $1–$4 the dead filter | $5 include discarded | $6, $7 cursor (dead_at text, id; ascending) |
    * $8 batch size | $9 by | $10 reason | $11 new max_attempts (null: the budget the job had before
    * any redrive overrode it, else its own: a probe's --max-attempts 1 does not stick) | $12 from scratch
@@ -84,7 +91,7 @@ export const OPERATOR_SQL = {
    */
   deadJobRedrive: `
     WITH locked AS (
-      SELECT j.id, j.type, j.idempotency_key, d.dead_at, d.dead_at::text AS dead_at_key, d.discarded_at, d.discarded_by, d.discard_reason,
+      SELECT j.id, j.type, j.idempotency_key, j.created_at, d.dead_at, d.dead_at::text AS dead_at_key, d.discarded_at, d.discarded_by, d.discard_reason,
              j.attempt - j.releases AS attempts_used,
              -- The budget the job had before any redrive overrode it (a probe's --max-attempts 1):
              -- what a plain redrive gives back. Null when no redrive ever overrode it.
@@ -104,7 +111,7 @@ export const OPERATOR_SQL = {
          -- discard, the pruner and the dead-lettering lock them: in the other order a redrive and
          -- the pruner deleting the same discarded job deadlocked.
          FOR UPDATE OF j, d
-    ), judged AS (
+    ), keyed AS (
       SELECT l.*,
              CASE
                WHEN l.idempotency_key IS NULL THEN NULL
@@ -113,8 +120,27 @@ export const OPERATOR_SQL = {
                WHEN EXISTS (SELECT 1 FROM jobs.job a
                              WHERE a.type = l.type AND a.idempotency_key = l.idempotency_key AND a.state IN ('pending', 'running'))
                  THEN 'an active job holds its idempotency key'
-             END AS skip_reason
+               -- index job_finished_idempotency_key
+               WHEN EXISTS (SELECT 1 FROM jobs.job a
+                             WHERE a.type = l.type AND a.idempotency_key = l.idempotency_key AND a.finished_at IS NOT NULL
+                               AND a.state = 'succeeded' AND a.id <> l.id AND a.created_at > l.created_at)
+                 THEN 'a later job with its idempotency key succeeded'
+             END AS key_skip_reason
         FROM locked l
+    ), judged AS (
+      SELECT k.*,
+             coalesce(k.key_skip_reason, CASE WHEN w.other_id IS NOT NULL THEN
+               'job ' || w.other_id || CASE w.other_state WHEN 'succeeded' THEN ' did' ELSE ' does' END
+                 || ' its schedule work ' || w.work_key END) AS skip_reason
+        FROM keyed k
+        LEFT JOIN LATERAL (
+          SELECT m.work_key, o.id AS other_id, o.state AS other_state
+            FROM jobs.schedule_job_work m
+            JOIN jobs.schedule_job_work m2 ON m2.work_key = m.work_key AND m2.job_id <> m.job_id
+            JOIN jobs.job o ON o.id = m2.job_id
+           WHERE m.job_id = k.id AND o.created_at > k.created_at AND o.state IN ('pending', 'running', 'succeeded')
+           ORDER BY o.state = 'succeeded' DESC, o.created_at
+           LIMIT 1) w ON true
     ), redriven AS (
       UPDATE jobs.job j
          SET state = 'pending', run_after = statement_timestamp(), finished_at = NULL,
@@ -133,6 +159,11 @@ export const OPERATOR_SQL = {
         FROM judged
        WHERE j.id = judged.id AND judged.skip_reason IS NULL AND j.state = 'dead' AND NOT $13::boolean
       RETURNING ${JOB('j')}
+    ), rekeyed AS (
+      -- Its schedule work key back from a job that gave the work up (0024).
+      UPDATE jobs.schedule_work w SET job_id = r.id, created_at = statement_timestamp()
+        FROM redriven r JOIN jobs.schedule_job_work m ON m.job_id = r.id
+       WHERE w.work_key = m.work_key AND w.job_id IS DISTINCT FROM r.id AND ${givenUp('w.job_id')}
     ), outboxed AS (
       INSERT INTO jobs.outbox (job_id) SELECT id FROM redriven RETURNING id AS outbox_id, job_id
     ), recorded AS (

@@ -57,6 +57,8 @@ export const RETENTION_SQL = {
       -- A schedule's work key held by a job that gave the work up (migration 0023): freed with it.
       DELETE FROM jobs.schedule_work w USING pruned p
        WHERE w.job_id = p.id AND p.state IN ('cancelled', 'dead')
+    ), work_jobs AS (
+      DELETE FROM jobs.schedule_job_work m USING pruned p WHERE m.job_id = p.id
     ), keys AS (
       DELETE FROM jobs.idempotency_key k USING pruned p
        WHERE k.type = p.type AND k.key = p.idempotency_key AND k.job_id = p.id

@@ -2,12 +2,9 @@
 // the reason it is safe beside it. The jobs an occurrence enqueues go through the job store's own
 // insert (JobClient.enqueue: the job and its outbox row), in the same transaction as these.
 
+import { givenUp } from './sql-fragments.ts';
 import { namedStatements } from './statements.ts';
 
-/** The job `jobId` (a column) gave its work up: cancelled, or dead and discarded by on-call. */
-const givenUp = (jobId: string) => `EXISTS (
-       SELECT 1 FROM jobs.job j LEFT JOIN jobs.dead_job d ON d.job_id = j.id
-        WHERE j.id = ${jobId} AND (j.state = 'cancelled' OR (j.state = 'dead' AND d.discarded_at IS NOT NULL)))`;
 /** A work key's job gave the work up (`w`: the jobs.schedule_work row). */
 const KEY_GIVEN_UP = givenUp('w.job_id');
 
@@ -76,6 +73,10 @@ export const SCHEDULE_SQL = {
    * that job did (review).
    */
   workRecord: `
+    WITH mapped AS (
+      -- The job's work, whoever holds the key (0024): a redrive of an earlier job of it is skipped.
+      INSERT INTO jobs.schedule_job_work (job_id, work_key) VALUES ($4, $1) ON CONFLICT (job_id) DO NOTHING
+    )
     INSERT INTO jobs.schedule_work AS w (work_key, schedule, occurrence_at, manual, job_id)
     VALUES ($1, $2, $3, true, $4)
     ON CONFLICT (work_key) DO UPDATE
@@ -119,6 +120,10 @@ export const SCHEDULE_SQL = {
    * rerun must not free the work the first job did.
    */
   workBackfill: `
+    WITH mapped AS (
+      INSERT INTO jobs.schedule_job_work (job_id, work_key)
+      SELECT p.job_id, p.k FROM unnest($2::text[], $5::uuid[]) AS p(k, job_id) ON CONFLICT (job_id) DO NOTHING
+    )
     INSERT INTO jobs.schedule_work AS w (work_key, schedule, occurrence_at, manual, job_id)
     SELECT DISTINCT ON (p.k) p.k, $1::text, p.at, p.manual, p.job_id
       FROM unnest($2::text[], $3::timestamptz[], $4::boolean[], $5::uuid[]) AS p(k, at, manual, job_id)
@@ -137,8 +142,12 @@ export const SCHEDULE_SQL = {
                              work_triggers_read_through = GREATEST(work_triggers_read_through, $3::timestamptz)
      WHERE name = $1`,
 
-  /** The job of each work key `$1` (`$2`), in the transaction that enqueued it. */
+  /** The job of each work key `$1` (`$2`), in the transaction that enqueued it; and the work of each job (0024). */
   workSetJobs: `
+    WITH mapped AS (
+      INSERT INTO jobs.schedule_job_work (job_id, work_key)
+      SELECT x.job_id, x.k FROM unnest($1::text[], $2::uuid[]) AS x(k, job_id) ON CONFLICT (job_id) DO NOTHING
+    )
     UPDATE jobs.schedule_work w SET job_id = x.job_id FROM unnest($1::text[], $2::uuid[]) AS x(k, job_id) WHERE w.work_key = x.k`,
 
   /** Occurrences `$2` of schedule `$1` not enqueued: their work `$3` was done (shown by scheduleList). */

@@ -17,6 +17,7 @@ import { Scheduler } from '../../runtime/maintenance/scheduler.ts';
 import { silentLogger } from '../../runtime/observability/log.ts';
 import { METRIC } from '../../runtime/observability/metric-names.ts';
 import { CountingMetrics } from '../../runtime/observability/metrics.ts';
+import { DeadJobService } from '../../runtime/oncall/dead-jobs.ts';
 import { ScheduleService } from '../../runtime/oncall/schedules.ts';
 import { describe as describeSchedule } from '../../runtime/cli/schedules.ts';
 import { JobClient } from '../../runtime/store/client.ts';
@@ -428,6 +429,67 @@ describe("a schedule's work key: the work once, however the schedule changes", (
     expect(await svc.trigger('wk-rerun', 'bob (cli)', null)).toMatchObject({
       alreadyDone: { workKey: 'wk-rerun:2027-03', jobId: first.jobId },
     });
+  });
+
+  it("a redrive does not do a schedule's work again: a discarded job whose key a later job took over, or a dead one whose work a --again did, is skipped; one whose taker gave up takes its key back", async () => {
+    // Review: the key's row named only the later job, so `jobs dead redrive <id>` of the discarded
+    // one (or a filtered redrive of a dead one after --again) closed the month a second time.
+    const def = defineSchedule({ ...schedule('wk-redrive', '0 2 1 * *', 'latest'), key: (o) => `wk-redrive:${o.month(-1)}` });
+    const clock = testClock('2027-05-31T22:00:00Z');
+    const t = task([def], clock.now);
+    await t.runOnce();
+    const svc = new ScheduleService(p.db.pool, p.client, [def], clock.now);
+    const dead = new DeadJobService(p.db.pool, p.publisher);
+    const die = async (id: string) => {
+      const [c] = await p.store.claim([id], 'worker-a', 30);
+      await p.store.fail({ id, attempt: c!.attempt }, { name: 'Error', message: 'period locked', retryable: false }, 0, true);
+    };
+    const succeed = async (id: string) => {
+      const [c] = await p.store.claim([id], 'worker-b', 30);
+      expect(await p.store.complete(p.db.pool, { id, attempt: c!.attempt }, null)).toBe(true);
+    };
+    const holder = async (key: string) =>
+      (await p.db.pool.query('SELECT job_id FROM jobs.schedule_work WHERE work_key = $1', [key])).rows[0]?.job_id as string;
+    // A dies and is discarded; the next trigger takes the key over and B closes the month.
+    const a = (await svc.trigger('wk-redrive', 'alice (cli)', 'close May')).job!;
+    await die(a.id);
+    await dead.discard({ ids: [a.id], by: 'alice', reason: 'redone below' });
+    clock.set('2027-05-31T22:01:00Z'); // a trigger's job is keyed by its instant
+    const b = (await svc.trigger('wk-redrive', 'alice (cli)', 'close May again')).job!;
+    expect(await holder('wk-redrive:2027-05')).toBe(b.id);
+    await succeed(b.id);
+    const r = await dead.redrive({ ids: [a.id], by: 'carol' });
+    expect(r.jobs).toEqual([]);
+    expect(r.skipped).toEqual([
+      { id: a.id, type: 'ledger.post', state: 'dead', reason: `job ${b.id} did its schedule work wk-redrive:2027-05` },
+    ]);
+    // June: C dies (not discarded), a trigger --again runs D while the key stays with C.
+    clock.set('2027-06-30T22:00:00Z');
+    const c = (await svc.trigger('wk-redrive', 'alice (cli)', 'close June')).job!;
+    await die(c.id);
+    clock.set('2027-06-30T22:01:00Z');
+    const d = (await svc.trigger('wk-redrive', 'alice (cli)', 'close June, again', true)).job!;
+    const r2 = await dead.redrive({ type: 'ledger.post', by: 'carol' });
+    expect(r2.skipped).toContainEqual({
+      id: c.id,
+      type: 'ledger.post',
+      state: 'dead',
+      reason: `job ${d.id} does its schedule work wk-redrive:2027-06`,
+    });
+    expect(r2.jobs.map((j) => j.id)).not.toContain(c.id);
+    // D cancelled (given up) and C discarded; E takes the key and is cancelled too: C redriven takes its key back.
+    await p.client.cancel(d.id, 'alice (cli)');
+    await dead.discard({ ids: [c.id], by: 'alice', reason: 'not now' });
+    clock.set('2027-06-30T22:02:00Z');
+    const e = (await svc.trigger('wk-redrive', 'alice (cli)', 'close June, third')).job!;
+    expect(await holder('wk-redrive:2027-06')).toBe(e.id);
+    await p.client.cancel(e.id, 'alice (cli)');
+    const r3 = await dead.redrive({ ids: [c.id], by: 'carol' });
+    expect(r3.jobs.map((j) => j.id)).toEqual([c.id]);
+    expect(await holder('wk-redrive:2027-06')).toBe(c.id);
+    clock.set('2027-06-30T22:03:00Z');
+    expect(await svc.trigger('wk-redrive', 'bob (cli)', null)).toMatchObject({ alreadyDone: { jobId: c.id } });
+    await p.client.cancel(c.id, 'cleanup');
   });
 
   it('two occurrences of one catch-up with one key: the oldest does the work, the other names its job', async () => {
