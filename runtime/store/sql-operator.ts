@@ -77,12 +77,14 @@ export const OPERATOR_SQL = {
    * in a batch, only the newest is redriven. (An enqueue racing this statement with the same key
    * can still win: the caller sees a unique violation and runs the batch again.)
    *
-   * Work done since (migration 0024): a dead job is skipped when a job created after it with its
-   * type and idempotency key succeeded (the key was free once it died, and the ERP enqueued it
-   * again), or when a job created after it for the same schedule work key (a takeover of its
-   * discarded key, a trigger with --again) is pending, running or succeeded — it would post the
-   * same books twice. A redriven job takes its work key back from a job that gave it up, so the
-   * next occurrence or trigger does not take the work over while it runs.
+   * Schedule work keys (migration 0024): a dead job is skipped when its work key is held by
+   * another job that has not given the work up (a takeover of its discarded key: that job is
+   * redriven or discarded instead; one the pruner removed after it succeeded still holds it), or
+   * when another job for the same work (a trigger with --again) is pending or running, or
+   * succeeded after the dead one was created — it would close the month twice. Of two dead jobs
+   * of one work, the key's holder is the one redriven. A redriven job takes its key back from a
+   * job that gave it up (the key's row written again if the pruner removed it), so the next
+   * occurrence or trigger does not take the work over while it runs.
    *
    * $1–$4 the dead filter | $5 include discarded | $6, $7 cursor (dead_at text, id; ascending) |
    * $8 batch size | $9 by | $10 reason | $11 new max_attempts (null: the budget the job had before
@@ -120,27 +122,36 @@ export const OPERATOR_SQL = {
                WHEN EXISTS (SELECT 1 FROM jobs.job a
                              WHERE a.type = l.type AND a.idempotency_key = l.idempotency_key AND a.state IN ('pending', 'running'))
                  THEN 'an active job holds its idempotency key'
-               -- index job_finished_idempotency_key
-               WHEN EXISTS (SELECT 1 FROM jobs.job a
-                             WHERE a.type = l.type AND a.idempotency_key = l.idempotency_key AND a.finished_at IS NOT NULL
-                               AND a.state = 'succeeded' AND a.id <> l.id AND a.created_at > l.created_at)
-                 THEN 'a later job with its idempotency key succeeded'
              END AS key_skip_reason
         FROM locked l
-    ), judged AS (
-      SELECT k.*,
-             coalesce(k.key_skip_reason, CASE WHEN w.other_id IS NOT NULL THEN
-               'job ' || w.other_id || CASE w.other_state WHEN 'succeeded' THEN ' did' ELSE ' does' END
-                 || ' its schedule work ' || w.work_key END) AS skip_reason
+    ), worked AS (
+      SELECT k.*, m.work_key, held.holder, other.other_id, other.other_state,
+             EXISTS (SELECT 1 FROM jobs.schedule_work s WHERE s.work_key = m.work_key AND s.job_id = k.id) AS holds_key
         FROM keyed k
+        LEFT JOIN jobs.schedule_job_work m ON m.job_id = k.id
+        -- Its key held by another job that did not give the work up (or that is gone: pruned after it succeeded).
         LEFT JOIN LATERAL (
-          SELECT m.work_key, o.id AS other_id, o.state AS other_state
-            FROM jobs.schedule_job_work m
-            JOIN jobs.schedule_job_work m2 ON m2.work_key = m.work_key AND m2.job_id <> m.job_id
-            JOIN jobs.job o ON o.id = m2.job_id
-           WHERE m.job_id = k.id AND o.created_at > k.created_at AND o.state IN ('pending', 'running', 'succeeded')
+          SELECT w.job_id AS holder FROM jobs.schedule_work w
+           WHERE w.work_key = m.work_key AND w.job_id <> k.id AND NOT ${givenUp('w.job_id')}) held ON true
+        -- Another job of the same work running, or done since this one was asked for.
+        LEFT JOIN LATERAL (
+          SELECT o.id AS other_id, o.state AS other_state
+            FROM jobs.schedule_job_work m2 JOIN jobs.job o ON o.id = m2.job_id
+           WHERE m2.work_key = m.work_key AND m2.job_id <> k.id
+             AND (o.state IN ('pending', 'running') OR (o.state = 'succeeded' AND o.finished_at > k.created_at))
            ORDER BY o.state = 'succeeded' DESC, o.created_at
-           LIMIT 1) w ON true
+           LIMIT 1) other ON true
+    ), judged AS (
+      SELECT x.*,
+             coalesce(x.key_skip_reason,
+               CASE WHEN x.holder IS NOT NULL THEN 'job ' || x.holder || ' holds its schedule work ' || x.work_key END,
+               CASE WHEN x.other_id IS NOT NULL THEN 'job ' || x.other_id || CASE x.other_state WHEN 'succeeded' THEN ' did' ELSE ' does' END
+                 || ' its schedule work ' || x.work_key END,
+               -- Of this batch's dead jobs of one work, one: the key's holder, else the newest.
+               CASE WHEN x.work_key IS NOT NULL AND row_number() OVER (
+                      PARTITION BY x.work_key ORDER BY x.holds_key DESC, x.dead_at DESC, x.id DESC) > 1
+                    THEN 'another dead job of its schedule work ' || x.work_key || ' is redriven instead' END) AS skip_reason
+        FROM worked x
     ), redriven AS (
       UPDATE jobs.job j
          SET state = 'pending', run_after = statement_timestamp(), finished_at = NULL,
@@ -160,10 +171,12 @@ export const OPERATOR_SQL = {
        WHERE j.id = judged.id AND judged.skip_reason IS NULL AND j.state = 'dead' AND NOT $13::boolean
       RETURNING ${JOB('j')}
     ), rekeyed AS (
-      -- Its schedule work key back from a job that gave the work up (0024).
-      UPDATE jobs.schedule_work w SET job_id = r.id, created_at = statement_timestamp()
+      -- Its schedule work key back from a job that gave the work up, or written again (0024).
+      INSERT INTO jobs.schedule_work AS w (work_key, schedule, occurrence_at, manual, job_id)
+      SELECT m.work_key, m.schedule, m.occurrence_at, m.manual, r.id
         FROM redriven r JOIN jobs.schedule_job_work m ON m.job_id = r.id
-       WHERE w.work_key = m.work_key AND w.job_id IS DISTINCT FROM r.id AND ${givenUp('w.job_id')}
+      ON CONFLICT (work_key) DO UPDATE SET job_id = EXCLUDED.job_id, created_at = statement_timestamp()
+       WHERE w.job_id IS DISTINCT FROM EXCLUDED.job_id AND ${givenUp('w.job_id')}
     ), outboxed AS (
       INSERT INTO jobs.outbox (job_id) SELECT id FROM redriven RETURNING id AS outbox_id, job_id
     ), recorded AS (

@@ -74,8 +74,9 @@ export const SCHEDULE_SQL = {
    */
   workRecord: `
     WITH mapped AS (
-      -- The job's work, whoever holds the key (0024): a redrive of an earlier job of it is skipped.
-      INSERT INTO jobs.schedule_job_work (job_id, work_key) VALUES ($4, $1) ON CONFLICT (job_id) DO NOTHING
+      -- The job's work, whoever holds the key (0024): a redrive of another job of it is skipped.
+      INSERT INTO jobs.schedule_job_work (job_id, work_key, schedule, occurrence_at, manual)
+      VALUES ($4, $1, $2, $3, true) ON CONFLICT (job_id) DO NOTHING
     )
     INSERT INTO jobs.schedule_work AS w (work_key, schedule, occurrence_at, manual, job_id)
     VALUES ($1, $2, $3, true, $4)
@@ -121,8 +122,10 @@ export const SCHEDULE_SQL = {
    */
   workBackfill: `
     WITH mapped AS (
-      INSERT INTO jobs.schedule_job_work (job_id, work_key)
-      SELECT p.job_id, p.k FROM unnest($2::text[], $5::uuid[]) AS p(k, job_id) ON CONFLICT (job_id) DO NOTHING
+      INSERT INTO jobs.schedule_job_work (job_id, work_key, schedule, occurrence_at, manual)
+      SELECT p.job_id, p.k, $1::text, p.at, p.manual
+        FROM unnest($2::text[], $3::timestamptz[], $4::boolean[], $5::uuid[]) AS p(k, at, manual, job_id)
+      ON CONFLICT (job_id) DO NOTHING
     )
     INSERT INTO jobs.schedule_work AS w (work_key, schedule, occurrence_at, manual, job_id)
     SELECT DISTINCT ON (p.k) p.k, $1::text, p.at, p.manual, p.job_id
@@ -145,8 +148,11 @@ export const SCHEDULE_SQL = {
   /** The job of each work key `$1` (`$2`), in the transaction that enqueued it; and the work of each job (0024). */
   workSetJobs: `
     WITH mapped AS (
-      INSERT INTO jobs.schedule_job_work (job_id, work_key)
-      SELECT x.job_id, x.k FROM unnest($1::text[], $2::uuid[]) AS x(k, job_id) ON CONFLICT (job_id) DO NOTHING
+      -- The key's row was claimed earlier in this transaction (workClaim).
+      INSERT INTO jobs.schedule_job_work (job_id, work_key, schedule, occurrence_at, manual)
+      SELECT x.job_id, x.k, w.schedule, w.occurrence_at, w.manual
+        FROM unnest($1::text[], $2::uuid[]) AS x(k, job_id) JOIN jobs.schedule_work w ON w.work_key = x.k
+      ON CONFLICT (job_id) DO NOTHING
     )
     UPDATE jobs.schedule_work w SET job_id = x.job_id FROM unnest($1::text[], $2::uuid[]) AS x(k, job_id) WHERE w.work_key = x.k`,
 

@@ -262,24 +262,6 @@ describe('dead jobs', () => {
     }
   });
 
-  it('idempotency keys: a dead job whose key the ERP enqueued again and that later job succeeded is skipped (the work would be done twice); an earlier success does not count', async () => {
-    const a = await deadJob('test.fatal', { idempotencyKey: 'costing-2026-10' });
-    // The key was free once A died: the ERP enqueued it again, and that job succeeded.
-    const [b] = await p.client.enqueueNow({ type: 'test.fatal', payload: {}, idempotencyKey: 'costing-2026-10' });
-    const [claimed] = await p.store.claim([b!.job.id], 'worker-b', 30);
-    expect(await p.store.complete(p.db.pool, { id: claimed!.id, attempt: claimed!.attempt }, null)).toBe(true);
-    const r = await dead.redrive({ ids: [a.id], by: 'dave' });
-    expect(r.jobs).toEqual([]);
-    expect(r.skipped).toEqual([{ id: a.id, type: 'test.fatal', state: 'dead', reason: 'a later job with its idempotency key succeeded' }]);
-    expect((await p.store.get(a.id))!.state).toBe('dead');
-    await dead.discard({ ids: [a.id], by: 'dave', reason: 'done by the later job' });
-    // A job that died after an earlier one with its key succeeded is new work: redriven.
-    const c = await deadJob('test.fatal', { idempotencyKey: 'costing-2026-10' });
-    const r2 = await dead.redrive({ ids: [c.id], by: 'dave' });
-    expect(r2.jobs.map((j) => j.id)).toEqual([c.id]);
-    await p.store.cancel(c.id, 'cleanup');
-  });
-
   it('idempotency keys: a dead job whose key an active job holds is skipped with the reason, not a 500', async () => {
     const old = await deadJob('test.fatal', { idempotencyKey: 'close-2026-10' });
     const [active] = await p.client.enqueueNow({ type: 'test.fatal', payload: {}, idempotencyKey: 'close-2026-10' });

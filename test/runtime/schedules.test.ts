@@ -431,7 +431,7 @@ describe("a schedule's work key: the work once, however the schedule changes", (
     });
   });
 
-  it("a redrive does not do a schedule's work again: a discarded job whose key a later job took over, or a dead one whose work a --again did, is skipped; one whose taker gave up takes its key back", async () => {
+  it("a redrive does not do a schedule's work again: a discarded job whose key a later job holds, a dead one whose work a --again does, or two dead jobs of one work redriven together; one whose taker gave up takes its key back", async () => {
     // Review: the key's row named only the later job, so `jobs dead redrive <id>` of the discarded
     // one (or a filtered redrive of a dead one after --again) closed the month a second time.
     const def = defineSchedule({ ...schedule('wk-redrive', '0 2 1 * *', 'latest'), key: (o) => `wk-redrive:${o.month(-1)}` });
@@ -461,8 +461,11 @@ describe("a schedule's work key: the work once, however the schedule changes", (
     const r = await dead.redrive({ ids: [a.id], by: 'carol' });
     expect(r.jobs).toEqual([]);
     expect(r.skipped).toEqual([
-      { id: a.id, type: 'ledger.post', state: 'dead', reason: `job ${b.id} did its schedule work wk-redrive:2027-05` },
+      { id: a.id, type: 'ledger.post', state: 'dead', reason: `job ${b.id} holds its schedule work wk-redrive:2027-05` },
     ]);
+    // Still after the pruner removed B (its key's row stays, naming it).
+    await p.db.pool.query('DELETE FROM jobs.job WHERE id = $1', [b.id]);
+    expect((await dead.redrive({ ids: [a.id], by: 'carol' })).skipped).toMatchObject([{ id: a.id, reason: /holds its schedule work/ }]);
     // June: C dies (not discarded), a trigger --again runs D while the key stays with C.
     clock.set('2027-06-30T22:00:00Z');
     const c = (await svc.trigger('wk-redrive', 'alice (cli)', 'close June')).job!;
@@ -490,6 +493,17 @@ describe("a schedule's work key: the work once, however the schedule changes", (
     clock.set('2027-06-30T22:03:00Z');
     expect(await svc.trigger('wk-redrive', 'bob (cli)', null)).toMatchObject({ alreadyDone: { jobId: c.id } });
     await p.client.cancel(c.id, 'cleanup');
+    // July: F dies, a --again G dies too; one redrive of both runs the work once, by the key's holder.
+    clock.set('2027-07-31T22:00:00Z');
+    const f = (await svc.trigger('wk-redrive', 'alice (cli)', 'close July')).job!;
+    await die(f.id);
+    clock.set('2027-07-31T22:01:00Z');
+    const g = (await svc.trigger('wk-redrive', 'alice (cli)', 'close July, again', true)).job!;
+    await die(g.id);
+    const r4 = await dead.redrive({ ids: [g.id, f.id], by: 'carol' });
+    expect(r4.jobs.map((j) => j.id)).toEqual([f.id]);
+    expect(r4.skipped).toMatchObject([{ id: g.id, reason: `job ${f.id} holds its schedule work wk-redrive:2027-07` }]);
+    await p.client.cancel(f.id, 'cleanup');
   });
 
   it('two occurrences of one catch-up with one key: the oldest does the work, the other names its job', async () => {
