@@ -114,7 +114,7 @@ export class SqsWire implements SqsHotPath {
     this.receiveGraceMs = o.receiveGraceMs ?? 15_000;
     this.retryDelayMs = o.retryDelayMs ?? { base: 50, throttling: 1000 };
     this.httpClient = o.httpClient ?? 'platform';
-    // Connections per origin: a worker's receives ahead (up to 32 capacities / 10 in flight at
+    // Connections per origin: a worker's receives ahead (up to 64 capacities or 1,280 messages / 10 in flight at
     // once, fetcher.ts) and its deletes, each a round trip of 10–20 ms. With 50 (the SDK's
     // default), calls queued for a connection at 10,000 jobs/s: no-op jobs at concurrency 50 with
     // 15 ms per call kept 73–75 % of the zero-delay rate, against 97–104 % with 256

@@ -44,21 +44,27 @@ export interface Slots {
  * 2 capacities 65 %, 4: 79 %, 8: 81 %, 16: 88 % (medians of 3). At twice that rate (a quieter
  * machine, drains of 20,000) 16 capacities was the bound at concurrency 10 (the loop waited with
  * no room 5 times in 6): 85–86 % against 96–97 % with 32, two alternating pairs of 2 runs
- * (docs/performance-history.md, session 25).
+ * (docs/performance-history.md, session 25). On a faster day (16,000 jobs/s at 0 ms, drains of
+ * 10,000) 32 bound it again: 64 with AHEAD_MAX_MESSAGES 1,280, below.
  */
-export const AHEAD_CAPACITIES = 32;
+export const AHEAD_CAPACITIES = 64;
 /**
  * ...and at most this many messages, whatever the capacity: what must be covered is the rate ×
- * the round trip (640 is twice a 20 ms round trip at 16,000 jobs/s, above this machine's fastest
- * drain), not the concurrency. Past it, receives queue behind each other (at the endpoint, in the
+ * the round trip (1,280 is twice a 20 ms round trip at 32,000 jobs/s, twice this machine's
+ * fastest drain through SQS), not the concurrency. Past it, receives queue behind each other (at the endpoint, in the
  * worker's own event loop) and the round trip the worker measures grows with what it asked, so it
  * asks more: at concurrency 50 (3,200 allowed) 2,000–3,000 messages were asked at once, round
  * trips read 100–200 ms while the slots sat empty, and each backlog ended with ~300 receives
  * coming back empty. With 640 (no-op jobs, concurrency 50, drains of 5,000, 3 runs each, two
  * pairs): 0.234–0.256 SQS calls per job → 0.211–0.215, the worker's CPU per 1,000 jobs through
- * SQS 0.048–0.059 s → 0.040–0.048, the rates the same within the runs' ranges.
+ * SQS 0.048–0.059 s → 0.040–0.048, the rates the same within the runs' ranges. Then, on a day
+ * when the zero-delay drains ran at 15,000–16,600 jobs/s (drains of 10,000, two alternating
+ * pairs of 3 runs), 640 messages and 32 capacities held the delayed drains back: with 1,280 and
+ * 64, no-op jobs with 15 ms per call kept 93 and 95 % of the zero-delay rate at concurrency 10
+ * (88 and 86 % before) and 99 and 101 % at 50 (93 and 89 %), at 0.208–0.213 SQS calls per job
+ * (0.203–0.207).
  */
-export const AHEAD_MAX_MESSAGES = 640;
+export const AHEAD_MAX_MESSAGES = 1280;
 
 export class Fetcher {
   /** Since when the database has been unreachable (a failover): no receiving until it answers. */

@@ -155,7 +155,7 @@ export class WorkerContext {
     readonly opts: WorkerOptions,
     readonly workerId: string,
   ) {
-    // Every receive in flight listens on these (up to the ask-ahead's 32 capacities / 10 at
+    // Every receive in flight listens on these (up to the ask-ahead's 64 capacities / 10 at
     // once, fetcher.ts): without a higher limit Node warns of a listener leak past 10.
     setMaxListeners(1000, this.stopAc.signal, this.receiveAc.signal);
     this.store = new JobStore(opts.pool);

@@ -230,7 +230,7 @@ export class Worker {
    * Jobs claimed ahead (pace.ts) that will not start soon go back to the queue for an idle peer.
    * The fetcher receives ahead by the rate at which jobs have been finishing; when long jobs
    * follow fast ones, the receives already on their way bring long jobs at the fast ones' pace
-   * (up to 32 capacities or 640 messages: fetcher.ts). When the first job in line has waited SURPLUS_WAIT_MS,
+   * (up to 64 capacities or 1,280 messages: fetcher.ts). When the first job in line has waited SURPLUS_WAIT_MS,
    * the line is not moving: what waits beyond the prefetch is released (fenced, its attempt not
    * counted) and its message made visible. Not a message near its receive limit: one more
    * receive would send a healthy job to the DLQ, so it stays and runs here.
