@@ -164,7 +164,7 @@ export class Fetcher {
       const coming = this.asked + this.claiming;
       // Receive for the free slots and for those expected to free while the receive is on its
       // way (pace.ts): receives overlap each other, the claims and the handlers.
-      const ahead = this.pace.ahead(Math.min(AHEAD_CAPACITIES * capacity, AHEAD_MAX_MESSAGES));
+      const ahead = this.pace.ahead(Math.min(AHEAD_CAPACITIES * capacity, AHEAD_MAX_MESSAGES), inHand < ctx.opts.timings.concurrency);
       const room = Math.min(capacity + ahead - inHand, maxHeld + ahead - ctx.held.size) - coming;
       // While jobs are in hand or on the way, wait until half the capacity is free: a few large
       // claims cost the database less than many small ones.
