@@ -265,9 +265,8 @@ async function processAll(
 ): Promise<{ perSec: number; steadyPerSec: number; tenths: number[]; firstMs: number; cpuSeconds: number; kernelCpuSeconds: number }> {
   const pool = createPool({ url, max: workerPoolSize(concurrency), applicationName: 'bench worker' });
   let done = 0;
-  let t10 = 0;
-  let t90 = 0;
-  // When each tenth of the drain ended (and the first job): where a drain's time goes, start to end.
+  // When each tenth of the drain ended (and the first job): where a drain's time goes, start to
+  // end; the steady rate is between the first tenth's end and the ninth's.
   const tenthEnds: number[] = [];
   let firstAt = 0;
   let resolveDone!: () => void;
@@ -289,8 +288,6 @@ async function processAll(
         done += k;
         if (firstAt === 0) firstAt = performance.now();
         while (tenthEnds.length < 10 && done >= ((tenthEnds.length + 1) * n) / 10) tenthEnds.push(performance.now());
-        if (t10 === 0 && done >= n / 10) t10 = performance.now();
-        if (t90 === 0 && done >= (n * 9) / 10) t90 = performance.now();
         if (done >= n) resolveDone();
       },
       timing: () => undefined,
@@ -306,7 +303,7 @@ async function processAll(
   await pool.end();
   return {
     perSec: n / seconds,
-    steadyPerSec: (0.8 * n * 1000) / (t90 - t10),
+    steadyPerSec: (0.8 * n * 1000) / (tenthEnds[8]! - tenthEnds[0]!),
     tenths: tenthEnds.map((t, i) => (n / 10 / (t - (i === 0 ? t0 : tenthEnds[i - 1]!))) * 1000),
     firstMs: firstAt - t0,
     cpuSeconds: (cpu.user + cpu.system) / 1e6,

@@ -125,14 +125,13 @@ export const OPERATOR_SQL = {
              END AS key_skip_reason
         FROM locked l
     ), worked AS (
-      SELECT k.*, m.work_key, held.holder, other.other_id, other.other_state,
-             EXISTS (SELECT 1 FROM jobs.schedule_work s WHERE s.work_key = m.work_key AND s.job_id = k.id) AS holds_key
+      SELECT k.*, m.work_key, coalesce(w.job_id = k.id, false) AS holds_key,
+             -- Its key held by another job that did not give the work up (or that is gone: pruned after it succeeded).
+             CASE WHEN w.job_id <> k.id AND NOT ${givenUp('w.job_id')} THEN w.job_id END AS holder,
+             other.other_id, other.other_state
         FROM keyed k
         LEFT JOIN jobs.schedule_job_work m ON m.job_id = k.id
-        -- Its key held by another job that did not give the work up (or that is gone: pruned after it succeeded).
-        LEFT JOIN LATERAL (
-          SELECT w.job_id AS holder FROM jobs.schedule_work w
-           WHERE w.work_key = m.work_key AND w.job_id <> k.id AND NOT ${givenUp('w.job_id')}) held ON true
+        LEFT JOIN jobs.schedule_work w ON w.work_key = m.work_key
         -- Another job of the same work running, or done since this one was asked for.
         LEFT JOIN LATERAL (
           SELECT o.id AS other_id, o.state AS other_state

@@ -57,8 +57,8 @@ const HEADROOM = 2;
  * step asks twice as far. Only while handler slots sit free, in early windows: with 8 worker
  * processes of `ledger.post` (their slots full, rates that jump from one window to the next)
  * climbing on every jump claimed ahead what the surplus hand-back then released, 500–1,700 jobs
- * of a 10,000-job drain against 0–74 without climbing, at the same rate. Once the rate levels off (or falls: long jobs
- * after fast ones) it is HEADROOM again. Measured (no-op jobs, concurrency 10, 15 ms per SQS
+ * of a 10,000-job drain against 0–74 without climbing, at the same rate. Once the rate levels
+ * off (or falls: long jobs after fast ones) it is HEADROOM again. Measured (no-op jobs, concurrency 10, 15 ms per SQS
  * call, drains of 5,000 by a worker started into the backlog, two alternating pairs of 5 runs):
  * the delayed drains' medians went from 9,771 and 9,755 jobs/s to 10,381 and 10,313, their
  * share of the zero-delay rate from 82 and 86 % to 92 and 87 % (the runs' ranges overlap).
@@ -71,7 +71,7 @@ export class Pace {
   private roundTripMs = 0;
   /** Handler slots freed per ms over the last window. */
   private rate = 0;
-  /** The last window's rate rose CLIMB_RATIO-fold or more over the one before. */
+  /** The last window closed early, with slots free, at CLIMB_RATIO times the rate before it or more. */
   private climbing = false;
   private sampledAt: number;
   private sampledCount = 0;
